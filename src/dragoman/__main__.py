@@ -1,0 +1,3 @@
+from dragoman.cli import main
+
+main()
