@@ -1,0 +1,112 @@
+"""create_app(config): the routes, the lifespan, and the one error renderer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dragoman import endpoints, ids
+from dragoman.backends.base import Backend
+from dragoman.config import Config
+from dragoman.errors import GatewayError, MethodNotAllowed, NotFound
+from dragoman.gateway import Gateway
+
+log = logging.getLogger("dragoman")
+
+
+class RequestIdMiddleware:
+    """Gives every request an id, and every response a `request-id` header."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = ids.request_id()
+        scope.setdefault("state", {})["request_id"] = request_id
+        header = (b"request-id", request_id.encode())
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def _error_response(request: Request, error: GatewayError) -> Response:
+    request_id = request.scope.get("state", {}).get("request_id")
+    return Response(error.body(request_id), status_code=error.status, headers=error.headers(), media_type="application/json")
+
+
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return _error_response(request, exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 405:
+        error: GatewayError = MethodNotAllowed(f"method {request.method} is not allowed on {request.url.path}")
+    elif exc.status_code == 404:
+        error = NotFound(f"no endpoint at {request.method} {request.url.path}")
+    else:
+        error = GatewayError(str(exc.detail))
+        error.status = exc.status_code  # type: ignore[misc]
+    return _error_response(request, error)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _error_response(request, GatewayError("internal error in the gateway"))
+
+
+def _routes() -> list[Route]:
+    routes = [
+        Route("/", endpoints.root, methods=["GET", "HEAD"]),
+        Route("/health", endpoints.health, methods=["GET"]),
+        Route("/ready", endpoints.ready, methods=["GET"]),
+    ]
+    # A base URL that already ends in /v1 makes some clients ask for /v1/v1/messages.
+    for prefix in ("/v1", "/v1/v1"):
+        routes += [
+            Route(f"{prefix}/messages", endpoints.messages, methods=["POST"]),
+            Route(f"{prefix}/messages/count_tokens", endpoints.count_tokens, methods=["POST"]),
+            Route(f"{prefix}/models", endpoints.list_models, methods=["GET"]),
+            Route(prefix + "/models/{model_id:path}", endpoints.get_model, methods=["GET"]),
+        ]
+    return routes
+
+
+def create_app(config: Config, *, backends: dict[str, Backend] | None = None) -> Starlette:
+    gateway = Gateway(config, backends)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        discovery = [asyncio.create_task(gateway.discover(name)) for name in gateway.router.discovering]
+        try:
+            yield
+        finally:
+            for task in discovery:
+                task.cancel()
+            await gateway.close()
+
+    app = Starlette(
+        routes=_routes(),
+        lifespan=lifespan,
+        exception_handlers={GatewayError: _gateway_error, HTTPException: _http_error, Exception: _unexpected},
+    )
+    app.state.gateway = gateway
+    app.add_middleware(RequestIdMiddleware)
+    return app

@@ -1,0 +1,32 @@
+"""Client authentication: `x-api-key` or `Authorization: Bearer`, as the SDKs send them."""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.requests import Request
+
+from dragoman.errors import Unauthorized
+
+OPEN_PATHS = frozenset({"/", "/health", "/ready", "/metrics"})
+
+
+def presented_key(request: Request) -> str | None:
+    key = request.headers.get("x-api-key")
+    if key:
+        return key
+    authorization = request.headers.get("authorization", "")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() == "bearer" and token:
+        return token.strip()
+    return None
+
+
+def check(request: Request, keys: frozenset[str]) -> None:
+    if not keys or request.url.path in OPEN_PATHS:
+        return
+    key = presented_key(request)
+    if key is None:
+        raise Unauthorized("x-api-key header is required")
+    if not any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
+        raise Unauthorized("invalid x-api-key")

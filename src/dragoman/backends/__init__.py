@@ -1,0 +1,23 @@
+"""Backends by upstream protocol. `build` is the one place that knows the kinds."""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from dragoman.backends.anthropic import AnthropicBackend
+from dragoman.backends.base import Backend
+from dragoman.backends.openai import OpenAIBackend
+from dragoman.config import AnthropicUpstream, Config, OpenAIUpstream
+
+
+def build(config: Config) -> dict[str, Backend]:
+    backends: dict[str, Backend] = {}
+    for name, upstream in config.upstreams.items():
+        match upstream:
+            case OpenAIUpstream():
+                backends[name] = OpenAIBackend(name, upstream, config)
+            case AnthropicUpstream():
+                backends[name] = AnthropicBackend(name, upstream, config)
+            case _:
+                assert_never(upstream)
+    return backends

@@ -1,0 +1,127 @@
+"""The passthrough backend: upstreams that speak /v1/messages themselves.
+
+The body goes upstream unchanged but for the model name; the reply comes back as
+the upstream sent it (status, error body, `anthropic-*` and rate-limit headers),
+stream bytes forwarded as they arrive. Only the model name in the reply is put
+back to the client's, within a bounded look-ahead at the start of the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+
+import aiohttp
+import msgspec
+
+from dragoman.backends.base import Call, Completed, Reply, Streaming, UpstreamModel, upstream_errors
+from dragoman.backends.http import HttpClient
+from dragoman.config import AnthropicUpstream, Config
+from dragoman.errors import InvalidRequest, UpstreamError
+
+FORWARDED_REQUEST_HEADERS = ("anthropic-version", "anthropic-beta")
+HEAD_LIMIT = 64 * 1024  # how far into a stream the model name is looked for
+
+
+def _reply_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    keep = {}
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower.startswith("anthropic-") or lower in ("retry-after", "x-should-retry", "request-id", "x-request-id"):
+            keep[lower] = value
+    return keep
+
+
+class AnthropicBackend:
+    def __init__(self, name: str, upstream: AnthropicUpstream, config: Config) -> None:
+        self.name = name
+        self._upstream = upstream
+        base = upstream.url.rstrip("/")
+        self._base = base[:-3] if base.endswith("/v1") else base  # tolerate an SDK-style base with /v1
+        self._http = HttpClient(name, upstream, config.upstream_key(upstream), auth_header="x-api-key")
+        self._http.headers.setdefault("anthropic-version", "2023-06-01")
+
+    async def close(self) -> None:
+        await self._http.close()
+
+    async def list_models(self) -> list[UpstreamModel]:
+        status, body = await self._http.get(f"{self._base}/v1/models")
+        if status != 200:
+            raise UpstreamError(f"upstream {self.name} answered {status} to GET /v1/models")
+        try:
+            data = msgspec.json.decode(body).get("data", [])
+        except (msgspec.DecodeError, AttributeError):
+            raise UpstreamError(f"upstream {self.name} sent an unreadable model list") from None
+        return [UpstreamModel(str(m["id"]), m.get("owned_by")) for m in data if isinstance(m, dict) and "id" in m]
+
+    def _body(self, call: Call) -> bytes:
+        if call.upstream_model == call.model:
+            return call.body
+        try:
+            data = msgspec.json.decode(call.body)
+        except msgspec.DecodeError as error:
+            raise InvalidRequest(f"the request body is not valid JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise InvalidRequest("the request body must be a JSON object")
+        data["model"] = call.upstream_model
+        return msgspec.json.encode(data)
+
+    async def _send(self, call: Call, path: str) -> aiohttp.ClientResponse:
+        headers = {k: call.headers[k] for k in FORWARDED_REQUEST_HEADERS if k in call.headers}
+        session = self._http.session()
+        with upstream_errors(self.name):
+            async with asyncio.timeout(self._upstream.first_byte_timeout):
+                return await session.post(f"{self._base}{path}", data=self._body(call), headers={**self._http.headers, **headers})
+
+    async def messages(self, call: Call, route: object) -> Reply:
+        response = await self._send(call, "/v1/messages")
+        headers = _reply_headers(response.headers)
+        if response.content_type == "text/event-stream" and response.status == 200:
+            return Streaming(self._relay(response, call), headers=headers)
+        return await self._complete(response, call, headers)
+
+    async def count_tokens(self, call: Call, route: object) -> Reply:
+        response = await self._send(call, "/v1/messages/count_tokens")
+        headers = _reply_headers(response.headers)
+        headers["x-token-count-method"] = "upstream"
+        return await self._complete(response, call, headers)
+
+    async def _complete(self, response: aiohttp.ClientResponse, call: Call, headers: dict[str, str]) -> Completed:
+        with upstream_errors(self.name):
+            try:
+                body = await response.read()
+            finally:
+                response.release()
+        if response.status == 200:
+            body = self._rename(body, call)
+        return Completed(body, status=response.status, headers=headers)
+
+    def _rename(self, data: bytes, call: Call) -> bytes:
+        if call.upstream_model == call.model:
+            return data
+        old = msgspec.json.encode(call.upstream_model)
+        new = msgspec.json.encode(call.model)
+        return data.replace(b'"model":' + old, b'"model":' + new, 1).replace(b'"model": ' + old, b'"model": ' + new, 1)
+
+    async def _relay(self, response: aiohttp.ClientResponse, call: Call) -> AsyncIterator[bytes]:
+        head = b""
+        finished = False
+        try:
+            with upstream_errors(self.name):
+                async for chunk in response.content.iter_any():
+                    if head is not None:
+                        head += chunk
+                        if b"\n\n" not in head and len(head) < HEAD_LIMIT:
+                            continue
+                        chunk, head = self._rename(head, call), None
+                    yield chunk
+                if head:
+                    yield self._rename(head, call)
+            finished = True
+        except UpstreamError as error:
+            yield error.event()
+        finally:
+            if finished:
+                response.release()
+            else:
+                response.close()

@@ -1,0 +1,167 @@
+"""The translating backend: Anthropic in, Chat Completions to an OpenAI-compatible
+server, Anthropic back out. The async shell around the pure translators."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import aiohttp
+import msgspec
+
+from dragoman import ids
+from dragoman.backends.base import Call, Completed, Reply, Streaming, UpstreamModel, upstream_errors
+from dragoman.backends.http import HttpClient
+from dragoman.backends.profiles import PROFILES, Profile, profile_for
+from dragoman.config import Config, OpenAIUpstream
+from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream
+from dragoman.protocol import anthropic, openai
+from dragoman.sse import DataDecoder, encode_all
+from dragoman.tokens import count_estimate
+from dragoman.translate.fold import fold
+from dragoman.translate.request import Options, Translated, to_chat_request
+from dragoman.translate.response import to_message
+from dragoman.translate.stream import StreamTranslator
+from dragoman.validation import decode_request
+
+log = logging.getLogger("dragoman.upstream")
+
+_JSON = {"content-type": "application/json"}
+
+
+class OpenAIBackend:
+    def __init__(self, name: str, upstream: OpenAIUpstream, config: Config) -> None:
+        self.name = name
+        self._upstream = upstream
+        self._http = HttpClient(name, upstream, config.upstream_key(upstream))
+        self._base = upstream.url.rstrip("/")
+        self._options = Options(
+            keep_billing_header=config.server.keep_billing_header,
+            drop_server_tools=config.server.server_tools == "drop",
+        )
+        self.profile: Profile = profile_for(upstream) if upstream.flavor != "auto" else PROFILES["generic"]
+
+    async def close(self) -> None:
+        await self._http.close()
+
+    # -- discovery ---------------------------------------------------------------
+
+    async def list_models(self) -> list[UpstreamModel]:
+        status, body = await self._http.get(f"{self._base}/models")
+        if status != 200:
+            raise from_upstream(status, body, upstream=self.name)
+        try:
+            models = openai.MODEL_LIST.decode(body).data
+        except msgspec.DecodeError as error:
+            raise UpstreamError(f"upstream {self.name} sent an unreadable model list: {error}") from None
+        if models and self._upstream.flavor == "auto":
+            self.profile = profile_for(self._upstream, models[0].owned_by)
+        return [UpstreamModel(m.id, m.owned_by, m.max_model_len) for m in models]
+
+    # -- messages ------------------------------------------------------------------
+
+    def _translate(self, request: anthropic.MessagesRequest, route: "Route", stream: bool) -> Translated:  # noqa: F821
+        return to_chat_request(
+            request, upstream_model=route.upstream_model, profile=self.profile, caps=route.caps, options=self._options, stream=stream
+        )
+
+    async def messages(self, call: Call, route: "Route") -> Reply:  # noqa: F821
+        request = decode_request(call.body, anthropic.MESSAGES_REQUEST)
+        # Stop sequences are matched here over the streamed text, so a request that has
+        # them reads the upstream as a stream even when the client did not ask for one.
+        upstream_stream = request.stream or bool(request.stop_sequences)
+        translated = self._translate(request, route, upstream_stream)
+        response = await self._http.post(f"{self._base}/chat/completions", openai.ENCODER.encode(translated.chat), stream=upstream_stream)
+        translator_args = dict(
+            model=call.model,
+            message_id=ids.message_id(),
+            new_tool_id=ids.tool_use_id,
+            tool_names=translated.tool_names,
+            stop_sequences=translated.stop_sequences,
+            surface_thinking=False,
+            upstream=self.name,
+        )
+        if not upstream_stream:
+            with upstream_errors(self.name):
+                try:
+                    body = await response.read()
+                finally:
+                    response.release()
+            try:
+                completion = openai.CHAT_COMPLETION.decode(body)
+            except msgspec.DecodeError as error:
+                raise UpstreamError(f"upstream {self.name} sent an unreadable completion: {error}") from None
+            message = to_message(completion, **translator_args)
+            return Completed(msgspec.json.encode(message))
+        translator = StreamTranslator(**translator_args)
+        if request.stream:
+            return Streaming(self._sse(response, translator))
+        events = []
+        async for batch in self._translated(response, translator):
+            events.extend(batch)
+        return Completed(msgspec.json.encode(fold(events)))
+
+    async def _translated(
+        self, response: aiohttp.ClientResponse, translator: StreamTranslator
+    ) -> AsyncIterator[list[anthropic.StreamEvent]]:
+        """Batches of Anthropic events for an upstream stream, one batch per network read.
+        Raises GatewayError; always closes or releases the upstream response."""
+        finished = False
+        try:
+            yield translator.start()
+            decoder = DataDecoder()
+            timeout = self._upstream.first_byte_timeout
+            content = response.content
+            while not translator.done:
+                with upstream_errors(self.name):
+                    async with asyncio.timeout(timeout):
+                        raw = await content.readany()
+                if not raw:
+                    break
+                timeout = self._upstream.idle_timeout
+                out: list[anthropic.StreamEvent] = []
+                for payload in decoder.feed(raw):
+                    if payload == b"[DONE]":
+                        break
+                    try:
+                        chunk = openai.CHAT_CHUNK.decode(payload)
+                    except msgspec.DecodeError as error:
+                        raise UpstreamError(f"upstream {self.name} sent an unreadable stream chunk: {error}") from None
+                    out.extend(translator.feed(chunk))
+                    if translator.done:
+                        break
+                if out:
+                    yield out
+            yield translator.finish()
+            finished = not translator.done
+        finally:
+            if finished:
+                response.release()  # read to the end: the connection can be reused
+            else:
+                response.close()  # stops the backend's generation
+
+    async def _sse(self, response: aiohttp.ClientResponse, translator: StreamTranslator) -> AsyncIterator[bytes]:
+        """The client's SSE bytes; a failure after the start becomes an `error` event."""
+        events = self._translated(response, translator)
+        try:
+            async for batch in events:
+                yield encode_all(batch)
+        except GatewayError as error:
+            log.warning("stream from %s failed: %s", self.name, error.message)
+            yield error.event()
+        except Exception:  # a bug: the client still gets a well-formed end
+            log.exception("stream translation failed")
+            yield UpstreamError("internal error while translating the upstream stream").event()
+        finally:
+            await events.aclose()
+
+    # -- count_tokens --------------------------------------------------------------
+
+    async def count_tokens(self, call: Call, route: "Route") -> Reply:  # noqa: F821
+        request = decode_request(call.body, anthropic.COUNT_TOKENS_REQUEST)
+        if not request.messages:
+            raise InvalidRequest("messages: at least one message is required")
+        body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=count_estimate(request)))
+        return Completed(body, headers={"x-token-count-method": "estimate"})
+

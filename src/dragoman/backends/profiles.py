@@ -1,0 +1,53 @@
+"""What differs between OpenAI-compatible servers, as data.
+
+A profile is picked by the upstream's `flavor` (configured, or recognised from the
+`owned_by` field of its `/models` list) and consulted by the translator; no code
+branches on a server's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from dragoman.config import OpenAIUpstream
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    # How a trailing assistant turn (a prefill) is continued: vLLM and SGLang need
+    # explicit flags; llama.cpp and Ollama continue a final assistant message natively.
+    prefill: Literal["continue_final_message", "native"] = "native"
+    # How many stop sequences the server takes; the gateway matches the rest itself.
+    max_stop_sequences: int | None = None
+    # Sampling fields the server rejects rather than ignores.
+    accepts_top_k: bool = True
+    accepts_user: bool = False
+    # JSON Schema keys the server's tool-schema validator rejects.
+    strip_schema_keys: tuple[str, ...] = ()
+
+
+PROFILES: dict[str, Profile] = {
+    "vllm": Profile("vllm", prefill="continue_final_message"),
+    "sglang": Profile("sglang", prefill="continue_final_message"),
+    "llamacpp": Profile("llamacpp"),
+    "ollama": Profile("ollama"),
+    "openai": Profile("openai", max_stop_sequences=4, accepts_top_k=False, accepts_user=True),
+    "generic": Profile("generic", accepts_top_k=True),
+}
+
+# `owned_by` values in GET /models that identify a server.
+OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "library": "ollama", "openai": "openai", "system": "openai"}
+
+
+def profile_for(upstream: OpenAIUpstream, owned_by: str | None = None) -> Profile:
+    flavor = upstream.flavor
+    if flavor == "auto":
+        flavor = OWNED_BY.get(owned_by or "", "generic")
+    profile = PROFILES[flavor]
+    if upstream.max_stop_sequences is not None:
+        profile = replace(profile, max_stop_sequences=upstream.max_stop_sequences)
+    if upstream.strip_schema_keys is not None:
+        profile = replace(profile, strip_schema_keys=tuple(upstream.strip_schema_keys))
+    return profile

@@ -1,0 +1,128 @@
+"""Command line: parses arguments, builds the config, calls library code."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import sys
+from typing import Any
+
+import click
+
+from dragoman import __version__
+from dragoman.config import Config, ConfigError, from_dict, load
+
+
+def _fail(message: str) -> None:
+    click.echo(f"dragoman: error: {message}", err=True)
+    sys.exit(2)
+
+
+def build_config(
+    *,
+    config_path: str | None,
+    upstream: str | None,
+    upstream_api_key: str | None,
+    api_keys: tuple[str, ...],
+    default_model: str | None,
+    host: str | None,
+    port: int | None,
+    log_level: str | None,
+) -> Config:
+    """The file's config with the flags laid over it."""
+    import msgspec
+
+    base = load(config_path) if config_path else Config()
+    data: dict[str, Any] = msgspec.to_builtins(base)
+    server = data.setdefault("server", {})
+    if upstream:
+        entry: dict[str, Any] = {"url": upstream, "protocol": "openai"}
+        if upstream_api_key:
+            entry["api_key"] = upstream_api_key
+        data.setdefault("upstreams", {})["default"] = entry
+    keys = [k for value in api_keys for k in value.split(",") if k.strip()]
+    if keys:
+        server["api_keys"] = [k.strip() for k in keys]
+    for key, value in (("default_model", default_model), ("host", host), ("port", port), ("log_level", log_level)):
+        if value is not None:
+            server[key] = value
+    return from_dict(data)
+
+
+def _check_port(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            reason = "already in use" if error.errno == errno.EADDRINUSE else error.strerror
+            _fail(f"cannot listen on {host}:{port}: {reason}")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="dragoman")
+def main() -> None:
+    """dragoman: an Anthropic Messages API gateway for open models."""
+
+
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")
+@click.option("--upstream", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (models discovered from it).")
+@click.option("--upstream-api-key", envvar="DRAGOMAN_UPSTREAM_API_KEY", help="Key sent to the upstream.")
+@click.option("--api-key", "api_keys", multiple=True, envvar="DRAGOMAN_API_KEYS", help="Key clients must present (repeatable; env: comma-separated).")
+@click.option("--default-model", help="Serve unknown model names (such as claude-*) with this model.")
+@click.option("--host", default=None, help="Address to bind (default 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Port to bind (default 8765).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+def serve(config_path: str | None, upstream: str | None, upstream_api_key: str | None, api_keys: tuple[str, ...],
+          default_model: str | None, host: str | None, port: int | None, log_level: str | None) -> None:  # fmt: skip
+    """Run the gateway."""
+    if isinstance(api_keys, str):  # click passes the env var through unsplit
+        api_keys = (api_keys,)
+    try:
+        config = build_config(
+            config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=api_keys,
+            default_model=default_model, host=host, port=port, log_level=log_level,
+        )  # fmt: skip
+    except ConfigError as error:
+        _fail(str(error))
+        return
+    if not config.upstreams:
+        _fail("no upstream: pass --upstream URL or --config FILE (see dragoman.example.toml)")
+    run(config)
+
+
+def run(config: Config) -> None:
+    import uvicorn
+
+    from dragoman.app import create_app
+
+    server = config.server
+    logging.basicConfig(level=server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _check_port(server.host, server.port)
+    if not config.server.api_keys and not config.server.api_keys_env and server.host not in ("127.0.0.1", "localhost", "::1"):
+        logging.getLogger("dragoman").warning("listening on %s without API keys: anyone who can reach it can use it", server.host)
+    uvicorn.run(
+        create_app(config),
+        host=server.host,
+        port=server.port,
+        log_level=server.log_level,
+        access_log=False,
+        loop="uvloop" if _has("uvloop") else "asyncio",
+        http="httptools" if _has("httptools") else "h11",
+        timeout_graceful_shutdown=30,
+    )
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+    os._exit(0)

@@ -1,0 +1,158 @@
+"""Typed configuration, loaded once (TOML file, then flags) and passed into the app.
+
+The same msgspec structs validate the file and are used by the code, so an error
+names the offending key (`upstreams.local.url: ...`). Secrets named by `*_env`
+keys are resolved here, once; nothing else reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+from msgspec import Struct
+
+
+class ConfigError(Exception):
+    """A configuration problem, worded for a one-line startup failure."""
+
+
+class _Config(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    pass
+
+
+class ServerConfig(_Config):
+    host: str = "127.0.0.1"
+    port: int = 8765
+    api_keys: list[str] = []
+    api_keys_env: str | None = None
+    default_model: str | None = None
+    log_level: str = "info"
+    # Claude Code's first system block varies per session and defeats prefix caching.
+    keep_billing_header: bool = False
+    max_request_bytes: int = 32 * 1024 * 1024
+    keepalive_interval: float = 15.0
+    # Anthropic's server tools (web_search_*, ...) cannot run here: reject or drop them.
+    server_tools: Literal["reject", "drop"] = "reject"
+
+
+Flavor = Literal["auto", "vllm", "sglang", "llamacpp", "ollama", "openai", "generic"]
+
+
+class _UpstreamBase(_Config):
+    url: str
+    api_key: str | None = None
+    api_key_env: str | None = None
+    headers: dict[str, str] = {}
+    connect_timeout: float = 10.0
+    first_byte_timeout: float = 600.0
+    idle_timeout: float = 300.0
+
+
+class OpenAIUpstream(_UpstreamBase, tag="openai", tag_field="protocol"):
+    """An OpenAI-compatible server; requests are translated to Chat Completions."""
+
+    flavor: Flavor = "auto"
+    # Overrides of the flavor's profile (see backends/profiles.py); None keeps it.
+    max_stop_sequences: int | None = None
+    strip_schema_keys: list[str] | None = None
+
+
+class AnthropicUpstream(_UpstreamBase, tag="anthropic", tag_field="protocol"):
+    """A server that speaks /v1/messages itself; requests pass through."""
+
+
+UpstreamConfig = OpenAIUpstream | AnthropicUpstream
+
+
+class ModelConfig(_Config):
+    name: str
+    upstream: str
+    upstream_model: str | None = None
+    aliases: list[str] = []
+    reasoning: bool | None = None
+    reasoning_efforts: list[str] = msgspec.field(default_factory=lambda: ["low", "medium", "high"])
+    vision: bool | None = None  # None: unknown, the backend decides
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+
+    @property
+    def served_model(self) -> str:
+        return self.upstream_model or self.name
+
+
+class Config(_Config):
+    server: ServerConfig = ServerConfig()
+    upstreams: dict[str, UpstreamConfig] = {}
+    models: list[ModelConfig] = []
+
+    def upstream_key(self, upstream: UpstreamConfig) -> str | None:
+        if upstream.api_key_env:
+            return os.environ.get(upstream.api_key_env) or upstream.api_key
+        return upstream.api_key
+
+
+_PATH = re.compile(r" - at `\$\.?(.*)`$")
+
+
+def _readable(error: msgspec.ValidationError) -> str:
+    """`Expected int, got str - at $.server.port` -> `server.port: Expected int, got str`."""
+    text = str(error)
+    match = _PATH.search(text)
+    if not match:
+        return text
+    path = re.sub(r"\[(\d+)\]", r".\1", match.group(1))
+    return f"{path}: {text[: match.start()]}" if path else text[: match.start()]
+
+
+def from_dict(data: dict[str, Any]) -> Config:
+    for name, upstream in data.get("upstreams", {}).items():
+        if isinstance(upstream, dict):
+            upstream.setdefault("protocol", "openai")
+    try:
+        config = msgspec.convert(data, Config)
+    except msgspec.ValidationError as error:
+        raise ConfigError(_readable(error)) from None
+    _check(config)
+    return config
+
+
+def _check(config: Config) -> None:
+    for index, model in enumerate(config.models):
+        if model.upstream not in config.upstreams:
+            known = ", ".join(sorted(config.upstreams)) or "none defined"
+            raise ConfigError(f"models.{index}.upstream: unknown upstream {model.upstream!r} (known: {known})")
+    for name, upstream in config.upstreams.items():
+        if not upstream.url.startswith(("http://", "https://")):
+            raise ConfigError(f"upstreams.{name}.url: must start with http:// or https://, got {upstream.url!r}")
+        for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
+            if getattr(upstream, key) <= 0:
+                raise ConfigError(f"upstreams.{name}.{key}: must be a positive number of seconds")
+    default = config.server.default_model
+    if default and config.models and not any(default == m.name or default in m.aliases for m in config.models):
+        raise ConfigError(f"server.default_model: {default!r} is not a configured model name")
+
+
+def load(path: str | Path) -> Config:
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: invalid TOML: {error}") from None
+    try:
+        return from_dict(data)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
+
+
+def server_api_keys(config: Config) -> frozenset[str]:
+    keys = set(config.server.api_keys)
+    if config.server.api_keys_env:
+        keys.update(k.strip() for k in os.environ.get(config.server.api_keys_env, "").split(",") if k.strip())
+    return frozenset(keys)

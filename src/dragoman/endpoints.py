@@ -1,0 +1,91 @@
+"""Thin HTTP handlers: read, authenticate, route, hand to the backend, render."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from dragoman import auth
+from dragoman.backends.base import Call, Completed, Reply
+from dragoman.errors import InvalidRequest, RequestTooLarge
+from dragoman.gateway import Gateway
+from dragoman.protocol import anthropic
+from dragoman.validation import decode_request
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+def _gateway(request: Request) -> Gateway:
+    return request.app.state.gateway
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise RequestTooLarge(f"request body is {declared} bytes; the limit is {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLarge(f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if not body:
+        raise InvalidRequest("the request body is empty; send a JSON object")
+    return body
+
+
+def render(reply: Reply) -> Response:
+    if isinstance(reply, Completed):
+        return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type="application/json")
+    return StreamingResponse(reply.chunks, status_code=reply.status, headers={**SSE_HEADERS, **reply.headers}, media_type="text/event-stream")
+
+
+async def _call(request: Request) -> tuple[Call, object]:
+    gateway = _gateway(request)
+    auth.check(request, gateway.api_keys)
+    body = await _read_body(request, gateway.config.server.max_request_bytes)
+    envelope = decode_request(body, anthropic.ENVELOPE)
+    route = await gateway.route(envelope.model)
+    call = Call(body, envelope.model, route.upstream_model, request.headers, request.scope["state"]["request_id"])
+    return call, route
+
+
+async def messages(request: Request) -> Response:
+    call, route = await _call(request)
+    return render(await route.backend.messages(call, route))  # type: ignore[attr-defined]
+
+
+async def count_tokens(request: Request) -> Response:
+    call, route = await _call(request)
+    return render(await route.backend.count_tokens(call, route))  # type: ignore[attr-defined]
+
+
+async def list_models(request: Request) -> Response:
+    gateway = _gateway(request)
+    auth.check(request, gateway.api_keys)
+    await gateway.discover_if_stale()
+    return JSONResponse(gateway.models_page(request.query_params))
+
+
+async def get_model(request: Request) -> Response:
+    gateway = _gateway(request)
+    auth.check(request, gateway.api_keys)
+    await gateway.discover_if_stale()
+    return JSONResponse(gateway.model_info(request.path_params["model_id"]))
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def ready(request: Request) -> Response:
+    gateway = _gateway(request)
+    reachable = await gateway.reachable_upstreams()
+    status = 200 if reachable else 503
+    return JSONResponse({"status": "ready" if reachable else "no upstream reachable", "upstreams": reachable}, status_code=status)
+
+
+async def root(request: Request) -> Response:
+    # Claude Code pre-warms its connection with HEAD on the base URL.
+    return JSONResponse({"name": "dragoman", "endpoints": ["/v1/messages", "/v1/messages/count_tokens", "/v1/models"]})

@@ -1,0 +1,214 @@
+"""One error tree for the whole gateway, rendered in Anthropic's envelope.
+
+    GatewayError            500 api_error
+    ├── InvalidRequest      400 invalid_request_error
+    ├── Unauthorized        401 authentication_error
+    ├── PermissionDenied    403 permission_error
+    ├── NotFound            404 not_found_error
+    ├── MethodNotAllowed    405 invalid_request_error
+    ├── RequestTooLarge     413 request_too_large
+    ├── RateLimited         429 rate_limit_error
+    ├── UpstreamError       502 api_error        (connection failures, upstream 5xx)
+    ├── UpstreamTimeout     504 timeout_error
+    └── Overloaded          529 overloaded_error (upstream 503/529)
+
+Statuses are chosen for the SDKs' retry logic: they retry 408, 409, 429 and >= 500,
+so a deterministic failure must never be a 5xx. `from_upstream` is the one place
+that maps a backend's error response.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+import msgspec
+
+from dragoman.protocol import anthropic
+
+
+class GatewayError(Exception):
+    status: ClassVar[int] = 500
+    type: ClassVar[str] = "api_error"
+
+    def __init__(self, message: str, *, retry_after: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+    def body(self, request_id: str | None) -> bytes:
+        detail = anthropic.ErrorDetail(type=self.type, message=self.message)
+        return msgspec.json.encode(anthropic.ErrorResponse(error=detail, request_id=request_id))
+
+    def event(self) -> bytes:
+        """The SSE `error` event that ends a stream which has already started."""
+        detail = anthropic.ErrorDetail(type=self.type, message=self.message)
+        data = msgspec.json.encode(anthropic.ErrorResponse(error=detail))
+        return b"event: error\ndata: " + data + b"\n\n"
+
+    def headers(self) -> dict[str, str]:
+        headers = {}
+        if self.retry_after is not None:
+            headers["retry-after"] = self.retry_after
+        if self.status < 500 and self.status not in (408, 409, 429):
+            headers["x-should-retry"] = "false"
+        return headers
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class Unauthorized(GatewayError):
+    status = 401
+    type = "authentication_error"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "permission_error"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "not_found_error"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+
+
+class RequestTooLarge(GatewayError):
+    status = 413
+    type = "request_too_large"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+
+
+class UpstreamError(GatewayError):
+    status = 502
+    type = "api_error"
+
+
+class UpstreamTimeout(GatewayError):
+    status = 504
+    type = "timeout_error"
+
+
+class Overloaded(GatewayError):
+    status = 529
+    type = "overloaded_error"
+
+
+class _UpstreamErrorBody(msgspec.Struct):
+    message: str | None = None
+    type: str | None = None
+    code: int | str | None = None
+    n_prompt_tokens: int | None = None
+    n_ctx: int | None = None
+
+
+class _UpstreamEnvelope(msgspec.Struct):
+    error: _UpstreamErrorBody | str | None = None
+    message: str | None = None
+    detail: str | None = None
+
+
+_ENVELOPE = msgspec.json.Decoder(_UpstreamEnvelope)
+
+_BY_STATUS: dict[int, type[GatewayError]] = {
+    400: InvalidRequest,
+    401: UpstreamError,  # our key for the upstream is wrong: the client cannot fix it
+    403: UpstreamError,
+    404: NotFound,
+    408: UpstreamTimeout,
+    413: RequestTooLarge,
+    422: InvalidRequest,
+    429: RateLimited,
+    503: Overloaded,
+    504: UpstreamTimeout,
+    529: Overloaded,
+}
+
+# Context-overflow messages in each backend's wording; numbers are (prompt, limit).
+# The named groups are optional: a recogniser without numbers still classifies.
+_CONTEXT_OVERFLOW = [
+    # OpenAI and older vLLM: "maximum context length is L tokens. However, your messages resulted in P tokens"
+    re.compile(r"maximum context length is (?P<limit>\d+) tokens\. However, (?:your messages resulted in|your request has) (?P<prompt>\d+)"),
+    # vLLM: "... you requested C output tokens and your prompt contains [at least ]P input tokens"
+    re.compile(r"maximum context length is (?P<limit>\d+) tokens\..*?prompt contains (?:at least )?(?P<prompt>\d+) input tokens"),
+    re.compile(r"maximum context length is (?P<limit>\d+) tokens and your request has (?P<prompt>\d+) input tokens"),
+    re.compile(r"You passed (?P<prompt>\d+) input tokens.*?context length is only (?P<limit>\d+) tokens"),
+    # llama.cpp
+    re.compile(r"request \((?P<prompt>\d+) tokens\) exceeds the available context size \((?P<limit>\d+) tokens\)"),
+    # SGLang and Ollama's MLX runner
+    re.compile(r"input \(?(?P<prompt>\d+) tokens\)? is longer than the model's context length \((?P<limit>\d+) tokens\)"),
+    re.compile(r"input length \((?P<prompt>\d+) tokens\) exceeds the model's maximum context length \((?P<limit>\d+) tokens\)"),
+    re.compile(
+        r"context_length_exceeded|exceed_context_size_error|maximum context length|exceeds the context window"
+        r"|longer than the maximum model length|input length exceeds the context length|prompt is too long"
+        r"|prompt too long|the prompt is longer than the context length",
+        re.IGNORECASE,
+    ),
+]
+
+
+def context_overflow(prompt: int | None, limit: int | None) -> InvalidRequest:
+    if prompt is not None and limit is not None:
+        text = f"prompt is too long: {prompt} tokens > {limit} maximum"
+    else:
+        text = "prompt is too long: the prompt exceeds the model's context window"
+    return InvalidRequest(text + " (capability_rejected: prompt_too_long)")
+
+
+def _recognise_overflow(text: str, body: _UpstreamErrorBody | None) -> InvalidRequest | None:
+    if body is not None and body.n_prompt_tokens is not None and body.n_ctx is not None:
+        return context_overflow(body.n_prompt_tokens, body.n_ctx)
+    for pattern in _CONTEXT_OVERFLOW:
+        match = pattern.search(text)
+        if match:
+            groups = match.groupdict()
+            prompt, limit = groups.get("prompt"), groups.get("limit")
+            return context_overflow(int(prompt) if prompt else None, int(limit) if limit else None)
+    return None
+
+
+def upstream_message(raw: bytes) -> tuple[str, _UpstreamErrorBody | None]:
+    """The human-readable message inside a backend's error body, in any of the shapes
+    that OpenAI, vLLM, SGLang, llama.cpp and Ollama use."""
+    try:
+        envelope = _ENVELOPE.decode(raw)
+    except msgspec.DecodeError:
+        return raw.decode("utf-8", "replace").strip()[:2000], None
+    if isinstance(envelope.error, _UpstreamErrorBody):
+        body = envelope.error
+        text = body.message or body.type or ""
+        if body.type and body.type not in text:
+            text = f"{body.type}: {text}" if text else body.type
+        return text, body
+    text = envelope.error or envelope.message or envelope.detail or raw.decode("utf-8", "replace")
+    return text.strip()[:2000], None
+
+
+def from_upstream(status: int, raw: bytes, *, upstream: str, retry_after: str | None = None) -> GatewayError:
+    """Map a backend's non-2xx response to the error the client should see."""
+    text, body = upstream_message(raw)
+    if status in (400, 413, 422) or (body and body.code == "context_length_exceeded"):
+        overflow = _recognise_overflow(text, body)
+        if overflow is not None:
+            return overflow
+    kind = _BY_STATUS.get(status, UpstreamError if status >= 500 or status < 400 else InvalidRequest)
+    return kind(f"upstream {upstream} answered {status}: {text}", retry_after=retry_after)
+
+
+def from_stream_error(text: str, *, upstream: str) -> GatewayError:
+    """Map an error that a backend reported inside a stream after its 200."""
+    overflow = _recognise_overflow(text, None)
+    if overflow is not None:
+        return overflow
+    return UpstreamError(f"upstream {upstream} failed mid-stream: {text}")

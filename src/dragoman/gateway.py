@@ -1,0 +1,125 @@
+"""The gateway's runtime state: config, backends, router, and model discovery.
+
+Discovery never blocks startup and never breaks a request: an upstream that is
+down is asked again later, at most every `REDISCOVER_AFTER` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from dragoman.backends import build
+from dragoman.backends.base import Backend
+from dragoman.config import Config, server_api_keys
+from dragoman.errors import GatewayError, InvalidRequest, NotFound
+from dragoman.routing import Route, Router
+
+log = logging.getLogger("dragoman")
+
+REDISCOVER_AFTER = 10.0
+DISCOVERY_TIMEOUT = 5.0
+EPOCH = "1970-01-01T00:00:00Z"
+
+
+class Gateway:
+    def __init__(self, config: Config, backends: dict[str, Backend] | None = None) -> None:
+        self.config = config
+        self.backends = backends if backends is not None else build(config)
+        self.router = Router(config, self.backends)
+        self.api_keys = server_api_keys(config)
+        self._last_attempt: dict[str, float] = {}
+        self._lock = asyncio.Lock()
+
+    async def close(self) -> None:
+        for backend in self.backends.values():
+            await backend.close()
+
+    async def discover(self, upstream: str) -> None:
+        self._last_attempt[upstream] = time.monotonic()
+        try:
+            async with asyncio.timeout(DISCOVERY_TIMEOUT):
+                models = await self.backends[upstream].list_models()
+        except (GatewayError, TimeoutError) as error:
+            log.warning("model discovery on upstream %s failed: %s", upstream, getattr(error, "message", error) or "timeout")
+            return
+        self.router.discovered[upstream] = models
+        log.info("upstream %s serves: %s", upstream, ", ".join(m.id for m in models) or "no models")
+
+    async def discover_if_stale(self) -> None:
+        now = time.monotonic()
+        stale = [
+            u
+            for u in self.router.discovering
+            if not self.router.discovered.get(u) and now - self._last_attempt.get(u, -1e9) > REDISCOVER_AFTER
+        ]
+        if stale:
+            async with self._lock:
+                await asyncio.gather(*(self.discover(u) for u in stale))
+
+    async def route(self, model: str) -> Route:
+        try:
+            return self.router.resolve(model)
+        except NotFound:
+            await self.discover_if_stale()
+            return self.router.resolve(model)
+
+    async def reachable_upstreams(self) -> list[str]:
+        async def probe(name: str) -> str | None:
+            try:
+                async with asyncio.timeout(DISCOVERY_TIMEOUT):
+                    await self.backends[name].list_models()
+                return name
+            except (GatewayError, TimeoutError):
+                return None
+
+        results = await asyncio.gather(*(probe(n) for n in self.backends))
+        return [r for r in results if r]
+
+    # -- models API ----------------------------------------------------------------
+
+    def _info(self, name: str) -> dict[str, Any]:
+        route = self.router.resolve(name)
+        return {
+            "type": "model",
+            "id": name,
+            "display_name": name if route.upstream_model == name else f"{name} ({route.upstream_model})",
+            "created_at": EPOCH,
+            "max_input_tokens": route.context_window,
+            "max_tokens": route.caps.max_output_tokens,
+        }
+
+    def model_info(self, name: str) -> dict[str, Any]:
+        if name not in self.router.names():
+            raise NotFound(f"model: {name!r} is not served here")
+        return self._info(name)
+
+    def models_page(self, query: Mapping[str, str]) -> dict[str, Any]:
+        names = self.router.names()
+        try:
+            limit = int(query.get("limit", "20"))
+        except ValueError:
+            raise InvalidRequest("limit: must be an integer") from None
+        if not 1 <= limit <= 1000:
+            raise InvalidRequest("limit: must be between 1 and 1000")
+        start, end = 0, len(names)
+        if "after_id" in query:
+            if query["after_id"] not in names:
+                raise InvalidRequest(f"after_id: unknown model {query['after_id']!r}")
+            start = names.index(query["after_id"]) + 1
+        if "before_id" in query:
+            if query["before_id"] not in names:
+                raise InvalidRequest(f"before_id: unknown model {query['before_id']!r}")
+            end = names.index(query["before_id"])
+            start = max(start, end - limit) if "after_id" not in query else start
+        page = names[start:end][:limit]
+        data = [self._info(n) for n in page]
+        return {
+            "data": data,
+            "has_more": (start + len(page) < end) if "before_id" not in query else start > 0,
+            "first_id": page[0] if page else None,
+            "last_id": page[-1] if page else None,
+        }

@@ -1,0 +1,55 @@
+"""Server-sent events: encoding Anthropic events, decoding upstream `data:` lines.
+
+Anthropic clients dispatch on the `event:` line, so every event carries one; the
+OpenAI side sends data-only frames, which `DataDecoder` extracts across arbitrary
+chunk boundaries (CRLF or LF line ends, comments ignored).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from dragoman.protocol import anthropic as a
+
+_encoder = msgspec.json.Encoder()
+
+_NAMES: dict[type, bytes] = {
+    cls: f"event: {cls.__struct_config__.tag}\ndata: ".encode()
+    for cls in (a.MessageStart, a.ContentBlockStart, a.ContentBlockDelta, a.ContentBlockStop, a.MessageDelta, a.MessageStop, a.Ping)
+}
+
+PING = b"event: ping\ndata: {\"type\":\"ping\"}\n\n"
+KEEPALIVE_COMMENT = b": keep-alive\n\n"
+
+
+def encode(event: a.StreamEvent) -> bytes:
+    return _NAMES[type(event)] + _encoder.encode(event) + b"\n\n"
+
+
+def encode_all(events: list[a.StreamEvent]) -> bytes:
+    return b"".join(_NAMES[type(e)] + _encoder.encode(e) + b"\n\n" for e in events)
+
+
+class DataDecoder:
+    """Yields the payload of each `data:` line of an SSE byte stream."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buffer = self._buffer + chunk if self._buffer else chunk
+        lines = buffer.split(b"\n")
+        self._buffer = lines.pop()
+        payloads = []
+        for line in lines:
+            if line.startswith(b"data:"):
+                payload = line[5:].strip()
+                if payload:
+                    payloads.append(payload)
+        return payloads
+
+    def flush(self) -> list[bytes]:
+        rest, self._buffer = self._buffer, b""
+        return self.feed(rest + b"\n") if rest else []

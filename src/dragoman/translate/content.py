@@ -1,0 +1,104 @@
+"""User-side content blocks (text, images, documents, search results) as Chat parts.
+
+Chat Completions knows only text and images, so documents and search results
+become text the model reads, with their title and context kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+
+from dragoman.errors import InvalidRequest
+from dragoman.protocol import anthropic, openai
+
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+def image_part(block: anthropic.ImageBlock, where: str) -> openai.ImagePart:
+    source = block.source
+    if isinstance(source, anthropic.Base64Source):
+        if source.media_type not in IMAGE_MEDIA_TYPES:
+            allowed = ", ".join(IMAGE_MEDIA_TYPES)
+            raise InvalidRequest(f"{where}.source.media_type: {source.media_type!r} is not supported; use one of {allowed}")
+        return openai.ImagePart(image_url=openai.ImageURL(url=f"data:{source.media_type};base64,{source.data}"))
+    if isinstance(source, anthropic.URLSource):
+        return openai.ImagePart(image_url=openai.ImageURL(url=source.url))
+    raise InvalidRequest(f"{where}.source: file sources need the Files API, which this gateway does not serve yet")
+
+
+def _pdf_text(data: str, where: str) -> str:
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{where}.source.data: not valid base64") from None
+    try:
+        from pypdf import PdfReader
+        from pypdf.errors import PdfReadError
+    except ImportError:  # pragma: no cover - pypdf is a dependency
+        raise InvalidRequest(f"{where}: PDF documents need the pypdf package") from None
+    try:
+        reader = PdfReader(io.BytesIO(raw))
+        pages = [page.extract_text() or "" for page in reader.pages]
+    except (PdfReadError, ValueError, KeyError, TypeError) as error:
+        raise InvalidRequest(f"{where}.source.data: could not read the PDF: {error}") from None
+    return "\n\n".join(f"[page {n}]\n{text.strip()}" for n, text in enumerate(pages, 1))
+
+
+def document_text(block: anthropic.DocumentBlock, where: str) -> str:
+    source = block.source
+    if isinstance(source, anthropic.TextSource):
+        body = source.data
+    elif isinstance(source, anthropic.ContentSource):
+        if isinstance(source.content, str):
+            body = source.content
+        else:
+            texts = [item.get("text", "") for item in source.content if isinstance(item, dict) and item.get("type") == "text"]
+            body = "\n".join(texts)
+    elif isinstance(source, anthropic.Base64Source):
+        if source.media_type != "application/pdf":
+            raise InvalidRequest(f"{where}.source.media_type: {source.media_type!r} is not supported for base64 documents; use application/pdf")
+        body = _pdf_text(source.data, where)
+    elif isinstance(source, anthropic.URLSource):
+        raise InvalidRequest(f"{where}.source: URL documents are not fetched by this gateway; send the document's content instead")
+    else:
+        raise InvalidRequest(f"{where}.source: file sources need the Files API, which this gateway does not serve yet")
+    header = "<document"
+    if block.title:
+        header += f' title="{block.title}"'
+    header += ">"
+    context = f"\n<context>{block.context}</context>" if block.context else ""
+    return f"{header}{context}\n{body}\n</document>"
+
+
+def search_result_text(block: anthropic.SearchResultBlock) -> str:
+    body = "\n".join(item.text for item in block.content)
+    return f'<search_result source="{block.source}" title="{block.title}">\n{body}\n</search_result>'
+
+
+def user_parts(
+    blocks: list[anthropic.ContentBlockParam], where: str, *, vision: bool | None
+) -> list[openai.Part]:
+    """Parts for the text, image, document and search-result blocks of a user turn."""
+    parts: list[openai.Part] = []
+    for index, block in enumerate(blocks):
+        here = f"{where}.{index}"
+        if isinstance(block, anthropic.TextBlock):
+            parts.append(openai.TextPart(text=block.text))
+        elif isinstance(block, anthropic.ImageBlock):
+            if vision is False:
+                raise InvalidRequest(f"{here}: this model does not accept images (it has no vision capability)")
+            parts.append(image_part(block, here))
+        elif isinstance(block, anthropic.DocumentBlock):
+            parts.append(openai.TextPart(text=document_text(block, here)))
+        elif isinstance(block, anthropic.SearchResultBlock):
+            parts.append(openai.TextPart(text=search_result_text(block)))
+    return parts
+
+
+def collapse(parts: list[openai.Part]) -> str | list[openai.Part]:
+    """A plain string when every part is text: the form every chat template accepts."""
+    if all(isinstance(part, openai.TextPart) for part in parts):
+        return "\n\n".join(part.text for part in parts)  # type: ignore[union-attr]
+    return parts

@@ -1,0 +1,55 @@
+"""Fold a stream of Anthropic events into the Message it describes.
+
+The SDKs' accumulators do the same; the gateway uses it to answer a non-streaming
+request from an upstream stream (when it must watch the text for stop sequences).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from dragoman.protocol import anthropic as a
+
+
+def fold(events: Iterable[a.StreamEvent]) -> a.Message:
+    message: a.Message | None = None
+    blocks: list[a.ContentBlock] = []
+    tool_json: dict[int, str] = {}
+    for event in events:
+        if isinstance(event, a.MessageStart):
+            message = event.message
+        elif message is None:
+            raise ValueError(f"{type(event).__name__} before message_start")
+        elif isinstance(event, a.ContentBlockStart):
+            blocks.append(event.content_block)
+        elif isinstance(event, a.ContentBlockDelta):
+            block, delta = blocks[event.index], event.delta
+            if isinstance(delta, a.TextDelta) and isinstance(block, a.OutTextBlock):
+                block.text += delta.text
+            elif isinstance(delta, a.ThinkingDelta) and isinstance(block, a.OutThinkingBlock):
+                block.thinking += delta.thinking
+            elif isinstance(delta, a.SignatureDelta) and isinstance(block, a.OutThinkingBlock):
+                block.signature = delta.signature
+            elif isinstance(delta, a.InputJSONDelta) and isinstance(block, a.OutToolUseBlock):
+                tool_json[event.index] = tool_json.get(event.index, "") + delta.partial_json
+        elif isinstance(event, a.MessageDelta):
+            message.stop_reason = event.delta.stop_reason
+            message.stop_sequence = event.delta.stop_sequence
+            message.usage = a.Usage(
+                input_tokens=event.usage.input_tokens,
+                output_tokens=event.usage.output_tokens,
+                cache_creation_input_tokens=event.usage.cache_creation_input_tokens,
+                cache_read_input_tokens=event.usage.cache_read_input_tokens,
+            )
+    if message is None:
+        raise ValueError("no message_start")
+    for index, text in tool_json.items():
+        block = blocks[index]
+        assert isinstance(block, a.OutToolUseBlock)
+        parsed: Any = msgspec.json.decode(text) if text.strip() else {}
+        block.input = parsed
+    message.content = blocks
+    return message

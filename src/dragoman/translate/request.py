@@ -1,0 +1,339 @@
+"""Anthropic MessagesRequest -> OpenAI ChatRequest. Pure: no I/O, no clock, no ids.
+
+Everything a backend-specific difference needs comes in as data (`Profile`,
+`ModelCaps`); the result carries what the response side must know to map the
+reply back (tool names, stop sequences, whether thinking was asked for).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from dragoman.backends.profiles import Profile
+from dragoman.errors import InvalidRequest
+from dragoman.protocol import anthropic, openai
+from dragoman.translate import content
+from dragoman.translate.builtin_tools import (
+    CLIENT_TOOL_FAMILIES,
+    SERVER_TOOL_FAMILIES,
+    builtin_schema,
+    known_builtin_types,
+)
+
+BILLING_PREFIX = "x-anthropic-billing-header:"
+MAX_TOOL_NAME = 64
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCaps:
+    """What the gateway knows about the served model (from config or discovery)."""
+
+    vision: bool | None = None
+    reasoning: bool = False
+    max_output_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    keep_billing_header: bool = False
+    drop_server_tools: bool = False
+
+
+@dataclass(slots=True)
+class Translated:
+    chat: openai.ChatRequest
+    # upstream tool name -> client's name, for names shortened to fit the backend
+    tool_names: dict[str, str] = field(default_factory=dict)
+    # stop sequences the gateway matches itself (all of them: see translate/stops.py)
+    stop_sequences: list[str] = field(default_factory=list)
+    prefill: str = ""
+
+
+def short_tool_name(name: str) -> str:
+    """A reversible-by-table, deterministic name within the backend's 64-char limit."""
+    if len(name) <= MAX_TOOL_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: MAX_TOOL_NAME - 9]}_{digest}"
+
+
+def _system_text(system: str | list[anthropic.TextBlock] | None, options: Options) -> list[str]:
+    if system is None:
+        return []
+    if isinstance(system, str):
+        return [system] if system else []
+    texts = [block.text for block in system]
+    if texts and not options.keep_billing_header and texts[0].startswith(BILLING_PREFIX):
+        texts = texts[1:]
+    return [t for t in texts if t]
+
+
+def _text_of(value: str | list[anthropic.ContentBlockParam]) -> str:
+    if isinstance(value, str):
+        return value
+    return "\n".join(b.text for b in value if isinstance(b, anthropic.TextBlock))
+
+
+def _normalise_turns(request: anthropic.MessagesRequest, system: list[str]) -> list[tuple[str, list[Any], int]]:
+    """(role, blocks, original index) turns: system-role messages folded, roles checked,
+    consecutive same-role turns merged as Anthropic merges them."""
+    turns: list[tuple[str, list[Any], int]] = []
+    seen_assistant = False
+    for index, message in enumerate(request.messages):
+        role = message.role
+        blocks: list[Any] = [anthropic.TextBlock(text=message.content)] if isinstance(message.content, str) else list(message.content)
+        if role == "system":
+            text = _text_of(message.content)
+            if not seen_assistant:
+                system.append(text)
+                continue
+            role, blocks = "user", [anthropic.TextBlock(text=text)]
+        elif role in ("ctx", "msg"):  # sent by some Claude Code versions; vLLM treats them as user too
+            role = "user"
+        elif role not in ("user", "assistant"):
+            raise InvalidRequest(f"messages.{index}.role: {role!r} is not a valid role; use 'user' or 'assistant'")
+        seen_assistant = seen_assistant or role == "assistant"
+        expanded: list[Any] = []
+        for block in blocks:
+            if isinstance(block, anthropic.MidConversationSystemBlock):
+                expanded.extend(block.content)
+            else:
+                expanded.append(block)
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(expanded)
+        else:
+            turns.append((role, expanded, index))
+    return turns
+
+
+def _check_tool_pairing(turns: list[tuple[str, list[Any], int]]) -> None:
+    for position, (role, blocks, index) in enumerate(turns):
+        if role != "assistant":
+            continue
+        ids = [b.id for b in blocks if isinstance(b, anthropic.ToolUseBlock)]
+        if not ids or position == len(turns) - 1:
+            continue
+        answered = {b.tool_use_id for b in turns[position + 1][1] if isinstance(b, anthropic.ToolResultBlock)}
+        missing = [i for i in ids if i not in answered]
+        if missing:
+            raise InvalidRequest(
+                f"messages.{index}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                f"{', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` block in the next message."
+            )
+    for position, (role, blocks, index) in enumerate(turns):
+        if role != "user":
+            continue
+        previous = turns[position - 1][1] if position > 0 else []
+        known = {b.id for b in previous if isinstance(b, anthropic.ToolUseBlock)}
+        for block in blocks:
+            if isinstance(block, anthropic.ToolResultBlock) and block.tool_use_id not in known:
+                raise InvalidRequest(
+                    f"messages.{index}.content: unexpected `tool_use_id` found in `tool_result` blocks: {block.tool_use_id}. "
+                    "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
+                )
+
+
+def _tool_result_messages(
+    blocks: list[Any], where: str, caps: ModelCaps
+) -> tuple[list[openai.ChatMessage], list[openai.Part]]:
+    """Tool messages for a user turn's tool results, plus the images they held (tool
+    messages are text-only, so images travel in a user message after them)."""
+    messages: list[openai.ChatMessage] = []
+    images: list[openai.Part] = []
+    for index, block in enumerate(blocks):
+        if not isinstance(block, anthropic.ToolResultBlock):
+            continue
+        here = f"{where}.{index}.content"
+        texts: list[str] = []
+        if isinstance(block.content, str):
+            texts.append(block.content)
+        elif block.content:
+            for inner_index, inner in enumerate(block.content):
+                if isinstance(inner, anthropic.ImageBlock):
+                    if caps.vision is False:
+                        texts.append("[Image omitted: this model does not accept images]")
+                    else:
+                        if not images:
+                            images.append(openai.TextPart(text="Images returned by the tools above:"))
+                        images.append(openai.TextPart(text=f"[image from tool result {block.tool_use_id}]"))
+                        images.append(content.image_part(inner, f"{here}.{inner_index}"))
+                else:
+                    texts.extend(p.text for p in content.user_parts([inner], here, vision=caps.vision) if isinstance(p, openai.TextPart))
+        text = "\n".join(texts)
+        if block.is_error:
+            text = f"[tool error] {text}" if text else "[tool error]"
+        messages.append(openai.ToolMessage(tool_call_id=block.tool_use_id, content=text))
+    return messages, images
+
+
+def _assistant_message(blocks: list[Any], names: dict[str, str]) -> openai.AssistantMessage:
+    texts = [b.text for b in blocks if isinstance(b, anthropic.TextBlock)]
+    calls = [
+        openai.ToolCall(
+            id=b.id,
+            function=openai.FunctionCall(name=names.get(b.name, b.name), arguments=openai.ENCODER.encode(b.input).decode()),
+        )
+        for b in blocks
+        if isinstance(b, anthropic.ToolUseBlock)
+    ]
+    return openai.AssistantMessage(content="".join(texts) if texts else None, tool_calls=calls or None)
+
+
+def _strip_keys(schema: Any, keys: tuple[str, ...]) -> Any:
+    if not keys:
+        return schema
+    if isinstance(schema, dict):
+        return {k: _strip_keys(v, keys) for k, v in schema.items() if k not in keys}
+    if isinstance(schema, list):
+        return [_strip_keys(v, keys) for v in schema]
+    return schema
+
+
+def _tools(
+    tools: list[anthropic.Tool], profile: Profile, options: Options, names: dict[str, str]
+) -> list[openai.FunctionTool]:
+    result = []
+    for index, tool in enumerate(tools):
+        kind = tool.type
+        if kind in (None, "custom"):
+            if tool.input_schema is None:
+                raise InvalidRequest(f"tools.{index}.input_schema: Field required")
+            description, schema = tool.description, tool.input_schema
+        elif kind.startswith(SERVER_TOOL_FAMILIES):
+            if options.drop_server_tools:
+                continue
+            raise InvalidRequest(
+                f"tools.{index}: server tool {kind!r} ({tool.name}) runs on Anthropic's servers and is not available "
+                "through this gateway; remove it, or set server.server_tools = \"drop\""
+            )
+        else:
+            builtin = builtin_schema(tool)
+            if builtin is None:
+                family = next((f for f in CLIENT_TOOL_FAMILIES if kind.startswith(f)), None)
+                known = f" Known versions: {', '.join(known_builtin_types(family))}." if family else ""
+                raise InvalidRequest(f"tools.{index}.type: unknown tool type {kind!r}.{known}")
+            description, schema = builtin
+        upstream_name = names.setdefault(tool.name, short_tool_name(tool.name))
+        result.append(
+            openai.FunctionTool(
+                function=openai.FunctionDef(
+                    name=upstream_name,
+                    description=description,
+                    parameters=_strip_keys(schema, profile.strip_schema_keys),
+                    strict=tool.strict,
+                )
+            )
+        )
+    return result
+
+
+def _tool_choice(choice: anthropic.ToolChoice | None, names: dict[str, str]) -> tuple[Any, bool | None]:
+    if choice is None:
+        return None, None
+    parallel = False if choice.disable_parallel_tool_use else None
+    if choice.type == "auto":
+        return "auto", parallel
+    if choice.type == "any":
+        return "required", parallel
+    if choice.type == "none":
+        return "none", None
+    if not choice.name:
+        raise InvalidRequest("tool_choice.name: Field required when tool_choice.type is 'tool'")
+    if choice.name not in names:
+        raise InvalidRequest(f"tool_choice.name: no tool named {choice.name!r} in tools")
+    return {"type": "function", "function": {"name": names[choice.name]}}, parallel
+
+
+def _validate(request: anthropic.MessagesRequest) -> None:
+    if not request.messages:
+        raise InvalidRequest("messages: at least one message is required")
+    if request.max_tokens < 1:
+        raise InvalidRequest("max_tokens: must be greater than or equal to 1")
+    if request.temperature is not None and not 0.0 <= request.temperature <= 1.0:
+        raise InvalidRequest("temperature: must be between 0 and 1")
+    if request.top_p is not None and not 0.0 <= request.top_p <= 1.0:
+        raise InvalidRequest("top_p: must be between 0 and 1")
+    if request.top_k is not None and request.top_k < 0:
+        raise InvalidRequest("top_k: must be greater than or equal to 0")
+    for index, stop in enumerate(request.stop_sequences or ()):
+        if not stop:
+            raise InvalidRequest(f"stop_sequences.{index}: must not be empty")
+
+
+def to_chat_request(
+    request: anthropic.MessagesRequest,
+    *,
+    upstream_model: str,
+    profile: Profile,
+    caps: ModelCaps = ModelCaps(),
+    options: Options = Options(),
+    stream: bool,
+) -> Translated:
+    _validate(request)
+    system = _system_text(request.system, options)
+    turns = _normalise_turns(request, system)
+    if not turns:
+        raise InvalidRequest("messages: at least one user or assistant message is required")
+    _check_tool_pairing(turns)
+
+    names: dict[str, str] = {}
+    tools = _tools(request.tools, profile, options, names) if request.tools else []
+    for _, blocks, _ in turns:  # history may name tools no longer offered
+        for block in blocks:
+            if isinstance(block, anthropic.ToolUseBlock):
+                names.setdefault(block.name, short_tool_name(block.name))
+    tool_choice, parallel = _tool_choice(request.tool_choice, names) if tools else (None, None)
+
+    messages: list[openai.ChatMessage] = []
+    if system:
+        messages.append(openai.SystemMessage(content="\n\n".join(system)))
+    for role, blocks, index in turns:
+        where = f"messages.{index}.content"
+        if role == "assistant":
+            messages.append(_assistant_message(blocks, names))
+            continue
+        tool_messages, tool_images = _tool_result_messages(blocks, where, caps)
+        messages.extend(tool_messages)
+        parts = tool_images + content.user_parts(blocks, where, vision=caps.vision)
+        if parts or not tool_messages:
+            messages.append(openai.UserMessage(content=content.collapse(parts)))
+
+    prefill = ""
+    continue_final = add_generation_prompt = None
+    last = messages[-1]
+    if isinstance(last, openai.AssistantMessage):
+        if last.tool_calls:
+            raise InvalidRequest(f"messages.{turns[-1][2]}: the final assistant turn cannot end with a tool_use block")
+        prefill = (last.content or "").rstrip()
+        messages[-1] = openai.AssistantMessage(content=prefill)
+        if profile.prefill == "continue_final_message":
+            continue_final, add_generation_prompt = True, False
+
+    chat = openai.ChatRequest(
+        model=upstream_model,
+        messages=messages,
+        max_tokens=request.max_tokens,
+        stream=stream,
+        stream_options=openai.StreamOptions() if stream else None,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k if profile.accepts_top_k else None,
+        user=request.metadata.user_id if (request.metadata and profile.accepts_user) else None,
+        tools=tools or None,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel,
+        response_format=_response_format(request),
+        continue_final_message=continue_final,
+        add_generation_prompt=add_generation_prompt,
+    )
+    reverse = {short: original for original, short in names.items() if short != original}
+    return Translated(chat=chat, tool_names=reverse, stop_sequences=list(request.stop_sequences or ()), prefill=prefill)
+
+
+def _response_format(request: anthropic.MessagesRequest) -> dict[str, Any] | None:
+    fmt = (request.output_config.format if request.output_config else None) or request.output_format
+    if fmt is None:
+        return None
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt.schema, "strict": True}}

@@ -1,0 +1,58 @@
+"""OpenAI ChatCompletion -> Anthropic Message (non-streaming). Pure: ids come in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dragoman.errors import UpstreamError
+from dragoman.protocol import anthropic as a
+from dragoman.protocol import openai
+from dragoman.translate.stops import StopMatcher
+from dragoman.translate.stream import SIGNATURE, stop_reason_of, usage_of
+from dragoman.translate.tool_args import parse_arguments
+
+
+def to_message(
+    completion: openai.ChatCompletion,
+    *,
+    model: str,
+    message_id: str,
+    new_tool_id: Callable[[], str],
+    tool_names: dict[str, str] | None = None,
+    stop_sequences: list[str] | None = None,
+    surface_thinking: bool = False,
+    upstream: str = "upstream",
+) -> a.Message:
+    if not completion.choices:
+        raise UpstreamError(f"upstream {upstream} returned a completion without choices")
+    choice = completion.choices[0]
+    message = choice.message
+    names = tool_names or {}
+    content: list[a.ContentBlock] = []
+    reasoning = message.reasoning or message.reasoning_content or ""
+    if reasoning and surface_thinking:
+        content.append(a.OutThinkingBlock(thinking=reasoning, signature=SIGNATURE))
+    text = message.content or ""
+    matcher = StopMatcher(stop_sequences or [])
+    if matcher and text:
+        text = matcher.feed(text) + matcher.flush()
+    calls = message.tool_calls or [] if matcher.matched is None else []
+    if text:
+        content.append(a.OutTextBlock(text=text))
+    for call in calls:
+        function = call.function or openai.ResponseFunction()
+        name = names.get(function.name or "", function.name or "")
+        content.append(
+            a.OutToolUseBlock(id=call.id or new_tool_id(), name=name, input=parse_arguments(function.arguments, tool=name))
+        )
+    if not any(isinstance(block, (a.OutTextBlock, a.OutToolUseBlock)) for block in content):
+        # An answer that arrived only as reasoning (or nothing at all) is still an answer.
+        content.append(a.OutTextBlock(text=reasoning))
+    return a.Message(
+        id=message_id,
+        model=model,
+        content=content,
+        stop_reason=stop_reason_of(choice.finish_reason, tool_calls=bool(calls), matched=matcher.matched),
+        stop_sequence=matcher.matched,
+        usage=usage_of(completion.usage),
+    )

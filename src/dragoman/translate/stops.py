@@ -1,0 +1,54 @@
+"""Stop sequences matched in the gateway.
+
+OpenAI-compatible servers strip a matched stop string and most do not say which one
+matched (only vLLM and SGLang report it), some cap how many they take, and the
+model may emit a stop string across chunk boundaries. Anthropic reports the exact
+sequence, so the gateway matches them itself over the text it streams, holding
+back only the few characters that could still begin a stop sequence.
+"""
+
+from __future__ import annotations
+
+
+class StopMatcher:
+    __slots__ = ("_stops", "_hold", "_pending", "matched")
+
+    def __init__(self, stops: list[str]) -> None:
+        self._stops = [s for s in stops if s]
+        self._hold = max((len(s) for s in self._stops), default=1) - 1
+        self._pending = ""
+        self.matched: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._stops)
+
+    def feed(self, text: str) -> str:
+        """The text that is safe to emit now; sets `matched` when a stop is found."""
+        if self.matched is not None:
+            return ""
+        buffer = self._pending + text
+        earliest, found = len(buffer) + 1, None
+        for stop in self._stops:
+            at = buffer.find(stop)
+            if at != -1 and at < earliest:
+                earliest, found = at, stop
+        if found is not None:
+            self.matched = found
+            self._pending = ""
+            return buffer[:earliest]
+        keep = self._longest_partial(buffer)
+        self._pending = buffer[len(buffer) - keep :] if keep else ""
+        return buffer[: len(buffer) - keep]
+
+    def flush(self) -> str:
+        """Text held back at the end of the reply, when no stop followed it."""
+        rest, self._pending = self._pending, ""
+        return rest if self.matched is None else ""
+
+    def _longest_partial(self, buffer: str) -> int:
+        """Length of the longest suffix of `buffer` that is a proper prefix of a stop."""
+        for size in range(min(self._hold, len(buffer)), 0, -1):
+            tail = buffer[-size:]
+            if any(stop.startswith(tail) for stop in self._stops):
+                return size
+        return 0

@@ -1,0 +1,221 @@
+"""OpenAI chat.completion.chunk objects in, Anthropic stream events out.
+
+A pure state machine: no I/O, clock or randomness (ids come in). The shell calls
+`start()` once the upstream has accepted the request, `feed()` per chunk and
+`finish()` at the end; `done` turns true when a stop sequence matched, and the
+shell then closes the upstream so the backend stops generating.
+
+Blocks are emitted strictly one after another (the SDKs append blocks in order
+and attribute deltas to the last one), reasoning first, then text and tool calls
+in the order they arrive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dragoman.errors import UpstreamError, from_stream_error
+from dragoman.protocol import anthropic as a
+from dragoman.protocol import openai
+from dragoman.translate.stops import StopMatcher
+from dragoman.translate.tool_args import completion_suffix, parse_arguments
+
+SIGNATURE = "dragoman-unsigned"  # open models cannot sign thinking; clients only echo it
+
+FINISH_REASONS: dict[str, a.StopReason] = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
+
+
+def usage_of(usage: openai.Usage | None) -> a.Usage:
+    if usage is None:
+        return a.Usage(input_tokens=0, output_tokens=0)
+    cached = (usage.prompt_tokens_details.cached_tokens or 0) if usage.prompt_tokens_details else 0
+    return a.Usage(
+        input_tokens=max(usage.prompt_tokens - cached, 0),
+        output_tokens=usage.completion_tokens,
+        cache_read_input_tokens=cached,
+    )
+
+
+def stop_reason_of(finish: str | None, *, tool_calls: bool, matched: str | None) -> a.StopReason:
+    if matched is not None:
+        return "stop_sequence"
+    if tool_calls:
+        return "tool_use"
+    return FINISH_REASONS.get(finish or "stop", "end_turn")
+
+
+class StreamTranslator:
+    def __init__(
+        self,
+        *,
+        model: str,
+        message_id: str,
+        new_tool_id: Callable[[], str],
+        tool_names: dict[str, str] | None = None,
+        stop_sequences: list[str] | None = None,
+        surface_thinking: bool = False,
+        upstream: str = "upstream",
+    ) -> None:
+        self._model = model
+        self._message_id = message_id
+        self._new_tool_id = new_tool_id
+        self._tool_names = tool_names or {}
+        self._stops = StopMatcher(stop_sequences or [])
+        self._surface_thinking = surface_thinking
+        self._upstream = upstream
+        self._open: str | None = None  # "thinking" | "text" | "tool"
+        self._index = -1
+        self._tool_key: int | None = None  # upstream tool_calls[].index of the open tool block
+        self._tool_name = ""
+        self._tool_args = ""
+        self._closed_tools: set[int] = set()
+        self._answered = False  # a text or tool_use block was emitted
+        self._saw_tool = False
+        self._hidden_reasoning: list[str] = []
+        self._finish: str | None = None
+        self._usage: openai.Usage | None = None
+        self.done = False
+
+    # -- public ------------------------------------------------------------------
+
+    def start(self) -> list[a.StreamEvent]:
+        message = a.Message(
+            id=self._message_id,
+            model=self._model,
+            content=[],
+            stop_reason=None,
+            stop_sequence=None,
+            usage=a.Usage(input_tokens=0, output_tokens=0),
+        )
+        return [a.MessageStart(message=message)]
+
+    def feed(self, chunk: openai.ChatChunk) -> list[a.StreamEvent]:
+        if chunk.error is not None:
+            text = chunk.error if isinstance(chunk.error, str) else (chunk.error.message or chunk.error.type or "error")
+            raise from_stream_error(text, upstream=self._upstream)
+        if chunk.usage is not None:
+            self._usage = chunk.usage
+        events: list[a.StreamEvent] = []
+        if self.done:
+            return events
+        for choice in chunk.choices[:1]:
+            delta = choice.delta
+            reasoning = delta.reasoning or delta.reasoning_content
+            if reasoning:
+                self._reasoning(reasoning, events)
+            if delta.content:
+                self._text(delta.content, events)
+            if delta.tool_calls and not self.done:
+                for call in delta.tool_calls:
+                    self._tool_call(call, events)
+            if choice.finish_reason:
+                self._finish = choice.finish_reason
+        return events
+
+    def finish(self) -> list[a.StreamEvent]:
+        events: list[a.StreamEvent] = []
+        rest = self._stops.flush()
+        if rest:
+            self._emit_text(rest, events)
+        if not self._answered and self._hidden_reasoning:
+            # The whole answer came as reasoning: a reply always has a text block.
+            self._emit_text("".join(self._hidden_reasoning), events)
+        self._close(events)
+        usage = usage_of(self._usage)
+        reason = stop_reason_of(self._finish, tool_calls=self._saw_tool, matched=self._stops.matched)
+        events.append(
+            a.MessageDelta(
+                delta=a.MessageDeltaBody(stop_reason=reason, stop_sequence=self._stops.matched),
+                usage=a.MessageDeltaUsage(
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
+                    cache_read_input_tokens=usage.cache_read_input_tokens,
+                ),
+            )
+        )
+        events.append(a.MessageStop())
+        return events
+
+    # -- blocks ------------------------------------------------------------------
+
+    def _open_block(self, kind: str, block: a.ContentBlock, events: list[a.StreamEvent]) -> None:
+        self._close(events)
+        self._index += 1
+        self._open = kind
+        events.append(a.ContentBlockStart(index=self._index, content_block=block))
+
+    def _close(self, events: list[a.StreamEvent]) -> None:
+        if self._open is None:
+            return
+        if self._open == "thinking":
+            events.append(a.ContentBlockDelta(index=self._index, delta=a.SignatureDelta(signature=SIGNATURE)))
+        elif self._open == "tool":
+            self._finish_tool_arguments(events)
+        events.append(a.ContentBlockStop(index=self._index))
+        self._open = None
+
+    def _reasoning(self, text: str, events: list[a.StreamEvent]) -> None:
+        if not self._surface_thinking:
+            self._hidden_reasoning.append(text)
+            return
+        if self._open != "thinking":
+            if self._answered:
+                self._hidden_reasoning.append(text)  # late reasoning cannot precede the answer any more
+                return
+            self._open_block("thinking", a.OutThinkingBlock(thinking="", signature=""), events)
+        events.append(a.ContentBlockDelta(index=self._index, delta=a.ThinkingDelta(thinking=text)))
+        self._hidden_reasoning.append(text)
+
+    def _text(self, text: str, events: list[a.StreamEvent]) -> None:
+        if self._stops:
+            text = self._stops.feed(text)
+            if self._stops.matched is not None:
+                self.done = True
+        if text:
+            self._emit_text(text, events)
+
+    def _emit_text(self, text: str, events: list[a.StreamEvent]) -> None:
+        if self._open != "text":
+            self._open_block("text", a.OutTextBlock(text=""), events)
+        self._answered = True
+        events.append(a.ContentBlockDelta(index=self._index, delta=a.TextDelta(text=text)))
+
+    def _tool_call(self, call: openai.ResponseToolCall, events: list[a.StreamEvent]) -> None:
+        key = call.index if call.index is not None else (self._tool_key if call.id is None else len(self._closed_tools))
+        function = call.function or openai.ResponseFunction()
+        if self._open != "tool" or key != self._tool_key:
+            if key in self._closed_tools:
+                raise UpstreamError(f"upstream {self._upstream} interleaved the arguments of parallel tool calls")
+            name = function.name or ""
+            name = self._tool_names.get(name, name)
+            block = a.OutToolUseBlock(id=call.id or self._new_tool_id(), name=name, input={})
+            self._open_block("tool", block, events)
+            self._tool_key, self._tool_name, self._tool_args = key, name, ""
+            self._answered = self._saw_tool = True
+        arguments = function.arguments
+        if isinstance(arguments, dict):  # Ollama-style: a whole object instead of JSON text
+            arguments = openai.ENCODER.encode(arguments).decode()
+        if arguments:
+            self._tool_args += arguments
+            events.append(a.ContentBlockDelta(index=self._index, delta=a.InputJSONDelta(partial_json=arguments)))
+
+    def _finish_tool_arguments(self, events: list[a.StreamEvent]) -> None:
+        if self._tool_key is not None:
+            self._closed_tools.add(self._tool_key)
+        text = self._tool_args.strip()
+        if not text:
+            return  # no delta: the SDKs keep the block's `input: {}`
+        suffix = completion_suffix(text)
+        if suffix is None:
+            raise UpstreamError(
+                f"the model called tool {self._tool_name!r} with arguments that are not valid JSON: {text[:200]!r}"
+            )
+        parse_arguments(text + suffix, tool=self._tool_name)  # raises unless it is a JSON object
+        if suffix:
+            events.append(a.ContentBlockDelta(index=self._index, delta=a.InputJSONDelta(partial_json=suffix)))

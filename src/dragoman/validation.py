@@ -1,0 +1,48 @@
+"""Decoding client bodies with errors that name the offending field.
+
+msgspec reports `Expected `int`, got `str` - at `$.messages[0].content``; clients
+are better served by Anthropic's style, `messages.0.content: ...`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TypeVar
+
+import msgspec
+
+from dragoman.errors import InvalidRequest
+
+T = TypeVar("T")
+
+_AT = re.compile(r" - at `\$\.?(.*)`$")
+_MISSING = re.compile(r"^Object missing required field `(.+)`$")
+_TAG = re.compile(r"^Invalid value '(.*)'$")
+
+
+def field_path(text: str) -> tuple[str, str]:
+    match = _AT.search(text)
+    if not match:
+        return "", text
+    path = re.sub(r"\[(\d+)\]", r".\1", match.group(1))
+    return path, text[: match.start()]
+
+
+def describe(error: msgspec.ValidationError) -> str:
+    path, text = field_path(str(error))
+    missing = _MISSING.match(text)
+    if missing:
+        path = f"{path}.{missing.group(1)}" if path else missing.group(1)
+        text = "Field required"
+    elif _TAG.match(text) and path.endswith(".type") or text.startswith("Invalid value") and ".type" in path:
+        text = f"unsupported type {_TAG.match(text).group(1)!r}" if _TAG.match(text) else text
+    return f"{path}: {text}" if path else text
+
+
+def decode_request(body: bytes, decoder: msgspec.json.Decoder[T]) -> T:
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as error:
+        raise InvalidRequest(describe(error)) from None
+    except msgspec.DecodeError as error:
+        raise InvalidRequest(f"the request body is not valid JSON: {error}") from None

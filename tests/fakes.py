@@ -1,0 +1,137 @@
+"""A scripted OpenAI-compatible upstream on a real loopback socket.
+
+Tests queue replies (`json_reply`, `stream_reply`, `error_reply`) and read back the
+requests the gateway made. Chunk shapes mirror what vLLM, llama.cpp and Ollama send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None  # JSON body for non-streaming replies
+    chunks: list[Any] | None = None  # stream: dicts (sent as data: JSON), raw bytes, or ("sleep", seconds)
+    headers: dict[str, str] = field(default_factory=dict)
+    done: bool = True  # send data: [DONE]
+    hang: float = 0.0  # seconds to wait before answering
+
+
+def completion(content: str | None = "Hello!", *, finish: str = "stop", tool_calls: list | None = None,
+               prompt: int = 10, completion_tokens: int = 5, cached: int | None = None, **message: Any) -> dict:  # fmt: skip
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    msg = {"role": "assistant", "content": content, **message}
+    if tool_calls:
+        msg["tool_calls"] = tool_calls
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "message": msg, "finish_reason": finish}], "usage": usage}  # fmt: skip
+
+
+def chunk(delta: dict | None = None, finish: str | None = None, usage: dict | None = None) -> dict:
+    out: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                           "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}]}  # fmt: skip
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+def usage_chunk(prompt: int = 10, completion_tokens: int = 5, cached: int | None = None) -> dict:
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [], "usage": usage}
+
+
+def text_stream(*pieces: str, finish: str = "stop", prompt: int = 10) -> list[Any]:
+    chunks: list[Any] = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": p}) for p in pieces]
+    chunks += [chunk({}, finish), usage_chunk(prompt, len(pieces))]
+    return chunks
+
+
+class FakeUpstream:
+    def __init__(self, models: list[dict] | None = None) -> None:
+        self.models = models if models is not None else [{"id": "test-model", "object": "model", "owned_by": "vllm"}]
+        self.replies: deque[Reply] = deque()
+        self.requests: list[dict] = []
+        self.headers: list[dict[str, str]] = []
+        self.disconnects = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def queue(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    def json_reply(self, body: dict, status: int = 200, **kw: Any) -> None:
+        self.queue(Reply(status=status, body=body, **kw))
+
+    def stream_reply(self, chunks: list[Any], **kw: Any) -> None:
+        self.queue(Reply(chunks=chunks, **kw))
+
+    def start(self) -> FakeUpstream:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": self.models})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        reply = self.replies.popleft() if self.replies else Reply(body=completion())
+        if reply.hang:
+            await asyncio.sleep(reply.hang)
+        if reply.chunks is None:
+            return web.json_response(reply.body, status=reply.status, headers=reply.headers)
+        response = web.StreamResponse(status=reply.status, headers={"content-type": "text/event-stream", **reply.headers})
+        await response.prepare(request)
+        try:
+            for item in reply.chunks:
+                if isinstance(item, tuple) and item[0] == "sleep":
+                    await asyncio.sleep(item[1])
+                elif isinstance(item, bytes):
+                    await response.write(item)
+                else:
+                    await response.write(b"data: " + json.dumps(item).encode() + b"\n\n")
+            if reply.done:
+                await response.write(b"data: [DONE]\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.disconnects += 1
+            raise
+        return response
