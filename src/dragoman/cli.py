@@ -95,6 +95,40 @@ def serve(config_path: str | None, upstream: str | None, upstream_api_key: str |
     run(config)
 
 
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")
+@click.option("--upstream", help="OpenAI-compatible base URL whose models to list.")
+def models(config_path: str | None, upstream: str | None) -> None:
+    """Show each served model, its upstream, and whether (and why) it counts as reasoning."""
+    import asyncio
+
+    from dragoman.gateway import Gateway
+
+    try:
+        config = build_config(config_path=config_path, upstream=upstream, upstream_api_key=None, api_keys=(),
+                              default_model=None, host=None, port=None, log_level=None)  # fmt: skip
+    except ConfigError as error:
+        _fail(str(error))
+        return
+
+    async def show() -> None:
+        gateway = Gateway(config)
+        await gateway.refresh_registry()
+        for name in gateway.router.discovering:
+            await gateway.discover(name)
+        try:
+            for name in gateway.router.names():
+                route = gateway.router.resolve(name)
+                configured = next((m.reasoning for m in config.models if m.name == name or name in m.aliases), None)
+                decision = gateway.router.decision(route.upstream_model, configured)
+                kind = "reasoning" if decision.reasoning else "not reasoning"
+                click.echo(f"{name}\tupstream={route.upstream}\tmodel={route.upstream_model}\t{kind} ({decision.why})")
+        finally:
+            await gateway.close()
+
+    asyncio.run(show())
+
+
 def run(config: Config) -> None:
     import uvicorn
 

@@ -38,6 +38,12 @@ class ServerConfig(_Config):
     keepalive_interval: float = 15.0
     # Anthropic's server tools (web_search_*, ...) cannot run here: reject or drop them.
     server_tools: Literal["reject", "drop"] = "reject"
+    # Reject `thinking` on models that do not reason, as some peers do (default: ignore).
+    strict_thinking: bool = False
+    # thinking.budget_tokens up to the first is low effort, up to the second medium, above high.
+    effort_budgets: list[int] = msgspec.field(default_factory=lambda: [2048, 8192])
+    # Where the models.dev registry is cached; empty disables fetching it.
+    registry_cache: str | None = None
 
 
 Flavor = Literal["auto", "vllm", "sglang", "llamacpp", "ollama", "openai", "generic"]
@@ -77,6 +83,11 @@ class ModelConfig(_Config):
     reasoning: bool | None = None
     reasoning_efforts: list[str] = msgspec.field(default_factory=lambda: ["low", "medium", "high"])
     vision: bool | None = None  # None: unknown, the backend decides
+    # How `thinking: disabled` switches reasoning off, where the family has a switch.
+    thinking_off: Literal["enable_thinking", "lowest_effort"] | None = None
+    # Send echoed thinking blocks back as the backend's reasoning field (DeepSeek, Kimi).
+    reasoning_replay: bool = False
+    strict_thinking: bool | None = None
     context_window: int | None = None
     max_output_tokens: int | None = None
 

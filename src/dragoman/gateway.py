@@ -12,7 +12,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from pathlib import Path
+
 from dragoman.backends import build
+from dragoman.capabilities import Registry, needs_refresh, refresh_registry, registry_path
 from dragoman.backends.base import Backend
 from dragoman.config import Config, server_api_keys
 from dragoman.errors import GatewayError, InvalidRequest, NotFound
@@ -29,7 +32,10 @@ class Gateway:
     def __init__(self, config: Config, backends: dict[str, Backend] | None = None) -> None:
         self.config = config
         self.backends = backends if backends is not None else build(config)
-        self.router = Router(config, self.backends)
+        cache = config.server.registry_cache
+        self.registry_file: Path | None = None if cache == "" else Path(cache) if cache else registry_path()
+        registry = Registry.load(self.registry_file) if self.registry_file else Registry()
+        self.router = Router(config, self.backends, registry)
         self.api_keys = server_api_keys(config)
         self._last_attempt: dict[str, float] = {}
         self._lock = asyncio.Lock()
@@ -37,6 +43,12 @@ class Gateway:
     async def close(self) -> None:
         for backend in self.backends.values():
             await backend.close()
+
+    async def refresh_registry(self) -> None:
+        if self.registry_file is not None and needs_refresh(self.registry_file):
+            registry = await refresh_registry(self.registry_file)
+            if registry is not None:
+                self.router.registry = registry
 
     async def discover(self, upstream: str) -> None:
         self._last_attempt[upstream] = time.monotonic()

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from dragoman.backends.base import Backend, UpstreamModel
 from dragoman.config import Config, ModelConfig
 from dragoman.errors import NotFound
+from dragoman.capabilities import Decision, Registry, decide
 from dragoman.translate.request import ModelCaps
+from dragoman.translate.thinking import ReasoningCaps
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +29,9 @@ class Route:
 
 
 class Router:
-    def __init__(self, config: Config, backends: dict[str, Backend]) -> None:
+    def __init__(self, config: Config, backends: dict[str, Backend], registry: Registry | None = None) -> None:
         self._config = config
+        self.registry = registry or Registry()
         self._backends = backends
         self._by_name: dict[str, ModelConfig] = {}
         self._wildcards: list[tuple[str, ModelConfig]] = []
@@ -51,15 +54,40 @@ class Router:
                     return candidate
         return model
 
+    def decision(self, upstream_model: str, configured: bool | None = None) -> Decision:
+        return decide(upstream_model, configured, self.registry)
+
+    def _reasoning(self, upstream_model: str, model: ModelConfig | None) -> ReasoningCaps:
+        server = self._config.server
+        strict = server.strict_thinking if model is None or model.strict_thinking is None else model.strict_thinking
+        low, medium = (server.effort_budgets + [2048, 8192])[:2]
+        return ReasoningCaps(
+            reasoning=self.decision(upstream_model, model.reasoning if model else None).reasoning,
+            efforts=tuple(model.reasoning_efforts) if model else ("low", "medium", "high"),
+            thinking_off=model.thinking_off if model else None,
+            strict=strict,
+            low_max_budget=low,
+            medium_max_budget=medium,
+        )
+
     def _route_configured(self, model: ModelConfig) -> Route:
-        caps = ModelCaps(vision=model.vision, reasoning=bool(model.reasoning), max_output_tokens=model.max_output_tokens)
+        caps = ModelCaps(
+            vision=model.vision,
+            reasoning=self._reasoning(model.served_model, model),
+            reasoning_replay=model.reasoning_replay,
+            max_output_tokens=model.max_output_tokens,
+        )
         return Route(self._backends[model.upstream], model.upstream, model.served_model, caps, model.context_window)
+
+    def _route_upstream_model(self, upstream: str, name: str, context_window: int | None = None) -> Route:
+        caps = ModelCaps(reasoning=self._reasoning(name, None))
+        return Route(self._backends[upstream], upstream, name, caps, context_window)
 
     def _route_discovered(self, name: str) -> Route | None:
         for upstream in self.discovering:
             for entry in self.discovered.get(upstream, ()):
                 if entry.id == name:
-                    return Route(self._backends[upstream], upstream, name, ModelCaps(), entry.context_window)
+                    return self._route_upstream_model(upstream, name, entry.context_window)
         return None
 
     def resolve(self, name: str) -> Route:
@@ -74,8 +102,7 @@ class Router:
             return self.resolve(default)
         if len(self.discovering) == 1 and not self.discovered.get(self.discovering[0]):
             # The upstream's list is not known (it was down): let the upstream judge the name.
-            upstream = self.discovering[0]
-            return Route(self._backends[upstream], upstream, name, ModelCaps())
+            return self._route_upstream_model(self.discovering[0], name)
         raise NotFound(f"model: {name!r} is not served here; available models: {', '.join(self.names()) or 'none'}")
 
     def names(self) -> list[str]:

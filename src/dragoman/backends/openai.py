@@ -79,7 +79,7 @@ class OpenAIBackend:
             new_tool_id=ids.tool_use_id,
             tool_names=translated.tool_names,
             stop_sequences=translated.stop_sequences,
-            surface_thinking=False,
+            surface_thinking=translated.surface_thinking,
             upstream=self.name,
         )
         if not upstream_stream:
@@ -93,14 +93,14 @@ class OpenAIBackend:
             except msgspec.DecodeError as error:
                 raise UpstreamError(f"upstream {self.name} sent an unreadable completion: {error}") from None
             message = to_message(completion, **translator_args)
-            return Completed(msgspec.json.encode(message))
+            return Completed(msgspec.json.encode(message), headers=_headers(translated))
         translator = StreamTranslator(**translator_args)
         if request.stream:
-            return Streaming(self._sse(response, translator))
+            return Streaming(self._sse(response, translator), headers=_headers(translated))
         events = []
         async for batch in self._translated(response, translator):
             events.extend(batch)
-        return Completed(msgspec.json.encode(fold(events)))
+        return Completed(msgspec.json.encode(fold(events)), headers=_headers(translated))
 
     async def _translated(
         self, response: aiohttp.ClientResponse, translator: StreamTranslator
@@ -165,3 +165,8 @@ class OpenAIBackend:
         body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=count_estimate(request)))
         return Completed(body, headers={"x-token-count-method": "estimate"})
 
+
+
+def _headers(translated: Translated) -> dict[str, str]:
+    """Response headers that say what the gateway applied."""
+    return {"x-reasoning-effort": translated.effort} if translated.effort else {}

@@ -26,14 +26,20 @@ class Profile:
     accepts_user: bool = False
     # JSON Schema keys the server's tool-schema validator rejects.
     strip_schema_keys: tuple[str, ...] = ()
+    # The assistant-message field the server reads prior reasoning from.
+    reasoning_field: Literal["reasoning", "reasoning_content"] = "reasoning_content"
+    # OpenAI's reasoning models take max_completion_tokens and reject max_tokens.
+    reasoning_max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
 
 
 PROFILES: dict[str, Profile] = {
-    "vllm": Profile("vllm", prefill="continue_final_message"),
+    "vllm": Profile("vllm", prefill="continue_final_message", reasoning_field="reasoning"),
     "sglang": Profile("sglang", prefill="continue_final_message"),
     "llamacpp": Profile("llamacpp"),
-    "ollama": Profile("ollama"),
-    "openai": Profile("openai", max_stop_sequences=4, accepts_top_k=False, accepts_user=True),
+    "ollama": Profile("ollama", reasoning_field="reasoning"),
+    "openai": Profile(
+        "openai", max_stop_sequences=4, accepts_top_k=False, accepts_user=True, reasoning_max_tokens_field="max_completion_tokens"
+    ),
     "generic": Profile("generic", accepts_top_k=True),
 }
 

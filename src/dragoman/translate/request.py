@@ -15,6 +15,7 @@ from dragoman.backends.profiles import Profile
 from dragoman.errors import InvalidRequest
 from dragoman.protocol import anthropic, openai
 from dragoman.translate import content
+from dragoman.translate.thinking import ReasoningCaps, plan
 from dragoman.translate.builtin_tools import (
     CLIENT_TOOL_FAMILIES,
     SERVER_TOOL_FAMILIES,
@@ -31,7 +32,8 @@ class ModelCaps:
     """What the gateway knows about the served model (from config or discovery)."""
 
     vision: bool | None = None
-    reasoning: bool = False
+    reasoning: ReasoningCaps = ReasoningCaps()
+    reasoning_replay: bool = False
     max_output_tokens: int | None = None
 
 
@@ -49,6 +51,8 @@ class Translated:
     # stop sequences the gateway matches itself (all of them: see translate/stops.py)
     stop_sequences: list[str] = field(default_factory=list)
     prefill: str = ""
+    surface_thinking: bool = False
+    effort: str | None = None  # the reasoning effort applied, for X-Reasoning-Effort
 
 
 def short_tool_name(name: str) -> str:
@@ -168,7 +172,8 @@ def _tool_result_messages(
     return messages, images
 
 
-def _assistant_message(blocks: list[Any], names: dict[str, str]) -> openai.AssistantMessage:
+def _assistant_message(blocks: list[Any], names: dict[str, str], replay_field: str | None) -> openai.AssistantMessage:
+    """Echoed thinking blocks are dropped, unless the model needs its reasoning replayed."""
     texts = [b.text for b in blocks if isinstance(b, anthropic.TextBlock)]
     calls = [
         openai.ToolCall(
@@ -178,7 +183,12 @@ def _assistant_message(blocks: list[Any], names: dict[str, str]) -> openai.Assis
         for b in blocks
         if isinstance(b, anthropic.ToolUseBlock)
     ]
-    return openai.AssistantMessage(content="".join(texts) if texts else None, tool_calls=calls or None)
+    message = openai.AssistantMessage(content="".join(texts) if texts else None, tool_calls=calls or None)
+    if replay_field is not None:
+        thoughts = "".join(b.thinking for b in blocks if isinstance(b, anthropic.ThinkingBlock))
+        if thoughts or calls:  # DeepSeek requires the field on every turn with tool calls
+            setattr(message, replay_field, thoughts)
+    return message
 
 
 def _strip_keys(schema: Any, keys: tuple[str, ...]) -> Any:
@@ -286,13 +296,15 @@ def to_chat_request(
                 names.setdefault(block.name, short_tool_name(block.name))
     tool_choice, parallel = _tool_choice(request.tool_choice, names) if tools else (None, None)
 
+    reasoning = plan(request, caps.reasoning, model=request.model)
+    replay_field = profile.reasoning_field if caps.reasoning_replay else None
     messages: list[openai.ChatMessage] = []
     if system:
         messages.append(openai.SystemMessage(content="\n\n".join(system)))
     for role, blocks, index in turns:
         where = f"messages.{index}.content"
         if role == "assistant":
-            messages.append(_assistant_message(blocks, names))
+            messages.append(_assistant_message(blocks, names, replay_field))
             continue
         tool_messages, tool_images = _tool_result_messages(blocks, where, caps)
         messages.extend(tool_messages)
@@ -314,7 +326,6 @@ def to_chat_request(
     chat = openai.ChatRequest(
         model=upstream_model,
         messages=messages,
-        max_tokens=request.max_tokens,
         stream=stream,
         stream_options=openai.StreamOptions() if stream else None,
         temperature=request.temperature,
@@ -325,11 +336,24 @@ def to_chat_request(
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
         response_format=_response_format(request),
+        reasoning_effort=reasoning.effort,
+        chat_template_kwargs=reasoning.chat_template_kwargs,
         continue_final_message=continue_final,
         add_generation_prompt=add_generation_prompt,
     )
+    if caps.reasoning.reasoning and profile.reasoning_max_tokens_field == "max_completion_tokens":
+        chat.max_completion_tokens = request.max_tokens
+    else:
+        chat.max_tokens = request.max_tokens
     reverse = {short: original for original, short in names.items() if short != original}
-    return Translated(chat=chat, tool_names=reverse, stop_sequences=list(request.stop_sequences or ()), prefill=prefill)
+    return Translated(
+        chat=chat,
+        tool_names=reverse,
+        stop_sequences=list(request.stop_sequences or ()),
+        prefill=prefill,
+        surface_thinking=reasoning.surface_thinking,
+        effort=reasoning.effort,
+    )
 
 
 def _response_format(request: anthropic.MessagesRequest) -> dict[str, Any] | None:

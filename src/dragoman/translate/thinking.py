@@ -1,0 +1,84 @@
+"""Extended thinking and effort: Anthropic's controls -> the backend's reasoning knobs.
+
+Pure. The policy, in order:
+- an explicit top-level `reasoning_effort` wins, then `output_config.effort`, then
+  the effort implied by `thinking.budget_tokens` (a hint, not a token cap);
+- `thinking` enabled or adaptive surfaces the backend's reasoning text as thinking
+  blocks; disabled or absent hides it (and can switch reasoning off where the model
+  family has a switch);
+- models that do not reason ignore the controls Claude Code sends on every request,
+  unless strict mode asks for Anthropic-style rejection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dragoman.errors import InvalidRequest
+from dragoman.protocol import anthropic
+
+ThinkingOff = Literal["enable_thinking", "lowest_effort"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningCaps:
+    reasoning: bool = False
+    efforts: tuple[str, ...] = ("low", "medium", "high")
+    thinking_off: ThinkingOff | None = None
+    strict: bool = False
+    low_max_budget: int = 2048
+    medium_max_budget: int = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningPlan:
+    effort: str | None = None  # sent as reasoning_effort
+    chat_template_kwargs: dict[str, Any] | None = None
+    surface_thinking: bool = False
+
+
+def _budget_effort(budget: int | None, caps: ReasoningCaps) -> str:
+    if budget is None:
+        return "medium"
+    if budget <= caps.low_max_budget:
+        return "low"
+    if budget <= caps.medium_max_budget:
+        return "medium"
+    return "high"
+
+
+def _validated(effort: str, field: str, caps: ReasoningCaps) -> str:
+    if effort == "max" and caps.efforts:
+        return caps.efforts[-1]
+    if effort not in caps.efforts:
+        allowed = ", ".join(caps.efforts) + (", max" if caps.efforts else "")
+        raise InvalidRequest(f"{field}: {effort!r} is not an effort this model supports; use one of {allowed}")
+    return effort
+
+
+def plan(request: anthropic.MessagesRequest, caps: ReasoningCaps, *, model: str) -> ReasoningPlan:
+    thinking = request.thinking.type if request.thinking else None
+    wants_thinking = thinking in ("enabled", "adaptive")
+    if not caps.reasoning:
+        if request.reasoning_effort is not None:
+            raise InvalidRequest(f"reasoning_effort: model {model!r} does not support reasoning")
+        if wants_thinking and caps.strict:
+            raise InvalidRequest(f"Failed to process thinking request: model {model!r} does not support thinking")
+        return ReasoningPlan()
+
+    effort: str | None = None
+    if request.reasoning_effort is not None:
+        effort = _validated(request.reasoning_effort, "reasoning_effort", caps)
+    elif request.output_config is not None and request.output_config.effort is not None:
+        effort = _validated(request.output_config.effort, "output_config.effort", caps)
+    elif thinking == "enabled":
+        effort = _budget_effort(request.thinking.budget_tokens if request.thinking else None, caps)
+        if effort not in caps.efforts and caps.efforts:
+            effort = caps.efforts[-1] if effort == "high" else caps.efforts[0]
+
+    if thinking == "disabled" and caps.thinking_off == "enable_thinking":
+        return ReasoningPlan(effort=None, chat_template_kwargs={"enable_thinking": False})
+    if thinking == "disabled" and caps.thinking_off == "lowest_effort" and caps.efforts:
+        return ReasoningPlan(effort=caps.efforts[0])
+    return ReasoningPlan(effort=effort, surface_thinking=wants_thinking)
