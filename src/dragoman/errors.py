@@ -166,6 +166,14 @@ def context_overflow(prompt: int | None, limit: int | None) -> InvalidRequest:
     return InvalidRequest(text + " (capability_rejected: prompt_too_long)")
 
 
+def context_limit(prompt: int, max_tokens: int, window: int) -> InvalidRequest:
+    """The prompt leaves no room for even a minimal reply (checked before calling the model)."""
+    return InvalidRequest(
+        f"input length and `max_tokens` exceed context limit: {prompt} + {max_tokens} > {window}, "
+        "decrease input length or `max_tokens` and try again"
+    )
+
+
 def _recognise_overflow(text: str, body: _UpstreamErrorBody | None) -> InvalidRequest | None:
     if body is not None and body.n_prompt_tokens is not None and body.n_ctx is not None:
         return context_overflow(body.n_prompt_tokens, body.n_ctx)

@@ -61,22 +61,26 @@ class Gateway:
         self.router.discovered[upstream] = models
         log.info("upstream %s serves: %s", upstream, ", ".join(m.id for m in models) or "no models")
 
-    async def discover_if_stale(self) -> None:
+    async def discover_if_stale(self, *, even_if_known: bool = False) -> None:
+        """Ask upstreams for their models again: those with no list yet, or all (after a
+        miss, since an upstream may have been restarted with other models)."""
         now = time.monotonic()
         stale = [
             u
             for u in self.router.discovering
-            if not self.router.discovered.get(u) and now - self._last_attempt.get(u, -1e9) > REDISCOVER_AFTER
+            if (even_if_known or not self.router.discovered.get(u)) and now - self._last_attempt.get(u, -1e9) > REDISCOVER_AFTER
         ]
         if stale:
             async with self._lock:
                 await asyncio.gather(*(self.discover(u) for u in stale))
 
     async def route(self, model: str) -> Route:
+        if any(not self.router.discovered.get(u) for u in self.router.discovering):
+            await self.discover_if_stale()  # at most every REDISCOVER_AFTER seconds
         try:
             return self.router.resolve(model)
         except NotFound:
-            await self.discover_if_stale()
+            await self.discover_if_stale(even_if_known=True)
             return self.router.resolve(model)
 
     async def reachable_upstreams(self) -> list[str]:

@@ -11,11 +11,12 @@ import aiohttp
 import msgspec
 
 from dragoman import ids
+from dragoman.backends.counting import CountCache, count_prompt
 from dragoman.backends.base import Call, Completed, Reply, Streaming, UpstreamModel, upstream_errors
 from dragoman.backends.http import HttpClient
 from dragoman.backends.profiles import PROFILES, Profile, profile_for
 from dragoman.config import Config, OpenAIUpstream
-from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream
+from dragoman.errors import GatewayError, UpstreamError, context_limit, context_overflow, from_upstream
 from dragoman.protocol import anthropic, openai
 from dragoman.sse import DataDecoder, encode_all
 from dragoman.tokens import count_estimate
@@ -41,6 +42,9 @@ class OpenAIBackend:
             drop_server_tools=config.server.server_tools == "drop",
         )
         self.profile: Profile = profile_for(upstream) if upstream.flavor != "auto" else PROFILES["generic"]
+        # The server's root (tokenize endpoints live beside /v1, not under it).
+        self._root = self._base[:-3] if self._base.endswith("/v1") else self._base
+        self._counts = CountCache()
 
     async def close(self) -> None:
         await self._http.close()
@@ -57,7 +61,7 @@ class OpenAIBackend:
             raise UpstreamError(f"upstream {self.name} sent an unreadable model list: {error}") from None
         if models and self._upstream.flavor == "auto":
             self.profile = profile_for(self._upstream, models[0].owned_by)
-        return [UpstreamModel(m.id, m.owned_by, m.max_model_len) for m in models]
+        return [UpstreamModel(m.id, m.owned_by, m.context_window) for m in models]
 
     # -- messages ------------------------------------------------------------------
 
@@ -72,6 +76,7 @@ class OpenAIBackend:
         # them reads the upstream as a stream even when the client did not ask for one.
         upstream_stream = request.stream or bool(request.stop_sequences)
         translated = self._translate(request, route, upstream_stream)
+        await self._fit_max_tokens(translated, route, request.max_tokens)
         response = await self._http.post(f"{self._base}/chat/completions", openai.ENCODER.encode(translated.chat), stream=upstream_stream)
         translator_args = dict(
             model=call.model,
@@ -156,17 +161,66 @@ class OpenAIBackend:
         finally:
             await events.aclose()
 
-    # -- count_tokens --------------------------------------------------------------
+    # -- token counting and limits -------------------------------------------------
+
+    async def _count(self, chat: openai.ChatRequest, estimate: int) -> tuple[int, str]:
+        """(prompt tokens, method): the upstream's exact count when it can give one."""
+        counter = self.profile.token_counter
+        if counter is None:
+            return estimate, "estimate"
+        key = (chat.model, openai.ENCODER.encode(chat.messages) + openai.ENCODER.encode(chat.tools))
+        cached = self._counts.get(key)
+        if cached is not None:
+            return cached
+        try:
+            result = (await count_prompt(self._http, self._root, counter, chat), "upstream")
+        except GatewayError as error:
+            log.info("upstream %s could not count tokens (%s); estimating", self.name, error.message)
+            return estimate, "estimate"
+        self._counts.put(key, result)
+        return result
+
+    async def _fit_max_tokens(self, translated: Translated, route: "Route", asked: int) -> None:  # noqa: F821
+        """Lower max_tokens to what the model can produce, visibly, or fail in Anthropic's words."""
+        chat = translated.chat
+        limit = asked
+        if route.caps.max_output_tokens is not None and limit > route.caps.max_output_tokens:
+            limit = route.caps.max_output_tokens
+        window = route.context_window
+        if window is not None and limit + len(openai.ENCODER.encode(chat.messages)) + len(openai.ENCODER.encode(chat.tools)) > window:
+            # Only a prompt that might not leave room is counted (a token is at least a byte).
+            prompt, method = await self._count(chat, estimate=0)
+            if method == "upstream":
+                if prompt > window:
+                    raise context_overflow(prompt, window)
+                if prompt == window:
+                    raise context_limit(prompt, asked, window)
+                if prompt + limit > window:
+                    limit = window - prompt
+        if limit != asked:
+            log.info("max_tokens lowered from %d to %d to fit model %s (context %s)", asked, limit, route.upstream_model, window)
+            if chat.max_completion_tokens is not None:
+                chat.max_completion_tokens = limit
+            else:
+                chat.max_tokens = limit
 
     async def count_tokens(self, call: Call, route: "Route") -> Reply:  # noqa: F821
-        request = decode_request(call.body, anthropic.COUNT_TOKENS_REQUEST)
-        if not request.messages:
-            raise InvalidRequest("messages: at least one message is required")
-        body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=count_estimate(request)))
-        return Completed(body, headers={"x-token-count-method": "estimate"})
-
-
+        counted = decode_request(call.body, anthropic.COUNT_TOKENS_REQUEST)
+        request = anthropic.MessagesRequest(
+            model=counted.model, messages=counted.messages, max_tokens=1, system=counted.system,
+            tools=counted.tools, tool_choice=counted.tool_choice,
+        )  # fmt: skip
+        translated = self._translate(request, route, stream=False)
+        tokens, method = await self._count(translated.chat, estimate=count_estimate(request))
+        body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=tokens))
+        return Completed(body, headers={"x-token-count-method": method})
 
 def _headers(translated: Translated) -> dict[str, str]:
     """Response headers that say what the gateway applied."""
-    return {"x-reasoning-effort": translated.effort} if translated.effort else {}
+    headers = {}
+    if translated.effort:
+        headers["x-reasoning-effort"] = translated.effort
+    applied = translated.chat.max_completion_tokens or translated.chat.max_tokens
+    if applied is not None:
+        headers["x-max-tokens-applied"] = str(applied)
+    return headers

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from dragoman.backends.counting import TokenCounter
 from dragoman.config import OpenAIUpstream
 
 
@@ -30,12 +31,14 @@ class Profile:
     reasoning_field: Literal["reasoning", "reasoning_content"] = "reasoning_content"
     # OpenAI's reasoning models take max_completion_tokens and reject max_tokens.
     reasoning_max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    # How the server counts a chat request's prompt tokens without running the model.
+    token_counter: TokenCounter | None = None
 
 
 PROFILES: dict[str, Profile] = {
-    "vllm": Profile("vllm", prefill="continue_final_message", reasoning_field="reasoning"),
+    "vllm": Profile("vllm", prefill="continue_final_message", reasoning_field="reasoning", token_counter="vllm"),
     "sglang": Profile("sglang", prefill="continue_final_message"),
-    "llamacpp": Profile("llamacpp"),
+    "llamacpp": Profile("llamacpp", token_counter="llamacpp"),
     "ollama": Profile("ollama", reasoning_field="reasoning"),
     "openai": Profile(
         "openai", max_stop_sequences=4, accepts_top_k=False, accepts_user=True, reasoning_max_tokens_field="max_completion_tokens"

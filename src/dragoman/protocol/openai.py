@@ -79,7 +79,7 @@ class FunctionTool(_Out):
 
 
 class StreamOptions(_Out):
-    include_usage: bool = True
+    include_usage: bool  # required: omit_defaults would drop a default True
 
 
 class ChatRequest(_Out):
@@ -176,10 +176,19 @@ class ChatChunk(_In):
     error: ErrorBody | str | None = None
 
 
+class ModelMeta(_In):
+    n_ctx: int | None = None  # llama.cpp: the runtime context size
+
+
 class ModelEntry(_In):
     id: str
     owned_by: str | None = None
-    max_model_len: int | None = None
+    max_model_len: int | None = None  # vLLM and SGLang
+    meta: ModelMeta | None = None
+
+    @property
+    def context_window(self) -> int | None:
+        return self.max_model_len or (self.meta.n_ctx if self.meta else None)
 
 
 class ModelList(_In):

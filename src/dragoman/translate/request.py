@@ -327,7 +327,7 @@ def to_chat_request(
         model=upstream_model,
         messages=messages,
         stream=stream,
-        stream_options=openai.StreamOptions() if stream else None,
+        stream_options=openai.StreamOptions(include_usage=True) if stream else None,
         temperature=request.temperature,
         top_p=request.top_p,
         top_k=request.top_k if profile.accepts_top_k else None,

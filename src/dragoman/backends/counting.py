@@ -1,0 +1,87 @@
+"""Exact prompt token counts from the upstream's own tokenizer and chat template.
+
+vLLM renders and counts a chat request in one call (`POST /tokenize` with
+`messages`); llama.cpp renders it with `POST /apply-template` and counts the
+result with `POST /tokenize`. Both see the same translated request a real call
+would send (system prompt, tools, tool results), so the count matches the
+backend's `prompt_tokens`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Literal
+
+import msgspec
+
+from dragoman.backends.http import HttpClient
+from dragoman.protocol import openai
+
+TokenCounter = Literal["vllm", "llamacpp"]
+
+
+class _Count(msgspec.Struct):
+    count: int
+
+
+class _Tokens(msgspec.Struct):
+    tokens: list[object]
+
+
+class _Prompt(msgspec.Struct):
+    prompt: str
+
+
+class _ChatTokenize(msgspec.Struct, omit_defaults=True):
+    model: str
+    messages: list[openai.ChatMessage]
+    tools: list[openai.FunctionTool] | None = None
+    add_generation_prompt: bool = True
+
+
+class _Tokenize(msgspec.Struct):
+    content: str
+    add_special: bool = True
+    parse_special: bool = True
+
+
+async def count_prompt(http: HttpClient, server_root: str, counter: TokenCounter, chat: openai.ChatRequest) -> int:
+    """Raises GatewayError when the upstream cannot count."""
+    if counter == "vllm":
+        body = msgspec.json.encode(_ChatTokenize(model=chat.model, messages=chat.messages, tools=chat.tools))
+        response = await http.post(f"{server_root}/tokenize", body)
+        try:
+            return msgspec.json.decode(await response.read(), type=_Count).count
+        finally:
+            response.release()
+    body = msgspec.json.encode({"messages": chat.messages, "tools": chat.tools} if chat.tools else {"messages": chat.messages})
+    response = await http.post(f"{server_root}/apply-template", body)
+    try:
+        prompt = msgspec.json.decode(await response.read(), type=_Prompt).prompt
+    finally:
+        response.release()
+    response = await http.post(f"{server_root}/tokenize", msgspec.json.encode(_Tokenize(content=prompt)))
+    try:
+        return len(msgspec.json.decode(await response.read(), type=_Tokens).tokens)
+    finally:
+        response.release()
+
+
+class CountCache:
+    """Counts of identical requests, bounded (least recently used goes first)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._entries: OrderedDict[tuple[str, bytes], tuple[int, str]] = OrderedDict()
+
+    def get(self, key: tuple[str, bytes]) -> tuple[int, str] | None:
+        value = self._entries.get(key)
+        if value is not None:
+            self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: tuple[str, bytes], value: tuple[int, str]) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._size:
+            self._entries.popitem(last=False)
