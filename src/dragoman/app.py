@@ -94,7 +94,7 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        discovery = [asyncio.create_task(gateway.discover(name)) for name in gateway.router.discovering]
+        discovery = [asyncio.create_task(gateway.discover(name)) for name in gateway.backends]
         discovery.append(asyncio.create_task(gateway.refresh_registry()))
         try:
             yield

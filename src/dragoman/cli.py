@@ -91,8 +91,47 @@ def serve(config_path: str | None, upstream: str | None, upstream_api_key: str |
         _fail(str(error))
         return
     if not config.upstreams:
-        _fail("no upstream: pass --upstream URL or --config FILE (see dragoman.example.toml)")
+        run_local(config)
+        return
     run(config)
+
+
+def run_local(config: Config) -> None:
+    """The embedded default: a local llama-server with SmolLM2-135M, built on first use."""
+    import msgspec
+
+    from dragoman.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
+
+    click.echo("dragoman: no upstream configured; starting the local model (the first run builds llama-server, about 4 minutes)", err=True)
+    try:
+        server = LlamaServer(ctx=8192).start()
+    except RuntimeError as error:
+        _fail(f"could not start the local model: {error}")
+        return
+    try:
+        data = msgspec.to_builtins(config)
+        data["upstreams"] = {"local": {"url": server.base_url + "/v1", "protocol": "openai", "flavor": "llamacpp"}}
+        data["server"].setdefault("default_model", None)
+        data["server"]["default_model"] = data["server"]["default_model"] or DEFAULT_LOCAL_MODEL
+        local = from_dict(data)
+        _print_quickstart(local)
+        run(local)
+    finally:
+        server.stop()
+
+
+def _print_quickstart(config: Config) -> None:
+    base = f"http://{config.server.host}:{config.server.port}"
+    click.echo(
+        f"""
+dragoman is serving the local model at {base}
+  curl:        curl {base}/v1/messages -H 'content-type: application/json' \\
+                 -d '{{"model":"{config.server.default_model}","max_tokens":64,"messages":[{{"role":"user","content":"Hello"}}]}}'
+  Python SDK:  anthropic.Anthropic(base_url="{base}", api_key="any")
+  Claude Code: ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY=any claude
+""",
+        err=True,
+    )
 
 
 @main.command()
@@ -114,7 +153,7 @@ def models(config_path: str | None, upstream: str | None) -> None:
     async def show() -> None:
         gateway = Gateway(config)
         await gateway.refresh_registry()
-        for name in gateway.router.discovering:
+        for name in gateway.backends:
             await gateway.discover(name)
         try:
             for name in gateway.router.names():

@@ -33,7 +33,7 @@ class Gateway:
         self.config = config
         self.backends = backends if backends is not None else build(config)
         cache = config.server.registry_cache
-        self.registry_file: Path | None = None if cache == "" else Path(cache) if cache else registry_path()
+        self.registry_file: Path | None = None if cache == "" else Path(cache).expanduser() if cache else registry_path()
         registry = Registry.load(self.registry_file) if self.registry_file else Registry()
         self.router = Router(config, self.backends, registry)
         self.api_keys = server_api_keys(config)

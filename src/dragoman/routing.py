@@ -43,6 +43,7 @@ class Router:
                 else:
                     self._by_name.setdefault(alias, model)
         configured = {m.upstream for m in config.models}
+        # Upstreams without configured models serve every model they list.
         self.discovering = [name for name in config.upstreams if name not in configured]
         self.discovered: dict[str, list[UpstreamModel]] = {}
 
@@ -77,7 +78,16 @@ class Router:
             reasoning_replay=model.reasoning_replay,
             max_output_tokens=model.max_output_tokens,
         )
-        return Route(self._backends[model.upstream], model.upstream, model.served_model, caps, model.context_window)
+        window = model.context_window or self._discovered_window(model.upstream, model.served_model)
+        return Route(self._backends[model.upstream], model.upstream, model.served_model, caps, window)
+
+    def _discovered_window(self, upstream: str, model_id: str) -> int | None:
+        entries = self.discovered.get(upstream, ())
+        for entry in entries:
+            if entry.id == model_id:
+                return entry.context_window
+        # llama.cpp serves one model whatever the name asked for.
+        return entries[0].context_window if len(entries) == 1 and entries[0].owned_by == "llamacpp" else None
 
     def _route_upstream_model(self, upstream: str, name: str, context_window: int | None = None) -> Route:
         caps = ModelCaps(reasoning=self._reasoning(name, None))
