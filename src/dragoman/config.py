@@ -63,7 +63,7 @@ class OpenAIUpstream(_UpstreamBase, tag="openai", tag_field="protocol"):
     """An OpenAI-compatible server; requests are translated to Chat Completions."""
 
     flavor: Flavor = "auto"
-    # Overrides of the flavor's profile (see backends/profiles.py); None keeps it.
+    # Overrides of the flavor's profile (see profiles.py); None keeps it.
     max_stop_sequences: int | None = None
     strip_schema_keys: list[str] | None = None
 

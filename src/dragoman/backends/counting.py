@@ -10,14 +10,11 @@ backend's `prompt_tokens`.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Literal
-
 import msgspec
 
 from dragoman.backends.http import HttpClient
+from dragoman.profiles import TokenCounter
 from dragoman.protocol import openai
-
-TokenCounter = Literal["vllm", "llamacpp"]
 
 
 class _Count(msgspec.Struct):

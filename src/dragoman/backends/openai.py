@@ -14,7 +14,8 @@ from dragoman import ids
 from dragoman.backends.counting import CountCache, count_prompt
 from dragoman.backends.base import Call, Completed, Reply, Streaming, UpstreamModel, upstream_errors
 from dragoman.backends.http import HttpClient
-from dragoman.backends.profiles import PROFILES, Profile, profile_for
+from dragoman.backends.keepalive import Silence, head_or_task, late_start, read_or_ping
+from dragoman.profiles import PROFILES, Profile, profile_for
 from dragoman.config import Config, OpenAIUpstream
 from dragoman.errors import GatewayError, UpstreamError, context_limit, context_overflow, from_upstream
 from dragoman.protocol import anthropic, openai
@@ -27,6 +28,8 @@ from dragoman.translate.stream import StreamTranslator
 from dragoman.validation import decode_request
 
 log = logging.getLogger("dragoman.upstream")
+
+PING = anthropic.Ping()
 
 _JSON = {"content-type": "application/json"}
 
@@ -45,6 +48,7 @@ class OpenAIBackend:
         # The server's root (tokenize endpoints live beside /v1, not under it).
         self._root = self._base[:-3] if self._base.endswith("/v1") else self._base
         self._counts = CountCache()
+        self._keepalive = config.server.keepalive_interval
 
     async def close(self) -> None:
         await self._http.close()
@@ -77,7 +81,11 @@ class OpenAIBackend:
         upstream_stream = request.stream or bool(request.stop_sequences)
         translated = self._translate(request, route, upstream_stream)
         await self._fit_max_tokens(translated, route, request.max_tokens)
-        response = await self._http.post(f"{self._base}/chat/completions", openai.ENCODER.encode(translated.chat), stream=upstream_stream)
+        post = self._http.post(f"{self._base}/chat/completions", openai.ENCODER.encode(translated.chat), stream=upstream_stream)
+        if request.stream:
+            head = await head_or_task(post, self._keepalive)
+        else:
+            head = await post
         translator_args = dict(
             model=call.model,
             message_id=ids.message_id(),
@@ -88,6 +96,7 @@ class OpenAIBackend:
             upstream=self.name,
         )
         if not upstream_stream:
+            response = head
             with upstream_errors(self.name):
                 try:
                     body = await response.read()
@@ -101,9 +110,13 @@ class OpenAIBackend:
             return Completed(msgspec.json.encode(message), headers=_headers(translated))
         translator = StreamTranslator(**translator_args)
         if request.stream:
-            return Streaming(self._sse(response, translator), headers=_headers(translated))
+            if isinstance(head, asyncio.Task):
+                chunks = late_start(head, self._keepalive, lambda response: self._sse(response, translator))
+            else:
+                chunks = self._sse(head, translator)
+            return Streaming(chunks, headers=_headers(translated))
         events = []
-        async for batch in self._translated(response, translator):
+        async for batch in self._translated(head, translator):
             events.extend(batch)
         return Completed(msgspec.json.encode(fold(events)), headers=_headers(translated))
 
@@ -116,15 +129,19 @@ class OpenAIBackend:
         try:
             yield translator.start()
             decoder = DataDecoder()
-            timeout = self._upstream.first_byte_timeout
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self._upstream.first_byte_timeout
             content = response.content
             while not translator.done:
-                with upstream_errors(self.name):
-                    async with asyncio.timeout(timeout):
-                        raw = await content.readany()
+                try:
+                    with upstream_errors(self.name):
+                        raw = await read_or_ping(content.readany(), interval=self._keepalive, deadline=deadline, upstream=self.name)
+                except Silence:
+                    yield [PING]
+                    continue
                 if not raw:
                     break
-                timeout = self._upstream.idle_timeout
+                deadline = loop.time() + self._upstream.idle_timeout
                 out: list[anthropic.StreamEvent] = []
                 for payload in decoder.feed(raw):
                     if payload == b"[DONE]":

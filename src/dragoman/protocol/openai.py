@@ -37,10 +37,11 @@ class FunctionCall(_Out):
     arguments: str
 
 
-class ToolCall(_Out):
+class ToolCall(_Out, tag="function", tag_field="type"):
+    """A tagged struct, so `"type": "function"` is always sent (servers require it)."""
+
     id: str
     function: FunctionCall
-    type: str = "function"
 
 
 class SystemMessage(_Out, tag="system", tag_field="role"):
@@ -73,9 +74,8 @@ class FunctionDef(_Out):
     strict: bool | None = None
 
 
-class FunctionTool(_Out):
+class FunctionTool(_Out, tag="function", tag_field="type"):
     function: FunctionDef
-    type: str = "function"
 
 
 class StreamOptions(_Out):

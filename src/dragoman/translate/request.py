@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from dragoman.backends.profiles import Profile
+from dragoman.profiles import Profile
 from dragoman.errors import InvalidRequest
 from dragoman.protocol import anthropic, openai
 from dragoman.translate import content

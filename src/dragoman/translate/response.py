@@ -32,7 +32,7 @@ def to_message(
     reasoning = message.reasoning or message.reasoning_content or ""
     if reasoning and surface_thinking:
         content.append(a.OutThinkingBlock(thinking=reasoning, signature=SIGNATURE))
-    text = message.content or ""
+    text = message.content or message.refusal or ""  # a refusal is the model's answer too
     matcher = StopMatcher(stop_sequences or [])
     if matcher and text:
         text = matcher.feed(text) + matcher.flush()

@@ -111,6 +111,8 @@ class StreamTranslator:
                 self._reasoning(reasoning, events)
             if delta.content:
                 self._text(delta.content, events)
+            if delta.refusal:
+                self._text(delta.refusal, events)
             if delta.tool_calls and not self.done:
                 for call in delta.tool_calls:
                     self._tool_call(call, events)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from dragoman.backends.counting import TokenCounter
 from dragoman.config import OpenAIUpstream
+
+TokenCounter = Literal["vllm", "llamacpp"]
 
 
 @dataclass(frozen=True, slots=True)
