@@ -27,15 +27,18 @@ class StopMatcher:
         if self.matched is not None:
             return ""
         buffer = self._pending + text
-        earliest, found = len(buffer) + 1, None
+        # The stop that is complete first wins (a backend stops generating there), the
+        # longer one on a tie, so the result is the same however the text is chunked.
+        best: tuple[int, int] | None = None
+        found = None
         for stop in self._stops:
             at = buffer.find(stop)
-            if at != -1 and at < earliest:
-                earliest, found = at, stop
-        if found is not None:
+            if at != -1 and (best is None or (at + len(stop), at) < best):
+                best, found = (at + len(stop), at), stop
+        if found is not None and best is not None:
             self.matched = found
             self._pending = ""
-            return buffer[:earliest]
+            return buffer[: best[1]]
         keep = self._longest_partial(buffer)
         self._pending = buffer[len(buffer) - keep :] if keep else ""
         return buffer[: len(buffer) - keep]

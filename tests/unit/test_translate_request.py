@@ -1,0 +1,563 @@
+"""Anthropic MessagesRequest -> OpenAI ChatRequest, checked on the JSON body the
+backend receives."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from dragoman.profiles import PROFILES
+from dragoman.errors import InvalidRequest
+from dragoman.translate.request import MAX_TOOL_NAME, ModelCaps, Options
+from tests.helpers import assistant, image, text, tool_result, tool_use, translate, user, wire
+
+TOOL = {"name": "get_weather", "description": "Weather for a city", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+
+
+def body(**fields: Any) -> dict[str, Any]:
+    return wire(translate(**fields).chat)
+
+
+def messages(**fields: Any) -> list[dict[str, Any]]:
+    return body(**fields)["messages"]
+
+
+def error(**fields: Any) -> str:
+    with pytest.raises(InvalidRequest) as caught:
+        translate(**fields)
+    assert caught.value.status == 400 and caught.value.type == "invalid_request_error"
+    return caught.value.message
+
+
+def test_request_module_imports_alone() -> None:
+    # Importing the translator first (as a script or a test module would) must work.
+    result = subprocess.run([sys.executable, "-c", "import dragoman.translate.request"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-400:]
+
+
+# -- system prompt ------------------------------------------------------------------
+
+BILLING = "x-anthropic-billing-header: cc_version=2.1.3; cc_entrypoint=cli;"
+
+
+@pytest.mark.parametrize(
+    ("system", "options", "expected"),
+    [
+        ("Be brief.", None, "Be brief."),
+        ([text("One."), text("Two.")], None, "One.\n\nTwo."),
+        ([text(BILLING), text("You are Claude Code.")], None, "You are Claude Code."),
+        ([text(BILLING), text("You are Claude Code.")], Options(keep_billing_header=True), f"{BILLING}\n\nYou are Claude Code."),
+        # only a *first* block is the billing header
+        ([text("You are Claude Code."), text(BILLING)], None, f"You are Claude Code.\n\n{BILLING}"),
+    ],
+    ids=["string", "blocks", "billing-dropped", "billing-kept", "billing-not-first"],
+)
+def test_system_prompt(system: Any, options: Options | None, expected: str) -> None:
+    sent = messages(system=system, options=options, messages=[user("hi")])
+    assert sent == [{"role": "system", "content": expected}, {"role": "user", "content": "hi"}]
+
+
+def test_no_system_message_without_system() -> None:
+    assert messages(messages=[user("hi")]) == [{"role": "user", "content": "hi"}]
+
+
+def test_system_role_messages_fold_into_the_system_prompt() -> None:
+    sent = messages(
+        system="Base.",
+        messages=[{"role": "system", "content": "Extra rule."}, user("hi"), assistant("hello"), {"role": "system", "content": "Late note."}, user("more")],
+    )
+    assert sent[0] == {"role": "system", "content": "Base.\n\nExtra rule."}
+    # after the conversation started, a system message cannot move to the top: it is a user turn
+    assert sent[1:] == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "Late note.\n\nmore"},
+    ]
+
+
+@pytest.mark.parametrize("role", ["ctx", "msg"])
+def test_claude_code_ctx_and_msg_roles_are_user_turns(role: str) -> None:
+    sent = messages(messages=[{"role": role, "content": "context"}, user("question")])
+    assert sent == [{"role": "user", "content": "context\n\nquestion"}]
+
+
+@pytest.mark.parametrize(("position", "role"), [(0, "bot"), (1, "tool"), (2, "developer")])
+def test_invalid_role_names_the_message(position: int, role: str) -> None:
+    convo = [user("a"), assistant("b"), user("c")]
+    convo[position] = {"role": role, "content": "x"}
+    message = error(messages=convo)
+    assert message.startswith(f"messages.{position}.role:") and repr(role) in message
+
+
+def test_consecutive_same_role_turns_are_merged() -> None:
+    sent = messages(messages=[user("one"), user([text("two"), text("three")]), assistant("a"), assistant("b"), user("four")])
+    assert sent == [
+        {"role": "user", "content": "one\n\ntwo\n\nthree"},
+        {"role": "assistant", "content": "ab"},
+        {"role": "user", "content": "four"},
+    ]
+
+
+def test_mid_conversation_system_block_becomes_text() -> None:
+    block = {"type": "mid_conv_system", "content": [text("Remember the rule.")]}
+    assert messages(messages=[user([text("hi"), block])]) == [{"role": "user", "content": "hi\n\nRemember the rule."}]
+
+
+# -- tool use and results -----------------------------------------------------------
+
+
+def test_tool_use_becomes_tool_calls_with_ids_preserved() -> None:
+    sent = messages(
+        tools=[TOOL],
+        messages=[
+            user("Weather in Paris and Rome?"),
+            assistant([text("Checking."), tool_use("toolu_01A", input={"city": "Paris"}), tool_use("toolu_01B", input={"city": "Rome"})]),
+            user([tool_result("toolu_01A", "sunny"), tool_result("toolu_01B", "rain")]),
+        ],
+    )
+    call = sent[1]
+    assert call["role"] == "assistant" and call["content"] == "Checking."
+    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in call["tool_calls"]] == [
+        ("toolu_01A", "get_weather", '{"city":"Paris"}'),
+        ("toolu_01B", "get_weather", '{"city":"Rome"}'),
+    ]
+    assert sent[2:] == [
+        {"role": "tool", "tool_call_id": "toolu_01A", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "toolu_01B", "content": "rain"},
+    ]
+
+
+def test_tools_and_tool_calls_carry_type_function() -> None:
+    sent = body(tools=[TOOL], messages=[user("q"), assistant([tool_use("toolu_1")]), user([tool_result("toolu_1")])])
+    assert sent["tools"][0]["type"] == "function"
+    assert sent["messages"][1]["tool_calls"][0]["type"] == "function"
+
+
+def test_stream_asks_for_usage() -> None:
+    sent = body(stream=True, messages=[user("q")])
+    assert sent["stream"] is True
+    assert sent["stream_options"] == {"include_usage": True}
+
+
+def test_tool_results_come_in_order_before_the_users_text() -> None:
+    sent = messages(
+        messages=[
+            user("q"),
+            assistant([tool_use("toolu_1"), tool_use("toolu_2")]),
+            user([text("Here you go."), tool_result("toolu_2", "second"), tool_result("toolu_1", [text("first"), text("more")])]),
+        ]
+    )
+    assert sent[2:] == [
+        {"role": "tool", "tool_call_id": "toolu_2", "content": "second"},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "first\nmore"},
+        {"role": "user", "content": "Here you go."},
+    ]
+
+
+@pytest.mark.parametrize(("content", "expected"), [("command not found", "command not found"), (None, ""), ("", "")])
+def test_tool_result_is_error_is_carried(content: Any, expected: str) -> None:
+    sent = messages(messages=[user("q"), assistant([tool_use("toolu_1")]), user([tool_result("toolu_1", content, is_error=True)])])
+    tool = sent[2]
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "toolu_1"
+    assert "error" in tool["content"].lower() and tool["content"].endswith(expected)
+
+
+def test_tool_result_without_is_error_is_not_marked() -> None:
+    sent = messages(messages=[user("q"), assistant([tool_use("toolu_1")]), user([tool_result("toolu_1", "ok")])])
+    assert sent[2]["content"] == "ok"
+
+
+@pytest.mark.parametrize("vision", [None, True])
+def test_tool_result_images_follow_in_a_labelled_user_message(vision: bool | None) -> None:
+    sent = messages(
+        caps=ModelCaps(vision=vision),
+        messages=[
+            user("Take a screenshot"),
+            assistant([tool_use("toolu_shot", "computer", {"action": "screenshot"})]),
+            user([tool_result("toolu_shot", [text("Screenshot taken."), image()]), text("What do you see?")]),
+        ],
+    )
+    assert sent[2] == {"role": "tool", "tool_call_id": "toolu_shot", "content": "Screenshot taken."}
+    follow = sent[3]
+    assert follow["role"] == "user" and len(sent) == 4
+    parts = follow["content"]
+    image_at = next(i for i, p in enumerate(parts) if p["type"] == "image_url")
+    assert parts[image_at]["image_url"]["url"] == "data:image/png;base64,iVBORw0KGgo="
+    # the image is labelled with the tool call it came from, and the user's text comes after it
+    assert any(p["type"] == "text" and "toolu_shot" in p["text"] for p in parts[:image_at])
+    assert parts[-1] == {"type": "text", "text": "What do you see?"}
+
+
+def test_tool_result_images_become_a_placeholder_without_vision() -> None:
+    sent = messages(
+        caps=ModelCaps(vision=False),
+        messages=[user("q"), assistant([tool_use("toolu_shot", "computer", {"action": "screenshot"})]), user([tool_result("toolu_shot", [image()])])],
+    )
+    assert len(sent) == 3 and sent[2]["role"] == "tool"
+    assert "image" in sent[2]["content"].lower() and "base64" not in sent[2]["content"]
+
+
+def test_user_image_without_vision_is_rejected() -> None:
+    message = error(caps=ModelCaps(vision=False), messages=[user([image(), text("what is this?")])])
+    assert message.startswith("messages.0.content.0")
+
+
+def test_tool_use_without_result_uses_anthropics_wording() -> None:
+    message = error(messages=[user("q"), assistant([tool_use("toolu_A"), tool_use("toolu_B")]), user([tool_result("toolu_A")])])
+    assert message == (
+        "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_B. "
+        "Each `tool_use` block must have a corresponding `tool_result` block in the next message."
+    )
+
+
+def test_tool_result_without_tool_use_uses_anthropics_wording() -> None:
+    message = error(messages=[user("q"), assistant("no tools here"), user([tool_result("toolu_ghost")])])
+    assert message.startswith("messages.2")
+    assert "unexpected `tool_use_id` found in `tool_result` blocks: toolu_ghost" in message
+    assert "Each `tool_result` block must have a corresponding `tool_use` block in the previous message." in message
+
+
+def test_tool_result_in_first_message_is_rejected() -> None:
+    assert "toolu_x" in error(messages=[user([tool_result("toolu_x")])])
+
+
+# -- tool definitions and choice -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected_choice", "expected_parallel"),
+    [
+        ({"type": "auto"}, "auto", None),
+        ({"type": "any"}, "required", None),
+        ({"type": "none"}, "none", None),
+        ({"type": "tool", "name": "get_weather"}, {"type": "function", "function": {"name": "get_weather"}}, None),
+        ({"type": "auto", "disable_parallel_tool_use": True}, "auto", False),
+        ({"type": "any", "disable_parallel_tool_use": True}, "required", False),
+        ({"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}, {"type": "function", "function": {"name": "get_weather"}}, False),
+        ({"type": "auto", "disable_parallel_tool_use": False}, "auto", None),
+    ],
+)
+def test_tool_choice(choice: dict, expected_choice: Any, expected_parallel: bool | None) -> None:
+    sent = body(tools=[TOOL], tool_choice=choice, messages=[user("q")])
+    assert sent["tool_choice"] == expected_choice
+    assert sent.get("parallel_tool_calls") == expected_parallel
+
+
+@pytest.mark.parametrize("choice", [{"type": "tool", "name": "unknown_tool"}, {"type": "tool"}])
+def test_tool_choice_must_name_an_offered_tool(choice: dict) -> None:
+    assert error(tools=[TOOL], tool_choice=choice, messages=[user("q")]).startswith("tool_choice.name")
+
+
+def test_custom_tool_is_sent_as_a_function() -> None:
+    sent = body(tools=[{**TOOL, "strict": True}], messages=[user("q")])
+    assert sent["tools"][0]["function"] == {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": TOOL["input_schema"],
+        "strict": True,
+    }
+
+
+def test_custom_tool_needs_an_input_schema() -> None:
+    assert error(tools=[{"name": "f"}], messages=[user("q")]) == "tools.0.input_schema: Field required"
+
+
+def test_long_tool_names_are_shortened_reversibly() -> None:
+    long_a = "mcp__github__" + "create_or_update_pull_request_review_comment_" * 2
+    long_b = long_a + "_v2"
+    translated = translate(
+        tools=[{**TOOL, "name": long_a}, {**TOOL, "name": long_b}, TOOL],
+        tool_choice={"type": "tool", "name": long_b},
+        messages=[user("q"), assistant([tool_use("toolu_1", long_a)]), user([tool_result("toolu_1")])],
+    )
+    sent = wire(translated.chat)
+    names = [t["function"]["name"] for t in sent["tools"]]
+    assert all(len(n) <= MAX_TOOL_NAME for n in names)
+    assert len(set(names)) == 3 and names[2] == "get_weather"
+    # the history and the choice use the same short names, and the table maps them back
+    assert sent["messages"][1]["tool_calls"][0]["function"]["name"] == names[0]
+    assert sent["tool_choice"]["function"]["name"] == names[1]
+    assert translated.tool_names == {names[0]: long_a, names[1]: long_b}
+    # deterministic: the same long name always gets the same short one (prompt caching)
+    again = translate(tools=[{**TOOL, "name": long_a}], messages=[user("q")])
+    assert wire(again.chat)["tools"][0]["function"]["name"] == names[0]
+
+
+def test_short_names_are_untouched_and_unmapped() -> None:
+    name = "a" * MAX_TOOL_NAME
+    translated = translate(tools=[{**TOOL, "name": name}], messages=[user("q")])
+    assert wire(translated.chat)["tools"][0]["function"]["name"] == name
+    assert translated.tool_names == {}
+
+
+@pytest.mark.parametrize(
+    ("tool", "required_property", "enum_check"),
+    [
+        ({"type": "bash_20250124", "name": "bash"}, "command", None),
+        ({"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}, "command", ("command", {"view", "create", "str_replace", "insert"})),
+        ({"type": "text_editor_20250124", "name": "str_replace_editor"}, "command", ("command", {"view", "create", "str_replace", "insert", "undo_edit"})),
+        ({"type": "computer_20250124", "name": "computer", "display_width_px": 1280, "display_height_px": 800}, "action", None),
+        ({"type": "memory_20250818", "name": "memory"}, "command", ("command", {"view", "create", "str_replace", "insert", "delete", "rename"})),
+    ],
+    ids=["bash", "editor-20250728", "editor-20250124", "computer", "memory"],
+)
+def test_anthropic_defined_tools_get_schemas(tool: dict, required_property: str, enum_check: Any) -> None:
+    function = body(tools=[tool], messages=[user("q")])["tools"][0]["function"]
+    assert function["name"] == tool["name"] and function.get("description")
+    schema = function["parameters"]
+    assert schema["type"] == "object" and required_property in schema["properties"]
+    if enum_check:
+        key, values = enum_check
+        assert set(schema["properties"][key]["enum"]) == values
+
+
+def test_computer_tool_schema_mentions_the_screen_size() -> None:
+    tool = {"type": "computer_20250124", "name": "computer", "display_width_px": 1280, "display_height_px": 800}
+    schema = body(tools=[tool], messages=[user("q")])["tools"][0]["function"]["parameters"]
+    assert "1280x800" in schema["properties"]["action"]["description"]
+    assert {"triple_click", "scroll", "wait"} <= set(schema["properties"]["action"]["enum"])
+
+
+def test_memory_tool_insert_uses_insert_text() -> None:
+    schema = body(tools=[{"type": "memory_20250818", "name": "memory"}], messages=[user("q")])["tools"][0]["function"]["parameters"]
+    assert {"insert_text", "old_path", "new_path"} <= set(schema["properties"])
+
+
+@pytest.mark.parametrize("kind", ["bash_20990101", "text_editor_20990101", "computer_20990101"])
+def test_unknown_version_of_a_defined_tool_is_named(kind: str) -> None:
+    message = error(tools=[{"type": kind, "name": "x"}], messages=[user("q")])
+    assert message.startswith("tools.0.type:") and kind in message
+    assert "Known versions:" in message
+
+
+@pytest.mark.parametrize("kind", ["web_search_20250305", "web_fetch_20250910", "code_execution_20250825"])
+def test_server_tools_are_rejected_by_name(kind: str) -> None:
+    message = error(tools=[TOOL, {"type": kind, "name": kind.rsplit("_", 1)[0]}], messages=[user("q")])
+    assert message.startswith("tools.1") and kind in message
+
+
+def test_server_tools_are_dropped_with_the_option() -> None:
+    sent = body(
+        options=Options(drop_server_tools=True),
+        tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}, TOOL],
+        messages=[user("q")],
+    )
+    assert [t["function"]["name"] for t in sent["tools"]] == ["get_weather"]
+
+
+SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "properties": {"url": {"type": "string", "format": "uri"}, "tags": {"type": "array", "items": {"type": "string", "format": "email"}}},
+    "additionalProperties": False,
+}
+
+
+def test_schema_keys_are_kept_by_default() -> None:
+    for profile in ("vllm", "llamacpp", "ollama", "openai"):
+        sent = body(profile=profile, tools=[{"name": "f", "input_schema": SCHEMA}], messages=[user("q")])
+        assert sent["tools"][0]["function"]["parameters"] == SCHEMA
+
+
+def test_schema_keys_are_stripped_when_the_profile_says_so() -> None:
+    profile = replace(PROFILES["llamacpp"], strip_schema_keys=("$schema", "format"))
+    sent = body(profile=profile, tools=[{"name": "f", "input_schema": SCHEMA}], messages=[user("q")])
+    assert sent["tools"][0]["function"]["parameters"] == {
+        "type": "object",
+        "properties": {"url": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "additionalProperties": False,
+    }
+
+
+# -- options -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["output_config", "output_format"])
+def test_structured_output_becomes_response_format(where: str) -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    fmt = {"type": "json_schema", "schema": schema}
+    fields = {"output_config": {"format": fmt}} if where == "output_config" else {"output_format": fmt}
+    sent = body(messages=[user("q")], **fields)
+    assert sent["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": True}}
+
+
+@pytest.mark.parametrize(
+    ("profile", "flags"),
+    [
+        ("vllm", {"continue_final_message": True, "add_generation_prompt": False}),
+        ("sglang", {"continue_final_message": True, "add_generation_prompt": False}),
+        ("llamacpp", {}),
+        ("ollama", {}),
+    ],
+)
+def test_prefill_continues_the_final_assistant_turn(profile: str, flags: dict) -> None:
+    translated = translate(profile=profile, messages=[user("Give me JSON"), assistant("{\"answer\":")])
+    sent = wire(translated.chat)
+    assert sent["messages"][-1] == {"role": "assistant", "content": "{\"answer\":"}
+    assert {k: sent[k] for k in ("continue_final_message", "add_generation_prompt") if k in sent} == flags
+    assert translated.prefill == "{\"answer\":"
+
+
+def test_no_prefill_flags_without_a_trailing_assistant_turn() -> None:
+    sent = body(profile="vllm", messages=[user("q"), assistant("a"), user("b")])
+    assert "continue_final_message" not in sent and "add_generation_prompt" not in sent
+
+
+def test_final_assistant_turn_cannot_end_with_tool_use() -> None:
+    assert error(messages=[user("q"), assistant([tool_use("toolu_1")])]).startswith("messages.1")
+
+
+@pytest.mark.parametrize(
+    ("profile", "top_k", "user_field"),
+    [("openai", None, "user-123"), ("vllm", 40, None), ("llamacpp", 40, None), ("ollama", 40, None)],
+)
+def test_sampling_fields_per_profile(profile: str, top_k: int | None, user_field: str | None) -> None:
+    sent = body(profile=profile, messages=[user("q")], temperature=0.2, top_p=0.9, top_k=40, metadata={"user_id": "user-123"})
+    assert sent["temperature"] == 0.2 and sent["top_p"] == 0.9
+    assert sent.get("top_k") == top_k
+    assert sent.get("user") == user_field
+
+
+def test_max_tokens_and_model_are_sent() -> None:
+    sent = body(messages=[user("q")], max_tokens=1234)
+    assert sent["model"] == "served-model"
+    assert sent.get("max_tokens", sent.get("max_completion_tokens")) == 1234
+
+
+def test_stop_sequences_are_kept_for_the_gateway_to_match() -> None:
+    translated = translate(messages=[user("q")], stop_sequences=["\n\nHuman:", "END"])
+    assert translated.stop_sequences == ["\n\nHuman:", "END"]
+
+
+def test_unknown_request_fields_are_ignored() -> None:
+    sent = body(
+        messages=[{"role": "user", "content": [{"type": "text", "text": "q", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}],
+        cache_control={"type": "ephemeral"},
+        context_management={"edits": []},
+        service_tier="auto",
+    )
+    assert sent["messages"] == [{"role": "user", "content": "q"}]
+
+
+# -- validation -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "prefix"),
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": [user("q")], "max_tokens": 0}, "max_tokens"),
+        ({"messages": [user("q")], "max_tokens": -5}, "max_tokens"),
+        ({"messages": [user("q")], "temperature": 1.5}, "temperature"),
+        ({"messages": [user("q")], "temperature": -0.1}, "temperature"),
+        ({"messages": [user("q")], "top_p": 1.2}, "top_p"),
+        ({"messages": [user("q")], "top_k": -1}, "top_k"),
+        ({"messages": [user("q")], "stop_sequences": ["ok", ""]}, "stop_sequences.1"),
+        ({"messages": [{"role": "system", "content": "only a system prompt"}]}, "messages"),
+    ],
+)
+def test_invalid_requests_name_the_field(fields: dict, prefix: str) -> None:
+    assert error(**fields).startswith(prefix)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_temperature_bounds_are_inclusive(temperature: float) -> None:
+    assert body(messages=[user("q")], temperature=temperature)["temperature"] == temperature
+
+
+# -- content: images and documents ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("media_type", ["image/jpeg", "image/png", "image/gif", "image/webp"])
+def test_supported_image_media_types(media_type: str) -> None:
+    sent = messages(messages=[user([image(media_type), text("describe")])])
+    assert sent[0]["content"][0] == {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,iVBORw0KGgo="}}
+    assert sent[0]["content"][1] == {"type": "text", "text": "describe"}
+
+
+@pytest.mark.parametrize("media_type", ["image/bmp", "image/svg+xml", "application/pdf", "text/plain"])
+def test_unsupported_image_media_types_are_rejected(media_type: str) -> None:
+    message = error(messages=[user([text("look"), image(media_type)])])
+    assert message.startswith("messages.0.content.1.source.media_type") and media_type in message
+
+
+def test_url_image_is_passed_as_url() -> None:
+    block = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}
+    assert messages(messages=[user([block])])[0]["content"] == [{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]
+
+
+def _pdf(*pages: str) -> bytes:
+    """A minimal PDF with one line of Helvetica text per page, built by hand (pypdf's
+    PdfWriter has no public API to draw text)."""
+    count = len(pages)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>"]
+    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(count))
+    objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {count} >>".encode())
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    for i, line in enumerate(pages):
+        content = f"BT /F1 12 Tf 20 100 Td ({line}) Tj ET".encode()
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 200] /Resources << /Font << /F1 3 0 R >> >> /Contents {5 + 2 * i} 0 R >>".encode()
+        )
+        objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, obj in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + obj + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected_body"),
+    [
+        ({"type": "text", "media_type": "text/plain", "data": "The quick brown fox."}, "The quick brown fox."),
+        ({"type": "content", "content": "Plain content."}, "Plain content."),
+        ({"type": "content", "content": [text("Part one."), text("Part two.")]}, "Part one.\nPart two."),
+        (
+            {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(_pdf("Quarterly revenue rose", "Costs fell")).decode()},
+            "[page 1]\nQuarterly revenue rose\n\n[page 2]\nCosts fell",
+        ),
+    ],
+    ids=["text", "content-string", "content-blocks", "pdf"],
+)
+def test_documents_become_text_with_title_and_context(source: dict, expected_body: str) -> None:
+    document = {"type": "document", "source": source, "title": "Report", "context": "Q3 figures"}
+    sent = messages(messages=[user([document, text("Summarise it.")])])
+    content = sent[0]["content"]
+    assert isinstance(content, str) and content.endswith("\n\nSummarise it.")
+    document_part = content[: -len("Summarise it.")]
+    assert 'title="Report"' in document_part and "Q3 figures" in document_part
+    assert expected_body in document_part
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ({"type": "base64", "media_type": "application/pdf", "data": "%%% not base64 %%%"}, "source.data"),
+        ({"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(b"not a pdf at all").decode()}, "source.data"),
+        ({"type": "base64", "media_type": "application/msword", "data": "AAAA"}, "source.media_type"),
+        ({"type": "url", "url": "https://example.com/a.pdf"}, "source"),
+        ({"type": "file", "file_id": "file_123"}, "source"),
+    ],
+    ids=["bad-base64", "not-a-pdf", "wrong-media-type", "url", "file"],
+)
+def test_unreadable_documents_are_400s_naming_the_block(source: dict, fragment: str) -> None:
+    message = error(messages=[user([text("read this"), {"type": "document", "source": source}])])
+    assert message.startswith(f"messages.0.content.1.{fragment}")
+
+
+def test_search_results_become_text() -> None:
+    block = {"type": "search_result", "source": "https://docs.example.com/a", "title": "Install guide", "content": [text("Run make.")]}
+    content = messages(messages=[user([block, text("How do I install?")])])[0]["content"]
+    assert "https://docs.example.com/a" in content and "Install guide" in content and "Run make." in content
+    assert content.endswith("How do I install?")

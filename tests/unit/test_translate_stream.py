@@ -1,0 +1,469 @@
+"""OpenAI chunk streams -> Anthropic stream events.
+
+Every case is checked against the same invariants:
+- the event grammar the SDKs rely on holds (tests/helpers.py::check_grammar);
+- our fold, the official SDK's accumulator (fed the real SSE bytes) and `to_message`
+  of the equivalent non-streaming completion all describe the same message;
+- that message is the one the case expects.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from dragoman.errors import GatewayError, InvalidRequest, UpstreamError
+from dragoman.protocol import anthropic as a
+from dragoman.translate.fold import fold
+from dragoman.translate.response import to_message
+from dragoman.translate.stream import StreamTranslator
+from tests.helpers import (
+    as_dicts,
+    check_grammar,
+    chunk,
+    decode_chunk,
+    decode_completion,
+    merge_chunks,
+    sdk_fold,
+    summary,
+    tool_ids,
+    usage,
+    usage_chunk,
+)
+
+
+def translator(**kwargs: Any) -> StreamTranslator:
+    return StreamTranslator(model="claude-test", message_id="msg_test", new_tool_id=tool_ids(), **kwargs)
+
+
+def run(chunks: list[dict[str, Any]], **kwargs: Any) -> list[a.StreamEvent]:
+    t = translator(**kwargs)
+    events = t.start()
+    for body in chunks:
+        events += t.feed(decode_chunk(body))
+    return events + t.finish()
+
+
+def no_usage() -> dict[str, int]:
+    return {"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+
+
+def tokens(prompt: int, output: int, cached: int = 0) -> dict[str, int]:
+    return {"input_tokens": prompt - cached, "output_tokens": output, "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
+
+
+def text_block(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def tool_block(id: str, name: str, input: dict) -> dict[str, Any]:
+    return {"type": "tool_use", "id": id, "name": name, "input": input}
+
+
+def thinking_block(value: str) -> dict[str, Any]:
+    from dragoman.translate.stream import SIGNATURE
+
+    return {"type": "thinking", "thinking": value, "signature": SIGNATURE}
+
+
+@dataclass
+class Case:
+    id: str
+    chunks: list[dict[str, Any]]
+    content: list[dict[str, Any]]
+    stop_reason: str
+    usage: dict[str, int] = field(default_factory=no_usage)
+    stop_sequence: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def tc(index: int | None = None, id: str | None = None, name: str | None = None, arguments: Any = None) -> dict[str, Any]:
+    """One `tool_calls[]` entry of a delta, with only the fields given."""
+    out: dict[str, Any] = {}
+    if index is not None:
+        out["index"] = index
+    if id is not None:
+        out["id"] = id
+        out["type"] = "function"
+    function: dict[str, Any] = {}
+    if name is not None:
+        function["name"] = name
+    if arguments is not None:
+        function["arguments"] = arguments
+    if function:
+        out["function"] = function
+    return out
+
+
+def calls(*entries: dict[str, Any], **delta: Any) -> dict[str, Any]:
+    return chunk({"tool_calls": list(entries), **delta})
+
+
+CASES = [
+    Case(
+        "text",
+        [chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"}), chunk({"content": "lo"}), chunk({"content": " world"}),
+         chunk({}, "stop"), usage_chunk(12, 3)],  # fmt: skip
+        [text_block("Hello world")],
+        "end_turn",
+        tokens(12, 3),
+    ),
+    Case(
+        "vllm-tool-call",
+        [
+            chunk({"role": "assistant", "content": None}),
+            calls(tc(0, "chatcmpl-tool-1a2b", "get_weather", "")),
+            calls(tc(0, arguments='{"ci')),
+            calls(tc(0, arguments='ty": "Pa')),
+            calls(tc(0, arguments='ris", "unit')),
+            calls(tc(0, arguments='": "c\\u00b0"}')),
+            chunk({}, "tool_calls"),
+            usage_chunk(40, 18),
+        ],
+        [tool_block("chatcmpl-tool-1a2b", "get_weather", {"city": "Paris", "unit": "c\u00b0"})],
+        "tool_use",
+        tokens(40, 18),
+    ),
+    Case(
+        "vllm-parallel-calls",
+        [
+            calls(tc(0, "call_a", "get_weather", '{"city": ')),
+            calls(tc(0, arguments='"Paris"}')),
+            calls(tc(1, "call_b", "get_time", "")),
+            calls(tc(1, arguments='{"tz": "CET"}')),
+            chunk({}, "tool_calls"),
+        ],
+        [tool_block("call_a", "get_weather", {"city": "Paris"}), tool_block("call_b", "get_time", {"tz": "CET"})],
+        "tool_use",
+    ),
+    Case(
+        "ollama-whole-calls-in-one-chunk",
+        [
+            chunk({"role": "assistant", "content": ""}),
+            calls(tc(0, "call_k2x", "get_weather", '{"city":"Paris"}'), tc(1, "call_p9q", "get_weather", '{"city":"Rome"}'), role="assistant", content=""),
+            chunk({"role": "assistant", "content": ""}, "tool_calls"),
+            usage_chunk(30, 20),
+        ],
+        [tool_block("call_k2x", "get_weather", {"city": "Paris"}), tool_block("call_p9q", "get_weather", {"city": "Rome"})],
+        "tool_use",
+        tokens(30, 20),
+    ),
+    Case(
+        "object-arguments",
+        [calls(tc(0, "call_1", "get_weather", {"city": "Oslo", "days": 2})), chunk({}, "tool_calls")],
+        [tool_block("call_1", "get_weather", {"city": "Oslo", "days": 2})],
+        "tool_use",
+    ),
+    Case(
+        "llamacpp-usage-on-finish-chunk",
+        [
+            chunk({"role": "assistant", "content": None}),
+            calls(tc(0, "OVW3pHXaJ1ffTz5Wz5Hq4gJd", "get_weather", "{")),
+            calls(tc(0, arguments='"city":"Paris"')),
+            calls(tc(0, arguments="}")),
+            {**chunk({}, "tool_calls", usage=usage(55, 12)), "timings": {"prompt_n": 55, "predicted_n": 12}},
+        ],
+        [tool_block("OVW3pHXaJ1ffTz5Wz5Hq4gJd", "get_weather", {"city": "Paris"})],
+        "tool_use",
+        tokens(55, 12),
+    ),
+    Case(
+        "text-then-tool-calls",
+        [
+            chunk({"content": "I'll check "}),
+            chunk({"content": "both."}),
+            calls(tc(0, "call_a", "get_weather", '{"city": "Paris"}')),
+            calls(tc(1, "call_b", "get_weather", '{"city": "Rome"}')),
+            chunk({}, "tool_calls"),
+            usage_chunk(20, 9),
+        ],
+        [text_block("I'll check both."), tool_block("call_a", "get_weather", {"city": "Paris"}), tool_block("call_b", "get_weather", {"city": "Rome"})],
+        "tool_use",
+        tokens(20, 9),
+    ),
+    Case(
+        "tool-call-with-finish-stop",
+        [calls(tc(0, "call_a", "get_weather", '{"city": "Paris"}')), chunk({}, "stop")],
+        [tool_block("call_a", "get_weather", {"city": "Paris"})],
+        "tool_use",
+    ),
+    Case(
+        "missing-tool-ids",
+        [calls(tc(0, name="get_weather", arguments="{}")), calls(tc(1, name="get_time", arguments="{}")), chunk({}, "tool_calls")],
+        [tool_block("toolu_test1", "get_weather", {}), tool_block("toolu_test2", "get_time", {})],
+        "tool_use",
+    ),
+    Case(
+        "empty-arguments",
+        [calls(tc(0, "call_a", "list_files", "")), chunk({}, "tool_calls")],
+        [tool_block("call_a", "list_files", {})],
+        "tool_use",
+    ),
+    Case(
+        "truncated-arguments-at-length",
+        [calls(tc(0, "call_a", "write_file", '{"path": "a.txt", "text": "Once upon')), chunk({}, "length")],
+        [tool_block("call_a", "write_file", {"path": "a.txt", "text": "Once upon"})],
+        "tool_use",
+    ),
+    Case(
+        "shortened-tool-name-mapped-back",
+        [calls(tc(0, "call_a", "mcp__srv__short_1f2e3d4c", "{}")), chunk({}, "tool_calls")],
+        [tool_block("call_a", "mcp__srv__" + "very_long_name_" * 5, {})],
+        "tool_use",
+        options={"tool_names": {"mcp__srv__short_1f2e3d4c": "mcp__srv__" + "very_long_name_" * 5}},
+    ),
+    Case(
+        "usage-chunk-with-cached-tokens",
+        [chunk({"content": "ok"}), chunk({}, "stop"), usage_chunk(1000, 2, cached=960)],
+        [text_block("ok")],
+        "end_turn",
+        tokens(1000, 2, cached=960),
+    ),
+    Case(
+        "length",
+        [chunk({"content": "The list: 1, 2,"}), chunk({}, "length"), usage_chunk(10, 8)],
+        [text_block("The list: 1, 2,")],
+        "max_tokens",
+        tokens(10, 8),
+    ),
+    Case(
+        "content-filter",
+        [chunk({"content": "I"}), chunk({}, "content_filter")],
+        [text_block("I")],
+        "refusal",
+    ),
+    Case(
+        "refusal",
+        [chunk({"role": "assistant", "refusal": "I can't "}), chunk({"refusal": "help with that."}), chunk({}, "stop")],
+        [text_block("I can't help with that.")],
+        "end_turn",
+    ),
+    Case(
+        "reasoning-surfaced",
+        [chunk({"reasoning": "2+2"}), chunk({"reasoning": " is 4"}), chunk({"content": "4"}), chunk({}, "stop")],
+        [thinking_block("2+2 is 4"), text_block("4")],
+        "end_turn",
+        options={"surface_thinking": True},
+    ),
+    Case(
+        "reasoning-content-surfaced-then-tool",
+        [chunk({"reasoning_content": "Need weather."}), calls(tc(0, "call_a", "get_weather", '{"city": "Paris"}')), chunk({}, "tool_calls")],
+        [thinking_block("Need weather."), tool_block("call_a", "get_weather", {"city": "Paris"})],
+        "tool_use",
+        options={"surface_thinking": True},
+    ),
+    Case(
+        "reasoning-hidden",
+        [chunk({"reasoning": "2+2 is 4"}), chunk({"content": "4"}), chunk({}, "stop")],
+        [text_block("4")],
+        "end_turn",
+    ),
+    Case(
+        "reasoning-only-answer",
+        [chunk({"reasoning_content": "The answer "}), chunk({"reasoning_content": "is 4."}), chunk({}, "stop")],
+        [text_block("The answer is 4.")],
+        "end_turn",
+    ),
+    Case(
+        "stop-sequence-split-across-chunks",
+        [chunk({"content": "Hello wor"}), chunk({"content": "ld! ST"}), chunk({"content": "OP and more"}), chunk({"content": " text"}),
+         chunk({}, "stop"), usage_chunk(10, 9)],  # fmt: skip
+        [text_block("Hello world! ")],
+        "stop_sequence",
+        tokens(10, 9),
+        stop_sequence="STOP",
+        options={"stop_sequences": ["STOP"]},
+    ),
+    Case(
+        "stop-sequence-one-char-per-chunk",
+        [chunk({"content": c}) for c in "ab\n\nHuman: x"] + [chunk({}, "stop")],
+        [text_block("ab")],
+        "stop_sequence",
+        stop_sequence="\n\nHuman:",
+        options={"stop_sequences": ["\n\nHuman:"]},
+    ),
+    Case(
+        "stop-sequence-drops-later-tool-calls",
+        [chunk({"content": "Done. <END>"}), calls(tc(0, "call_a", "get_weather", "{}")), chunk({}, "tool_calls")],
+        [text_block("Done. ")],
+        "stop_sequence",
+        stop_sequence="<END>",
+        options={"stop_sequences": ["<END>"]},
+    ),
+    Case(
+        "stop-prefix-released-at-finish",
+        [chunk({"content": "The E"}), chunk({"content": "N"}), chunk({}, "stop")],
+        [text_block("The EN")],
+        "end_turn",
+        options={"stop_sequences": ["END"]},
+    ),
+    Case(
+        "stop-prefix-then-more-text",
+        [chunk({"content": "an EN"}), chunk({"content": "Dless"}), chunk({"content": " ENDing"}), chunk({}, "stop")],
+        [text_block("an ")],
+        "stop_sequence",
+        stop_sequence="END",
+        options={"stop_sequences": ["END"]},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_stream_invariants(case: Case) -> None:
+    events = run(case.chunks, **case.options)
+    check_grammar(events)
+    by_sdk = summary(sdk_fold(events))
+    by_fold = summary(fold(copy.deepcopy(events)))
+    non_streaming = decode_completion(merge_chunks(case.chunks))
+    by_message = summary(to_message(non_streaming, model="claude-test", message_id="msg_test", new_tool_id=tool_ids(), **case.options))
+    expected = {"content": case.content, "stop_reason": case.stop_reason, "stop_sequence": case.stop_sequence, "usage": case.usage}
+    assert by_fold == expected
+    assert by_sdk == expected
+    assert by_message == expected
+
+
+def test_exact_event_sequence_for_a_text_stream() -> None:
+    events = as_dicts(run([chunk({"role": "assistant", "content": ""}), chunk({"content": "Hi"}), chunk({"content": " there"}),
+                           chunk({}, "stop"), usage_chunk(7, 2)]))  # fmt: skip
+    assert events == [
+        {"type": "message_start", "message": {"type": "message", "id": "msg_test", "role": "assistant", "model": "claude-test", "content": [],
+                                              "stop_reason": None, "stop_sequence": None, "usage": events[0]["message"]["usage"]}},  # fmt: skip
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " there"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+         "usage": {"input_tokens": 7, "output_tokens": 2, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}},  # fmt: skip
+        {"type": "message_stop"},
+    ]
+    assert events[0]["message"]["usage"]["output_tokens"] >= 0
+
+
+def test_blocks_are_emitted_as_soon_as_text_arrives() -> None:
+    t = translator()
+    t.start()
+    first = as_dicts(t.feed(decode_chunk(chunk({"content": "Hel"}))))
+    assert [e["type"] for e in first] == ["content_block_start", "content_block_delta"]
+    assert first[1]["delta"] == {"type": "text_delta", "text": "Hel"}
+
+
+def test_vllm_tool_call_arguments_stream_through_as_they_arrive() -> None:
+    t = translator()
+    t.start()
+    opened = as_dicts(t.feed(decode_chunk(calls(tc(0, "call_a", "get_weather", "")))))
+    assert opened == [{"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "call_a", "name": "get_weather", "input": {}}}]
+    piece = as_dicts(t.feed(decode_chunk(calls(tc(0, arguments='{"ci')))))
+    assert piece == [{"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"ci'}}]
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        ({"message": "CUDA out of memory", "type": "InternalServerError", "code": 500}, UpstreamError),
+        ("backend crashed", UpstreamError),
+        ({"message": "This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens.", "type": "BadRequestError"},
+         InvalidRequest),  # fmt: skip
+    ],
+    ids=["vllm-error-object", "error-string", "context-overflow"],
+)
+def test_error_chunk_raises(error: Any, kind: type[GatewayError]) -> None:
+    t = translator()
+    t.start()
+    t.feed(decode_chunk(chunk({"content": "partial"})))
+    with pytest.raises(kind) as caught:
+        t.feed(decode_chunk({"error": error}))
+    if kind is InvalidRequest:
+        assert caught.value.message.startswith("prompt is too long: 5000 tokens > 4096 maximum")
+    else:
+        assert (error if isinstance(error, str) else error["message"]) in caught.value.message
+
+
+def test_done_after_a_stop_sequence_and_nothing_more_is_emitted() -> None:
+    t = translator(stop_sequences=["</answer>"])
+    events = t.start()
+    events += t.feed(decode_chunk(chunk({"content": "42</ans"})))
+    assert not t.done
+    events += t.feed(decode_chunk(chunk({"content": "wer> trailing"})))
+    assert t.done
+    late = t.feed(decode_chunk(chunk({"content": "more text"}))) + t.feed(decode_chunk(calls(tc(0, "call_a", "f", "{}"))))
+    assert late == []
+    events += t.finish()
+    check_grammar(events)
+    texts = [e["delta"]["text"] for e in as_dicts(events) if e["type"] == "content_block_delta"]
+    assert "".join(texts) == "42"
+    assert as_dicts(events)[-2]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "</answer>"}
+
+
+def test_possible_stop_prefix_is_held_back_until_resolved() -> None:
+    t = translator(stop_sequences=["END"])
+    t.start()
+    held = as_dicts(t.feed(decode_chunk(chunk({"content": "The E"}))))
+    assert [e["delta"]["text"] for e in held if e["type"] == "content_block_delta"] == ["The "]
+    released = as_dicts(t.feed(decode_chunk(chunk({"content": "ast"}))))
+    assert [e["delta"]["text"] for e in released if e["type"] == "content_block_delta"] == ["East"]
+    assert not t.done
+
+
+def test_usage_only_after_finish_reaches_the_message_delta() -> None:
+    t = translator()
+    events = t.start() + t.feed(decode_chunk(chunk({"content": "x"}))) + t.feed(decode_chunk(chunk({}, "stop")))
+    events += t.feed(decode_chunk(usage_chunk(100, 1, cached=40)))
+    events += t.finish()
+    delta = as_dicts(events)[-2]
+    assert delta["usage"]["input_tokens"] == 60 and delta["usage"]["cache_read_input_tokens"] == 40 and delta["usage"]["output_tokens"] == 1
+
+
+def test_interleaved_parallel_tool_calls_are_an_error_not_a_corrupt_block() -> None:
+    t = translator()
+    t.start()
+    t.feed(decode_chunk(calls(tc(0, "call_a", "f", '{"a": '))))
+    t.feed(decode_chunk(calls(tc(1, "call_b", "g", '{"b": 1}'))))
+    with pytest.raises(UpstreamError):
+        t.feed(decode_chunk(calls(tc(0, arguments="1}"))))
+
+
+@pytest.mark.parametrize(
+    ("chunks", "content"),
+    [
+        # servers that omit `index` but give each call its own id
+        (
+            [calls(tc(id="call_a", name="f", arguments='{"a": 1}'), tc(id="call_b", name="g", arguments='{"b": 2}')), chunk({}, "tool_calls")],
+            [tool_block("call_a", "f", {"a": 1}), tool_block("call_b", "g", {"b": 2})],
+        ),
+        # older Ollama: every whole call in a chunk has index 0, with distinct ids
+        (
+            [calls(tc(0, "call_a", "f", '{"a": 1}'), tc(0, "call_b", "g", '{"b": 2}')), chunk({}, "tool_calls")],
+            [tool_block("call_a", "f", {"a": 1}), tool_block("call_b", "g", {"b": 2})],
+        ),
+    ],
+    ids=["no-index", "same-index-new-id"],
+)
+@pytest.mark.xfail(strict=True, raises=UpstreamError, reason="BUG translate/stream.py: a tool call with a new id but no (or a reused) "
+                   "index is appended to the open call's arguments ('{\"a\": 1}{\"b\": 2}') and the stream fails")  # fmt: skip
+def test_tool_calls_told_apart_by_id(chunks: list, content: list) -> None:
+    events = run(chunks)
+    check_grammar(events)
+    assert summary(fold(events))["content"] == content
+
+
+@pytest.mark.xfail(strict=True, reason="BUG translate/response.py vs stream.py: an empty reply is content [] when streamed but "
+                   "[{'type': 'text', 'text': ''}] from to_message, so streaming and non-streaming disagree")  # fmt: skip
+def test_empty_reply_is_the_same_streamed_or_not() -> None:
+    chunks = [chunk({"role": "assistant", "content": ""}), chunk({}, "stop"), usage_chunk(5, 0)]
+    events = run(chunks)
+    check_grammar(events)
+    streamed = summary(fold(events))
+    direct = summary(to_message(decode_completion(merge_chunks(chunks)), model="claude-test", message_id="msg_test", new_tool_id=tool_ids()))
+    assert streamed == direct
+
+
+@pytest.mark.xfail(strict=True, reason="BUG translate/fold.py: fold() mutates the events it folds (message_start.message.content "
+                   "and the content_block_start blocks), so events cannot be folded and then sent or folded again")  # fmt: skip
+def test_fold_leaves_the_events_untouched() -> None:
+    events = run([chunk({"content": "Hello"}), chunk({}, "stop")])
+    before = as_dicts(events)
+    fold(events)
+    assert as_dicts(events) == before
