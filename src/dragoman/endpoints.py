@@ -47,7 +47,7 @@ async def _call(request: Request) -> tuple[Call, object]:
     body = await _read_body(request, gateway.config.server.max_request_bytes)
     envelope = decode_request(body, anthropic.ENVELOPE)
     route = await gateway.route(envelope.model)
-    call = Call(body, envelope.model, route.upstream_model, request.headers, request.scope["state"]["request_id"])
+    call = Call(body, envelope.model, route.upstream_model, request.headers, request.scope["state"]["request_id"], envelope.stream)
     return call, route
 
 

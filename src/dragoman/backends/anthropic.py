@@ -15,9 +15,11 @@ import aiohttp
 import msgspec
 
 from dragoman.backends.base import Call, Completed, Reply, Streaming, UpstreamModel, upstream_errors
-from dragoman.backends.http import HttpClient
+from dragoman.backends.http import MAX_ERROR_BODY, HttpClient
+from dragoman.backends.keepalive import Silence, head_or_task, late_start, read_or_ping
 from dragoman.config import AnthropicUpstream, Config
-from dragoman.errors import InvalidRequest, UpstreamError
+from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream
+from dragoman.sse import PING
 
 FORWARDED_REQUEST_HEADERS = ("anthropic-version", "anthropic-beta")
 HEAD_LIMIT = 64 * 1024  # how far into a stream the model name is looked for
@@ -40,6 +42,7 @@ class AnthropicBackend:
         self._base = base[:-3] if base.endswith("/v1") else base  # tolerate an SDK-style base with /v1
         self._http = HttpClient(name, upstream, config.upstream_key(upstream), auth_header="x-api-key")
         self._http.headers.setdefault("anthropic-version", "2023-06-01")
+        self._keepalive = config.server.keepalive_interval
 
     async def close(self) -> None:
         await self._http.close()
@@ -74,11 +77,33 @@ class AnthropicBackend:
                 return await session.post(f"{self._base}{path}", data=self._body(call), headers={**self._http.headers, **headers})
 
     async def messages(self, call: Call, route: object) -> Reply:
-        response = await self._send(call, "/v1/messages")
-        headers = _reply_headers(response.headers)
-        if response.content_type == "text/event-stream" and response.status == 200:
-            return Streaming(self._relay(response, call), headers=headers)
-        return await self._complete(response, call, headers)
+        send = self._send(call, "/v1/messages")
+        if not call.stream:
+            response = await send
+            return await self._complete(response, call, _reply_headers(response.headers))
+        head = await head_or_task(send, self._keepalive)
+        if isinstance(head, asyncio.Task):
+            # Committed to 200 before the upstream answered: its refusal becomes an error event.
+            return Streaming(late_start(head, self._keepalive, lambda r: self._late_relay(r, call)))
+        headers = _reply_headers(head.headers)
+        if head.content_type == "text/event-stream" and head.status == 200:
+            return Streaming(self._relay(head, call), headers=headers)
+        return await self._complete(head, call, headers)
+
+    async def _late_relay(self, response: aiohttp.ClientResponse, call: Call) -> AsyncIterator[bytes]:
+        if response.status == 200 and response.content_type == "text/event-stream":
+            async for chunk in self._relay(response, call):
+                yield chunk
+            return
+        with upstream_errors(self.name):
+            try:
+                raw = await response.content.read(MAX_ERROR_BODY)
+            finally:
+                response.release()
+        if response.status == 200:  # a non-streaming answer to a streaming request
+            yield from_upstream(502, b"upstream answered a stream request without a stream", upstream=self.name).event()
+        else:
+            yield from_upstream(response.status, raw, upstream=self.name).event()
 
     async def count_tokens(self, call: Call, route: object) -> Reply:
         response = await self._send(call, "/v1/messages/count_tokens")
@@ -104,21 +129,37 @@ class AnthropicBackend:
         return data.replace(b'"model":' + old, b'"model":' + new, 1).replace(b'"model": ' + old, b'"model": ' + new, 1)
 
     async def _relay(self, response: aiohttp.ClientResponse, call: Call) -> AsyncIterator[bytes]:
-        head = b""
+        """Forward stream bytes as they arrive; pings fill silences, but only between
+        whole frames, and never past the upstream's idle timeout."""
+        head: bytes | None = b""
         finished = False
+        at_boundary = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._upstream.first_byte_timeout
+        content = response.content
         try:
-            with upstream_errors(self.name):
-                async for chunk in response.content.iter_any():
-                    if head is not None:
-                        head += chunk
-                        if b"\n\n" not in head and len(head) < HEAD_LIMIT:
-                            continue
-                        chunk, head = self._rename(head, call), None
-                    yield chunk
-                if head:
-                    yield self._rename(head, call)
+            while True:
+                try:
+                    with upstream_errors(self.name):
+                        chunk = await read_or_ping(content.readany(), interval=self._keepalive, deadline=deadline, upstream=self.name)
+                except Silence:
+                    if at_boundary and head is None:
+                        yield PING
+                    continue
+                if not chunk:
+                    break
+                deadline = loop.time() + self._upstream.idle_timeout
+                if head is not None:
+                    head += chunk
+                    if b"\n\n" not in head and len(head) < HEAD_LIMIT:
+                        continue
+                    chunk, head = self._rename(head, call), None
+                at_boundary = chunk.endswith(b"\n\n")
+                yield chunk
+            if head:
+                yield self._rename(head, call)
             finished = True
-        except UpstreamError as error:
+        except GatewayError as error:
             yield error.event()
         finally:
             if finished:

@@ -23,6 +23,7 @@ class Call:
     upstream_model: str
     headers: Mapping[str, str]  # the client's request headers
     request_id: str
+    stream: bool = False
 
 
 @dataclass(slots=True)

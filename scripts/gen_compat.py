@@ -1,0 +1,210 @@
+"""Generate docs/compatibility.md from the code's own protocol types.
+
+Each Anthropic request field, content block, tool kind, response field and stream
+event is compared with what dragoman's msgspec types decode and emit:
+- a field our request type declares is "supported" (the note says how);
+- a field only the official SDK knows is "accepted, ignored" (inbound types do not
+  forbid unknown fields);
+- a content-block type missing from our tagged union is "rejected" with a 400.
+The official SDK's type definitions are the reference list; a unit test checks
+that the committed file is what this script prints, so the two cannot drift.
+
+    python scripts/gen_compat.py > docs/compatibility.md
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import anthropic.types as sdk
+import anthropic.types.beta.message_create_params as sdk_beta_create
+import anthropic.types.message_count_tokens_params as sdk_count
+import anthropic.types.message_create_params as sdk_create
+import msgspec
+
+from dragoman.protocol import anthropic as ours
+from dragoman.translate.builtin_tools import _BUILTIN, SERVER_TOOL_FAMILIES
+
+SUPPORTED, IGNORED, REJECTED = "supported", "accepted, ignored", "rejected (400)"
+
+REQUEST_NOTES = {
+    "model": "mapped through names, aliases (`*` wildcards), discovered upstream models and the default model; the response carries the client's name",
+    "messages": "user/assistant turns; consecutive same-role turns merged; `system`, `ctx` and `msg` roles folded; a final assistant turn is a prefill",
+    "max_tokens": "required; lowered visibly (header `X-Max-Tokens-Applied`) to the model's output limit and remaining context",
+    "system": "string or text blocks; Claude Code's per-session billing-header block is dropped (setting `keep_billing_header`)",
+    "stop_sequences": "any number, matched by the gateway over the streamed text; the matched sequence is reported exactly",
+    "stream": "Anthropic's SSE event sequence; `message_start` as soon as the upstream accepts",
+    "temperature": "passed on (0 to 1)",
+    "top_p": "passed on",
+    "top_k": "passed on where the backend takes it (not to OpenAI)",
+    "metadata": "`user_id` becomes `user` for backends that take it (OpenAI)",
+    "tools": "client tools become function tools; Anthropic-defined tools get their documented schema; server tools are rejected or dropped",
+    "tool_choice": "auto, any (`required`), tool (named function), none; `disable_parallel_tool_use` becomes `parallel_tool_calls: false`",
+    "thinking": "enabled/adaptive surface the backend's reasoning as thinking blocks on reasoning models; budget_tokens selects an effort",
+    "output_config": "`effort` becomes `reasoning_effort` on reasoning models; `format` becomes `response_format` json_schema",
+    "output_format": "older spelling of `output_config.format`",
+    "reasoning_effort": "not Anthropic's: an explicit effort, validated against the model's efforts",
+}
+IGNORED_NOTES = {
+    "cache_control": "backends cache prefixes automatically",
+    "container": "no code-execution containers",
+    "context_management": "no server-side context editing",
+    "service_tier": "no tiers",
+    "inference_geo": "no regions",
+    "speed": "no fast mode",
+    "diagnostics": "",
+    "mcp_servers": "no remote MCP connector",
+}
+
+BLOCK_NOTES = {
+    "text": "user text parts; assistant text",
+    "image": "base64 and URL sources become `image_url` parts (jpeg, png, gif, webp); a model without vision gets a 400; file sources need the Files API (400)",
+    "document": "plain-text, content and base64 PDF sources become text with title and context; URL and file sources are a 400",
+    "search_result": "text with its source and title",
+    "tool_use": "assistant `tool_calls`, ids preserved",
+    "tool_result": "tool messages, in order, before the turn's other content; `is_error` carried; images moved to a following user message",
+    "thinking": "dropped before the model sees it, unless the model replays reasoning",
+    "redacted_thinking": "dropped",
+    "server_tool_use": "accepted in history, dropped (server tools cannot run here)",
+    "mid_conv_system": "its text joins the conversation as user-side text",
+}
+
+
+def _union_types(annotation: Any) -> list[type]:
+    return [t for t in typing.get_args(annotation) if isinstance(t, type)]
+
+
+def _block_tag(cls: type) -> str:
+    fields = getattr(cls, "model_fields", None)  # pydantic models (responses, events)
+    annotation = fields["type"].annotation if fields else typing.get_type_hints(cls)["type"]
+    return typing.get_args(annotation)[0]
+
+
+def _our_block_tags() -> set[str]:
+    return {cls.__struct_config__.tag for cls in typing.get_args(ours.ContentBlockParam)}
+
+
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def request_fields() -> list[str]:
+    declared = set(ours.MessagesRequest.__struct_fields__)
+    names = list(sdk_create.MessageCreateParamsBase.__annotations__) + ["stream", "temperature", "top_p", "top_k"]
+    names += [n for n in sdk_beta_create.MessageCreateParamsBase.__annotations__ if n not in names and n != "betas"]
+    names += [n for n in ours.MessagesRequest.__struct_fields__ if n not in names]
+    lines = [_row("field", "status", "notes"), _row("---", "---", "---")]
+    for name in dict.fromkeys(names):
+        if name in declared:
+            lines.append(_row(f"`{name}`", SUPPORTED, REQUEST_NOTES.get(name, "")))
+        else:
+            lines.append(_row(f"`{name}`", IGNORED, IGNORED_NOTES.get(name, "")))
+    return lines
+
+
+def count_tokens_fields() -> list[str]:
+    declared = set(ours.CountTokensRequest.__struct_fields__)
+    lines = [_row("field", "status"), _row("---", "---")]
+    for name in sdk_count.MessageCountTokensParams.__annotations__:
+        lines.append(_row(f"`{name}`", SUPPORTED if name in declared else IGNORED))
+    return lines
+
+
+def content_blocks() -> list[str]:
+    supported = _our_block_tags()
+    tags = [_block_tag(cls) for cls in _union_types(sdk.ContentBlockParam)]
+    tags += sorted(supported - set(tags))
+    lines = [_row("block `type`", "status", "notes"), _row("---", "---", "---")]
+    for tag in tags:
+        if tag in supported:
+            lines.append(_row(f"`{tag}`", SUPPORTED, BLOCK_NOTES.get(tag, "")))
+        else:
+            lines.append(_row(f"`{tag}`", REJECTED, "a result of a server tool, which cannot run here; the message names the type"))
+    return lines
+
+
+def tools() -> list[str]:
+    lines = [_row("tool", "status", "notes"), _row("---", "---", "---")]
+    lines.append(_row("custom (`type` absent or `custom`)", SUPPORTED, "function tool with `input_schema`; names over 64 characters shortened reversibly"))
+    for kind in sorted(_BUILTIN):
+        lines.append(_row(f"`{kind}`", SUPPORTED, "function tool with the documented input schema"))
+    for family in SERVER_TOOL_FAMILIES:
+        lines.append(_row(f"`{family}*`", REJECTED, 'server tool; `server.server_tools = "drop"` removes it instead'))
+    lines.append(_row("other versions of `bash_`, `text_editor_`, `computer_`, `memory_`", REJECTED, "the message names the unknown version"))
+    return lines
+
+
+def response_fields() -> list[str]:
+    emitted = set(ours.Message.__struct_fields__) | {"type"}
+    lines = [_row("field", "status"), _row("---", "---")]
+    for name in sdk.Message.model_fields:
+        lines.append(_row(f"`{name}`", "sent" if name in emitted else "not sent (optional in the SDK)"))
+    usage = set(ours.Usage.__struct_fields__)
+    for name in sdk.Usage.model_fields:
+        lines.append(_row(f"`usage.{name}`", "sent" if name in usage else "not sent (optional in the SDK)"))
+    return lines
+
+
+def stream_events() -> list[str]:
+    ours_events = {cls.__struct_config__.tag for cls in typing.get_args(ours.StreamEvent)}
+    ours_deltas = {cls.__struct_config__.tag for cls in typing.get_args(ours.Delta)}
+    lines = [_row("event or delta", "status"), _row("---", "---")]
+    for cls in _union_types(typing.get_args(sdk.RawMessageStreamEvent)[0]):
+        tag = _block_tag(cls)
+        lines.append(_row(f"`{tag}`", "sent" if tag in ours_events else "not sent"))
+    lines.append(_row("`ping`", "sent" if "ping" in ours_events else "not sent"))
+    lines.append(_row("`error`", "sent when a started stream fails"))
+    for cls in _union_types(typing.get_args(sdk.RawContentBlockDelta)[0]):
+        tag = _block_tag(cls)
+        lines.append(_row(f"delta `{tag}`", "sent" if tag in ours_deltas else "not sent"))
+    return lines
+
+
+def main() -> None:
+    parts = [
+        "# Compatibility",
+        "",
+        "Generated by `scripts/gen_compat.py` from dragoman's protocol types, compared with the official",
+        f"`anthropic` Python SDK's type definitions (version {_sdk_version()}). Do not edit by hand.",
+        "",
+        "This is the translating path (OpenAI-compatible upstreams). The passthrough path forwards",
+        "every field, block and event unchanged.",
+        "",
+        "## Request fields (`POST /v1/messages`)",
+        "",
+        *request_fields(),
+        "",
+        "## `POST /v1/messages/count_tokens` fields",
+        "",
+        *count_tokens_fields(),
+        "",
+        "## Content blocks (request side)",
+        "",
+        *content_blocks(),
+        "",
+        "## Tools",
+        "",
+        *tools(),
+        "",
+        "## Response fields",
+        "",
+        *response_fields(),
+        "",
+        "## Stream events",
+        "",
+        *stream_events(),
+        "",
+    ]
+    print("\n".join(parts))
+
+
+def _sdk_version() -> str:
+    import anthropic
+
+    return anthropic.__version__
+
+
+if __name__ == "__main__":
+    assert msgspec  # the protocol types are msgspec structs
+    main()
