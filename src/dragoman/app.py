@@ -46,7 +46,12 @@ class RequestIdMiddleware:
 
 
 def _error_response(request: Request, error: GatewayError) -> Response:
-    request_id = request.scope.get("state", {}).get("request_id")
+    state = request.scope.get("state", {})
+    request_id = state.get("request_id")
+    outcome = state.get("outcome")
+    if outcome is not None:  # a /v1/messages request that failed before its reply
+        outcome.status, outcome.error_type = error.status, error.type
+        request.app.state.gateway.metrics.record(outcome)
     return Response(error.body(request_id), status_code=error.status, headers=error.headers(), media_type="application/json")
 
 
@@ -77,6 +82,7 @@ def _routes() -> list[Route]:
         Route("/", endpoints.root, methods=["GET", "HEAD"]),
         Route("/health", endpoints.health, methods=["GET"]),
         Route("/ready", endpoints.ready, methods=["GET"]),
+        Route("/metrics", endpoints.metrics, methods=["GET"]),
     ]
     # A base URL that already ends in /v1 makes some clients ask for /v1/v1/messages.
     for prefix in ("/v1", "/v1/v1"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -9,6 +10,8 @@ from dragoman import auth
 from dragoman.backends.base import Call, Completed, Reply
 from dragoman.errors import InvalidRequest, RequestTooLarge
 from dragoman.gateway import Gateway
+from dragoman.observe import Outcome, observe
+from dragoman.routing import Route
 from dragoman.protocol import anthropic
 from dragoman.validation import decode_request
 
@@ -41,24 +44,34 @@ def render(reply: Reply) -> Response:
     return StreamingResponse(reply.chunks, status_code=reply.status, headers={**SSE_HEADERS, **reply.headers}, media_type="text/event-stream")
 
 
-async def _call(request: Request) -> tuple[Call, object]:
+async def _call(request: Request, endpoint: str) -> tuple[Call, Route]:
     gateway = _gateway(request)
+    state = request.scope["state"]
+    outcome = state["outcome"] = Outcome(request_id=state["request_id"], endpoint=endpoint)
     auth.check(request, gateway.api_keys)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
     envelope = decode_request(body, anthropic.ENVELOPE)
+    outcome.model = envelope.model
     route = await gateway.route(envelope.model)
-    call = Call(body, envelope.model, route.upstream_model, request.headers, request.scope["state"]["request_id"], envelope.stream)
+    outcome.upstream, outcome.served_model, outcome.path = route.upstream, route.upstream_model, route.path
+    call = Call(body, envelope.model, route.upstream_model, request.headers, outcome.request_id, envelope.stream, outcome)
     return call, route
 
 
 async def messages(request: Request) -> Response:
-    call, route = await _call(request)
-    return render(await route.backend.messages(call, route))  # type: ignore[attr-defined]
+    call, route = await _call(request, "messages")
+    reply = await route.backend.messages(call, route)
+    return render(observe(reply, call.outcome, _gateway(request).metrics))
 
 
 async def count_tokens(request: Request) -> Response:
-    call, route = await _call(request)
-    return render(await route.backend.count_tokens(call, route))  # type: ignore[attr-defined]
+    call, route = await _call(request, "count_tokens")
+    reply = await route.backend.count_tokens(call, route)
+    return render(observe(reply, call.outcome, _gateway(request).metrics))
+
+
+async def metrics(request: Request) -> Response:
+    return Response(generate_latest(_gateway(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 async def list_models(request: Request) -> Response:

@@ -135,15 +135,28 @@ _BY_STATUS: dict[int, type[GatewayError]] = {
     529: Overloaded,
 }
 
-# Context-overflow messages in each backend's wording; numbers are (prompt, limit).
+# Context-overflow messages in each backend's wording; numbers are (prompt, limit) and,
+# where the backend says it, the completion tokens asked for (`completion`).
 # The named groups are optional: a recogniser without numbers still classifies.
 _CONTEXT_OVERFLOW = [
     # OpenAI and older vLLM: "maximum context length is L tokens. However, your messages resulted in P tokens"
     re.compile(r"maximum context length is (?P<limit>\d+) tokens\. However, (?:your messages resulted in|your request has) (?P<prompt>\d+)"),
+    # OpenAI and older vLLM: "... However, you requested T tokens (P in the messages, C in the completion)"
+    re.compile(
+        r"maximum context length is (?P<limit>\d+) tokens\. However, you requested \d+ tokens "
+        r"\((?P<prompt>\d+) in the messages, (?P<completion>\d+) in the completion\)"
+    ),
     # vLLM: "... you requested C output tokens and your prompt contains [at least ]P input tokens"
-    re.compile(r"maximum context length is (?P<limit>\d+) tokens\..*?prompt contains (?:at least )?(?P<prompt>\d+) input tokens"),
-    re.compile(r"maximum context length is (?P<limit>\d+) tokens and your request has (?P<prompt>\d+) input tokens"),
-    re.compile(r"You passed (?P<prompt>\d+) input tokens.*?context length is only (?P<limit>\d+) tokens"),
+    re.compile(
+        r"maximum context length is (?P<limit>\d+) tokens\..*?(?:you requested (?P<completion>\d+) output tokens and )?"
+        r"your prompt contains (?:at least )?(?P<prompt>\d+) input tokens"
+    ),
+    # vLLM: "'max_tokens' or 'max_completion_tokens' is too large: C. This model's maximum context length is L tokens and ..."
+    re.compile(
+        r"(?:is too large: (?P<completion>\d+)\. This model's )?"
+        r"maximum context length is (?P<limit>\d+) tokens and your request has (?P<prompt>\d+) input tokens"
+    ),
+    re.compile(r"You passed (?P<prompt>\d+) input tokens(?: and requested (?P<completion>\d+) output tokens)?.*?context length is only (?P<limit>\d+) tokens"),
     # llama.cpp
     re.compile(r"request \((?P<prompt>\d+) tokens\) exceeds the available context size \((?P<limit>\d+) tokens\)"),
     # SGLang and Ollama's MLX runner
@@ -158,7 +171,11 @@ _CONTEXT_OVERFLOW = [
 ]
 
 
-def context_overflow(prompt: int | None, limit: int | None) -> InvalidRequest:
+def context_overflow(prompt: int | None, limit: int | None, completion: int | None = None) -> InvalidRequest:
+    """Anthropic's wording for a request that does not fit the context window: the
+    prompt alone is too long, or (when the prompt fits) prompt plus max_tokens is."""
+    if prompt is not None and limit is not None and completion is not None and prompt < limit:
+        return context_limit(prompt, completion, limit)
     if prompt is not None and limit is not None:
         text = f"prompt is too long: {prompt} tokens > {limit} maximum"
     else:
@@ -180,10 +197,24 @@ def _recognise_overflow(text: str, body: _UpstreamErrorBody | None) -> InvalidRe
     for pattern in _CONTEXT_OVERFLOW:
         match = pattern.search(text)
         if match:
-            groups = match.groupdict()
-            prompt, limit = groups.get("prompt"), groups.get("limit")
-            return context_overflow(int(prompt) if prompt else None, int(limit) if limit else None)
+            numbers = {k: int(v) if v else None for k, v in match.groupdict().items()}
+            return context_overflow(numbers.get("prompt"), numbers.get("limit"), numbers.get("completion"))
+    if body is not None and body.code == "context_length_exceeded":
+        return context_overflow(None, None)
     return None
+
+
+# What a backend may echo back of a credential: bearer tokens, `sk-...` style keys,
+# `api_key=...` parameters. The gateway's own upstream key must never reach a client.
+_CREDENTIAL = re.compile(
+    r"(?i)(?<=bearer )[^\s\"',;]{6,}"
+    r"|\b(?:sk|pk|rk)-[A-Za-z0-9_*\-]{6,}"
+    r"|(?<=api[_-]key=)[^\s\"',;&]+|(?<=api[_-]key: )[^\s\"',;&]+"
+)
+
+
+def redact(text: str) -> str:
+    return _CREDENTIAL.sub("[redacted]", text)
 
 
 def upstream_message(raw: bytes) -> tuple[str, _UpstreamErrorBody | None]:
@@ -206,6 +237,7 @@ def upstream_message(raw: bytes) -> tuple[str, _UpstreamErrorBody | None]:
 def from_upstream(status: int, raw: bytes, *, upstream: str, retry_after: str | None = None) -> GatewayError:
     """Map a backend's non-2xx response to the error the client should see."""
     text, body = upstream_message(raw)
+    text = redact(text)
     if status in (400, 413, 422) or (body and body.code == "context_length_exceeded"):
         overflow = _recognise_overflow(text, body)
         if overflow is not None:
@@ -216,6 +248,7 @@ def from_upstream(status: int, raw: bytes, *, upstream: str, retry_after: str | 
 
 def from_stream_error(text: str, *, upstream: str) -> GatewayError:
     """Map an error that a backend reported inside a stream after its 200."""
+    text = redact(text)
     overflow = _recognise_overflow(text, None)
     if overflow is not None:
         return overflow

@@ -19,6 +19,7 @@ from dragoman.capabilities import Registry, needs_refresh, refresh_registry, reg
 from dragoman.backends.base import Backend
 from dragoman.config import Config, server_api_keys
 from dragoman.errors import GatewayError, InvalidRequest, NotFound
+from dragoman.observe import Metrics
 from dragoman.routing import Route, Router
 
 log = logging.getLogger("dragoman")
@@ -29,8 +30,9 @@ EPOCH = "1970-01-01T00:00:00Z"
 
 
 class Gateway:
-    def __init__(self, config: Config, backends: dict[str, Backend] | None = None) -> None:
+    def __init__(self, config: Config, backends: dict[str, Backend] | None = None, metrics: Metrics | None = None) -> None:
         self.config = config
+        self.metrics = metrics or Metrics()
         self.backends = backends if backends is not None else build(config)
         cache = config.server.registry_cache
         self.registry_file: Path | None = None if cache == "" else Path(cache).expanduser() if cache else registry_path()

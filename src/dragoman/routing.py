@@ -27,6 +27,10 @@ class Route:
     caps: ModelCaps
     context_window: int | None = None
 
+    @property
+    def path(self) -> str:
+        return getattr(self.backend, "path", "translate")
+
 
 class Router:
     def __init__(self, config: Config, backends: dict[str, Backend], registry: Registry | None = None) -> None:

@@ -9,6 +9,7 @@ back to the client's, within a bounded look-ahead at the start of the stream.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
@@ -25,6 +26,23 @@ FORWARDED_REQUEST_HEADERS = ("anthropic-version", "anthropic-beta")
 HEAD_LIMIT = 64 * 1024  # how far into a stream the model name is looked for
 
 
+_TOKENS = re.compile(rb'"(input_tokens|output_tokens|cache_read_input_tokens)"\s*:\s*(\d+)')
+
+
+def _note_usage(call: Call, data: bytes) -> None:
+    """Token counts for the metrics, read from the reply without decoding it."""
+    outcome = call.outcome
+    if outcome is None:
+        return
+    for name, value in _TOKENS.findall(data):
+        if name == b"input_tokens":
+            outcome.input_tokens = int(value)
+        elif name == b"output_tokens":
+            outcome.output_tokens = int(value)
+        else:
+            outcome.cache_read_tokens = int(value)
+
+
 def _reply_headers(headers: Mapping[str, str]) -> dict[str, str]:
     keep = {}
     for name, value in headers.items():
@@ -35,6 +53,8 @@ def _reply_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 class AnthropicBackend:
+    path = "passthrough"
+
     def __init__(self, name: str, upstream: AnthropicUpstream, config: Config) -> None:
         self.name = name
         self._upstream = upstream
@@ -119,6 +139,7 @@ class AnthropicBackend:
                 response.release()
         if response.status == 200:
             body = self._rename(body, call)
+            _note_usage(call, body)
         return Completed(body, status=response.status, headers=headers)
 
     def _rename(self, data: bytes, call: Call) -> bytes:
@@ -155,6 +176,8 @@ class AnthropicBackend:
                         continue
                     chunk, head = self._rename(head, call), None
                 at_boundary = chunk.endswith(b"\n\n")
+                if b"message_delta" in chunk:
+                    _note_usage(call, chunk)
                 yield chunk
             if head:
                 yield self._rename(head, call)

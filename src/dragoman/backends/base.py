@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -24,6 +24,7 @@ class Call:
     headers: Mapping[str, str]  # the client's request headers
     request_id: str
     stream: bool = False
+    outcome: Any = None  # observe.Outcome: what the backend saw (tokens, keep-alives, retries)
 
 
 @dataclass(slots=True)

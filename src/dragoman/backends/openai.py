@@ -19,6 +19,8 @@ from dragoman.profiles import PROFILES, Profile, profile_for
 from dragoman.config import Config, OpenAIUpstream
 from dragoman.errors import GatewayError, UpstreamError, context_limit, context_overflow, from_upstream
 from dragoman.protocol import anthropic, openai
+from dragoman import sse
+from dragoman.observe import Outcome
 from dragoman.sse import DataDecoder, encode_all
 from dragoman.tokens import count_estimate
 from dragoman.translate.fold import fold
@@ -35,6 +37,8 @@ _JSON = {"content-type": "application/json"}
 
 
 class OpenAIBackend:
+    path = "translate"
+
     def __init__(self, name: str, upstream: OpenAIUpstream, config: Config) -> None:
         self.name = name
         self._upstream = upstream
@@ -107,21 +111,22 @@ class OpenAIBackend:
             except msgspec.DecodeError as error:
                 raise UpstreamError(f"upstream {self.name} sent an unreadable completion: {error}") from None
             message = to_message(completion, **translator_args)
+            _note_usage(call.outcome, message.usage)
             return Completed(msgspec.json.encode(message), headers=_headers(translated))
         translator = StreamTranslator(**translator_args)
         if request.stream:
             if isinstance(head, asyncio.Task):
-                chunks = late_start(head, self._keepalive, lambda response: self._sse(response, translator))
+                chunks = late_start(head, self._keepalive, lambda response: self._sse(response, translator, call.outcome))
             else:
-                chunks = self._sse(head, translator)
+                chunks = self._sse(head, translator, call.outcome)
             return Streaming(chunks, headers=_headers(translated))
         events = []
-        async for batch in self._translated(head, translator):
+        async for batch in self._translated(head, translator, call.outcome):
             events.extend(batch)
         return Completed(msgspec.json.encode(fold(events)), headers=_headers(translated))
 
     async def _translated(
-        self, response: aiohttp.ClientResponse, translator: StreamTranslator
+        self, response: aiohttp.ClientResponse, translator: StreamTranslator, outcome: Outcome | None
     ) -> AsyncIterator[list[anthropic.StreamEvent]]:
         """Batches of Anthropic events for an upstream stream, one batch per network read.
         Raises GatewayError; always closes or releases the upstream response."""
@@ -155,7 +160,9 @@ class OpenAIBackend:
                         break
                 if out:
                     yield out
-            yield translator.finish()
+            final = translator.finish()
+            _note_usage(outcome, translator.usage)
+            yield final
             finished = not translator.done
         finally:
             if finished:
@@ -163,14 +170,18 @@ class OpenAIBackend:
             else:
                 response.close()  # stops the backend's generation
 
-    async def _sse(self, response: aiohttp.ClientResponse, translator: StreamTranslator) -> AsyncIterator[bytes]:
+    async def _sse(
+        self, response: aiohttp.ClientResponse, translator: StreamTranslator, outcome: Outcome | None
+    ) -> AsyncIterator[bytes]:
         """The client's SSE bytes; a failure after the start becomes an `error` event."""
-        events = self._translated(response, translator)
+        events = self._translated(response, translator, outcome)
         try:
             async for batch in events:
-                yield encode_all(batch)
+                yield sse.PING if batch[0] is PING else encode_all(batch)
         except GatewayError as error:
             log.warning("stream from %s failed: %s", self.name, error.message)
+            if outcome is not None:
+                outcome.error_type = error.type
             yield error.event()
         except Exception:  # a bug: the client still gets a well-formed end
             log.exception("stream translation failed")
@@ -231,6 +242,12 @@ class OpenAIBackend:
         tokens, method = await self._count(translated.chat, estimate=count_estimate(request))
         body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=tokens))
         return Completed(body, headers={"x-token-count-method": method})
+
+def _note_usage(outcome: Outcome | None, usage: anthropic.Usage) -> None:
+    if outcome is not None:
+        outcome.input_tokens, outcome.output_tokens = usage.input_tokens, usage.output_tokens
+        outcome.cache_read_tokens = usage.cache_read_input_tokens
+
 
 def _headers(translated: Translated) -> dict[str, str]:
     """Response headers that say what the gateway applied."""

@@ -120,6 +120,10 @@ class StreamTranslator:
                 self._finish = choice.finish_reason
         return events
 
+    @property
+    def usage(self) -> a.Usage:
+        return usage_of(self._usage)
+
     def finish(self) -> list[a.StreamEvent]:
         events: list[a.StreamEvent] = []
         rest = self._stops.flush()

@@ -1,0 +1,131 @@
+"""What operators see: Prometheus metrics and one JSON log line per request.
+
+Backends note what happened on the request's `Outcome` (tokens, keep-alives,
+retries); `observe` wraps the reply so the line and the metrics are written once
+the last byte has gone out, or the client has left. Message contents and keys are
+never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from dragoman.backends.base import Completed, Reply
+from dragoman.sse import KEEPALIVE_COMMENT, PING
+
+log = logging.getLogger("dragoman.access")
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """Filled in by the endpoint and the backend while a request is served."""
+
+    request_id: str
+    endpoint: str
+    model: str = ""
+    served_model: str = ""
+    upstream: str = ""
+    path: str = ""  # "translate" or "passthrough"
+    status: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    keepalives: int = 0
+    retries: int = 0
+    error_type: str | None = None
+    disconnected: bool = False
+    started: float = field(default_factory=time.perf_counter)
+    first_byte: float | None = None
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("dragoman_requests", "Requests served", ["endpoint", "model", "upstream", "path", "status"], registry=r)
+        self.latency = Histogram("dragoman_request_duration_seconds", "Time to the last byte", ["endpoint", "path"], buckets=LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("dragoman_time_to_first_token_seconds", "Time to the first streamed byte after message_start", ["path"], buckets=LATENCY_BUCKETS, registry=r)
+        self.tokens = Counter("dragoman_tokens", "Tokens, by direction", ["model", "direction"], registry=r)
+        self.upstream_errors = Counter("dragoman_upstream_errors", "Errors answered on behalf of an upstream", ["upstream", "type"], registry=r)
+        self.retries = Counter("dragoman_upstream_retries", "Upstream retries", ["upstream"], registry=r)
+        self.streams = Gauge("dragoman_streams_in_flight", "Streams being served", registry=r)
+        self.keepalives = Counter("dragoman_keepalives", "Keep-alive comments and pings sent", registry=r)
+        self.disconnects = Counter("dragoman_client_disconnects", "Clients that left before the end", registry=r)
+
+    def record(self, outcome: Outcome) -> None:
+        duration = time.perf_counter() - outcome.started
+        self.requests.labels(outcome.endpoint, outcome.model, outcome.upstream, outcome.path, str(outcome.status)).inc()
+        self.latency.labels(outcome.endpoint, outcome.path).observe(duration)
+        if outcome.first_byte is not None:
+            self.ttft.labels(outcome.path).observe(outcome.first_byte - outcome.started)
+        if outcome.input_tokens:
+            self.tokens.labels(outcome.model, "input").inc(outcome.input_tokens + (outcome.cache_read_tokens or 0))
+        if outcome.output_tokens:
+            self.tokens.labels(outcome.model, "output").inc(outcome.output_tokens)
+        if outcome.error_type and outcome.upstream:
+            self.upstream_errors.labels(outcome.upstream, outcome.error_type).inc()
+        if outcome.retries:
+            self.retries.labels(outcome.upstream).inc(outcome.retries)
+        if outcome.keepalives:
+            self.keepalives.inc(outcome.keepalives)
+        if outcome.disconnected:
+            self.disconnects.inc()
+        log.info(_line(outcome, duration))
+
+
+def _line(outcome: Outcome, duration: float) -> str:
+    fields = {
+        "request_id": outcome.request_id,
+        "endpoint": outcome.endpoint,
+        "model": outcome.model,
+        "served_model": outcome.served_model,
+        "upstream": outcome.upstream,
+        "path": outcome.path,
+        "status": outcome.status,
+        "input_tokens": outcome.input_tokens,
+        "output_tokens": outcome.output_tokens,
+        "cache_read_input_tokens": outcome.cache_read_tokens,
+        "ttft_ms": None if outcome.first_byte is None else round((outcome.first_byte - outcome.started) * 1000, 1),
+        "duration_ms": round(duration * 1000, 1),
+        "error": outcome.error_type,
+        "client_disconnected": outcome.disconnected or None,
+    }
+    return json.dumps({k: v for k, v in fields.items() if v is not None and v != ""}, separators=(",", ":"))
+
+
+def observe(reply: Reply, outcome: Outcome, metrics: Metrics) -> Reply:
+    """Record the outcome when the reply is complete (at once, or at the stream's end)."""
+    outcome.status = reply.status
+    if isinstance(reply, Completed):
+        metrics.record(outcome)
+        return reply
+    reply.chunks = _watched(reply.chunks, outcome, metrics)
+    return reply
+
+
+async def _watched(chunks: AsyncIterator[bytes], outcome: Outcome, metrics: Metrics) -> AsyncIterator[bytes]:
+    metrics.streams.inc()
+    finished = False
+    try:
+        async for chunk in chunks:
+            if chunk is PING or chunk is KEEPALIVE_COMMENT:
+                outcome.keepalives += 1
+            elif outcome.first_byte is None and b"content_block_delta" in chunk:
+                outcome.first_byte = time.perf_counter()  # the first token
+            yield chunk
+        finished = True
+    finally:
+        metrics.streams.dec()
+        outcome.disconnected = not finished
+        close = getattr(chunks, "aclose", None)
+        if close is not None and not finished:
+            await close()  # closes the upstream at once, so the backend stops generating
+        metrics.record(outcome)
