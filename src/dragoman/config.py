@@ -108,26 +108,43 @@ class Config(_Config):
 
 
 _PATH = re.compile(r" - at `\$\.?(.*)`$")
+_FIELD = re.compile(r"^Object (missing required|contains unknown) field `(.+)`$")
 
 
-def _readable(error: msgspec.ValidationError) -> str:
-    """`Expected int, got str - at $.server.port` -> `server.port: Expected int, got str`."""
+def _readable(error: msgspec.ValidationError, prefix: str = "") -> str:
+    """`Expected int, got str - at $.server.port` -> `server.port: Expected int, got str`;
+    a missing or unknown key is named in the path (`upstreams.x.url: required key is missing`)."""
     text = str(error)
     match = _PATH.search(text)
-    if not match:
-        return text
-    path = re.sub(r"\[(\d+)\]", r".\1", match.group(1))
-    return f"{path}: {text[: match.start()]}" if path else text[: match.start()]
+    path = re.sub(r"\[(\d+)\]", r".\1", match.group(1)) if match else ""
+    text = text[: match.start()] if match else text
+    field = _FIELD.match(text)
+    if field:
+        path = f"{path}.{field.group(2)}" if path else field.group(2)
+        text = "required key is missing" if field.group(1) == "missing required" else "unknown key"
+    path = ".".join(p for p in (prefix, path) if p)
+    return f"{path}: {text}" if path else text
 
 
 def from_dict(data: dict[str, Any]) -> Config:
-    for name, upstream in data.get("upstreams", {}).items():
+    # Upstreams are converted one by one: msgspec names a dict entry `upstreams[...]`,
+    # and an error must say which upstream it is about.
+    upstreams: dict[str, UpstreamConfig] = {}
+    raw_upstreams = data.get("upstreams", {})
+    if not isinstance(raw_upstreams, dict):
+        raise ConfigError(f"upstreams: expected a table of upstreams, got {type(raw_upstreams).__name__}")
+    for name, upstream in raw_upstreams.items():
         if isinstance(upstream, dict):
-            upstream.setdefault("protocol", "openai")
+            upstream = {"protocol": "openai", **upstream}
+        try:
+            upstreams[name] = msgspec.convert(upstream, UpstreamConfig)
+        except msgspec.ValidationError as error:
+            raise ConfigError(_readable(error, prefix=f"upstreams.{name}")) from None
     try:
-        config = msgspec.convert(data, Config)
+        config = msgspec.convert({k: v for k, v in data.items() if k != "upstreams"}, Config)
     except msgspec.ValidationError as error:
         raise ConfigError(_readable(error)) from None
+    config = msgspec.structs.replace(config, upstreams=upstreams)
     _check(config)
     return config
 

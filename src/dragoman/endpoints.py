@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from dragoman import auth
 from dragoman.backends.base import Call, Completed, Reply
@@ -38,10 +41,32 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return body
 
 
+class EventStreamResponse(StreamingResponse):
+    """A stream that notices a client leaving at once, not at its next write.
+
+    Starlette only watches for `http.disconnect` on older ASGI servers; during a
+    long prefill nothing is written for a while, and the backend would keep
+    generating for nobody. Cancelling the stream closes the upstream request.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        streaming = asyncio.ensure_future(self.stream_response(send))
+        watching = asyncio.ensure_future(self.listen_for_disconnect(receive))
+        try:
+            await asyncio.wait({streaming, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (streaming, watching):
+                task.cancel()
+            results = await asyncio.gather(streaming, watching, return_exceptions=True)
+        error = results[0]
+        if isinstance(error, BaseException) and not isinstance(error, (asyncio.CancelledError, OSError)):
+            raise error
+
+
 def render(reply: Reply) -> Response:
     if isinstance(reply, Completed):
         return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type="application/json")
-    return StreamingResponse(reply.chunks, status_code=reply.status, headers={**SSE_HEADERS, **reply.headers}, media_type="text/event-stream")
+    return EventStreamResponse(reply.chunks, status_code=reply.status, headers={**SSE_HEADERS, **reply.headers}, media_type="text/event-stream")
 
 
 async def _call(request: Request, endpoint: str) -> tuple[Call, Route]:

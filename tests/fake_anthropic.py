@@ -1,0 +1,113 @@
+"""A scripted Anthropic-native upstream (`/v1/messages`) on a real loopback socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+def message(text: str = "Hi", model: str = "native-model", **usage: int) -> dict:
+    return {
+        "id": "msg_native", "type": "message", "role": "assistant", "model": model,
+        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": usage.get("input_tokens", 7), "output_tokens": usage.get("output_tokens", 2)},
+    }  # fmt: skip
+
+
+def event(name: str, data: dict) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def text_events(text: str = "Hello", model: str = "native-model") -> list[bytes]:
+    start = message("", model)
+    start["content"] = []
+    return [
+        event("message_start", {"type": "message_start", "message": start}),
+        event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 3}}),
+        event("message_stop", {"type": "message_stop"}),
+    ]
+
+
+@dataclass
+class NativeReply:
+    status: int = 200
+    body: Any = None
+    events: list[Any] | None = None  # bytes, or ("sleep", seconds)
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class FakeAnthropic:
+    def __init__(self) -> None:
+        self.replies: deque[NativeReply] = deque()
+        self.requests: list[tuple[str, dict, dict[str, str]]] = []
+        self.disconnects = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeAnthropic:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_post("/v1/messages", self._handle)
+        app.router.add_post("/v1/messages/count_tokens", self._handle)
+        app.router.add_get("/v1/models", self._models)
+        runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _sleep_watching(self, request: web.Request, seconds: float) -> None:
+        """Sleep, but notice at once when the gateway closes the connection."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while loop.time() < end:
+            if request.transport is None or request.transport.is_closing():
+                raise ConnectionResetError("the gateway closed the connection")
+            await asyncio.sleep(0.01)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"type": "model", "id": "native-model", "display_name": "Native"}], "has_more": False})
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append((request.path, await request.json(), dict(request.headers)))
+        reply = self.replies.popleft() if self.replies else NativeReply(body=message())
+        if reply.events is None:
+            return web.json_response(reply.body, status=reply.status, headers=reply.headers)
+        response = web.StreamResponse(status=reply.status, headers={"content-type": "text/event-stream", **reply.headers})
+        await response.prepare(request)
+        try:
+            for item in reply.events:
+                if isinstance(item, tuple):
+                    await self._sleep_watching(request, item[1])
+                else:
+                    await response.write(item)
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.disconnects += 1
+            raise
+        return response

@@ -1,0 +1,139 @@
+"""The passthrough path: an upstream that speaks /v1/messages gets the request unchanged."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import anthropic
+import httpx
+import pytest
+
+from dragoman.config import from_dict
+from tests.fake_anthropic import FakeAnthropic, NativeReply, event, message, text_events
+from tests.servers import GatewayServer
+
+
+@pytest.fixture
+def native() -> Iterator[FakeAnthropic]:
+    fake = FakeAnthropic().start()
+    yield fake
+    fake.stop()
+
+
+def _config(native: FakeAnthropic, **server: object):
+    return from_dict(
+        {
+            "server": server,
+            "upstreams": {"native": {"url": native.url + "/v1", "protocol": "anthropic", "api_key": "upstream-secret"}},
+            "models": [{"name": "claude-test", "upstream": "native", "upstream_model": "native-model"}],
+        }
+    )
+
+
+@pytest.fixture
+def passthrough(native: FakeAnthropic) -> Iterator[GatewayServer]:
+    server = GatewayServer(_config(native, api_keys=["client-key"])).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def sdk(passthrough: GatewayServer) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=passthrough.url, api_key="client-key", max_retries=0)
+
+
+def test_body_forwarded_with_only_the_model_renamed(sdk, native):
+    reply = sdk.messages.create(
+        model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}],
+        extra_body={"some_future_field": {"x": 1}},
+    )  # fmt: skip
+    path, body, headers = native.requests[0]
+    assert path == "/v1/messages"
+    assert body["model"] == "native-model"
+    assert body["some_future_field"] == {"x": 1}  # never re-parsed into a closed set of fields
+    assert headers["x-api-key"] == "upstream-secret"  # the client's key is replaced
+    assert "client-key" not in str(headers)
+    assert headers["anthropic-version"]  # the client's version header is forwarded
+    assert reply.model == "claude-test"  # renamed back
+    assert reply.content[0].text == "Hi"
+
+
+def test_stream_bytes_forwarded_with_model_renamed(passthrough, native):
+    native.replies.append(NativeReply(events=text_events("Hello"), headers={"anthropic-ratelimit-requests-remaining": "41"}))
+    with httpx.stream(
+        "POST", passthrough.url + "/v1/messages", headers={"x-api-key": "client-key"},
+        json={"model": "claude-test", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "Hi"}]},
+    ) as response:  # fmt: skip
+        data = b"".join(response.iter_bytes())
+        assert response.headers["anthropic-ratelimit-requests-remaining"] == "41"
+    expected = b"".join(text_events("Hello", model="claude-test"))
+    assert data == expected
+
+
+def test_sdk_stream_through_passthrough(sdk, native):
+    native.replies.append(NativeReply(events=text_events("Streamed")))
+    with sdk.messages.stream(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}]) as stream:
+        final = stream.get_final_message()
+    assert final.content[0].text == "Streamed"
+    assert final.model == "claude-test"
+
+
+def test_upstream_errors_pass_through_unchanged(passthrough, native):
+    body = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
+    native.replies.append(NativeReply(status=429, body=body, headers={"retry-after": "7"}))
+    response = httpx.post(
+        passthrough.url + "/v1/messages", headers={"x-api-key": "client-key"},
+        json={"model": "claude-test", "max_tokens": 10, "messages": [{"role": "user", "content": "Hi"}]},
+    )  # fmt: skip
+    assert response.status_code == 429
+    assert response.json() == body
+    assert response.headers["retry-after"] == "7"
+    assert response.headers["request-id"].startswith("req_")
+
+
+def test_count_tokens_forwarded(sdk, native):
+    native.replies.append(NativeReply(body={"input_tokens": 42}))
+    result = sdk.messages.with_raw_response.count_tokens(model="claude-test", messages=[{"role": "user", "content": "Hi"}])
+    assert result.parse().input_tokens == 42
+    assert result.headers["x-token-count-method"] == "upstream"
+    assert native.requests[0][0] == "/v1/messages/count_tokens"
+
+
+def test_pings_fill_a_silent_stream_between_frames(native):
+    server = GatewayServer(_config(native, keepalive_interval=0.2)).start()
+    try:
+        events = text_events("late")
+        native.replies.append(NativeReply(events=[events[0], ("sleep", 0.7), *events[1:]]))
+        with httpx.stream(
+            "POST", server.url + "/v1/messages",
+            json={"model": "claude-test", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "Hi"}]},
+        ) as response:  # fmt: skip
+            data = b"".join(response.iter_bytes())
+    finally:
+        server.stop()
+    assert data.count(b"event: ping") >= 2
+    assert data.startswith(b"event: message_start")
+    assert data.endswith(event("message_stop", {"type": "message_stop"}))
+
+
+def test_client_disconnect_closes_the_upstream_stream(passthrough, native):
+    events = text_events("x")
+    native.replies.append(NativeReply(events=[events[0], *[("sleep", 0.05)] * 100, *events[1:]]))
+    with httpx.stream(
+        "POST", passthrough.url + "/v1/messages", headers={"x-api-key": "client-key"},
+        json={"model": "claude-test", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "Hi"}]},
+    ) as response:  # fmt: skip
+        next(response.iter_bytes())
+    deadline = time.monotonic() + 3
+    while native.disconnects == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert native.disconnects == 1
+
+
+def test_non_stream_usage_in_metrics(sdk, native, passthrough):
+    native.replies.append(NativeReply(body=message("ok", input_tokens=11, output_tokens=4)))
+    sdk.messages.create(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    metrics = httpx.get(passthrough.url + "/metrics").text
+    assert 'dragoman_tokens_total{direction="output",model="claude-test"} 4.0' in metrics
+    assert 'path="passthrough"' in metrics
