@@ -1,0 +1,126 @@
+"""Configuration: a startup error must name the offending key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dragoman import config
+from dragoman.config import AnthropicUpstream, ConfigError, OpenAIUpstream
+
+
+def good(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "server": {"port": 9000},
+        "upstreams": {"local": {"url": "http://127.0.0.1:8000/v1"}},
+        "models": [{"name": "qwen", "upstream": "local"}],
+    }
+    data.update(overrides)
+    return data
+
+
+def failure(data: dict[str, Any]) -> str:
+    with pytest.raises(ConfigError) as caught:
+        config.from_dict(data)
+    return str(caught.value)
+
+
+def test_defaults() -> None:
+    loaded = config.from_dict({})
+    assert loaded.server.host == "127.0.0.1" and loaded.upstreams == {} and loaded.models == []
+
+
+def test_protocol_defaults_to_openai() -> None:
+    loaded = config.from_dict(good())
+    upstream = loaded.upstreams["local"]
+    assert isinstance(upstream, OpenAIUpstream) and upstream.flavor == "auto"
+    assert loaded.models[0].served_model == "qwen"
+
+
+def test_anthropic_protocol() -> None:
+    loaded = config.from_dict(good(upstreams={"claude": {"url": "https://api.anthropic.com", "protocol": "anthropic"}},
+                                   models=[{"name": "c", "upstream": "claude"}]))  # fmt: skip
+    assert isinstance(loaded.upstreams["claude"], AnthropicUpstream)
+
+
+@pytest.mark.parametrize(
+    ("data", "prefix", "fragment"),
+    [
+        (good(server={"port": "eighty"}), "server.port:", "int"),
+        (good(server={"port": 9000, "prot": 1}), "server.prot:", "unknown"),
+        (good(server={"server_tools": "ignore"}), "server.server_tools:", "ignore"),
+        ({**good(), "bogus": 1}, "bogus:", "unknown"),
+        ({"upstreams": {"x": {"url": "ftp://example.com"}}}, "upstreams.x.url:", "http://"),
+        ({"upstreams": {"x": {"url": "localhost:8000"}}}, "upstreams.x.url:", "http://"),
+        ({"upstreams": {"x": {}}}, "upstreams.x.url:", ""),
+        ({"upstreams": {"x": {"url": 8000}}}, "upstreams.x.url:", "str"),
+        ({"upstreams": {"x": {"url": "http://a", "protocol": "grpc"}}}, "upstreams.x.protocol:", "grpc"),
+        ({"upstreams": {"x": {"url": "http://a", "flavour": "vllm"}}}, "upstreams.x.flavour:", "unknown"),
+        ({"upstreams": {"x": {"url": "http://a", "flavor": "tgi"}}}, "upstreams.x.flavor:", "tgi"),
+        ({"upstreams": {"x": {"url": "http://a", "idle_timeout": 0}}}, "upstreams.x.idle_timeout:", "positive"),
+        ({"upstreams": {"x": {"url": "http://a", "protocol": "anthropic", "flavor": "vllm"}}}, "upstreams.x.flavor:", "unknown"),
+        ({"upstreams": "http://a"}, "upstreams:", ""),
+        ({"upstreams": {"x": "http://a"}}, "upstreams.x:", ""),
+        (good(models=[{"name": "qwen", "upstream": "nowhere"}]), "models.0.upstream:", "nowhere"),
+        (good(models=[{"name": "a", "upstream": "local"}, {"name": "qwen"}]), "models.1.upstream:", ""),
+        (good(models=[{"name": "qwen", "upstream": "local", "vision": "yes"}]), "models.0.vision:", "bool"),
+        (good(server={"default_model": "llama"}), "server.default_model:", "llama"),
+    ],
+)
+def test_errors_name_the_key(data: dict[str, Any], prefix: str, fragment: str) -> None:
+    message = failure(data)
+    assert message.startswith(prefix), message
+    assert fragment in message
+
+
+def test_unknown_upstream_lists_the_known_ones() -> None:
+    message = failure(good(upstreams={"a": {"url": "http://a"}, "b": {"url": "http://b"}}, models=[{"name": "m", "upstream": "c"}]))
+    assert "'c'" in message and "a, b" in message
+
+
+def test_load_prefixes_errors_with_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "dragoman.toml"
+    path.write_text('[upstreams.local]\nurl = "ftp://nope"\n')
+    with pytest.raises(ConfigError) as caught:
+        config.load(path)
+    assert str(caught.value).startswith(f"{path}: upstreams.local.url:")
+
+
+def test_load_reads_toml(tmp_path: Path) -> None:
+    path = tmp_path / "dragoman.toml"
+    path.write_text(
+        '[server]\nport = 9100\napi_keys = ["k1"]\n\n'
+        '[upstreams.gpu]\nurl = "http://gpu:8000/v1"\nflavor = "vllm"\n\n'
+        '[[models]]\nname = "qwen3"\nupstream = "gpu"\naliases = ["claude-sonnet-4-5"]\n'
+    )
+    loaded = config.load(path)
+    assert loaded.server.port == 9100
+    assert loaded.upstreams["gpu"].flavor == "vllm"
+    assert loaded.models[0].aliases == ["claude-sonnet-4-5"]
+
+
+@pytest.mark.parametrize(("content", "fragment"), [(None, "not found"), ("[server\nport = 1", "invalid TOML")])
+def test_unreadable_files(tmp_path: Path, content: str | None, fragment: str) -> None:
+    path = tmp_path / "dragoman.toml"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError) as caught:
+        config.load(path)
+    assert fragment in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_upstream_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded = config.from_dict(good(upstreams={"local": {"url": "http://a", "api_key": "inline", "api_key_env": "DRAGOMAN_TEST_KEY"}}))
+    upstream = loaded.upstreams["local"]
+    monkeypatch.setenv("DRAGOMAN_TEST_KEY", "from-env")
+    assert loaded.upstream_key(upstream) == "from-env"
+    monkeypatch.delenv("DRAGOMAN_TEST_KEY")
+    assert loaded.upstream_key(upstream) == "inline"
+
+
+def test_server_api_keys_merge_file_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DRAGOMAN_TEST_KEYS", " k2 , k3,, ")
+    loaded = config.from_dict({"server": {"api_keys": ["k1"], "api_keys_env": "DRAGOMAN_TEST_KEYS"}})
+    assert config.server_api_keys(loaded) == {"k1", "k2", "k3"}
