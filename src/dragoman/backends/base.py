@@ -71,8 +71,8 @@ def upstream_errors(upstream: str) -> Iterator[None]:
     except GatewayError:
         raise
     except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as error:
-        raise UpstreamTimeout(f"upstream {upstream} timed out ({error or 'no response in time'})") from None
+        raise UpstreamTimeout(f"upstream {upstream} timed out ({str(error) or 'no response in time'})") from None
     except aiohttp.ClientConnectorError as error:
         raise UpstreamError(f"upstream {upstream} is unreachable: {error.os_error or error}") from None
     except (aiohttp.ClientError, ConnectionError) as error:
-        raise UpstreamError(f"upstream {upstream} failed: {error or type(error).__name__}") from None
+        raise UpstreamError(f"upstream {upstream} failed: {str(error) or type(error).__name__}") from None

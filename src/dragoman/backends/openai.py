@@ -23,7 +23,7 @@ from dragoman import sse
 from dragoman.observe import Outcome
 from dragoman.sse import DataDecoder, encode_all
 from dragoman.tokens import count_estimate
-from dragoman.translate.fold import fold
+from dragoman.translate.fold import events_of, fold
 from dragoman.translate.request import Options, Translated, to_chat_request
 from dragoman.translate.response import to_message
 from dragoman.translate.stream import StreamTranslator
@@ -106,14 +106,11 @@ class OpenAIBackend:
                     body = await response.read()
                 finally:
                     response.release()
-            try:
-                completion = openai.CHAT_COMPLETION.decode(body)
-            except msgspec.DecodeError as error:
-                raise UpstreamError(f"upstream {self.name} sent an unreadable completion: {error}") from None
-            message = to_message(completion, **translator_args)
+            message = to_message(_completion(body, self.name), **translator_args)
             _note_usage(call.outcome, message.usage)
             return Completed(msgspec.json.encode(message), headers=_headers(translated))
         translator = StreamTranslator(**translator_args)
+        translator.settings = translator_args  # for an upstream that answers with JSON anyway
         if request.stream:
             if isinstance(head, asyncio.Task):
                 chunks = late_start(head, self._keepalive, lambda response: self._sse(response, translator, call.outcome))
@@ -132,6 +129,14 @@ class OpenAIBackend:
         Raises GatewayError; always closes or releases the upstream response."""
         finished = False
         try:
+            if response.content_type == "application/json":  # the upstream ignored `stream: true`
+                with upstream_errors(self.name):
+                    body = await response.read()
+                message = to_message(_completion(body, self.name), **translator.settings)
+                _note_usage(outcome, message.usage)
+                finished = True
+                yield events_of(message)
+                return
             yield translator.start()
             decoder = DataDecoder()
             loop = asyncio.get_running_loop()
@@ -242,6 +247,13 @@ class OpenAIBackend:
         tokens, method = await self._count(translated.chat, estimate=count_estimate(request))
         body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=tokens))
         return Completed(body, headers={"x-token-count-method": method})
+
+def _completion(body: bytes, upstream: str) -> openai.ChatCompletion:
+    try:
+        return openai.CHAT_COMPLETION.decode(body)
+    except msgspec.DecodeError as error:
+        raise UpstreamError(f"upstream {upstream} sent an unreadable completion: {error}") from None
+
 
 def _note_usage(outcome: Outcome | None, usage: anthropic.Usage) -> None:
     if outcome is not None:

@@ -20,11 +20,11 @@ def fold(events: Iterable[a.StreamEvent]) -> a.Message:
     tool_json: dict[int, str] = {}
     for event in events:
         if isinstance(event, a.MessageStart):
-            message = event.message
+            message = msgspec.structs.replace(event.message)  # copies: the events stay untouched
         elif message is None:
             raise ValueError(f"{type(event).__name__} before message_start")
         elif isinstance(event, a.ContentBlockStart):
-            blocks.append(event.content_block)
+            blocks.append(msgspec.structs.replace(event.content_block))
         elif isinstance(event, a.ContentBlockDelta):
             block, delta = blocks[event.index], event.delta
             if isinstance(delta, a.TextDelta) and isinstance(block, a.OutTextBlock):
@@ -53,3 +53,35 @@ def fold(events: Iterable[a.StreamEvent]) -> a.Message:
         block.input = parsed
     message.content = blocks
     return message
+
+
+def events_of(message: a.Message) -> list[a.StreamEvent]:
+    """The stream that folds back into `message` (for an upstream that answered a
+    stream request with a whole completion)."""
+    start = msgspec.structs.replace(message, content=[], stop_reason=None, stop_sequence=None)
+    events: list[a.StreamEvent] = [a.MessageStart(message=start)]
+    for index, block in enumerate(message.content):
+        if isinstance(block, a.OutTextBlock):
+            events.append(a.ContentBlockStart(index=index, content_block=a.OutTextBlock(text="")))
+            if block.text:
+                events.append(a.ContentBlockDelta(index=index, delta=a.TextDelta(text=block.text)))
+        elif isinstance(block, a.OutThinkingBlock):
+            events.append(a.ContentBlockStart(index=index, content_block=a.OutThinkingBlock(thinking="", signature="")))
+            events.append(a.ContentBlockDelta(index=index, delta=a.ThinkingDelta(thinking=block.thinking)))
+            events.append(a.ContentBlockDelta(index=index, delta=a.SignatureDelta(signature=block.signature)))
+        else:
+            events.append(a.ContentBlockStart(index=index, content_block=msgspec.structs.replace(block, input={})))
+            events.append(a.ContentBlockDelta(index=index, delta=a.InputJSONDelta(partial_json=msgspec.json.encode(block.input).decode())))
+        events.append(a.ContentBlockStop(index=index))
+    usage = message.usage
+    events.append(
+        a.MessageDelta(
+            delta=a.MessageDeltaBody(stop_reason=message.stop_reason, stop_sequence=message.stop_sequence),
+            usage=a.MessageDeltaUsage(
+                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                cache_read_input_tokens=usage.cache_read_input_tokens,
+            ),
+        )
+    )  # fmt: skip
+    events.append(a.MessageStop())
+    return events

@@ -71,16 +71,19 @@ class StreamTranslator:
         self._upstream = upstream
         self._open: str | None = None  # "thinking" | "text" | "tool"
         self._index = -1
-        self._tool_key: int | None = None  # upstream tool_calls[].index of the open tool block
+        self._tool_key: int | str | None = None  # identifies the open tool call (index, else id)
+        self._tool_key_index: int | None = None  # its upstream tool_calls[].index
+        self._tool_id: str | None = None  # its upstream id
         self._tool_name = ""
         self._tool_args = ""
-        self._closed_tools: set[int] = set()
+        self._closed_tools: set[int | str] = set()
         self._answered = False  # a text or tool_use block was emitted
         self._saw_tool = False
         self._hidden_reasoning: list[str] = []
         self._finish: str | None = None
         self._usage: openai.Usage | None = None
         self.done = False
+        self.settings: dict[str, object] = {}  # how it was made, for the shell's own use
 
     # -- public ------------------------------------------------------------------
 
@@ -129,9 +132,13 @@ class StreamTranslator:
         rest = self._stops.flush()
         if rest:
             self._emit_text(rest, events)
-        if not self._answered and self._hidden_reasoning:
-            # The whole answer came as reasoning: a reply always has a text block.
-            self._emit_text("".join(self._hidden_reasoning), events)
+        if not self._answered:
+            # The whole answer came as reasoning (or nothing came): a reply always has a text block.
+            text = "".join(self._hidden_reasoning)
+            if text:
+                self._emit_text(text, events)
+            else:
+                self._open_block("text", a.OutTextBlock(text=""), events)
         self._close(events)
         usage = usage_of(self._usage)
         reason = stop_reason_of(self._finish, tool_calls=self._saw_tool, matched=self._stops.matched)
@@ -193,16 +200,25 @@ class StreamTranslator:
         events.append(a.ContentBlockDelta(index=self._index, delta=a.TextDelta(text=text)))
 
     def _tool_call(self, call: openai.ResponseToolCall, events: list[a.StreamEvent]) -> None:
-        key = call.index if call.index is not None else (self._tool_key if call.id is None else len(self._closed_tools))
+        """A fragment continues the open call unless it names another call: a new
+        `index`, or (for servers that omit or reuse indices) a new `id`."""
         function = call.function or openai.ResponseFunction()
-        if self._open != "tool" or key != self._tool_key:
+        open_tool = self._open == "tool"
+        new_id = call.id is not None and call.id != self._tool_id
+        if open_tool and not new_id and (call.index is None or call.index == self._tool_key_index):
+            pass  # a continuation of the open call
+        else:
+            key = call.id if (new_id and (call.index is None or call.index == self._tool_key_index)) else call.index
+            if key is None:
+                key = call.id or f"call-{len(self._closed_tools)}"
             if key in self._closed_tools:
                 raise UpstreamError(f"upstream {self._upstream} interleaved the arguments of parallel tool calls")
             name = function.name or ""
             name = self._tool_names.get(name, name)
             block = a.OutToolUseBlock(id=call.id or self._new_tool_id(), name=name, input={})
             self._open_block("tool", block, events)
-            self._tool_key, self._tool_name, self._tool_args = key, name, ""
+            self._tool_key, self._tool_key_index, self._tool_id = key, call.index, call.id
+            self._tool_name, self._tool_args = name, ""
             self._answered = self._saw_tool = True
         arguments = function.arguments
         if isinstance(arguments, dict):  # Ollama-style: a whole object instead of JSON text
