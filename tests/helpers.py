@@ -11,9 +11,6 @@ from typing import Any
 
 import msgspec
 
-# `dragoman.backends` first: importing `dragoman.translate.request` on its own
-# currently hits an import cycle (see test_translate_request.py::test_request_module_imports_alone).
-import dragoman.backends  # noqa: F401
 from dragoman import sse
 from dragoman.profiles import PROFILES, Profile
 from dragoman.protocol import anthropic as a
