@@ -54,9 +54,23 @@ class _UpstreamBase(_Config):
     api_key: str | None = None
     api_key_env: str | None = None
     headers: dict[str, str] = {}
+    # More URLs serving the same models: requests spread over them, retries go elsewhere.
+    replicas: list[str] = []
     connect_timeout: float = 10.0
     first_byte_timeout: float = 600.0
     idle_timeout: float = 300.0
+    # Transient failures before the first byte (refused, reset, 429, 502-504, 529).
+    max_retries: int = 2
+    retry_budget: float = 10.0  # seconds of waiting, retry-after included
+    # At most this many requests at once; up to max_queue more wait, the rest get 529.
+    max_concurrent: int | None = None
+    max_queue: int = 100
+    # Network: HTTP(S)_PROXY and NO_PROXY are honoured; these override per upstream.
+    proxy: str | None = None
+    tls_verify: bool = True
+    ca_bundle: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
 
 
 class OpenAIUpstream(_UpstreamBase, tag="openai", tag_field="protocol"):
@@ -157,6 +171,9 @@ def _check(config: Config) -> None:
     for name, upstream in config.upstreams.items():
         if not upstream.url.startswith(("http://", "https://")):
             raise ConfigError(f"upstreams.{name}.url: must start with http:// or https://, got {upstream.url!r}")
+        for url in upstream.replicas:
+            if not url.startswith(("http://", "https://")):
+                raise ConfigError(f"upstreams.{name}.replicas: must start with http:// or https://, got {url!r}")
         for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
             if getattr(upstream, key) <= 0:
                 raise ConfigError(f"upstreams.{name}.{key}: must be a positive number of seconds")

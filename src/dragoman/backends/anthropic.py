@@ -58,9 +58,8 @@ class AnthropicBackend:
     def __init__(self, name: str, upstream: AnthropicUpstream, config: Config) -> None:
         self.name = name
         self._upstream = upstream
-        base = upstream.url.rstrip("/")
-        self._base = base[:-3] if base.endswith("/v1") else base  # tolerate an SDK-style base with /v1
-        self._http = HttpClient(name, upstream, config.upstream_key(upstream), auth_header="x-api-key")
+        # The url is the SDK's base URL, without /v1; a trailing /v1 is tolerated.
+        self._http = HttpClient(name, upstream, config.upstream_key(upstream), auth_header="x-api-key", prefix="/v1")
         self._http.headers.setdefault("anthropic-version", "2023-06-01")
         self._keepalive = config.server.keepalive_interval
 
@@ -68,7 +67,7 @@ class AnthropicBackend:
         await self._http.close()
 
     async def list_models(self) -> list[UpstreamModel]:
-        status, body = await self._http.get(f"{self._base}/v1/models")
+        status, body = await self._http.get("/models")
         if status != 200:
             raise UpstreamError(f"upstream {self.name} answered {status} to GET /v1/models")
         try:
@@ -91,13 +90,10 @@ class AnthropicBackend:
 
     async def _send(self, call: Call, path: str) -> aiohttp.ClientResponse:
         headers = {k: call.headers[k] for k in FORWARDED_REQUEST_HEADERS if k in call.headers}
-        session = self._http.session()
-        with upstream_errors(self.name):
-            async with asyncio.timeout(self._upstream.first_byte_timeout):
-                return await session.post(f"{self._base}{path}", data=self._body(call), headers={**self._http.headers, **headers})
+        return await self._http.post(path, self._body(call), headers=headers, raw=True, outcome=call.outcome)
 
     async def messages(self, call: Call, route: object) -> Reply:
-        send = self._send(call, "/v1/messages")
+        send = self._send(call, "/messages")
         if not call.stream:
             response = await send
             return await self._complete(response, call, _reply_headers(response.headers))
@@ -126,7 +122,7 @@ class AnthropicBackend:
             yield from_upstream(response.status, raw, upstream=self.name).event()
 
     async def count_tokens(self, call: Call, route: object) -> Reply:
-        response = await self._send(call, "/v1/messages/count_tokens")
+        response = await self._send(call, "/messages/count_tokens")
         headers = _reply_headers(response.headers)
         headers["x-token-count-method"] = "upstream"
         return await self._complete(response, call, headers)

@@ -42,22 +42,22 @@ class _Tokenize(msgspec.Struct):
     parse_special: bool = True
 
 
-async def count_prompt(http: HttpClient, server_root: str, counter: TokenCounter, chat: openai.ChatRequest) -> int:
+async def count_prompt(http: HttpClient, counter: TokenCounter, chat: openai.ChatRequest) -> int:
     """Raises GatewayError when the upstream cannot count."""
     if counter == "vllm":
         body = msgspec.json.encode(_ChatTokenize(model=chat.model, messages=chat.messages, tools=chat.tools))
-        response = await http.post(f"{server_root}/tokenize", body)
+        response = await http.post("/tokenize", body, from_root=True)
         try:
             return msgspec.json.decode(await response.read(), type=_Count).count
         finally:
             response.release()
     body = msgspec.json.encode({"messages": chat.messages, "tools": chat.tools} if chat.tools else {"messages": chat.messages})
-    response = await http.post(f"{server_root}/apply-template", body)
+    response = await http.post("/apply-template", body, from_root=True)
     try:
         prompt = msgspec.json.decode(await response.read(), type=_Prompt).prompt
     finally:
         response.release()
-    response = await http.post(f"{server_root}/tokenize", msgspec.json.encode(_Tokenize(content=prompt)))
+    response = await http.post("/tokenize", msgspec.json.encode(_Tokenize(content=prompt)), from_root=True)
     try:
         return len(msgspec.json.decode(await response.read(), type=_Tokens).tokens)
     finally:

@@ -1,65 +1,178 @@
-"""One pooled HTTP client per upstream, with its key, headers and timeouts.
+"""One pooled HTTP client per upstream: its replicas, key, headers, timeouts, retries.
 
-Non-2xx answers are mapped here, once, so callers only ever see a 2xx response or
-a GatewayError.
+Before any byte has gone to the client, a transient failure (connection refused or
+reset, 429, 502, 503, 504, 529) is retried with backoff and jitter, honouring
+`retry-after`, on another healthy replica when there is one, within a bounded
+budget. Non-2xx answers are mapped here, once, so callers see a 2xx response or a
+GatewayError (unless they ask for the raw response, as passthrough does).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import random
+import time
+from typing import Any
 
 import aiohttp
 
 from dragoman.backends.base import upstream_errors
 from dragoman.config import UpstreamConfig
-from dragoman.errors import from_upstream
+from dragoman.errors import GatewayError, UpstreamError, UpstreamTimeout, from_upstream
 
 MAX_ERROR_BODY = 64 * 1024
+RETRY_STATUSES = frozenset({429, 502, 503, 504, 529})
+UNHEALTHY_FOR = 5.0  # seconds a replica that refused a connection is passed over
+BACKOFF_BASE = 0.25
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: fall back to backoff
 
 
 class HttpClient:
-    def __init__(self, name: str, upstream: UpstreamConfig, api_key: str | None, *, auth_header: str = "authorization") -> None:
+    def __init__(
+        self, name: str, upstream: UpstreamConfig, api_key: str | None, *, auth_header: str = "authorization", prefix: str = ""
+    ) -> None:
         self.name = name
         self._upstream = upstream
         self._session: aiohttp.ClientSession | None = None
         self.headers = {"content-type": "application/json", **upstream.headers}
         if api_key:
-            if auth_header == "authorization":
-                self.headers["authorization"] = f"Bearer {api_key}"
-            else:
-                self.headers[auth_header] = api_key
+            self.headers[auth_header] = f"Bearer {api_key}" if auth_header == "authorization" else api_key
+        # Each replica as a server root; `prefix` is the API path under it (e.g. /v1).
+        roots = []
+        for url in [upstream.url, *upstream.replicas]:
+            url = url.rstrip("/")
+            roots.append(url[: -len(prefix)] if prefix and url.endswith(prefix) else url)
+        self.roots = roots
+        self.prefix = prefix
+        self._unhealthy: dict[str, float] = {}
+        self._turn = itertools.cycle(range(len(roots)))
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True, ssl=self._ssl())
             timeout = aiohttp.ClientTimeout(total=None, connect=self._upstream.connect_timeout, sock_connect=self._upstream.connect_timeout)
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=timeout, auto_decompress=True, trust_env=True, skip_auto_headers=("user-agent",)
             )
         return self._session
 
+    def _ssl(self) -> Any:
+        upstream = self._upstream
+        if not upstream.tls_verify:
+            return False
+        if upstream.ca_bundle or upstream.client_cert:
+            import ssl
+
+            context = ssl.create_default_context(cafile=upstream.ca_bundle)
+            if upstream.client_cert:
+                context.load_cert_chain(upstream.client_cert, upstream.client_key)
+            return context
+        return True
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
 
+    def _pick(self, avoid: str | None) -> str:
+        now = time.monotonic()
+        healthy = [r for r in self.roots if self._unhealthy.get(r, 0.0) <= now and r != avoid]
+        if not healthy:
+            healthy = [r for r in self.roots if r != avoid] or self.roots
+        if len(healthy) == 1:
+            return healthy[0]
+        for _ in range(len(self.roots)):
+            candidate = self.roots[next(self._turn)]
+            if candidate in healthy:
+                return candidate
+        return healthy[0]
+
+    def url(self, path: str, *, from_root: bool = False, root: str | None = None) -> str:
+        return (root or self.roots[0]) + ("" if from_root else self.prefix) + path
+
     async def post(
-        self, url: str, body: bytes, *, stream: bool = False, headers: dict[str, str] | None = None
+        self,
+        path: str,
+        body: bytes,
+        *,
+        headers: dict[str, str] | None = None,
+        from_root: bool = False,
+        raw: bool = False,
+        outcome: Any = None,
     ) -> aiohttp.ClientResponse:
-        """POST and wait for the response head; raise the mapped error for a non-2xx."""
+        """POST and wait for the response head, retrying transient failures.
+
+        Raises the mapped GatewayError for a non-2xx (with `raw`, returns the last
+        response whatever its status, for passthrough to relay)."""
         send_headers = self.headers if headers is None else {**self.headers, **headers}
-        with upstream_errors(self.name):
-            async with asyncio.timeout(self._upstream.first_byte_timeout):
-                response = await self.session().post(url, data=body, headers=send_headers)
-                if response.status >= 300:
+        budget_end = time.monotonic() + self._upstream.retry_budget
+        root: str | None = None
+        attempt = 0
+        while True:
+            root = self._pick(avoid=root)
+            wait: float | None = None
+            try:
+                with upstream_errors(self.name):
+                    async with asyncio.timeout(self._upstream.first_byte_timeout):
+                        response = await self.session().post(
+                            self.url(path, from_root=from_root, root=root), data=body, headers=send_headers, proxy=self._upstream.proxy
+                        )
+            except UpstreamTimeout:
+                raise  # a slow upstream is not helped by asking again
+            except UpstreamError:
+                self._unhealthy[root] = time.monotonic() + UNHEALTHY_FOR
+                if not self._may_retry(attempt, budget_end, None):
+                    raise
+            else:
+                if response.status < 300:
+                    return response
+                retryable = response.status in RETRY_STATUSES
+                wait = _retry_after(response.headers.get("retry-after"))
+                if not retryable or not self._may_retry(attempt, budget_end, wait):
+                    if raw:
+                        return response
                     try:
-                        raw = await response.content.read(MAX_ERROR_BODY)
+                        error_body = await response.content.read(MAX_ERROR_BODY)
                     finally:
                         response.release()
-                    raise from_upstream(response.status, raw, upstream=self.name, retry_after=response.headers.get("retry-after"))
-        return response
+                    raise from_upstream(response.status, error_body, upstream=self.name, retry_after=response.headers.get("retry-after"))
+                response.release()
+            attempt += 1
+            if outcome is not None:
+                outcome.retries += 1
+            await asyncio.sleep(self._delay(attempt, wait, budget_end))
 
-    async def get(self, url: str, *, timeout: float = 10.0) -> tuple[int, bytes]:
-        with upstream_errors(self.name):
-            async with asyncio.timeout(timeout):
-                async with self.session().get(url, headers=self.headers) as response:
-                    return response.status, await response.read()
+    def _may_retry(self, attempt: int, budget_end: float, retry_after: float | None) -> bool:
+        if attempt >= self._upstream.max_retries:
+            return False
+        remaining = budget_end - time.monotonic()
+        return remaining > 0 and (retry_after is None or retry_after <= remaining)
+
+    def _delay(self, attempt: int, retry_after: float | None, budget_end: float) -> float:
+        if retry_after is not None:
+            delay = retry_after
+        else:
+            delay = BACKOFF_BASE * 2 ** (attempt - 1) * random.uniform(0.75, 1.25)
+        return max(0.0, min(delay, budget_end - time.monotonic()))
+
+    async def get(self, path: str, *, timeout: float = 10.0, from_root: bool = False) -> tuple[int, bytes]:
+        last: GatewayError | None = None
+        for root in [self._pick(avoid=None), *self.roots]:
+            try:
+                with upstream_errors(self.name):
+                    async with asyncio.timeout(timeout):
+                        async with self.session().get(
+                            self.url(path, from_root=from_root, root=root), headers=self.headers, proxy=self._upstream.proxy
+                        ) as response:
+                            return response.status, await response.read()
+            except UpstreamError as error:  # try the next replica
+                self._unhealthy[root] = time.monotonic() + UNHEALTHY_FOR
+                last = error
+        assert last is not None
+        raise last

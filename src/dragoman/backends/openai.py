@@ -42,15 +42,12 @@ class OpenAIBackend:
     def __init__(self, name: str, upstream: OpenAIUpstream, config: Config) -> None:
         self.name = name
         self._upstream = upstream
-        self._http = HttpClient(name, upstream, config.upstream_key(upstream))
-        self._base = upstream.url.rstrip("/")
+        self._http = HttpClient(name, upstream, config.upstream_key(upstream), prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "")
         self._options = Options(
             keep_billing_header=config.server.keep_billing_header,
             drop_server_tools=config.server.server_tools == "drop",
         )
         self.profile: Profile = profile_for(upstream) if upstream.flavor != "auto" else PROFILES["generic"]
-        # The server's root (tokenize endpoints live beside /v1, not under it).
-        self._root = self._base[:-3] if self._base.endswith("/v1") else self._base
         self._counts = CountCache()
         self._keepalive = config.server.keepalive_interval
 
@@ -60,7 +57,7 @@ class OpenAIBackend:
     # -- discovery ---------------------------------------------------------------
 
     async def list_models(self) -> list[UpstreamModel]:
-        status, body = await self._http.get(f"{self._base}/models")
+        status, body = await self._http.get("/models")
         if status != 200:
             raise from_upstream(status, body, upstream=self.name)
         try:
@@ -85,7 +82,7 @@ class OpenAIBackend:
         upstream_stream = request.stream or bool(request.stop_sequences)
         translated = self._translate(request, route, upstream_stream)
         await self._fit_max_tokens(translated, route, request.max_tokens)
-        post = self._http.post(f"{self._base}/chat/completions", openai.ENCODER.encode(translated.chat), stream=upstream_stream)
+        post = self._http.post("/chat/completions", openai.ENCODER.encode(translated.chat), outcome=call.outcome)
         if request.stream:
             head = await head_or_task(post, self._keepalive)
         else:
@@ -206,7 +203,7 @@ class OpenAIBackend:
         if cached is not None:
             return cached
         try:
-            result = (await count_prompt(self._http, self._root, counter, chat), "upstream")
+            result = (await count_prompt(self._http, counter, chat), "upstream")
         except GatewayError as error:
             log.info("upstream %s could not count tokens (%s); estimating", self.name, error.message)
             return estimate, "estimate"

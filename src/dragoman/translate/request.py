@@ -294,7 +294,10 @@ def to_chat_request(
         for block in blocks:
             if isinstance(block, anthropic.ToolUseBlock):
                 names.setdefault(block.name, short_tool_name(block.name))
+    # vLLM's default tool_choice is "none": say "auto" whenever tools are offered.
     tool_choice, parallel = _tool_choice(request.tool_choice, names) if tools else (None, None)
+    if tools and tool_choice is None:
+        tool_choice = "auto"
 
     reasoning = plan(request, caps.reasoning, model=request.model)
     replay_field = profile.reasoning_field if caps.reasoning_replay else None

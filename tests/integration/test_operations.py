@@ -1,0 +1,120 @@
+"""Operations: replicas and failover, back-pressure, metrics, the request log, health."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import anthropic
+import httpx
+
+from tests.fakes import FakeUpstream, Reply, completion, text_stream
+from tests.servers import free_port
+
+VALID = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "a secret question"}]}
+
+
+def test_a_dead_replica_is_skipped(make_gateway, upstream):
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    gateway = make_gateway(url=dead, upstream={"replicas": [upstream.url], "max_retries": 2}, server={"default_model": "test-model"})
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    for _ in range(4):  # round robin would hit the dead one at least once
+        assert client.messages.create(**VALID).content[0].text == "Hello!"
+    assert len(upstream.requests) == 4
+
+
+def test_connection_refused_without_replicas_is_a_clear_error(make_gateway):
+    gateway = make_gateway(url=f"http://127.0.0.1:{free_port()}/v1", upstream={"max_retries": 1}, server={"default_model": "x"})
+    response = httpx.post(gateway.url + "/v1/messages", json=VALID)
+    assert response.status_code == 502
+    body = response.json()
+    assert body["error"]["type"] == "api_error"
+    assert "unreachable" in body["error"]["message"]
+
+
+def test_retry_after_beyond_the_budget_is_passed_to_the_client(make_gateway, upstream):
+    gateway = make_gateway(upstream={"max_retries": 2, "retry_budget": 1.0})
+    upstream.json_reply({"error": {"message": "slow down"}}, status=429, headers={"retry-after": "30"})
+    response = httpx.post(gateway.url + "/v1/messages", json=VALID)
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "30"
+    assert len(upstream.requests) == 1  # no pointless wait inside the gateway
+
+
+def test_past_the_concurrency_cap_and_queue_requests_get_529(make_gateway, upstream):
+    gateway = make_gateway(upstream={"max_concurrent": 1, "max_queue": 1})
+    for _ in range(2):
+        upstream.queue(Reply(body=completion("slow"), hang=1.0))
+    results: list[int] = []
+
+    def send() -> None:
+        results.append(httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=10).status_code)
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    while len(upstream.requests) < 1:
+        pass
+    rejected = httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=10)
+    for thread in threads:
+        thread.join()
+    assert rejected.status_code == 529
+    assert rejected.json()["error"]["type"] == "overloaded_error"
+    assert rejected.headers["retry-after"] == "1"
+    assert sorted(results) == [200, 200]  # one ran, one waited in the queue
+
+
+def test_streams_hold_their_slot_until_the_end(make_gateway, upstream):
+    gateway = make_gateway(upstream={"max_concurrent": 1, "max_queue": 0})
+    upstream.stream_reply(text_stream("a", "b"))
+    with httpx.stream("POST", gateway.url + "/v1/messages", json={**VALID, "stream": True}) as response:
+        response.read()
+    # The stream ended, so its slot is free again.
+    assert httpx.post(gateway.url + "/v1/messages", json=VALID).status_code == 200
+
+
+def test_metrics_count_requests_tokens_and_errors(gateway, upstream):
+    upstream.json_reply(completion("hi", prompt=12, completion_tokens=3))
+    httpx.post(gateway.url + "/v1/messages", json=VALID)
+    upstream.stream_reply(text_stream("x", "y", prompt=9))
+    with httpx.stream("POST", gateway.url + "/v1/messages", json={**VALID, "stream": True}) as response:
+        response.read()
+    httpx.post(gateway.url + "/v1/messages", json={**VALID, "max_tokens": "many"})
+    text = httpx.get(gateway.url + "/metrics").text
+    assert 'dragoman_requests_total{endpoint="messages",model="test-model",path="translate",status="200",upstream="default"} 2.0' in text
+    assert 'dragoman_tokens_total{direction="output",model="test-model"} 5.0' in text
+    assert 'dragoman_tokens_total{direction="input",model="test-model"} 21.0' in text
+    assert "dragoman_time_to_first_token_seconds_count" in text
+    assert "dragoman_streams_in_flight 0.0" in text
+
+
+def test_one_json_log_line_per_request_without_contents(gateway, upstream, caplog):
+    upstream.json_reply(completion("the secret answer", prompt=12, completion_tokens=3))
+    with caplog.at_level(logging.INFO, logger="dragoman.access"):
+        httpx.post(gateway.url + "/v1/messages", json=VALID, headers={"x-api-key": "sk-very-secret"})
+    lines = [r.getMessage() for r in caplog.records if r.name == "dragoman.access"]
+    assert len(lines) == 1
+    entry = json.loads(lines[0])
+    assert entry["model"] == "test-model" and entry["status"] == 200 and entry["upstream"] == "default"
+    assert entry["input_tokens"] == 12 and entry["output_tokens"] == 3
+    assert entry["request_id"].startswith("req_")
+    assert "secret" not in lines[0]
+
+
+def test_health_and_ready(make_gateway, upstream):
+    gateway = make_gateway()
+    assert httpx.get(gateway.url + "/health").json() == {"status": "ok"}
+    ready = httpx.get(gateway.url + "/ready")
+    assert ready.status_code == 200 and ready.json()["upstreams"] == ["default"]
+    down = make_gateway(url=f"http://127.0.0.1:{free_port()}/v1")
+    assert httpx.get(down.url + "/ready").status_code == 503
+
+
+def test_upstream_key_never_reaches_the_client(make_gateway):
+    dead = FakeUpstream().start()
+    url = dead.url
+    dead.stop()
+    gateway = make_gateway(url=url, upstream={"api_key": "sk-upstream-secret"}, server={"default_model": "m"})
+    response = httpx.post(gateway.url + "/v1/messages", json=VALID)
+    assert "sk-upstream-secret" not in response.text
