@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
@@ -21,6 +22,8 @@ from dragoman.errors import GatewayError, MethodNotAllowed, NotFound
 from dragoman.gateway import Gateway
 
 log = logging.getLogger("dragoman")
+
+CONFIG_ENV = "DRAGOMAN_CONFIG_JSON"  # hands the parsed config to `--workers` processes
 
 
 class RequestIdMiddleware:
@@ -117,3 +120,10 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
     app.state.gateway = gateway
     app.add_middleware(RequestIdMiddleware)
     return app
+
+
+def app_from_environment() -> Starlette:
+    """The app for a worker process started by `dragoman serve --workers N`."""
+    import msgspec
+
+    return create_app(msgspec.json.decode(os.environ[CONFIG_ENV], type=Config))

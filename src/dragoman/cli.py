@@ -77,8 +77,9 @@ def main() -> None:
 @click.option("--host", default=None, help="Address to bind (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port to bind (default 8765).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True, help="Processes serving the same port.")
 def serve(config_path: str | None, upstream: str | None, upstream_api_key: str | None, api_keys: tuple[str, ...],
-          default_model: str | None, host: str | None, port: int | None, log_level: str | None) -> None:  # fmt: skip
+          default_model: str | None, host: str | None, port: int | None, log_level: str | None, workers: int) -> None:  # fmt: skip
     """Run the gateway."""
     if isinstance(api_keys, str):  # click passes the env var through unsplit
         api_keys = (api_keys,)
@@ -93,7 +94,7 @@ def serve(config_path: str | None, upstream: str | None, upstream_api_key: str |
     if not config.upstreams:
         run_local(config)
         return
-    run(config)
+    run(config, workers=workers)
 
 
 def run_local(config: Config) -> None:
@@ -168,18 +169,28 @@ def models(config_path: str | None, upstream: str | None) -> None:
     asyncio.run(show())
 
 
-def run(config: Config) -> None:
+def run(config: Config, *, workers: int = 1) -> None:
+    """Serve until SIGINT or SIGTERM: then stop accepting, let requests in flight
+    (streams included) finish for up to 30 seconds, and exit."""
+    import msgspec
     import uvicorn
 
-    from dragoman.app import create_app
+    from dragoman.app import CONFIG_ENV, create_app
 
     server = config.server
     logging.basicConfig(level=server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _check_port(server.host, server.port)
     if not config.server.api_keys and not config.server.api_keys_env and server.host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger("dragoman").warning("listening on %s without API keys: anyone who can reach it can use it", server.host)
+    if workers > 1:  # each worker process builds its app from the config in the environment
+        os.environ[CONFIG_ENV] = msgspec.json.encode(config).decode()
+        app: Any = "dragoman.app:app_from_environment"
+    else:
+        app = create_app(config)
     uvicorn.run(
-        create_app(config),
+        app,
+        factory=workers > 1,
+        workers=workers,
         host=server.host,
         port=server.port,
         log_level=server.log_level,
