@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     done: bool = True  # send data: [DONE]
     hang: float = 0.0  # seconds to wait before answering
+    drop: bool = False  # stream: abort the TCP connection after the chunks (no [DONE], no end of body)
 
 
 def completion(content: str | None = "Hello!", *, finish: str = "stop", tool_calls: list | None = None,
@@ -66,10 +69,14 @@ class FakeUpstream:
         self.replies: deque[Reply] = deque()
         self.requests: list[dict] = []
         self.headers: list[dict[str, str]] = []
-        self.disconnects = 0
+        # Answers a request when the queue is empty: called with the request body; None falls back to `completion()`.
+        self.responder: Callable[[dict], Reply | None] | None = None
+        self.disconnects = 0  # streams the gateway hung up on before they were written out
+        self.completed = 0  # streams written out to the end
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._runner: web.AppRunner | None = None
         self.port = 0
 
     @property
@@ -85,21 +92,43 @@ class FakeUpstream:
     def stream_reply(self, chunks: list[Any], **kw: Any) -> None:
         self.queue(Reply(chunks=chunks, **kw))
 
+    def wait_for(self, predicate: Any, timeout: float = 5.0) -> bool:
+        """Poll `predicate()` (reads of this fake's counters) until true or `timeout`."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
     def start(self) -> FakeUpstream:
         self._thread.start()
         self._ready.wait(10)
         return self
 
     def stop(self) -> None:
+        if self._runner is not None:  # close connections and pending handlers, quietly
+            try:
+                asyncio.run_coroutine_threadsafe(self._shutdown(self._runner), self._loop).result(5)
+            except Exception:  # noqa: BLE001 - best effort at teardown
+                pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+
+    @staticmethod
+    async def _shutdown(runner: web.AppRunner) -> None:
+        await runner.cleanup()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:  # handlers still sleeping in a scripted hang
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
-        runner = web.AppRunner(app, access_log=None)
+        runner = self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         self._loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
         self._loop.run_until_complete(site.start())
@@ -114,14 +143,15 @@ class FakeUpstream:
         body = await request.json()
         self.requests.append(body)
         self.headers.append(dict(request.headers))
-        reply = self.replies.popleft() if self.replies else Reply(body=completion())
+        reply = self.replies.popleft() if self.replies else (self.responder(body) if self.responder else None)
+        reply = reply or Reply(body=completion())
         if reply.hang:
             await asyncio.sleep(reply.hang)
         if reply.chunks is None:
             return web.json_response(reply.body, status=reply.status, headers=reply.headers)
         response = web.StreamResponse(status=reply.status, headers={"content-type": "text/event-stream", **reply.headers})
-        await response.prepare(request)
         try:
+            await response.prepare(request)
             for item in reply.chunks:
                 if isinstance(item, tuple) and item[0] == "sleep":
                     await asyncio.sleep(item[1])
@@ -129,9 +159,18 @@ class FakeUpstream:
                     await response.write(item)
                 else:
                     await response.write(b"data: " + json.dumps(item).encode() + b"\n\n")
+            if reply.drop:
+                assert request.transport is not None
+                request.transport.abort()
+                return response
             if reply.done:
                 await response.write(b"data: [DONE]\n\n")
-        except (ConnectionResetError, asyncio.CancelledError):
+            await response.write_eof()
+        except ConnectionResetError:
+            self.disconnects += 1  # the gateway hung up: expected, not worth a traceback
+            return response
+        except asyncio.CancelledError:
             self.disconnects += 1
             raise
+        self.completed += 1
         return response

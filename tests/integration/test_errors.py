@@ -129,7 +129,14 @@ def test_request_too_large(make_gateway, upstream):
 # -- upstream failures before the response starts -------------------------------------------
 
 
-def test_upstream_429_passes_retry_after_and_is_a_rate_limit_error(gateway, upstream):
+@pytest.fixture
+def no_retry(make_gateway):
+    """A gateway that hands the upstream's first failure straight to the client."""
+    return make_gateway(upstream={"max_retries": 0})
+
+
+def test_upstream_429_passes_retry_after_and_is_a_rate_limit_error(no_retry, upstream):
+    gateway = no_retry
     upstream.json_reply({"error": {"message": "Rate limit reached", "type": "rate_limit"}}, status=429, headers={"retry-after": "7"})
     response = _post(gateway, VALID)
     message = _envelope(response, 429, "rate_limit_error")
@@ -144,14 +151,16 @@ def test_upstream_429_passes_retry_after_and_is_a_rate_limit_error(gateway, upst
     assert caught.value.body["error"]["type"] == "rate_limit_error"
 
 
-def test_upstream_429_on_a_stream_is_an_http_error_not_an_event(gateway, upstream):
+def test_upstream_429_on_a_stream_is_an_http_error_not_an_event(no_retry, upstream):
+    gateway = no_retry
     upstream.json_reply({"error": {"message": "Rate limit reached"}}, status=429, headers={"retry-after": "2"})
     with pytest.raises(anthropic.RateLimitError):
         with _sdk(gateway).messages.stream(**VALID) as stream:
             stream.get_final_message()
 
 
-def test_upstream_503_is_overloaded(gateway, upstream):
+def test_upstream_503_is_overloaded(no_retry, upstream):
+    gateway = no_retry
     upstream.json_reply({"error": {"message": "server busy"}}, status=503)
     message = _envelope(_post(gateway, VALID), 529, "overloaded_error")
     assert "server busy" in message
@@ -162,7 +171,8 @@ def test_upstream_503_is_overloaded(gateway, upstream):
     assert caught.value.status_code == 529
 
 
-def test_upstream_500_is_a_bad_gateway_api_error(gateway, upstream):
+def test_upstream_500_is_a_bad_gateway_api_error(no_retry, upstream):
+    gateway = no_retry
     upstream.json_reply({"error": {"message": "CUDA error: an illegal memory access"}}, status=500)
     message = _envelope(_post(gateway, VALID), 502, "api_error")
     assert "500" in message and "illegal memory access" in message
@@ -172,9 +182,25 @@ def test_upstream_500_is_a_bad_gateway_api_error(gateway, upstream):
     assert caught.value.status_code == 502
 
 
+def test_transient_upstream_failures_are_retried_before_the_client_sees_them(make_gateway, upstream):
+    gateway = make_gateway(upstream={"max_retries": 2})
+    upstream.json_reply({"error": {"message": "busy"}}, status=503, headers={"retry-after": "0"})
+    upstream.json_reply({"error": {"message": "slow down"}}, status=429, headers={"retry-after": "0"})
+    message = _sdk(gateway).messages.create(**VALID)
+    assert message.content[0].text == "Hello!"
+    assert len(upstream.requests) == 3
+
+
+def test_deterministic_upstream_errors_are_not_retried(make_gateway, upstream):
+    gateway = make_gateway(upstream={"max_retries": 2})
+    upstream.json_reply({"error": {"message": "bad schema"}}, status=400)
+    _envelope(_post(gateway, VALID), 400, "invalid_request_error")
+    assert len(upstream.requests) == 1
+
+
 def test_upstream_unreachable_is_a_clear_api_error(make_gateway):
     closed = free_port()  # nothing listens there
-    gateway = make_gateway(url=f"http://127.0.0.1:{closed}/v1")
+    gateway = make_gateway(url=f"http://127.0.0.1:{closed}/v1", upstream={"max_retries": 0})
     started = time.monotonic()
     message = _envelope(_post(gateway, VALID), 502, "api_error")
     assert "unreachable" in message and str(closed) in message

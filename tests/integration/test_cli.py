@@ -1,0 +1,202 @@
+"""The command line, as a user runs it: `python -m dragoman ...` in a subprocess.
+Every process is killed in a finally block; every wait is bounded."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import httpx
+import pytest
+
+from dragoman import __version__
+from tests.fakes import completion, text_stream
+from tests.servers import free_port
+
+USER = [{"role": "user", "content": "Hello"}]
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAGOMAN_")}
+    env["DRAGOMAN_CACHE_DIR"] = str(tmp_path / "cache")  # keep the models.dev cache out of $HOME
+    env.update(extra)
+    return env
+
+
+def _run(tmp_path: Path, *args: str, timeout: float = 30, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dragoman", *args], capture_output=True, text=True, timeout=timeout, env=_env(tmp_path, **env), cwd=tmp_path
+    )
+
+
+def _error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.strip()]
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, *args: str, **env: str) -> Iterator[str]:
+    """Run `dragoman serve ARGS --port P`; yield its base URL once it answers."""
+    port = free_port()
+    log = (tmp_path / f"serve-{port}.log").open("w+")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dragoman", "serve", *args, "--port", str(port)],
+        stdout=log, stderr=subprocess.STDOUT, env=_env(tmp_path, **env), cwd=tmp_path,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            if process.poll() is not None:
+                log.seek(0)
+                pytest.fail(f"dragoman serve exited with {process.returncode}:\n{log.read()}")
+            try:
+                if httpx.get(f"{url}/", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                log.seek(0)
+                pytest.fail(f"dragoman serve did not answer within 20 s:\n{log.read()}")
+            time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+        log.close()
+
+
+# -- informational ----------------------------------------------------------------------
+
+
+def test_help(tmp_path):
+    result = _run(tmp_path, "--help")
+    assert result.returncode == 0
+    assert "serve" in result.stdout
+    result = _run(tmp_path, "serve", "--help")
+    assert result.returncode == 0
+    for option in ("--upstream", "--config", "--port", "--default-model", "--api-key"):
+        assert option in result.stdout
+
+
+def test_version(tmp_path):
+    result = _run(tmp_path, "--version")
+    assert result.returncode == 0
+    assert __version__ in result.stdout and "dragoman" in result.stdout
+
+
+# -- startup failures: exit code 2 and one clear line -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("toml", "names"),
+    [
+        ('[server]\nport = "eighty"\n', ["server.port"]),
+        ('[server]\nprot = 8080\n', ["prot"]),
+        ('[upstreams.local]\nurl = "http://127.0.0.1:1/v1"\nflavour = "vllm"\n', ["upstreams.local", "flavour"]),
+        ('[upstreams.local]\nurl = "127.0.0.1:8000"\n', ["upstreams.local.url", "http://"]),
+        ('[upstreams.local]\nurl = "http://127.0.0.1:1/v1"\nfirst_byte_timeout = 0\n', ["upstreams.local.first_byte_timeout"]),
+        ('[upstreams.local]\nurl = "http://127.0.0.1:1/v1"\n[[models]]\nname = "m"\nupstream = "elsewhere"\n', ["models.0.upstream", "elsewhere"]),
+        ('[server\nport = 1\n', ["invalid TOML"]),
+    ],
+    ids=["wrong-type", "unknown-server-key", "unknown-upstream-key", "url-without-scheme", "zero-timeout", "unknown-upstream", "bad-toml"],
+)
+def test_bad_config_file(tmp_path, toml, names):
+    config = tmp_path / "dragoman.toml"
+    config.write_text(toml)
+    result = _run(tmp_path, "serve", "--config", str(config), "--port", str(free_port()))
+    assert result.returncode == 2, result.stderr
+    lines = _error_lines(result)
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for name in names:
+        assert name in lines[0]
+    assert str(config) in lines[0] or "dragoman.toml" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "toml",
+    ['[upstreams.local]\nurl = "http://127.0.0.1:1/v1"\nflavour = "vllm"\n', '[upstreams.local]\nurl = 5\n'],
+    ids=["unknown-key", "wrong-type"],
+)
+def test_bad_config_names_the_upstream(tmp_path, toml):
+    config = tmp_path / "dragoman.toml"
+    config.write_text(toml)
+    result = _run(tmp_path, "serve", "--config", str(config), "--port", str(free_port()))
+    assert result.returncode == 2
+    lines = _error_lines(result)
+    assert len(lines) == 1 and "upstreams.local" in lines[0]
+
+
+def test_missing_config_file(tmp_path):
+    result = _run(tmp_path, "serve", "--config", str(tmp_path / "nope.toml"), "--port", str(free_port()))
+    assert result.returncode == 2
+    lines = _error_lines(result)
+    assert len(lines) == 1 and "nope.toml" in lines[0] and "not found" in lines[0]
+
+
+def test_bad_upstream_flag(tmp_path):
+    result = _run(tmp_path, "serve", "--upstream", "localhost:8000", "--port", str(free_port()))
+    assert result.returncode == 2
+    lines = _error_lines(result)
+    assert len(lines) == 1 and "url" in lines[0] and "localhost:8000" in lines[0]
+
+
+def test_port_already_in_use(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        result = _run(tmp_path, "serve", "--upstream", "http://127.0.0.1:9/v1", "--port", str(port), timeout=30)
+    assert result.returncode == 2, result.stderr
+    lines = _error_lines(result)
+    assert len(lines) == 1, result.stderr
+    assert "already in use" in lines[0] and str(port) in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+# -- serving ------------------------------------------------------------------------------
+
+
+def test_serve_with_the_upstream_down_starts_and_answers_clearly(tmp_path):
+    down = free_port()
+    with serving(tmp_path, "--upstream", f"http://127.0.0.1:{down}/v1", "--api-key", "cli-key") as url:
+        assert httpx.head(f"{url}/", timeout=5).status_code == 200
+        client = anthropic.Anthropic(base_url=url, api_key="cli-key", max_retries=0)
+        with pytest.raises(anthropic.InternalServerError) as caught:
+            client.messages.create(model="any-model", max_tokens=5, messages=USER)
+        assert caught.value.status_code == 502
+        assert caught.value.body["error"]["type"] == "api_error"
+        assert "unreachable" in caught.value.message
+        with pytest.raises(anthropic.AuthenticationError):
+            anthropic.Anthropic(base_url=url, api_key="wrong", max_retries=0).messages.create(model="m", max_tokens=5, messages=USER)
+        ready = httpx.get(f"{url}/ready", timeout=10)
+        assert ready.status_code == 503
+
+
+def test_serve_default_model_answers_claude_names(tmp_path, upstream):
+    upstream.json_reply(completion("Hello!"))
+    upstream.stream_reply(text_stream("streamed ", "reply"))
+    with serving(tmp_path, "--upstream", upstream.url, "--default-model", "test-model", DRAGOMAN_API_KEYS="env-a,env-b") as url:
+        client = anthropic.Anthropic(base_url=url, api_key="env-b", max_retries=0)
+        message = client.messages.create(model="claude-haiku-4-5-20251001", max_tokens=5, messages=USER)
+        assert message.content[0].text == "Hello!"
+        assert message.model == "claude-haiku-4-5-20251001"
+        with client.messages.stream(model="claude-opus-4-6", max_tokens=5, messages=USER) as stream:
+            final = stream.get_final_message()
+        assert final.content[0].text == "streamed reply" and final.model == "claude-opus-4-6"
+        assert [r["model"] for r in upstream.requests] == ["test-model", "test-model"]
+        ids = [m.id for m in client.models.list()]
+        assert "test-model" in ids
+        with pytest.raises(anthropic.AuthenticationError):
+            anthropic.Anthropic(base_url=url, api_key="nope", max_retries=0).models.list()

@@ -1,0 +1,205 @@
+"""Streaming over a real socket: the SSE wire format (raw httpx), the SDK's helpers,
+and stop sequences matched by the gateway (including closing the upstream early)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anthropic
+import httpx
+import pytest
+
+from tests.fakes import chunk, completion, text_stream
+from tests.servers import sse_frames
+
+USER = [{"role": "user", "content": "Hello"}]
+HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
+
+
+def _post_stream(gateway, body: dict, timeout: float = 10) -> httpx.Response:
+    response = httpx.post(f"{gateway.url}/v1/messages", json={"stream": True, **body}, headers=HEADERS, timeout=timeout)
+    return response
+
+
+# -- wire format ------------------------------------------------------------------------
+
+
+def test_sse_wire_format_and_exact_event_order(gateway, upstream):
+    upstream.stream_reply(text_stream("Hel", "lo", prompt=9))
+    response = _post_stream(gateway, {"model": "test-model", "max_tokens": 20, "messages": USER})
+
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["request-id"].startswith("req_")
+    assert "data: [DONE]" not in response.text
+    frames = sse_frames(response.text)
+    # Every frame has an `event:` line (the SDKs drop frames without one) whose name is the JSON type.
+    for event, data in frames:
+        assert event is not None, f"frame without an event: line: {data!r}"
+        assert isinstance(data, dict) and data["type"] == event
+    names = [event for event, _ in frames if event != "ping"]
+    assert names == [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    data = [d for e, d in frames if e != "ping"]
+    start = data[0]["message"]
+    assert start["type"] == "message" and start["role"] == "assistant" and start["model"] == "test-model"
+    assert start["content"] == [] and start["stop_reason"] is None and start["stop_sequence"] is None
+    assert start["id"].startswith("msg_")
+    assert data[1] == {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    assert [d["delta"] for d in data[2:4]] == [{"type": "text_delta", "text": "Hel"}, {"type": "text_delta", "text": "lo"}]
+    assert all(d["index"] == 0 for d in data[1:5])
+    assert data[5]["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
+    assert data[5]["usage"]["output_tokens"] == 2 and data[5]["usage"]["input_tokens"] == 9
+    assert data[6] == {"type": "message_stop"}
+
+
+def test_sse_frames_survive_arbitrary_upstream_chunking(gateway, upstream):
+    # One chunk split across TCP writes, CRLF line ends, an SSE comment and two chunks in one write.
+    first = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"A"},"finish_reason":null}]}'
+    upstream.stream_reply(
+        [
+            first[:20],
+            ("sleep", 0.02),
+            first[20:] + b"\r\n\r\n",
+            b": keep-alive\n\n",
+            b'data: {"choices":[{"index":0,"delta":{"content":"B"},"finish_reason":null}]}\n\n'
+            b'data: {"choices":[{"index":0,"delta":{"content":"C"},"finish_reason":"stop"}]}\n\n',
+        ]
+    )
+    response = _post_stream(gateway, {"model": "test-model", "max_tokens": 20, "messages": USER})
+    frames = sse_frames(response.text)
+    text = "".join(d["delta"]["text"] for e, d in frames if e == "content_block_delta")
+    assert text == "ABC"
+    assert [e for e, _ in frames][-2:] == ["message_delta", "message_stop"]
+
+
+def test_sdk_stream_helpers(client, upstream):
+    upstream.stream_reply(text_stream("one ", "two ", "three"))
+    with client.messages.stream(model="test-model", max_tokens=20, messages=USER) as stream:
+        events = [event.type for event in stream]
+        final = stream.get_final_message()
+        text = stream.get_final_text()
+    assert events[0] == "message_start" and events[-1] == "message_stop"
+    assert "text" in events  # the SDK's convenience events are derived from the deltas
+    assert text == "one two three" == final.content[0].text
+    assert final.stop_reason == "end_turn"
+
+
+def test_max_tokens_finish(client, upstream):
+    upstream.stream_reply(text_stream("cut", finish="length"))
+    upstream.json_reply(completion("cut", finish="length"))
+    with client.messages.stream(model="test-model", max_tokens=1, messages=USER) as stream:
+        assert stream.get_final_message().stop_reason == "max_tokens"
+    assert client.messages.create(model="test-model", max_tokens=1, messages=USER).stop_reason == "max_tokens"
+
+
+def test_reasoning_only_stream_still_has_a_text_block(client, upstream):
+    upstream.stream_reply([chunk({"role": "assistant", "reasoning_content": "thinking hard"}), chunk({}, "stop")])
+    with client.messages.stream(model="test-model", max_tokens=20, messages=USER) as stream:
+        final = stream.get_final_message()
+    assert any(block.type == "text" for block in final.content)
+
+
+def test_keepalive_pings_while_the_upstream_is_silent(make_gateway, upstream):
+    gateway = make_gateway(server={"keepalive_interval": 0.1})
+    upstream.stream_reply([chunk({"role": "assistant", "content": ""}), ("sleep", 0.6), chunk({"content": "late"}), chunk({}, "stop")])
+    response = _post_stream(gateway, {"model": "test-model", "max_tokens": 20, "messages": USER})
+    comments = [line for line in response.text.splitlines() if line.startswith(":")]
+    assert any(event == "ping" for event, _ in sse_frames(response.text)) or comments
+
+
+# -- stop sequences -------------------------------------------------------------------
+
+
+STOPS = ["###", "END", "\n\nHuman:", "</answer>", "STOP"]  # more than the 4 OpenAI accepts
+
+
+def _after_stop_chunks() -> list:
+    # What the model would have generated after the stop; the gateway must never show it,
+    # and should hang up before it is all written.
+    return [("sleep", 0.3), chunk({"content": " never shown"}), ("sleep", 0.05), chunk({"content": " nor this"}),
+            ("sleep", 0.05), chunk({"content": " nor this"}), chunk({}, "stop")]  # fmt: skip
+
+
+def test_stop_sequence_streaming_reports_the_exact_sequence_and_closes_upstream(client, upstream):
+    upstream.stream_reply(
+        [chunk({"role": "assistant", "content": ""}), chunk({"content": "The answer is 42. ST"}), chunk({"content": "OP and then"}),
+         *_after_stop_chunks()]  # fmt: skip
+    )
+    with client.messages.stream(model="test-model", max_tokens=50, messages=USER, stop_sequences=STOPS) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+
+    assert text == "The answer is 42. "
+    assert final.content[0].text == "The answer is 42. "
+    assert final.stop_reason == "stop_sequence"
+    assert final.stop_sequence == "STOP"
+    sent = upstream.requests[0]
+    assert sent["stream"] is True
+    assert len(sent.get("stop") or []) <= 4  # never more than a server accepts
+    # The gateway hung up on the upstream once the stop matched: the backend stops generating.
+    assert upstream.wait_for(lambda: upstream.disconnects == 1, timeout=3)
+    assert upstream.completed == 0
+
+
+def test_stop_sequence_raw_events(gateway, upstream):
+    upstream.stream_reply([chunk({"role": "assistant", "content": "abc"}), chunk({"content": "def</ans"}), chunk({"content": "wer>ghi"}),
+                           *_after_stop_chunks()])  # fmt: skip
+    response = _post_stream(gateway, {"model": "test-model", "max_tokens": 50, "messages": USER, "stop_sequences": STOPS})
+    frames = sse_frames(response.text)
+    assert all(event is not None for event, _ in frames)
+    text = "".join(d["delta"]["text"] for e, d in frames if e == "content_block_delta")
+    assert text == "abcdef"
+    delta = next(d for e, d in frames if e == "message_delta")
+    assert delta["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "</answer>"}
+    assert [e for e, _ in frames][-1] == "message_stop"
+
+
+def test_stop_sequence_non_streaming(client, upstream):
+    # With stop sequences the gateway reads the upstream as a stream even for a plain call.
+    upstream.stream_reply([chunk({"role": "assistant", "content": "line one\n\nHu"}), chunk({"content": "man: more"}), *_after_stop_chunks()])
+    message = client.messages.create(model="test-model", max_tokens=50, messages=USER, stop_sequences=STOPS)
+    assert message.content[0].text == "line one"
+    assert message.stop_reason == "stop_sequence"
+    assert message.stop_sequence == "\n\nHuman:"
+    assert upstream.requests[0]["stream"] is True
+    assert upstream.wait_for(lambda: upstream.disconnects == 1, timeout=3)
+
+
+def test_earliest_stop_wins_and_unmatched_stops_change_nothing(client, upstream):
+    upstream.stream_reply(text_stream("x END y ### z"))
+    message = client.messages.create(model="test-model", max_tokens=50, messages=USER, stop_sequences=["###", "END"])
+    assert (message.content[0].text, message.stop_sequence) == ("x ", "END")
+
+    upstream.stream_reply(text_stream("no stop ", "here #", "#"))
+    message = client.messages.create(model="test-model", max_tokens=50, messages=USER, stop_sequences=["###", "END"])
+    assert message.content[0].text == "no stop here ##"  # a held-back partial match is released at the end
+    assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
+
+
+def test_stop_sequence_at_the_very_start_gives_an_empty_answer(client, upstream):
+    upstream.stream_reply([chunk({"role": "assistant", "content": "STOP right there"}), *_after_stop_chunks()])
+    with client.messages.stream(model="test-model", max_tokens=50, messages=USER, stop_sequences=["STOP"]) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "stop_sequence" and final.stop_sequence == "STOP"
+    assert "".join(b.text for b in final.content if b.type == "text") == ""
+
+
+def test_stop_sequences_with_the_async_client(gateway, upstream):
+    upstream.stream_reply([chunk({"role": "assistant", "content": "alpha END beta"}), *_after_stop_chunks()])
+
+    async def run() -> anthropic.types.Message:
+        async with anthropic.AsyncAnthropic(base_url=gateway.url, api_key="k", max_retries=0) as aclient:
+            async with aclient.messages.stream(model="test-model", max_tokens=50, messages=USER, stop_sequences=STOPS) as stream:
+                return await stream.get_final_message()
+
+    final = asyncio.run(asyncio.wait_for(run(), 20))
+    assert final.content[0].text == "alpha "
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "END")
