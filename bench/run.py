@@ -1,0 +1,583 @@
+"""One command for the whole comparison, on one fake upstream, in one run.
+
+Targets, each fed the same Anthropic request (shapes.py) unless said otherwise:
+
+- `direct-openai`: the OpenAI twin of the request straight to the fake's
+  /v1/chat/completions (the translating path's baseline);
+- `direct-anthropic`: the Anthropic request straight to the fake's /v1/messages
+  (the passthrough path's baseline);
+- `translating`: `dragoman serve --upstream <fake>/v1`;
+- `passthrough`: dragoman with an `protocol = "anthropic"` upstream;
+- `litellm`: LiteLLM's proxy `/v1/messages`, one worker, the fake as an `openai/`
+  model (installed on first use into its own venv under the cache directory).
+
+Cases: tiny and claude-code shapes x non-streaming, streaming 100 and 500 tokens x
+concurrency 1 and 32. Cases run one after another; within a case the targets run
+back to back. Then 1,000 idle streams are held open through each dragoman path to
+read its memory cost. Gateways are pinned to the last CPU and the load generator
+and fake upstream to the others (`--no-pin` to let the scheduler place them).
+
+    python bench/run.py                # full comparison (about 10 minutes)
+    python bench/run.py --smoke        # seconds; no LiteLLM unless --litellm
+    python bench/run.py --markdown docs/table.md --json results.json
+
+Exits non-zero only when a request failed (or a server did not start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import load  # noqa: E402
+import shapes  # noqa: E402
+
+LITELLM_VERSION = "1.106.12"  # newest whose [proxy] extra resolves from PyPI here (see docs/performance.md)
+LITELLM_KEY = "sk-bench-master"
+MODEL = "bench-model"
+PACED_MODEL = "bench-model-paced"  # the fake sends its tokens 1 ms apart
+SLOW_MODEL = "bench-model-slow"  # one token every 5 s: idle streams
+
+# mode: (stream, max_tokens = tokens the fake sends, model)
+MODES = {
+    "json": (False, 100, MODEL),
+    "stream100": (True, 100, MODEL),
+    "stream500": (True, 500, MODEL),
+    "paced100": (True, 100, PACED_MODEL),
+}
+TARGETS = ("direct-openai", "direct-anthropic", "translating", "passthrough", "litellm")
+BASELINE = {"translating": "direct-openai", "litellm": "direct-openai", "passthrough": "direct-anthropic"}
+
+
+def cache_dir() -> Path:
+    if os.environ.get("DRAGOMAN_BENCH_CACHE"):
+        return Path(os.environ["DRAGOMAN_BENCH_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "dragoman-bench"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- processes ---------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    name: str
+    process: subprocess.Popen[bytes]
+    url: str  # where /v1/messages (or the fake's /v1) lives
+    log_path: Path
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class Processes:
+    def __init__(self, workdir: Path, gateway_cpus: set[int] | None, client_cpus: set[int] | None) -> None:
+        self.workdir = workdir
+        self.gateway_cpus = gateway_cpus
+        self.client_cpus = client_cpus
+        self.started: list[Server] = []
+
+    def start(self, name: str, argv: list[str], url: str, *, gateway: bool, env: dict[str, str] | None = None,
+              cwd: Path | None = None, headers: dict[str, str] | None = None) -> Server:  # fmt: skip
+        log_path = self.workdir / f"{name}.log"
+        cpus = self.gateway_cpus if gateway else self.client_cpus
+
+        def pin() -> None:
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+
+        with open(log_path, "wb") as out:
+            process = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+                cwd=cwd or self.workdir, preexec_fn=pin, start_new_session=True,
+            )  # fmt: skip
+        server = Server(name, process, url, log_path, headers or {})
+        self.started.append(server)
+        return server
+
+    def stop_all(self) -> None:
+        for server in reversed(self.started):
+            if server.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(server.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for server in self.started:
+            try:
+                server.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(server.process.pid, signal.SIGKILL)
+                server.process.wait(5)
+
+
+def http(url: str, body: bytes | None = None, headers: dict[str, str] | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=body, headers={"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def wait_ready(server: Server, probe_body: bytes, timeout: float) -> None:
+    """Until a real /v1/messages request (or the fake's model list) succeeds."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"{server.name} exited with {server.process.returncode}:\n{server.tail()}")
+        try:
+            if server.name == "fake":
+                status, data = http(server.url + "/models")
+            else:
+                status, data = http(server.url, probe_body, server.headers)
+            if status == 200:
+                return
+            last = f"HTTP {status}: {data[:200]!r}"
+        except OSError as error:
+            last = str(error)
+        time.sleep(0.2)
+    raise RuntimeError(f"{server.name} not ready after {timeout:.0f} s ({last}):\n{server.tail()}")
+
+
+def start_fake(procs: Processes, slow_delay_ms: float) -> Server:
+    port = free_port()
+    argv = [sys.executable, str(HERE / "fake_upstream.py"), "--port", str(port), "--tokens", "100000",
+            "--paced-delay-ms", "1", "--slow-delay-ms", str(slow_delay_ms)]  # fmt: skip
+    server = procs.start("fake", argv, f"http://127.0.0.1:{port}/v1", gateway=False)
+    wait_ready(server, b"", 15)
+    return server
+
+
+def start_translating(procs: Processes, fake: Server) -> Server:
+    port = free_port()
+    argv = [sys.executable, "-m", "dragoman", "serve", "--upstream", fake.url, "--port", str(port), "--log-level", "warning"]
+    server = procs.start("translating", argv, f"http://127.0.0.1:{port}/v1/messages", gateway=True,
+                         headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
+    wait_ready(server, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30)
+    return server
+
+
+def start_passthrough(procs: Processes, fake: Server) -> Server:
+    port = free_port()
+    config = procs.workdir / "passthrough.toml"
+    config.write_text(
+        '[server]\nlog_level = "warning"\n\n'
+        f'[upstreams.fake]\nurl = "{fake.url.removesuffix("/v1")}"\nprotocol = "anthropic"\n\n'
+        + "".join(f'[[models]]\nname = "{m}"\nupstream = "fake"\n\n' for m in (MODEL, PACED_MODEL, SLOW_MODEL))
+    )
+    argv = [sys.executable, "-m", "dragoman", "serve", "--config", str(config), "--port", str(port)]
+    server = procs.start("passthrough", argv, f"http://127.0.0.1:{port}/v1/messages", gateway=True,
+                         headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
+    wait_ready(server, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30)
+    return server
+
+
+def litellm_executable() -> Path:
+    """The LiteLLM proxy CLI in its own venv, installed on first use (a marker file
+    names the installed version; a venv cannot be moved, so it is built in place)."""
+    import fcntl
+
+    venv = cache_dir() / "litellm-venv"
+    exe, marker = venv / "bin" / "litellm", venv / ".dragoman-bench-installed"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / "litellm-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent runs wait for one install
+        if exe.exists() and marker.exists() and marker.read_text().strip() == LITELLM_VERSION:
+            return exe
+        base = getattr(sys, "_base_executable", None) or shutil.which("python3") or sys.executable
+        shutil.rmtree(venv, ignore_errors=True)
+        log(f"installing litellm[proxy]=={LITELLM_VERSION} into {venv} (once; about a minute)")
+        subprocess.run([base, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        done = subprocess.run([*pip, f"litellm[proxy]=={LITELLM_VERSION}"], capture_output=True, text=True)
+        if done.returncode != 0 or not exe.exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            raise RuntimeError(f"pip install litellm[proxy]=={LITELLM_VERSION} failed:\n{done.stderr.strip()[-2000:]}")
+        marker.write_text(LITELLM_VERSION + "\n")
+        return exe
+
+
+def start_litellm(procs: Processes, fake: Server) -> Server:
+    exe = litellm_executable()
+    port = free_port()
+    config = procs.workdir / "litellm.yaml"
+    config.write_text(
+        "model_list:\n"
+        + "".join(
+            f"  - model_name: {m}\n    litellm_params:\n      model: openai/{m}\n      api_base: {fake.url}\n      api_key: sk-fake-upstream\n"
+            for m in (MODEL, PACED_MODEL)
+        )
+        + "general_settings:\n"
+        f"  master_key: {LITELLM_KEY}\n"
+        "litellm_settings:\n"
+        "  use_chat_completions_url_for_anthropic_messages: true\n"
+    )
+    argv = [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+    # The local cost map keeps it from fetching one from the internet at startup.
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
+    server = procs.start("litellm", argv, f"http://127.0.0.1:{port}/v1/messages", gateway=True, env=env,
+                         headers={"x-api-key": LITELLM_KEY, "anthropic-version": "2023-06-01"})  # fmt: skip
+    wait_ready(server, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 120)
+    return server
+
+
+# -- measurement -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    shape: str
+    mode: str
+    concurrency: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.shape} {self.mode} c={self.concurrency}"
+
+
+def cases(smoke: bool) -> list[Case]:
+    concurrencies = (1, 4) if smoke else (1, 32)
+    return [Case(shape, mode, c) for shape in shapes.SHAPES for mode in MODES for c in concurrencies]
+
+
+async def measure(target: str, server: Server, fake: Server, case: Case, args: argparse.Namespace) -> load.Result:
+    stream, tokens, model = MODES[case.mode]
+    if args.smoke and model == PACED_MODEL:
+        tokens = 10  # 10 ms streams: the smoke run stays short
+    openai = target == "direct-openai"
+    make = shapes.openai_body if openai else shapes.anthropic_body
+    body = make(case.shape, model=model, max_tokens=tokens, stream=stream)
+    if target.startswith("direct"):
+        url = fake.url + ("/chat/completions" if openai else "/messages")
+        headers = {"authorization": "Bearer sk-fake-upstream"} if openai else {"x-api-key": "bench", "anthropic-version": "2023-06-01"}
+        pid = None
+    else:
+        url, headers, pid = server.url, server.headers, server.pid
+    if args.smoke:
+        return await load.run_load(url, body, headers=headers, concurrency=case.concurrency, duration=10, max_requests=args.smoke_requests,
+                                   warmup=0, stream=stream, openai=openai, pid=pid, upstream_pid=fake.pid, drain_timeout=30)  # fmt: skip
+    return await load.run_load(url, body, headers=headers, concurrency=case.concurrency, duration=args.duration, warmup=args.warmup,
+                               min_requests=max(10, case.concurrency), max_window=args.max_window, stream=stream, openai=openai,
+                               pid=pid, upstream_pid=fake.pid, drain_timeout=120)  # fmt: skip
+
+
+async def idle_streams(server: Server, count: int) -> dict[str, Any]:
+    body = shapes.anthropic_body("tiny", model=SLOW_MODEL, max_tokens=1000, stream=True)
+    return await load.hold_streams(server.url, body, headers=server.headers, count=count, pid=server.pid)
+
+
+# -- the table ---------------------------------------------------------------------
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    if value is None or value != value:  # None or NaN
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def table(results: dict[tuple[Case, str], load.Result], order: list[Case], targets: list[str]) -> str:
+    head = ("| case | target | req/s | p50 ms | p90 ms | p99 ms | TTFT p50 ms | +p50 ms | +p99 ms | +TTFT p50 ms "
+            "| CPU ms/req | CPU µs/chunk | RSS MB | × LiteLLM req/s | LiteLLM +p50 ÷ ours |")  # fmt: skip
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for case in order:
+        for target in targets:
+            result = results.get((case, target))
+            if result is None:
+                continue
+            stream = bool(result.ttft)
+            base = results.get((case, BASELINE.get(target, "")))
+            lite = results.get((case, "litellm"))
+            added = lambda r, b, p, ttft=False: (r.ms(p, ttft) - b.ms(p, ttft)) if b is not None else None  # noqa: E731
+            plus50, plus99 = added(result, base, 50), added(result, base, 99)
+            plus_ttft = added(result, base, 50, True) if stream else None
+            vs_rps = vs_added = None
+            if lite is not None and target in ("translating", "passthrough") and lite.throughput:
+                vs_rps = result.throughput / lite.throughput
+                lite_base = results.get((case, "direct-openai"))
+                lite_added = added(lite, lite_base, 50)
+                if lite_added is not None and plus50 is not None and plus50 > 0:
+                    vs_added = lite_added / plus50
+            row = [
+                case.label, target, _f(result.throughput, 0), _f(result.ms(50)), _f(result.ms(90)), _f(result.ms(99)),
+                _f(result.ms(50, True)) if stream else "-", _f(plus50), _f(plus99), _f(plus_ttft),
+                _f(result.cpu_per_request_ms, 3) if result.cpu is not None else "-",
+                _f(result.cpu_per_delta_us, 1) if result.cpu is not None and stream else "-",
+                _f(result.rss_after / 2**20, 0) if result.rss_after else "-",
+                _f(vs_rps, 1) + "×" if vs_rps else "-", _f(vs_added, 1) + "×" if vs_added else "-",
+            ]  # fmt: skip
+            lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def target_checks(results: dict[tuple[Case, str], load.Result], idle: dict[str, dict[str, Any]]) -> list[str]:
+    """The issue's targets, each as met / MISSED with the measured figure."""
+    out: list[str] = []
+
+    def get(shape: str, mode: str, c: int, target: str) -> load.Result | None:
+        return results.get((Case(shape, mode, c), target))
+
+    def added(shape: str, mode: str, c: int, target: str, p: float, ttft: bool = False) -> float | None:
+        r, b = get(shape, mode, c, target), get(shape, mode, c, BASELINE[target])
+        return None if r is None or b is None else r.ms(p, ttft) - b.ms(p, ttft)
+
+    def check(label: str, value: float | None, limit: float, unit: str, *, at_least: bool = False) -> None:
+        if value is None:
+            return  # not measured in this run
+        ok = value >= limit if at_least else value <= limit
+        sign = "≥" if at_least else "≤"
+        out.append(f"- {'met' if ok else '**MISSED**'}: {label}: {value:,.2f} {unit} (target {sign} {limit:g} {unit})")
+
+    for target in ("translating", "passthrough"):
+        check(f"{target}, tiny, c=1, added p50", added("tiny", "json", 1, target, 50), 0.5, "ms")
+        check(f"{target}, tiny, c=1, added p99", added("tiny", "json", 1, target, 99), 1, "ms")
+        check(f"{target}, claude-code, c=1, added p50", added("claude-code", "json", 1, target, 50), 2, "ms")
+        for shape in shapes.SHAPES:
+            check(f"{target}, {shape}, stream 100, c=1, added time to last byte (p50)", added(shape, "stream100", 1, target, 50), 2, "ms")
+            check(f"{target}, {shape}, stream 100, c=1, added time to first token (p50)",
+                  added(shape, "stream100", 1, target, 50, True), 1, "ms")  # fmt: skip
+            # The marginal cost of a chunk: tokens that arrive one by one (paced), less
+            # the same request answered in one piece; bursts would hide the per-read work.
+            paced, whole = get(shape, "paced100", 1, target), get(shape, "json", 1, target)
+            marginal = None
+            if paced and whole and paced.cpu_per_request_ms is not None and whole.cpu_per_request_ms is not None:
+                marginal = (paced.cpu_per_request_ms - whole.cpu_per_request_ms) * 1000 / 100
+            check(f"{target}, {shape}, 100 paced tokens, c=1, CPU per streamed chunk beyond the non-streamed reply", marginal, 15, "µs")
+        for shape in shapes.SHAPES:
+            for mode, factor in (("json", 10), ("stream100", 20)):
+                r, lite = get(shape, mode, 32, target), get(shape, mode, 32, "litellm")
+                ratio = r.throughput / lite.throughput if r and lite and lite.throughput else None
+                check(f"{target}, {shape}, {mode}, c=32, throughput vs LiteLLM", ratio, factor, "×", at_least=True)
+        if target in idle:
+            figures = idle[target]
+            check(f"{target}, {figures['streams']} idle streams, added memory", figures["added_mb"], 50, "MB")
+    for shape, mode in (("tiny", "json"), ("claude-code", "json"), ("tiny", "stream100"), ("claude-code", "stream100")):
+        t, p = added(shape, mode, 1, "translating", 50), added(shape, mode, 1, "passthrough", 50)
+        share = p / t if t and p is not None and t > 0 else None
+        check(f"passthrough/translating added p50, {shape} {mode} c=1", share, 0.5, "×")
+    return out
+
+
+def busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / load.CLK_TCK
+
+
+def ours_seconds(procs: Processes) -> float:
+    """CPU seconds of this process and every server it started."""
+    return load.self_cpu() + sum(load.cpu_seconds(s.pid) for s in procs.started if s.process.poll() is None)
+
+
+def revision() -> str:
+    root = HERE.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}{' + uncommitted changes in src/' if dirty else ''}" if head else "unknown"
+
+
+def machine() -> str:
+    model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = ""
+    with contextlib.suppress(OSError):
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kb / 2**20:.0f} GiB RAM"
+    return f"{os.cpu_count()} CPUs ({model}){mem}, Linux {platform.release()}, Python {platform.python_version()}"
+
+
+# -- main ----------------------------------------------------------------------------
+
+
+def wait_quiet(limit: float, threshold: float = 0.15) -> float:
+    """Waits (up to `limit` seconds) for a second in which the machine is at most
+    `threshold` busy; returns the busy fraction last seen."""
+    deadline = time.monotonic() + limit
+    cpus = os.cpu_count() or 1
+    while True:
+        before = busy_seconds()
+        time.sleep(1.0)
+        busy = (busy_seconds() - before) / cpus
+        if busy <= threshold or time.monotonic() >= deadline:
+            return busy
+        log(f"machine {busy * 100:.0f}% busy with other work; waiting for quiet")
+
+
+async def run(args: argparse.Namespace, procs: Processes) -> int:
+    if args.wait_quiet:
+        wait_quiet(args.wait_quiet)
+    t_start = time.monotonic()
+    busy_start = busy_seconds()
+    fake = start_fake(procs, slow_delay_ms=5000)
+    servers: dict[str, Server] = {"direct-openai": fake, "direct-anthropic": fake}
+    failed = False
+    wanted = [t for t in TARGETS if t in args.targets]
+    for name, starter in (("translating", start_translating), ("passthrough", start_passthrough), ("litellm", start_litellm)):
+        if name not in wanted or (name == "litellm" and not args.litellm):
+            continue
+        try:
+            servers[name] = starter(procs, fake)
+        except Exception as error:  # noqa: BLE001 - report and go on without it
+            log(f"{name}: could not start: {error}")
+            if name != "litellm":
+                failed = True
+    targets = [t for t in wanted if t in servers]
+    log(f"servers up in {time.monotonic() - t_start:.1f} s: {', '.join(f'{n} pid {s.pid}' for n, s in servers.items() if not n.startswith('direct'))}")
+
+    results: dict[tuple[Case, str], load.Result] = {}
+    order = [c for c in cases(args.smoke) if c.shape in args.shapes and c.mode in args.modes]
+    for case in order:
+        for target in targets:
+            t0 = time.monotonic()
+            result = await measure(target, servers[target], fake, case, args)
+            results[(case, target)] = result
+            extra = f", ttft p50 {result.ms(50, True):.2f} ms" if result.ttft else ""
+            cpu = f", cpu {result.cpu_per_request_ms:.3f} ms/req" if result.cpu_per_request_ms is not None else ""
+            log(f"{case.label:28} {target:17} {result.throughput:9.1f} req/s  p50 {result.ms(50):8.2f} ms  "
+                f"p99 {result.ms(99):8.2f} ms{extra}{cpu}  [{result.requests} in {result.window:.1f} s; {time.monotonic() - t0:.1f} s]")  # fmt: skip
+            if result.errors:
+                failed = True
+                log(f"  {result.errors} FAILED: {result.first_error}")
+
+    idle: dict[str, dict[str, Any]] = {}
+    if args.idle_streams:
+        for target in ("translating", "passthrough"):
+            if target in servers and target in targets:
+                figures = await idle_streams(servers[target], args.idle_streams)
+                idle[target] = figures
+                log(f"idle streams via {target}: {figures}")
+                if figures["errors"]:
+                    failed = True
+
+    elapsed = time.monotonic() - t_start
+    # CPU time that other processes on the machine took during the run: noise.
+    foreign = max(0.0, busy_seconds() - busy_start - ours_seconds(procs))
+    text = [
+        f"dragoman benchmark — {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} — {machine()}",
+        f"dragoman {revision()}; LiteLLM {LITELLM_VERSION if 'litellm' in targets else 'not run'}; "
+        f"other processes used {foreign:.1f} CPU-s during the run ({foreign / elapsed * 100:.0f}% of one CPU)",
+        f"mode: {'smoke' if args.smoke else 'full'}; window ≥ {args.duration:g} s per cell after a ≥ {args.warmup:g} s warm-up; "
+        f"gateways {'pinned to CPU ' + ','.join(map(str, sorted(procs.gateway_cpus))) if procs.gateway_cpus else 'not pinned'}; "
+        f"total {elapsed:.0f} s",
+        "",
+        table(results, order, targets),
+    ]
+    if idle:
+        text += ["", "| idle streams | streams | RSS before MB | RSS with streams open MB | added MB | opened in s |", "|---|---|---|---|---|---|"]
+        text += [f"| {t} | {f['streams']} | {f['rss_before_mb']} | {f['rss_open_mb']} | {f['added_mb']} | {f['open_s']} |" for t, f in idle.items()]
+    if not args.smoke:
+        text += ["", "Targets (issue 8):", *target_checks(results, idle)]
+    report = "\n".join(text)
+    print(report, flush=True)
+    if args.markdown:
+        Path(args.markdown).write_text(report + "\n")
+    if args.json:
+        import msgspec
+
+        raw = {
+            "machine": machine(),
+            "cells": [{"case": c.label, "target": t, **r.summary()} for (c, t), r in results.items()],
+            "idle_streams": idle,
+        }
+        Path(args.json).write_bytes(msgspec.json.format(msgspec.json.encode(raw), indent=1))
+    log(f"done in {elapsed:.1f} s{'; SOME REQUESTS FAILED' if failed else ''}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="dragoman vs the direct call vs LiteLLM, on one fake upstream.")
+    parser.add_argument("--smoke", action="store_true", help="a few requests per cell, concurrency 1 and 4, no LiteLLM")
+    parser.add_argument("--smoke-requests", type=int, default=4, help="requests per cell in smoke mode")
+    parser.add_argument("--litellm", action=argparse.BooleanOptionalAction, default=None,
+                        help="include LiteLLM (default: yes, except in smoke mode)")  # fmt: skip
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds of measurement per cell (at least)")
+    parser.add_argument("--warmup", type=float, default=0.5, help="seconds of warm-up per cell (at least)")
+    parser.add_argument("--max-window", type=float, default=40.0, help="longest measurement window of a cell")
+    parser.add_argument("--idle-streams", type=int, default=None, help="idle streams to hold open (default 1000; smoke 20; 0 skips)")
+    parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset of: " + ", ".join(TARGETS))
+    parser.add_argument("--shapes", default=",".join(shapes.SHAPES))
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--wait-quiet", type=float, default=None,
+                        help="wait up to this many seconds for other work on the machine to stop (default 60; smoke 0)")  # fmt: skip
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True, help="pin gateways to the last CPU")
+    parser.add_argument("--markdown", help="also write the report here")
+    parser.add_argument("--json", help="write the raw figures here")
+    args = parser.parse_args(argv)
+    args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if args.litellm is None:
+        args.litellm = not args.smoke
+    if args.wait_quiet is None:
+        args.wait_quiet = 0 if args.smoke else 60
+    if args.idle_streams is None:
+        args.idle_streams = 20 if args.smoke else 1000
+
+    cpus = sorted(os.sched_getaffinity(0))
+    gateway_cpus = client_cpus = None
+    if args.pin and len(cpus) >= 2:
+        gateway_cpus, client_cpus = {cpus[-1]}, set(cpus[:-1])
+        os.sched_setaffinity(0, client_cpus)
+    with tempfile.TemporaryDirectory(prefix="dragoman-bench-") as workdir:
+        procs = Processes(Path(workdir), gateway_cpus, client_cpus)
+        try:
+            try:
+                import uvloop
+
+                return uvloop.run(run(args, procs))
+            except ImportError:
+                return asyncio.run(run(args, procs))
+        except RuntimeError as error:
+            log(f"error: {error}")
+            return 2
+        finally:
+            procs.stop_all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
