@@ -203,3 +203,37 @@ def test_stop_sequences_with_the_async_client(gateway, upstream):
     final = asyncio.run(asyncio.wait_for(run(), 20))
     assert final.content[0].text == "alpha "
     assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", "END")
+
+
+def test_client_hanging_up_closes_the_upstream_stream(gateway, upstream):
+    upstream.stream_reply([chunk({"role": "assistant", "content": "first"}), *[item for _ in range(40) for item in (("sleep", 0.05), chunk({"content": " more"}))]])
+    body = {"model": "test-model", "max_tokens": 50, "messages": USER, "stream": True}
+    with httpx.stream("POST", f"{gateway.url}/v1/messages", json=body, timeout=10) as response:
+        for line in response.iter_lines():
+            if "first" in line:
+                break  # hang up after the first text
+    assert upstream.wait_for(lambda: upstream.disconnects == 1, timeout=3)
+    assert upstream.completed == 0
+
+
+def test_prefill_with_stop_sequences(make_gateway, upstream):
+    gateway = make_gateway(upstream={"flavor": "vllm"})
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    upstream.stream_reply([chunk({"role": "assistant", "content": "42</answer> trailing"}), *_after_stop_chunks()])
+    message = client.messages.create(
+        model="test-model", max_tokens=50, stop_sequences=["</answer>"],
+        messages=[{"role": "user", "content": "6*7?"}, {"role": "assistant", "content": "<answer>"}],
+    )  # fmt: skip
+    assert message.content[0].text == "42"
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "</answer>")
+    assert upstream.requests[0]["continue_final_message"] is True
+
+
+def test_stop_sequence_split_over_many_chunks(client, upstream):
+    upstream.stream_reply([chunk({"role": "assistant", "content": "ab<"}), chunk({"content": "/"}), chunk({"content": "an"}),
+                           chunk({"content": "swer"}), chunk({"content": ">cd"}), *_after_stop_chunks()])  # fmt: skip
+    with client.messages.stream(model="test-model", max_tokens=50, messages=USER, stop_sequences=["</answer>", "</ans!"]) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "ab"
+    assert final.stop_sequence == "</answer>"

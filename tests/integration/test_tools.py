@@ -3,6 +3,7 @@ non-streaming and streaming, single and parallel calls, ids kept end to end."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import anthropic
@@ -239,3 +240,22 @@ def test_invalid_tool_arguments_non_streaming(client, upstream):
         client.messages.create(model="test-model", max_tokens=100, messages=ASK, tools=[WEATHER])
     assert caught.value.status_code == 502
     assert "get_weather" in caught.value.message
+
+
+def test_tool_loop_with_the_async_client(gateway, upstream):
+    upstream.stream_reply(_tool_stream(("call_a1", "get_weather", ['{"city"', ': "Rome"}'])))
+    upstream.json_reply(completion("Warm in Rome."))
+
+    async def run() -> tuple[anthropic.types.Message, anthropic.types.Message]:
+        async with anthropic.AsyncAnthropic(base_url=gateway.url, api_key="k", max_retries=0) as aclient:
+            async with aclient.messages.stream(model="test-model", max_tokens=100, messages=ASK, tools=[WEATHER]) as stream:
+                first = await stream.get_final_message()
+            final = await aclient.messages.create(
+                model="test-model", max_tokens=100, messages=_follow_up(first, {"call_a1": "25C"}), tools=[WEATHER]
+            )
+            return first, final
+
+    first, final = asyncio.run(asyncio.wait_for(run(), 20))
+    assert [(b.type, b.id, b.input) for b in first.content] == [("tool_use", "call_a1", {"city": "Rome"})]
+    assert final.content[0].text == "Warm in Rome."
+    assert upstream.requests[1]["messages"][2] == {"role": "tool", "tool_call_id": "call_a1", "content": "25C"}
