@@ -34,12 +34,15 @@ class Profile:
     reasoning_max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     # How the server counts a chat request's prompt tokens without running the model.
     token_counter: TokenCounter | None = None
+    # Read every reply as a stream: llama.cpp notices a closed connection reliably
+    # only while streaming, so a client that leaves would otherwise keep it busy.
+    stream_upstream: bool = False
 
 
 PROFILES: dict[str, Profile] = {
     "vllm": Profile("vllm", prefill="continue_final_message", reasoning_field="reasoning", token_counter="vllm"),
     "sglang": Profile("sglang", prefill="continue_final_message"),
-    "llamacpp": Profile("llamacpp", token_counter="llamacpp"),
+    "llamacpp": Profile("llamacpp", token_counter="llamacpp", stream_upstream=True),
     "ollama": Profile("ollama", reasoning_field="reasoning"),
     "openai": Profile(
         "openai", max_stop_sequences=4, accepts_top_k=False, accepts_user=True, reasoning_max_tokens_field="max_completion_tokens"

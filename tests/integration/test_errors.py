@@ -366,12 +366,6 @@ def test_json_answer_to_a_stream_request_is_not_silently_empty(gateway, upstream
     assert text == "Hello there" or frames[-1][0] == "error"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: text that arrives in the same network read as a later error chunk is dropped - "
-    "OpenAIBackend._translated() collects a read's events in `out` and the GatewayError raised by "
-    "translator.feed() for the error chunk discards them, so what the client sees depends on TCP batching",
-)
 def test_text_before_an_error_chunk_is_not_lost_when_they_arrive_together(gateway, upstream):
     together = (
         b"data: " + json.dumps(chunk({"role": "assistant", "content": "partial"})).encode() + b"\n\n"

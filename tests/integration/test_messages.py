@@ -335,12 +335,6 @@ def test_raw_http_body_shape(gateway, upstream):
     assert body["usage"]["input_tokens"] == 3 and body["usage"]["output_tokens"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: max_tokens=0 (documented by the current SDK as 'populate the prompt cache without generating "
-    "a response') is rejected with 400 'max_tokens: must be greater than or equal to 1' by "
-    "translate/request.py _validate(); expected a 200 message with no generated content",
-)
 def test_max_tokens_zero_warms_the_cache_without_generating(client, upstream):
     message = client.messages.create(model="test-model", max_tokens=0, messages=USER)
     assert message.type == "message"

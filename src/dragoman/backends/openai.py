@@ -77,9 +77,14 @@ class OpenAIBackend:
 
     async def messages(self, call: Call, route: "Route") -> Reply:  # noqa: F821
         request = decode_request(call.body, anthropic.MESSAGES_REQUEST)
+        if request.max_tokens == 0:
+            return await self._warm_cache(call, route, request)
+        return await self._respond(call, route, request)
+
+    async def _respond(self, call: Call, route: "Route", request: anthropic.MessagesRequest) -> Reply:  # noqa: F821
         # Stop sequences are matched here over the streamed text, so a request that has
         # them reads the upstream as a stream even when the client did not ask for one.
-        upstream_stream = request.stream or bool(request.stop_sequences)
+        upstream_stream = request.stream or bool(request.stop_sequences) or self.profile.stream_upstream
         translated = self._translate(request, route, upstream_stream)
         await self._fit_max_tokens(translated, route, request.max_tokens)
         post = self._http.post("/chat/completions", openai.ENCODER.encode(translated.chat), outcome=call.outcome)
@@ -94,6 +99,7 @@ class OpenAIBackend:
             tool_names=translated.tool_names,
             stop_sequences=translated.stop_sequences,
             surface_thinking=translated.surface_thinking,
+            omit_thinking_text=translated.omit_thinking_text,
             upstream=self.name,
         )
         if not upstream_stream:
@@ -118,6 +124,21 @@ class OpenAIBackend:
         async for batch in self._translated(head, translator, call.outcome):
             events.extend(batch)
         return Completed(msgspec.json.encode(fold(events)), headers=_headers(translated))
+
+    async def _warm_cache(self, call: Call, route: "Route", request: anthropic.MessagesRequest) -> Reply:  # noqa: F821
+        """max_tokens 0: run the prompt (so the backend caches it), return nothing generated."""
+        warm = msgspec.structs.replace(request, stream=False, stop_sequences=None)  # sent with max_tokens 1
+        reply = await self._respond(call, route, warm)
+        assert isinstance(reply, Completed)
+        message = msgspec.json.decode(reply.body, type=anthropic.Message)
+        message.content = [anthropic.OutTextBlock(text="")]
+        message.stop_reason, message.stop_sequence = "max_tokens", None
+        message.usage.output_tokens = 0
+        if call.outcome is not None:
+            call.outcome.output_tokens = 0
+        if request.stream:
+            return Streaming(_once(encode_all(events_of(message))), headers=reply.headers)
+        return Completed(msgspec.json.encode(message), headers=reply.headers)
 
     async def _translated(
         self, response: aiohttp.ClientResponse, translator: StreamTranslator, outcome: Outcome | None
@@ -150,18 +171,25 @@ class OpenAIBackend:
                     break
                 deadline = loop.time() + self._upstream.idle_timeout
                 out: list[anthropic.StreamEvent] = []
-                for payload in decoder.feed(raw):
-                    if payload == b"[DONE]":
-                        break
-                    try:
-                        chunk = openai.CHAT_CHUNK.decode(payload)
-                    except msgspec.DecodeError as error:
-                        raise UpstreamError(f"upstream {self.name} sent an unreadable stream chunk: {error}") from None
-                    out.extend(translator.feed(chunk))
-                    if translator.done:
-                        break
+                try:
+                    for payload in decoder.feed(raw):
+                        if payload == b"[DONE]":
+                            break
+                        try:
+                            chunk = openai.CHAT_CHUNK.decode(payload)
+                        except msgspec.DecodeError as error:
+                            raise UpstreamError(f"upstream {self.name} sent an unreadable stream chunk: {error}") from None
+                        out.extend(translator.feed(chunk))
+                        if translator.done:
+                            break
+                except GatewayError:
+                    if out:
+                        yield out  # what came before the failure still reaches the client
+                    raise
                 if out:
                     yield out
+            if not translator.done and not translator.finished_upstream:
+                raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
             final = translator.finish()
             _note_usage(outcome, translator.usage)
             yield final
@@ -244,6 +272,10 @@ class OpenAIBackend:
         tokens, method = await self._count(translated.chat, estimate=count_estimate(request))
         body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=tokens))
         return Completed(body, headers={"x-token-count-method": method})
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
 
 def _completion(body: bytes, upstream: str) -> openai.ChatCompletion:
     try:

@@ -78,9 +78,15 @@ class ToolUseBlock(_Block, tag="tool_use"):
     input: Any
 
 
+class ToolReferenceBlock(_Block, tag="tool_reference"):
+    """Names a deferred tool that a tool search has loaded (Claude Code's ToolSearch)."""
+
+    tool_name: str
+
+
 class ToolResultBlock(_Block, tag="tool_result"):
     tool_use_id: str
-    content: str | list[TextBlock | ImageBlock | DocumentBlock | SearchResultBlock] | None = None
+    content: str | list[TextBlock | ImageBlock | DocumentBlock | SearchResultBlock | ToolReferenceBlock] | None = None
     is_error: bool = False
 
 
@@ -134,6 +140,8 @@ class Tool(_In):
     description: str | None = None
     input_schema: dict[str, Any] | None = None
     strict: bool | None = None
+    # Hidden from the model until a tool_reference in the conversation loads it.
+    defer_loading: bool | None = None
     # Options of Anthropic-defined tools that shape their synthesised schema.
     display_width_px: int | None = None
     display_height_px: int | None = None
@@ -148,6 +156,7 @@ class ToolChoice(_In):
 class ThinkingConfig(_In):
     type: Literal["enabled", "adaptive", "disabled"]
     budget_tokens: int | None = None
+    display: str | None = None  # "omitted": thinking blocks come back without their text
 
 
 class OutputFormat(_In):
@@ -322,9 +331,9 @@ class ErrorDetail(_Out):
     message: str
 
 
-class ErrorResponse(_Out, tag="error", tag_field="type"):
+class ErrorResponse(_Out, tag="error", tag_field="type", omit_defaults=True):
     error: ErrorDetail
-    request_id: str | None = None
+    request_id: str | None = None  # omitted in stream error events, which carry none
 
 
 class CountTokensResponse(_Out):

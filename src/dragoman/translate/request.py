@@ -52,6 +52,7 @@ class Translated:
     stop_sequences: list[str] = field(default_factory=list)
     prefill: str = ""
     surface_thinking: bool = False
+    omit_thinking_text: bool = False
     effort: str | None = None  # the reasoning effort applied, for X-Reasoning-Effort
 
 
@@ -90,6 +91,8 @@ def _normalise_turns(request: anthropic.MessagesRequest, system: list[str]) -> l
         blocks: list[Any] = [anthropic.TextBlock(text=message.content)] if isinstance(message.content, str) else list(message.content)
         if role == "system":
             text = _text_of(message.content)
+            if not text:
+                continue
             if not seen_assistant:
                 system.append(text)
                 continue
@@ -155,7 +158,9 @@ def _tool_result_messages(
             texts.append(block.content)
         elif block.content:
             for inner_index, inner in enumerate(block.content):
-                if isinstance(inner, anthropic.ImageBlock):
+                if isinstance(inner, anthropic.ToolReferenceBlock):
+                    texts.append(f"Tool {inner.tool_name} is now available.")
+                elif isinstance(inner, anthropic.ImageBlock):
                     if caps.vision is False:
                         texts.append("[Image omitted: this model does not accept images]")
                     else:
@@ -202,10 +207,12 @@ def _strip_keys(schema: Any, keys: tuple[str, ...]) -> Any:
 
 
 def _tools(
-    tools: list[anthropic.Tool], profile: Profile, options: Options, names: dict[str, str]
+    tools: list[anthropic.Tool], profile: Profile, options: Options, names: dict[str, str], loaded: set[str]
 ) -> list[openai.FunctionTool]:
     result = []
     for index, tool in enumerate(tools):
+        if tool.defer_loading and tool.name not in loaded:
+            continue  # as on Anthropic: the model sees a deferred tool once a search loaded it
         kind = tool.type
         if kind in (None, "custom"):
             if tool.input_schema is None:
@@ -239,6 +246,16 @@ def _tools(
     return result
 
 
+def _loaded_tools(turns: list[tuple[str, list[Any], int]]) -> set[str]:
+    """Names of deferred tools that tool searches in the conversation have loaded."""
+    loaded = set()
+    for _, blocks, _ in turns:
+        for block in blocks:
+            if isinstance(block, anthropic.ToolResultBlock) and isinstance(block.content, list):
+                loaded.update(b.tool_name for b in block.content if isinstance(b, anthropic.ToolReferenceBlock))
+    return loaded
+
+
 def _tool_choice(choice: anthropic.ToolChoice | None, names: dict[str, str]) -> tuple[Any, bool | None]:
     if choice is None:
         return None, None
@@ -259,8 +276,8 @@ def _tool_choice(choice: anthropic.ToolChoice | None, names: dict[str, str]) -> 
 def _validate(request: anthropic.MessagesRequest) -> None:
     if not request.messages:
         raise InvalidRequest("messages: at least one message is required")
-    if request.max_tokens < 1:
-        raise InvalidRequest("max_tokens: must be greater than or equal to 1")
+    if request.max_tokens < 0:
+        raise InvalidRequest("max_tokens: must be greater than or equal to 0")
     if request.temperature is not None and not 0.0 <= request.temperature <= 1.0:
         raise InvalidRequest("temperature: must be between 0 and 1")
     if request.top_p is not None and not 0.0 <= request.top_p <= 1.0:
@@ -289,7 +306,7 @@ def to_chat_request(
     _check_tool_pairing(turns)
 
     names: dict[str, str] = {}
-    tools = _tools(request.tools, profile, options, names) if request.tools else []
+    tools = _tools(request.tools, profile, options, names, _loaded_tools(turns)) if request.tools else []
     for _, blocks, _ in turns:  # history may name tools no longer offered
         for block in blocks:
             if isinstance(block, anthropic.ToolUseBlock):
@@ -344,10 +361,12 @@ def to_chat_request(
         continue_final_message=continue_final,
         add_generation_prompt=add_generation_prompt,
     )
+    # max_tokens 0 only warms the prompt cache: one token is generated and not returned.
+    limit = max(request.max_tokens, 1)
     if caps.reasoning.reasoning and profile.reasoning_max_tokens_field == "max_completion_tokens":
-        chat.max_completion_tokens = request.max_tokens
+        chat.max_completion_tokens = limit
     else:
-        chat.max_tokens = request.max_tokens
+        chat.max_tokens = limit
     reverse = {short: original for original, short in names.items() if short != original}
     return Translated(
         chat=chat,
@@ -355,6 +374,7 @@ def to_chat_request(
         stop_sequences=list(request.stop_sequences or ()),
         prefill=prefill,
         surface_thinking=reasoning.surface_thinking,
+        omit_thinking_text=reasoning.omit_thinking_text,
         effort=reasoning.effort,
     )
 

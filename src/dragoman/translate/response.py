@@ -21,6 +21,7 @@ def to_message(
     tool_names: dict[str, str] | None = None,
     stop_sequences: list[str] | None = None,
     surface_thinking: bool = False,
+    omit_thinking_text: bool = False,
     upstream: str = "upstream",
 ) -> a.Message:
     if not completion.choices:
@@ -31,7 +32,7 @@ def to_message(
     content: list[a.ContentBlock] = []
     reasoning = message.reasoning or message.reasoning_content or ""
     if reasoning and surface_thinking:
-        content.append(a.OutThinkingBlock(thinking=reasoning, signature=SIGNATURE))
+        content.append(a.OutThinkingBlock(thinking="" if omit_thinking_text else reasoning, signature=SIGNATURE))
     text = message.content or message.refusal or ""  # a refusal is the model's answer too
     matcher = StopMatcher(stop_sequences or [])
     if matcher and text:

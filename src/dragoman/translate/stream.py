@@ -60,6 +60,7 @@ class StreamTranslator:
         tool_names: dict[str, str] | None = None,
         stop_sequences: list[str] | None = None,
         surface_thinking: bool = False,
+        omit_thinking_text: bool = False,
         upstream: str = "upstream",
     ) -> None:
         self._model = model
@@ -68,6 +69,7 @@ class StreamTranslator:
         self._tool_names = tool_names or {}
         self._stops = StopMatcher(stop_sequences or [])
         self._surface_thinking = surface_thinking
+        self._omit_thinking_text = omit_thinking_text
         self._upstream = upstream
         self._open: str | None = None  # "thinking" | "text" | "tool"
         self._index = -1
@@ -122,6 +124,11 @@ class StreamTranslator:
             if choice.finish_reason:
                 self._finish = choice.finish_reason
         return events
+
+    @property
+    def finished_upstream(self) -> bool:
+        """The upstream said why it stopped (a reply cut short never does)."""
+        return self._finish is not None
 
     @property
     def usage(self) -> a.Usage:
@@ -182,7 +189,8 @@ class StreamTranslator:
                 self._hidden_reasoning.append(text)  # late reasoning cannot precede the answer any more
                 return
             self._open_block("thinking", a.OutThinkingBlock(thinking="", signature=""), events)
-        events.append(a.ContentBlockDelta(index=self._index, delta=a.ThinkingDelta(thinking=text)))
+        if not self._omit_thinking_text:
+            events.append(a.ContentBlockDelta(index=self._index, delta=a.ThinkingDelta(thinking=text)))
         self._hidden_reasoning.append(text)
 
     def _text(self, text: str, events: list[a.StreamEvent]) -> None:

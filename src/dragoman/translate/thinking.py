@@ -36,6 +36,7 @@ class ReasoningPlan:
     effort: str | None = None  # sent as reasoning_effort
     chat_template_kwargs: dict[str, Any] | None = None
     surface_thinking: bool = False
+    omit_thinking_text: bool = False  # thinking.display "omitted": blocks without their text
 
 
 def _budget_effort(budget: int | None, caps: ReasoningCaps) -> str:
@@ -81,4 +82,5 @@ def plan(request: anthropic.MessagesRequest, caps: ReasoningCaps, *, model: str)
         return ReasoningPlan(effort=None, chat_template_kwargs={"enable_thinking": False})
     if thinking == "disabled" and caps.thinking_off == "lowest_effort" and caps.efforts:
         return ReasoningPlan(effort=caps.efforts[0])
-    return ReasoningPlan(effort=effort, surface_thinking=wants_thinking)
+    omitted = wants_thinking and request.thinking is not None and request.thinking.display == "omitted"
+    return ReasoningPlan(effort=effort, surface_thinking=wants_thinking, omit_thinking_text=omitted)

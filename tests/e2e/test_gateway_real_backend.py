@@ -1,0 +1,212 @@
+"""The gateway in front of a real llama-server, through both paths, with the official SDK.
+
+`translate` speaks Chat Completions to llama-server; `passthrough` forwards to its
+own /v1/messages. The 135M model's words are not asserted, only what the gateway
+promises: shapes, stop reasons, usage, counts, errors, cancellation.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import anthropic
+import httpx
+import pytest
+
+from dragoman.config import from_dict
+from dragoman.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
+from tests.servers import GatewayServer
+
+MODEL = DEFAULT_LOCAL_MODEL
+TIMEOUT = 120.0
+
+
+def _gateway(server: LlamaServer, protocol: str) -> GatewayServer:
+    url = server.base_url + ("/v1" if protocol == "openai" else "")
+    config = from_dict(
+        {
+            "server": {"default_model": "served"},
+            "upstreams": {"llama": {"url": url, "protocol": protocol}},
+            "models": [{"name": "served", "upstream": "llama", "upstream_model": MODEL, "aliases": ["claude-*"]}],
+        }
+    )
+    return GatewayServer(config).start()
+
+
+@pytest.fixture(scope="module", params=["openai", "anthropic"], ids=["translate", "passthrough"])
+def path(request: pytest.FixtureRequest, llama_server: LlamaServer) -> Iterator[tuple[str, GatewayServer]]:
+    gateway = _gateway(llama_server, request.param)
+    yield request.param, gateway
+    gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def translate(llama_server: LlamaServer) -> Iterator[GatewayServer]:
+    gateway = _gateway(llama_server, "openai")
+    yield gateway
+    gateway.stop()
+
+
+def _client(gateway: GatewayServer) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=gateway.url, api_key="any", max_retries=0, timeout=TIMEOUT)
+
+
+def _ask(text: str, **options: object) -> dict:
+    return {"model": "claude-haiku-4-5", "max_tokens": 40, "messages": [{"role": "user", "content": text}], **options}
+
+
+def test_plain_answer(path):
+    kind, gateway = path
+    message = _client(gateway).messages.create(**_ask("Say hello."))
+    assert message.model == "claude-haiku-4-5"
+    assert message.content and message.content[0].type == "text" and message.content[0].text
+    assert message.stop_reason in ("end_turn", "max_tokens")
+    assert message.usage.output_tokens > 0
+    if kind == "openai":  # the translating path promises Anthropic's id shape
+        assert message.id.startswith("msg_")
+
+
+def test_streamed_answer_matches_its_final_message(path):
+    _, gateway = path
+    with _client(gateway).messages.stream(**_ask("Tell me a short story.")) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text and final.content[0].text == text
+    assert final.usage.output_tokens > 0
+
+
+def test_max_tokens_reached(path):
+    _, gateway = path
+    message = _client(gateway).messages.create(**_ask("Write a long essay about the sea.", max_tokens=5))
+    assert message.stop_reason == "max_tokens"
+    assert message.usage.output_tokens == 5
+
+
+def test_stop_sequence_hit_and_reported(translate):
+    # The model counts reliably; the gateway must cut at the stop and name it.
+    client = _client(translate)
+    for stream in (False, True):
+        request = _ask("Count from 1 to 20, separated by commas.", max_tokens=80, stop_sequences=["7", "never-seen"], extra_body={"temperature": 0})
+        if stream:
+            with client.messages.stream(**request) as s:
+                message = s.get_final_message()
+        else:
+            message = client.messages.create(**request)
+        assert message.stop_reason == "stop_sequence", message
+        assert message.stop_sequence == "7"
+        assert "7" not in message.content[0].text
+
+
+def test_repeated_prefix_reports_cached_input(translate):
+    client = _client(translate)
+    system = "You are a careful assistant. " * 40
+    first = client.messages.create(**_ask("Name a colour.", system=system, max_tokens=5))
+    second = client.messages.create(**_ask("Name a fruit.", system=system, max_tokens=5))
+    assert first.usage.input_tokens > 100
+    assert second.usage.cache_read_input_tokens > 100
+    assert second.usage.input_tokens < first.usage.input_tokens  # the cached part is not counted twice
+
+
+TOOLS = [
+    {
+        "name": "get_weather",
+        "description": "Look up the weather for a city.",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+]
+HISTORY = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "Sunny, 21 degrees."}]},
+]
+
+
+@pytest.mark.parametrize("shape", ["text", "tools"])
+def test_count_tokens_equals_the_prompt_tokens_the_backend_reports(translate, llama_server, shape):
+    client = _client(translate)
+    request = {"model": "served", "system": "Be brief.", "messages": HISTORY if shape == "tools" else HISTORY[:1]}
+    if shape == "tools":
+        request["tools"] = TOOLS
+    counted = client.messages.with_raw_response.count_tokens(**request)
+    assert counted.headers["x-token-count-method"] == "upstream"
+    # The same request, sent for real: llama-server's own prompt_tokens.
+    reply = client.messages.create(**request, max_tokens=1)
+    assert counted.parse().input_tokens == reply.usage.input_tokens + reply.usage.cache_read_input_tokens
+
+
+def test_count_tokens_through_passthrough(path):
+    kind, gateway = path
+    if kind != "anthropic":
+        pytest.skip("the translating path is covered above")
+    result = _client(gateway).messages.with_raw_response.count_tokens(model="served", messages=[{"role": "user", "content": "Hello"}])
+    assert result.parse().input_tokens > 0
+    assert result.headers["x-token-count-method"] == "upstream"
+
+
+def test_prompt_longer_than_the_context_is_a_clear_400(llama_server_small_ctx):
+    gateway = _gateway(llama_server_small_ctx, "openai")
+    try:
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            _client(gateway).messages.create(**_ask("hello " * 1000))
+    finally:
+        gateway.stop()
+    message = caught.value.body["error"]["message"]
+    assert message.startswith("prompt is too long: ")
+    tokens, limit = message.removeprefix("prompt is too long: ").split(" maximum")[0].split(" tokens > ")
+    assert int(tokens) > int(limit) == 512
+
+
+def test_upstream_overflow_error_is_mapped_on_passthrough(llama_server_small_ctx):
+    gateway = _gateway(llama_server_small_ctx, "anthropic")
+    try:
+        response = httpx.post(gateway.url + "/v1/messages", json=_ask("hello " * 1000), timeout=TIMEOUT)
+    finally:
+        gateway.stop()
+    assert response.status_code == 400  # the backend's own status and body reach the client
+    assert "context" in response.text
+
+
+def test_max_tokens_is_fitted_to_the_context(translate):
+    # Claude Code asks for 32000 output tokens whatever the model; the window is 4096.
+    response = httpx.post(translate.url + "/v1/messages", json=_ask("Hi", max_tokens=32000), timeout=TIMEOUT)
+    assert response.status_code == 200, response.text
+    applied = int(response.headers["x-max-tokens-applied"])
+    assert 0 < applied < 4096
+
+
+def test_concurrent_streams(path):
+    _, gateway = path
+    client = _client(gateway)
+    results: list[str] = []
+
+    def run(n: int) -> None:
+        with client.messages.stream(**_ask(f"Say the number {n}.", max_tokens=15)) as stream:
+            results.append(stream.get_final_message().stop_reason or "")
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(TIMEOUT)
+    assert sorted(results) == sorted(r for r in results if r in ("end_turn", "max_tokens")) and len(results) == 4
+
+
+def _processing(server: LlamaServer) -> int:
+    slots = httpx.get(server.base_url + "/slots", timeout=10).json()
+    return sum(1 for slot in slots if slot["is_processing"])
+
+
+def test_client_disconnect_stops_generation(path, llama_server):
+    _, gateway = path
+    body = _ask("Write a very long story about dragons.", max_tokens=3000, stream=True, ignore_eos=True)
+    with httpx.stream("POST", gateway.url + "/v1/messages", json=body, timeout=TIMEOUT) as response:
+        for chunk in response.iter_bytes():
+            if b"content_block_delta" in chunk:
+                break
+        assert _processing(llama_server) == 1  # the backend is generating for us
+    deadline = time.monotonic() + 10
+    while _processing(llama_server) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processing(llama_server) == 0
