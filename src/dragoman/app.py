@@ -104,7 +104,7 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         discovery = [asyncio.create_task(gateway.discover(name)) for name in gateway.backends]
-        discovery.append(asyncio.create_task(gateway.refresh_registry()))
+        discovery.append(asyncio.create_task(gateway.keep_registry_fresh()))
         try:
             yield
         finally:

@@ -20,9 +20,10 @@ log = logging.getLogger("dragoman.registry")
 REGISTRY_URL = "https://models.dev/api.json"
 REFRESH_AFTER = 24 * 3600
 
-# Families known to reason, matched on the model id's last path segment.
+# Families known to reason, matched on the model id's last path segment. Qwen3's
+# -Instruct releases (2507, Coder, Next, VL) are its non-thinking variants.
 REASONING_NAMES = re.compile(
-    r"gpt-oss|^o[1-9](?:$|-)|^gpt-5|deepseek-r1|deepseek-reasoner|qwq|qwen3(?!.*instruct-2507)|thinking|magistral|kimi-k2-thinking|glm-4\.[5-9]|phi-4-reasoning",
+    r"gpt-oss|^o[1-9](?:$|-)|^gpt-5|deepseek-r1|deepseek-reasoner|qwq|qwen3(?!.*instruct)|thinking|magistral|kimi-k2-thinking|glm-4\.[5-9]|phi-4-reasoning",
     re.IGNORECASE,
 )
 
@@ -82,7 +83,7 @@ async def refresh_registry(path: Path, timeout: float = 5.0) -> Registry | None:
     import aiohttp
 
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout), trust_env=True) as session:
             async with session.get(REGISTRY_URL) as response:
                 if response.status != 200:
                     raise OSError(f"HTTP {response.status}")

@@ -177,6 +177,9 @@ def _check(config: Config) -> None:
         for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
             if getattr(upstream, key) <= 0:
                 raise ConfigError(f"upstreams.{name}.{key}: must be a positive number of seconds")
+    budgets = config.server.effort_budgets
+    if len(budgets) != 2 or not 0 < budgets[0] < budgets[1]:
+        raise ConfigError(f"server.effort_budgets: two increasing positive numbers (low's and medium's upper budgets), got {budgets}")
     default = config.server.default_model
     if default and config.models and not any(default == m.name or default in m.aliases for m in config.models):
         raise ConfigError(f"server.default_model: {default!r} is not a configured model name")

@@ -26,6 +26,7 @@ from dragoman.routing import Route, Router
 log = logging.getLogger("dragoman")
 
 REDISCOVER_AFTER = 10.0
+REGISTRY_CHECK_EVERY = 3600.0  # the cache itself is refreshed once it is a day old
 DISCOVERY_TIMEOUT = 5.0
 EPOCH = "1970-01-01T00:00:00Z"
 
@@ -57,6 +58,12 @@ class Gateway:
             registry = await refresh_registry(self.registry_file)
             if registry is not None:
                 self.router.registry = registry
+
+    async def keep_registry_fresh(self) -> None:
+        """Refresh the models.dev cache now and then, for a gateway that runs for weeks."""
+        while True:
+            await self.refresh_registry()
+            await asyncio.sleep(REGISTRY_CHECK_EVERY)
 
     async def discover(self, upstream: str) -> None:
         self._last_attempt[upstream] = time.monotonic()

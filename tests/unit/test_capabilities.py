@@ -144,6 +144,9 @@ def test_registry_load_of_a_directory_is_empty(tmp_path):
         ("Qwen/QwQ-32B", True),
         ("Qwen/Qwen3-8B", True),
         ("qwen3:8b", True),
+        ("Qwen/Qwen3-Coder-30B-A3B-Instruct", False),  # the -Instruct releases do not think
+        ("Qwen/Qwen3-Next-80B-A3B-Instruct", False),
+        ("Qwen/Qwen3-VL-8B-Thinking", True),
         ("qwen3-30b-a3b", True),
         ("Qwen/Qwen3-30B-A3B-Instruct-2507", False),  # the non-thinking 2507 refresh
         ("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8", False),

@@ -124,3 +124,13 @@ def test_server_api_keys_merge_file_and_environment(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("DRAGOMAN_TEST_KEYS", " k2 , k3,, ")
     loaded = config.from_dict({"server": {"api_keys": ["k1"], "api_keys_env": "DRAGOMAN_TEST_KEYS"}})
     assert config.server_api_keys(loaded) == {"k1", "k2", "k3"}
+
+
+def test_effort_budgets_must_be_two_increasing_numbers():
+    import pytest
+
+    from dragoman.config import ConfigError, from_dict
+
+    for budgets in ([8192, 2048], [4096], [0, 10]):
+        with pytest.raises(ConfigError, match="server.effort_budgets"):
+            from_dict({"server": {"effort_budgets": budgets}})

@@ -47,8 +47,9 @@ def to_message(
             a.OutToolUseBlock(id=call.id or new_tool_id(), name=name, input=parse_arguments(function.arguments, tool=name))
         )
     if not any(isinstance(block, (a.OutTextBlock, a.OutToolUseBlock)) for block in content):
-        # An answer that arrived only as reasoning (or nothing at all) is still an answer.
-        content.append(a.OutTextBlock(text=reasoning))
+        # An answer that arrived only as reasoning (or nothing at all) is still an answer;
+        # content that a stop sequence cut to nothing is an empty answer, not the reasoning.
+        content.append(a.OutTextBlock(text="" if (message.content or message.refusal) else reasoning))
     return a.Message(
         id=message_id,
         model=model,

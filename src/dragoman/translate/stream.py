@@ -81,6 +81,7 @@ class StreamTranslator:
         self._closed_tools: set[int | str] = set()
         self._answered = False  # a text or tool_use block was emitted
         self._saw_tool = False
+        self._saw_content = False
         self._hidden_reasoning: list[str] = []
         self._finish: str | None = None
         self._usage: openai.Usage | None = None
@@ -140,8 +141,9 @@ class StreamTranslator:
         if rest:
             self._emit_text(rest, events)
         if not self._answered:
-            # The whole answer came as reasoning (or nothing came): a reply always has a text block.
-            text = "".join(self._hidden_reasoning)
+            # The whole answer came as reasoning (or nothing came): a reply always has a text
+            # block. Content that a stop sequence cut to nothing is an answer too, an empty one.
+            text = "" if self._saw_content else "".join(self._hidden_reasoning)
             if text:
                 self._emit_text(text, events)
             else:
@@ -194,6 +196,7 @@ class StreamTranslator:
         self._hidden_reasoning.append(text)
 
     def _text(self, text: str, events: list[a.StreamEvent]) -> None:
+        self._saw_content = True
         if self._stops:
             text = self._stops.feed(text)
             if self._stops.matched is not None:
