@@ -72,6 +72,7 @@ class FakeUpstream:
         # Answers a request when the queue is empty: called with the request body; None falls back to `completion()`.
         self.responder: Callable[[dict], Reply | None] | None = None
         self.disconnects = 0  # streams the gateway hung up on before they were written out
+        self.abandoned = 0  # requests the gateway closed while the fake was still "thinking"
         self.completed = 0  # streams written out to the end
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -146,7 +147,13 @@ class FakeUpstream:
         reply = self.replies.popleft() if self.replies else (self.responder(body) if self.responder else None)
         reply = reply or Reply(body=completion())
         if reply.hang:
-            await asyncio.sleep(reply.hang)
+            loop = asyncio.get_running_loop()
+            end = loop.time() + reply.hang
+            while loop.time() < end:  # notice a gateway that gave up on us
+                if request.transport is None or request.transport.is_closing():
+                    self.abandoned += 1
+                    raise ConnectionResetError("the gateway closed the connection")
+                await asyncio.sleep(0.01)
         if reply.chunks is None:
             return web.json_response(reply.body, status=reply.status, headers=reply.headers)
         response = web.StreamResponse(status=reply.status, headers={"content-type": "text/event-stream", **reply.headers})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
@@ -90,15 +91,46 @@ async def _serve(request: Request, endpoint: str) -> Response:
     if limiter is not None:
         await limiter.acquire()
         call.outcome.release = limiter.release  # at the reply's last byte, see observe()
+    handler = route.backend.messages if endpoint == "messages" else route.backend.count_tokens
     try:
-        if endpoint == "messages":
-            reply = await route.backend.messages(call, route)
-        else:
-            reply = await route.backend.count_tokens(call, route)
+        reply = await _unless_client_leaves(handler(call, route), request)
+    except ClientLeft:
+        call.outcome.disconnected = True
+        call.outcome.status = 499  # nobody to answer; the log and metrics still say so
+        gateway.metrics.record(call.outcome)
+        return Response(status_code=499)
     except BaseException:
         call.outcome.finish()
         raise
     return render(observe(reply, call.outcome, gateway.metrics))
+
+
+class ClientLeft(Exception):
+    pass
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_client_leaves(work: Awaitable[Reply], request: Request) -> Reply:
+    """Run the backend call, cancelling it (and so the upstream request) if the client
+    hangs up first: a non-streaming request would otherwise run to its end for nobody."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_until_disconnect(request.receive))
+    try:
+        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # the gateway itself is cancelled (shutdown)
+        task.cancel()
+        watch.cancel()
+        raise
+    watch.cancel()
+    if task not in done:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise ClientLeft
+    return task.result()
 
 
 async def messages(request: Request) -> Response:

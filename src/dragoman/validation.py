@@ -46,3 +46,5 @@ def decode_request(body: bytes, decoder: msgspec.json.Decoder[T]) -> T:
         raise InvalidRequest(describe(error)) from None
     except msgspec.DecodeError as error:
         raise InvalidRequest(f"the request body is not valid JSON: {error}") from None
+    except RecursionError:
+        raise InvalidRequest("the request body is nested too deeply") from None

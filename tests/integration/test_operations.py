@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 
 import anthropic
 import httpx
+import pytest
 
 from tests.fakes import FakeUpstream, Reply, completion, text_stream
 from tests.servers import free_port
@@ -118,3 +120,15 @@ def test_upstream_key_never_reaches_the_client(make_gateway):
     gateway = make_gateway(url=url, upstream={"api_key": "sk-upstream-secret"}, server={"default_model": "m"})
     response = httpx.post(gateway.url + "/v1/messages", json=VALID)
     assert "sk-upstream-secret" not in response.text
+
+
+def test_a_client_leaving_a_non_streaming_request_cancels_the_upstream_call(gateway, upstream):
+    upstream.queue(Reply(body=completion("too late"), hang=3.0))
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=0.5)
+    deadline = time.monotonic() + 2
+    while upstream.abandoned == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert upstream.abandoned == 1
+    metrics = httpx.get(gateway.url + "/metrics").text
+    assert "dragoman_client_disconnects_total 1.0" in metrics

@@ -101,3 +101,16 @@ def test_count_tokens_request() -> None:
     raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "system": "s"}).encode()
     assert decode_request(raw, a.COUNT_TOKENS_REQUEST).system == "s"
     assert rejected(json.dumps({"model": "m"}).encode(), a.COUNT_TOKENS_REQUEST) == "messages: Field required"
+
+
+def test_hostile_nesting_is_a_400_not_a_crash():
+    import pytest
+
+    from dragoman.errors import InvalidRequest
+    from dragoman.protocol import anthropic
+    from dragoman.validation import decode_request
+
+    deep = b'{"model":"m","max_tokens":1,"messages":[],"x":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    for decoder in (anthropic.ENVELOPE, anthropic.MESSAGES_REQUEST):
+        with pytest.raises(InvalidRequest, match="nested too deeply"):
+            decode_request(deep, decoder)
