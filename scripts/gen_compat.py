@@ -60,7 +60,7 @@ IGNORED_NOTES = {
 BLOCK_NOTES = {
     "text": "user text parts; assistant text",
     "image": "base64 and URL sources become `image_url` parts (jpeg, png, gif, webp); a model without vision gets a 400; file sources need the Files API (400)",
-    "document": "plain-text, content and base64 PDF sources become text with title and context; URL and file sources are a 400",
+    "document": "plain-text, content and base64 PDF sources become text with title and context; URL sources are fetched when the operator enables it (public addresses only), else a 400; file sources are a 400",
     "search_result": "text with its source and title",
     "tool_use": "assistant `tool_calls`, ids preserved",
     "tool_result": "tool messages, in order, before the turn's other content; `is_error` carried; images moved to a following user message",

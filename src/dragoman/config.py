@@ -38,6 +38,12 @@ class ServerConfig(_Config):
     keepalive_interval: float = 15.0
     # Anthropic's server tools (web_search_*, ...) cannot run here: reject or drop them.
     server_tools: Literal["reject", "drop"] = "reject"
+    # Fetch `document` blocks given by URL (off: a 400 asks for the content instead).
+    # Only public addresses are fetched unless fetch_allow_private is set.
+    fetch_documents: bool = False
+    fetch_allow_private: bool = False
+    fetch_max_bytes: int = 10 * 1024 * 1024
+    fetch_timeout: float = 10.0
     # Reject `thinking` on models that do not reason, as some peers do (default: ignore).
     strict_thinking: bool = False
     # thinking.budget_tokens up to the first is low effort, up to the second medium, above high.

@@ -13,6 +13,7 @@ import msgspec
 from dragoman import ids
 from dragoman.backends.counting import CountCache, count_prompt
 from dragoman.backends.base import Call, Completed, Reply, Streaming, UpstreamModel, upstream_errors
+from dragoman.backends.fetch import has_url_documents, resolve_url_documents
 from dragoman.backends.http import HttpClient
 from dragoman.backends.keepalive import Silence, head_or_task, late_start, read_or_ping
 from dragoman.profiles import PROFILES, Profile, profile_for
@@ -50,6 +51,7 @@ class OpenAIBackend:
         self.profile: Profile = profile_for(upstream) if upstream.flavor != "auto" else PROFILES["generic"]
         self._counts = CountCache()
         self._keepalive = config.server.keepalive_interval
+        self._server = config.server
 
     async def close(self) -> None:
         await self._http.close()
@@ -77,6 +79,11 @@ class OpenAIBackend:
 
     async def messages(self, call: Call, route: "Route") -> Reply:  # noqa: F821
         request = decode_request(call.body, anthropic.MESSAGES_REQUEST)
+        server = self._server
+        if server.fetch_documents and has_url_documents(call.body):
+            await resolve_url_documents(
+                request, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout, allow_private=server.fetch_allow_private
+            )
         if request.max_tokens == 0:
             return await self._warm_cache(call, route, request)
         return await self._respond(call, route, request)

@@ -61,7 +61,10 @@ def document_text(block: anthropic.DocumentBlock, where: str) -> str:
             raise InvalidRequest(f"{where}.source.media_type: {source.media_type!r} is not supported for base64 documents; use application/pdf")
         body = _pdf_text(source.data, where)
     elif isinstance(source, anthropic.URLSource):
-        raise InvalidRequest(f"{where}.source: URL documents are not fetched by this gateway; send the document's content instead")
+        raise InvalidRequest(
+            f"{where}.source: URL documents are not fetched by this gateway (server.fetch_documents is off); "
+            "send the document's content instead"
+        )
     else:
         raise InvalidRequest(f"{where}.source: file sources need the Files API, which this gateway does not serve yet")
     header = "<document"

@@ -1,0 +1,98 @@
+"""Fetching `document` blocks given by URL, when the operator allows it.
+
+Off by default: a gateway that fetches what clients name can be turned against
+the network it sits in. When on, only public addresses are fetched (every
+redirect hop is checked again), within a size and a time limit; PDFs and text
+become the sources the translator reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ipaddress
+import socket
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+
+from dragoman.errors import InvalidRequest
+from dragoman.protocol import anthropic as a
+
+MAX_REDIRECTS = 3
+
+
+def _public(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    return ip.is_global and not ip.is_multicast
+
+
+async def _check_host(url: str, allow_private: bool) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest(f"document URL {url!r}: only http and https URLs are fetched")
+    if allow_private:
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM)
+    except OSError as error:
+        raise InvalidRequest(f"document URL {url!r}: cannot resolve {parts.hostname}: {error.strerror or error}") from None
+    if not infos or not all(_public(info[4][0]) for info in infos):
+        raise InvalidRequest(f"document URL {url!r}: refusing to fetch from a private, loopback or reserved address")
+
+
+async def fetch_document(url: str, *, max_bytes: int, timeout: float, allow_private: bool) -> a.DocumentSource:
+    try:
+        async with asyncio.timeout(timeout), aiohttp.ClientSession(trust_env=True) as session:
+            for _ in range(MAX_REDIRECTS + 1):
+                await _check_host(url, allow_private)
+                async with session.get(url, allow_redirects=False) as response:
+                    if response.status in (301, 302, 303, 307, 308) and "location" in response.headers:
+                        url = urljoin(url, response.headers["location"])
+                        continue
+                    if response.status != 200:
+                        raise InvalidRequest(f"document URL {url!r}: the server answered {response.status}")
+                    data = await response.content.read(max_bytes + 1)
+                    if len(data) > max_bytes:
+                        raise InvalidRequest(f"document URL {url!r}: larger than the {max_bytes}-byte limit")
+                    kind = response.content_type
+                    break
+            else:
+                raise InvalidRequest(f"document URL {url!r}: too many redirects")
+    except TimeoutError:
+        raise InvalidRequest(f"document URL {url!r}: not fetched within {timeout:g} seconds") from None
+    except aiohttp.ClientError as error:
+        raise InvalidRequest(f"document URL {url!r}: could not be fetched: {error}") from None
+    if kind == "application/pdf" or data.startswith(b"%PDF-"):
+        return a.Base64Source(media_type="application/pdf", data=base64.b64encode(data).decode())
+    if kind.startswith("text/") or kind in ("application/json", "application/xml"):
+        return a.TextSource(data=data.decode(response.charset or "utf-8", "replace"))
+    raise InvalidRequest(f"document URL {url!r}: content type {kind!r} is not a PDF or text")
+
+
+async def resolve_url_documents(request: a.MessagesRequest, *, max_bytes: int, timeout: float, allow_private: bool) -> None:
+    """Replace URL sources of document blocks with what they point to (in place)."""
+    pending: list[tuple[a.DocumentBlock, str]] = []
+    for message in request.messages:
+        if isinstance(message.content, str):
+            continue
+        for block in message.content:
+            blocks = [block]
+            if isinstance(block, a.ToolResultBlock) and isinstance(block.content, list):
+                blocks = list(block.content)
+            for inner in blocks:
+                if isinstance(inner, a.DocumentBlock) and isinstance(inner.source, a.URLSource):
+                    pending.append((inner, inner.source.url))
+    if not pending:
+        return
+    sources = await asyncio.gather(
+        *(fetch_document(url, max_bytes=max_bytes, timeout=timeout, allow_private=allow_private) for _, url in pending)
+    )
+    for (block, _), source in zip(pending, sources):
+        block.source = source
+
+
+def has_url_documents(body: bytes) -> bool:
+    """A cheap pre-check, so requests without URL documents pay nothing."""
+    return b'"url"' in body and b'"document"' in body

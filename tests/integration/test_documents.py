@@ -1,0 +1,75 @@
+"""Documents given by URL: refused unless the operator enables fetching, and then
+only from public addresses (or private ones when explicitly allowed)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+TEXT = "The launch code is 1234."
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("location", "/doc.txt")
+            self.end_headers()
+            return
+        body = TEXT.encode() if self.path == "/doc.txt" else b"x" * 5000
+        self.send_response(200)
+        self.send_header("content-type", "text/plain; charset=utf-8")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def docs_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _body(url: str) -> dict:
+    content = [{"type": "document", "source": {"type": "url", "url": url}, "title": "Memo"}, {"type": "text", "text": "Summarise."}]
+    return {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": content}]}
+
+
+def test_url_documents_are_refused_by_default(gateway, upstream, docs_server):
+    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/doc.txt"))
+    assert response.status_code == 400
+    assert "fetch_documents" in response.json()["error"]["message"]
+    assert upstream.requests == []
+
+
+def test_private_addresses_are_refused_even_when_fetching_is_on(make_gateway, upstream, docs_server):
+    gateway = make_gateway(server={"fetch_documents": True})
+    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/doc.txt"))
+    assert response.status_code == 400
+    assert "private, loopback or reserved" in response.json()["error"]["message"]
+    assert upstream.requests == []
+
+
+def test_fetched_documents_reach_the_model_as_text(make_gateway, upstream, docs_server):
+    gateway = make_gateway(server={"fetch_documents": True, "fetch_allow_private": True})
+    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/redirect"))
+    assert response.status_code == 200, response.text
+    sent = upstream.requests[0]["messages"][0]["content"]
+    assert TEXT in sent and 'title="Memo"' in sent
+
+
+def test_fetch_size_limit(make_gateway, upstream, docs_server):
+    gateway = make_gateway(server={"fetch_documents": True, "fetch_allow_private": True, "fetch_max_bytes": 1000})
+    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/big.txt"))
+    assert response.status_code == 400
+    assert "1000-byte limit" in response.json()["error"]["message"]
