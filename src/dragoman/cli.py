@@ -182,11 +182,13 @@ def run(config: Config, *, workers: int = 1) -> None:
     _check_port(server.host, server.port)
     if not config.server.api_keys and not config.server.api_keys_env and server.host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger("dragoman").warning("listening on %s without API keys: anyone who can reach it can use it", server.host)
+    try:
+        app: Any = create_app(config)  # also checks what only building the app can (tokenizer files)
+    except ConfigError as error:
+        _fail(str(error))
     if workers > 1:  # each worker process builds its app from the config in the environment
         os.environ[CONFIG_ENV] = msgspec.json.encode(config).decode()
-        app: Any = "dragoman.app:app_from_environment"
-    else:
-        app = create_app(config)
+        app = "dragoman.app:app_from_environment"
     uvicorn.run(
         app,
         factory=workers > 1,

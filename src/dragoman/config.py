@@ -110,6 +110,10 @@ class ModelConfig(_Config):
     strict_thinking: bool | None = None
     context_window: int | None = None
     max_output_tokens: int | None = None
+    # For counting tokens when the upstream cannot: a tokenizer.json (or its directory)
+    # and optionally the chat template (default: beside it, as in a model repository).
+    tokenizer: str | None = None
+    chat_template: str | None = None
 
     @property
     def served_model(self) -> str:

@@ -12,7 +12,8 @@ import fnmatch
 from dataclasses import dataclass
 
 from dragoman.backends.base import Backend, UpstreamModel
-from dragoman.config import Config, ModelConfig
+from dragoman.config import Config, ConfigError, ModelConfig
+from dragoman.tokenizer import LocalCounter, TokenizerError
 from dragoman.errors import NotFound
 from dragoman.capabilities import Decision, Registry, decide
 from dragoman.translate.request import ModelCaps
@@ -26,6 +27,7 @@ class Route:
     upstream_model: str
     caps: ModelCaps
     context_window: int | None = None
+    counter: LocalCounter | None = None  # the model's own tokenizer, when configured
 
     @property
     def path(self) -> str:
@@ -46,6 +48,13 @@ class Router:
                     self._wildcards.append((alias, model))
                 else:
                     self._by_name.setdefault(alias, model)
+        self._counters: dict[str, LocalCounter] = {}
+        for index, model in enumerate(config.models):
+            if model.tokenizer:
+                try:
+                    self._counters[model.name] = LocalCounter(model.tokenizer, model.chat_template)
+                except TokenizerError as error:
+                    raise ConfigError(f"models.{index}.tokenizer: {error}") from None
         configured = {m.upstream for m in config.models}
         # Upstreams without configured models serve every model they list.
         self.discovering = [name for name in config.upstreams if name not in configured]
@@ -83,7 +92,7 @@ class Router:
             max_output_tokens=model.max_output_tokens,
         )
         window = model.context_window or self._discovered_window(model.upstream, model.served_model)
-        return Route(self._backends[model.upstream], model.upstream, model.served_model, caps, window)
+        return Route(self._backends[model.upstream], model.upstream, model.served_model, caps, window, self._counters.get(model.name))
 
     def _discovered_window(self, upstream: str, model_id: str) -> int | None:
         entries = self.discovered.get(upstream, ())

@@ -23,6 +23,7 @@ from dragoman.protocol import anthropic, openai
 from dragoman import sse
 from dragoman.observe import Outcome
 from dragoman.sse import DataDecoder, encode_all
+from dragoman.tokenizer import TokenizerError
 from dragoman.tokens import count_estimate
 from dragoman.translate.fold import events_of, fold
 from dragoman.translate.request import Options, Translated, to_chat_request
@@ -228,19 +229,25 @@ class OpenAIBackend:
 
     # -- token counting and limits -------------------------------------------------
 
-    async def _count(self, chat: openai.ChatRequest, estimate: int) -> tuple[int, str]:
-        """(prompt tokens, method): the upstream's exact count when it can give one."""
-        counter = self.profile.token_counter
-        if counter is None:
-            return estimate, "estimate"
+    async def _count(self, chat: openai.ChatRequest, route: "Route", estimate: int) -> tuple[int, str]:  # noqa: F821
+        """(prompt tokens, method), best first: the upstream's own count, the model's
+        tokenizer configured here, else the estimate."""
         key = (chat.model, openai.ENCODER.encode(chat.messages) + openai.ENCODER.encode(chat.tools))
         cached = self._counts.get(key)
         if cached is not None:
             return cached
-        try:
-            result = (await count_prompt(self._http, counter, chat), "upstream")
-        except GatewayError as error:
-            log.info("upstream %s could not count tokens (%s); estimating", self.name, error.message)
+        result: tuple[int, str] | None = None
+        if self.profile.token_counter is not None:
+            try:
+                result = (await count_prompt(self._http, self.profile.token_counter, chat), "upstream")
+            except GatewayError as error:
+                log.info("upstream %s could not count tokens (%s)", self.name, error.message)
+        if result is None and route.counter is not None:
+            try:
+                result = (route.counter.count(chat), "tokenizer")
+            except TokenizerError as error:
+                log.info("the tokenizer of %s could not count (%s)", route.upstream_model, error)
+        if result is None:
             return estimate, "estimate"
         self._counts.put(key, result)
         return result
@@ -254,8 +261,8 @@ class OpenAIBackend:
         window = route.context_window
         if window is not None and limit + len(openai.ENCODER.encode(chat.messages)) + len(openai.ENCODER.encode(chat.tools)) > window:
             # Only a prompt that might not leave room is counted (a token is at least a byte).
-            prompt, method = await self._count(chat, estimate=0)
-            if method == "upstream":
+            prompt, method = await self._count(chat, route, estimate=0)
+            if method != "estimate":
                 if prompt > window:
                     raise context_overflow(prompt, window)
                 if prompt == window:
@@ -276,7 +283,7 @@ class OpenAIBackend:
             tools=counted.tools, tool_choice=counted.tool_choice,
         )  # fmt: skip
         translated = self._translate(request, route, stream=False)
-        tokens, method = await self._count(translated.chat, estimate=count_estimate(request))
+        tokens, method = await self._count(translated.chat, route, estimate=count_estimate(request))
         body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=tokens))
         return Completed(body, headers={"x-token-count-method": method})
 

@@ -1,0 +1,52 @@
+"""count_tokens with the model's own tokenizer.json and chat template, when the
+upstream cannot count (here: a generic OpenAI-compatible server)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from dragoman.config import ConfigError
+from tests.servers import GatewayServer, make_config
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture
+def tokenizer_dir(tmp_path: Path) -> Path:
+    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]", "<|im_start|>", "<|im_end|>"])
+    tokenizer.train_from_iterator(["You are brief. What is the weather in Paris today? Sunny and warm."] * 20, trainer)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML, "eos_token": "<|im_end|>"}))
+    return tmp_path
+
+
+def test_count_tokens_uses_the_configured_tokenizer(upstream, tokenizer_dir):
+    upstream.models = [{"id": "local-model", "owned_by": "someone"}]  # a server with no tokenize endpoint
+    config = make_config(upstream.url, models=[{"name": "local-model", "upstream": "default", "tokenizer": str(tokenizer_dir)}])
+    gateway = GatewayServer(config).start()
+    try:
+        body = {"model": "local-model", "system": "You are brief.", "messages": [{"role": "user", "content": "What is the weather in Paris?"}]}
+        response = httpx.post(gateway.url + "/v1/messages/count_tokens", json=body)
+    finally:
+        gateway.stop()
+    assert response.status_code == 200, response.text
+    assert response.headers["x-token-count-method"] == "tokenizer"
+    prompt = "<|im_start|>system\nYou are brief.<|im_end|>\n<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"
+    expected = len(Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")).encode(prompt, add_special_tokens=False).ids)
+    assert response.json() == {"input_tokens": expected}
+
+
+def test_a_missing_tokenizer_fails_at_startup_naming_the_key(upstream, tmp_path):
+    config = make_config(upstream.url, models=[{"name": "m", "upstream": "default", "tokenizer": str(tmp_path / "nope")}])
+    with pytest.raises(ConfigError, match=r"models\.0\.tokenizer: no tokenizer.json"):
+        GatewayServer(config)
