@@ -72,6 +72,7 @@ class FakeUpstream:
         # Answers a request when the queue is empty: called with the request body; None falls back to `completion()`.
         self.responder: Callable[[dict], Reply | None] | None = None
         self.disconnects = 0  # streams the gateway hung up on before they were written out
+        self.show: dict[str, dict] = {}  # Ollama /api/show answers, by model
         self.abandoned = 0  # requests the gateway closed while the fake was still "thinking"
         self.completed = 0  # streams written out to the end
         self._loop = asyncio.new_event_loop()
@@ -129,6 +130,7 @@ class FakeUpstream:
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/api/show", self._show)
         runner = self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         self._loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -136,6 +138,13 @@ class FakeUpstream:
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._ready.set()
         self._loop.run_forever()
+
+    async def _show(self, request: web.Request) -> web.Response:
+        """Ollama's model details, from `self.show[model]` (404 when absent)."""
+        model = (await request.json()).get("model")
+        if model not in self.show:
+            return web.json_response({"error": f"model '{model}' not found"}, status=404)
+        return web.json_response(self.show[model])
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": self.models})

@@ -37,13 +37,15 @@ class Profile:
     # Read every reply as a stream: llama.cpp notices a closed connection reliably
     # only while streaming, so a client that leaves would otherwise keep it busy.
     stream_upstream: bool = False
+    # Where a model's context window is read when /models does not say.
+    context_probe: Literal["ollama_show"] | None = None
 
 
 PROFILES: dict[str, Profile] = {
     "vllm": Profile("vllm", prefill="continue_final_message", reasoning_field="reasoning", token_counter="vllm"),
     "sglang": Profile("sglang", prefill="continue_final_message"),
     "llamacpp": Profile("llamacpp", token_counter="llamacpp", stream_upstream=True),
-    "ollama": Profile("ollama", reasoning_field="reasoning"),
+    "ollama": Profile("ollama", reasoning_field="reasoning", context_probe="ollama_show"),
     "openai": Profile(
         "openai", max_stop_sequences=4, accepts_top_k=False, accepts_user=True, reasoning_max_tokens_field="max_completion_tokens"
     ),

@@ -46,25 +46,24 @@ def test_retry_after_beyond_the_budget_is_passed_to_the_client(make_gateway, ups
 
 def test_past_the_concurrency_cap_and_queue_requests_get_529(make_gateway, upstream):
     gateway = make_gateway(upstream={"max_concurrent": 1, "max_queue": 1})
-    for _ in range(2):
+    for _ in range(3):
         upstream.queue(Reply(body=completion("slow"), hang=1.0))
-    results: list[int] = []
+    responses: list[httpx.Response] = []
 
     def send() -> None:
-        results.append(httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=10).status_code)
+        responses.append(httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=10))
 
-    threads = [threading.Thread(target=send) for _ in range(2)]
+    threads = [threading.Thread(target=send) for _ in range(3)]
     for thread in threads:
         thread.start()
-    while len(upstream.requests) < 1:
-        pass
-    rejected = httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=10)
     for thread in threads:
         thread.join()
-    assert rejected.status_code == 529
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200, 200, 529]  # one ran, one waited in the queue, one was turned away
+    (rejected,) = [r for r in responses if r.status_code == 529]
     assert rejected.json()["error"]["type"] == "overloaded_error"
     assert rejected.headers["retry-after"] == "1"
-    assert sorted(results) == [200, 200]  # one ran, one waited in the queue
+    assert len(upstream.requests) == 2
 
 
 def test_streams_hold_their_slot_until_the_end(make_gateway, upstream):
@@ -132,3 +131,15 @@ def test_a_client_leaving_a_non_streaming_request_cancels_the_upstream_call(gate
     assert upstream.abandoned == 1
     metrics = httpx.get(gateway.url + "/metrics").text
     assert "dragoman_client_disconnects_total 1.0" in metrics
+
+
+def test_ollama_context_windows_come_from_api_show(make_gateway, upstream):
+    upstream.models = [{"id": "qwen3:8b", "owned_by": "library"}, {"id": "llama3:8b", "owned_by": "library"}]
+    upstream.show = {
+        "qwen3:8b": {"model_info": {"qwen3.context_length": 40960}, "parameters": "num_ctx 8192\ntemperature 0.6"},
+        "llama3:8b": {"model_info": {"llama.context_length": 8192}, "parameters": ""},
+    }
+    gateway = make_gateway()
+    models = {m["id"]: m for m in httpx.get(gateway.url + "/v1/models").json()["data"]}
+    assert models["qwen3:8b"]["max_input_tokens"] == 8192  # the num_ctx it runs with
+    assert models["llama3:8b"]["max_input_tokens"] == 8192  # the trained length

@@ -13,6 +13,7 @@ from collections import OrderedDict
 import msgspec
 
 from dragoman.backends.http import HttpClient
+from dragoman.errors import GatewayError
 from dragoman.profiles import TokenCounter
 from dragoman.protocol import openai
 
@@ -82,3 +83,29 @@ class CountCache:
         self._entries.move_to_end(key)
         while len(self._entries) > self._size:
             self._entries.popitem(last=False)
+
+
+class _OllamaShow(msgspec.Struct):
+    model_info: dict[str, object] = {}
+    parameters: str = ""
+
+
+async def ollama_context(http: HttpClient, model: str) -> int | None:
+    """Ollama's context for a model (`POST /api/show`): the `num_ctx` it runs with when
+    set, else the model's trained length. None when Ollama cannot say."""
+    try:
+        response = await http.post("/api/show", msgspec.json.encode({"model": model}), from_root=True)
+        try:
+            show = msgspec.json.decode(await response.read(), type=_OllamaShow)
+        finally:
+            response.release()
+    except (GatewayError, msgspec.DecodeError):
+        return None
+    for line in show.parameters.splitlines():
+        name, _, value = line.strip().partition(" ")
+        if name == "num_ctx" and value.strip().isdigit():
+            return int(value.strip())
+    for key, value in show.model_info.items():
+        if key.endswith(".context_length") and isinstance(value, int):
+            return value
+    return None

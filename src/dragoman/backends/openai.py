@@ -11,7 +11,7 @@ import aiohttp
 import msgspec
 
 from dragoman import ids
-from dragoman.backends.counting import CountCache, count_prompt
+from dragoman.backends.counting import CountCache, count_prompt, ollama_context
 from dragoman.backends.base import Call, Completed, Reply, Streaming, UpstreamModel, upstream_errors
 from dragoman.backends.fetch import has_url_documents, resolve_url_documents
 from dragoman.backends.http import HttpClient
@@ -69,7 +69,10 @@ class OpenAIBackend:
             raise UpstreamError(f"upstream {self.name} sent an unreadable model list: {error}") from None
         if models and self._upstream.flavor == "auto":
             self.profile = profile_for(self._upstream, models[0].owned_by)
-        return [UpstreamModel(m.id, m.owned_by, m.context_window) for m in models]
+        windows = [m.context_window for m in models]
+        if self.profile.context_probe == "ollama_show":
+            windows = await asyncio.gather(*(ollama_context(self._http, m.id) for m in models))
+        return [UpstreamModel(m.id, m.owned_by, window) for m, window in zip(models, windows)]
 
     # -- messages ------------------------------------------------------------------
 
