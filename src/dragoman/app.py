@@ -54,6 +54,7 @@ def _error_response(request: Request, error: GatewayError) -> Response:
     outcome = state.get("outcome")
     if outcome is not None:  # a /v1/messages request that failed before its reply
         outcome.status, outcome.error_type = error.status, error.type
+        outcome.upstream_failed = error.is_upstream
         request.app.state.gateway.metrics.record(outcome)
     return Response(error.body(request_id), status_code=error.status, headers=error.headers(), media_type="application/json")
 

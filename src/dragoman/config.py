@@ -31,7 +31,7 @@ class ServerConfig(_Config):
     api_keys: list[str] = []
     api_keys_env: str | None = None
     default_model: str | None = None
-    log_level: str = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Claude Code's first system block varies per session and defeats prefix caching.
     keep_billing_header: bool = False
     max_request_bytes: int = 32 * 1024 * 1024
@@ -84,7 +84,6 @@ class OpenAIUpstream(_UpstreamBase, tag="openai", tag_field="protocol"):
 
     flavor: Flavor = "auto"
     # Overrides of the flavor's profile (see profiles.py); None keeps it.
-    max_stop_sequences: int | None = None
     strip_schema_keys: list[str] | None = None
 
 

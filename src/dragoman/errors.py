@@ -36,6 +36,12 @@ class GatewayError(Exception):
         self.message = message
         self.retry_after = retry_after
         self.should_retry = should_retry
+        self.upstream: str | None = None  # set when an upstream's answer caused it
+
+    @property
+    def is_upstream(self) -> bool:
+        """Whether the upstream failed (for its error metric), not the client or the gateway."""
+        return self.upstream is not None or isinstance(self, (UpstreamError, UpstreamTimeout))
 
     def body(self, request_id: str | None) -> bytes:
         detail = anthropic.ErrorDetail(type=self.type, message=self.message)
@@ -242,11 +248,14 @@ def from_upstream(status: int, raw: bytes, *, upstream: str, retry_after: str | 
     if status in (400, 413, 422) or (body and body.code == "context_length_exceeded"):
         overflow = _recognise_overflow(text, body)
         if overflow is not None:
+            overflow.upstream = upstream
             return overflow
     kind = _BY_STATUS.get(status, UpstreamError if status >= 500 or status < 400 else InvalidRequest)
     # The upstream refusing our key is a gateway misconfiguration: retrying cannot help.
     should_retry = False if status in (401, 403) else None
-    return kind(f"upstream {upstream} answered {status}: {text}", retry_after=retry_after, should_retry=should_retry)
+    error = kind(f"upstream {upstream} answered {status}: {text}", retry_after=retry_after, should_retry=should_retry)
+    error.upstream = upstream
+    return error
 
 
 def from_stream_error(text: str, *, upstream: str) -> GatewayError:

@@ -48,6 +48,7 @@ class Gateway:
         }
         self._last_attempt: dict[str, float] = {}
         self._lock = asyncio.Lock()
+        self._background: asyncio.Future[None] | None = None
 
     async def close(self) -> None:
         for backend in self.backends.values():
@@ -77,12 +78,15 @@ class Gateway:
         log.info("upstream %s serves: %s", upstream, ", ".join(m.id for m in models) or "no models")
 
     async def discover_if_stale(self, *, even_if_known: bool = False) -> None:
-        """Ask upstreams for their models again: those with no list yet, or all (after a
-        miss, since an upstream may have been restarted with other models)."""
+        """Ask upstreams for their models again: those with no list yet (an upstream that
+        was down at startup still tells its server kind and context windows once up), or,
+        after a miss, those serving what they list (one may have been restarted with
+        other models)."""
         now = time.monotonic()
+        candidates = self.router.discovering if even_if_known else list(self.backends)
         stale = [
             u
-            for u in self.router.discovering
+            for u in candidates
             if (even_if_known or not self.router.discovered.get(u)) and now - self._last_attempt.get(u, -1e9) > REDISCOVER_AFTER
         ]
         if stale:
@@ -90,13 +94,20 @@ class Gateway:
                 await asyncio.gather(*(self.discover(u) for u in stale))
 
     async def route(self, model: str) -> Route:
-        if any(not self.router.discovered.get(u) for u in self.router.discovering):
-            await self.discover_if_stale()  # at most every REDISCOVER_AFTER seconds
+        if len(self.router.discovered) < len(self.backends) and self._background is None:
+            # Some upstream was down when last asked: ask again without holding this request.
+            self._background = asyncio.ensure_future(self.discover_if_stale())
+            self._background.add_done_callback(self._background_done)
         try:
             return self.router.resolve(model)
         except NotFound:
             await self.discover_if_stale(even_if_known=True)
             return self.router.resolve(model)
+
+    def _background_done(self, future: asyncio.Future[None]) -> None:
+        self._background = None
+        if not future.cancelled() and future.exception() is not None:
+            log.warning("background model discovery failed: %s", future.exception())
 
     async def reachable_upstreams(self) -> list[str]:
         async def probe(name: str) -> str | None:

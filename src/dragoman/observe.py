@@ -41,6 +41,7 @@ class Outcome:
     keepalives: int = 0
     retries: int = 0
     error_type: str | None = None
+    upstream_failed: bool = False  # the error came from the upstream, not the client or gateway
     disconnected: bool = False
     started: float = field(default_factory=time.perf_counter)
     first_byte: float | None = None
@@ -70,16 +71,18 @@ class Metrics:
     def record(self, outcome: Outcome) -> None:
         outcome.finish()
         duration = time.perf_counter() - outcome.started
-        self.requests.labels(outcome.endpoint, outcome.model, outcome.upstream, outcome.path, str(outcome.status)).inc()
+        # Labelled by the served model: client-chosen names would make series without bound.
+        model = outcome.served_model or "unknown"
+        self.requests.labels(outcome.endpoint, model, outcome.upstream, outcome.path, str(outcome.status)).inc()
         self.latency.labels(outcome.endpoint, outcome.path).observe(duration)
         if outcome.first_byte is not None:
             self.ttft.labels(outcome.path).observe(outcome.first_byte - outcome.started)
         if outcome.input_tokens:
-            self.tokens.labels(outcome.model, "input").inc(outcome.input_tokens + (outcome.cache_read_tokens or 0))
+            self.tokens.labels(model, "input").inc(outcome.input_tokens + (outcome.cache_read_tokens or 0))
         if outcome.output_tokens:
-            self.tokens.labels(outcome.model, "output").inc(outcome.output_tokens)
-        if outcome.error_type and outcome.upstream:
-            self.upstream_errors.labels(outcome.upstream, outcome.error_type).inc()
+            self.tokens.labels(model, "output").inc(outcome.output_tokens)
+        if outcome.upstream_failed:
+            self.upstream_errors.labels(outcome.upstream, outcome.error_type or "api_error").inc()
         if outcome.retries:
             self.retries.labels(outcome.upstream).inc(outcome.retries)
         if outcome.keepalives:

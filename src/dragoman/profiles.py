@@ -21,8 +21,6 @@ class Profile:
     # How a trailing assistant turn (a prefill) is continued: vLLM and SGLang need
     # explicit flags; llama.cpp and Ollama continue a final assistant message natively.
     prefill: Literal["continue_final_message", "native"] = "native"
-    # How many stop sequences the server takes; the gateway matches the rest itself.
-    max_stop_sequences: int | None = None
     # Sampling fields the server rejects rather than ignores.
     accepts_top_k: bool = True
     accepts_user: bool = False
@@ -47,7 +45,7 @@ PROFILES: dict[str, Profile] = {
     "llamacpp": Profile("llamacpp", token_counter="llamacpp", stream_upstream=True),
     "ollama": Profile("ollama", reasoning_field="reasoning", context_probe="ollama_show"),
     "openai": Profile(
-        "openai", max_stop_sequences=4, accepts_top_k=False, accepts_user=True, reasoning_max_tokens_field="max_completion_tokens"
+        "openai", accepts_top_k=False, accepts_user=True, reasoning_max_tokens_field="max_completion_tokens"
     ),
     "generic": Profile("generic", accepts_top_k=True),
 }
@@ -61,8 +59,6 @@ def profile_for(upstream: OpenAIUpstream, owned_by: str | None = None) -> Profil
     if flavor == "auto":
         flavor = OWNED_BY.get(owned_by or "", "generic")
     profile = PROFILES[flavor]
-    if upstream.max_stop_sequences is not None:
-        profile = replace(profile, max_stop_sequences=upstream.max_stop_sequences)
     if upstream.strip_schema_keys is not None:
         profile = replace(profile, strip_schema_keys=tuple(upstream.strip_schema_keys))
     return profile

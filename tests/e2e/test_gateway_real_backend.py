@@ -202,10 +202,12 @@ def test_client_disconnect_stops_generation(path, llama_server):
     _, gateway = path
     body = _ask("Write a very long story about dragons.", max_tokens=3000, stream=True, ignore_eos=True)
     with httpx.stream("POST", gateway.url + "/v1/messages", json=body, timeout=TIMEOUT) as response:
-        for chunk in response.iter_bytes():
+        # Hold on to the iterator: a dropped one is collected and closes the connection early.
+        chunks = response.iter_bytes()
+        for chunk in chunks:
             if b"content_block_delta" in chunk:
                 break
-        assert _processing(llama_server) == 1  # the backend is generating for us
+        assert _processing(llama_server) == 1, llama_server.log_tail(15)  # the backend is generating for us
     deadline = time.monotonic() + 10
     while _processing(llama_server) and time.monotonic() < deadline:
         time.sleep(0.05)

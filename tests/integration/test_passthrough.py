@@ -25,7 +25,7 @@ def _config(native: FakeAnthropic, **server: object):
     return from_dict(
         {
             "server": server,
-            "upstreams": {"native": {"url": native.url + "/v1", "protocol": "anthropic", "api_key": "upstream-secret"}},
+            "upstreams": {"native": {"url": native.url + "/v1", "protocol": "anthropic", "api_key": "upstream-secret", "max_retries": 0}},
             "models": [{"name": "claude-test", "upstream": "native", "upstream_model": "native-model"}],
         }
     )
@@ -135,5 +135,5 @@ def test_non_stream_usage_in_metrics(sdk, native, passthrough):
     native.replies.append(NativeReply(body=message("ok", input_tokens=11, output_tokens=4)))
     sdk.messages.create(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
     metrics = httpx.get(passthrough.url + "/metrics").text
-    assert 'dragoman_tokens_total{direction="output",model="claude-test"} 4.0' in metrics
+    assert 'dragoman_tokens_total{direction="output",model="native-model"} 4.0' in metrics  # by served model
     assert 'path="passthrough"' in metrics

@@ -47,8 +47,10 @@ def _reply_headers(headers: Mapping[str, str]) -> dict[str, str]:
     keep = {}
     for name, value in headers.items():
         lower = name.lower()
-        if lower.startswith("anthropic-") or lower in ("retry-after", "x-should-retry", "request-id", "x-request-id"):
+        if lower.startswith("anthropic-") or lower in ("retry-after", "x-should-retry"):
             keep[lower] = value
+        elif lower in ("request-id", "x-request-id"):  # the gateway sends its own request-id
+            keep["upstream-request-id"] = value
     return keep
 
 

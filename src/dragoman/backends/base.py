@@ -70,6 +70,8 @@ def upstream_errors(upstream: str) -> Iterator[None]:
         yield
     except GatewayError:
         raise
+    except aiohttp.ConnectionTimeoutError as error:  # never connected: another replica may answer
+        raise UpstreamError(f"upstream {upstream} is unreachable: connection timed out ({str(error) or 'no answer'})") from None
     except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as error:
         raise UpstreamTimeout(f"upstream {upstream} timed out ({str(error) or 'no response in time'})") from None
     except aiohttp.ClientConnectorError as error:

@@ -222,7 +222,7 @@ class OpenAIBackend:
         except GatewayError as error:
             log.warning("stream from %s failed: %s", self.name, error.message)
             if outcome is not None:
-                outcome.error_type = error.type
+                outcome.error_type, outcome.upstream_failed = error.type, error.is_upstream
             yield error.event()
         except Exception:  # a bug: the client still gets a well-formed end
             log.exception("stream translation failed")
