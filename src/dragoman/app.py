@@ -48,15 +48,58 @@ class RequestIdMiddleware:
         await self.app(scope, receive, send_with_id)
 
 
-def _error_response(request: Request, error: GatewayError) -> Response:
-    state = request.scope.get("state", {})
+def error_response(scope: Scope, gateway: Gateway, error: GatewayError, *, with_id: bool = False) -> Response:
+    """The one error renderer: Anthropic's envelope, and the outcome recorded."""
+    state = scope.get("state", {})
     request_id = state.get("request_id")
     outcome = state.get("outcome")
     if outcome is not None:  # a /v1/messages request that failed before its reply
         outcome.status, outcome.error_type = error.status, error.type
         outcome.upstream_failed = error.is_upstream
-        request.app.state.gateway.metrics.record(outcome)
-    return Response(error.body(request_id), status_code=error.status, headers=error.headers(), media_type="application/json")
+        gateway.metrics.record(outcome)
+    headers = error.headers()
+    if with_id and request_id:
+        headers["request-id"] = request_id
+    return Response(error.body(request_id), status_code=error.status, headers=headers, media_type="application/json")
+
+
+def _error_response(request: Request, error: GatewayError) -> Response:
+    return error_response(request.scope, request.app.state.gateway, error)
+
+
+# The hot endpoints skip Starlette's router and middleware (a few wrappers around
+# every `send`, which streams pay per chunk); everything else goes through it.
+HOT_PATHS = {
+    f"{prefix}{path}": name
+    for prefix in ("/v1", "/v1/v1")  # a base URL ending in /v1 makes some clients double it
+    for path, name in (("/messages", "messages"), ("/messages/count_tokens", "count_tokens"))
+}
+
+
+class App:
+    """The ASGI application: POST /v1/messages and count_tokens directly, the rest via Starlette."""
+
+    def __init__(self, starlette: Starlette, gateway: Gateway) -> None:
+        self.starlette = starlette
+        self.gateway = gateway
+        self.state = starlette.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = HOT_PATHS.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if endpoint is None:
+            await self.starlette(scope, receive, send)
+            return
+        scope.setdefault("state", {})["request_id"] = request_id = ids.request_id()
+        try:
+            response = await endpoints.serve(self.gateway, Request(scope, receive), endpoint)
+        except GatewayError as error:
+            response = error_response(scope, self.gateway, error, with_id=True)
+        except Exception as exc:
+            log.exception("unhandled error on POST %s", scope["path"], exc_info=exc)
+            response = error_response(scope, self.gateway, GatewayError("internal error in the gateway"), with_id=True)
+        if "request-id" not in response.headers:
+            response.headers["request-id"] = request_id
+        await response(scope, receive, send)
 
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
@@ -91,6 +134,7 @@ def _routes() -> list[Route]:
     # A base URL that already ends in /v1 makes some clients ask for /v1/v1/messages.
     for prefix in ("/v1", "/v1/v1"):
         routes += [
+            # POST is served by App directly; these answer other methods with a 405.
             Route(f"{prefix}/messages", endpoints.messages, methods=["POST"]),
             Route(f"{prefix}/messages/count_tokens", endpoints.count_tokens, methods=["POST"]),
             Route(f"{prefix}/models", endpoints.list_models, methods=["GET"]),
@@ -99,7 +143,7 @@ def _routes() -> list[Route]:
     return routes
 
 
-def create_app(config: Config, *, backends: dict[str, Backend] | None = None) -> Starlette:
+def create_app(config: Config, *, backends: dict[str, Backend] | None = None) -> App:
     gateway = Gateway(config, backends)
 
     @contextlib.asynccontextmanager
@@ -120,10 +164,10 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
     )
     app.state.gateway = gateway
     app.add_middleware(RequestIdMiddleware)
-    return app
+    return App(app, gateway)
 
 
-def app_from_environment() -> Starlette:
+def app_from_environment() -> App:
     """The app for a worker process started by `dragoman serve --workers N`."""
     import msgspec
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
@@ -12,6 +11,7 @@ from starlette.types import Receive, Scope, Send
 
 from dragoman import auth
 from dragoman.backends.base import Call, Completed, Reply
+from dragoman.disconnect import ClientLeft, DisconnectWatch
 from dragoman.errors import InvalidRequest, RequestTooLarge
 from dragoman.gateway import Gateway
 from dragoman.observe import Outcome, observe
@@ -51,27 +51,30 @@ class EventStreamResponse(StreamingResponse):
     """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        streaming = asyncio.ensure_future(self.stream_response(send))
-        watching = asyncio.ensure_future(self.listen_for_disconnect(receive))
+        watch = DisconnectWatch(receive)
         try:
-            await asyncio.wait({streaming, watching}, return_when=asyncio.FIRST_COMPLETED)
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            watch.absorb()
+            raise
+        except (ClientLeft, OSError):
+            pass
         finally:
-            for task in (streaming, watching):
-                task.cancel()
-            results = await asyncio.gather(streaming, watching, return_exceptions=True)
-        error = results[0]
-        if isinstance(error, BaseException) and not isinstance(error, (asyncio.CancelledError, OSError)):
-            raise error
+            watch.stop()
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()  # runs the stream's own clean-up now, not at garbage collection
 
 
-def render(reply: Reply) -> Response:
+def render(reply: Reply, request_id: str) -> Response:
     if isinstance(reply, Completed):
-        return Response(reply.body, status_code=reply.status, headers=reply.headers, media_type="application/json")
-    return EventStreamResponse(reply.chunks, status_code=reply.status, headers={**SSE_HEADERS, **reply.headers}, media_type="text/event-stream")
+        headers = {**reply.headers, "request-id": request_id}
+        return Response(reply.body, status_code=reply.status, headers=headers, media_type="application/json")
+    headers = {**SSE_HEADERS, **reply.headers, "request-id": request_id}
+    return EventStreamResponse(reply.chunks, status_code=reply.status, headers=headers, media_type="text/event-stream")
 
 
-async def _call(request: Request, endpoint: str) -> tuple[Call, Route]:
-    gateway = _gateway(request)
+async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call, Route]:
     state = request.scope["state"]
     outcome = state["outcome"] = Outcome(request_id=state["request_id"], endpoint=endpoint)
     auth.check(request, gateway.api_keys)
@@ -84,61 +87,42 @@ async def _call(request: Request, endpoint: str) -> tuple[Call, Route]:
     return call, route
 
 
-async def _serve(request: Request, endpoint: str) -> Response:
-    call, route = await _call(request, endpoint)
-    gateway = _gateway(request)
+async def serve(gateway: Gateway, request: Request, endpoint: str) -> Response:
+    """POST /v1/messages and /v1/messages/count_tokens."""
+    call, route = await _call(gateway, request, endpoint)
     limiter = gateway.limiters.get(route.upstream)
     if limiter is not None:
         await limiter.acquire()
         call.outcome.release = limiter.release  # at the reply's last byte, see observe()
     handler = route.backend.messages if endpoint == "messages" else route.backend.count_tokens
+    # A client that hangs up cancels the backend call, and with it the upstream request.
+    watch = DisconnectWatch(request.receive)
     try:
-        reply = await _unless_client_leaves(handler(call, route), request)
-    except ClientLeft:
-        call.outcome.disconnected = True
-        call.outcome.status = 499  # nobody to answer; the log and metrics still say so
-        gateway.metrics.record(call.outcome)
-        return Response(status_code=499)
+        reply = await handler(call, route)
+    except asyncio.CancelledError:
+        call.outcome.finish()
+        try:
+            watch.absorb()
+        except ClientLeft:
+            call.outcome.disconnected = True
+            call.outcome.status = 499  # nobody to answer; the log and metrics still say so
+            gateway.metrics.record(call.outcome)
+            return Response(status_code=499)
+        raise
     except BaseException:
         call.outcome.finish()
         raise
-    return render(observe(reply, call.outcome, gateway.metrics))
-
-
-class ClientLeft(Exception):
-    pass
-
-
-async def _until_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _unless_client_leaves(work: Awaitable[Reply], request: Request) -> Reply:
-    """Run the backend call, cancelling it (and so the upstream request) if the client
-    hangs up first: a non-streaming request would otherwise run to its end for nobody."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_until_disconnect(request.receive))
-    try:
-        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:  # the gateway itself is cancelled (shutdown)
-        task.cancel()
-        watch.cancel()
-        raise
-    watch.cancel()
-    if task not in done:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise ClientLeft
-    return task.result()
+    finally:
+        watch.stop()
+    return render(observe(reply, call.outcome, gateway.metrics), call.request_id)
 
 
 async def messages(request: Request) -> Response:
-    return await _serve(request, "messages")
+    return await serve(_gateway(request), request, "messages")
 
 
 async def count_tokens(request: Request) -> Response:
-    return await _serve(request, "count_tokens")
+    return await serve(_gateway(request), request, "count_tokens")
 
 
 async def metrics(request: Request) -> Response:

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -67,20 +68,21 @@ class Metrics:
         self.streams = Gauge("dragoman_streams_in_flight", "Streams being served", registry=r)
         self.keepalives = Counter("dragoman_keepalives", "Keep-alive comments and pings sent", registry=r)
         self.disconnects = Counter("dragoman_client_disconnects", "Clients that left before the end", registry=r)
+        self._cache: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def record(self, outcome: Outcome) -> None:
         outcome.finish()
         duration = time.perf_counter() - outcome.started
         # Labelled by the served model: client-chosen names would make series without bound.
         model = outcome.served_model or "unknown"
-        self.requests.labels(outcome.endpoint, model, outcome.upstream, outcome.path, str(outcome.status)).inc()
-        self.latency.labels(outcome.endpoint, outcome.path).observe(duration)
+        self._series(self.requests, outcome.endpoint, model, outcome.upstream, outcome.path, str(outcome.status)).inc()
+        self._series(self.latency, outcome.endpoint, outcome.path).observe(duration)
         if outcome.first_byte is not None:
-            self.ttft.labels(outcome.path).observe(outcome.first_byte - outcome.started)
+            self._series(self.ttft, outcome.path).observe(outcome.first_byte - outcome.started)
         if outcome.input_tokens:
-            self.tokens.labels(model, "input").inc(outcome.input_tokens + (outcome.cache_read_tokens or 0))
+            self._series(self.tokens, model, "input").inc(outcome.input_tokens + (outcome.cache_read_tokens or 0))
         if outcome.output_tokens:
-            self.tokens.labels(model, "output").inc(outcome.output_tokens)
+            self._series(self.tokens, model, "output").inc(outcome.output_tokens)
         if outcome.upstream_failed:
             self.upstream_errors.labels(outcome.upstream, outcome.error_type or "api_error").inc()
         if outcome.retries:
@@ -89,7 +91,16 @@ class Metrics:
             self.keepalives.inc(outcome.keepalives)
         if outcome.disconnected:
             self.disconnects.inc()
-        log.info(_line(outcome, duration))
+        if log.isEnabledFor(logging.INFO):  # the line is built only when someone reads it
+            log.info(_line(outcome, duration))
+
+    def _series(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, looked up once per label set (it takes a lock)."""
+        key = (id(metric), labels)
+        series = self._cache.get(key)
+        if series is None:
+            series = self._cache[key] = metric.labels(*labels)
+        return series
 
 
 def _line(outcome: Outcome, duration: float) -> str:

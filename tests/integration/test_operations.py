@@ -143,3 +143,13 @@ def test_ollama_context_windows_come_from_api_show(make_gateway, upstream):
     models = {m["id"]: m for m in httpx.get(gateway.url + "/v1/models").json()["data"]}
     assert models["qwen3:8b"]["max_input_tokens"] == 8192  # the num_ctx it runs with
     assert models["llama3:8b"]["max_input_tokens"] == 8192  # the trained length
+
+
+def test_requests_go_through_the_configured_proxy(make_gateway, upstream):
+    # The fake upstream doubles as a forward proxy: aiohttp sends it absolute-form
+    # requests for a host that does not exist, which only a proxy can answer.
+    proxy = upstream.url.removesuffix("/v1")
+    gateway = make_gateway(url="http://model-host.invalid:8000/v1", upstream={"proxy": proxy}, server={"default_model": "test-model"})
+    response = httpx.post(gateway.url + "/v1/messages", json=VALID)
+    assert response.status_code == 200, response.text
+    assert len(upstream.requests) == 1

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import urllib.request
 import random
 import time
 from typing import Any
+
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -34,6 +37,17 @@ def _retry_after(value: str | None) -> float | None:
         return None  # an HTTP date: fall back to backoff
 
 
+def _proxy_for(root: str, configured: str | None) -> str | None:
+    """The proxy for a replica: the upstream's own setting, else HTTP(S)_PROXY unless
+    NO_PROXY exempts the host (read once, at startup)."""
+    if configured:
+        return configured
+    parts = urlsplit(root)
+    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
+
+
 class HttpClient:
     def __init__(
         self, name: str, upstream: UpstreamConfig, api_key: str | None, *, auth_header: str = "authorization", prefix: str = ""
@@ -52,14 +66,17 @@ class HttpClient:
         self.roots = roots
         self.prefix = prefix
         self._unhealthy: dict[str, float] = {}
+        self._proxies = {root: _proxy_for(root, upstream.proxy) for root in roots}
         self._turn = itertools.cycle(range(len(roots)))
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True, ssl=self._ssl())
             timeout = aiohttp.ClientTimeout(total=None, connect=self._upstream.connect_timeout, sock_connect=self._upstream.connect_timeout)
+            # trust_env would look up .netrc and the proxy variables on every request;
+            # the proxy is decided once per replica instead (see _proxies).
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, auto_decompress=True, trust_env=True, skip_auto_headers=("user-agent",)
+                connector=connector, timeout=timeout, auto_decompress=True, trust_env=False, skip_auto_headers=("user-agent",)
             )
         return self._session
 
@@ -121,7 +138,7 @@ class HttpClient:
                 with upstream_errors(self.name):
                     async with asyncio.timeout(self._upstream.first_byte_timeout):
                         response = await self.session().post(
-                            self.url(path, from_root=from_root, root=root), data=body, headers=send_headers, proxy=self._upstream.proxy
+                            self.url(path, from_root=from_root, root=root), data=body, headers=send_headers, proxy=self._proxies[root]
                         )
             except UpstreamTimeout:
                 raise  # a slow upstream is not helped by asking again
@@ -168,7 +185,7 @@ class HttpClient:
                 with upstream_errors(self.name):
                     async with asyncio.timeout(timeout):
                         async with self.session().get(
-                            self.url(path, from_root=from_root, root=root), headers=self.headers, proxy=self._upstream.proxy
+                            self.url(path, from_root=from_root, root=root), headers=self.headers, proxy=self._proxies[root]
                         ) as response:
                             return response.status, await response.read()
             except UpstreamError as error:  # try the next replica
