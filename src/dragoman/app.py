@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from dragoman import endpoints, ids
 from dragoman.backends.base import Backend
 from dragoman.config import Config
+from dragoman.disconnect import ClientLeft
 from dragoman.errors import GatewayError, MethodNotAllowed, NotFound
 from dragoman.gateway import Gateway
 
@@ -92,6 +93,8 @@ class App:
         scope.setdefault("state", {})["request_id"] = request_id = ids.request_id()
         try:
             response = await endpoints.serve(self.gateway, Request(scope, receive), endpoint)
+        except ClientLeft:
+            return  # gone while sending its request: nobody to answer
         except GatewayError as error:
             response = error_response(scope, self.gateway, error, with_id=True)
         except Exception as exc:

@@ -27,16 +27,24 @@ def _gateway(request: Request) -> Gateway:
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused past `limit` without reading it whole."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise RequestTooLarge(f"request body is {declared} bytes; the limit is {limit} bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
+    receive = request.receive
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientLeft
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise RequestTooLarge(f"request body exceeds the limit of {limit} bytes")
         chunks.append(chunk)
-    body = b"".join(chunks)
+        if not message.get("more_body", False):
+            break
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if not body:
         raise InvalidRequest("the request body is empty; send a JSON object")
     return body

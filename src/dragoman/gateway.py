@@ -74,7 +74,7 @@ class Gateway:
         except (GatewayError, TimeoutError) as error:
             log.warning("model discovery on upstream %s failed: %s", upstream, getattr(error, "message", error) or "timeout")
             return
-        self.router.discovered[upstream] = models
+        self.router.set_discovered(upstream, models)
         log.info("upstream %s serves: %s", upstream, ", ".join(m.id for m in models) or "no models")
 
     async def discover_if_stale(self, *, even_if_known: bool = False) -> None:

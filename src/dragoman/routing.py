@@ -20,6 +20,9 @@ from dragoman.translate.request import ModelCaps
 from dragoman.translate.thinking import ReasoningCaps
 
 
+MAX_CACHED_ROUTES = 4096  # names are chosen by clients: the cache must not grow without bound
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     backend: Backend
@@ -37,7 +40,7 @@ class Route:
 class Router:
     def __init__(self, config: Config, backends: dict[str, Backend], registry: Registry | None = None) -> None:
         self._config = config
-        self.registry = registry or Registry()
+        self._registry = registry or Registry()
         self._backends = backends
         self._by_name: dict[str, ModelConfig] = {}
         self._wildcards: list[tuple[str, ModelConfig]] = []
@@ -58,7 +61,8 @@ class Router:
         configured = {m.upstream for m in config.models}
         # Upstreams without configured models serve every model they list.
         self.discovering = [name for name in config.upstreams if name not in configured]
-        self.discovered: dict[str, list[UpstreamModel]] = {}
+        self._discovered: dict[str, list[UpstreamModel]] = {}
+        self._routes: dict[str, Route] = {}
 
     def _configured(self, name: str) -> ModelConfig | None:
         model = self._by_name.get(name)
@@ -114,6 +118,15 @@ class Router:
         return None
 
     def resolve(self, name: str) -> Route:
+        """The route for a model name (cached until the upstreams' lists change)."""
+        route = self._routes.get(name)
+        if route is None:
+            route = self._resolve(name)
+            if len(self._routes) < MAX_CACHED_ROUTES:
+                self._routes[name] = route
+        return route
+
+    def _resolve(self, name: str) -> Route:
         model = self._configured(name)
         if model is not None:
             return self._route_configured(model)
@@ -127,6 +140,23 @@ class Router:
             # The upstream's list is not known (it was down): let the upstream judge the name.
             return self._route_upstream_model(self.discovering[0], name)
         raise NotFound(f"model: {name!r} is not served here; available models: {', '.join(self.names()) or 'none'}")
+
+    @property
+    def discovered(self) -> dict[str, list[UpstreamModel]]:
+        return self._discovered
+
+    def set_discovered(self, upstream: str, models: list[UpstreamModel]) -> None:
+        self._discovered[upstream] = models
+        self._routes.clear()  # windows and served names may have changed
+
+    @property
+    def registry(self) -> Registry:
+        return self._registry
+
+    @registry.setter
+    def registry(self, registry: Registry) -> None:
+        self._registry = registry
+        self._routes.clear()
 
     def names(self) -> list[str]:
         names = [m.name for m in self._config.models]
