@@ -124,7 +124,6 @@ class OpenAIBackend:
             _note_usage(call.outcome, message.usage)
             return Completed(msgspec.json.encode(message), headers=_headers(translated))
         translator = StreamTranslator(**translator_args)
-        translator.settings = translator_args  # for an upstream that answers with JSON anyway
         if request.stream:
             if isinstance(head, asyncio.Task):
                 chunks = late_start(head, self._keepalive, lambda response: self._sse(response, translator, call.outcome))
@@ -161,10 +160,15 @@ class OpenAIBackend:
             if response.content_type == "application/json":  # the upstream ignored `stream: true`
                 with upstream_errors(self.name):
                     body = await response.read()
-                message = to_message(_completion(body, self.name), **translator.settings)
-                _note_usage(outcome, message.usage)
+                completion = _completion(body, self.name)
+                choice = completion.choices[0] if completion.choices else openai.Choice()
+                whole = openai.ChatChunk(
+                    choices=[openai.ChunkChoice(delta=choice.message, finish_reason=choice.finish_reason)], usage=completion.usage
+                )
+                events = translator.start() + translator.feed(whole) + translator.finish()
+                _note_usage(outcome, translator.usage)
                 finished = True
-                yield events_of(message)
+                yield events
                 return
             yield translator.start()
             decoder = DataDecoder()

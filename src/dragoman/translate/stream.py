@@ -86,7 +86,6 @@ class StreamTranslator:
         self._finish: str | None = None
         self._usage: openai.Usage | None = None
         self.done = False
-        self.settings: dict[str, object] = {}  # how it was made, for the shell's own use
 
     # -- public ------------------------------------------------------------------
 
