@@ -429,13 +429,6 @@ def test_claude_code_side_requests_get_no_errors(harness: Harness) -> None:
     assert "/v1/models" in paths, run.explain()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: dragoman answers the request after ToolSearch with 400 \"messages.3.content.0.content.0.type: "
-    "unsupported type 'tool_reference'\" (3 times); Claude Code then strips the reference and carries on, so the "
-    "task passes but 3 requests got errors (see tests/unit/test_claude_code_shapes.py)",
-)
 def test_claude_code_loads_a_deferred_tool_through_tool_search(harness: Harness) -> None:
     """Claude Code offers most tools deferred (`defer_loading`) behind its ToolSearch
     tool; the search's result carries `tool_reference` blocks naming the tools to load."""
