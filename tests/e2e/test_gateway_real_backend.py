@@ -212,3 +212,14 @@ def test_client_disconnect_stops_generation(path, llama_server):
     while _processing(llama_server) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _processing(llama_server) == 0
+
+
+def test_prefill_is_continued_not_repeated(translate):
+    # llama-server repeats a trailing assistant turn at the start of its reply.
+    messages = [{"role": "user", "content": "Name a fruit."}, {"role": "assistant", "content": "The fruit is"}]
+    client = _client(translate)
+    message = client.messages.create(model="served", max_tokens=8, messages=messages, extra_body={"temperature": 0})
+    assert not message.content[0].text.startswith("The fruit is")
+    with client.messages.stream(model="served", max_tokens=8, messages=messages, extra_body={"temperature": 0}) as stream:
+        streamed = stream.get_final_message()
+    assert not streamed.content[0].text.startswith("The fruit is")

@@ -98,3 +98,26 @@ def test_the_stop_that_completes_first_wins(stops: list[str], sample: str, text:
     is the one reported, with the text before it."""
     assert feed_all(stops, list(sample))[:2] == (text, matched)
     assert feed_all(stops, [sample])[:2] == (text, matched)
+
+
+import pytest as _pytest
+
+from dragoman.translate.stops import PrefillEcho
+
+
+@_pytest.mark.parametrize(
+    ("prefill", "pieces", "expected"),
+    [
+        ("The fruit is", ["The fruit is a", " mango"], " a mango"),  # echoed in one piece (llama.cpp)
+        ("The fruit is", ["The ", "fru", "it is", " a mango"], " a mango"),  # echoed across pieces
+        ("The fruit is", [" a mango"], " a mango"),  # not echoed (vLLM's continue_final_message)
+        ("The fruit is", ["The", " answer"], "The answer"),  # looked like an echo, was not
+        ("The fruit is", ["The fruit is"], ""),  # the echo and nothing more
+        ("The fruit is", ["The fru"], "The fru"),  # a short reply that matched so far is kept
+        ("", ["hello"], "hello"),
+    ],
+)
+def test_prefill_echo_is_dropped_only_when_it_is_one(prefill, pieces, expected):
+    echo = PrefillEcho(prefill)
+    out = "".join(echo.feed(piece) for piece in pieces) + echo.flush()
+    assert out == expected

@@ -111,6 +111,7 @@ class OpenAIBackend:
             stop_sequences=translated.stop_sequences,
             surface_thinking=translated.surface_thinking,
             omit_thinking_text=translated.omit_thinking_text,
+            prefill=translated.prefill,
             upstream=self.name,
         )
         if not upstream_stream:

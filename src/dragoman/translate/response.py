@@ -22,6 +22,7 @@ def to_message(
     stop_sequences: list[str] | None = None,
     surface_thinking: bool = False,
     omit_thinking_text: bool = False,
+    prefill: str = "",
     upstream: str = "upstream",
 ) -> a.Message:
     if not completion.choices:
@@ -34,6 +35,8 @@ def to_message(
     if reasoning and surface_thinking:
         content.append(a.OutThinkingBlock(thinking="" if omit_thinking_text else reasoning, signature=SIGNATURE))
     text = message.content or message.refusal or ""  # a refusal is the model's answer too
+    if prefill and text.startswith(prefill):  # some servers repeat the prefill first
+        text = text[len(prefill) :]
     matcher = StopMatcher(stop_sequences or [])
     if matcher and text:
         text = matcher.feed(text) + matcher.flush()

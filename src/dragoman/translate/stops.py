@@ -55,3 +55,35 @@ class StopMatcher:
             if any(stop.startswith(tail) for stop in self._stops):
                 return size
         return 0
+
+
+class PrefillEcho:
+    """Drops a reply's repetition of the client's prefill.
+
+    Some servers (llama.cpp) start a continued assistant turn by repeating the
+    prefill; Anthropic's reply holds only the continuation. Text is held back
+    only while it still matches the prefill's beginning.
+    """
+
+    __slots__ = ("_prefill", "_seen", "_done")
+
+    def __init__(self, prefill: str) -> None:
+        self._prefill = prefill
+        self._seen = ""
+        self._done = not prefill
+
+    def feed(self, text: str) -> str:
+        if self._done:
+            return text
+        seen = self._seen + text
+        if len(seen) < len(self._prefill) and self._prefill.startswith(seen):
+            self._seen = seen
+            return ""
+        self._done = True
+        self._seen = ""
+        return seen[len(self._prefill) :] if seen.startswith(self._prefill) else seen
+
+    def flush(self) -> str:
+        """A reply shorter than the prefill that matched it so far: give it back."""
+        rest, self._seen, self._done = self._seen, "", True
+        return rest

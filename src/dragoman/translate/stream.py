@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dragoman.errors import UpstreamError, from_stream_error
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
-from dragoman.translate.stops import StopMatcher
+from dragoman.translate.stops import PrefillEcho, StopMatcher
 from dragoman.translate.tool_args import completion_suffix, parse_arguments
 
 SIGNATURE = "dragoman-unsigned"  # open models cannot sign thinking; clients only echo it
@@ -61,6 +61,7 @@ class StreamTranslator:
         stop_sequences: list[str] | None = None,
         surface_thinking: bool = False,
         omit_thinking_text: bool = False,
+        prefill: str = "",
         upstream: str = "upstream",
     ) -> None:
         self._model = model
@@ -68,6 +69,7 @@ class StreamTranslator:
         self._new_tool_id = new_tool_id
         self._tool_names = tool_names or {}
         self._stops = StopMatcher(stop_sequences or [])
+        self._echo = PrefillEcho(prefill)
         self._surface_thinking = surface_thinking
         self._omit_thinking_text = omit_thinking_text
         self._upstream = upstream
@@ -136,6 +138,9 @@ class StreamTranslator:
 
     def finish(self) -> list[a.StreamEvent]:
         events: list[a.StreamEvent] = []
+        held = self._echo.flush()
+        if held and not self.done:
+            self._text(held, events)
         rest = self._stops.flush()
         if rest:
             self._emit_text(rest, events)
@@ -196,6 +201,7 @@ class StreamTranslator:
 
     def _text(self, text: str, events: list[a.StreamEvent]) -> None:
         self._saw_content = True
+        text = self._echo.feed(text)
         if self._stops:
             text = self._stops.feed(text)
             if self._stops.matched is not None:
