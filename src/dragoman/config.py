@@ -107,6 +107,7 @@ class ModelConfig(_Config):
     # Send echoed thinking blocks back as the backend's reasoning field (DeepSeek, Kimi).
     reasoning_replay: bool = False
     strict_thinking: bool | None = None
+    server_tools: Literal["reject", "drop"] | None = None  # overrides server.server_tools
     context_window: int | None = None
     max_output_tokens: int | None = None
     # For counting tokens when the upstream cannot: a tokenizer.json (or its directory)

@@ -94,6 +94,7 @@ class Router:
             reasoning=self._reasoning(model.served_model, model),
             reasoning_replay=model.reasoning_replay,
             max_output_tokens=model.max_output_tokens,
+            drop_server_tools=None if model.server_tools is None else model.server_tools == "drop",
         )
         window = model.context_window or self._discovered_window(model.upstream, model.served_model)
         return Route(self._backends[model.upstream], model.upstream, model.served_model, caps, window, self._counters.get(model.name))

@@ -35,6 +35,7 @@ class ModelCaps:
     reasoning: ReasoningCaps = ReasoningCaps()
     reasoning_replay: bool = False
     max_output_tokens: int | None = None
+    drop_server_tools: bool | None = None  # None: the gateway-wide setting decides
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +208,7 @@ def _strip_keys(schema: Any, keys: tuple[str, ...]) -> Any:
 
 
 def _tools(
-    tools: list[anthropic.Tool], profile: Profile, options: Options, names: dict[str, str], loaded: set[str]
+    tools: list[anthropic.Tool], profile: Profile, drop_server_tools: bool, names: dict[str, str], loaded: set[str]
 ) -> list[openai.FunctionTool]:
     result = []
     for index, tool in enumerate(tools):
@@ -219,11 +220,11 @@ def _tools(
                 raise InvalidRequest(f"tools.{index}.input_schema: Field required")
             description, schema = tool.description, tool.input_schema
         elif kind.startswith(SERVER_TOOL_FAMILIES):
-            if options.drop_server_tools:
+            if drop_server_tools:
                 continue
             raise InvalidRequest(
                 f"tools.{index}: server tool {kind!r} ({tool.name}) runs on Anthropic's servers and is not available "
-                "through this gateway; remove it, or set server.server_tools = \"drop\""
+                "through this gateway; remove it, or set server_tools = \"drop\" for the server or this model"
             )
         else:
             builtin = builtin_schema(tool)
@@ -306,7 +307,8 @@ def to_chat_request(
     _check_tool_pairing(turns)
 
     names: dict[str, str] = {}
-    tools = _tools(request.tools, profile, options, names, _loaded_tools(turns)) if request.tools else []
+    drop = options.drop_server_tools if caps.drop_server_tools is None else caps.drop_server_tools
+    tools = _tools(request.tools, profile, drop, names, _loaded_tools(turns)) if request.tools else []
     for _, blocks, _ in turns:  # history may name tools no longer offered
         for block in blocks:
             if isinstance(block, anthropic.ToolUseBlock):

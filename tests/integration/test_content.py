@@ -1,0 +1,136 @@
+"""Images, documents and server tools through the official SDK over a real socket."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import anthropic
+import pytest
+
+from tests.fakes import completion
+
+PNG = base64.b64encode(bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+)).decode()  # a 1x1 PNG  # fmt: skip
+IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+
+
+def _models(vision: bool | None, server_tools: str | None = None) -> list[dict]:
+    model: dict = {"name": "eyes", "upstream": "default", "upstream_model": "test-model"}
+    if vision is not None:
+        model["vision"] = vision
+    if server_tools is not None:
+        model["server_tools"] = server_tools
+    return [model]
+
+
+def _client(gateway) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+
+
+def test_an_image_reaches_a_vision_model_as_a_data_url(make_gateway, upstream):
+    gateway = make_gateway(models=_models(vision=True))
+    upstream.json_reply(completion("a red dot"))
+    content = [IMAGE, {"type": "text", "text": "What is this?"}]
+    message = _client(gateway).messages.create(model="eyes", max_tokens=20, messages=[{"role": "user", "content": content}])
+    assert message.content[0].text == "a red dot"
+    parts = upstream.requests[0]["messages"][0]["content"]
+    assert parts[0] == {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}
+    assert parts[1] == {"type": "text", "text": "What is this?"}
+
+
+def test_an_image_for_a_text_only_model_is_refused_before_inference(make_gateway, upstream):
+    gateway = make_gateway(models=_models(vision=False))
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        _client(gateway).messages.create(model="eyes", max_tokens=20, messages=[{"role": "user", "content": [IMAGE]}])
+    assert "messages.0.content.0" in caught.value.body["error"]["message"]
+    assert upstream.requests == []
+
+
+def test_an_unsupported_media_type_names_the_field(make_gateway, upstream):
+    gateway = make_gateway(models=_models(vision=True))
+    bad = {"type": "image", "source": {"type": "base64", "media_type": "image/bmp", "data": PNG}}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        _client(gateway).messages.create(model="eyes", max_tokens=20, messages=[{"role": "user", "content": [bad]}])
+    assert "messages.0.content.0.source.media_type" in caught.value.body["error"]["message"]
+
+
+def _tool_turns(result_content: list) -> list[dict]:
+    return [
+        {"role": "user", "content": "Take a screenshot."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_shot", "name": "screenshot", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_shot", "content": result_content}]},
+    ]
+
+
+TOOLS = [{"name": "screenshot", "description": "Take a screenshot.", "input_schema": {"type": "object", "properties": {}}}]
+
+
+def test_images_in_tool_results_follow_the_tool_messages_labelled(make_gateway, upstream):
+    gateway = make_gateway(models=_models(vision=True))
+    upstream.json_reply(completion("I see a dot"))
+    turns = _tool_turns([{"type": "text", "text": "captured"}, IMAGE])
+    _client(gateway).messages.create(model="eyes", max_tokens=20, tools=TOOLS, messages=turns)
+    sent = upstream.requests[0]["messages"]
+    assert sent[2] == {"role": "tool", "tool_call_id": "toolu_shot", "content": "captured"}
+    follow = sent[3]
+    assert follow["role"] == "user"
+    assert any(p.get("text") == "[image from tool result toolu_shot]" for p in follow["content"])
+    assert any(p["type"] == "image_url" for p in follow["content"])
+
+
+def test_images_in_tool_results_for_a_text_only_model_become_a_placeholder(make_gateway, upstream):
+    gateway = make_gateway(models=_models(vision=False))
+    upstream.json_reply(completion("ok"))
+    _client(gateway).messages.create(model="eyes", max_tokens=20, tools=TOOLS, messages=_tool_turns([IMAGE]))
+    tool_message = upstream.requests[0]["messages"][2]
+    assert tool_message["role"] == "tool" and "[Image omitted" in tool_message["content"]
+    assert all(m["role"] != "user" or isinstance(m["content"], str) for m in upstream.requests[0]["messages"])
+
+
+def _pdf(text: str) -> str:
+    """A one-page PDF with `text`, built by hand (pypdf cannot add text)."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    for offset in offsets:
+        out.write(b"%010d 00000 n \n" % offset)
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    return base64.b64encode(out.getvalue()).decode()
+
+
+def test_a_pdf_document_reaches_the_model_as_text(client, upstream):
+    upstream.json_reply(completion("It says hello."))
+    document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": _pdf("Quarterly revenue rose")},
+                "title": "Report", "context": "From finance"}  # fmt: skip
+    client.messages.create(model="test-model", max_tokens=20, messages=[{"role": "user", "content": [document, {"type": "text", "text": "Summarise"}]}])
+    sent = upstream.requests[0]["messages"][0]["content"]
+    assert "Quarterly revenue rose" in sent and 'title="Report"' in sent and "From finance" in sent
+
+
+def test_server_tools_are_refused_by_default_and_dropped_per_model(make_gateway, upstream):
+    strict = make_gateway()
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        _client(strict).messages.create(model="test-model", max_tokens=20, tools=[WEB_SEARCH], messages=[{"role": "user", "content": "news?"}])
+    assert "web_search_20250305" in caught.value.body["error"]["message"]
+    lenient = make_gateway(models=_models(vision=None, server_tools="drop"))
+    upstream.json_reply(completion("no search here"))
+    message = _client(lenient).messages.create(model="eyes", max_tokens=20, tools=[WEB_SEARCH], messages=[{"role": "user", "content": "news?"}])
+    assert message.content[0].text == "no search here"
+    assert "tools" not in upstream.requests[-1]
