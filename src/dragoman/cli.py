@@ -138,14 +138,15 @@ dragoman is serving the local model at {base}
 @main.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")
 @click.option("--upstream", help="OpenAI-compatible base URL whose models to list.")
-def models(config_path: str | None, upstream: str | None) -> None:
+@click.option("--upstream-api-key", envvar="DRAGOMAN_UPSTREAM_API_KEY", help="Key sent to the upstream.")
+def models(config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> None:
     """Show each served model, its upstream, and whether (and why) it counts as reasoning."""
     import asyncio
 
     from dragoman.gateway import Gateway
 
     try:
-        config = build_config(config_path=config_path, upstream=upstream, upstream_api_key=None, api_keys=(),
+        config = build_config(config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=(),
                               default_model=None, host=None, port=None, log_level=None)  # fmt: skip
     except ConfigError as error:
         _fail(str(error))
@@ -167,6 +168,47 @@ def models(config_path: str | None, upstream: str | None) -> None:
             await gateway.close()
 
     asyncio.run(show())
+
+
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")
+@click.option("--upstream", help="OpenAI-compatible base URL to check.")
+@click.option("--upstream-api-key", envvar="DRAGOMAN_UPSTREAM_API_KEY", help="Key sent to the upstream.")
+def check(config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> None:
+    """Ask every upstream for its models; show the path chosen for each (translate or passthrough)."""
+    import asyncio
+
+    from dragoman.errors import GatewayError
+    from dragoman.gateway import Gateway
+
+    try:
+        config = build_config(config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=(),
+                              default_model=None, host=None, port=None, log_level=None)  # fmt: skip
+    except ConfigError as error:
+        _fail(str(error))
+        return
+
+    async def probe() -> int:
+        gateway = Gateway(config)
+        failures = 0
+        try:
+            for name, backend in gateway.backends.items():
+                try:
+                    models = await backend.list_models()
+                except GatewayError as error:
+                    failures += 1
+                    click.echo(f"{name}\tunreachable\t{error.message}")
+                    continue
+                profile = getattr(getattr(backend, "chosen", backend), "profile", None)
+                kind = f"\tserver={profile.name}" if profile is not None else ""
+                windows = ", ".join(f"{m.id} ({m.context_window or '?'} tokens)" for m in models) or "no models"
+                click.echo(f"{name}\tpath={getattr(backend, 'path', '?')}{kind}\t{windows}")
+        finally:
+            await gateway.close()
+        return failures
+
+    if asyncio.run(probe()):
+        sys.exit(1)
 
 
 def run(config: Config, *, workers: int = 1) -> None:

@@ -91,7 +91,15 @@ class AnthropicUpstream(_UpstreamBase, tag="anthropic", tag_field="protocol"):
     """A server that speaks /v1/messages itself; requests pass through."""
 
 
-UpstreamConfig = OpenAIUpstream | AnthropicUpstream
+class AutoUpstream(_UpstreamBase, tag="auto", tag_field="protocol"):
+    """Either: probed once; passthrough when the server answers /v1/messages.
+    The url may end in /v1 or not. The translating options apply if it does not."""
+
+    flavor: Flavor = "auto"
+    strip_schema_keys: list[str] | None = None
+
+
+UpstreamConfig = OpenAIUpstream | AnthropicUpstream | AutoUpstream
 
 
 class ModelConfig(_Config):

@@ -122,6 +122,7 @@ async def serve(gateway: Gateway, request: Request, endpoint: str) -> Response:
         raise
     finally:
         watch.stop()
+    call.outcome.path = route.path  # an `auto` upstream knows its path only after its probe
     return render(observe(reply, call.outcome, gateway.metrics), call.request_id)
 
 

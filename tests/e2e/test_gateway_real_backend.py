@@ -24,7 +24,7 @@ TIMEOUT = 120.0
 
 
 def _gateway(server: LlamaServer, protocol: str) -> GatewayServer:
-    url = server.base_url + ("/v1" if protocol == "openai" else "")
+    url = server.base_url + ("/v1" if protocol in ("openai", "auto") else "")
     config = from_dict(
         {
             "server": {"default_model": "served"},
@@ -223,3 +223,14 @@ def test_prefill_is_continued_not_repeated(translate):
     with client.messages.stream(model="served", max_tokens=8, messages=messages, extra_body={"temperature": 0}) as stream:
         streamed = stream.get_final_message()
     assert not streamed.content[0].text.startswith("The fruit is")
+
+
+def test_auto_protocol_picks_passthrough_for_llama_server(llama_server):
+    # llama-server serves /v1/messages itself, so `auto` passes requests through.
+    gateway = _gateway(llama_server, "auto")
+    try:
+        message = _client(gateway).messages.create(**_ask("Say hello.", max_tokens=5))
+        assert message.content[0].type == "text"
+        assert gateway.app.gateway.backends["llama"].path == "passthrough"
+    finally:
+        gateway.stop()

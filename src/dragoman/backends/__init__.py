@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import assert_never
 
 from dragoman.backends.anthropic import AnthropicBackend
+from dragoman.backends.auto import AutoBackend
 from dragoman.backends.base import Backend
 from dragoman.backends.openai import OpenAIBackend
-from dragoman.config import AnthropicUpstream, Config, OpenAIUpstream
+from dragoman.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
 
 
 def build(config: Config) -> dict[str, Backend]:
@@ -18,6 +19,8 @@ def build(config: Config) -> dict[str, Backend]:
                 backends[name] = OpenAIBackend(name, upstream, config)
             case AnthropicUpstream():
                 backends[name] = AnthropicBackend(name, upstream, config)
+            case AutoUpstream():
+                backends[name] = AutoBackend(name, upstream, config)
             case _:
                 assert_never(upstream)
     return backends

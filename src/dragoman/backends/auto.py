@@ -1,0 +1,73 @@
+"""`protocol = "auto"`: passthrough when the upstream serves /v1/messages, else translation.
+
+The probe is one `POST /v1/messages` with an empty object, which no server runs
+inference for: a server with the route rejects the body (400, 422), a server
+without it answers 404 or 405. It runs once, at discovery or at the first
+request, and again only after it could not reach the upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgspec
+
+from dragoman.backends.anthropic import AnthropicBackend
+from dragoman.backends.base import Backend, Call, Reply, UpstreamModel
+from dragoman.backends.openai import OpenAIBackend
+from dragoman.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
+
+log = logging.getLogger("dragoman.upstream")
+
+NOT_SERVED = frozenset({404, 405, 501})
+
+
+class AutoBackend:
+    def __init__(self, name: str, upstream: AutoUpstream, config: Config) -> None:
+        self.name = name
+        fields = msgspec.structs.asdict(upstream)
+        root = upstream.url.rstrip("/").removesuffix("/v1")
+        replicas = [url.rstrip("/").removesuffix("/v1") for url in upstream.replicas]
+        common = {k: v for k, v in fields.items() if k not in ("flavor", "strip_schema_keys", "url", "replicas")}
+        self._translate = OpenAIBackend(
+            name,
+            OpenAIUpstream(
+                url=root + "/v1", replicas=[r + "/v1" for r in replicas],
+                flavor=upstream.flavor, strip_schema_keys=upstream.strip_schema_keys, **common,
+            ),
+            config,
+        )  # fmt: skip
+        self._passthrough = AnthropicBackend(name, AnthropicUpstream(url=root, replicas=replicas, **common), config)
+        self.chosen: Backend | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def path(self) -> str:
+        return self.chosen.path if self.chosen is not None else "undecided"  # type: ignore[attr-defined]
+
+    async def choose(self) -> Backend:
+        if self.chosen is not None:
+            return self.chosen
+        async with self._lock:
+            if self.chosen is None:
+                response = await self._passthrough._http.post("/messages", b"{}", raw=True)  # GatewayError if unreachable
+                status = response.status
+                response.release()
+                self.chosen = self._translate if status in NOT_SERVED else self._passthrough
+                log.info("upstream %s: /v1/messages answered %d, so requests %s", self.name, status,
+                         "are translated" if self.chosen is self._translate else "pass through")  # fmt: skip
+        return self.chosen
+
+    async def messages(self, call: Call, route: object) -> Reply:
+        return await (await self.choose()).messages(call, route)  # type: ignore[arg-type]
+
+    async def count_tokens(self, call: Call, route: object) -> Reply:
+        return await (await self.choose()).count_tokens(call, route)  # type: ignore[arg-type]
+
+    async def list_models(self) -> list[UpstreamModel]:
+        return await (await self.choose()).list_models()
+
+    async def close(self) -> None:
+        await self._translate.close()
+        await self._passthrough.close()

@@ -1,0 +1,68 @@
+"""`protocol = "auto"`: one probe decides between passthrough and translation."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import anthropic
+import pytest
+
+from dragoman.config import from_dict
+from tests.fake_anthropic import FakeAnthropic
+from tests.fakes import completion
+from tests.servers import GatewayServer
+
+
+@pytest.fixture
+def native():
+    fake = FakeAnthropic().start()
+    yield fake
+    fake.stop()
+
+
+def _auto(url: str) -> GatewayServer:
+    config = from_dict({"server": {"default_model": "m"}, "upstreams": {"up": {"url": url, "protocol": "auto", "max_retries": 0}},
+                        "models": [{"name": "m", "upstream": "up", "upstream_model": "test-model"}]})  # fmt: skip
+    return GatewayServer(config).start()
+
+
+def test_an_openai_only_server_is_translated(upstream):
+    gateway = _auto(upstream.url)  # .../v1
+    try:
+        upstream.json_reply(completion("translated"))
+        client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+        message = client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        assert message.content[0].text == "translated"
+        assert upstream.requests[-1]["messages"] == [{"role": "user", "content": "hi"}]
+        assert gateway.app.gateway.backends["up"].path == "translate"
+    finally:
+        gateway.stop()
+
+
+def test_a_server_with_v1_messages_is_passed_through(native):
+    gateway = _auto(native.url)  # no /v1
+    try:
+        client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+        message = client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        assert message.content[0].text == "Hi"
+        paths = [path for path, _, _ in native.requests]
+        assert paths[-1] == "/v1/messages" and native.requests[-1][1]["model"] == "test-model"
+        assert gateway.app.gateway.backends["up"].path == "passthrough"
+    finally:
+        gateway.stop()
+
+
+def test_dragoman_check_shows_the_chosen_path(tmp_path, upstream, native):
+    config = tmp_path / "dragoman.toml"
+    config.write_text(
+        f'[upstreams.openai_only]\nurl = "{upstream.url}"\nprotocol = "auto"\n'
+        f'[upstreams.native]\nurl = "{native.url}"\nprotocol = "auto"\n'
+        '[upstreams.down]\nurl = "http://127.0.0.1:9/v1"\nmax_retries = 0\n'
+    )
+    result = subprocess.run([sys.executable, "-m", "dragoman", "check", "--config", str(config)], capture_output=True, text=True, timeout=60)
+    lines = {line.split("\t")[0]: line for line in result.stdout.splitlines()}
+    assert "path=translate" in lines["openai_only"] and "server=vllm" in lines["openai_only"]
+    assert "path=passthrough" in lines["native"]
+    assert "unreachable" in lines["down"]
+    assert result.returncode == 1  # one upstream could not be reached
