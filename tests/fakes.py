@@ -64,7 +64,8 @@ def text_stream(*pieces: str, finish: str = "stop", prompt: int = 10) -> list[An
 
 
 class FakeUpstream:
-    def __init__(self, models: list[dict] | None = None) -> None:
+    def __init__(self, models: list[dict] | None = None, ssl_context: Any = None) -> None:
+        self._ssl = ssl_context
         self.models = models if models is not None else [{"id": "test-model", "object": "model", "owned_by": "vllm"}]
         self.replies: deque[Reply] = deque()
         self.requests: list[dict] = []
@@ -83,7 +84,7 @@ class FakeUpstream:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{'https' if self._ssl else 'http'}://127.0.0.1:{self.port}/v1"
 
     def queue(self, *replies: Reply) -> None:
         self.replies.extend(replies)
@@ -133,7 +134,7 @@ class FakeUpstream:
         app.router.add_post("/api/show", self._show)
         runner = self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         self._loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=self._ssl)
         self._loop.run_until_complete(site.start())
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._ready.set()

@@ -1,0 +1,85 @@
+"""TLS to the upstream: verification, a private CA bundle, and client certificates."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fakes import FakeUpstream
+
+BODY = {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _certificate(directory: Path, name: str) -> tuple[Path, Path]:
+    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("tls")
+    server_cert, server_key = _certificate(directory, "upstream")
+    client_cert, client_key = _certificate(directory, "client")
+    return {"server_cert": server_cert, "server_key": server_key, "client_cert": client_cert, "client_key": client_key}
+
+
+def _tls_upstream(certs: dict[str, Path], *, require_client: bool = False) -> FakeUpstream:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certs["server_cert"], certs["server_key"])
+    if require_client:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(certs["client_cert"])
+    return FakeUpstream(ssl_context=context).start()
+
+
+def test_an_unknown_certificate_is_refused_by_default(make_gateway, certs):
+    upstream = _tls_upstream(certs)
+    try:
+        gateway = make_gateway(url=upstream.url, server={"default_model": "test-model"})
+        response = httpx.post(gateway.url + "/v1/messages", json=BODY)
+    finally:
+        upstream.stop()
+    assert response.status_code == 502
+    assert "certificate" in response.json()["error"]["message"].lower()
+
+
+def test_a_ca_bundle_makes_it_trusted(make_gateway, certs):
+    upstream = _tls_upstream(certs)
+    try:
+        gateway = make_gateway(url=upstream.url, upstream={"ca_bundle": str(certs["server_cert"])})
+        response = httpx.post(gateway.url + "/v1/messages", json=BODY)
+    finally:
+        upstream.stop()
+    assert response.status_code == 200, response.text
+
+
+def test_verification_can_be_turned_off(make_gateway, certs):
+    upstream = _tls_upstream(certs)
+    try:
+        gateway = make_gateway(url=upstream.url, upstream={"tls_verify": False})
+        response = httpx.post(gateway.url + "/v1/messages", json=BODY)
+    finally:
+        upstream.stop()
+    assert response.status_code == 200, response.text
+
+
+def test_client_certificates(make_gateway, certs):
+    upstream = _tls_upstream(certs, require_client=True)
+    try:
+        with_cert = make_gateway(url=upstream.url, upstream={
+            "ca_bundle": str(certs["server_cert"]), "client_cert": str(certs["client_cert"]), "client_key": str(certs["client_key"]),
+        }, server={"default_model": "test-model"})  # fmt: skip
+        without = make_gateway(url=upstream.url, upstream={"ca_bundle": str(certs["server_cert"])}, server={"default_model": "test-model"})
+        assert httpx.post(with_cert.url + "/v1/messages", json=BODY).status_code == 200
+        assert httpx.post(without.url + "/v1/messages", json=BODY).status_code == 502
+    finally:
+        upstream.stop()
