@@ -122,6 +122,9 @@ class ModelConfig(_Config):
     # and optionally the chat template (default: beside it, as in a model repository).
     tokenizer: str | None = None
     chat_template: str | None = None
+    # OpenAI models: a tiktoken encoding name and its local .tiktoken file.
+    tiktoken_encoding: str | None = None
+    tiktoken_file: str | None = None
 
     @property
     def served_model(self) -> str:

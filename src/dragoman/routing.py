@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from dragoman.backends.base import Backend, UpstreamModel
 from dragoman.config import Config, ConfigError, ModelConfig
-from dragoman.tokenizer import LocalCounter, TokenizerError
+from dragoman.tokenizer import LocalCounter, TiktokenCounter, TokenizerError
 from dragoman.errors import NotFound
 from dragoman.capabilities import Decision, Registry, decide
 from dragoman.translate.request import ModelCaps
@@ -30,7 +30,7 @@ class Route:
     upstream_model: str
     caps: ModelCaps
     context_window: int | None = None
-    counter: LocalCounter | None = None  # the model's own tokenizer, when configured
+    counter: LocalCounter | TiktokenCounter | None = None  # the model's own tokenizer, when configured
 
     @property
     def path(self) -> str:
@@ -51,13 +51,18 @@ class Router:
                     self._wildcards.append((alias, model))
                 else:
                     self._by_name.setdefault(alias, model)
-        self._counters: dict[str, LocalCounter] = {}
+        self._counters: dict[str, LocalCounter | TiktokenCounter] = {}
         for index, model in enumerate(config.models):
-            if model.tokenizer:
-                try:
+            try:
+                if model.tokenizer:
                     self._counters[model.name] = LocalCounter(model.tokenizer, model.chat_template)
-                except TokenizerError as error:
-                    raise ConfigError(f"models.{index}.tokenizer: {error}") from None
+                elif model.tiktoken_encoding or model.tiktoken_file:
+                    if not (model.tiktoken_encoding and model.tiktoken_file):
+                        raise TokenizerError("tiktoken_encoding and tiktoken_file go together")
+                    self._counters[model.name] = TiktokenCounter(model.tiktoken_encoding, model.tiktoken_file)
+            except TokenizerError as error:
+                key = "tokenizer" if model.tokenizer else "tiktoken_file"
+                raise ConfigError(f"models.{index}.{key}: {error}") from None
         configured = {m.upstream for m in config.models}
         # Upstreams without configured models serve every model they list.
         self.discovering = [name for name in config.upstreams if name not in configured]

@@ -90,3 +90,58 @@ class LocalCounter:
 
     def count(self, chat: openai.ChatRequest) -> int:
         return len(self._tokenizer.encode(self.render(chat), add_special_tokens=False).ids)
+
+
+class TiktokenCounter:
+    """OpenAI models' token counts from a local tiktoken encoding file.
+
+    tiktoken fetches its encodings on first use, which an offline machine cannot;
+    here the `.tiktoken` file is named in the configuration (for example
+    `o200k_base.tiktoken`, downloaded once elsewhere), and the named encoding
+    gives the split pattern and special tokens. Messages are counted as OpenAI
+    documents for chat models: the text of each plus a few tokens of framing.
+    """
+
+    PER_MESSAGE = 3  # <|start|>{role}\n ... <|end|>
+    REPLY_PRIMING = 3  # <|start|>assistant<|message|>
+
+    def __init__(self, encoding: str, path: str) -> None:
+        try:
+            import tiktoken
+            import tiktoken_ext.openai_public as public
+            from tiktoken.load import load_tiktoken_bpe
+        except ImportError:
+            raise TokenizerError("counting with tiktoken needs the `tiktoken` package (pip install 'dragoman[tokenizer]')") from None
+        constructor = public.ENCODING_CONSTRUCTORS.get(encoding)
+        if constructor is None:
+            raise TokenizerError(f"unknown tiktoken encoding {encoding!r}; known: {', '.join(sorted(public.ENCODING_CONSTRUCTORS))}")
+        file = Path(path).expanduser()
+        if not file.is_file():
+            raise TokenizerError(f"no tiktoken file at {file} (tiktoken cannot fetch it offline: copy {encoding}.tiktoken there)")
+        fetch = public.load_tiktoken_bpe
+        # The constructor names a URL to fetch; it reads the configured file instead.
+        public.load_tiktoken_bpe = lambda url, expected_hash=None: load_tiktoken_bpe(str(file), None)  # type: ignore[assignment]
+        try:
+            spec = constructor()
+        except Exception as error:  # a corrupt file surfaces as the library's own errors
+            raise TokenizerError(f"{file}: cannot load: {error}") from None
+        finally:
+            public.load_tiktoken_bpe = fetch
+        self._encoding = tiktoken.Encoding(**spec)
+
+    def _tokens(self, text: str) -> int:
+        return len(self._encoding.encode(text, disallowed_special=()))
+
+    def count(self, chat: openai.ChatRequest) -> int:
+        total = self.REPLY_PRIMING
+        for message in msgspec.to_builtins(chat.messages):
+            total += self.PER_MESSAGE + self._tokens(message.get("role", ""))
+            content = message.get("content")
+            if isinstance(content, list):
+                content = "\n".join(part.get("text", "") for part in content if isinstance(part, dict))
+            total += self._tokens(content or "")
+            for call in message.get("tool_calls") or ():
+                total += self._tokens(call["function"]["name"]) + self._tokens(call["function"]["arguments"])
+        if chat.tools:
+            total += self._tokens(openai.ENCODER.encode(chat.tools).decode())
+        return total

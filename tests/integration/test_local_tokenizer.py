@@ -50,3 +50,34 @@ def test_a_missing_tokenizer_fails_at_startup_naming_the_key(upstream, tmp_path)
     config = make_config(upstream.url, models=[{"name": "m", "upstream": "default", "tokenizer": str(tmp_path / "nope")}])
     with pytest.raises(ConfigError, match=r"models\.0\.tokenizer: no tokenizer.json"):
         GatewayServer(config)
+
+
+def _byte_level_tiktoken(path: Path) -> Path:
+    """A tiny .tiktoken file: every single byte is a token (rank = byte value)."""
+    import base64
+
+    lines = [f"{base64.b64encode(bytes([b])).decode()} {b}" for b in range(256)]
+    lines.append(f"{base64.b64encode(b'weather').decode()} 256")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_count_tokens_with_a_local_tiktoken_file(upstream, tmp_path):
+    upstream.models = [{"id": "gpt-test", "owned_by": "someone"}]
+    file = _byte_level_tiktoken(tmp_path / "tiny.tiktoken")
+    config = make_config(upstream.url, models=[{"name": "gpt-test", "upstream": "default", "tiktoken_encoding": "cl100k_base", "tiktoken_file": str(file)}])
+    gateway = GatewayServer(config).start()
+    try:
+        body = {"model": "gpt-test", "messages": [{"role": "user", "content": "weather?"}]}
+        response = httpx.post(gateway.url + "/v1/messages/count_tokens", json=body)
+    finally:
+        gateway.stop()
+    assert response.headers["x-token-count-method"] == "tokenizer"
+    # 3 (reply priming) + 3 (message framing) + "user" (4 byte tokens) + "weather" (1 merged token) + "?" (1)
+    assert response.json() == {"input_tokens": 3 + 3 + 4 + 1 + 1}
+
+
+def test_a_missing_tiktoken_file_fails_at_startup_with_advice(upstream, tmp_path):
+    config = make_config(upstream.url, models=[{"name": "m", "upstream": "default", "tiktoken_encoding": "o200k_base", "tiktoken_file": str(tmp_path / "none")}])
+    with pytest.raises(ConfigError, match=r"models\.0\.tiktoken_file: no tiktoken file .*cannot fetch it offline"):
+        GatewayServer(config)
