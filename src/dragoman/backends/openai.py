@@ -291,7 +291,7 @@ class OpenAIBackend:
             tools=counted.tools, tool_choice=counted.tool_choice,
         )  # fmt: skip
         translated = self._translate(request, route, stream=False)
-        tokens, method = await self._count(translated.chat, route, estimate=count_estimate(request))
+        tokens, method = await self._count(translated.chat, route, estimate=count_estimate(translated.chat))
         body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=tokens))
         return Completed(body, headers={"x-token-count-method": method})
 
