@@ -25,7 +25,7 @@ class _Config(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     pass
 
 
-class ServerConfig(_Config):
+class ServerConfig(_Config, frozen=True):
     host: str = "127.0.0.1"
     port: int = 8765
     api_keys: list[str] = []
@@ -55,7 +55,7 @@ class ServerConfig(_Config):
 Flavor = Literal["auto", "vllm", "sglang", "llamacpp", "ollama", "openai", "generic"]
 
 
-class _UpstreamBase(_Config):
+class _UpstreamBase(_Config, frozen=True):
     url: str
     api_key: str | None = None
     api_key_env: str | None = None
@@ -79,7 +79,7 @@ class _UpstreamBase(_Config):
     client_key: str | None = None
 
 
-class OpenAIUpstream(_UpstreamBase, tag="openai", tag_field="protocol"):
+class OpenAIUpstream(_UpstreamBase, tag="openai", tag_field="protocol", frozen=True):
     """An OpenAI-compatible server; requests are translated to Chat Completions."""
 
     flavor: Flavor = "auto"
@@ -87,11 +87,11 @@ class OpenAIUpstream(_UpstreamBase, tag="openai", tag_field="protocol"):
     strip_schema_keys: list[str] | None = None
 
 
-class AnthropicUpstream(_UpstreamBase, tag="anthropic", tag_field="protocol"):
+class AnthropicUpstream(_UpstreamBase, tag="anthropic", tag_field="protocol", frozen=True):
     """A server that speaks /v1/messages itself; requests pass through."""
 
 
-class AutoUpstream(_UpstreamBase, tag="auto", tag_field="protocol"):
+class AutoUpstream(_UpstreamBase, tag="auto", tag_field="protocol", frozen=True):
     """Either: probed once; passthrough when the server answers /v1/messages.
     The url may end in /v1 or not. The translating options apply if it does not."""
 
@@ -102,7 +102,7 @@ class AutoUpstream(_UpstreamBase, tag="auto", tag_field="protocol"):
 UpstreamConfig = OpenAIUpstream | AnthropicUpstream | AutoUpstream
 
 
-class ModelConfig(_Config):
+class ModelConfig(_Config, frozen=True):
     name: str
     upstream: str
     upstream_model: str | None = None
@@ -131,7 +131,7 @@ class ModelConfig(_Config):
         return self.upstream_model or self.name
 
 
-class Config(_Config):
+class Config(_Config, frozen=True):
     server: ServerConfig = ServerConfig()
     upstreams: dict[str, UpstreamConfig] = {}
     models: list[ModelConfig] = []

@@ -55,7 +55,7 @@ OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "library
 
 
 def profile_for(upstream: OpenAIUpstream, owned_by: str | None = None) -> Profile:
-    flavor = upstream.flavor
+    flavor: str = upstream.flavor
     if flavor == "auto":
         flavor = OWNED_BY.get(owned_by or "", "generic")
     profile = PROFILES[flavor]

@@ -34,8 +34,10 @@ def describe(error: msgspec.ValidationError) -> str:
     if missing:
         path = f"{path}.{missing.group(1)}" if path else missing.group(1)
         text = "Field required"
-    elif _TAG.match(text) and path.endswith(".type") or text.startswith("Invalid value") and ".type" in path:
-        text = f"unsupported type {_TAG.match(text).group(1)!r}" if _TAG.match(text) else text
+    else:
+        tag = _TAG.match(text)
+        if tag is not None and path.endswith(".type"):  # an unknown block or source type
+            text = f"unsupported type {tag.group(1)!r}"
     return f"{path}: {text}" if path else text
 
 

@@ -3,6 +3,8 @@ where the HTTP client's exceptions become GatewayErrors."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
@@ -12,6 +14,9 @@ from typing import Any, Protocol
 import aiohttp
 
 from dragoman.errors import GatewayError, UpstreamError, UpstreamTimeout
+
+if TYPE_CHECKING:  # routing imports the backends
+    from dragoman.routing import Route
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +59,9 @@ class UpstreamModel:
 class Backend(Protocol):
     name: str
 
-    async def messages(self, call: Call, route: "Route") -> Reply: ...  # noqa: F821
+    async def messages(self, call: Call, route: Route) -> Reply: ...
 
-    async def count_tokens(self, call: Call, route: "Route") -> Reply: ...  # noqa: F821
+    async def count_tokens(self, call: Call, route: Route) -> Reply: ...
 
     async def list_models(self) -> list[UpstreamModel]: ...
 

@@ -102,9 +102,9 @@ async def ollama_context(http: HttpClient, model: str) -> int | None:
     except (GatewayError, msgspec.DecodeError):
         return None
     for line in show.parameters.splitlines():
-        name, _, value = line.strip().partition(" ")
-        if name == "num_ctx" and value.strip().isdigit():
-            return int(value.strip())
+        name, _, setting = line.strip().partition(" ")
+        if name == "num_ctx" and setting.strip().isdigit():
+            return int(setting.strip())
     for key, value in show.model_info.items():
         if key.endswith(".context_length") and isinstance(value, int):
             return value

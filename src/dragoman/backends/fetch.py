@@ -12,6 +12,7 @@ import asyncio
 import base64
 import ipaddress
 import socket
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -38,7 +39,7 @@ async def _check_host(url: str, allow_private: bool) -> None:
         infos = await loop.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM)
     except OSError as error:
         raise InvalidRequest(f"document URL {url!r}: cannot resolve {parts.hostname}: {error.strerror or error}") from None
-    if not infos or not all(_public(info[4][0]) for info in infos):
+    if not infos or not all(_public(str(info[4][0])) for info in infos):
         raise InvalidRequest(f"document URL {url!r}: refusing to fetch from a private, loopback or reserved address")
 
 
@@ -78,7 +79,7 @@ async def resolve_url_documents(request: a.MessagesRequest, *, max_bytes: int, t
         if isinstance(message.content, str):
             continue
         for block in message.content:
-            blocks = [block]
+            blocks: list[Any] = [block]
             if isinstance(block, a.ToolResultBlock) and isinstance(block.content, list):
                 blocks = list(block.content)
             for inner in blocks:

@@ -3,9 +3,11 @@ server, Anthropic back out. The async shell around the pure translators."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import aiohttp
 import msgspec
@@ -28,8 +30,11 @@ from dragoman.tokens import count_estimate
 from dragoman.translate.fold import events_of, fold
 from dragoman.translate.request import Options, Translated, to_chat_request
 from dragoman.translate.response import to_message
-from dragoman.translate.stream import StreamTranslator
+from dragoman.translate.stream import ReplySettings, StreamTranslator
 from dragoman.validation import decode_request
+
+if TYPE_CHECKING:  # routing imports the backends
+    from dragoman.routing import Route
 
 log = logging.getLogger("dragoman.upstream")
 
@@ -76,12 +81,12 @@ class OpenAIBackend:
 
     # -- messages ------------------------------------------------------------------
 
-    def _translate(self, request: anthropic.MessagesRequest, route: "Route", stream: bool) -> Translated:  # noqa: F821
+    def _translate(self, request: anthropic.MessagesRequest, route: Route, stream: bool) -> Translated:
         return to_chat_request(
             request, upstream_model=route.upstream_model, profile=self.profile, caps=route.caps, options=self._options, stream=stream
         )
 
-    async def messages(self, call: Call, route: "Route") -> Reply:  # noqa: F821
+    async def messages(self, call: Call, route: Route) -> Reply:
         request = decode_request(call.body, anthropic.MESSAGES_REQUEST)
         server = self._server
         if server.fetch_documents and has_url_documents(call.body):
@@ -92,51 +97,48 @@ class OpenAIBackend:
             return await self._warm_cache(call, route, request)
         return await self._respond(call, route, request)
 
-    async def _respond(self, call: Call, route: "Route", request: anthropic.MessagesRequest) -> Reply:  # noqa: F821
+    async def _respond(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
         # Stop sequences are matched here over the streamed text, so a request that has
         # them reads the upstream as a stream even when the client did not ask for one.
         upstream_stream = request.stream or bool(request.stop_sequences) or self.profile.stream_upstream
         translated = self._translate(request, route, upstream_stream)
         await self._fit_max_tokens(translated, route, request.max_tokens)
         post = self._http.post("/chat/completions", openai.ENCODER.encode(translated.chat), outcome=call.outcome)
+        reply: ReplySettings = {
+            "model": call.model,
+            "message_id": ids.message_id(),
+            "new_tool_id": ids.tool_use_id,
+            "tool_names": translated.tool_names,
+            "stop_sequences": translated.stop_sequences,
+            "surface_thinking": translated.surface_thinking,
+            "omit_thinking_text": translated.omit_thinking_text,
+            "prefill": translated.prefill,
+            "upstream": self.name,
+        }
         if request.stream:
+            translator = StreamTranslator(**reply)
             head = await head_or_task(post, self._keepalive)
-        else:
-            head = await post
-        translator_args = dict(
-            model=call.model,
-            message_id=ids.message_id(),
-            new_tool_id=ids.tool_use_id,
-            tool_names=translated.tool_names,
-            stop_sequences=translated.stop_sequences,
-            surface_thinking=translated.surface_thinking,
-            omit_thinking_text=translated.omit_thinking_text,
-            prefill=translated.prefill,
-            upstream=self.name,
-        )
-        if not upstream_stream:
-            response = head
-            with upstream_errors(self.name):
-                try:
-                    body = await response.read()
-                finally:
-                    response.release()
-            message = to_message(_completion(body, self.name), **translator_args)
-            _note_usage(call.outcome, message.usage)
-            return Completed(msgspec.json.encode(message), headers=_headers(translated))
-        translator = StreamTranslator(**translator_args)
-        if request.stream:
             if isinstance(head, asyncio.Task):
                 chunks = late_start(head, self._keepalive, lambda response: self._sse(response, translator, call.outcome))
             else:
                 chunks = self._sse(head, translator, call.outcome)
             return Streaming(chunks, headers=_headers(translated))
+        response = await post
+        if not upstream_stream:
+            with upstream_errors(self.name):
+                try:
+                    body = await response.read()
+                finally:
+                    response.release()
+            message = to_message(_completion(body, self.name), **reply)
+            _note_usage(call.outcome, message.usage)
+            return Completed(msgspec.json.encode(message), headers=_headers(translated))
         events = []
-        async for batch in self._translated(head, translator, call.outcome):
+        async for batch in self._translated(response, StreamTranslator(**reply), call.outcome):
             events.extend(batch)
         return Completed(msgspec.json.encode(fold(events)), headers=_headers(translated))
 
-    async def _warm_cache(self, call: Call, route: "Route", request: anthropic.MessagesRequest) -> Reply:  # noqa: F821
+    async def _warm_cache(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
         """max_tokens 0: run the prompt (so the backend caches it), return nothing generated."""
         warm = msgspec.structs.replace(request, stream=False, stop_sequences=None)  # sent with max_tokens 1
         reply = await self._respond(call, route, warm)
@@ -153,7 +155,7 @@ class OpenAIBackend:
 
     async def _translated(
         self, response: aiohttp.ClientResponse, translator: StreamTranslator, outcome: Outcome | None
-    ) -> AsyncIterator[list[anthropic.StreamEvent]]:
+    ) -> AsyncGenerator[list[anthropic.StreamEvent], None]:
         """Batches of Anthropic events for an upstream stream, one batch per network read.
         Raises GatewayError; always closes or releases the upstream response."""
         finished = False
@@ -237,7 +239,7 @@ class OpenAIBackend:
 
     # -- token counting and limits -------------------------------------------------
 
-    async def _count(self, chat: openai.ChatRequest, route: "Route", estimate: int) -> tuple[int, str]:  # noqa: F821
+    async def _count(self, chat: openai.ChatRequest, route: Route, estimate: int) -> tuple[int, str]:
         """(prompt tokens, method), best first: the upstream's own count, the model's
         tokenizer configured here, else the estimate."""
         key = (chat.model, openai.ENCODER.encode(chat.messages) + openai.ENCODER.encode(chat.tools))
@@ -260,7 +262,7 @@ class OpenAIBackend:
         self._counts.put(key, result)
         return result
 
-    async def _fit_max_tokens(self, translated: Translated, route: "Route", asked: int) -> None:  # noqa: F821
+    async def _fit_max_tokens(self, translated: Translated, route: Route, asked: int) -> None:
         """Lower max_tokens to what the model can produce, visibly, or fail in Anthropic's words."""
         chat = translated.chat
         limit = asked
@@ -284,7 +286,7 @@ class OpenAIBackend:
             else:
                 chat.max_tokens = limit
 
-    async def count_tokens(self, call: Call, route: "Route") -> Reply:  # noqa: F821
+    async def count_tokens(self, call: Call, route: Route) -> Reply:
         counted = decode_request(call.body, anthropic.COUNT_TOKENS_REQUEST)
         request = anthropic.MessagesRequest(
             model=counted.model, messages=counted.messages, max_tokens=1, system=counted.system,

@@ -249,7 +249,7 @@ def _tools(
 
 def _loaded_tools(turns: list[tuple[str, list[Any], int]]) -> set[str]:
     """Names of deferred tools that tool searches in the conversation have loaded."""
-    loaded = set()
+    loaded: set[str] = set()
     for _, blocks, _ in turns:
         for block in blocks:
             if isinstance(block, anthropic.ToolResultBlock) and isinstance(block.content, list):

@@ -13,6 +13,7 @@ in the order they arrive.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypedDict
 
 from dragoman.errors import UpstreamError, from_stream_error
 from dragoman.protocol import anthropic as a
@@ -29,6 +30,20 @@ FINISH_REASONS: dict[str, a.StopReason] = {
     "function_call": "tool_use",
     "content_filter": "refusal",
 }
+
+
+class ReplySettings(TypedDict):
+    """What StreamTranslator and to_message need to know about the reply they build."""
+
+    model: str
+    message_id: str
+    new_tool_id: Callable[[], str]
+    tool_names: dict[str, str]
+    stop_sequences: list[str]
+    surface_thinking: bool
+    omit_thinking_text: bool
+    prefill: str
+    upstream: str
 
 
 def usage_of(usage: openai.Usage | None) -> a.Usage:
