@@ -74,6 +74,7 @@ class FakeUpstream:
         self.responder: Callable[[dict], Reply | None] | None = None
         self.disconnects = 0  # streams the gateway hung up on before they were written out
         self.show: dict[str, dict] = {}  # Ollama /api/show answers, by model
+        self.tokenize_requests: list[dict] = []
         self.abandoned = 0  # requests the gateway closed while the fake was still "thinking"
         self.completed = 0  # streams written out to the end
         self._loop = asyncio.new_event_loop()
@@ -132,6 +133,7 @@ class FakeUpstream:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/api/show", self._show)
+        app.router.add_post("/tokenize", self._tokenize)
         runner = self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         self._loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=self._ssl)
@@ -139,6 +141,14 @@ class FakeUpstream:
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._ready.set()
         self._loop.run_forever()
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's chat-form /tokenize: one token per whitespace-separated word here."""
+        body = await request.json()
+        self.tokenize_requests.append(body)
+        words = sum(len(str(m.get("content") or "").split()) for m in body.get("messages", []))
+        words += len(json.dumps(body["tools"]).split()) if body.get("tools") else 0
+        return web.json_response({"count": words + 5, "max_model_len": 8192, "tokens": []})
 
     async def _show(self, request: web.Request) -> web.Response:
         """Ollama's model details, from `self.show[model]` (404 when absent)."""

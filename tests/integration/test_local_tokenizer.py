@@ -81,3 +81,22 @@ def test_a_missing_tiktoken_file_fails_at_startup_with_advice(upstream, tmp_path
     config = make_config(upstream.url, models=[{"name": "m", "upstream": "default", "tiktoken_encoding": "o200k_base", "tiktoken_file": str(tmp_path / "none")}])
     with pytest.raises(ConfigError, match=r"models\.0\.tiktoken_file: no tiktoken file .*cannot fetch it offline"):
         GatewayServer(config)
+
+
+def test_count_tokens_asks_vllm_to_render_and_count_the_translated_request(make_gateway, upstream):
+    gateway = make_gateway()  # the fake says owned_by "vllm"
+    body = {
+        "model": "test-model", "system": "Be brief.",
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+        "messages": [{"role": "user", "content": "weather in Paris please"}],
+    }  # fmt: skip
+    first = httpx.post(gateway.url + "/v1/messages/count_tokens", json=body)
+    second = httpx.post(gateway.url + "/v1/messages/count_tokens", json=body)
+    assert first.headers["x-token-count-method"] == "upstream"
+    sent = upstream.tokenize_requests[0]
+    assert sent["model"] == "test-model" and sent["add_generation_prompt"] is True
+    assert sent["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "weather in Paris please"}]
+    assert sent["tools"][0]["function"]["name"] == "get_weather"
+    expected = 2 + 4 + len(json.dumps(sent["tools"]).split()) + 5
+    assert first.json() == second.json() == {"input_tokens": expected}
+    assert len(upstream.tokenize_requests) == 1  # identical requests are counted once

@@ -30,11 +30,11 @@ class _Prompt(msgspec.Struct):
     prompt: str
 
 
-class _ChatTokenize(msgspec.Struct, omit_defaults=True):
+class _ChatTokenize(msgspec.Struct, omit_defaults=True, kw_only=True):
     model: str
     messages: list[openai.ChatMessage]
+    add_generation_prompt: bool  # no default, so it is always sent: the count includes the reply's header
     tools: list[openai.FunctionTool] | None = None
-    add_generation_prompt: bool = True
 
 
 class _Tokenize(msgspec.Struct):
@@ -46,7 +46,7 @@ class _Tokenize(msgspec.Struct):
 async def count_prompt(http: HttpClient, counter: TokenCounter, chat: openai.ChatRequest) -> int:
     """Raises GatewayError when the upstream cannot count."""
     if counter == "vllm":
-        body = msgspec.json.encode(_ChatTokenize(model=chat.model, messages=chat.messages, tools=chat.tools))
+        body = msgspec.json.encode(_ChatTokenize(model=chat.model, messages=chat.messages, tools=chat.tools, add_generation_prompt=True))
         response = await http.post("/tokenize", body, from_root=True)
         try:
             return msgspec.json.decode(await response.read(), type=_Count).count
