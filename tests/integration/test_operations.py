@@ -153,3 +153,12 @@ def test_requests_go_through_the_configured_proxy(make_gateway, upstream):
     response = httpx.post(gateway.url + "/v1/messages", json=VALID)
     assert response.status_code == 200, response.text
     assert len(upstream.requests) == 1
+
+
+def test_extra_headers_and_the_upstream_key_go_upstream_not_the_clients_key(make_gateway, upstream):
+    gateway = make_gateway(upstream={"headers": {"X-Tenant": "team-a"}, "api_key": "sk-upstream"})
+    httpx.post(gateway.url + "/v1/messages", json=VALID, headers={"x-api-key": "sk-client"})
+    sent = {k.lower(): v for k, v in upstream.headers[-1].items()}
+    assert sent["x-tenant"] == "team-a"
+    assert sent["authorization"] == "Bearer sk-upstream"
+    assert "sk-client" not in str(sent)
