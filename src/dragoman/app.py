@@ -93,8 +93,12 @@ class App:
         scope.setdefault("state", {})["request_id"] = request_id = ids.request_id()
         try:
             response = await endpoints.serve(self.gateway, Request(scope, receive), endpoint)
-        except ClientLeft:
-            return  # gone while sending its request: nobody to answer
+        except ClientLeft:  # gone while sending its request: nobody to answer
+            outcome = scope["state"].get("outcome")
+            if outcome is not None:
+                outcome.status, outcome.disconnected = 499, True
+                self.gateway.metrics.record(outcome)
+            return
         except GatewayError as error:
             response = error_response(scope, self.gateway, error, with_id=True)
         except Exception as exc:

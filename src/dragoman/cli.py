@@ -152,6 +152,11 @@ def models(config_path: str | None, upstream: str | None, upstream_api_key: str 
         _fail(str(error))
         return
 
+    try:
+        Gateway(config)  # checks what only building it can (tokenizer files)
+    except ConfigError as error:
+        _fail(str(error))
+
     async def show() -> None:
         gateway = Gateway(config)
         await gateway.refresh_registry()
@@ -187,6 +192,11 @@ def check(config_path: str | None, upstream: str | None, upstream_api_key: str |
     except ConfigError as error:
         _fail(str(error))
         return
+
+    try:
+        Gateway(config)  # checks what only building it can (tokenizer files)
+    except ConfigError as error:
+        _fail(str(error))
 
     async def probe() -> int:
         gateway = Gateway(config)

@@ -192,6 +192,10 @@ def _check(config: Config) -> None:
     for name, upstream in config.upstreams.items():
         if not upstream.url.startswith(("http://", "https://")):
             raise ConfigError(f"upstreams.{name}.url: must start with http:// or https://, got {upstream.url!r}")
+        for key in ("ca_bundle", "client_cert", "client_key"):
+            path = getattr(upstream, key)
+            if path and not os.path.isfile(os.path.expanduser(path)):
+                raise ConfigError(f"upstreams.{name}.{key}: no such file: {path}")
         for url in upstream.replicas:
             if not url.startswith(("http://", "https://")):
                 raise ConfigError(f"upstreams.{name}.replicas: must start with http:// or https://, got {url!r}")

@@ -263,5 +263,6 @@ def from_stream_error(text: str, *, upstream: str) -> GatewayError:
     text = redact(text)
     overflow = _recognise_overflow(text, None)
     if overflow is not None:
+        overflow.upstream = upstream
         return overflow
     return UpstreamError(f"upstream {upstream} failed mid-stream: {text}")

@@ -94,7 +94,8 @@ class Gateway:
                 await asyncio.gather(*(self.discover(u) for u in stale))
 
     async def route(self, model: str) -> Route:
-        if len(self.router.discovered) < len(self.backends) and self._background is None:
+        known = sum(1 for name in self.backends if self.router.discovered.get(name))
+        if known < len(self.backends) and self._background is None:
             # Some upstream was down when last asked: ask again without holding this request.
             self._background = asyncio.ensure_future(self.discover_if_stale())
             self._background.add_done_callback(self._background_done)

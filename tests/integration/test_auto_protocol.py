@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import anthropic
 import pytest
@@ -66,3 +67,24 @@ def test_dragoman_check_shows_the_chosen_path(tmp_path, upstream, native):
     assert "path=passthrough" in lines["native"]
     assert "unreachable" in lines["down"]
     assert result.returncode == 1  # one upstream could not be reached
+
+
+def test_an_ambiguous_probe_answer_decides_nothing_and_is_asked_again(native):
+    from tests.fake_anthropic import NativeReply
+
+    native.replies.append(NativeReply(status=401, body={"error": "bad key"}))  # the startup probe
+    native.replies.append(NativeReply(status=401, body={"error": "bad key"}))
+    gateway = _auto(native.url)
+    try:
+        deadline = time.monotonic() + 5
+        while not native.requests and time.monotonic() < deadline:  # the startup probe
+            time.sleep(0.01)
+        client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+        with pytest.raises(anthropic.APIStatusError) as caught:
+            client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        assert "cannot tell its protocol" in caught.value.body["error"]["message"]
+        message = client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        assert message.content[0].text == "Hi"
+        assert gateway.app.gateway.backends["up"].path == "passthrough"
+    finally:
+        gateway.stop()

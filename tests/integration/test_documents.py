@@ -73,3 +73,21 @@ def test_fetch_size_limit(make_gateway, upstream, docs_server):
     response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/big.txt"))
     assert response.status_code == 400
     assert "1000-byte limit" in response.json()["error"]["message"]
+
+
+def test_a_name_that_resolves_to_a_private_address_is_refused(make_gateway, upstream, docs_server):
+    # The check runs on the address the connection would use, not on the name.
+    gateway = make_gateway(server={"fetch_documents": True})
+    url = docs_server.replace("127.0.0.1", "localhost") + "/doc.txt"
+    response = httpx.post(gateway.url + "/v1/messages", json=_body(url))
+    assert response.status_code == 400
+    assert "private, loopback or reserved" in response.json()["error"]["message"]
+
+
+def test_count_tokens_fetches_url_documents_too(make_gateway, upstream, docs_server):
+    gateway = make_gateway(server={"fetch_documents": True, "fetch_allow_private": True})
+    body = _body(docs_server + "/doc.txt")
+    del body["max_tokens"]
+    response = httpx.post(gateway.url + "/v1/messages/count_tokens", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["input_tokens"] > len(TEXT) // 4

@@ -83,3 +83,22 @@ def test_client_certificates(make_gateway, certs):
         assert httpx.post(without.url + "/v1/messages", json=BODY).status_code == 502
     finally:
         upstream.stop()
+
+
+def test_a_missing_ca_bundle_is_a_startup_error(upstream, tmp_path):
+    from dragoman.config import ConfigError
+    from tests.servers import make_config
+
+    with pytest.raises(ConfigError, match=r"upstreams\.default\.ca_bundle: no such file"):
+        make_config(upstream.url, upstream={"ca_bundle": str(tmp_path / "missing.pem")})
+
+
+def test_a_client_certificate_is_presented_even_without_verification(make_gateway, certs):
+    upstream = _tls_upstream(certs, require_client=True)
+    try:
+        gateway = make_gateway(url=upstream.url, upstream={
+            "tls_verify": False, "client_cert": str(certs["client_cert"]), "client_key": str(certs["client_key"]),
+        }, server={"default_model": "test-model"})  # fmt: skip
+        assert httpx.post(gateway.url + "/v1/messages", json=BODY).status_code == 200
+    finally:
+        upstream.stop()

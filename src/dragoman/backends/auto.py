@@ -17,10 +17,12 @@ from dragoman.backends.anthropic import AnthropicBackend
 from dragoman.backends.base import Backend, Call, Reply, UpstreamModel
 from dragoman.backends.openai import OpenAIBackend
 from dragoman.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
+from dragoman.errors import UpstreamError
 
 log = logging.getLogger("dragoman.upstream")
 
 NOT_SERVED = frozenset({404, 405, 501})
+SERVED = frozenset({200, 400, 413, 422})  # the route exists: it took or judged the body
 
 
 class AutoBackend:
@@ -40,6 +42,7 @@ class AutoBackend:
         )  # fmt: skip
         self._passthrough = AnthropicBackend(name, AnthropicUpstream(url=root, replicas=replicas, **common), config)
         self.chosen: Backend | None = None
+        self._key = config.upstream_key(upstream)
         self._lock = asyncio.Lock()
 
     @property
@@ -51,9 +54,13 @@ class AutoBackend:
             return self.chosen
         async with self._lock:
             if self.chosen is None:
-                response = await self._passthrough._http.post("/messages", b"{}", raw=True)  # GatewayError if unreachable
+                # Both key styles: the server's auth must not decide which protocol it speaks.
+                headers = {"authorization": f"Bearer {self._key}"} if self._key else None
+                response = await self._passthrough._http.post("/messages", b"{}", raw=True, headers=headers)
                 status = response.status
                 response.release()
+                if status not in SERVED | NOT_SERVED:  # 401, 429, 5xx...: ask again next time
+                    raise UpstreamError(f"upstream {self.name}: cannot tell its protocol, /v1/messages answered {status}")
                 self.chosen = self._translate if status in NOT_SERVED else self._passthrough
                 log.info("upstream %s: /v1/messages answered %d, so requests %s", self.name, status,
                          "are translated" if self.chosen is self._translate else "pass through")  # fmt: skip

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
+import aiohttp.abc
 
 from dragoman.errors import InvalidRequest
 from dragoman.protocol import anthropic as a
@@ -28,26 +29,45 @@ def _public(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-async def _check_host(url: str, allow_private: bool) -> None:
+def _check_url(url: str, allow_private: bool) -> None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidRequest(f"document URL {url!r}: only http and https URLs are fetched")
-    if allow_private:
-        return
-    loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM)
-    except OSError as error:
-        raise InvalidRequest(f"document URL {url!r}: cannot resolve {parts.hostname}: {error.strerror or error}") from None
-    if not infos or not all(_public(str(info[4][0])) for info in infos):
+        literal = ipaddress.ip_address(parts.hostname)  # never resolved, so checked here
+    except ValueError:
+        return
+    if not allow_private and not _public(str(literal)):
         raise InvalidRequest(f"document URL {url!r}: refusing to fetch from a private, loopback or reserved address")
+
+
+class _PublicOnlyResolver(aiohttp.abc.AbstractResolver):
+    """Resolves names and refuses private answers at connect time, so the address
+    checked is the address connected to (no second lookup to rebind)."""
+
+    def __init__(self) -> None:
+        self._resolver = aiohttp.ThreadedResolver()
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[dict[str, Any]]:
+        try:
+            answers = await self._resolver.resolve(host, port, family)
+        except OSError as error:
+            raise InvalidRequest(f"document URL host {host!r} cannot be resolved: {error.strerror or error}") from None
+        if not answers or not all(_public(answer["host"]) for answer in answers):
+            raise InvalidRequest(f"document URL host {host!r}: refusing to fetch from a private, loopback or reserved address")
+        return answers
+
+    async def close(self) -> None:
+        await self._resolver.close()
 
 
 async def fetch_document(url: str, *, max_bytes: int, timeout: float, allow_private: bool) -> a.DocumentSource:
     try:
-        async with asyncio.timeout(timeout), aiohttp.ClientSession(trust_env=True) as session:
+        # No proxy: the address check must see what is connected to.
+        connector = aiohttp.TCPConnector(resolver=None if allow_private else _PublicOnlyResolver())
+        async with asyncio.timeout(timeout), aiohttp.ClientSession(connector=connector, trust_env=False) as session:
             for _ in range(MAX_REDIRECTS + 1):
-                await _check_host(url, allow_private)
+                _check_url(url, allow_private)
                 async with session.get(url, allow_redirects=False) as response:
                     if response.status in (301, 302, 303, 307, 308) and "location" in response.headers:
                         url = urljoin(url, response.headers["location"])
@@ -63,6 +83,10 @@ async def fetch_document(url: str, *, max_bytes: int, timeout: float, allow_priv
                 raise InvalidRequest(f"document URL {url!r}: too many redirects")
     except TimeoutError:
         raise InvalidRequest(f"document URL {url!r}: not fetched within {timeout:g} seconds") from None
+    except aiohttp.ClientConnectorError as error:
+        if isinstance(error.os_error, InvalidRequest):
+            raise error.os_error from None
+        raise InvalidRequest(f"document URL {url!r}: could not be fetched: {error}") from None
     except aiohttp.ClientError as error:
         raise InvalidRequest(f"document URL {url!r}: could not be fetched: {error}") from None
     if kind == "application/pdf" or data.startswith(b"%PDF-"):

@@ -82,16 +82,17 @@ class HttpClient:
 
     def _ssl(self) -> Any:
         upstream = self._upstream
-        if not upstream.tls_verify:
-            return False
-        if upstream.ca_bundle or upstream.client_cert:
-            import ssl
+        if not (upstream.ca_bundle or upstream.client_cert):
+            return upstream.tls_verify  # True: the default context; False: no verification
+        import ssl
 
-            context = ssl.create_default_context(cafile=upstream.ca_bundle)
-            if upstream.client_cert:
-                context.load_cert_chain(upstream.client_cert, upstream.client_key)
-            return context
-        return True
+        context = ssl.create_default_context(cafile=upstream.ca_bundle)
+        if not upstream.tls_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if upstream.client_cert:  # presented whether or not the server's certificate is checked
+            context.load_cert_chain(upstream.client_cert, upstream.client_key)
+        return context
 
     async def close(self) -> None:
         if self._session is not None:

@@ -88,14 +88,17 @@ class OpenAIBackend:
 
     async def messages(self, call: Call, route: Route) -> Reply:
         request = decode_request(call.body, anthropic.MESSAGES_REQUEST)
+        await self._fetch_documents(call, request)
+        if request.max_tokens == 0:
+            return await self._warm_cache(call, route, request)
+        return await self._respond(call, route, request)
+
+    async def _fetch_documents(self, call: Call, request: anthropic.MessagesRequest) -> None:
         server = self._server
         if server.fetch_documents and has_url_documents(call.body):
             await resolve_url_documents(
                 request, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout, allow_private=server.fetch_allow_private
             )
-        if request.max_tokens == 0:
-            return await self._warm_cache(call, route, request)
-        return await self._respond(call, route, request)
 
     async def _respond(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
         # Stop sequences are matched here over the streamed text, so a request that has
@@ -112,7 +115,8 @@ class OpenAIBackend:
             "stop_sequences": translated.stop_sequences,
             "surface_thinking": translated.surface_thinking,
             "omit_thinking_text": translated.omit_thinking_text,
-            "prefill": translated.prefill,
+            # Servers asked to continue explicitly never repeat the prefill; native ones may.
+            "prefill": translated.prefill if self.profile.prefill == "native" else "",
             "upstream": self.name,
         }
         if request.stream:
@@ -292,6 +296,7 @@ class OpenAIBackend:
             model=counted.model, messages=counted.messages, max_tokens=1, system=counted.system,
             tools=counted.tools, tool_choice=counted.tool_choice,
         )  # fmt: skip
+        await self._fetch_documents(call, request)
         translated = self._translate(request, route, stream=False)
         tokens, method = await self._count(translated.chat, route, estimate=count_estimate(translated.chat))
         body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=tokens))
