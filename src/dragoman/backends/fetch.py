@@ -17,6 +17,7 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 import aiohttp.abc
+from aiohttp.abc import ResolveResult
 
 from dragoman.errors import InvalidRequest
 from dragoman.protocol import anthropic as a
@@ -48,7 +49,7 @@ class _PublicOnlyResolver(aiohttp.abc.AbstractResolver):
     def __init__(self) -> None:
         self._resolver = aiohttp.ThreadedResolver()
 
-    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[dict[str, Any]]:
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
         try:
             answers = await self._resolver.resolve(host, port, family)
         except OSError as error:
