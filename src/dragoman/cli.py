@@ -7,12 +7,15 @@ import logging
 import os
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from dragoman import __version__
 from dragoman.config import Config, ConfigError, from_dict, load
+
+if TYPE_CHECKING:
+    from dragoman.gateway import Gateway
 
 
 def _fail(message: str) -> None:
@@ -135,89 +138,48 @@ dragoman is serving the local model at {base}
     )
 
 
+def _inspection_options(command: Any) -> Any:
+    command = click.option("--upstream-api-key", envvar="DRAGOMAN_UPSTREAM_API_KEY", help="Key sent to the upstream.")(command)
+    command = click.option("--upstream", help="OpenAI-compatible base URL.")(command)
+    return click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")(command)
+
+
+def _gateway(config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> Gateway:
+    from dragoman.gateway import Gateway
+
+    try:
+        config = build_config(config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=(),
+                              default_model=None, host=None, port=None, log_level=None)  # fmt: skip
+        return Gateway(config)  # also checks what only building it can (tokenizer files)
+    except ConfigError as error:
+        _fail(str(error))
+        raise  # unreachable: _fail exits
+
+
 @main.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")
-@click.option("--upstream", help="OpenAI-compatible base URL whose models to list.")
-@click.option("--upstream-api-key", envvar="DRAGOMAN_UPSTREAM_API_KEY", help="Key sent to the upstream.")
+@_inspection_options
 def models(config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> None:
     """Show each served model, its upstream, and whether (and why) it counts as reasoning."""
     import asyncio
 
-    from dragoman.gateway import Gateway
+    from dragoman.inspection import describe_models
 
-    try:
-        config = build_config(config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=(),
-                              default_model=None, host=None, port=None, log_level=None)  # fmt: skip
-    except ConfigError as error:
-        _fail(str(error))
-        return
-
-    try:
-        Gateway(config)  # checks what only building it can (tokenizer files)
-    except ConfigError as error:
-        _fail(str(error))
-
-    async def show() -> None:
-        gateway = Gateway(config)
-        await gateway.refresh_registry()
-        for name in gateway.backends:
-            await gateway.discover(name)
-        try:
-            for name in gateway.router.names():
-                route = gateway.router.resolve(name)
-                configured = next((m.reasoning for m in config.models if m.name == name or name in m.aliases), None)
-                decision = gateway.router.decision(route.upstream_model, configured)
-                kind = "reasoning" if decision.reasoning else "not reasoning"
-                click.echo(f"{name}\tupstream={route.upstream}\tmodel={route.upstream_model}\t{kind} ({decision.why})")
-        finally:
-            await gateway.close()
-
-    asyncio.run(show())
+    for line in asyncio.run(describe_models(_gateway(config_path, upstream, upstream_api_key))):
+        click.echo(line)
 
 
 @main.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")
-@click.option("--upstream", help="OpenAI-compatible base URL to check.")
-@click.option("--upstream-api-key", envvar="DRAGOMAN_UPSTREAM_API_KEY", help="Key sent to the upstream.")
+@_inspection_options
 def check(config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> None:
     """Ask every upstream for its models; show the path chosen for each (translate or passthrough)."""
     import asyncio
 
-    from dragoman.errors import GatewayError
-    from dragoman.gateway import Gateway
+    from dragoman.inspection import check_upstreams
 
-    try:
-        config = build_config(config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=(),
-                              default_model=None, host=None, port=None, log_level=None)  # fmt: skip
-    except ConfigError as error:
-        _fail(str(error))
-        return
-
-    try:
-        Gateway(config)  # checks what only building it can (tokenizer files)
-    except ConfigError as error:
-        _fail(str(error))
-
-    async def probe() -> int:
-        gateway = Gateway(config)
-        failures = 0
-        try:
-            for name, backend in gateway.backends.items():
-                try:
-                    models = await backend.list_models()
-                except GatewayError as error:
-                    failures += 1
-                    click.echo(f"{name}\tunreachable\t{error.message}")
-                    continue
-                profile = getattr(getattr(backend, "chosen", backend), "profile", None)
-                kind = f"\tserver={profile.name}" if profile is not None else ""
-                windows = ", ".join(f"{m.id} ({m.context_window or '?'} tokens)" for m in models) or "no models"
-                click.echo(f"{name}\tpath={getattr(backend, 'path', '?')}{kind}\t{windows}")
-        finally:
-            await gateway.close()
-        return failures
-
-    if asyncio.run(probe()):
+    lines, failures = asyncio.run(check_upstreams(_gateway(config_path, upstream, upstream_api_key)))
+    for line in lines:
+        click.echo(line)
+    if failures:
         sys.exit(1)
 
 
