@@ -20,6 +20,16 @@ from dragoman.translate.request import ModelCaps
 from dragoman.translate.thinking import ReasoningCaps
 
 
+# Anthropic's model ids (as the official SDK lists them). A wildcard alias such as
+# `claude-*` is listed in /v1/models under the ones it matches, so that clients which
+# discover models by name (Claude Code keeps only ids starting with "claude") find it.
+CLAUDE_MODEL_IDS = (
+    "claude-opus-5-5", "claude-sonnet-5-5", "claude-haiku-5-5", "claude-opus-5", "claude-sonnet-5",
+    "claude-opus-4-8", "claude-opus-4-7", "claude-opus-4-6", "claude-sonnet-4-6",
+    "claude-opus-4-5", "claude-opus-4-5-20251101", "claude-sonnet-4-5", "claude-sonnet-4-5-20250929",
+    "claude-haiku-4-5", "claude-haiku-4-5-20251001",
+)  # fmt: skip
+
 MAX_CACHED_ROUTES = 4096  # names are chosen by clients: the cache must not grow without bound
 
 
@@ -168,6 +178,8 @@ class Router:
         names = [m.name for m in self._config.models]
         for model in self._config.models:
             names.extend(a for a in model.aliases if "*" not in a and "?" not in a)
+        for pattern, _ in self._wildcards:
+            names.extend(n for n in CLAUDE_MODEL_IDS if fnmatch.fnmatchcase(n, pattern))
         for upstream in self.discovering:
             names.extend(entry.id for entry in self.discovered.get(upstream, ()))
         return list(dict.fromkeys(names))

@@ -162,3 +162,14 @@ def test_extra_headers_and_the_upstream_key_go_upstream_not_the_clients_key(make
     assert sent["x-tenant"] == "team-a"
     assert sent["authorization"] == "Bearer sk-upstream"
     assert "sk-client" not in str(sent)
+
+
+def test_a_claude_wildcard_alias_is_listed_under_claude_model_ids(make_gateway, upstream):
+    models = [{"name": "coder", "upstream": "default", "upstream_model": "test-model", "aliases": ["claude-*-haiku-*", "claude-sonnet-*"]}]
+    gateway = make_gateway(models=models)
+    ids = [m["id"] for m in httpx.get(gateway.url + "/v1/models?limit=1000").json()["data"]]
+    assert ids[0] == "coder"
+    assert "claude-sonnet-4-5" in ids and "claude-sonnet-5-5" in ids
+    assert not any(i.startswith("claude-opus") for i in ids)  # only what the aliases match
+    one = httpx.get(gateway.url + "/v1/models/claude-sonnet-4-5").json()
+    assert one["id"] == "claude-sonnet-4-5" and "test-model" in one["display_name"]

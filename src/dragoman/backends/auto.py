@@ -22,7 +22,9 @@ from dragoman.errors import UpstreamError
 log = logging.getLogger("dragoman.upstream")
 
 NOT_SERVED = frozenset({404, 405, 501})
-SERVED = frozenset({200, 400, 413, 422})  # the route exists: it took or judged the body
+# The route exists: it took or judged the body (llama-server's handler answers a body
+# without `messages` with 500). 401, 403, 429 and 502-504 say nothing about the route.
+SERVED = frozenset({200, 400, 413, 422, 500})
 
 
 class AutoBackend:
