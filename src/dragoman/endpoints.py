@@ -15,8 +15,8 @@ from dragoman.disconnect import ClientLeft, DisconnectWatch
 from dragoman.errors import InvalidRequest, RequestTooLarge
 from dragoman.gateway import Gateway
 from dragoman.observe import Outcome, observe
-from dragoman.routing import Route
 from dragoman.protocol import anthropic
+from dragoman.routing import Route
 from dragoman.validation import decode_request
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}

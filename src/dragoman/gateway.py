@@ -10,13 +10,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from pathlib import Path
-
 from dragoman.backends import build
-from dragoman.capabilities import Registry, needs_refresh, refresh_registry, registry_path
 from dragoman.backends.base import Backend
+from dragoman.capabilities import (
+    Registry,
+    needs_refresh,
+    refresh_registry,
+    registry_path,
+)
 from dragoman.config import Config, server_api_keys
 from dragoman.errors import GatewayError, InvalidRequest, NotFound
 from dragoman.limits import Limiter

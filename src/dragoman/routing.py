@@ -12,13 +12,12 @@ import fnmatch
 from dataclasses import dataclass
 
 from dragoman.backends.base import Backend, UpstreamModel
-from dragoman.config import Config, ConfigError, ModelConfig
-from dragoman.tokenizer import LocalCounter, TiktokenCounter, TokenizerError
-from dragoman.errors import NotFound
 from dragoman.capabilities import Decision, Registry, decide
+from dragoman.config import Config, ConfigError, ModelConfig
+from dragoman.errors import NotFound
+from dragoman.tokenizer import LocalCounter, TiktokenCounter, TokenizerError
 from dragoman.translate.request import ModelCaps
 from dragoman.translate.thinking import ReasoningCaps
-
 
 # Anthropic's model ids (as the official SDK lists them). A wildcard alias such as
 # `claude-*` is listed in /v1/models under the ones it matches, so that clients which

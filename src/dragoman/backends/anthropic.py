@@ -15,7 +15,14 @@ from collections.abc import AsyncIterator, Mapping
 import aiohttp
 import msgspec
 
-from dragoman.backends.base import Call, Completed, Reply, Streaming, UpstreamModel, upstream_errors
+from dragoman.backends.base import (
+    Call,
+    Completed,
+    Reply,
+    Streaming,
+    UpstreamModel,
+    upstream_errors,
+)
 from dragoman.backends.http import MAX_ERROR_BODY, HttpClient
 from dragoman.backends.keepalive import Silence, head_or_task, late_start, read_or_ping
 from dragoman.config import AnthropicUpstream, Config

@@ -3,13 +3,11 @@ where the HTTP client's exceptions become GatewayErrors."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 

@@ -10,6 +10,7 @@ backend's `prompt_tokens`.
 from __future__ import annotations
 
 from collections import OrderedDict
+
 import msgspec
 
 from dragoman.backends.http import HttpClient

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import urllib.request
 import random
 import time
+import urllib.request
 from typing import Any
-
 from urllib.parse import urlsplit
 
 import aiohttp

@@ -3,27 +3,38 @@ server, Anthropic back out. The async shell around the pure translators."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TYPE_CHECKING
 
 import aiohttp
 import msgspec
 
-from dragoman import ids
+from dragoman import ids, sse
+from dragoman.backends.base import (
+    Call,
+    Completed,
+    Reply,
+    Streaming,
+    UpstreamModel,
+    upstream_errors,
+)
 from dragoman.backends.counting import CountCache, count_prompt, ollama_context
-from dragoman.backends.base import Call, Completed, Reply, Streaming, UpstreamModel, upstream_errors
 from dragoman.backends.fetch import has_url_documents, resolve_url_documents
 from dragoman.backends.http import HttpClient
 from dragoman.backends.keepalive import Silence, head_or_task, late_start, read_or_ping
-from dragoman.profiles import PROFILES, Profile, profile_for
 from dragoman.config import Config, OpenAIUpstream
-from dragoman.errors import GatewayError, UpstreamError, context_limit, context_overflow, from_upstream
-from dragoman.protocol import anthropic, openai
-from dragoman import sse
+from dragoman.errors import (
+    GatewayError,
+    UpstreamError,
+    context_limit,
+    context_overflow,
+    from_upstream,
+)
 from dragoman.observe import Outcome
+from dragoman.profiles import PROFILES, Profile, profile_for
+from dragoman.protocol import anthropic, openai
 from dragoman.sse import DataDecoder, encode_all
 from dragoman.tokenizer import TokenizerError
 from dragoman.tokens import count_estimate
@@ -40,7 +51,6 @@ log = logging.getLogger("dragoman.upstream")
 
 PING = anthropic.Ping()
 
-_JSON = {"content-type": "application/json"}
 
 
 class OpenAIBackend:

@@ -11,17 +11,17 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from dragoman.profiles import Profile
 from dragoman.errors import InvalidRequest
+from dragoman.profiles import Profile
 from dragoman.protocol import anthropic, openai
 from dragoman.translate import content
-from dragoman.translate.thinking import ReasoningCaps, plan
 from dragoman.translate.builtin_tools import (
     CLIENT_TOOL_FAMILIES,
     SERVER_TOOL_FAMILIES,
     builtin_schema,
     known_builtin_types,
 )
+from dragoman.translate.thinking import ReasoningCaps, plan
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
 MAX_TOOL_NAME = 64
