@@ -61,10 +61,11 @@ class EventStreamResponse(StreamingResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         watch = DisconnectWatch(receive)
         try:
-            await self.stream_response(send)
-        except asyncio.CancelledError:
-            watch.absorb()
-            raise
+            try:
+                await self.stream_response(send)
+            except asyncio.CancelledError:
+                watch.absorb()  # ClientLeft when the watch cancelled us: the client is gone
+                raise
         except (ClientLeft, OSError):
             pass
         finally:

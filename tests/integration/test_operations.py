@@ -173,3 +173,30 @@ def test_a_claude_wildcard_alias_is_listed_under_claude_model_ids(make_gateway, 
     assert not any(i.startswith("claude-opus") for i in ids)  # only what the aliases match
     one = httpx.get(gateway.url + "/v1/models/claude-sonnet-4-5").json()
     assert one["id"] == "claude-sonnet-4-5" and "test-model" in one["display_name"]
+
+
+def test_a_client_leaving_a_stream_is_not_an_application_error(gateway, upstream):
+    from tests.fakes import chunk
+
+    errors: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.ERROR:
+                errors.append(record)
+
+    handler = Collect()
+    logging.getLogger("uvicorn.error").addHandler(handler)
+    try:
+        upstream.stream_reply([chunk({"role": "assistant", "content": ""}), chunk({"content": "a"}), ("sleep", 2), chunk({}, "stop")])
+        with httpx.stream("POST", gateway.url + "/v1/messages", json={**VALID, "stream": True}) as response:
+            chunks = response.iter_bytes()
+            next(chunks)
+        deadline = time.monotonic() + 2
+        while upstream.disconnects == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(handler)
+    assert upstream.disconnects == 1
+    assert errors == []
