@@ -134,6 +134,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 def _routes() -> list[Route]:
     routes = [
         Route("/", endpoints.root, methods=["GET", "HEAD"]),
+        Route("/api/hello", endpoints.root, methods=["GET", "HEAD"]),  # Claude Code's connection warm-up
         Route("/health", endpoints.health, methods=["GET"]),
         Route("/ready", endpoints.ready, methods=["GET"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),

@@ -165,5 +165,5 @@ async def ready(request: Request) -> Response:
 
 
 async def root(request: Request) -> Response:
-    # Claude Code pre-warms its connection with HEAD on the base URL.
+    # Claude Code pre-warms its connection with HEAD on the base URL (newer versions: /api/hello).
     return JSONResponse({"name": "dragoman", "endpoints": ["/v1/messages", "/v1/messages/count_tokens", "/v1/models"]})

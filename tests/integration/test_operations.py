@@ -200,3 +200,8 @@ def test_a_client_leaving_a_stream_is_not_an_application_error(gateway, upstream
         logging.getLogger("uvicorn.error").removeHandler(handler)
     assert upstream.disconnects == 1
     assert errors == []
+
+
+def test_claude_codes_warm_up_requests_are_answered(gateway):
+    for path in ("/", "/api/hello"):
+        assert httpx.head(gateway.url + path).status_code == 200
