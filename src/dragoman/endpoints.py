@@ -83,7 +83,7 @@ def render(reply: Reply, request_id: str) -> Response:
     return EventStreamResponse(reply.chunks, status_code=reply.status, headers=headers, media_type="text/event-stream")
 
 
-async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call, Route]:
+async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call, Route, Outcome]:
     state = request.scope["state"]
     outcome = state["outcome"] = Outcome(request_id=state["request_id"], endpoint=endpoint)
     auth.check(request, gateway.api_keys)
@@ -93,38 +93,38 @@ async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call
     route = await gateway.route(envelope.model)
     outcome.upstream, outcome.served_model, outcome.path = route.upstream, route.upstream_model, route.path
     call = Call(body, envelope.model, route.upstream_model, request.headers, outcome.request_id, envelope.stream, outcome)
-    return call, route
+    return call, route, outcome
 
 
 async def serve(gateway: Gateway, request: Request, endpoint: str) -> Response:
     """POST /v1/messages and /v1/messages/count_tokens."""
-    call, route = await _call(gateway, request, endpoint)
+    call, route, outcome = await _call(gateway, request, endpoint)
     limiter = gateway.limiters.get(route.upstream)
     if limiter is not None:
         await limiter.acquire()
-        call.outcome.release = limiter.release  # at the reply's last byte, see observe()
+        outcome.release = limiter.release  # at the reply's last byte, see observe()
     handler = route.backend.messages if endpoint == "messages" else route.backend.count_tokens
     # A client that hangs up cancels the backend call, and with it the upstream request.
     watch = DisconnectWatch(request.receive)
     try:
         reply = await handler(call, route)
     except asyncio.CancelledError:
-        call.outcome.finish()
+        outcome.finish()
         try:
             watch.absorb()
         except ClientLeft:
-            call.outcome.disconnected = True
-            call.outcome.status = 499  # nobody to answer; the log and metrics still say so
-            gateway.metrics.record(call.outcome)
+            outcome.disconnected = True
+            outcome.status = 499  # nobody to answer; the log and metrics still say so
+            gateway.metrics.record(outcome)
             return Response(status_code=499)
         raise
     except BaseException:
-        call.outcome.finish()
+        outcome.finish()
         raise
     finally:
         watch.stop()
-    call.outcome.path = route.path  # an `auto` upstream knows its path only after its probe
-    return render(observe(reply, call.outcome, gateway.metrics), call.request_id)
+    outcome.path = route.path  # an `auto` upstream knows its path only after its probe
+    return render(observe(reply, outcome, gateway.metrics), call.request_id)
 
 
 async def messages(request: Request) -> Response:

@@ -43,7 +43,7 @@ class Route:
 
     @property
     def path(self) -> str:
-        return getattr(self.backend, "path", "translate")
+        return self.backend.path
 
 
 class Router:

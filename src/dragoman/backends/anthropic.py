@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING
 
 import aiohttp
 import msgspec
@@ -28,6 +29,9 @@ from dragoman.backends.keepalive import Silence, head_or_task, late_start, read_
 from dragoman.config import AnthropicUpstream, Config
 from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream
 from dragoman.sse import PING
+
+if TYPE_CHECKING:  # routing imports the backends
+    from dragoman.routing import Route
 
 FORWARDED_REQUEST_HEADERS = ("anthropic-version", "anthropic-beta")
 HEAD_LIMIT = 64 * 1024  # how far into a stream the model name is looked for
@@ -101,7 +105,7 @@ class AnthropicBackend:
         headers = {k: call.headers[k] for k in FORWARDED_REQUEST_HEADERS if k in call.headers}
         return await self._http.post(path, self._body(call), headers=headers, raw=True, outcome=call.outcome)
 
-    async def messages(self, call: Call, route: object) -> Reply:
+    async def messages(self, call: Call, route: Route) -> Reply:
         send = self._send(call, "/messages")
         if not call.stream:
             response = await send
@@ -130,7 +134,7 @@ class AnthropicBackend:
         else:
             yield from_upstream(response.status, raw, upstream=self.name).event()
 
-    async def count_tokens(self, call: Call, route: object) -> Reply:
+    async def count_tokens(self, call: Call, route: Route) -> Reply:
         response = await self._send(call, "/messages/count_tokens")
         headers = _reply_headers(response.headers)
         headers["x-token-count-method"] = "upstream"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -18,6 +19,9 @@ from dragoman.backends.base import Backend, Call, Reply, UpstreamModel
 from dragoman.backends.openai import OpenAIBackend
 from dragoman.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
 from dragoman.errors import UpstreamError
+
+if TYPE_CHECKING:  # routing imports the backends
+    from dragoman.routing import Route
 
 log = logging.getLogger("dragoman.upstream")
 
@@ -49,7 +53,7 @@ class AutoBackend:
 
     @property
     def path(self) -> str:
-        return self.chosen.path if self.chosen is not None else "undecided"  # type: ignore[attr-defined]
+        return self.chosen.path if self.chosen is not None else "undecided"
 
     async def choose(self) -> Backend:
         if self.chosen is not None:
@@ -68,11 +72,11 @@ class AutoBackend:
                          "are translated" if self.chosen is self._translate else "pass through")  # fmt: skip
         return self.chosen
 
-    async def messages(self, call: Call, route: object) -> Reply:
-        return await (await self.choose()).messages(call, route)  # type: ignore[arg-type]
+    async def messages(self, call: Call, route: Route) -> Reply:
+        return await (await self.choose()).messages(call, route)
 
-    async def count_tokens(self, call: Call, route: object) -> Reply:
-        return await (await self.choose()).count_tokens(call, route)  # type: ignore[arg-type]
+    async def count_tokens(self, call: Call, route: Route) -> Reply:
+        return await (await self.choose()).count_tokens(call, route)
 
     async def list_models(self) -> list[UpstreamModel]:
         return await (await self.choose()).list_models()

@@ -7,13 +7,14 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import aiohttp
 
 from dragoman.errors import GatewayError, UpstreamError, UpstreamTimeout
 
-if TYPE_CHECKING:  # routing imports the backends
+if TYPE_CHECKING:  # routing and observe import the backends
+    from dragoman.observe import Outcome
     from dragoman.routing import Route
 
 
@@ -27,7 +28,7 @@ class Call:
     headers: Mapping[str, str]  # the client's request headers
     request_id: str
     stream: bool = False
-    outcome: Any = None  # observe.Outcome: what the backend saw (tokens, keep-alives, retries)
+    outcome: Outcome | None = None  # what the backend saw: tokens, keep-alives, retries
 
 
 @dataclass(slots=True)
@@ -56,6 +57,11 @@ class UpstreamModel:
 
 class Backend(Protocol):
     name: str
+
+    @property
+    def path(self) -> str:
+        """ "translate" or "passthrough" (for metrics and the log)."""
+        ...
 
     async def messages(self, call: Call, route: Route) -> Reply: ...
 
