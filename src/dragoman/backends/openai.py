@@ -192,6 +192,7 @@ class OpenAIBackend:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self._upstream.first_byte_timeout
             content = response.content
+            started = False
             while not translator.done:
                 try:
                     with upstream_errors(self.name):
@@ -214,6 +215,11 @@ class OpenAIBackend:
                         out.extend(translator.feed(chunk))
                         if translator.done:
                             break
+                        if out and not started:
+                            # A read can hold a whole burst: the first token goes out before the rest is translated.
+                            started = True
+                            yield out
+                            out = []
                 except GatewayError:
                     if out:
                         yield out  # what came before the failure still reaches the client
