@@ -88,11 +88,16 @@ async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call
     outcome = state["outcome"] = Outcome(request_id=state["request_id"], endpoint=endpoint)
     auth.check(request, gateway.api_keys)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
-    envelope = decode_request(body, anthropic.ENVELOPE)
+    whole: anthropic.MessagesRequest | None = None
+    envelope: anthropic.MessagesRequest | anthropic.Envelope
+    if endpoint == "messages" and gateway.translates_only:
+        envelope = whole = decode_request(body, anthropic.MESSAGES_REQUEST)  # decoded once (a large body costs)
+    else:
+        envelope = decode_request(body, anthropic.ENVELOPE)
     outcome.model = envelope.model
     route = await gateway.route(envelope.model)
     outcome.upstream, outcome.served_model, outcome.path = route.upstream, route.upstream_model, route.path
-    call = Call(body, envelope.model, route.upstream_model, request.headers, outcome.request_id, envelope.stream, outcome)
+    call = Call(body, envelope.model, route.upstream_model, request.headers, outcome.request_id, envelope.stream, outcome, whole)
     return call, route, outcome
 
 

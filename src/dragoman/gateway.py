@@ -54,6 +54,12 @@ class Gateway:
         self._lock = asyncio.Lock()
         self._background: asyncio.Future[None] | None = None
 
+    @property
+    def translates_only(self) -> bool:
+        """Every upstream is served by translation, so the core can decode a request whole
+        at once instead of its routing envelope first and the rest again in the backend."""
+        return all(backend.path == "translate" for backend in self.backends.values())
+
     async def close(self) -> None:
         for backend in self.backends.values():
             await backend.close()

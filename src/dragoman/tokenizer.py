@@ -83,7 +83,7 @@ class LocalCounter:
         messages = msgspec.to_builtins(chat.messages)
         if self._template is None:  # no template: the texts alone, a close lower bound
             return "\n".join(str(m.get("content") or "") for m in messages)
-        tools = msgspec.to_builtins(chat.tools) if chat.tools else None
+        tools = msgspec.json.decode(msgspec.json.encode(chat.tools)) if chat.tools else None  # schemas may be raw JSON
         return self._template.render(
             messages=messages, tools=tools, add_generation_prompt=True, bos_token=self._bos, eos_token=self._eos
         )

@@ -14,9 +14,9 @@ SCHEMA = {"type": "object", "properties": {}}
 
 
 def _chat(body: dict, caps: ModelCaps = ModelCaps()) -> dict:
-    request = msgspec.convert({"model": "m", "max_tokens": 10, **body}, anthropic.MessagesRequest)
+    request = anthropic.MESSAGES_REQUEST.decode(msgspec.json.encode({"model": "m", "max_tokens": 10, **body}))
     translated = to_chat_request(request, upstream_model="m", profile=PROFILES["vllm"], caps=caps, stream=False)
-    return msgspec.to_builtins(translated.chat)
+    return msgspec.json.decode(openai.ENCODER.encode(translated.chat))
 
 
 TOOLS = [

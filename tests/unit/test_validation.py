@@ -11,6 +11,7 @@ import pytest
 from dragoman.errors import InvalidRequest
 from dragoman.protocol import anthropic as a
 from dragoman.validation import decode_request
+from tests.helpers import translate
 
 
 def body(**fields: Any) -> bytes:
@@ -48,7 +49,6 @@ def rejected(raw: bytes, decoder: Any = a.MESSAGES_REQUEST) -> str:
         (with_content({"type": "image", "source": {"type": "base64", "data": "x"}}), "messages.0.content.0.source.media_type: Field required"),
         (with_content({"type": "tool_result", "tool_use_id": "t", "content": [{"type": "audio"}]}),
          "messages.0.content.0.content.0.type: unsupported type 'audio'"),  # fmt: skip
-        (body(tools=[{"name": "f", "input_schema": "not an object"}]), "tools.0.input_schema: Expected `object | null`, got `str`"),
         (body(tools=[{"input_schema": {}}]), "tools.0.name: Field required"),
         (body(tool_choice={"type": "sometimes"}), "tool_choice.type: Invalid enum value 'sometimes'"),
         (body(thinking={"type": "enabled", "budget_tokens": "lots"}), "thinking.budget_tokens: Expected `int | null`, got `str`"),
@@ -114,3 +114,25 @@ def test_hostile_nesting_is_a_400_not_a_crash():
     for decoder in (anthropic.ENVELOPE, anthropic.MESSAGES_REQUEST):
         with pytest.raises(InvalidRequest, match="nested too deeply"):
             decode_request(deep, decoder)
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        ("not an object", "tools.0.input_schema: Expected `object`, got `\"not an object\"`"),
+        ([1], "tools.0.input_schema: Expected `object`, got `[1]`"),
+        (None, "tools.0.input_schema: Field required"),
+    ],
+)
+def test_a_tool_schema_that_is_not_an_object_is_refused_when_translated(schema: Any, expected: str) -> None:
+    # Schemas stay raw JSON through decoding (they are forwarded as sent), so the
+    # translator is where a schema that is not an object is refused.
+    with pytest.raises(InvalidRequest) as caught:
+        translate(messages=[{"role": "user", "content": "hi"}], tools=[{"name": "f", "input_schema": schema}])
+    assert caught.value.message == expected
+
+
+def test_a_tool_without_a_schema_is_refused_when_translated() -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        translate(messages=[{"role": "user", "content": "hi"}], tools=[{"name": "f"}])
+    assert caught.value.message == "tools.0.input_schema: Field required"

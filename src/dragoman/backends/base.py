@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 import aiohttp
 
 from dragoman.errors import GatewayError, UpstreamError, UpstreamTimeout
+from dragoman.protocol.anthropic import MessagesRequest
 
 if TYPE_CHECKING:  # routing and observe import the backends
     from dragoman.observe import Outcome
@@ -29,6 +30,7 @@ class Call:
     request_id: str
     stream: bool = False
     outcome: Outcome | None = None  # what the backend saw: tokens, keep-alives, retries
+    request: MessagesRequest | None = None  # the body decoded whole, when the core already did
 
 
 @dataclass(slots=True)

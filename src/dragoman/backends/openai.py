@@ -97,7 +97,7 @@ class OpenAIBackend:
         )
 
     async def messages(self, call: Call, route: Route) -> Reply:
-        request = decode_request(call.body, anthropic.MESSAGES_REQUEST)
+        request = call.request or decode_request(call.body, anthropic.MESSAGES_REQUEST)
         await self._fetch_documents(call, request)
         if request.max_tokens == 0:
             return await self._warm_cache(call, route, request)

@@ -138,7 +138,9 @@ class Tool(_In):
     name: str
     type: str | None = None
     description: str | None = None
-    input_schema: dict[str, Any] | None = None
+    # Kept as the client's JSON text: forwarded as is unless a backend strips keys
+    # (a Claude Code request carries ~15 KB of schemas; decoding them costs per request).
+    input_schema: msgspec.Raw = msgspec.Raw()
     strict: bool | None = None
     # Hidden from the model until a tool_reference in the conversation loads it.
     defer_loading: bool | None = None

@@ -69,7 +69,7 @@ ChatMessage = SystemMessage | UserMessage | AssistantMessage | ToolMessage
 
 class FunctionDef(_Out):
     name: str
-    parameters: dict[str, Any]
+    parameters: dict[str, Any] | msgspec.Raw
     description: str | None = None
     strict: bool | None = None
 

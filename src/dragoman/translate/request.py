@@ -11,6 +11,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from dragoman.errors import InvalidRequest
 from dragoman.profiles import Profile
 from dragoman.protocol import anthropic, openai
@@ -207,6 +209,22 @@ def _strip_keys(schema: Any, keys: tuple[str, ...]) -> Any:
     return schema
 
 
+def _input_schema(schema: msgspec.Raw | dict[str, Any] | None, index: int, profile: Profile) -> msgspec.Raw | dict[str, Any]:
+    """A client tool's schema: a JSON object, left as the client's text unless keys go."""
+    if schema is None:
+        raise InvalidRequest(f"tools.{index}.input_schema: Field required")
+    if isinstance(schema, msgspec.Raw):
+        text = memoryview(schema)
+        if not text or text == b"null":
+            raise InvalidRequest(f"tools.{index}.input_schema: Field required")
+        if text[:1] != b"{":
+            raise InvalidRequest(f"tools.{index}.input_schema: Expected `object`, got `{bytes(text[:20]).decode(errors='replace')}`")
+        if not profile.strip_schema_keys:
+            return schema
+        schema = msgspec.json.decode(schema)
+    return _strip_keys(schema, profile.strip_schema_keys)
+
+
 def _tools(
     tools: list[anthropic.Tool], profile: Profile, drop_server_tools: bool, names: dict[str, str], loaded: set[str]
 ) -> list[openai.FunctionTool]:
@@ -216,9 +234,7 @@ def _tools(
             continue  # as on Anthropic: the model sees a deferred tool once a search loaded it
         kind = tool.type
         if kind in (None, "custom"):
-            if tool.input_schema is None:
-                raise InvalidRequest(f"tools.{index}.input_schema: Field required")
-            description, schema = tool.description, tool.input_schema
+            description, schema = tool.description, _input_schema(tool.input_schema, index, profile)
         elif kind.startswith(SERVER_TOOL_FAMILIES):
             if drop_server_tools:
                 continue
@@ -239,7 +255,7 @@ def _tools(
                 function=openai.FunctionDef(
                     name=upstream_name,
                     description=description,
-                    parameters=_strip_keys(schema, profile.strip_schema_keys),
+                    parameters=schema if kind in (None, "custom") else _strip_keys(schema, profile.strip_schema_keys),
                     strict=tool.strict,
                 )
             )
