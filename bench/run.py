@@ -9,7 +9,11 @@ Targets, each fed the same Anthropic request (shapes.py) unless said otherwise:
 - `translating`: `dragoman serve --upstream <fake>/v1`;
 - `passthrough`: dragoman with an `protocol = "anthropic"` upstream;
 - `litellm`: LiteLLM's proxy `/v1/messages`, one worker, the fake as an `openai/`
-  model (installed on first use into its own venv under the cache directory).
+  model (installed on first use into its own venv under the cache directory);
+- `relay-floor`: the OpenAI twin through bench/relay.py, a zero-work byte pump
+  (uvloop, no parsing) in front of the fake: not a gateway but the floor of CPU
+  per streamed chunk for any Python relay, measured in the json and paced100
+  cells only (for that figure) and shown beside the gateways' as a reference.
 
 Cases: tiny and claude-code shapes x non-streaming, streaming 100 and 500 tokens x
 concurrency 1 and 32. Cases run one after another; within a case the targets run
@@ -40,6 +44,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,8 +69,11 @@ MODES = {
     "stream500": (True, 500, MODEL),
     "paced100": (True, 100, PACED_MODEL),
 }
-TARGETS = ("direct-openai", "direct-anthropic", "translating", "passthrough", "litellm")
-BASELINE = {"translating": "direct-openai", "litellm": "direct-openai", "passthrough": "direct-anthropic"}
+RELAY = "relay-floor"  # bench/relay.py: the per-chunk CPU floor, not a gateway
+TARGETS = ("direct-openai", "direct-anthropic", RELAY, "translating", "passthrough", "litellm")
+BASELINE = {"translating": "direct-openai", "litellm": "direct-openai", "passthrough": "direct-anthropic", RELAY: "direct-openai"}
+RELAY_MODES = ("json", "paced100")  # the cells of the paced CPU-per-chunk figure
+OPENAI_TARGETS = ("direct-openai", RELAY)  # sent the OpenAI twin of the request
 
 
 def cache_dir() -> Path:
@@ -186,6 +194,17 @@ def start_fake(procs: Processes, slow_delay_ms: float) -> Server:
     return server
 
 
+def start_relay(procs: Processes, fake: Server) -> Server:
+    """bench/relay.py in front of the fake, pinned like a gateway (it stands in for one)."""
+    port = free_port()
+    upstream_port = urllib.parse.urlsplit(fake.url).port
+    argv = [sys.executable, str(HERE / "relay.py"), "--port", str(port), "--upstream-port", str(upstream_port)]
+    server = procs.start(RELAY, argv, f"http://127.0.0.1:{port}/v1/chat/completions", gateway=True,
+                         headers={"authorization": "Bearer sk-fake-upstream"})  # fmt: skip
+    wait_ready(server, shapes.openai_body("tiny", model=MODEL, max_tokens=5, stream=False), 15)
+    return server
+
+
 def start_translating(procs: Processes, fake: Server) -> Server:
     port = free_port()
     argv = [sys.executable, "-m", "dragoman", "serve", "--upstream", fake.url, "--port", str(port), "--log-level", "warning"]
@@ -282,7 +301,7 @@ async def measure(target: str, server: Server, fake: Server, case: Case, args: a
     stream, tokens, model = MODES[case.mode]
     if args.smoke and model == PACED_MODEL:
         tokens = 10  # 10 ms streams: the smoke run stays short
-    openai = target == "direct-openai"
+    openai = target in OPENAI_TARGETS
     make = shapes.openai_body if openai else shapes.anthropic_body
     body = make(case.shape, model=model, max_tokens=tokens, stream=stream)
     if target.startswith("direct"):
@@ -358,6 +377,13 @@ def target_checks(results: dict[tuple[Case, str], load.Result], idle: dict[str, 
         r, b = get(shape, mode, c, target), get(shape, mode, c, BASELINE[target])
         return None if r is None or b is None else r.ms(p, ttft) - b.ms(p, ttft)
 
+    def paced_per_chunk(shape: str, c: int, target: str) -> float | None:
+        """CPU µs per chunk when tokens arrive 1 ms apart: paced100 against json, ÷ 100."""
+        paced, whole = get(shape, "paced100", c, target), get(shape, "json", c, target)
+        if not paced or not whole or paced.cpu_per_request_ms is None or whole.cpu_per_request_ms is None:
+            return None
+        return (paced.cpu_per_request_ms - whole.cpu_per_request_ms) * 1000 / 100
+
     def check(label: str, value: float | None, limit: float, unit: str, *, at_least: bool = False) -> None:
         if value is None:
             return  # not measured in this run
@@ -382,13 +408,15 @@ def target_checks(results: dict[tuple[Case, str], load.Result], idle: dict[str, 
             check(f"{target}, {shape}, c=1, CPU per streamed chunk (marginal: 500 vs 100 tokens, bursts)", marginal, 15, "µs")
             # ... and when tokens arrive one by one (1 ms apart, as from a model), each
             # chunk pays a whole read-translate-write trip: against the same reply unstreamed.
+            # The floor beside it: a byte pump (bench/relay.py) in the same cell.
             for c in (1, 32):
-                paced, whole = get(shape, "paced100", c, target), get(shape, "json", c, target)
-                per_chunk = None
-                if paced and whole and paced.cpu_per_request_ms is not None and whole.cpu_per_request_ms is not None:
-                    per_chunk = (paced.cpu_per_request_ms - whole.cpu_per_request_ms) * 1000 / 100
+                per_chunk = paced_per_chunk(shape, c, target)
                 check(f"{target}, {shape}, c={c}, CPU per streamed chunk (tokens 1 ms apart, beyond the unstreamed reply)",
                       per_chunk, 15, "µs")  # fmt: skip
+                floor = paced_per_chunk(shape, c, RELAY)
+                if per_chunk is not None and floor is not None:
+                    out.append(f"  - reference, not a target: zero-work byte pump (bench/relay.py), {shape}, c={c}, "
+                               f"CPU per streamed chunk (tokens 1 ms apart): {floor:,.2f} µs — the floor for a Python relay")  # fmt: skip
         for shape in shapes.SHAPES:
             for mode, factor in (("json", 10), ("stream100", 20)):
                 r, lite = get(shape, mode, 32, target), get(shape, mode, 32, "litellm")
@@ -466,7 +494,8 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
     servers: dict[str, Server] = {"direct-openai": fake, "direct-anthropic": fake}
     failed = False
     wanted = [t for t in TARGETS if t in args.targets]
-    for name, starter in (("translating", start_translating), ("passthrough", start_passthrough), ("litellm", start_litellm)):
+    starters = ((RELAY, start_relay), ("translating", start_translating), ("passthrough", start_passthrough), ("litellm", start_litellm))
+    for name, starter in starters:
         if name not in wanted or (name == "litellm" and not args.litellm):
             continue
         try:
@@ -481,6 +510,8 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
     order = [c for c in cases(args.smoke) if c.shape in args.shapes and c.mode in args.modes]
     for case in order:
         for target in targets:
+            if target == RELAY and case.mode not in RELAY_MODES:
+                continue
             t0 = time.monotonic()
             result = await measure(target, servers[target], fake, case, args)
             results[(case, target)] = result

@@ -14,3 +14,4 @@ def test_bench_smoke_runs_every_path_without_a_failed_request():
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "translating" in result.stdout and "passthrough" in result.stdout
+    assert "relay-floor" in result.stdout  # the per-chunk CPU floor (bench/relay.py)
