@@ -202,6 +202,8 @@ def _check(config: Config) -> None:
         for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
             if getattr(upstream, key) <= 0:
                 raise ConfigError(f"upstreams.{name}.{key}: must be a positive number of seconds")
+    if config.server.keepalive_interval <= 0:
+        raise ConfigError(f"server.keepalive_interval: must be a positive number of seconds, got {config.server.keepalive_interval}")
     budgets = config.server.effort_budgets
     if len(budgets) != 2 or not 0 < budgets[0] < budgets[1]:
         raise ConfigError(f"server.effort_budgets: two increasing positive numbers (low's and medium's upper budgets), got {budgets}")

@@ -134,3 +134,9 @@ def test_effort_budgets_must_be_two_increasing_numbers():
     for budgets in ([8192, 2048], [4096], [0, 10]):
         with pytest.raises(ConfigError, match="server.effort_budgets"):
             from_dict({"server": {"effort_budgets": budgets}})
+
+
+@pytest.mark.parametrize("interval", [0, -1])
+def test_keepalive_interval_must_be_positive(interval: float) -> None:
+    with pytest.raises(ConfigError, match="server.keepalive_interval: must be a positive number"):
+        config.from_dict({"server": {"keepalive_interval": interval}})

@@ -25,7 +25,7 @@ from dragoman.backends.base import (
     upstream_errors,
 )
 from dragoman.backends.http import MAX_ERROR_BODY, HttpClient
-from dragoman.backends.keepalive import Silence, head_or_task, late_start, read_or_ping
+from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start
 from dragoman.config import AnthropicUpstream, Config
 from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream
 from dragoman.sse import PING
@@ -164,21 +164,22 @@ class AnthropicBackend:
         head: bytes | None = b""
         finished = False
         at_boundary = True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._upstream.first_byte_timeout
+        upstream = self._upstream
+        watch = ReadWatch(
+            interval=self._keepalive, first_byte_timeout=upstream.first_byte_timeout, idle_timeout=upstream.idle_timeout, upstream=self.name
+        )
         content = response.content
         try:
             while True:
                 try:
                     with upstream_errors(self.name):
-                        chunk = await read_or_ping(content.readany(), interval=self._keepalive, deadline=deadline, upstream=self.name)
+                        chunk = await watch.read(content.readany())
                 except Silence:
                     if at_boundary and head is None:
                         yield PING
                     continue
                 if not chunk:
                     break
-                deadline = loop.time() + self._upstream.idle_timeout
                 if head is not None:
                     head += chunk
                     if b"\n\n" not in head and len(head) < HEAD_LIMIT:
@@ -194,6 +195,7 @@ class AnthropicBackend:
         except GatewayError as error:
             yield error.event()
         finally:
+            watch.close()
             if finished:
                 response.release()
             else:

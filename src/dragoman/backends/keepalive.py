@@ -25,21 +25,91 @@ class Silence(Exception):
     """One keep-alive interval passed without data (internal signal, never escapes)."""
 
 
-async def read_or_ping(read: Awaitable[T], *, interval: float, deadline: float, upstream: str) -> T:
-    """Await one read; raise Silence after `interval`, UpstreamTimeout past `deadline`
-    (loop time). The read must be safe to cancel and to start again."""
-    loop = asyncio.get_running_loop()
-    remaining = deadline - loop.time()
-    if remaining <= 0:
-        raise UpstreamTimeout(f"upstream {upstream} sent nothing for longer than its idle timeout")
-    wait = min(interval, remaining)
-    try:
-        async with asyncio.timeout(wait):
-            return await read
-    except TimeoutError:
-        if loop.time() >= deadline:
-            raise UpstreamTimeout(f"upstream {upstream} sent nothing for longer than its idle timeout") from None
-        raise Silence from None
+CLOCK_SLACK = 0.001  # the loop's clock may tick in milliseconds: a timer can fire a little early
+
+
+class ReadWatch:
+    """Times the reads of one upstream stream with a single timer.
+
+    A timeout context per read would arm and cancel a timer for every token; here
+    each read only notes the time, and one timer, re-armed lazily when it fires
+    early, cancels the read that has waited a keep-alive interval (`Silence`, the
+    caller pings) or past the idle deadline (`UpstreamTimeout`). It cancels only a
+    read in progress, never a write to the client, and tells its own cancellation
+    from any other (a client hanging up). Reads must be safe to cancel and retry.
+    """
+
+    __slots__ = ("_loop", "_task", "_interval", "_idle", "_upstream", "_quiet_since", "_deadline",
+                 "_reading", "_fired", "_handle", "_armed_at")  # fmt: skip
+
+    def __init__(self, *, interval: float, first_byte_timeout: float, idle_timeout: float, upstream: str) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._interval = interval
+        self._idle = idle_timeout
+        self._upstream = upstream
+        now = self._loop.time()
+        self._quiet_since = now  # last data, or last Silence
+        self._deadline = now + first_byte_timeout
+        self._reading = False
+        self._fired = False
+        self._handle: asyncio.TimerHandle | None = None
+        self._armed_at = 0.0
+        self._arm(now)
+
+    async def read(self, read: Awaitable[T]) -> T:
+        """Await one read; raise Silence after a quiet interval, UpstreamTimeout past the deadline."""
+        self._reading = True
+        try:
+            data = await read
+        except asyncio.CancelledError:
+            if not self._fired:
+                raise
+            self._fired = False
+            if self._task is not None and self._task.uncancel() > 0:
+                raise  # cancelled for another reason too
+            now = self._loop.time()
+            if now >= self._deadline - CLOCK_SLACK:
+                raise UpstreamTimeout(f"upstream {self._upstream} sent nothing for longer than its idle timeout") from None
+            self._quiet_since = now
+            self._arm(now)
+            raise Silence from None
+        finally:
+            self._reading = False
+        now = self._loop.time()
+        self._quiet_since = now
+        self._deadline = now + self._idle
+        if self._deadline < self._armed_at and self._handle is not None:  # an idle timeout shorter than the interval
+            self._handle.cancel()
+            self._handle = None
+            self._arm(now)
+        return data
+
+    def _due(self) -> float:
+        return min(self._quiet_since + self._interval, self._deadline)
+
+    def _arm(self, now: float) -> None:
+        if self._handle is None:
+            self._armed_at = max(self._due(), now)
+            self._handle = self._loop.call_at(self._armed_at, self._check)
+
+    def _check(self) -> None:
+        self._handle = None
+        now = self._loop.time()
+        due = self._due()
+        if now < due - CLOCK_SLACK:
+            self._arm(now)  # data came since the timer was set: wait for the new due time
+        elif not self._reading or self._task is None:
+            self._armed_at = now + self._interval  # busy writing to the client: not the upstream's silence
+            self._handle = self._loop.call_at(self._armed_at, self._check)
+        else:
+            self._fired = True
+            self._task.cancel()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 async def head_or_task(start: Awaitable[T], interval: float) -> T | asyncio.Task[T]:

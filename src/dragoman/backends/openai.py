@@ -23,7 +23,7 @@ from dragoman.backends.base import (
 from dragoman.backends.counting import CountCache, count_prompt, ollama_context
 from dragoman.backends.fetch import has_url_documents, resolve_url_documents
 from dragoman.backends.http import HttpClient
-from dragoman.backends.keepalive import Silence, head_or_task, late_start, read_or_ping
+from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start
 from dragoman.config import Config, OpenAIUpstream
 from dragoman.errors import (
     GatewayError,
@@ -173,6 +173,7 @@ class OpenAIBackend:
         """Batches of Anthropic events for an upstream stream, one batch per network read.
         Raises GatewayError; always closes or releases the upstream response."""
         finished = False
+        watch: ReadWatch | None = None
         try:
             if response.content_type == "application/json":  # the upstream ignored `stream: true`
                 with upstream_errors(self.name):
@@ -189,20 +190,21 @@ class OpenAIBackend:
                 return
             yield translator.start()
             decoder = DataDecoder()
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + self._upstream.first_byte_timeout
+            upstream = self._upstream
+            watch = ReadWatch(
+                interval=self._keepalive, first_byte_timeout=upstream.first_byte_timeout, idle_timeout=upstream.idle_timeout, upstream=self.name
+            )
             content = response.content
             started = False
             while not translator.done:
                 try:
                     with upstream_errors(self.name):
-                        raw = await read_or_ping(content.readany(), interval=self._keepalive, deadline=deadline, upstream=self.name)
+                        raw = await watch.read(content.readany())
                 except Silence:
                     yield [PING]
                     continue
                 if not raw:
                     break
-                deadline = loop.time() + self._upstream.idle_timeout
                 out: list[anthropic.StreamEvent] = []
                 try:
                     for payload in decoder.feed(raw):
@@ -233,6 +235,8 @@ class OpenAIBackend:
             yield final
             finished = not translator.done
         finally:
+            if watch is not None:
+                watch.close()
             if finished:
                 response.release()  # read to the end: the connection can be reused
             else:

@@ -1,0 +1,171 @@
+"""ReadWatch: one timer per upstream stream turns silence into pings and a dead
+upstream into a timeout, without ever cancelling anything but its own read."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from dragoman.backends.keepalive import ReadWatch, Silence
+from dragoman.errors import UpstreamTimeout
+
+
+class Feed:
+    """A read that is safe to cancel and retry, like aiohttp's readany()."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def read(self) -> asyncio.Future[bytes] | object:
+        return self.queue.get()
+
+
+LOOPS = {"asyncio": asyncio.new_event_loop}
+try:
+    import uvloop
+
+    LOOPS["uvloop"] = uvloop.new_event_loop  # the server's loop: its clock ticks in milliseconds
+except ImportError:  # pragma: no cover
+    pass
+
+
+@pytest.fixture(params=sorted(LOOPS), autouse=True)
+def loop_kind(request: pytest.FixtureRequest) -> str:
+    global run_with
+    run_with = LOOPS[request.param]
+    return request.param
+
+
+run_with = asyncio.new_event_loop
+
+
+def run(coro: object) -> object:
+    with asyncio.Runner(loop_factory=run_with) as runner:
+        return runner.run(coro)  # type: ignore[arg-type]
+
+
+def test_data_in_time_passes_and_silence_raises_silence_then_data_resumes() -> None:
+    async def main() -> list[object]:
+        feed = Feed()
+        watch = ReadWatch(interval=0.05, first_byte_timeout=5, idle_timeout=5, upstream="up")
+        seen: list[object] = []
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.01, feed.queue.put_nowait, b"a")
+        loop.call_later(0.14, feed.queue.put_nowait, b"b")  # after two quiet intervals
+        for _ in range(6):
+            try:
+                data = await watch.read(feed.queue.get())
+            except Silence:
+                seen.append("ping")
+                continue
+            seen.append(data)
+            if data == b"b":
+                break
+        watch.close()
+        return seen
+
+    seen = run(main())
+    assert seen[0] == b"a" and seen[-1] == b"b"
+    assert seen[1:-1] == ["ping", "ping"]
+
+
+def test_many_fast_reads_never_ping() -> None:
+    async def main() -> int:
+        watch = ReadWatch(interval=0.02, first_byte_timeout=5, idle_timeout=5, upstream="up")
+        pings = 0
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 0.2
+        while loop.time() < end:  # a token every 5 ms for 200 ms: ten intervals, never a quiet one
+            try:
+                await watch.read(asyncio.sleep(0.005))
+            except Silence:
+                pings += 1
+        watch.close()
+        return pings
+
+    assert run(main()) == 0
+
+
+def test_first_byte_timeout_then_idle_timeout() -> None:
+    async def main() -> tuple[list[str], float]:
+        watch = ReadWatch(interval=0.03, first_byte_timeout=0.1, idle_timeout=5, upstream="up")
+        events = []
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        feed = Feed()
+        while True:
+            try:
+                await watch.read(feed.read())
+            except Silence:
+                events.append("ping")
+            except UpstreamTimeout as error:
+                events.append(error.message)
+                break
+        watch.close()
+        return events, loop.time() - start
+
+    events, took = run(main())
+    assert events[:-1] == ["ping"] * len(events[:-1]) and len(events) >= 3
+    assert events[-1] == "upstream up sent nothing for longer than its idle timeout"
+    assert 0.09 <= took < 1.0
+
+
+def test_after_data_the_idle_timeout_applies() -> None:
+    async def main() -> float:
+        watch = ReadWatch(interval=10, first_byte_timeout=5, idle_timeout=0.05, upstream="up")
+        loop = asyncio.get_running_loop()
+        await watch.read(asyncio.sleep(0, b"x"))
+        start = loop.time()
+        with pytest.raises(UpstreamTimeout):
+            await watch.read(Feed().read())
+        watch.close()
+        return loop.time() - start
+
+    assert 0.04 <= run(main()) < 1.0  # type: ignore[operator]
+
+
+def test_another_cancellation_is_not_swallowed() -> None:
+    async def reader(watch_box: list[ReadWatch]) -> None:
+        watch = ReadWatch(interval=5, first_byte_timeout=5, idle_timeout=5, upstream="up")
+        watch_box.append(watch)
+        try:
+            await watch.read(Feed().read())
+        finally:
+            watch.close()
+
+    async def main() -> None:
+        box: list[ReadWatch] = []
+        task = asyncio.ensure_future(reader(box))
+        await asyncio.sleep(0.01)
+        task.cancel()  # a client hanging up
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(main())
+
+
+def test_a_slow_write_to_the_client_is_never_cancelled() -> None:
+    async def main() -> list[str]:
+        watch = ReadWatch(interval=0.02, first_byte_timeout=5, idle_timeout=5, upstream="up")
+        log = []
+        await watch.read(asyncio.sleep(0, b"x"))
+        await asyncio.sleep(0.1)  # "writing": the timer fires meanwhile and must leave this alone
+        log.append("wrote")
+        try:
+            await watch.read(Feed().read())
+        except Silence:
+            log.append("ping")
+        watch.close()
+        return log
+
+    assert run(main()) == ["wrote", "ping"]
+
+
+def test_close_stops_the_timer() -> None:
+    async def main() -> None:
+        watch = ReadWatch(interval=0.01, first_byte_timeout=0.02, idle_timeout=0.02, upstream="up")
+        watch.close()
+        await asyncio.sleep(0.05)  # the task is not cancelled by a timer left behind
+
+    run(main())
