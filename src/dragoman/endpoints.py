@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
@@ -12,12 +15,15 @@ from starlette.types import Receive, Scope, Send
 from dragoman import auth
 from dragoman.backends.base import Call, Completed, Reply
 from dragoman.disconnect import ClientLeft, DisconnectWatch
-from dragoman.errors import InvalidRequest, RequestTooLarge
+from dragoman.errors import GatewayError, InvalidRequest, RequestTooLarge, UpstreamError
 from dragoman.gateway import Gateway
-from dragoman.observe import Outcome, observe
+from dragoman.observe import Metrics, Outcome, observe
 from dragoman.protocol import anthropic
 from dragoman.routing import Route
+from dragoman.sse import KEEPALIVE_COMMENT, PING
 from dragoman.validation import decode_request
+
+log = logging.getLogger("dragoman.upstream")
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -51,18 +57,34 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 class EventStreamResponse(StreamingResponse):
-    """A stream that notices a client leaving at once, not at its next write.
+    """An SSE reply: sent chunk by chunk, observed, and ended well whatever happens.
 
-    Starlette only watches for `http.disconnect` on older ASGI servers; during a
-    long prefill nothing is written for a while, and the backend would keep
-    generating for nobody. Cancelling the stream closes the upstream request.
+    - A client leaving is noticed at once, not at the next write: during a long
+      prefill nothing is written for a while, and the backend would keep generating
+      for nobody. Cancelling the stream closes the upstream request.
+    - A GatewayError raised mid-stream becomes an `error` event, as Anthropic sends
+      them once a 200 is committed; a bug still ends the stream well-formed.
+    - The first token's time, keep-alives and the outcome are recorded here, in the
+      one loop every chunk passes through (no wrapper generators per chunk).
     """
 
+    def __init__(self, chunks: AsyncIterator[bytes], *, headers: Mapping[str, str], status_code: int,
+                 outcome: Outcome, metrics: Metrics) -> None:  # fmt: skip
+        super().__init__(chunks, status_code=status_code, headers=headers, media_type="text/event-stream")
+        self.outcome = outcome
+        self.metrics = metrics
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        outcome, metrics = self.outcome, self.metrics
+        metrics.streams.inc()
         watch = DisconnectWatch(receive)
+        finished = False
         try:
             try:
-                await self.stream_response(send)
+                await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+                await self._relay(send, outcome)
+                finished = True
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
             except asyncio.CancelledError:
                 watch.absorb()  # ClientLeft when the watch cancelled us: the client is gone
                 raise
@@ -70,17 +92,45 @@ class EventStreamResponse(StreamingResponse):
             pass
         finally:
             watch.stop()
+            metrics.streams.dec()
+            outcome.disconnected = not finished
             close = getattr(self.body_iterator, "aclose", None)
             if close is not None:
-                await close()  # runs the stream's own clean-up now, not at garbage collection
+                await close()  # runs the stream's own clean-up now (closing the upstream), not at garbage collection
+            metrics.record(outcome)
+
+    async def _relay(self, send: Send, outcome: Outcome) -> None:
+        chunks = self.body_iterator.__aiter__()
+        while True:
+            try:
+                chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                return
+            except GatewayError as error:
+                log.warning("stream from %s failed: %s", outcome.upstream, error.message)
+                outcome.error_type, outcome.upstream_failed = error.type, error.is_upstream
+                chunk = error.event()
+            except Exception:  # a bug: the client still gets a well-formed end
+                log.exception("stream from %s failed", outcome.upstream)
+                outcome.error_type = "api_error"
+                chunk = UpstreamError("internal error while relaying the upstream stream").event()
+            else:
+                if chunk is PING or chunk is KEEPALIVE_COMMENT:
+                    outcome.keepalives += 1
+                elif outcome.first_byte is None and b"content_block_delta" in chunk:
+                    outcome.first_byte = time.perf_counter()  # the first token
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                continue
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            return
 
 
-def render(reply: Reply, request_id: str) -> Response:
+def render(reply: Reply, request_id: str, outcome: Outcome, metrics: Metrics) -> Response:
     if isinstance(reply, Completed):
         headers = {**reply.headers, "request-id": request_id}
         return Response(reply.body, status_code=reply.status, headers=headers, media_type="application/json")
     headers = {**SSE_HEADERS, **reply.headers, "request-id": request_id}
-    return EventStreamResponse(reply.chunks, status_code=reply.status, headers=headers, media_type="text/event-stream")
+    return EventStreamResponse(reply.chunks, status_code=reply.status, headers=headers, outcome=outcome, metrics=metrics)
 
 
 async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call, Route, Outcome]:
@@ -129,7 +179,7 @@ async def serve(gateway: Gateway, request: Request, endpoint: str) -> Response:
     finally:
         watch.stop()
     outcome.path = route.path  # an `auto` upstream knows its path only after its probe
-    return render(observe(reply, outcome, gateway.metrics), call.request_id)
+    return render(observe(reply, outcome, gateway.metrics), call.request_id, outcome, gateway.metrics)
 
 
 async def messages(request: Request) -> Response:

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dragoman.backends.base import Completed, Reply
-from dragoman.sse import KEEPALIVE_COMMENT, PING
 
 log = logging.getLogger("dragoman.access")
 
@@ -124,30 +123,9 @@ def _line(outcome: Outcome, duration: float) -> str:
 
 
 def observe(reply: Reply, outcome: Outcome, metrics: Metrics) -> Reply:
-    """Record the outcome when the reply is complete (at once, or at the stream's end)."""
+    """Record the outcome of a complete reply now; a stream's is recorded at its end
+    (see endpoints.EventStreamResponse)."""
     outcome.status = reply.status
     if isinstance(reply, Completed):
         metrics.record(outcome)
-        return reply
-    reply.chunks = _watched(reply.chunks, outcome, metrics)
     return reply
-
-
-async def _watched(chunks: AsyncIterator[bytes], outcome: Outcome, metrics: Metrics) -> AsyncIterator[bytes]:
-    metrics.streams.inc()
-    finished = False
-    try:
-        async for chunk in chunks:
-            if chunk is PING or chunk is KEEPALIVE_COMMENT:
-                outcome.keepalives += 1
-            elif outcome.first_byte is None and b"content_block_delta" in chunk:
-                outcome.first_byte = time.perf_counter()  # the first token
-            yield chunk
-        finished = True
-    finally:
-        metrics.streams.dec()
-        outcome.disconnected = not finished
-        close = getattr(chunks, "aclose", None)
-        if close is not None and not finished:
-            await close()  # closes the upstream at once, so the backend stops generating
-        metrics.record(outcome)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import aiohttp
 import msgspec
@@ -49,7 +49,17 @@ if TYPE_CHECKING:  # routing imports the backends
 
 log = logging.getLogger("dragoman.upstream")
 
-PING = anthropic.Ping()
+T = TypeVar("T")
+Batch = list[anthropic.StreamEvent]
+PINGS: Batch = [anthropic.Ping()]
+
+
+def _sse(batch: Batch) -> bytes:
+    return sse.PING if batch is PINGS else encode_all(batch)  # the shared constant: counted as a keep-alive
+
+
+def _as_events(batch: Batch) -> Batch:
+    return batch
 
 
 
@@ -133,9 +143,9 @@ class OpenAIBackend:
             translator = StreamTranslator(**reply)
             head = await head_or_task(post, self._keepalive)
             if isinstance(head, asyncio.Task):
-                chunks = late_start(head, self._keepalive, lambda response: self._sse(response, translator, call.outcome))
+                chunks = late_start(head, self._keepalive, lambda response: self._translated(response, translator, call.outcome, _sse))
             else:
-                chunks = self._sse(head, translator, call.outcome)
+                chunks = self._translated(head, translator, call.outcome, _sse)
             return Streaming(chunks, headers=_headers(translated))
         response = await post
         if not upstream_stream:
@@ -147,8 +157,8 @@ class OpenAIBackend:
             message = to_message(_completion(body, self.name), **reply)
             _note_usage(call.outcome, message.usage)
             return Completed(msgspec.json.encode(message), headers=_headers(translated))
-        events = []
-        async for batch in self._translated(response, StreamTranslator(**reply), call.outcome):
+        events: list[anthropic.StreamEvent] = []
+        async for batch in self._translated(response, StreamTranslator(**reply), call.outcome, _as_events):
             events.extend(batch)
         return Completed(msgspec.json.encode(fold(events)), headers=_headers(translated))
 
@@ -168,10 +178,12 @@ class OpenAIBackend:
         return Completed(msgspec.json.encode(message), headers=reply.headers)
 
     async def _translated(
-        self, response: aiohttp.ClientResponse, translator: StreamTranslator, outcome: Outcome | None
-    ) -> AsyncGenerator[list[anthropic.StreamEvent], None]:
-        """Batches of Anthropic events for an upstream stream, one batch per network read.
-        Raises GatewayError; always closes or releases the upstream response."""
+        self, response: aiohttp.ClientResponse, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T]
+    ) -> AsyncGenerator[T, None]:
+        """An upstream stream as batches of Anthropic events (one per network read, the
+        first token alone), each passed through `encode`: SSE bytes for the client, or
+        the events themselves to fold. Raises GatewayError after yielding what came
+        before the failure; always closes or releases the upstream response."""
         finished = False
         watch: ReadWatch | None = None
         try:
@@ -186,9 +198,9 @@ class OpenAIBackend:
                 events = translator.start() + translator.feed(whole) + translator.finish()
                 _note_usage(outcome, translator.usage)
                 finished = True
-                yield events
+                yield encode(events)
                 return
-            yield translator.start()
+            yield encode(translator.start())
             decoder = DataDecoder()
             upstream = self._upstream
             watch = ReadWatch(
@@ -201,7 +213,7 @@ class OpenAIBackend:
                     with upstream_errors(self.name):
                         raw = await watch.read(content.readany())
                 except Silence:
-                    yield [PING]
+                    yield encode(PINGS)
                     continue
                 if not raw:
                     break
@@ -220,19 +232,19 @@ class OpenAIBackend:
                         if out and not started:
                             # A read can hold a whole burst: the first token goes out before the rest is translated.
                             started = True
-                            yield out
+                            yield encode(out)
                             out = []
                 except GatewayError:
                     if out:
-                        yield out  # what came before the failure still reaches the client
+                        yield encode(out)  # what came before the failure still reaches the client
                     raise
                 if out:
-                    yield out
+                    yield encode(out)
             if not translator.done and not translator.finished_upstream:
                 raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
             final = translator.finish()
             _note_usage(outcome, translator.usage)
-            yield final
+            yield encode(final)
             finished = not translator.done
         finally:
             if watch is not None:
@@ -241,25 +253,6 @@ class OpenAIBackend:
                 response.release()  # read to the end: the connection can be reused
             else:
                 response.close()  # stops the backend's generation
-
-    async def _sse(
-        self, response: aiohttp.ClientResponse, translator: StreamTranslator, outcome: Outcome | None
-    ) -> AsyncIterator[bytes]:
-        """The client's SSE bytes; a failure after the start becomes an `error` event."""
-        events = self._translated(response, translator, outcome)
-        try:
-            async for batch in events:
-                yield sse.PING if batch[0] is PING else encode_all(batch)
-        except GatewayError as error:
-            log.warning("stream from %s failed: %s", self.name, error.message)
-            if outcome is not None:
-                outcome.error_type, outcome.upstream_failed = error.type, error.is_upstream
-            yield error.event()
-        except Exception:  # a bug: the client still gets a well-formed end
-            log.exception("stream translation failed")
-            yield UpstreamError("internal error while translating the upstream stream").event()
-        finally:
-            await events.aclose()
 
     # -- token counting and limits -------------------------------------------------
 
