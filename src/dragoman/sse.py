@@ -27,7 +27,10 @@ def encode(event: a.StreamEvent) -> bytes:
 
 
 def encode_all(events: list[a.StreamEvent]) -> bytes:
-    return b"".join(_NAMES[type(e)] + _encoder.encode(e) + b"\n\n" for e in events)
+    if len(events) == 1:  # a token as it arrives: the common case
+        event = events[0]
+        return _NAMES[type(event)] + _encoder.encode(event) + b"\n\n"
+    return b"".join([_NAMES[type(e)] + _encoder.encode(e) + b"\n\n" for e in events])
 
 
 class DataDecoder:
@@ -39,6 +42,9 @@ class DataDecoder:
         self._buffer = b""
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        if not self._buffer and chunk.startswith(b"data:") and chunk.endswith(b"\n\n") and chunk.count(b"\n") == 2:
+            payload = chunk[5:].strip()  # one whole event in one read: how tokens arrive one by one
+            return [payload] if payload else []
         buffer = self._buffer + chunk if self._buffer else chunk
         lines = buffer.split(b"\n")
         self._buffer = lines.pop()

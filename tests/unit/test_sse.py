@@ -63,6 +63,16 @@ def test_one_byte_at_a_time(line_end: bytes) -> None:
     assert decode([sample[i : i + 1] for i in range(len(sample))]) == EXPECTED
 
 
+@pytest.mark.parametrize("line_end", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_one_event_per_read(line_end: bytes) -> None:
+    """How tokens arrive from a real model: each read one whole event (a fast path)."""
+    events = [event + line_end + line_end for event in frames(line_end).split(line_end + line_end) if event]
+    assert len(events) == 4
+    assert decode(events) == EXPECTED
+    assert decode([b"data:   \n\n", b"data: x\n\n"]) == [b"x"]  # an empty payload is skipped either way
+    assert decode([b"data: a", b"\n\n"]) == [b"a"]  # the fast path never skips what a previous read left
+
+
 def test_payloads_are_valid_utf8_json() -> None:
     sample = frames(b"\n")
     payloads = decode([sample[i : i + 3] for i in range(0, len(sample), 3)])

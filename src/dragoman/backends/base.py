@@ -4,8 +4,7 @@ where the HTTP client's exceptions become GatewayErrors."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -74,18 +73,35 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
 
-@contextmanager
-def upstream_errors(upstream: str) -> Iterator[None]:
-    """Map the HTTP client's failures to GatewayErrors, once, at the boundary."""
-    try:
-        yield
-    except GatewayError:
-        raise
-    except aiohttp.ConnectionTimeoutError as error:  # never connected: another replica may answer
-        raise UpstreamError(f"upstream {upstream} is unreachable: connection timed out ({str(error) or 'no answer'})") from None
-    except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as error:
-        raise UpstreamTimeout(f"upstream {upstream} timed out ({str(error) or 'no response in time'})") from None
-    except aiohttp.ClientConnectorError as error:
-        raise UpstreamError(f"upstream {upstream} is unreachable: {error.os_error or error}") from None
-    except (aiohttp.ClientError, ConnectionError) as error:
-        raise UpstreamError(f"upstream {upstream} failed: {str(error) or type(error).__name__}") from None
+class upstream_errors:  # noqa: N801 - used as a context manager, like contextlib's
+    """Map the HTTP client's failures to GatewayErrors, once, at the boundary.
+
+    A class rather than a generator-based context manager: it wraps every read of
+    every stream, so entering and leaving it must cost next to nothing."""
+
+    __slots__ = ("upstream",)
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: object) -> None:
+        if error is None or isinstance(error, GatewayError) or not isinstance(error, Exception):
+            return
+        mapped = _mapped(error, self.upstream)
+        if mapped is not None:
+            raise mapped from None
+
+
+def _mapped(error: Exception, upstream: str) -> GatewayError | None:
+    if isinstance(error, aiohttp.ConnectionTimeoutError):  # never connected: another replica may answer
+        return UpstreamError(f"upstream {upstream} is unreachable: connection timed out ({str(error) or 'no answer'})")
+    if isinstance(error, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+        return UpstreamTimeout(f"upstream {upstream} timed out ({str(error) or 'no response in time'})")
+    if isinstance(error, aiohttp.ClientConnectorError):
+        return UpstreamError(f"upstream {upstream} is unreachable: {error.os_error or error}")
+    if isinstance(error, (aiohttp.ClientError, ConnectionError)):
+        return UpstreamError(f"upstream {upstream} failed: {str(error) or type(error).__name__}")
+    return None
