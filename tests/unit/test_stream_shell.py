@@ -1,0 +1,101 @@
+"""The translating backend's stream loop over upstream reads: what leaves per read.
+
+A real model sends a token per read; a fast upstream or a congested link can
+deliver a whole burst in one read. The first token of a burst goes out on its own,
+before the rest is translated, so time to first token does not grow with it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from dragoman import ids
+from dragoman.backends.openai import OpenAIBackend, _as_events, _sse
+from dragoman.config import from_dict
+from dragoman.translate.stream import StreamTranslator
+
+
+def chunk(**delta: Any) -> bytes:
+    payload = {"id": "c", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+FINISH = b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+USAGE = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}\n\n'
+DONE = b"data: [DONE]\n\n"
+
+
+class Content:
+    def __init__(self, reads: list[bytes]) -> None:
+        self._reads = list(reads)
+
+    async def readany(self) -> bytes:
+        await asyncio.sleep(0)
+        return self._reads.pop(0) if self._reads else b""
+
+
+class Response:
+    content_type = "text/event-stream"
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self.content = Content(reads)
+        self.released = self.closed = False
+
+    def release(self) -> None:
+        self.released = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def backend() -> OpenAIBackend:
+    config = from_dict({"upstreams": {"up": {"url": "http://127.0.0.1:9/v1"}}})
+    return OpenAIBackend("up", config.upstreams["up"], config)  # type: ignore[arg-type]
+
+
+def translator() -> StreamTranslator:
+    return StreamTranslator(model="m", message_id="msg_1", new_tool_id=ids.tool_use_id)
+
+
+async def collect(reads: list[bytes], encode: Any) -> tuple[list[Any], Response]:
+    response = Response(reads)
+    out = [batch async for batch in backend()._translated(response, translator(), None, encode)]  # type: ignore[arg-type]
+    return out, response
+
+
+def kinds(batch: list[Any]) -> list[str]:
+    return [type(event).__name__ for event in batch]
+
+
+def test_a_burst_in_one_read_sends_its_first_token_alone_then_the_rest() -> None:
+    burst = chunk(role="assistant", content="") + chunk(content="a") + chunk(content="b") + chunk(content="c") + FINISH + USAGE + DONE
+    batches, response = asyncio.run(collect([burst], _as_events))
+    assert [kinds(b) for b in batches] == [
+        ["MessageStart"],
+        ["ContentBlockStart", "ContentBlockDelta"],  # the first token, before b and c are decoded
+        ["ContentBlockDelta", "ContentBlockDelta"],
+        ["ContentBlockStop", "MessageDelta", "MessageStop"],
+    ]
+    assert response.released and not response.closed  # read to the end: the connection is reused
+
+
+def test_one_token_per_read_is_one_batch_per_read() -> None:
+    reads = [chunk(content="a"), chunk(content="b"), FINISH, USAGE, DONE]
+    batches, _ = asyncio.run(collect(reads, _as_events))
+    assert [kinds(b) for b in batches] == [
+        ["MessageStart"],
+        ["ContentBlockStart", "ContentBlockDelta"],
+        ["ContentBlockDelta"],
+        ["ContentBlockStop", "MessageDelta", "MessageStop"],
+    ]
+
+
+def test_sse_encoding_of_the_batches_is_the_client_stream() -> None:
+    burst = chunk(content="a") + chunk(content="b") + FINISH + USAGE + DONE
+    frames, _ = asyncio.run(collect([burst], _sse))
+    stream = b"".join(frames).decode()
+    names = [line.removeprefix("event: ") for line in stream.splitlines() if line.startswith("event: ")]
+    assert names == ["message_start", "content_block_start", "content_block_delta", "content_block_delta",
+                     "content_block_stop", "message_delta", "message_stop"]  # fmt: skip
+    assert '"output_tokens":4' in stream
