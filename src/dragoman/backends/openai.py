@@ -125,8 +125,8 @@ class OpenAIBackend:
         # them reads the upstream as a stream even when the client did not ask for one.
         upstream_stream = request.stream or bool(request.stop_sequences) or self.profile.stream_upstream
         translated = self._translate(request, route, upstream_stream)
-        await self._fit_max_tokens(translated, route, request.max_tokens)
-        post = self._http.post("/chat/completions", openai.ENCODER.encode(translated.chat), outcome=call.outcome)
+        body = await self._fitted_body(translated, route, request.max_tokens)
+        post = self._http.post("/chat/completions", body, outcome=call.outcome)
         reply: ReplySettings = {
             "model": call.model,
             "message_id": ids.message_id(),
@@ -279,14 +279,16 @@ class OpenAIBackend:
         self._counts.put(key, result)
         return result
 
-    async def _fit_max_tokens(self, translated: Translated, route: Route, asked: int) -> None:
-        """Lower max_tokens to what the model can produce, visibly, or fail in Anthropic's words."""
+    async def _fitted_body(self, translated: Translated, route: Route, asked: int) -> bytes:
+        """The upstream body, with max_tokens lowered to what the model can produce
+        (visibly), or fail in Anthropic's words."""
         chat = translated.chat
+        body = openai.ENCODER.encode(chat)
         limit = asked
         if route.caps.max_output_tokens is not None and limit > route.caps.max_output_tokens:
             limit = route.caps.max_output_tokens
         window = route.context_window
-        if window is not None and limit + len(openai.ENCODER.encode(chat.messages)) + len(openai.ENCODER.encode(chat.tools)) > window:
+        if window is not None and limit + len(body) > window:
             # Only a prompt that might not leave room is counted (a token is at least a byte).
             prompt, method = await self._count(chat, route, estimate=0)
             if method != "estimate":
@@ -296,12 +298,14 @@ class OpenAIBackend:
                     raise context_limit(prompt, asked, window)
                 if prompt + limit > window:
                     limit = window - prompt
-        if limit != asked:
-            log.info("max_tokens lowered from %d to %d to fit model %s (context %s)", asked, limit, route.upstream_model, window)
-            if chat.max_completion_tokens is not None:
-                chat.max_completion_tokens = limit
-            else:
-                chat.max_tokens = limit
+        if limit == asked:
+            return body
+        log.info("max_tokens lowered from %d to %d to fit model %s (context %s)", asked, limit, route.upstream_model, window)
+        if chat.max_completion_tokens is not None:
+            chat.max_completion_tokens = limit
+        else:
+            chat.max_tokens = limit
+        return openai.ENCODER.encode(chat)
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
         counted = decode_request(call.body, anthropic.COUNT_TOKENS_REQUEST)
