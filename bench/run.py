@@ -13,7 +13,12 @@ Targets, each fed the same Anthropic request (shapes.py) unless said otherwise:
 - `relay-floor`: the OpenAI twin through bench/relay.py, a zero-work byte pump
   (uvloop, no parsing) in front of the fake: not a gateway but the floor of CPU
   per streamed chunk for any Python relay, measured in the json and paced100
-  cells only (for that figure) and shown beside the gateways' as a reference.
+  cells only (for that figure) and shown beside the gateways' as a reference;
+- `asgi-floor`: the Anthropic request through bench/asgi_floor.py, the least an
+  ASGI proxy on dragoman's stack (uvicorn with httptools and uvloop, one pooled
+  aiohttp session) can do, in front of the fake's /v1/messages: the per-request
+  and per-chunk floor of that stack, measured in the json, stream100 and paced100
+  cells (not stream500) and shown beside the dragoman paths' as a reference.
 
 Cases: tiny and claude-code shapes x non-streaming, streaming 100 and 500 tokens x
 concurrency 1 and 32. Cases run one after another; within a case the targets run
@@ -70,9 +75,12 @@ MODES = {
     "paced100": (True, 100, PACED_MODEL),
 }
 RELAY = "relay-floor"  # bench/relay.py: the per-chunk CPU floor, not a gateway
-TARGETS = ("direct-openai", "direct-anthropic", RELAY, "translating", "passthrough", "litellm")
-BASELINE = {"translating": "direct-openai", "litellm": "direct-openai", "passthrough": "direct-anthropic", RELAY: "direct-openai"}
+FLOOR = "asgi-floor"  # bench/asgi_floor.py: the floor of uvicorn + aiohttp, not a gateway
+TARGETS = ("direct-openai", "direct-anthropic", RELAY, FLOOR, "translating", "passthrough", "litellm")
+BASELINE = {"translating": "direct-openai", "litellm": "direct-openai", "passthrough": "direct-anthropic", RELAY: "direct-openai",
+            FLOOR: "direct-anthropic"}  # fmt: skip
 RELAY_MODES = ("json", "paced100")  # the cells of the paced CPU-per-chunk figure
+FLOOR_MODES = ("json", "stream100", "paced100")  # stream500 skipped to save time
 OPENAI_TARGETS = ("direct-openai", RELAY)  # sent the OpenAI twin of the request
 
 
@@ -202,6 +210,16 @@ def start_relay(procs: Processes, fake: Server) -> Server:
     server = procs.start(RELAY, argv, f"http://127.0.0.1:{port}/v1/chat/completions", gateway=True,
                          headers={"authorization": "Bearer sk-fake-upstream"})  # fmt: skip
     wait_ready(server, shapes.openai_body("tiny", model=MODEL, max_tokens=5, stream=False), 15)
+    return server
+
+
+def start_asgi_floor(procs: Processes, fake: Server) -> Server:
+    """bench/asgi_floor.py in front of the fake's Anthropic-native /v1/messages, pinned like a gateway."""
+    port = free_port()
+    argv = [sys.executable, str(HERE / "asgi_floor.py"), "--port", str(port), "--upstream", fake.url.removesuffix("/v1")]
+    server = procs.start(FLOOR, argv, f"http://127.0.0.1:{port}/v1/messages", gateway=True,
+                         headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
+    wait_ready(server, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 15)
     return server
 
 
@@ -384,21 +402,45 @@ def target_checks(results: dict[tuple[Case, str], load.Result], idle: dict[str, 
             return None
         return (paced.cpu_per_request_ms - whole.cpu_per_request_ms) * 1000 / 100
 
-    def check(label: str, value: float | None, limit: float, unit: str, *, at_least: bool = False) -> None:
+    def check(label: str, value: float | None, limit: float, unit: str, *, at_least: bool = False) -> bool:
+        """Prints the check; False when it was not measured in this run."""
         if value is None:
-            return  # not measured in this run
+            return False
         ok = value >= limit if at_least else value <= limit
         sign = "≥" if at_least else "≤"
         out.append(f"- {'met' if ok else '**MISSED**'}: {label}: {value:,.2f} {unit} (target {sign} {limit:g} {unit})")
+        return True
+
+    def floor_reference(shape: str, mode: str, ttft: bool = False) -> None:
+        """Under a check at c=1: the same figure for bench/asgi_floor.py (the stack's
+        floor) and for both dragoman paths, with CPU per request."""
+        floor, floor_added = get(shape, mode, 1, FLOOR), added(shape, mode, 1, FLOOR, 50, ttft)
+        if floor is None or floor_added is None or floor.cpu_per_request_ms is None:
+            return
+        what = "added time to first token p50" if ttft else "added p50"
+        parts = []
+        for target in ("passthrough", "translating"):
+            r, a = get(shape, mode, 1, target), added(shape, mode, 1, target, 50, ttft)
+            if r is not None and a is not None and r.cpu_per_request_ms is not None:
+                parts.append(f"{target} {a:,.2f} ms / {r.cpu_per_request_ms:,.3f} ms/req")
+        out.append(f"  - reference, not a target: uvicorn+aiohttp floor (bench/asgi_floor.py), {shape} {mode} c=1: "
+                   f"{what} {floor_added:,.2f} ms, CPU {floor.cpu_per_request_ms:,.3f} ms/req"
+                   + (" — " + ", ".join(parts) if parts else ""))  # fmt: skip
 
     for target in ("translating", "passthrough"):
-        check(f"{target}, tiny, c=1, added p50", added("tiny", "json", 1, target, 50), 0.5, "ms")
+        # Under each of the passthrough's added-p50 checks: the stack's floor (bench/asgi_floor.py).
+        under = target == "passthrough"
+        if check(f"{target}, tiny, c=1, added p50", added("tiny", "json", 1, target, 50), 0.5, "ms") and under:
+            floor_reference("tiny", "json")
         check(f"{target}, tiny, c=1, added p99", added("tiny", "json", 1, target, 99), 1, "ms")
-        check(f"{target}, claude-code, c=1, added p50", added("claude-code", "json", 1, target, 50), 2, "ms")
+        if check(f"{target}, claude-code, c=1, added p50", added("claude-code", "json", 1, target, 50), 2, "ms") and under:
+            floor_reference("claude-code", "json")
         for shape in shapes.SHAPES:
-            check(f"{target}, {shape}, stream 100, c=1, added time to last byte (p50)", added(shape, "stream100", 1, target, 50), 2, "ms")
-            check(f"{target}, {shape}, stream 100, c=1, added time to first token (p50)",
-                  added(shape, "stream100", 1, target, 50, True), 1, "ms")  # fmt: skip
+            if check(f"{target}, {shape}, stream 100, c=1, added time to last byte (p50)", added(shape, "stream100", 1, target, 50), 2, "ms") and under:
+                floor_reference(shape, "stream100")
+            if check(f"{target}, {shape}, stream 100, c=1, added time to first token (p50)",
+                     added(shape, "stream100", 1, target, 50, True), 1, "ms") and under:  # fmt: skip
+                floor_reference(shape, "stream100", ttft=True)
             # The marginal CPU of a chunk: 400 more chunks (500 against 100 tokens,
             # arriving in bursts as fast as the fake writes them) ...
             long, short = get(shape, "stream500", 1, target), get(shape, "stream100", 1, target)
@@ -417,6 +459,10 @@ def target_checks(results: dict[tuple[Case, str], load.Result], idle: dict[str, 
                 if per_chunk is not None and floor is not None:
                     out.append(f"  - reference, not a target: zero-work byte pump (bench/relay.py), {shape}, c={c}, "
                                f"CPU per streamed chunk (tokens 1 ms apart): {floor:,.2f} µs — the floor for a Python relay")  # fmt: skip
+                stack = paced_per_chunk(shape, c, FLOOR)
+                if per_chunk is not None and stack is not None:
+                    out.append(f"  - reference, not a target: uvicorn+aiohttp floor (bench/asgi_floor.py), {shape}, c={c}, "
+                               f"CPU per streamed chunk (tokens 1 ms apart): {stack:,.2f} µs — the floor of dragoman's stack")  # fmt: skip
         for shape in shapes.SHAPES:
             for mode, factor in (("json", 10), ("stream100", 20)):
                 r, lite = get(shape, mode, 32, target), get(shape, mode, 32, "litellm")
@@ -428,7 +474,8 @@ def target_checks(results: dict[tuple[Case, str], load.Result], idle: dict[str, 
     for shape, mode in (("tiny", "json"), ("claude-code", "json"), ("tiny", "stream100"), ("claude-code", "stream100")):
         t, p = added(shape, mode, 1, "translating", 50), added(shape, mode, 1, "passthrough", 50)
         share = p / t if t and p is not None and t > 0 else None
-        check(f"passthrough/translating added p50, {shape} {mode} c=1", share, 0.5, "×")
+        if check(f"passthrough/translating added p50, {shape} {mode} c=1", share, 0.5, "×"):
+            floor_reference(shape, mode)
     return out
 
 
@@ -494,7 +541,8 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
     servers: dict[str, Server] = {"direct-openai": fake, "direct-anthropic": fake}
     failed = False
     wanted = [t for t in TARGETS if t in args.targets]
-    starters = ((RELAY, start_relay), ("translating", start_translating), ("passthrough", start_passthrough), ("litellm", start_litellm))
+    starters = ((RELAY, start_relay), (FLOOR, start_asgi_floor), ("translating", start_translating), ("passthrough", start_passthrough),
+                ("litellm", start_litellm))  # fmt: skip
     for name, starter in starters:
         if name not in wanted or (name == "litellm" and not args.litellm):
             continue
@@ -510,7 +558,7 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
     order = [c for c in cases(args.smoke) if c.shape in args.shapes and c.mode in args.modes]
     for case in order:
         for target in targets:
-            if target == RELAY and case.mode not in RELAY_MODES:
+            if (target == RELAY and case.mode not in RELAY_MODES) or (target == FLOOR and case.mode not in FLOOR_MODES):
                 continue
             t0 = time.monotonic()
             result = await measure(target, servers[target], fake, case, args)

@@ -15,3 +15,4 @@ def test_bench_smoke_runs_every_path_without_a_failed_request():
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "translating" in result.stdout and "passthrough" in result.stdout
     assert "relay-floor" in result.stdout  # the per-chunk CPU floor (bench/relay.py)
+    assert "asgi-floor" in result.stdout  # the floor of uvicorn + aiohttp (bench/asgi_floor.py)
