@@ -20,13 +20,14 @@ Targets, each fed the same Anthropic request (shapes.py) unless said otherwise:
   and per-chunk floor of that stack, measured in the json, stream100 and paced100
   cells (not stream500) and shown beside the dragoman paths' as a reference.
 
-Cases: tiny and claude-code shapes x non-streaming, streaming 100 and 500 tokens x
-concurrency 1 and 32. Cases run one after another; within a case the targets run
-back to back. Then 1,000 idle streams are held open through each dragoman path to
-read its memory cost. Gateways are pinned to the last CPU and the load generator
-and fake upstream to the others (`--no-pin` to let the scheduler place them).
+Cases: tiny and claude-code shapes x non-streaming, streaming 100 and 500 tokens
+(written at once) and 100 tokens 1 ms apart x concurrency 1 and 32. Cases run one
+after another; within a case the targets run back to back. Then 1,000 idle streams
+are held open through each dragoman path to read its memory cost. Gateways are
+pinned to the last CPU and the load generator and fake upstream to the others
+(`--no-pin` to let the scheduler place them).
 
-    python bench/run.py                # full comparison (about 10 minutes)
+    python bench/run.py                # full comparison (about 11 minutes)
     python bench/run.py --smoke        # seconds; no LiteLLM unless --litellm
     python bench/run.py --markdown docs/table.md --json results.json
 
