@@ -52,13 +52,20 @@ class Gateway:
         }
         self._last_attempt: dict[str, float] = {}
         self._lock = asyncio.Lock()
+        self._translates_only: bool | None = None
         self._background: asyncio.Future[None] | None = None
 
     @property
     def translates_only(self) -> bool:
         """Every upstream is served by translation, so the core can decode a request whole
-        at once instead of its routing envelope first and the rest again in the backend."""
-        return all(backend.path == "translate" for backend in self.backends.values())
+        at once instead of its routing envelope first and the rest again in the backend.
+        Known for good once no `auto` upstream is still undecided."""
+        if self._translates_only is None:
+            paths = {backend.path for backend in self.backends.values()}
+            if "undecided" in paths:
+                return False
+            self._translates_only = paths == {"translate"}
+        return self._translates_only
 
     async def close(self) -> None:
         for backend in self.backends.values():

@@ -169,3 +169,54 @@ def test_close_stops_the_timer() -> None:
         await asyncio.sleep(0.05)  # the task is not cancelled by a timer left behind
 
     run(main())
+
+
+def test_head_or_task_returns_a_quick_head_and_hands_over_a_slow_one() -> None:
+    from dragoman.backends.keepalive import head_or_task
+
+    async def head(delay: float) -> str:
+        await asyncio.sleep(delay)
+        return "head"
+
+    async def main() -> tuple[object, object]:
+        quick = await head_or_task(head(0.0), 0.5)
+        slow = await head_or_task(head(0.2), 0.02)
+        assert isinstance(slow, asyncio.Task) and not slow.done()
+        return quick, await slow
+
+    assert run(main()) == ("head", "head")
+
+
+def test_head_or_task_cancelled_cancels_the_upstream_request() -> None:
+    from dragoman.backends.keepalive import head_or_task
+
+    started: list[asyncio.Task[object]] = []
+
+    async def head() -> str:
+        started.append(asyncio.current_task())  # type: ignore[arg-type]
+        await asyncio.sleep(10)
+        return "head"
+
+    async def main() -> bool:
+        waiting = asyncio.ensure_future(head_or_task(head(), 5))
+        await asyncio.sleep(0.01)
+        waiting.cancel()  # the client left while the upstream was thinking
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await asyncio.sleep(0)
+        return started[0].cancelled()
+
+    assert run(main()) is True
+
+
+def test_head_or_task_raises_the_upstream_error() -> None:
+    from dragoman.backends.keepalive import head_or_task
+
+    async def refused() -> str:
+        raise UpstreamTimeout("no")
+
+    async def main() -> None:
+        with pytest.raises(UpstreamTimeout):
+            await head_or_task(refused(), 1)
+
+    run(main())

@@ -185,9 +185,11 @@ class AnthropicBackend:
                     if b"\n\n" not in head and len(head) < HEAD_LIMIT:
                         continue
                     chunk, head = self._rename(head, call), None
+                    _note_usage(call, chunk[: chunk.find(b"\n\n")])  # message_start: the input tokens
                 at_boundary = chunk.endswith(b"\n\n")
-                if b"message_delta" in chunk:
-                    _note_usage(call, chunk)
+                at = chunk.rfind(b"message_delta")
+                if at >= 0:
+                    _note_usage(call, chunk[at:])  # not the whole burst: the counts follow the event's name
                 yield chunk
             if head:
                 yield self._rename(head, call)

@@ -113,12 +113,32 @@ class ReadWatch:
 
 
 async def head_or_task(start: Awaitable[T], interval: float) -> T | asyncio.Task[T]:
-    """The upstream's response if it comes within `interval`, else the pending task."""
+    """The upstream's response if it comes within `interval`, else the pending task.
+
+    Every stream passes here, so it is one task, one future and one timer (what
+    `asyncio.wait` would build, less its bookkeeping). If the caller is cancelled (the
+    client left), the upstream request is cancelled with it."""
+    loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(start)
-    done, _ = await asyncio.wait({task}, timeout=interval)
-    if done:
+    waiter = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    task.add_done_callback(wake)
+    timer = loop.call_later(interval, wake)
+    try:
+        await waiter
+    except BaseException:
+        task.cancel()
+        raise
+    finally:
+        timer.cancel()
+        task.remove_done_callback(wake)
+    if task.done():
         return task.result()  # raises the mapped GatewayError: an ordinary HTTP error
-    return task  # type: ignore[return-value]
+    return task
 
 
 async def late_start(
