@@ -32,7 +32,6 @@ from dragoman.errors import (
     context_overflow,
     from_upstream,
 )
-from dragoman.observe import Outcome
 from dragoman.profiles import PROFILES, Profile, profile_for
 from dragoman.protocol import anthropic, openai
 from dragoman.sse import DataDecoder, encode_all
@@ -44,7 +43,8 @@ from dragoman.translate.response import to_message
 from dragoman.translate.stream import ReplySettings, StreamTranslator
 from dragoman.validation import decode_request
 
-if TYPE_CHECKING:  # routing imports the backends
+if TYPE_CHECKING:  # routing and observe import the backends
+    from dragoman.observe import Outcome
     from dragoman.routing import Route
 
 log = logging.getLogger("dragoman.upstream")
