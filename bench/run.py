@@ -22,12 +22,26 @@ Targets, each fed the same Anthropic request (shapes.py) unless said otherwise:
 
 Cases: tiny and claude-code shapes x non-streaming, streaming 100 and 500 tokens
 (written at once) and 100 tokens 1 ms apart x concurrency 1 and 32. Cases run one
-after another; within a case the targets run back to back. Then 1,000 idle streams
-are held open through each dragoman path to read its memory cost. Gateways are
-pinned to the last CPU and the load generator and fake upstream to the others
-(`--no-pin` to let the scheduler place them).
+after another. Within a case the targets run in interleaved rounds (`--rounds N`,
+default 2; 1 in smoke mode): A, B, C, ..., then A, B, C, ... again, each round a
+window of `--duration / N` seconds (at least `max(10, concurrency) / N` replies,
+at most `--max-window / N` s), after the `--warmup` in the first round and a brief
+0.25 s one (and one finished reply per worker) in later rounds. A burst of noise
+from other work on the machine then lands on every target of the cell, not on one.
+A target's figures in a cell are over its rounds merged: latencies and times to
+first token pooled before taking percentiles; replies, window seconds, text
+deltas, CPU seconds and errors summed (CPU per request = total CPU / total
+replies); RSS the last reading. LiteLLM is the exception: it runs once per cell,
+in the last round, with the whole window and warm-up. Its replies take 15 ms to
+seconds, so a burst of noise hardly moves its figures, while each extra round
+would cost it a warm-up and a drain of a whole reply (at c=32 with streams,
+several seconds each: about 75 s more per run). Then 1,000 idle streams are held
+open through each dragoman path to read its memory cost. Gateways are pinned to
+the last CPU and the load generator and fake upstream to the others (`--no-pin` to
+let the scheduler place them).
 
-    python bench/run.py                # full comparison (about 11 minutes)
+    python bench/run.py                # full comparison (about 10 minutes)
+    python bench/run.py --rounds 1     # each target once per cell, back to back
     python bench/run.py --smoke        # seconds; no LiteLLM unless --litellm
     python bench/run.py --markdown docs/table.md --json results.json
 
@@ -83,6 +97,8 @@ BASELINE = {"translating": "direct-openai", "litellm": "direct-openai", "passthr
 RELAY_MODES = ("json", "paced100")  # the cells of the paced CPU-per-chunk figure
 FLOOR_MODES = ("json", "stream100", "paced100")  # stream500 skipped to save time
 OPENAI_TARGETS = ("direct-openai", RELAY)  # sent the OpenAI twin of the request
+LATER_WARMUP = 0.25  # seconds of warm-up in rounds after the first (the connections are new; the servers are warm)
+SINGLE_ROUND = ("litellm",)  # measured once per cell (in the last round, whole window): slow replies, see above
 
 
 def cache_dir() -> Path:
@@ -316,7 +332,10 @@ def cases(smoke: bool) -> list[Case]:
     return [Case(shape, mode, c) for shape in shapes.SHAPES for mode in MODES for c in concurrencies]
 
 
-async def measure(target: str, server: Server, fake: Server, case: Case, args: argparse.Namespace) -> load.Result:
+async def measure(target: str, server: Server, fake: Server, case: Case, args: argparse.Namespace, *, rounds: int = 1,
+                  first: bool = True) -> load.Result:  # fmt: skip
+    """One round of one target in one cell, of `rounds` for that target: a window of
+    `duration / rounds` seconds, after the whole warm-up if it is the `first`."""
     stream, tokens, model = MODES[case.mode]
     if args.smoke and model == PACED_MODEL:
         tokens = 10  # 10 ms streams: the smoke run stays short
@@ -332,9 +351,34 @@ async def measure(target: str, server: Server, fake: Server, case: Case, args: a
     if args.smoke:
         return await load.run_load(url, body, headers=headers, concurrency=case.concurrency, duration=10, max_requests=args.smoke_requests,
                                    warmup=0, stream=stream, openai=openai, pid=pid, upstream_pid=fake.pid, drain_timeout=30)  # fmt: skip
-    return await load.run_load(url, body, headers=headers, concurrency=case.concurrency, duration=args.duration, warmup=args.warmup,
-                               min_requests=max(10, case.concurrency), max_window=args.max_window, stream=stream, openai=openai,
+    warmup = args.warmup if first else min(args.warmup, LATER_WARMUP)
+    min_requests = -(-max(10, case.concurrency) // rounds)  # the cell's minimum, shared out over the rounds
+    return await load.run_load(url, body, headers=headers, concurrency=case.concurrency, duration=args.duration / rounds, warmup=warmup,
+                               min_requests=min_requests, max_window=args.max_window / rounds, stream=stream, openai=openai,
                                pid=pid, upstream_pid=fake.pid, drain_timeout=120)  # fmt: skip
+
+
+def merge(rounds: list[load.Result]) -> load.Result:
+    """A target's figures in a cell over all its rounds: samples pooled (percentiles
+    over all of them), counts, windows and CPU seconds summed, RSS the last reading."""
+    if len(rounds) == 1:
+        return rounds[0]
+    merged = load.Result()
+    for r in rounds:
+        merged.requests += r.requests
+        merged.errors += r.errors
+        merged.first_error = merged.first_error or r.first_error
+        merged.window += r.window
+        merged.latency.extend(r.latency)
+        merged.ttft.extend(r.ttft)
+        merged.deltas += r.deltas
+        merged.client_cpu += r.client_cpu
+    cpus = [r.cpu for r in rounds]
+    merged.cpu = None if None in cpus else sum(c for c in cpus if c is not None)
+    upstream = [r.upstream_cpu for r in rounds]
+    merged.upstream_cpu = None if None in upstream else sum(u for u in upstream if u is not None)
+    merged.rss_before, merged.rss_after = rounds[0].rss_before, rounds[-1].rss_after
+    return merged
 
 
 async def idle_streams(server: Server, count: int) -> dict[str, Any]:
@@ -556,18 +600,33 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
     log(f"servers up in {time.monotonic() - t_start:.1f} s: {', '.join(f'{n} pid {s.pid}' for n, s in servers.items() if not n.startswith('direct'))}")
 
     results: dict[tuple[Case, str], load.Result] = {}
+    by_round: dict[tuple[Case, str], list[load.Result]] = {}  # when more than one round: each round's own figures (JSON)
     order = [c for c in cases(args.smoke) if c.shape in args.shapes and c.mode in args.modes]
     for case in order:
-        for target in targets:
-            if (target == RELAY and case.mode not in RELAY_MODES) or (target == FLOOR and case.mode not in FLOOR_MODES):
-                continue
-            t0 = time.monotonic()
-            result = await measure(target, servers[target], fake, case, args)
-            results[(case, target)] = result
+        cell = [t for t in targets
+                if not ((t == RELAY and case.mode not in RELAY_MODES) or (t == FLOOR and case.mode not in FLOOR_MODES))]  # fmt: skip
+        rounds: dict[str, list[load.Result]] = {t: [] for t in cell}
+        spent = dict.fromkeys(cell, 0.0)
+        for round_ in range(args.rounds):  # A, B, C, ..., then A, B, C, ... again
+            for target in cell:
+                own = 1 if target in SINGLE_ROUND else args.rounds  # a single-round target runs in the last round
+                if round_ < args.rounds - own:
+                    continue
+                t0 = time.monotonic()
+                result = await measure(target, servers[target], fake, case, args, rounds=own, first=round_ == args.rounds - own)
+                rounds[target].append(result)
+                spent[target] += time.monotonic() - t0
+        for target in cell:
+            result = results[(case, target)] = merge(rounds[target])
+            if len(rounds[target]) > 1:
+                by_round[(case, target)] = rounds[target]
             extra = f", ttft p50 {result.ms(50, True):.2f} ms" if result.ttft else ""
             cpu = f", cpu {result.cpu_per_request_ms:.3f} ms/req" if result.cpu_per_request_ms is not None else ""
+            each = ""
+            if len(rounds[target]) > 1:
+                each = "  p50 by round " + "/".join(f"{r.ms(50):.2f}" for r in rounds[target])
             log(f"{case.label:28} {target:17} {result.throughput:9.1f} req/s  p50 {result.ms(50):8.2f} ms  "
-                f"p99 {result.ms(99):8.2f} ms{extra}{cpu}  [{result.requests} in {result.window:.1f} s; {time.monotonic() - t0:.1f} s]")  # fmt: skip
+                f"p99 {result.ms(99):8.2f} ms{extra}{cpu}  [{result.requests} in {result.window:.1f} s; {spent[target]:.1f} s]{each}")  # fmt: skip
             if result.errors:
                 failed = True
                 log(f"  {result.errors} FAILED: {result.first_error}")
@@ -589,7 +648,7 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
         f"dragoman benchmark — {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} — {machine()}",
         f"dragoman {revision()}; LiteLLM {LITELLM_VERSION if 'litellm' in targets else 'not run'}; "
         f"other processes used {foreign:.1f} CPU-s during the run ({foreign / elapsed * 100:.0f}% of one CPU)",
-        f"mode: {'smoke' if args.smoke else 'full'}; window ≥ {args.duration:g} s per cell after a ≥ {args.warmup:g} s warm-up; "
+        f"mode: {'smoke' if args.smoke else 'full'}; {windows(args, targets)}; "
         f"gateways {'pinned to CPU ' + ','.join(map(str, sorted(procs.gateway_cpus))) if procs.gateway_cpus else 'not pinned'}; "
         f"total {elapsed:.0f} s",
         "",
@@ -609,12 +668,33 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
 
         raw = {
             "machine": machine(),
-            "cells": [{"case": c.label, "target": t, **r.summary()} for (c, t), r in results.items()],
+            "rounds": args.rounds,
+            "cells": [cell_figures(c, t, r, by_round.get((c, t))) for (c, t), r in results.items()],
             "idle_streams": idle,
         }
         Path(args.json).write_bytes(msgspec.json.format(msgspec.json.encode(raw), indent=1))
     log(f"done in {elapsed:.1f} s{'; SOME REQUESTS FAILED' if failed else ''}")
     return 1 if failed else 0
+
+
+def cell_figures(case: Case, target: str, merged: load.Result, rounds: list[load.Result] | None) -> dict[str, Any]:
+    """A cell of the JSON: the merged figures, and each round's when there were several."""
+    out = {"case": case.label, "target": target, **merged.summary()}
+    if rounds:
+        out["by_round"] = [r.summary() for r in rounds]
+    return out
+
+
+def windows(args: argparse.Namespace, targets: list[str]) -> str:
+    """The header's account of the measurement windows."""
+    if args.smoke:
+        return f"{args.smoke_requests} requests per cell{f' in each of {args.rounds} interleaved rounds' if args.rounds > 1 else ''}, no warm-up"
+    if args.rounds == 1:
+        return f"window ≥ {args.duration:g} s per cell after a ≥ {args.warmup:g} s warm-up, targets back to back"
+    single = [t for t in SINGLE_ROUND if t in targets]
+    return (f"window ≥ {args.duration:g} s per cell in {args.rounds} interleaved rounds of ≥ {args.duration / args.rounds:g} s, "
+            f"after a ≥ {args.warmup:g} s warm-up in the first and {min(args.warmup, LATER_WARMUP):g} s in the others"
+            + (f" ({', '.join(single)}: once per cell, in the last round, whole window and warm-up)" if single else ""))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -626,6 +706,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=4.0, help="seconds of measurement per cell (at least)")
     parser.add_argument("--warmup", type=float, default=0.5, help="seconds of warm-up per cell (at least)")
     parser.add_argument("--max-window", type=float, default=40.0, help="longest measurement window of a cell")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds per cell: the cell's targets run A, B, C, ... N times, each round a window of "
+                             f"DURATION/N s (warm-up --warmup in the first round, {LATER_WARMUP:g} s in the others), figures over "
+                             "all rounds merged (default 2; smoke 1, where each round sends --smoke-requests); "
+                             "LiteLLM runs once per cell, in the last round, with the whole window")  # fmt: skip
     parser.add_argument("--idle-streams", type=int, default=None, help="idle streams to hold open (default 1000; smoke 20; 0 skips)")
     parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset of: " + ", ".join(TARGETS))
     parser.add_argument("--shapes", default=",".join(shapes.SHAPES))
@@ -634,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="wait up to this many seconds for other work on the machine to stop (default 60; smoke 0)")  # fmt: skip
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True, help="pin gateways to the last CPU")
     parser.add_argument("--markdown", help="also write the report here")
-    parser.add_argument("--json", help="write the raw figures here")
+    parser.add_argument("--json", help="write the raw figures here (merged over the rounds, and each round's under by_round)")
     args = parser.parse_args(argv)
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
@@ -645,6 +730,10 @@ def main(argv: list[str] | None = None) -> int:
         args.wait_quiet = 0 if args.smoke else 60
     if args.idle_streams is None:
         args.idle_streams = 20 if args.smoke else 1000
+    if args.rounds is None:
+        args.rounds = 1 if args.smoke else 2
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     cpus = sorted(os.sched_getaffinity(0))
     gateway_cpus = client_cpus = None
