@@ -599,6 +599,17 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
     targets = [t for t in wanted if t in servers]
     log(f"servers up in {time.monotonic() - t_start:.1f} s: {', '.join(f'{n} pid {s.pid}' for n, s in servers.items() if not n.startswith('direct'))}")
 
+    if not args.smoke:
+        # A server just started runs its first requests slower (imports, caches, the
+        # allocator): a second of each shape before the first cell, so that cell is not
+        # the one to pay for it.
+        for target in targets:
+            if target.startswith("direct") or target in SINGLE_ROUND:
+                continue
+            for shape in shapes.SHAPES:
+                await measure(target, servers[target], fake, Case(shape, "json", 4), args, rounds=max(1, int(args.duration)))
+        log("servers warmed up")
+
     results: dict[tuple[Case, str], load.Result] = {}
     by_round: dict[tuple[Case, str], list[load.Result]] = {}  # when more than one round: each round's own figures (JSON)
     order = [c for c in cases(args.smoke) if c.shape in args.shapes and c.mode in args.modes]
