@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ def _start(upstream_url: str, *extra: str) -> tuple[subprocess.Popen[bytes], str
     process = subprocess.Popen(
         [sys.executable, "-m", "dragoman", "serve", "--upstream", upstream_url, "--port", str(port), *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "DRAGOMAN_CACHE_DIR": "/nonexistent"},
+        start_new_session=True,  # its own process group: killing it takes `--workers` children along
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
@@ -32,7 +34,7 @@ def _start(upstream_url: str, *extra: str) -> tuple[subprocess.Popen[bytes], str
                 return process, url
         except httpx.TransportError:
             time.sleep(0.1)
-    process.kill()
+    _kill(process)
     raise AssertionError(f"dragoman did not start: {process.stderr.read().decode() if process.stderr else ''}")
 
 
@@ -41,9 +43,14 @@ def stop_later():
     processes: list[subprocess.Popen[bytes]] = []
     yield processes.append
     for process in processes:
-        if process.poll() is None:
-            process.kill()
-            process.wait(5)
+        _kill(process)
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """The server and any worker processes it started (a SIGKILLed supervisor orphans them)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(5)
 
 
 def test_several_workers_serve_one_port(upstream, stop_later):
