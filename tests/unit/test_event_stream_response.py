@@ -1,0 +1,120 @@
+"""EventStreamResponse: the one loop every streamed chunk passes through. Whatever
+the stream does, the client gets a well-formed end and the outcome is recorded once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from dragoman.endpoints import EventStreamResponse
+from dragoman.errors import UpstreamTimeout
+from dragoman.observe import Metrics, Outcome
+from dragoman.sse import KEEPALIVE_COMMENT, PING
+
+DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta"}\n\n'
+
+
+class Recorder(Metrics):
+    def __init__(self) -> None:
+        super().__init__()
+        self.recorded: list[Outcome] = []
+
+    def record(self, outcome: Outcome) -> None:
+        self.recorded.append(outcome)
+        super().record(outcome)
+
+
+def serve(chunks: AsyncIterator[bytes]) -> tuple[list[dict[str, Any]], Outcome, Recorder]:
+    outcome = Outcome(request_id="req_1", endpoint="messages", upstream="up")
+    metrics = Recorder()
+    response = EventStreamResponse(chunks, headers={}, status_code=200, outcome=outcome, metrics=metrics)
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(10)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(response({"type": "http"}, receive, send))  # type: ignore[arg-type]
+    return sent, outcome, metrics
+
+
+def bodies(sent: list[dict[str, Any]]) -> list[bytes]:
+    return [m["body"] for m in sent if m["type"] == "http.response.body"]
+
+
+def test_chunks_in_order_then_the_end_and_one_record() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield KEEPALIVE_COMMENT
+        yield DELTA
+        yield PING
+        yield DELTA
+
+    sent, outcome, metrics = serve(chunks())
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    assert bodies(sent) == [KEEPALIVE_COMMENT, DELTA, PING, DELTA, b""]
+    assert sent[-1]["more_body"] is False
+    assert outcome.keepalives == 2 and outcome.first_byte is not None and not outcome.disconnected
+    assert metrics.recorded == [outcome]
+
+
+def test_a_gateway_error_mid_stream_becomes_an_error_event() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield DELTA
+        raise UpstreamTimeout("upstream up sent nothing for longer than its idle timeout")
+
+    sent, outcome, metrics = serve(chunks())
+    first, error, end = bodies(sent)
+    assert first == DELTA and end == b""
+    name, data = error.decode().strip().split("\n")
+    assert name == "event: error"
+    assert json.loads(data.removeprefix("data: "))["error"]["message"] == "upstream up sent nothing for longer than its idle timeout"
+    assert outcome.error_type == "timeout_error"
+    assert outcome.upstream_failed and metrics.recorded == [outcome]
+
+
+def test_a_bug_mid_stream_still_ends_the_stream_well_formed() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield DELTA
+        raise RuntimeError("a bug")
+
+    sent, outcome, metrics = serve(chunks())
+    first, error, end = bodies(sent)
+    assert error.startswith(b"event: error\n") and b"internal error" in error and end == b""
+    assert outcome.error_type == "api_error" and metrics.recorded == [outcome]
+
+
+def test_a_client_gone_stops_the_stream_and_closes_it() -> None:
+    closed: list[bool] = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            while True:
+                yield DELTA
+                await asyncio.sleep(0.01)
+        finally:
+            closed.append(True)
+
+    outcome = Outcome(request_id="req_1", endpoint="messages")
+    metrics = Recorder()
+    response = EventStreamResponse(chunks(), headers={}, status_code=200, outcome=outcome, metrics=metrics)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0.08)  # the client hangs up after a few chunks
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    async def main() -> None:
+        await asyncio.wait_for(response({"type": "http"}, receive, send), 5)  # type: ignore[arg-type]
+
+    try:
+        asyncio.run(main())
+    except asyncio.CancelledError:
+        pass  # the watch cancels the task serving the response, as the server's would be
+    assert closed == [True] and outcome.disconnected and metrics.recorded == [outcome]
