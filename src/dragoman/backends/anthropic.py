@@ -164,10 +164,7 @@ class AnthropicBackend:
         head: bytes | None = b""
         finished = False
         at_boundary = True
-        upstream = self._upstream
-        watch = ReadWatch(
-            interval=self._keepalive, first_byte_timeout=upstream.first_byte_timeout, idle_timeout=upstream.idle_timeout, upstream=self.name
-        )
+        watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
         content = response.content
         try:
             while True:

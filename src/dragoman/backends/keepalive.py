@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
+from dragoman.config import UpstreamConfig
 from dragoman.errors import GatewayError, UpstreamTimeout
 from dragoman.sse import KEEPALIVE_COMMENT
 
@@ -56,6 +57,11 @@ class ReadWatch:
         self._handle: asyncio.TimerHandle | None = None
         self._armed_at = 0.0
         self._arm(now)
+
+    @classmethod
+    def for_upstream(cls, upstream: UpstreamConfig, *, interval: float, name: str) -> ReadWatch:
+        """The watch for one stream from `upstream`, with its configured timeouts."""
+        return cls(interval=interval, first_byte_timeout=upstream.first_byte_timeout, idle_timeout=upstream.idle_timeout, upstream=name)
 
     async def read(self, read: Awaitable[T]) -> T:
         """Await one read; raise Silence after a quiet interval, UpstreamTimeout past the deadline."""

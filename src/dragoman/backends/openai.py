@@ -202,10 +202,7 @@ class OpenAIBackend:
                 return
             yield encode(translator.start())
             decoder = DataDecoder()
-            upstream = self._upstream
-            watch = ReadWatch(
-                interval=self._keepalive, first_byte_timeout=upstream.first_byte_timeout, idle_timeout=upstream.idle_timeout, upstream=self.name
-            )
+            watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
             content = response.content
             started = False
             while not translator.done:
