@@ -101,7 +101,8 @@ class EventStreamResponse(StreamingResponse):
 
     async def _relay(self, send: Send, outcome: Outcome) -> None:
         chunks = self.body_iterator.__aiter__()
-        while True:
+        failed = False
+        while not failed:
             try:
                 chunk = await chunks.__anext__()
             except StopAsyncIteration:
@@ -109,20 +110,17 @@ class EventStreamResponse(StreamingResponse):
             except GatewayError as error:
                 log.warning("stream from %s failed: %s", outcome.upstream, error.message)
                 outcome.error_type, outcome.upstream_failed = error.type, error.is_upstream
-                chunk = error.event()
+                chunk, failed = error.event(), True
             except Exception:  # a bug: the client still gets a well-formed end
                 log.exception("stream from %s failed", outcome.upstream)
                 outcome.error_type = "api_error"
-                chunk = UpstreamError("internal error while relaying the upstream stream").event()
+                chunk, failed = UpstreamError("internal error while relaying the upstream stream").event(), True
             else:
                 if chunk is PING or chunk is KEEPALIVE_COMMENT:
                     outcome.keepalives += 1
                 elif outcome.first_byte is None and b"content_block_delta" in chunk:
                     outcome.first_byte = time.perf_counter()  # the first token
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                continue
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            return
 
 
 def render(reply: Reply, request_id: str, outcome: Outcome, metrics: Metrics) -> Response:

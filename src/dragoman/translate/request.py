@@ -248,14 +248,14 @@ def _tools(
                 family = next((f for f in CLIENT_TOOL_FAMILIES if kind.startswith(f)), None)
                 known = f" Known versions: {', '.join(known_builtin_types(family))}." if family else ""
                 raise InvalidRequest(f"tools.{index}.type: unknown tool type {kind!r}.{known}")
-            description, schema = builtin
+            description, schema = builtin[0], _strip_keys(builtin[1], profile.strip_schema_keys)
         upstream_name = names.setdefault(tool.name, short_tool_name(tool.name))
         result.append(
             openai.FunctionTool(
                 function=openai.FunctionDef(
                     name=upstream_name,
                     description=description,
-                    parameters=schema if kind in (None, "custom") else _strip_keys(schema, profile.strip_schema_keys),
+                    parameters=schema,
                     strict=tool.strict,
                 )
             )
