@@ -26,21 +26,18 @@ USAGE = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_to
 DONE = b"data: [DONE]\n\n"
 
 
-class Content:
+class Response:
+    """An upstream response whose body arrives in the given reads."""
+
+    content_type = "text/event-stream"
+
     def __init__(self, reads: list[bytes]) -> None:
         self._reads = list(reads)
+        self.released = self.closed = False
 
     async def readany(self) -> bytes:
         await asyncio.sleep(0)
         return self._reads.pop(0) if self._reads else b""
-
-
-class Response:
-    content_type = "text/event-stream"
-
-    def __init__(self, reads: list[bytes]) -> None:
-        self.content = Content(reads)
-        self.released = self.closed = False
 
     def release(self) -> None:
         self.released = True

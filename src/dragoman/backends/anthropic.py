@@ -13,7 +13,6 @@ import re
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
 
-import aiohttp
 import msgspec
 
 from dragoman.backends.base import (
@@ -24,6 +23,7 @@ from dragoman.backends.base import (
     UpstreamModel,
     upstream_errors,
 )
+from dragoman.backends.connection import Response
 from dragoman.backends.http import MAX_ERROR_BODY, HttpClient
 from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start
 from dragoman.config import AnthropicUpstream, Config
@@ -101,7 +101,7 @@ class AnthropicBackend:
         data["model"] = call.upstream_model
         return msgspec.json.encode(data)
 
-    async def _send(self, call: Call, path: str) -> aiohttp.ClientResponse:
+    async def _send(self, call: Call, path: str) -> Response:
         headers = {k: call.headers[k] for k in FORWARDED_REQUEST_HEADERS if k in call.headers}
         return await self._http.post(path, self._body(call), headers=headers, raw=True, outcome=call.outcome)
 
@@ -119,14 +119,14 @@ class AnthropicBackend:
             return Streaming(self._relay(head, call), headers=headers)
         return await self._complete(head, call, headers)
 
-    async def _late_relay(self, response: aiohttp.ClientResponse, call: Call) -> AsyncIterator[bytes]:
+    async def _late_relay(self, response: Response, call: Call) -> AsyncIterator[bytes]:
         if response.status == 200 and response.content_type == "text/event-stream":
             async for chunk in self._relay(response, call):
                 yield chunk
             return
         with upstream_errors(self.name):
             try:
-                raw = await response.content.read(MAX_ERROR_BODY)
+                raw = await response.read(MAX_ERROR_BODY)
             finally:
                 response.release()
         if response.status == 200:  # a non-streaming answer to a streaming request
@@ -140,7 +140,7 @@ class AnthropicBackend:
         headers["x-token-count-method"] = "upstream"
         return await self._complete(response, call, headers)
 
-    async def _complete(self, response: aiohttp.ClientResponse, call: Call, headers: dict[str, str]) -> Completed:
+    async def _complete(self, response: Response, call: Call, headers: dict[str, str]) -> Completed:
         with upstream_errors(self.name):
             try:
                 body = await response.read()
@@ -158,19 +158,18 @@ class AnthropicBackend:
         new = msgspec.json.encode(call.model)
         return data.replace(b'"model":' + old, b'"model":' + new, 1).replace(b'"model": ' + old, b'"model": ' + new, 1)
 
-    async def _relay(self, response: aiohttp.ClientResponse, call: Call) -> AsyncIterator[bytes]:
+    async def _relay(self, response: Response, call: Call) -> AsyncIterator[bytes]:
         """Forward stream bytes as they arrive; pings fill silences, but only between
         whole frames, and never past the upstream's idle timeout."""
         head: bytes | None = b""
         finished = False
         at_boundary = True
         watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
-        content = response.content
         try:
             while True:
                 try:
                     with upstream_errors(self.name):
-                        chunk = await watch.read(content.readany())
+                        chunk = await watch.read(response.readany())
                 except Silence:
                     if at_boundary and head is None:
                         yield PING

@@ -3,13 +3,11 @@ where the HTTP client's exceptions become GatewayErrors."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-import aiohttp
-
+from dragoman.backends.connection import ConnectFailed
 from dragoman.errors import GatewayError, UpstreamError, UpstreamTimeout
 from dragoman.protocol.anthropic import MessagesRequest
 
@@ -73,7 +71,7 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
 
-class upstream_errors:  # noqa: N801 - used as a context manager, like contextlib's
+class upstream_errors:
     """Map the HTTP client's failures to GatewayErrors, once, at the boundary.
 
     A class rather than a generator-based context manager: it wraps every read of
@@ -96,12 +94,10 @@ class upstream_errors:  # noqa: N801 - used as a context manager, like contextli
 
 
 def _mapped(error: Exception, upstream: str) -> GatewayError | None:
-    if isinstance(error, aiohttp.ConnectionTimeoutError):  # never connected: another replica may answer
-        return UpstreamError(f"upstream {upstream} is unreachable: connection timed out ({str(error) or 'no answer'})")
-    if isinstance(error, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+    if isinstance(error, ConnectFailed):  # never connected: another replica may answer
+        return UpstreamError(f"upstream {upstream} is unreachable: {error}")
+    if isinstance(error, TimeoutError):
         return UpstreamTimeout(f"upstream {upstream} timed out ({str(error) or 'no response in time'})")
-    if isinstance(error, aiohttp.ClientConnectorError):
-        return UpstreamError(f"upstream {upstream} is unreachable: {error.os_error or error}")
-    if isinstance(error, (aiohttp.ClientError, ConnectionError)):
+    if isinstance(error, ConnectionError):
         return UpstreamError(f"upstream {upstream} failed: {str(error) or type(error).__name__}")
     return None

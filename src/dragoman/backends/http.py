@@ -1,5 +1,8 @@
 """One pooled HTTP client per upstream: its replicas, key, headers, timeouts, retries.
 
+Connections are dragoman's own (`dragoman.backends.pool`): a general-purpose client
+cost six times as much CPU per request (bench/clients.py measures both).
+
 Before any byte has gone to the client, a transient failure (connection refused or
 reset, 429, 502, 503, 504, 529) is retried with backoff and jitter, honouring
 `retry-after`, on another healthy replica when there is one, within a bounded
@@ -12,14 +15,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import ssl
 import time
 import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
-
+from dragoman import __version__
 from dragoman.backends.base import upstream_errors
+from dragoman.backends.connection import Response
+from dragoman.backends.pool import Pool
 from dragoman.config import UpstreamConfig
 from dragoman.errors import GatewayError, UpstreamError, UpstreamTimeout, from_upstream
 
@@ -27,6 +32,21 @@ MAX_ERROR_BODY = 64 * 1024
 RETRY_STATUSES = frozenset({429, 502, 503, 504, 529})
 UNHEALTHY_FOR = 5.0  # seconds a replica that refused a connection is passed over
 BACKOFF_BASE = 0.25
+
+
+def _encode_headers(headers: dict[str, str]) -> bytes:
+    lines = []
+    for name, value in headers.items():
+        if name.lower() in _OWN_HEADERS:
+            continue
+        line = f"{name}: {value}\r\n"
+        if line.count("\n") != 1 or "\r" in line[:-2] or "\0" in line:
+            raise ValueError(f"header {name!r}: a name or value holds a line break or NUL")
+        lines.append(line.encode("latin-1"))
+    return b"".join(lines)
+
+
+_OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})  # set by the pool
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -53,8 +73,12 @@ class HttpClient:
     ) -> None:
         self.name = name
         self._upstream = upstream
-        self._session: aiohttp.ClientSession | None = None
-        self.headers = {"content-type": "application/json", **upstream.headers}
+        self._pool: Pool | None = None
+        self._encoded: bytes | None = None
+        self.headers = {
+            "content-type": "application/json", "accept-encoding": "gzip, deflate", "user-agent": f"dragoman/{__version__}",
+            **{name.lower(): value for name, value in upstream.headers.items()},
+        }  # fmt: skip
         if api_key:
             self.headers[auth_header] = f"Bearer {api_key}" if auth_header == "authorization" else api_key
         # Each replica as a server root; `prefix` is the API path under it (e.g. /v1).
@@ -68,24 +92,27 @@ class HttpClient:
         self._proxies = {root: _proxy_for(root, upstream.proxy) for root in roots}
         self._turn = itertools.cycle(range(len(roots)))
 
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True, ssl=self._ssl())
-            timeout = aiohttp.ClientTimeout(total=None, connect=self._upstream.connect_timeout, sock_connect=self._upstream.connect_timeout)
-            # trust_env would look up .netrc and the proxy variables on every request;
-            # the proxy is decided once per replica instead (see _proxies).
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, auto_decompress=True, trust_env=False, skip_auto_headers=("user-agent",)
-            )
-        return self._session
+    def pool(self) -> Pool:
+        if self._pool is None:
+            self._pool = Pool(self.roots, connect_timeout=self._upstream.connect_timeout, tls=self._tls(), proxies=self._proxies)
+        return self._pool
 
-    def _ssl(self) -> Any:
+    def _header_lines(self, extra: dict[str, str] | None) -> bytes:
+        """The request's header lines; the client's own are encoded once (they are fixed
+        by the first request)."""
+        if extra is None:
+            if self._encoded is None:
+                self._encoded = _encode_headers(self.headers)
+            return self._encoded
+        return _encode_headers({**self.headers, **extra})
+
+    def _tls(self) -> ssl.SSLContext | None:
+        """The TLS settings of every https:// replica (None when there is none)."""
+        if not any(root.startswith("https:") for root in self.roots):
+            return None
         upstream = self._upstream
-        if not (upstream.ca_bundle or upstream.client_cert):
-            return upstream.tls_verify  # True: the default context; False: no verification
-        import ssl
-
         context = ssl.create_default_context(cafile=upstream.ca_bundle)
+        context.set_alpn_protocols(["http/1.1"])
         if not upstream.tls_verify:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
@@ -94,8 +121,8 @@ class HttpClient:
         return context
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        if self._pool is not None:
+            await self._pool.close()
 
     def _pick(self, avoid: str | None) -> str:
         now = time.monotonic()
@@ -122,12 +149,13 @@ class HttpClient:
         from_root: bool = False,
         raw: bool = False,
         outcome: Any = None,
-    ) -> aiohttp.ClientResponse:
+    ) -> Response:
         """POST and wait for the response head, retrying transient failures.
 
         Raises the mapped GatewayError for a non-2xx (with `raw`, returns the last
         response whatever its status, for passthrough to relay)."""
-        send_headers = self.headers if headers is None else {**self.headers, **headers}
+        lines = self._header_lines(headers)
+        target = path if from_root else self.prefix + path
         budget_end = time.monotonic() + self._upstream.retry_budget
         root: str | None = None
         attempt = 0
@@ -137,9 +165,7 @@ class HttpClient:
             try:
                 with upstream_errors(self.name):
                     async with asyncio.timeout(self._upstream.first_byte_timeout):
-                        response = await self.session().post(
-                            self.url(path, from_root=from_root, root=root), data=body, headers=send_headers, proxy=self._proxies[root]
-                        )
+                        response = await self.pool().request(root, b"POST", target, lines, body)
             except UpstreamTimeout:
                 raise  # a slow upstream is not helped by asking again
             except UpstreamError:
@@ -155,7 +181,8 @@ class HttpClient:
                     if raw:
                         return response
                     try:
-                        error_body = await response.content.read(MAX_ERROR_BODY)
+                        with upstream_errors(self.name):
+                            error_body = await response.read(MAX_ERROR_BODY)
                     finally:
                         response.release()
                     raise from_upstream(response.status, error_body, upstream=self.name, retry_after=response.headers.get("retry-after"))
@@ -180,14 +207,16 @@ class HttpClient:
 
     async def get(self, path: str, *, timeout: float = 10.0, from_root: bool = False) -> tuple[int, bytes]:
         last: GatewayError | None = None
+        target = path if from_root else self.prefix + path
         for root in [self._pick(avoid=None), *self.roots]:
             try:
                 with upstream_errors(self.name):
                     async with asyncio.timeout(timeout):
-                        async with self.session().get(
-                            self.url(path, from_root=from_root, root=root), headers=self.headers, proxy=self._proxies[root]
-                        ) as response:
+                        response = await self.pool().request(root, b"GET", target, self._header_lines(None), None)
+                        try:
                             return response.status, await response.read()
+                        finally:
+                            response.release()
             except UpstreamError as error:  # try the next replica
                 self._unhealthy[root] = time.monotonic() + UNHEALTHY_FOR
                 last = error

@@ -8,7 +8,6 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-import aiohttp
 import msgspec
 
 from dragoman import ids, sse
@@ -20,6 +19,7 @@ from dragoman.backends.base import (
     UpstreamModel,
     upstream_errors,
 )
+from dragoman.backends.connection import Response
 from dragoman.backends.counting import CountCache, count_prompt, ollama_context
 from dragoman.backends.fetch import has_url_documents, resolve_url_documents
 from dragoman.backends.http import HttpClient
@@ -178,7 +178,7 @@ class OpenAIBackend:
         return Completed(msgspec.json.encode(message), headers=reply.headers)
 
     async def _translated(
-        self, response: aiohttp.ClientResponse, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T]
+        self, response: Response, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T]
     ) -> AsyncGenerator[T, None]:
         """An upstream stream as batches of Anthropic events (one per network read, the
         first token alone), each passed through `encode`: SSE bytes for the client, or
@@ -203,12 +203,11 @@ class OpenAIBackend:
             yield encode(translator.start())
             decoder = DataDecoder()
             watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
-            content = response.content
             started = False
             while not translator.done:
                 try:
                     with upstream_errors(self.name):
-                        raw = await watch.read(content.readany())
+                        raw = await watch.read(response.readany())
                 except Silence:
                     yield encode(PINGS)
                     continue

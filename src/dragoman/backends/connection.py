@@ -1,0 +1,302 @@
+"""One HTTP/1.1 connection to an upstream, and the response read from it.
+
+Upstream calls are the gateway's hot path: a general-purpose client (aiohttp, measured
+in bench/clients.py) spends about 120 µs of CPU on each request, six times the cost of
+the request itself. Here a connection is an asyncio Protocol whose bytes go straight
+into httptools' parser (the one uvicorn uses), and a `Response` hands the body out as
+it arrives: `readany()` for streams, `read()` for whole bodies. Connections are made
+and pooled by `dragoman.backends.pool`.
+
+Failures are exceptions of this module (all ConnectionError), mapped to GatewayErrors
+once, in `dragoman.backends.base`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from typing import TYPE_CHECKING
+
+import httptools
+
+if TYPE_CHECKING:
+    from dragoman.backends.pool import Pool
+
+HIGH_WATER = 256 * 1024  # buffered body bytes at which reading from the upstream pauses
+
+
+class ConnectFailed(ConnectionError):
+    """No connection: refused, unresolvable, timed out, TLS or proxy refusal. Nothing was sent."""
+
+
+class Disconnected(ConnectionError):
+    """The upstream closed the connection before its reply was complete."""
+
+
+class StaleConnection(Disconnected):
+    """A pooled connection was closed by the upstream before it read the request: safe to send again."""
+
+
+class BadResponse(ConnectionError):
+    """The upstream's bytes are not HTTP/1.1 the gateway can read."""
+
+
+class Connection(asyncio.Protocol):
+    """A transport and the response currently being read from it (None while idle)."""
+
+    __slots__ = ("idle_since", "lost", "origin", "response", "transport")
+
+    def __init__(self, origin: object = None) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.response: Response | None = None
+        self.lost = False
+        self.idle_since = 0.0
+        self.origin = origin  # the pool's key for it
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        response = self.response
+        if response is None:  # bytes on an idle connection (a 408 before closing, say): not reusable
+            self.close()
+            return
+        response.feed(data)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.response is not None:
+            self.response.connection_lost(exc)
+
+    def pause_writing(self) -> None:  # requests are written whole; the kernel buffer absorbs them
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.lost = True
+        if self.transport is not None:
+            self.transport.close()
+
+    @property
+    def reusable(self) -> bool:
+        return not self.lost and self.transport is not None and not self.transport.is_closing()
+
+
+class Response:
+    """A response's head (`status`, `headers` with lower-case names) and its body as it
+    arrives. Release it when read to the end (the connection goes back to the pool) or
+    close it (the connection is dropped, which is how an upstream learns to stop)."""
+
+    __slots__ = (
+        "_chunks",
+        "_complete",
+        "_conn",
+        "_decoder",
+        "_done",
+        "_error",
+        "_framed",
+        "_head",
+        "_keep_alive",
+        "_names",
+        "_parser",
+        "_paused",
+        "_pool",
+        "_received",
+        "_reused",
+        "_size",
+        "_waiter",
+        "headers",
+        "status",
+    )  # fmt: skip
+
+    def __init__(self, conn: Connection, pool: Pool | None, *, reused: bool) -> None:
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self._conn = conn
+        self._pool = pool
+        self._parser = httptools.HttpResponseParser(self)
+        self._head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._complete = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+        self._decoder: zlib._Decompress | None = None
+        self._reused = reused
+        self._received = False
+        self._names: list[tuple[bytes, bytes]] = []
+        self._done = False  # released or closed
+        self._framed = False  # Content-Length or chunked: the end of the body is known without a close
+        self._keep_alive = False
+        conn.response = self
+
+    # -- the public surface ---------------------------------------------------------
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "application/octet-stream").partition(";")[0].strip().lower()
+
+    async def wait_head(self) -> None:
+        await self._head
+
+    async def readany(self) -> bytes:
+        """The body bytes that arrived since the last read, waiting for some; b"" at the end."""
+        chunks = self._chunks
+        while not chunks:
+            if self._complete:
+                return b""
+            if self._error is not None:
+                raise self._error
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._size = 0
+        if self._paused:
+            self._paused = False
+            if self._conn.transport is not None:
+                self._conn.transport.resume_reading()
+        return data
+
+    async def read(self, limit: int | None = None) -> bytes:
+        """The body to its end, or its first `limit` bytes."""
+        parts: list[bytes] = []
+        size = 0
+        while limit is None or size < limit:
+            data = await self.readany()
+            if not data:
+                break
+            parts.append(data)
+            size += len(data)
+        body = b"".join(parts)
+        return body if limit is None else body[:limit]
+
+    def release(self) -> None:
+        """Done with the response: its connection is reused if the body was read to the
+        end and the upstream keeps it open, else closed."""
+        if self._done:
+            return
+        self._done = True
+        conn = self._conn
+        conn.response = None
+        if self._complete and self._keep_alive and not self._chunks and conn.reusable and self._pool is not None:
+            self._pool.put_back(conn)
+        else:
+            conn.close()
+
+    def close(self) -> None:
+        """Drop the connection, whatever was read."""
+        if self._done:
+            return
+        self._done = True
+        self._conn.response = None
+        self._conn.close()
+
+    # -- fed by the connection --------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        self._received = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(BadResponse("the upstream switched protocols"))
+        except httptools.HttpParserError as error:
+            self._fail(BadResponse(f"unreadable HTTP from the upstream: {error}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._complete:
+            return
+        if self._head.done() and not self._framed:  # the body ran to the close: that is its end
+            self._finish()
+            return
+        if not self._head.done() and self._reused and not self._received:
+            self._fail(StaleConnection("the upstream closed a pooled connection"))
+        elif not self._head.done():
+            self._fail(Disconnected(f"the upstream closed the connection before answering{_reason(exc)}"))
+        else:
+            self._fail(Disconnected(f"the upstream closed the connection mid-reply{_reason(exc)}"))
+
+    def _fail(self, error: BaseException) -> None:
+        if self._error is None and not self._complete:
+            self._error = error
+        if not self._head.done():
+            self._head.set_exception(error)
+            self._head.exception()  # retrieved: no "never retrieved" warning if nobody waits
+        self._wake()
+        self._conn.close()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _finish(self) -> None:
+        self._complete = True
+        if self._decoder is not None:
+            tail = self._decoder.flush()
+            if tail:
+                self._chunks.append(tail)
+        self._wake()
+
+    # -- httptools callbacks ----------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._names.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # an interim answer (100 Continue, 103): the real one follows
+            self._names.clear()
+            return
+        headers = self.headers
+        for raw_name, raw_value in self._names:
+            name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        self._names.clear()
+        self.status = status
+        self._framed = "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
+        coding = headers.get("content-encoding", "identity").strip().lower()
+        if coding in ("gzip", "x-gzip", "deflate"):
+            self._decoder = zlib.decompressobj(47)  # 32 + 15: gzip or zlib, told apart by the header
+        elif coding not in ("identity", ""):
+            self._fail(BadResponse(f"the upstream used a content-encoding the gateway cannot read: {coding}"))
+            return
+        if not self._head.done():
+            self._head.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        if self._error is not None:
+            return
+        if self._decoder is not None:
+            try:
+                body = self._decoder.decompress(body)
+            except zlib.error as error:
+                self._fail(BadResponse(f"the upstream's compressed body is corrupt: {error}"))
+                return
+            if not body:
+                return
+        self._chunks.append(body)
+        self._size += len(body)
+        if self._size > HIGH_WATER and not self._paused and self._conn.transport is not None:
+            self._paused = True  # a slow reader: stop reading until it catches up
+            self._conn.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        if self.status == 0:  # the end of an interim response: the parser reads the real one next
+            return
+        self._keep_alive = self._parser.should_keep_alive()
+        self._finish()
+
+
+def _reason(exc: Exception | None) -> str:
+    return f" ({exc})" if exc is not None and str(exc) else ""
