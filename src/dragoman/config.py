@@ -199,6 +199,11 @@ def _check(config: Config) -> None:
         for url in upstream.replicas:
             if not url.startswith(("http://", "https://")):
                 raise ConfigError(f"upstreams.{name}.replicas: must start with http:// or https://, got {url!r}")
+        if upstream.proxy is not None and not re.match(r"http://[^/?#]+(/|$)", upstream.proxy):
+            raise ConfigError(f"upstreams.{name}.proxy: must be an http:// URL (https:// proxies are not supported)")
+        for header, value in upstream.headers.items():
+            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", header) or re.search(r"[\r\n\0]", value):
+                raise ConfigError(f"upstreams.{name}.headers.{header}: not a valid header name, or a value with a line break")
         for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
             if getattr(upstream, key) <= 0:
                 raise ConfigError(f"upstreams.{name}.{key}: must be a positive number of seconds")

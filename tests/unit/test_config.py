@@ -140,3 +140,33 @@ def test_effort_budgets_must_be_two_increasing_numbers():
 def test_keepalive_interval_must_be_positive(interval: float) -> None:
     with pytest.raises(ConfigError, match="server.keepalive_interval: must be a positive number"):
         config.from_dict({"server": {"keepalive_interval": interval}})
+
+
+@pytest.mark.parametrize("proxy", ["https://proxy.example:3128", "socks5://127.0.0.1:1080", "proxy.example:3128"])
+def test_a_proxy_must_be_an_http_url(proxy: str) -> None:
+    message = failure(good(upstreams={"local": {"url": "http://127.0.0.1:8000/v1", "proxy": proxy}}))
+    assert message.startswith("upstreams.local.proxy: must be an http:// URL")
+
+
+def test_a_proxy_error_does_not_print_its_credentials() -> None:
+    message = failure(good(upstreams={"local": {"url": "http://127.0.0.1:8000/v1", "proxy": "https://user:s3cret@proxy:3128"}}))
+    assert "s3cret" not in message
+
+
+@pytest.mark.parametrize("headers", [{"x-team": "a\r\nx-admin: 1"}, {"x-team": "a\nb"}, {"bad name": "v"}, {"x:y": "v"}])
+def test_upstream_headers_cannot_smuggle_lines(headers: dict[str, str]) -> None:
+    message = failure(good(upstreams={"local": {"url": "http://127.0.0.1:8000/v1", "headers": headers}}))
+    assert message.startswith(f"upstreams.local.headers.{next(iter(headers))}:")
+
+
+def test_a_proxy_from_the_environment_that_is_not_http_is_a_startup_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dragoman.backends.http import HttpClient
+
+    for name in ("no_proxy", "NO_PROXY", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "https://user:s3cret@proxy.example:3128")
+    upstream = config.from_dict(good(upstreams={"local": {"url": "https://api.example.com/v1"}})).upstreams["local"]
+    with pytest.raises(ConfigError) as caught:
+        HttpClient("local", upstream, None, prefix="/v1")
+    assert str(caught.value).startswith("upstreams.local: only http:// proxies are supported")
+    assert "s3cret" not in str(caught.value)

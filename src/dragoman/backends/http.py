@@ -25,7 +25,7 @@ from dragoman import __version__
 from dragoman.backends.base import upstream_errors
 from dragoman.backends.connection import Response
 from dragoman.backends.pool import Pool
-from dragoman.config import UpstreamConfig
+from dragoman.config import ConfigError, UpstreamConfig
 from dragoman.errors import GatewayError, UpstreamError, UpstreamTimeout, from_upstream
 
 MAX_ERROR_BODY = 64 * 1024
@@ -73,7 +73,6 @@ class HttpClient:
     ) -> None:
         self.name = name
         self._upstream = upstream
-        self._pool: Pool | None = None
         self._encoded: bytes | None = None
         self.headers = {
             "content-type": "application/json", "accept-encoding": "gzip, deflate", "user-agent": f"dragoman/{__version__}",
@@ -91,10 +90,12 @@ class HttpClient:
         self._unhealthy: dict[str, float] = {}
         self._proxies = {root: _proxy_for(root, upstream.proxy) for root in roots}
         self._turn = itertools.cycle(range(len(roots)))
+        try:
+            self._pool = Pool(roots, connect_timeout=upstream.connect_timeout, tls=self._tls(), proxies=self._proxies)
+        except (ValueError, OSError) as error:  # a proxy from HTTP(S)_PROXY that is not http://, unreadable TLS files
+            raise ConfigError(f"upstreams.{name}: {error}") from None
 
     def pool(self) -> Pool:
-        if self._pool is None:
-            self._pool = Pool(self.roots, connect_timeout=self._upstream.connect_timeout, tls=self._tls(), proxies=self._proxies)
         return self._pool
 
     def _header_lines(self, extra: dict[str, str] | None) -> bytes:
@@ -121,8 +122,7 @@ class HttpClient:
         return context
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
+        await self._pool.close()
 
     def _pick(self, avoid: str | None) -> str:
         now = time.monotonic()

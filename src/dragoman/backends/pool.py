@@ -34,7 +34,7 @@ class _Proxy:
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"only http:// proxies are supported, got {url!r}")
+            raise ValueError(f"only http:// proxies are supported, got a {parts.scheme or 'schemeless'} URL")
         self.host = parts.hostname
         self.port = parts.port or 80
         self.authorization = b""
