@@ -1,8 +1,10 @@
-"""Which HTTP client to call upstreams with: aiohttp or httpx, measured.
+"""Which HTTP client to call upstreams with, measured: aiohttp, httpx, and dragoman's
+own (dragoman.backends.http on asyncio Protocols with httptools, the one it uses).
 
 Starts the fake upstream, then drives it with each client as dragoman would (one
 pooled client, a small JSON POST to /v1/chat/completions, the body read whole),
 at concurrency 1 and 32, and prints requests per second and client CPU per request.
+dragoman's client is measured through HttpClient.post, retries and timeouts included.
 
     python bench/clients.py [--seconds 3]
 """
@@ -71,6 +73,24 @@ async def _httpx(url: str, concurrency: int, seconds: float) -> tuple[float, flo
         return await _drive(call, concurrency, seconds)
 
 
+async def _dragoman(url: str, concurrency: int, seconds: float) -> tuple[float, float]:
+    from dragoman.backends.http import HttpClient
+    from dragoman.config import from_dict
+
+    upstream = from_dict({"upstreams": {"fake": {"url": url.removesuffix("/chat/completions")}}}).upstreams["fake"]
+    client = HttpClient("fake", upstream, None, prefix="/v1")
+
+    async def call() -> None:
+        response = await client.post("/chat/completions", BODY)
+        await response.read()
+        response.release()
+
+    try:
+        return await _drive(call, concurrency, seconds)
+    finally:
+        await client.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
@@ -87,7 +107,7 @@ def main() -> int:
         except ImportError:
             pass
         print(f"{'client':8} {'conc':>4} {'req/s':>8} {'CPU µs/req':>11}   (python {sys.version.split()[0]}, pid {os.getpid()})")
-        for name, run in (("aiohttp", _aiohttp), ("httpx", _httpx)):
+        for name, run in (("aiohttp", _aiohttp), ("httpx", _httpx), ("dragoman", _dragoman)):
             for concurrency in (1, 32):
                 rate, cpu = asyncio.run(run(url, concurrency, args.seconds))
                 print(f"{name:8} {concurrency:>4} {rate:>8.0f} {cpu:>11.0f}")
