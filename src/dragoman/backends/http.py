@@ -1,7 +1,7 @@
 """One pooled HTTP client per upstream: its replicas, key, headers, timeouts, retries.
 
-Connections are dragoman's own (`dragoman.backends.pool`): a general-purpose client
-cost six times as much CPU per request (bench/clients.py measures both).
+Connections are dragoman's own (`dragoman.backends.pool`): aiohttp cost three times
+as much CPU per request (bench/clients.py measures both).
 
 Before any byte has gone to the client, a transient failure (connection refused or
 reset, 429, 502, 503, 504, 529) is retried with backoff and jitter, honouring
