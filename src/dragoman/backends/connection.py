@@ -149,10 +149,10 @@ class Response:
         """The body bytes that arrived since the last read, waiting for some; b"" at the end."""
         chunks = self._chunks
         while not chunks:
-            if self._complete:
-                return b""
             if self._error is not None:
                 raise self._error
+            if self._complete:
+                return b""
             waiter = self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await waiter
@@ -240,19 +240,29 @@ class Response:
             waiter.set_result(None)
 
     def _finish(self) -> None:
-        self._complete = True
         if self._decoder is not None:
             tail = self._decoder.flush()
             if tail:
                 self._chunks.append(tail)
+            if not self._decoder.eof:
+                self._fail(BadResponse("the upstream's compressed body ends before its compressed stream does"))
+                return
+        self._complete = True
         self._wake()
 
     # -- httptools callbacks ----------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        if self._complete:  # bytes past the answer (an unasked-for 408, say): ignored, and the connection is not reused
+            self._keep_alive = False
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._names.append((name, value))
+        if not self._complete:
+            self._names.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self._complete:
+            return
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim answer (100 Continue, 103): the real one follows
             self._names.clear()
@@ -274,7 +284,7 @@ class Response:
             self._head.set_result(None)
 
     def on_body(self, body: bytes) -> None:
-        if self._error is not None:
+        if self._error is not None or self._complete:
             return
         if self._decoder is not None:
             try:
@@ -292,6 +302,8 @@ class Response:
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self._complete or self._error is not None:
+            return
         if self.status == 0:  # the end of an interim response: the parser reads the real one next
             return
         self._keep_alive = self._parser.should_keep_alive()
