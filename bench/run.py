@@ -15,8 +15,8 @@ Targets, each fed the same Anthropic request (shapes.py) unless said otherwise:
   per streamed chunk for any Python relay, measured in the json and paced100
   cells only (for that figure) and shown beside the gateways' as a reference;
 - `asgi-floor`: the Anthropic request through bench/asgi_floor.py, the least an
-  ASGI proxy on dragoman's stack (uvicorn with httptools and uvloop, one pooled
-  aiohttp session) can do, in front of the fake's /v1/messages: the per-request
+  ASGI proxy on dragoman's stack (uvicorn with httptools and uvloop, dragoman's
+  own upstream connection pool) can do, in front of the fake's /v1/messages: the per-request
   and per-chunk floor of that stack, measured in the json, stream100 and paced100
   cells (not stream500) and shown beside the dragoman paths' as a reference.
 
@@ -90,7 +90,7 @@ MODES = {
     "paced100": (True, 100, PACED_MODEL),
 }
 RELAY = "relay-floor"  # bench/relay.py: the per-chunk CPU floor, not a gateway
-FLOOR = "asgi-floor"  # bench/asgi_floor.py: the floor of uvicorn + aiohttp, not a gateway
+FLOOR = "asgi-floor"  # bench/asgi_floor.py: the floor of dragoman's stack (uvicorn + its upstream pool), not a gateway
 TARGETS = ("direct-openai", "direct-anthropic", RELAY, FLOOR, "translating", "passthrough", "litellm")
 BASELINE = {"translating": "direct-openai", "litellm": "direct-openai", "passthrough": "direct-anthropic", RELAY: "direct-openai",
             FLOOR: "direct-anthropic"}  # fmt: skip
@@ -468,7 +468,7 @@ def target_checks(results: dict[tuple[Case, str], load.Result], idle: dict[str, 
             r, a = get(shape, mode, 1, target), added(shape, mode, 1, target, 50, ttft)
             if r is not None and a is not None and r.cpu_per_request_ms is not None:
                 parts.append(f"{target} {a:,.2f} ms / {r.cpu_per_request_ms:,.3f} ms/req")
-        out.append(f"  - reference, not a target: uvicorn+aiohttp floor (bench/asgi_floor.py), {shape} {mode} c=1: "
+        out.append(f"  - reference, not a target: stack floor (bench/asgi_floor.py), {shape} {mode} c=1: "
                    f"{what} {floor_added:,.2f} ms, CPU {floor.cpu_per_request_ms:,.3f} ms/req"
                    + (" — " + ", ".join(parts) if parts else ""))  # fmt: skip
 
@@ -506,7 +506,7 @@ def target_checks(results: dict[tuple[Case, str], load.Result], idle: dict[str, 
                                f"CPU per streamed chunk (tokens 1 ms apart): {floor:,.2f} µs — the floor for a Python relay")  # fmt: skip
                 stack = paced_per_chunk(shape, c, FLOOR)
                 if per_chunk is not None and stack is not None:
-                    out.append(f"  - reference, not a target: uvicorn+aiohttp floor (bench/asgi_floor.py), {shape}, c={c}, "
+                    out.append(f"  - reference, not a target: stack floor (bench/asgi_floor.py), {shape}, c={c}, "
                                f"CPU per streamed chunk (tokens 1 ms apart): {stack:,.2f} µs — the floor of dragoman's stack")  # fmt: skip
         for shape in shapes.SHAPES:
             for mode, factor in (("json", 10), ("stream100", 20)):
