@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+import urllib.parse
 from pathlib import Path
 from typing import Any, Literal
 
@@ -192,6 +193,11 @@ def _check(config: Config) -> None:
     for name, upstream in config.upstreams.items():
         if not upstream.url.startswith(("http://", "https://")):
             raise ConfigError(f"upstreams.{name}.url: must start with http:// or https://, got {upstream.url!r}")
+        for key, url in [("url", upstream.url)] + [("replicas", r) for r in upstream.replicas]:
+            parts = urllib.parse.urlsplit(url)
+            if parts.query or parts.fragment or "@" in parts.netloc:  # never quoted: it may hold a password
+                raise ConfigError(f"upstreams.{name}.{key}: a URL without a query, fragment or user:password@ is needed "
+                                  "(keys go in api_key or api_key_env, other headers in headers)")
         for key in ("ca_bundle", "client_cert", "client_key"):
             path = getattr(upstream, key)
             if path and not os.path.isfile(os.path.expanduser(path)):

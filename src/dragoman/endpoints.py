@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
@@ -69,10 +69,11 @@ class EventStreamResponse(StreamingResponse):
     """
 
     def __init__(self, chunks: AsyncIterator[bytes], *, headers: Mapping[str, str], status_code: int,
-                 outcome: Outcome, metrics: Metrics) -> None:  # fmt: skip
+                 outcome: Outcome, metrics: Metrics, on_close: Callable[[], None] | None = None) -> None:  # fmt: skip
         super().__init__(chunks, status_code=status_code, headers=headers, media_type="text/event-stream")
         self.outcome = outcome
         self.metrics = metrics
+        self.on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome, metrics = self.outcome, self.metrics
@@ -97,6 +98,8 @@ class EventStreamResponse(StreamingResponse):
             close = getattr(self.body_iterator, "aclose", None)
             if close is not None:
                 await close()  # runs the stream's own clean-up now (closing the upstream), not at garbage collection
+            if self.on_close is not None:
+                self.on_close()
             metrics.record(outcome)
 
     async def _relay(self, send: Send, outcome: Outcome) -> None:
@@ -128,7 +131,8 @@ def render(reply: Reply, request_id: str, outcome: Outcome, metrics: Metrics) ->
         headers = {**reply.headers, "request-id": request_id}
         return Response(reply.body, status_code=reply.status, headers=headers, media_type="application/json")
     headers = {**SSE_HEADERS, **reply.headers, "request-id": request_id}
-    return EventStreamResponse(reply.chunks, status_code=reply.status, headers=headers, outcome=outcome, metrics=metrics)
+    return EventStreamResponse(reply.chunks, status_code=reply.status, headers=headers, outcome=outcome, metrics=metrics,
+                               on_close=reply.on_close)  # fmt: skip
 
 
 async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call, Route, Outcome]:

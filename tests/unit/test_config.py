@@ -170,3 +170,29 @@ def test_a_proxy_from_the_environment_that_is_not_http_is_a_startup_error(monkey
         HttpClient("local", upstream, None, prefix="/v1")
     assert str(caught.value).startswith("upstreams.local: only http:// proxies are supported")
     assert "s3cret" not in str(caught.value)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1?key=s3cret", "http://user:s3cret@127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1#x"])
+def test_an_upstream_url_holds_no_query_fragment_or_credentials(url: str) -> None:
+    message = failure(good(upstreams={"local": {"url": url}}))
+    assert message.startswith("upstreams.local.url: a URL without a query") and "s3cret" not in message
+    message = failure(good(upstreams={"local": {"url": "http://127.0.0.1:8000/v1", "replicas": [url]}}))
+    assert message.startswith("upstreams.local.replicas: a URL without a query") and "s3cret" not in message
+
+
+def test_a_proxy_password_with_a_slash_is_not_printed() -> None:
+    from dragoman.backends.http import HttpClient
+
+    upstream = config.from_dict(good(upstreams={"local": {"url": "http://10.1.2.3:8000/v1", "proxy": "http://alice:s3c/ret@proxy:3128"}}))
+    with pytest.raises(ConfigError) as caught:
+        HttpClient("local", upstream.upstreams["local"], None, prefix="/v1")
+    assert "s3c" not in str(caught.value) and "%2F" in str(caught.value)
+
+
+def test_an_api_key_with_a_line_break_is_a_startup_error() -> None:
+    from dragoman.backends.http import HttpClient
+
+    upstream = config.from_dict(good()).upstreams["local"]
+    with pytest.raises(ConfigError) as caught:
+        HttpClient("local", upstream, "sk-abc\r\nx-admin: 1", prefix="/v1")
+    assert str(caught.value).startswith("upstreams.local: header 'authorization'") and "sk-abc" not in str(caught.value)

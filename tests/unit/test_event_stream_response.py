@@ -118,3 +118,30 @@ def test_a_client_gone_stops_the_stream_and_closes_it() -> None:
     except asyncio.CancelledError:
         pass  # the watch cancels the task serving the response, as the server's would be
     assert closed == [True] and outcome.disconnected and metrics.recorded == [outcome]
+
+
+def test_on_close_runs_even_when_the_stream_never_started() -> None:
+    """A client gone before the response head is sent: the chunk generator never ran, so
+    its own clean-up never will; `on_close` still closes the upstream response."""
+    closed: list[str] = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            yield DELTA
+        finally:
+            closed.append("generator")  # never reached: the generator never started
+
+    outcome = Outcome(request_id="req_1", endpoint="messages", upstream="up")
+    response = EventStreamResponse(chunks(), headers={}, status_code=200, outcome=outcome, metrics=Recorder(),
+                                   on_close=lambda: closed.append("on_close"))  # fmt: skip
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(10)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        raise OSError("the client is gone")
+
+    asyncio.run(response({"type": "http"}, receive, send))  # type: ignore[arg-type]
+    assert closed == ["on_close"]
+    assert outcome.disconnected

@@ -766,8 +766,9 @@ def test_the_request_bytes_are_exact() -> None:
 
 def test_the_host_line_leaves_out_a_default_port() -> None:
     assert Origin("http://models.example:80/v1", None, None).host_line == b"host: models.example\r\n"
-    assert Origin("https://models.example", None, None).host_line == b"host: models.example\r\n"
-    assert Origin("https://models.example:8443", None, None).host_line == b"host: models.example:8443\r\n"
+    tls = ssl.create_default_context()
+    assert Origin("https://models.example", tls, None).host_line == b"host: models.example\r\n"
+    assert Origin("https://models.example:8443", tls, None).host_line == b"host: models.example:8443\r\n"
     assert Origin("http://[::1]:8000", None, None).host_line == b"host: [::1]:8000\r\n"
 
 

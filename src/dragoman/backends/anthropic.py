@@ -72,8 +72,8 @@ class AnthropicBackend:
         self.name = name
         self._upstream = upstream
         # The url is the SDK's base URL, without /v1; a trailing /v1 is tolerated.
-        self._http = HttpClient(name, upstream, config.upstream_key(upstream), auth_header="x-api-key", prefix="/v1")
-        self._http.headers.setdefault("anthropic-version", "2023-06-01")
+        self._http = HttpClient(name, upstream, config.upstream_key(upstream), auth_header="x-api-key", prefix="/v1",
+                                defaults={"anthropic-version": "2023-06-01"})  # fmt: skip
         self._keepalive = config.server.keepalive_interval
 
     async def close(self) -> None:
@@ -116,7 +116,7 @@ class AnthropicBackend:
             return Streaming(late_start(head, self._keepalive, lambda r: self._late_relay(r, call)))
         headers = _reply_headers(head.headers)
         if head.content_type == "text/event-stream" and head.status == 200:
-            return Streaming(self._relay(head, call), headers=headers)
+            return Streaming(self._relay(head, call), headers=headers, on_close=head.close)
         return await self._complete(head, call, headers)
 
     async def _late_relay(self, response: Response, call: Call) -> AsyncIterator[bytes]:

@@ -3,7 +3,7 @@ where the HTTP client's exceptions become GatewayErrors."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -42,6 +42,9 @@ class Streaming:
     chunks: AsyncIterator[bytes]
     headers: dict[str, str] = field(default_factory=dict)
     status: int = 200
+    # Called once the stream is over, however it ended: closes the upstream response even
+    # if `chunks` never started (a generator's own clean-up runs only once it has).
+    on_close: Callable[[], None] | None = None
 
 
 Reply = Completed | Streaming

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from dragoman.backends.pool import Pool
 
 HIGH_WATER = 256 * 1024  # buffered body bytes at which reading from the upstream pauses
+MAX_HEAD = 64 * 1024  # bytes of response headers accepted
+# A pooled connection the upstream closes this soon after a request went out, before a
+# byte of answer, was closed while idle (the keep-alive race): the request is sent once
+# more. Later, the upstream may have worked on it: that is an ordinary failure.
+STALE_WINDOW = 0.5
 
 
 class ConnectFailed(ConnectionError):
@@ -34,7 +39,7 @@ class Disconnected(ConnectionError):
 
 
 class StaleConnection(Disconnected):
-    """A pooled connection was closed by the upstream before it read the request: safe to send again."""
+    """A pooled connection was closed by the upstream as the request went out: safe to send again."""
 
 
 class BadResponse(ConnectionError):
@@ -95,12 +100,14 @@ class Response:
     __slots__ = (
         "_chunks",
         "_complete",
+        "_compressed",
         "_conn",
         "_decoder",
         "_done",
         "_error",
         "_framed",
         "_head",
+        "_head_size",
         "_keep_alive",
         "_names",
         "_parser",
@@ -108,6 +115,7 @@ class Response:
         "_pool",
         "_received",
         "_reused",
+        "_sent_at",
         "_size",
         "_waiter",
         "headers",
@@ -134,7 +142,12 @@ class Response:
         self._done = False  # released or closed
         self._framed = False  # Content-Length or chunked: the end of the body is known without a close
         self._keep_alive = False
+        self._head_size = 0
+        self._sent_at = 0.0  # when the request was written (mark_sent)
+        self._compressed = False  # a compressed byte arrived (an empty body has no compressed stream to end)
         conn.response = self
+        if conn.lost:  # lost before this response was attached (a close right after connecting)
+            self.connection_lost(None)
 
     # -- the public surface ---------------------------------------------------------
 
@@ -144,6 +157,9 @@ class Response:
 
     async def wait_head(self) -> None:
         await self._head
+
+    def mark_sent(self) -> None:
+        self._sent_at = asyncio.get_running_loop().time()
 
     async def readany(self) -> bytes:
         """The body bytes that arrived since the last read, waiting for some; b"" at the end."""
@@ -188,7 +204,8 @@ class Response:
         self._done = True
         conn = self._conn
         conn.response = None
-        if self._complete and self._keep_alive and not self._chunks and conn.reusable and self._pool is not None:
+        if (self._complete and self._keep_alive and not self._chunks and conn.reusable and self._pool is not None
+                and conn.transport is not None and not conn.transport.get_write_buffer_size()):  # fmt: skip
             self._pool.put_back(conn)
         else:
             conn.close()
@@ -215,10 +232,11 @@ class Response:
     def connection_lost(self, exc: Exception | None) -> None:
         if self._complete:
             return
-        if self._head.done() and not self._framed:  # the body ran to the close: that is its end
+        if self._head.done() and not self._framed and exc is None:  # the body ran to the close: that is its end
             self._finish()
             return
-        if not self._head.done() and self._reused and not self._received:
+        if (not self._head.done() and self._reused and not self._received
+                and asyncio.get_running_loop().time() - self._sent_at < STALE_WINDOW):  # fmt: skip
             self._fail(StaleConnection("the upstream closed a pooled connection"))
         elif not self._head.done():
             self._fail(Disconnected(f"the upstream closed the connection before answering{_reason(exc)}"))
@@ -244,7 +262,7 @@ class Response:
             tail = self._decoder.flush()
             if tail:
                 self._chunks.append(tail)
-            if not self._decoder.eof:
+            if self._compressed and not self._decoder.eof:
                 self._fail(BadResponse("the upstream's compressed body ends before its compressed stream does"))
                 return
         self._complete = True
@@ -257,11 +275,16 @@ class Response:
             self._keep_alive = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if not self._complete:
-            self._names.append((name, value))
+        if self._complete or self._error is not None:
+            return
+        self._head_size += len(name) + len(value)
+        if self._head_size > MAX_HEAD:
+            self._fail(BadResponse(f"the upstream's response headers exceed {MAX_HEAD // 1024} KB"))
+            return
+        self._names.append((name, value))
 
     def on_headers_complete(self) -> None:
-        if self._complete:
+        if self._complete or self._error is not None:
             return
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim answer (100 Continue, 103): the real one follows
@@ -288,6 +311,9 @@ class Response:
             return
         if self._decoder is not None:
             try:
+                if not self._compressed and _raw_deflate(body, self.headers):
+                    self._decoder = zlib.decompressobj(-15)  # some servers send "deflate" without the zlib wrapper
+                self._compressed = True
                 body = self._decoder.decompress(body)
             except zlib.error as error:
                 self._fail(BadResponse(f"the upstream's compressed body is corrupt: {error}"))
@@ -308,6 +334,14 @@ class Response:
             return
         self._keep_alive = self._parser.should_keep_alive()
         self._finish()
+
+
+def _raw_deflate(first: bytes, headers: dict[str, str]) -> bool:
+    """Whether a `deflate` body's first bytes lack the zlib header (RFC 1950: CM 8, a
+    multiple of 31)."""
+    if headers.get("content-encoding", "").strip().lower() != "deflate" or len(first) < 2:
+        return False
+    return not (first[0] & 0x0F == 8 and (first[0] << 8 | first[1]) % 31 == 0)
 
 
 def _reason(exc: Exception | None) -> str:

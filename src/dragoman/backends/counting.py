@@ -13,6 +13,8 @@ from collections import OrderedDict
 
 import msgspec
 
+from dragoman.backends.base import upstream_errors
+from dragoman.backends.connection import Response
 from dragoman.backends.http import HttpClient
 from dragoman.errors import GatewayError
 from dragoman.profiles import TokenCounter
@@ -38,6 +40,11 @@ class _ChatTokenize(msgspec.Struct, omit_defaults=True, kw_only=True):
     tools: list[openai.FunctionTool] | None = None
 
 
+async def _body(http: HttpClient, response: Response) -> bytes:
+    with upstream_errors(http.name):
+        return await response.read()
+
+
 class _Tokenize(msgspec.Struct):
     content: str
     add_special: bool = True
@@ -50,18 +57,18 @@ async def count_prompt(http: HttpClient, counter: TokenCounter, chat: openai.Cha
         body = msgspec.json.encode(_ChatTokenize(model=chat.model, messages=chat.messages, tools=chat.tools, add_generation_prompt=True))
         response = await http.post("/tokenize", body, from_root=True)
         try:
-            return msgspec.json.decode(await response.read(), type=_Count).count
+            return msgspec.json.decode(await _body(http, response), type=_Count).count
         finally:
             response.release()
     body = msgspec.json.encode({"messages": chat.messages, "tools": chat.tools} if chat.tools else {"messages": chat.messages})
     response = await http.post("/apply-template", body, from_root=True)
     try:
-        prompt = msgspec.json.decode(await response.read(), type=_Prompt).prompt
+        prompt = msgspec.json.decode(await _body(http, response), type=_Prompt).prompt
     finally:
         response.release()
     response = await http.post("/tokenize", msgspec.json.encode(_Tokenize(content=prompt)), from_root=True)
     try:
-        return len(msgspec.json.decode(await response.read(), type=_Tokens).tokens)
+        return len(msgspec.json.decode(await _body(http, response), type=_Tokens).tokens)
     finally:
         response.release()
 
@@ -97,7 +104,7 @@ async def ollama_context(http: HttpClient, model: str) -> int | None:
     try:
         response = await http.post("/api/show", msgspec.json.encode({"model": model}), from_root=True)
         try:
-            show = msgspec.json.decode(await response.read(), type=_OllamaShow)
+            show = msgspec.json.decode(await _body(http, response), type=_OllamaShow)
         finally:
             response.release()
     except (GatewayError, msgspec.DecodeError):

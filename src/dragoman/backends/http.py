@@ -69,14 +69,14 @@ def _proxy_for(root: str, configured: str | None) -> str | None:
 
 class HttpClient:
     def __init__(
-        self, name: str, upstream: UpstreamConfig, api_key: str | None, *, auth_header: str = "authorization", prefix: str = ""
+        self, name: str, upstream: UpstreamConfig, api_key: str | None, *, auth_header: str = "authorization", prefix: str = "",
+        defaults: dict[str, str] | None = None,
     ) -> None:
         self.name = name
         self._upstream = upstream
-        self._encoded: bytes | None = None
         self.headers = {
-            "content-type": "application/json", "accept-encoding": "gzip, deflate", "user-agent": f"dragoman/{__version__}",
-            **{name.lower(): value for name, value in upstream.headers.items()},
+            "content-type": "application/json", "accept": "*/*", "accept-encoding": "gzip", "user-agent": f"dragoman/{__version__}",
+            **(defaults or {}), **{name.lower(): value for name, value in upstream.headers.items()},
         }  # fmt: skip
         if api_key:
             self.headers[auth_header] = f"Bearer {api_key}" if auth_header == "authorization" else api_key
@@ -91,19 +91,18 @@ class HttpClient:
         self._proxies = {root: _proxy_for(root, upstream.proxy) for root in roots}
         self._turn = itertools.cycle(range(len(roots)))
         try:
-            self._pool = Pool(roots, connect_timeout=upstream.connect_timeout, tls=self._tls(), proxies=self._proxies)
-        except (ValueError, OSError) as error:  # a proxy from HTTP(S)_PROXY that is not http://, unreadable TLS files
+            self._encoded = _encode_headers(self.headers)
+            self._pool = Pool(roots, connect_timeout=upstream.connect_timeout, tls=self._tls(), proxies=self._proxies,
+                              host=self.headers.get("host"))  # fmt: skip
+        except (ValueError, OSError) as error:  # a proxy from HTTP(S)_PROXY that is not http://, unreadable TLS files, a bad key
             raise ConfigError(f"upstreams.{name}: {error}") from None
 
     def pool(self) -> Pool:
         return self._pool
 
     def _header_lines(self, extra: dict[str, str] | None) -> bytes:
-        """The request's header lines; the client's own are encoded once (they are fixed
-        by the first request)."""
+        """The request's header lines; the client's own are encoded once, at start-up."""
         if extra is None:
-            if self._encoded is None:
-                self._encoded = _encode_headers(self.headers)
             return self._encoded
         return _encode_headers({**self.headers, **extra})
 

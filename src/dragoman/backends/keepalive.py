@@ -137,7 +137,12 @@ async def head_or_task(start: Awaitable[T], interval: float) -> T | asyncio.Task
     try:
         await waiter
     except BaseException:
-        task.cancel()
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled() and task.exception() is None:  # answered as the caller was cancelled
+            close = getattr(task.result(), "close", None)
+            if close is not None:
+                close()
         raise
     finally:
         timer.cancel()

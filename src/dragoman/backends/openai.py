@@ -144,9 +144,8 @@ class OpenAIBackend:
             head = await head_or_task(post, self._keepalive)
             if isinstance(head, asyncio.Task):
                 chunks = late_start(head, self._keepalive, lambda response: self._translated(response, translator, call.outcome, _sse))
-            else:
-                chunks = self._translated(head, translator, call.outcome, _sse)
-            return Streaming(chunks, headers=_headers(translated))
+                return Streaming(chunks, headers=_headers(translated))
+            return Streaming(self._translated(head, translator, call.outcome, _sse), headers=_headers(translated), on_close=head.close)
         response = await post
         if not upstream_stream:
             with upstream_errors(self.name):

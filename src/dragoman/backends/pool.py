@@ -32,11 +32,16 @@ class _Proxy:
     __slots__ = ("authorization", "host", "port")
 
     def __init__(self, url: str) -> None:
+        # Messages never quote the URL: it may hold a password.
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
-            raise ValueError(f"only http:// proxies are supported, got a {parts.scheme or 'schemeless'} URL")
+            raise ValueError("only http:// proxies are supported (the proxy URL is not one)")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError("the proxy URL's port is not a number (a '/' in a password is written %2F)") from None
         self.host = parts.hostname
-        self.port = parts.port or 80
+        self.port = port or 80
         self.authorization = b""
         if parts.username is not None:
             secret = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
@@ -48,10 +53,12 @@ class Origin:
 
     __slots__ = ("ascii_host", "authority", "host", "host_line", "idle", "port", "proxy", "root", "target_prefix", "tls")
 
-    def __init__(self, root: str, tls: ssl.SSLContext | None, proxy: str | None) -> None:
+    def __init__(self, root: str, tls: ssl.SSLContext | None, proxy: str | None, host: str | None = None) -> None:
         parts = urlsplit(root)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http:// or https:// URL: {root!r}")
+        if parts.scheme == "https" and tls is None:
+            raise ValueError(f"{root}: an https:// URL needs TLS settings")
         self.root = root
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -66,7 +73,7 @@ class Origin:
         # Through a proxy, a plain-HTTP request names the whole URL (absolute form).
         absolute = self.proxy is not None and self.tls is None
         self.target_prefix = (f"http://{netloc}".encode("ascii") if absolute else b"") + base
-        self.host_line = b"host: " + netloc.encode("ascii") + b"\r\n"
+        self.host_line = b"host: " + (host or netloc).encode("latin-1") + b"\r\n"  # a configured Host wins
         if absolute and self.proxy is not None:
             self.host_line += self.proxy.authorization
         self.idle: list[Connection] = []
@@ -96,8 +103,11 @@ class _Tunnel(asyncio.Protocol):
 class Pool:
     """Connections for one upstream's replicas (`roots`, each a scheme://host[:port][/path])."""
 
-    def __init__(self, roots: list[str], *, connect_timeout: float, tls: ssl.SSLContext | None, proxies: Mapping[str, str | None]) -> None:
-        self._origins = {root: Origin(root, tls, proxies.get(root)) for root in roots}
+    def __init__(
+        self, roots: list[str], *, connect_timeout: float, tls: ssl.SSLContext | None, proxies: Mapping[str, str | None],
+        host: str | None = None,
+    ) -> None:
+        self._origins = {root: Origin(root, tls, proxies.get(root), host) for root in roots}
         self._connect_timeout = connect_timeout
 
     async def request(self, root: str, method: bytes, target: str, headers: bytes, body: bytes | None) -> Response:
@@ -117,6 +127,7 @@ class Pool:
             response = Response(conn, self, reused=reused)
             transport = conn.transport
             assert transport is not None
+            response.mark_sent()
             if body is None:
                 transport.write(head)
             elif len(body) <= SMALL_BODY:
@@ -167,6 +178,8 @@ class Pool:
                     _, conn = await loop.create_connection(lambda: Connection(origin), origin.proxy.host, origin.proxy.port)
                 else:
                     conn = await self._tunnel(origin)
+        except ConnectFailed:
+            raise
         except TimeoutError:
             raise ConnectFailed(f"connecting to {origin.where} timed out after {self._connect_timeout:g} s") from None
         except ssl.SSLError as error:
