@@ -5,7 +5,9 @@ in bench/clients.py) spent about 110 µs of CPU on each request, three times wha
 one does, retries and timeouts included. Here a connection is an asyncio Protocol whose bytes go straight
 into httptools' parser (the one uvicorn uses), and a `Response` hands the body out as
 it arrives: `readany()` for streams, `read()` for whole bodies. Connections are made
-and pooled by `dragoman.backends.pool`.
+and pooled by `dragoman.backends.pool`. The gateway's rare outbound fetches (URL
+documents, the models.dev registry) stay on aiohttp, for its resolver hook, redirects
+and environment proxies; they are not on any request's hot path.
 
 Failures are exceptions of this module (all ConnectionError), mapped to GatewayErrors
 once, in `dragoman.backends.base`.
