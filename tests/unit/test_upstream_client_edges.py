@@ -11,6 +11,7 @@ import zlib
 
 import pytest
 
+from dragoman.backends import pool as pool_module
 from dragoman.backends.connection import STALE_WINDOW, Disconnected
 from dragoman.backends.keepalive import head_or_task
 from dragoman.backends.pool import Origin, Pool
@@ -146,3 +147,36 @@ def test_a_response_that_arrives_as_its_caller_is_cancelled_is_closed() -> None:
         assert closed == [True]
 
     run(main)
+
+
+def test_a_black_holed_address_does_not_cost_the_connect_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host's first address drops every SYN (a listening socket whose accept queue is
+    full does that on loopback); the next address is tried alongside after 0.25 s, so
+    the request succeeds instead of waiting out the connect timeout on the first."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(0)
+    filler = socket.create_connection(hole.getsockname())  # fills the queue: further SYNs go unanswered
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(ok(b"ok"))
+
+    async def main() -> None:
+        async with Script(handler) as server:
+            async def addresses(host: str, port: int) -> list[tuple]:  # type: ignore[type-arg]
+                assert host == "models.test"
+                return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", hole.getsockname()),
+                        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", server.port))]  # fmt: skip
+
+            monkeypatch.setattr(pool_module, "_addresses", addresses)
+            root = f"http://models.test:{server.port}"
+            pool = Pool([root], connect_timeout=3, tls=None, proxies={})
+            assert await get(pool, root) == b"ok"  # one address at a time: ConnectFailed after 3 s instead
+            await pool.close()
+
+    try:
+        run(main)
+    finally:
+        filler.close()
+        hole.close()

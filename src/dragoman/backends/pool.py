@@ -1,7 +1,9 @@
 """Pooled HTTP/1.1 connections to an upstream's replicas: plain or TLS, straight or
 through an HTTP proxy (absolute-form requests for http://, a CONNECT tunnel for https://).
 
-A connection goes back to the pool when its response was read to the end and the
+New connections race a host's addresses (IPv6 and IPv4) the happy-eyeballs way
+(RFC 8305, with aiohappyeyeballs: uvloop's create_connection tries them one by one, so a
+black-holed address would cost the whole connect timeout). A connection goes back to the pool when its response was read to the end and the
 upstream keeps it open; it is reused most-recently-used first, and dropped once idle
 for IDLE_LIMIT. A request that finds its pooled connection closed by the upstream
 (before a byte of the answer came) is sent once more on a new connection.
@@ -11,10 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import socket
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
+from typing import TypeVar
 from urllib.parse import quote, unquote, urlsplit
+
+import aiohappyeyeballs
 
 from dragoman.backends.connection import (
     ConnectFailed,
@@ -23,6 +29,8 @@ from dragoman.backends.connection import (
     StaleConnection,
 )
 
+T = TypeVar("T")
+HAPPY_EYEBALLS_DELAY = 0.25  # seconds before the next address is tried alongside (RFC 8305's default)
 IDLE_LIMIT = 15.0  # seconds a pooled connection may wait for its next request
 MAX_IDLE = 256  # pooled connections kept per replica
 SMALL_BODY = 16 * 1024  # bodies up to this size are joined to the head: one write
@@ -81,6 +89,25 @@ class Origin:
     @property
     def where(self) -> str:
         return f"{self.host}:{self.port}" + (f" through the proxy {self.proxy.host}:{self.proxy.port}" if self.proxy else "")
+
+
+async def _open(host: str, port: int) -> socket.socket:
+    """A connected socket to `host`: its addresses raced, IPv6 and IPv4 interleaved."""
+    infos = await _addresses(host, port)
+    return await aiohappyeyeballs.start_connection(infos, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY, interleave=1)
+
+
+async def _addresses(host: str, port: int) -> list[tuple]:  # type: ignore[type-arg]
+    return await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+
+async def _wrap(connecting: Awaitable[T], sock: socket.socket) -> T:
+    """`connecting` (a transport made on `sock`); the socket is closed if that fails."""
+    try:
+        return await connecting
+    except BaseException:
+        sock.close()
+        raise
 
 
 class _Tunnel(asyncio.Protocol):
@@ -170,12 +197,13 @@ class Pool:
         try:
             async with asyncio.timeout(self._connect_timeout):
                 if origin.proxy is None:
-                    _, conn = await loop.create_connection(
-                        lambda: Connection(origin), origin.host, origin.port,
-                        ssl=origin.tls, server_hostname=origin.host if origin.tls else None,
-                    )  # fmt: skip
+                    sock = await _open(origin.host, origin.port)
+                    _, conn = await _wrap(loop.create_connection(
+                        lambda: Connection(origin), sock=sock, ssl=origin.tls, server_hostname=origin.host if origin.tls else None,
+                    ), sock)  # fmt: skip
                 elif origin.tls is None:
-                    _, conn = await loop.create_connection(lambda: Connection(origin), origin.proxy.host, origin.proxy.port)
+                    sock = await _open(origin.proxy.host, origin.proxy.port)
+                    _, conn = await _wrap(loop.create_connection(lambda: Connection(origin), sock=sock), sock)
                 else:
                     conn = await self._tunnel(origin)
         except ConnectFailed:
@@ -191,7 +219,8 @@ class Pool:
     async def _tunnel(self, origin: Origin) -> Connection:
         assert origin.proxy is not None and origin.tls is not None
         loop = asyncio.get_running_loop()
-        transport, tunnel = await loop.create_connection(_Tunnel, origin.proxy.host, origin.proxy.port)
+        sock = await _open(origin.proxy.host, origin.proxy.port)
+        transport, tunnel = await _wrap(loop.create_connection(_Tunnel, sock=sock), sock)
         try:
             authority = origin.authority
             transport.write(b"CONNECT %s HTTP/1.1\r\nhost: %s\r\n%s\r\n" % (authority, authority, origin.proxy.authorization))
