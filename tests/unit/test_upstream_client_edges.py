@@ -12,7 +12,8 @@ import zlib
 import pytest
 
 from dragoman.backends import pool as pool_module
-from dragoman.backends.connection import STALE_WINDOW, Disconnected
+from dragoman.backends.base import _mapped
+from dragoman.backends.connection import STALE_WINDOW, Disconnected, HeadTimeout
 from dragoman.backends.keepalive import head_or_task
 from dragoman.backends.pool import Origin, Pool
 from tests.unit.test_upstream_connection import (  # noqa: F401 (loop_kind: the fixture)
@@ -180,3 +181,20 @@ def test_a_black_holed_address_does_not_cost_the_connect_timeout(monkeypatch: py
     finally:
         filler.close()
         hole.close()
+
+
+def test_a_head_later_than_head_timeout_is_a_timeout_and_drops_the_connection() -> None:
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.until_eof(timeout=5)  # never answers; sees the gateway hang up
+
+    async def main() -> None:
+        async with Script(handler) as server:
+            pool = new_pool(server.root)
+            with pytest.raises(HeadTimeout, match="no response within 0.2 s"):
+                await pool.request(server.root, b"POST", "/v1/chat/completions", b"", b"{}", head_timeout=0.2)
+            await asyncio.wait_for(server.peers[0].eof.wait(), 2)
+            assert _mapped(HeadTimeout("no response within 0.2 s"), "up").type == "timeout_error"
+            await pool.close()
+
+    run(main)

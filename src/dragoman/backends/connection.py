@@ -44,6 +44,10 @@ class StaleConnection(Disconnected):
     """A pooled connection was closed by the upstream as the request went out: safe to send again."""
 
 
+class HeadTimeout(TimeoutError):
+    """The upstream did not start its answer in time (first_byte_timeout)."""
+
+
 class BadResponse(ConnectionError):
     """The upstream's bytes are not HTTP/1.1 the gateway can read."""
 
@@ -162,6 +166,11 @@ class Response:
 
     def mark_sent(self) -> None:
         self._sent_at = asyncio.get_running_loop().time()
+
+    def head_timed_out(self, timeout: float) -> None:
+        """The deadline for the head passed (a timer, cheaper than a timeout scope per request)."""
+        if not self._head.done():
+            self._fail(HeadTimeout(f"no response within {timeout:g} s"))
 
     async def readany(self) -> bytes:
         """The body bytes that arrived since the last read, waiting for some; b"" at the end."""

@@ -92,6 +92,7 @@ class HttpClient:
         self._turn = itertools.cycle(range(len(roots)))
         try:
             self._encoded = _encode_headers(self.headers)
+            self._encoded_with: dict[tuple[tuple[str, str], ...], bytes] = {}
             self._pool = Pool(roots, connect_timeout=upstream.connect_timeout, tls=self._tls(), proxies=self._proxies,
                               host=self.headers.get("host"))  # fmt: skip
         except (ValueError, OSError) as error:  # a proxy from HTTP(S)_PROXY that is not http://, unreadable TLS files, a bad key
@@ -104,7 +105,13 @@ class HttpClient:
         """The request's header lines; the client's own are encoded once, at start-up."""
         if extra is None:
             return self._encoded
-        return _encode_headers({**self.headers, **extra})
+        key = tuple(extra.items())
+        lines = self._encoded_with.get(key)
+        if lines is None:
+            lines = _encode_headers({**self.headers, **extra})
+            if len(self._encoded_with) < 64:  # client headers passed on (anthropic-version, -beta): a few combinations
+                self._encoded_with[key] = lines
+        return lines
 
     def _tls(self) -> ssl.SSLContext | None:
         """The TLS settings of every https:// replica (None when there is none)."""
@@ -163,8 +170,7 @@ class HttpClient:
             wait: float | None = None
             try:
                 with upstream_errors(self.name):
-                    async with asyncio.timeout(self._upstream.first_byte_timeout):
-                        response = await self.pool().request(root, b"POST", target, lines, body)
+                    response = await self._pool.request(root, b"POST", target, lines, body, head_timeout=self._upstream.first_byte_timeout)
             except UpstreamTimeout:
                 raise  # a slow upstream is not helped by asking again
             except UpstreamError:

@@ -1,12 +1,13 @@
 """Pooled HTTP/1.1 connections to an upstream's replicas: plain or TLS, straight or
 through an HTTP proxy (absolute-form requests for http://, a CONNECT tunnel for https://).
 
-New connections race a host's addresses (IPv6 and IPv4) the happy-eyeballs way
-(RFC 8305, with aiohappyeyeballs: uvloop's create_connection tries them one by one, so a
-black-holed address would cost the whole connect timeout). A connection goes back to the pool when its response was read to the end and the
-upstream keeps it open; it is reused most-recently-used first, and dropped once idle
-for IDLE_LIMIT. A request that finds its pooled connection closed by the upstream
-(before a byte of the answer came) is sent once more on a new connection.
+New connections race a host's addresses (IPv6 and IPv4) the happy-eyeballs way (RFC
+8305, with aiohappyeyeballs: uvloop's create_connection tries them one by one, so a
+black-holed address would cost the whole connect timeout). A connection goes back to
+the pool when its response was read to the end and the upstream keeps it open; it is
+reused most-recently-used first, and dropped once idle for IDLE_LIMIT. A request whose
+pooled connection the upstream closes as it goes out (STALE_WINDOW, before a byte of
+the answer) is sent once more on a new connection.
 """
 
 from __future__ import annotations
@@ -137,9 +138,12 @@ class Pool:
         self._origins = {root: Origin(root, tls, proxies.get(root), host) for root in roots}
         self._connect_timeout = connect_timeout
 
-    async def request(self, root: str, method: bytes, target: str, headers: bytes, body: bytes | None) -> Response:
-        """Send a request and wait for the response's head. `headers` are complete
-        header lines (each ending in CRLF) but for host and content-length."""
+    async def request(
+        self, root: str, method: bytes, target: str, headers: bytes, body: bytes | None, *, head_timeout: float | None = None
+    ) -> Response:
+        """Send a request and wait for the response's head, at most `head_timeout`
+        seconds after it went out (HeadTimeout). `headers` are complete header lines
+        (each ending in CRLF) but for host and content-length."""
         origin = self._origins[root]
         path = origin.target_prefix + target.encode("ascii")
         if body is None:
@@ -162,6 +166,9 @@ class Pool:
             else:
                 transport.write(head)
                 transport.write(body)
+            timer = None
+            if head_timeout is not None:
+                timer = asyncio.get_running_loop().call_later(head_timeout, response.head_timed_out, head_timeout)
             try:
                 await response.wait_head()
             except StaleConnection:
@@ -169,6 +176,9 @@ class Pool:
             except BaseException:
                 response.close()  # a cancelled or failed request must not leave the upstream working
                 raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
             return response
 
     def put_back(self, conn: Connection) -> None:
