@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dragoman import endpoints, ids
+from dragoman import batch_endpoints, endpoints, ids
 from dragoman.backends.base import Backend
 from dragoman.config import Config
 from dragoman.disconnect import ClientLeft
@@ -147,6 +147,12 @@ def _routes() -> list[Route]:
             Route(f"{prefix}/messages/count_tokens", endpoints.count_tokens, methods=["POST"]),
             Route(f"{prefix}/models", endpoints.list_models, methods=["GET"]),
             Route(prefix + "/models/{model_id:path}", endpoints.get_model, methods=["GET"]),
+            Route(f"{prefix}/messages/batches", batch_endpoints.create, methods=["POST"]),
+            Route(f"{prefix}/messages/batches", batch_endpoints.list_batches, methods=["GET"]),
+            Route(prefix + "/messages/batches/{batch_id}", batch_endpoints.retrieve, methods=["GET"]),
+            Route(prefix + "/messages/batches/{batch_id}", batch_endpoints.delete, methods=["DELETE"]),
+            Route(prefix + "/messages/batches/{batch_id}/cancel", batch_endpoints.cancel, methods=["POST"]),
+            Route(prefix + "/messages/batches/{batch_id}/results", batch_endpoints.results, methods=["GET"]),
         ]
     return routes
 

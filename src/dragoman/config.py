@@ -132,8 +132,17 @@ class ModelConfig(_Config, frozen=True):
         return self.upstream_model or self.name
 
 
+class BatchesConfig(_Config, frozen=True):
+    # Batch requests running at once, across all batches (interactive requests are not counted).
+    max_concurrent: int = 4
+    max_requests: int = 100_000  # per batch
+    expire_after: float = 24 * 3600.0  # seconds: requests not run by then end as `expired`
+    retain_for: float = 29 * 24 * 3600.0  # seconds an ended batch and its results are kept
+
+
 class Config(_Config, frozen=True):
     server: ServerConfig = ServerConfig()
+    batches: BatchesConfig = BatchesConfig()
     upstreams: dict[str, UpstreamConfig] = {}
     models: list[ModelConfig] = []
 
@@ -213,6 +222,9 @@ def _check(config: Config) -> None:
         for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
             if getattr(upstream, key) <= 0:
                 raise ConfigError(f"upstreams.{name}.{key}: must be a positive number of seconds")
+    for key in ("max_concurrent", "max_requests", "expire_after", "retain_for"):
+        if getattr(config.batches, key) <= 0:
+            raise ConfigError(f"batches.{key}: must be positive, got {getattr(config.batches, key)}")
     if config.server.keepalive_interval <= 0:
         raise ConfigError(f"server.keepalive_interval: must be a positive number of seconds, got {config.server.keepalive_interval}")
     budgets = config.server.effort_budgets

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dragoman.backends import build
+from dragoman.batches import Batches
 from dragoman.backends.base import Backend
 from dragoman.capabilities import (
     Registry,
@@ -22,9 +23,10 @@ from dragoman.capabilities import (
     registry_path,
 )
 from dragoman.config import Config, server_api_keys
-from dragoman.errors import GatewayError, InvalidRequest, NotFound
+from dragoman.errors import GatewayError, NotFound
 from dragoman.limits import Limiter
 from dragoman.observe import Metrics
+from dragoman.paging import page_of
 from dragoman.routing import Route, Router
 
 log = logging.getLogger("dragoman")
@@ -54,6 +56,7 @@ class Gateway:
         self._lock = asyncio.Lock()
         self._translates_only: bool | None = None
         self._background: asyncio.Future[None] | None = None
+        self.batches = Batches(self, config.batches)
 
     @property
     def translates_only(self) -> bool:
@@ -68,6 +71,7 @@ class Gateway:
         return self._translates_only
 
     async def close(self) -> None:
+        await self.batches.close()
         for backend in self.backends.values():
             await backend.close()
 
@@ -158,28 +162,4 @@ class Gateway:
         return self._info(name)
 
     def models_page(self, query: Mapping[str, str]) -> dict[str, Any]:
-        names = self.router.names()
-        try:
-            limit = int(query.get("limit", "20"))
-        except ValueError:
-            raise InvalidRequest("limit: must be an integer") from None
-        if not 1 <= limit <= 1000:
-            raise InvalidRequest("limit: must be between 1 and 1000")
-        start, end = 0, len(names)
-        if "after_id" in query:
-            if query["after_id"] not in names:
-                raise InvalidRequest(f"after_id: unknown model {query['after_id']!r}")
-            start = names.index(query["after_id"]) + 1
-        if "before_id" in query:
-            if query["before_id"] not in names:
-                raise InvalidRequest(f"before_id: unknown model {query['before_id']!r}")
-            end = names.index(query["before_id"])
-            start = max(start, end - limit) if "after_id" not in query else start
-        page = names[start:end][:limit]
-        data = [self._info(n) for n in page]
-        return {
-            "data": data,
-            "has_more": (start + len(page) < end) if "before_id" not in query else start > 0,
-            "first_id": page[0] if page else None,
-            "last_id": page[-1] if page else None,
-        }
+        return page_of(self.router.names(), query, self._info, "model")
