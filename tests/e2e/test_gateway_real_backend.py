@@ -234,3 +234,32 @@ def test_auto_protocol_picks_passthrough_for_llama_server(llama_server):
         assert gateway.app.gateway.backends["llama"].path == "passthrough"
     finally:
         gateway.stop()
+
+
+def test_a_message_batch_runs_on_the_real_backend(path):
+    """A batch's requests go through the same path as /v1/messages: answers from the
+    model, and an invalid request errored in its place without failing the rest."""
+    _, gateway = path
+    client = _client(gateway)
+    batch = client.messages.batches.create(requests=[
+        {"custom_id": "hello", "params": _ask("Say hello.", max_tokens=12)},
+        {"custom_id": "count", "params": _ask("Count to three.", max_tokens=12, stop_sequences=["3"])},
+        {"custom_id": "broken", "params": {"model": "claude-haiku-4-5", "messages": [{"role": "user", "content": "hi"}]}},
+    ])  # fmt: skip
+    assert batch.processing_status == "in_progress" and batch.request_counts.processing == 3
+    deadline = time.monotonic() + TIMEOUT
+    while (batch := client.messages.batches.retrieve(batch.id)).processing_status != "ended":
+        assert time.monotonic() < deadline, "the batch did not end"
+        time.sleep(0.2)
+    counts = batch.request_counts
+    assert (counts.succeeded, counts.errored, counts.processing) == (2, 1, 0)
+    results = {r.custom_id: r.result for r in client.messages.batches.results(batch.id)}
+    assert set(results) == {"hello", "count", "broken"}
+    for name in ("hello", "count"):
+        result = results[name]
+        assert result.type == "succeeded"
+        assert result.message.model == "claude-haiku-4-5" and result.message.usage.output_tokens > 0
+        assert result.message.stop_reason in ("end_turn", "max_tokens", "stop_sequence")
+    assert results["broken"].type == "errored" and results["broken"].error.error.type == "invalid_request_error"
+    assert "max_tokens" in results["broken"].error.error.message
+    assert client.messages.batches.delete(batch.id).type == "message_batch_deleted"
