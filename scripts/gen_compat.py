@@ -161,6 +161,22 @@ def stream_events() -> list[str]:
     return lines
 
 
+def batch_fields() -> list[str]:
+    from anthropic.types.messages import MessageBatch, MessageBatchResult
+
+    from dragoman.protocol.batches import MessageBatch as OurBatch
+
+    ours_fields = set(OurBatch.__struct_fields__)
+    lines = [_row("`MessageBatch` field", "status"), _row("---", "---")]
+    for name in MessageBatch.model_fields:
+        lines.append(_row(f"`{name}`", "sent" if name in ours_fields else "not sent"))
+    union = typing.get_args(MessageBatchResult)[0]  # Annotated[Union[...], discriminator]
+    produced = ("succeeded", "errored", "canceled", "expired")  # dragoman.batches writes these
+    for tag in (_block_tag(cls) for cls in _union_types(union)):
+        lines.append(_row(f"result `{tag}`", "produced" if tag in produced else "not produced"))
+    return lines
+
+
 def main() -> None:
     parts = [
         "# Compatibility",
@@ -194,6 +210,14 @@ def main() -> None:
         "## Stream events",
         "",
         *stream_events(),
+        "",
+        "## Message Batches (`/v1/messages/batches`)",
+        "",
+        "Create, retrieve, list, cancel, delete and results are served; each request runs through",
+        "the same path as `POST /v1/messages` (translating or passthrough). Batches are kept in the",
+        "gateway process's memory. The Files API is not served.",
+        "",
+        *batch_fields(),
         "",
     ]
     print("\n".join(parts))
