@@ -56,9 +56,10 @@ def _stamp(seconds: float) -> str:
 @dataclass(eq=False)
 class Batch:
     id: str
-    requests: list[BatchRequest]
+    requests: list[BatchRequest]  # emptied once the batch ends: its params hold the whole create body
     headers: dict[str, str]
     results_url: str
+    total: int = 0
     created: float = field(default_factory=time.time)
     expires: float = 0.0
     lines: list[bytes] = field(default_factory=list)  # one JSONL line per finished request
@@ -69,7 +70,7 @@ class Batch:
 
     def view(self) -> MessageBatch:
         ended = self.ended is not None
-        counts = self.counts if ended else RequestCounts(processing=len(self.requests))  # outcomes only at the end
+        counts = self.counts if ended else RequestCounts(processing=self.total)  # outcomes only at the end
         status: Status = "ended" if ended else "canceling" if self.canceling_since is not None else "in_progress"
         return MessageBatch(
             id=self.id, created_at=_stamp(self.created), expires_at=_stamp(self.expires), request_counts=counts,
@@ -112,6 +113,7 @@ class Batches:
             headers={k: headers[k] for k in FORWARDED_HEADERS if k in headers},
         )  # fmt: skip
         batch.expires = batch.created + self._config.expire_after
+        batch.total = len(create.requests)
         self._batches[batch_id] = batch
         batch.task = asyncio.get_running_loop().create_task(self._run(batch), name=f"batch {batch_id}")
         return batch.view()
@@ -178,6 +180,7 @@ class Batches:
             await asyncio.gather(*(worker() for _ in range(workers)))
         finally:
             batch.ended = time.time()
+            batch.requests = []
             log.info("batch %s ended: %s", batch.id, msgspec.json.encode(batch.counts).decode())
 
     async def _settle(self, batch: Batch, request: BatchRequest) -> None:
