@@ -67,6 +67,7 @@ class Batch:
     canceling_since: float | None = None
     ended: float | None = None
     task: asyncio.Task[None] | None = None
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)  # canceled or expired: start nothing more
 
     def view(self) -> MessageBatch:
         ended = self.ended is not None
@@ -119,6 +120,7 @@ class Batches:
         return batch.view()
 
     def get(self, batch_id: str) -> Batch:
+        self._purge()
         batch = self._batches.get(batch_id)
         if batch is None:
             raise NotFound(f"message_batch_id: no batch {batch_id!r} (unknown, deleted, or made by another process)")
@@ -137,6 +139,7 @@ class Batches:
         batch = self.get(batch_id)
         if batch.ended is None and batch.canceling_since is None:
             batch.canceling_since = time.time()  # requests not yet started end as `canceled`; running ones finish
+            batch.stopping.set()
         return batch.view()
 
     def delete(self, batch_id: str) -> DeletedBatch:
@@ -169,6 +172,7 @@ class Batches:
     async def _run(self, batch: Batch) -> None:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._config.max_concurrent)
+        expiry = asyncio.get_running_loop().call_later(max(0.0, batch.expires - time.time()), batch.stopping.set)
         todo = iter(batch.requests)
 
         async def worker() -> None:
@@ -179,32 +183,58 @@ class Batches:
         try:
             await asyncio.gather(*(worker() for _ in range(workers)))
         finally:
+            expiry.cancel()
             batch.ended = time.time()
             batch.requests = []
             log.info("batch %s ended: %s", batch.id, msgspec.json.encode(batch.counts).decode())
 
     async def _settle(self, batch: Batch, request: BatchRequest) -> None:
-        assert self._slots is not None
-        async with self._slots:
+        if not await self._slot(batch):  # canceled or expired before it could start
             if batch.canceling_since is not None:
                 batch.counts.canceled += 1
                 batch.lines.append(_line(request.custom_id, b'{"type":"canceled"}'))
-                return
-            if time.time() >= batch.expires:
+            else:
                 batch.counts.expired += 1
                 batch.lines.append(_line(request.custom_id, b'{"type":"expired"}'))
-                return
-            try:
-                succeeded, payload = await self._message(batch, request)
-            except Exception:  # a bug: that request errors, the batch goes on
-                log.exception("batch %s, request %s failed", batch.id, request.custom_id)
-                succeeded, payload = False, UpstreamError("internal error while running the request").body(None)
+            return
+        assert self._slots is not None
+        try:
+            succeeded, payload = await self._message(batch, request)
+        except Exception:  # a bug: that request errors, the batch goes on
+            log.exception("batch %s, request %s failed", batch.id, request.custom_id)
+            succeeded, payload = False, UpstreamError("internal error while running the request").body(None)
+        finally:
+            self._slots.release()
         if succeeded:
             batch.counts.succeeded += 1
             batch.lines.append(_line(request.custom_id, b'{"type":"succeeded","message":' + payload + b"}"))
         else:
             batch.counts.errored += 1
             batch.lines.append(_line(request.custom_id, b'{"type":"errored","error":' + payload + b"}"))
+
+    async def _slot(self, batch: Batch) -> bool:
+        """Wait for a free slot (True, then it is held), or until the batch is canceled or
+        expires (False): a stopped batch does not wait behind other batches' requests."""
+        assert self._slots is not None
+        if batch.stopping.is_set():
+            return False
+        if not self._slots.locked():
+            await self._slots.acquire()  # free now: no race to set up
+            return True
+        slot = asyncio.ensure_future(self._slots.acquire())
+        stop = asyncio.ensure_future(batch.stopping.wait())
+        try:
+            await asyncio.wait((slot, stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not slot.done():
+                slot.cancel()
+        if slot.done() and not slot.cancelled():
+            if batch.stopping.is_set():
+                self._slots.release()  # got it as the batch stopped: give it back
+                return False
+            return True
+        return False
 
     async def _message(self, batch: Batch, item: BatchRequest) -> tuple[bool, bytes]:
         """One request, run as POST /v1/messages would run it: (True, the message's JSON)

@@ -619,11 +619,6 @@ def _ends_within(client: anthropic.Anthropic, batch_id: str, seconds: float) -> 
     return batch
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="batches.py Batches._settle takes a batch slot before checking canceling_since, so a canceled batch "
-    "whose requests never started waits for other batches' running requests (one slot per request) to end",
-)
 def test_a_canceled_batch_with_nothing_running_ends_without_waiting_for_other_batches(start, upstream):
     client, waiting = _behind_a_busy_batch(start, upstream)
     client.messages.batches.cancel(waiting.id)
@@ -632,11 +627,6 @@ def test_a_canceled_batch_with_nothing_running_ends_without_waiting_for_other_ba
     assert not any(marker_of(body).startswith("b") for body in upstream.requests)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="batches.py Batches._settle takes a batch slot before checking expires, so a batch past its expiry "
-    "whose requests never started stays in_progress until other batches' running requests free a slot",
-)
 def test_a_batch_past_expiry_with_nothing_running_ends_without_waiting_for_other_batches(start, upstream):
     client, waiting = _behind_a_busy_batch(start, upstream, expire_after=0.15)
     ended = _ends_within(client, waiting.id, 0.35)  # B expires at 0.15 s; A's request holds the slot until 0.5 s
