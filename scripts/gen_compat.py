@@ -59,8 +59,8 @@ IGNORED_NOTES = {
 
 BLOCK_NOTES = {
     "text": "user text parts; assistant text",
-    "image": "base64 and URL sources become `image_url` parts (jpeg, png, gif, webp); a model without vision gets a 400; file sources need the Files API (400)",
-    "document": "plain-text, content and base64 PDF sources become text with title and context; URL sources are fetched when the operator enables it (public addresses only), else a 400; file sources are a 400",
+    "image": "base64 and URL sources become `image_url` parts (jpeg, png, gif, webp); a model without vision gets a 400; `file` sources (Files API) are replaced by the uploaded image",
+    "document": "plain-text, content and base64 PDF sources become text with title and context; URL sources are fetched when the operator enables it (public addresses only), else a 400; `file` sources (Files API) are replaced by the uploaded PDF or text",
     "search_result": "text with its source and title",
     "tool_use": "assistant `tool_calls`, ids preserved",
     "tool_result": "tool messages, in order, before the turn's other content; `is_error` carried; images moved to a following user message",
@@ -215,9 +215,16 @@ def main() -> None:
         "",
         "Create, retrieve, list, cancel, delete and results are served; each request runs through",
         "the same path as `POST /v1/messages` (translating or passthrough). Batches are kept in the",
-        "gateway process's memory. The Files API is not served.",
+        "gateway process's memory.",
         "",
         *batch_fields(),
+        "",
+        "## Files (`/v1/files`)",
+        "",
+        "Upload (multipart), list, retrieve metadata and delete are served; files are kept in a",
+        "directory (`files.dir`). An image or document block whose source is `{\"type\": \"file\"}`",
+        "gets the file's content in its place (base64 for images and PDFs, text for text files) on both",
+        "paths, in token counting and in batches. Uploaded files cannot be downloaded, as on Anthropic.",
         "",
     ]
     print("\n".join(parts))

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dragoman import batch_endpoints, endpoints, ids
+from dragoman import batch_endpoints, endpoints, file_endpoints, ids
 from dragoman.backends.base import Backend
 from dragoman.config import Config
 from dragoman.disconnect import ClientLeft
@@ -153,6 +153,11 @@ def _routes() -> list[Route]:
             Route(prefix + "/messages/batches/{batch_id}", batch_endpoints.delete, methods=["DELETE"]),
             Route(prefix + "/messages/batches/{batch_id}/cancel", batch_endpoints.cancel, methods=["POST"]),
             Route(prefix + "/messages/batches/{batch_id}/results", batch_endpoints.results, methods=["GET"]),
+            Route(f"{prefix}/files", file_endpoints.upload, methods=["POST"]),
+            Route(f"{prefix}/files", file_endpoints.list_files, methods=["GET"]),
+            Route(prefix + "/files/{file_id}", file_endpoints.retrieve, methods=["GET"]),
+            Route(prefix + "/files/{file_id}", file_endpoints.delete, methods=["DELETE"]),
+            Route(prefix + "/files/{file_id}/content", file_endpoints.download, methods=["GET"]),
         ]
     return routes
 

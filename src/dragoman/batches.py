@@ -27,6 +27,7 @@ from dragoman import ids
 from dragoman.backends.base import Call, Completed
 from dragoman.config import BatchesConfig
 from dragoman.errors import GatewayError, InvalidRequest, NotFound, UpstreamError
+from dragoman.files import names_a_file
 from dragoman.observe import Outcome
 from dragoman.paging import page_of
 from dragoman.protocol import anthropic
@@ -243,6 +244,8 @@ class Batches:
         body = bytes(item.params)
         outcome = Outcome(request_id=ids.request_id(), endpoint="batch")
         try:
+            if names_a_file(body):
+                body = await gateway.files.resolve(body)
             request = decode_request(body, anthropic.MESSAGES_REQUEST)
             outcome.model = request.model
             if request.stream:

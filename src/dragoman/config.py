@@ -140,9 +140,15 @@ class BatchesConfig(_Config, frozen=True):
     retain_for: float = 29 * 24 * 3600.0  # seconds an ended batch and its results are kept
 
 
+class FilesConfig(_Config, frozen=True):
+    dir: str | None = None  # where uploads are kept; default $XDG_DATA_HOME/dragoman/files
+    max_bytes: int = 100 * 1024 * 1024  # per file
+
+
 class Config(_Config, frozen=True):
     server: ServerConfig = ServerConfig()
     batches: BatchesConfig = BatchesConfig()
+    files: FilesConfig = FilesConfig()
     upstreams: dict[str, UpstreamConfig] = {}
     models: list[ModelConfig] = []
 
@@ -222,6 +228,8 @@ def _check(config: Config) -> None:
         for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
             if getattr(upstream, key) <= 0:
                 raise ConfigError(f"upstreams.{name}.{key}: must be a positive number of seconds")
+    if config.files.max_bytes <= 0:
+        raise ConfigError(f"files.max_bytes: must be positive, got {config.files.max_bytes}")
     for key in ("max_concurrent", "max_requests", "expire_after", "retain_for"):
         if getattr(config.batches, key) <= 0:
             raise ConfigError(f"batches.{key}: must be positive, got {getattr(config.batches, key)}")

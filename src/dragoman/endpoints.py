@@ -16,6 +16,7 @@ from dragoman import auth
 from dragoman.backends.base import Call, Completed, Reply
 from dragoman.disconnect import ClientLeft, DisconnectWatch
 from dragoman.errors import GatewayError, InvalidRequest, RequestTooLarge, UpstreamError
+from dragoman.files import names_a_file
 from dragoman.gateway import Gateway
 from dragoman.observe import Metrics, Outcome, observe
 from dragoman.protocol import anthropic
@@ -140,6 +141,8 @@ async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call
     outcome = state["outcome"] = Outcome(request_id=state["request_id"], endpoint=endpoint)
     auth.check(request, gateway.api_keys)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
+    if names_a_file(body):
+        body = await gateway.files.resolve(body)
     whole: anthropic.MessagesRequest | None = None
     envelope: anthropic.MessagesRequest | anthropic.Envelope
     if endpoint == "messages" and gateway.translates_only:

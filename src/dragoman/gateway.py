@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from dragoman.backends import build
-from dragoman.batches import Batches
 from dragoman.backends.base import Backend
+from dragoman.batches import Batches
 from dragoman.capabilities import (
     Registry,
     needs_refresh,
@@ -24,6 +24,7 @@ from dragoman.capabilities import (
 )
 from dragoman.config import Config, server_api_keys
 from dragoman.errors import GatewayError, NotFound
+from dragoman.files import FileStore
 from dragoman.limits import Limiter
 from dragoman.observe import Metrics
 from dragoman.paging import page_of
@@ -57,6 +58,7 @@ class Gateway:
         self._translates_only: bool | None = None
         self._background: asyncio.Future[None] | None = None
         self.batches = Batches(self, config.batches)
+        self.files = FileStore(config.files)
 
     @property
     def translates_only(self) -> bool:

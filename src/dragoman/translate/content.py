@@ -25,7 +25,7 @@ def image_part(block: anthropic.ImageBlock, where: str) -> openai.ImagePart:
         return openai.ImagePart(image_url=openai.ImageURL(url=f"data:{source.media_type};base64,{source.data}"))
     if isinstance(source, anthropic.URLSource):
         return openai.ImagePart(image_url=openai.ImageURL(url=source.url))
-    raise InvalidRequest(f"{where}.source: file sources need the Files API, which this gateway does not serve yet")
+    raise InvalidRequest(f"{where}.source: a file source left unresolved (the gateway replaces file sources with the file's content before translating)")
 
 
 def _pdf_text(data: str, where: str) -> str:
@@ -66,7 +66,7 @@ def document_text(block: anthropic.DocumentBlock, where: str) -> str:
             "send the document's content instead"
         )
     else:
-        raise InvalidRequest(f"{where}.source: file sources need the Files API, which this gateway does not serve yet")
+        raise InvalidRequest(f"{where}.source: a file source left unresolved (the gateway replaces file sources with the file's content before translating)")
     header = "<document"
     if block.title:
         header += f' title="{block.title}"'

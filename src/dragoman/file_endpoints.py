@@ -1,0 +1,70 @@
+"""The Files API routes: thin handlers over `dragoman.files`."""
+
+from __future__ import annotations
+
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from dragoman import auth
+from dragoman.endpoints import _gateway
+from dragoman.errors import InvalidRequest, RequestTooLarge
+from dragoman.protocol.batches import ENCODER
+
+MULTIPART_OVERHEAD = 64 * 1024  # the form's own bytes around the file
+
+
+def _json(value: object) -> Response:
+    return Response(ENCODER.encode(value), media_type="application/json")
+
+
+async def upload(request: Request) -> Response:
+    gateway = _gateway(request)
+    auth.check(request, gateway.api_keys)
+    store = gateway.files
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > store.max_bytes + MULTIPART_OVERHEAD:
+        raise RequestTooLarge(f"file: the upload is {declared} bytes; files may have at most {store.max_bytes} bytes")
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise InvalidRequest("file: upload the file as multipart/form-data, in a part named `file`")
+    try:
+        form = await request.form(max_files=1, max_fields=8, max_part_size=1024 * 1024)
+    except HTTPException as error:  # Starlette's word for a multipart body it cannot parse
+        raise InvalidRequest(f"file: the multipart body cannot be read ({error.detail})") from None
+    try:
+        part = form.get("file")
+        if not isinstance(part, UploadFile):
+            raise InvalidRequest("file: a part named `file` holding the file is needed")
+        data = await part.read(store.max_bytes + 1)
+        if len(data) > store.max_bytes:
+            raise RequestTooLarge(f"file: files may have at most {store.max_bytes} bytes")
+        meta = await store.save(part.filename or "upload", part.content_type or "application/octet-stream", data)
+    finally:
+        await form.close()  # the spooled temporary file
+    return _json(meta)
+
+
+async def list_files(request: Request) -> Response:
+    gateway = _gateway(request)
+    auth.check(request, gateway.api_keys)
+    return _json(gateway.files.page(request.query_params))
+
+
+async def retrieve(request: Request) -> Response:
+    gateway = _gateway(request)
+    auth.check(request, gateway.api_keys)
+    return _json(gateway.files.metadata(request.path_params["file_id"]))
+
+
+async def download(request: Request) -> Response:
+    gateway = _gateway(request)
+    auth.check(request, gateway.api_keys)
+    meta = gateway.files.metadata(request.path_params["file_id"])  # 404 first
+    raise InvalidRequest(f"file_id: {meta.id} was uploaded, and uploaded files cannot be downloaded (as on Anthropic)")
+
+
+async def delete(request: Request) -> Response:
+    gateway = _gateway(request)
+    auth.check(request, gateway.api_keys)
+    return _json(gateway.files.delete(request.path_params["file_id"]))

@@ -1,0 +1,173 @@
+"""The Files API: files uploaded once and named by `file_id` in later requests.
+
+Files are kept in a directory (`files.dir`), one content file and one metadata file per
+upload, written atomically, so they survive restarts and every `--workers` process (or
+replica sharing the directory) sees the same files. A request whose image or document
+block names a `file_id` has that source replaced by the file's content (base64 for
+images and PDFs, text for text files) before it is routed, so both the translating and
+the passthrough paths, token counting and batches get a request an upstream can read.
+As on Anthropic, uploaded files cannot be downloaded again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from dragoman import ids
+from dragoman.config import FilesConfig
+from dragoman.errors import InvalidRequest, NotFound
+from dragoman.paging import page_of
+
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+TEXT_TYPES = ("text/plain", "text/markdown", "text/csv", "text/html", "application/json")
+_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+class FileMetadata(msgspec.Struct):
+    id: str
+    created_at: str
+    filename: str
+    mime_type: str
+    size_bytes: int
+    type: Literal["file"] = "file"
+    downloadable: bool = False
+
+
+class DeletedFile(msgspec.Struct):
+    id: str
+    type: Literal["file_deleted"] = "file_deleted"
+
+
+def default_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    return Path(base) / "dragoman" / "files"
+
+
+class FileStore:
+    def __init__(self, config: FilesConfig) -> None:
+        self.dir = Path(config.dir).expanduser() if config.dir else default_dir()
+        self.max_bytes = config.max_bytes
+
+    # -- the API ----------------------------------------------------------------------------
+
+    async def save(self, filename: str, mime_type: str, data: bytes) -> FileMetadata:
+        if not data:
+            raise InvalidRequest("file: the uploaded file is empty")
+        meta = FileMetadata(
+            id=ids.new_id("file_011"), created_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            filename=filename or "upload", mime_type=mime_type or "application/octet-stream", size_bytes=len(data),
+        )  # fmt: skip
+        await asyncio.to_thread(self._write, meta, data)
+        return meta
+
+    def metadata(self, file_id: str) -> FileMetadata:
+        path = self._path(file_id, ".json")
+        try:
+            return msgspec.json.decode(path.read_bytes(), type=FileMetadata)
+        except FileNotFoundError:
+            raise NotFound(f"file_id: no file {file_id!r}") from None
+
+    async def content(self, file_id: str) -> tuple[FileMetadata, bytes]:
+        meta = self.metadata(file_id)
+        try:
+            return meta, await asyncio.to_thread(self._path(file_id, "").read_bytes)
+        except FileNotFoundError:  # deleted meanwhile
+            raise NotFound(f"file_id: no file {file_id!r}") from None
+
+    def delete(self, file_id: str) -> DeletedFile:
+        self.metadata(file_id)  # 404 if unknown
+        for suffix in (".json", ""):  # metadata first: a half-deleted file is not listed
+            self._path(file_id, suffix).unlink(missing_ok=True)
+        return DeletedFile(id=file_id)
+
+    def page(self, query: Mapping[str, str]) -> dict[str, Any]:
+        """Newest first."""
+        metas = {}
+        if self.dir.is_dir():
+            for path in self.dir.glob("file_*.json"):
+                try:
+                    metas[path.stem] = msgspec.json.decode(path.read_bytes(), type=FileMetadata)
+                except (OSError, msgspec.DecodeError):
+                    continue  # deleted meanwhile, or not ours
+        order = sorted(metas, key=lambda file_id: (metas[file_id].created_at, file_id), reverse=True)
+        return page_of(order, query, lambda file_id: msgspec.to_builtins(metas[file_id]), "file")
+
+    # -- file sources in requests ---------------------------------------------------------------
+
+    async def resolve(self, body: bytes) -> bytes:
+        """The request with every `{"type": "file", "file_id": ...}` source of an image or
+        document block replaced by the file's content."""
+        try:
+            data = msgspec.json.decode(body)
+        except msgspec.DecodeError:
+            return body  # the request's own decoding reports it, with its usual message
+        messages = data.get("messages") if isinstance(data, dict) else None
+        if not isinstance(messages, list):
+            return body
+        changed = False
+        for m, message in enumerate(messages):
+            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(content, list):
+                continue
+            for b, block in enumerate(content):
+                where = f"messages.{m}.content.{b}"
+                changed |= await self._resolve_block(block, where)
+                inner = block.get("content") if isinstance(block, dict) and block.get("type") == "tool_result" else None
+                if isinstance(inner, list):
+                    for i, nested in enumerate(inner):
+                        changed |= await self._resolve_block(nested, f"{where}.content.{i}")
+        return msgspec.json.encode(data) if changed else body
+
+    async def _resolve_block(self, block: Any, where: str) -> bool:
+        if not isinstance(block, dict) or block.get("type") not in ("image", "document"):
+            return False
+        source = block.get("source")
+        if not isinstance(source, dict) or source.get("type") != "file":
+            return False
+        file_id = source.get("file_id")
+        if not isinstance(file_id, str):
+            raise InvalidRequest(f"{where}.source.file_id: a string is needed")
+        try:
+            meta, data = await self.content(file_id)
+        except NotFound:
+            raise NotFound(f"{where}.source.file_id: no file {file_id!r}") from None
+        mime = meta.mime_type.partition(";")[0].strip().lower()
+        if block["type"] == "image":
+            if mime not in IMAGE_TYPES:
+                raise InvalidRequest(f"{where}.source.file_id: {file_id} is {mime}, not an image ({', '.join(IMAGE_TYPES)})")
+            block["source"] = {"type": "base64", "media_type": mime, "data": base64.b64encode(data).decode()}
+        elif mime == "application/pdf":
+            block["source"] = {"type": "base64", "media_type": mime, "data": base64.b64encode(data).decode()}
+        elif mime.startswith("text/") or mime in TEXT_TYPES:
+            block["source"] = {"type": "text", "media_type": "text/plain", "data": data.decode("utf-8", "replace")}
+        else:
+            raise InvalidRequest(f"{where}.source.file_id: {file_id} is {mime}; a document must be a PDF or text")
+        return True
+
+    # -- storage ------------------------------------------------------------------------------
+
+    def _path(self, file_id: str, suffix: str) -> Path:
+        if not file_id.startswith("file_") or not set(file_id) <= _ID_CHARS:  # never a path outside the directory
+            raise NotFound(f"file_id: no file {file_id!r}")
+        return self.dir / (file_id + suffix)
+
+    def _write(self, meta: FileMetadata, data: bytes) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for suffix, payload in (("", data), (".json", msgspec.json.encode(meta))):  # content first: listed only when whole
+            path = self._path(meta.id, suffix)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_bytes(payload)
+            os.replace(tmp, path)
+
+
+def names_a_file(body: bytes) -> bool:
+    """A cheap pre-check, so requests without file sources pay nothing."""
+    return b'"file_id"' in body
