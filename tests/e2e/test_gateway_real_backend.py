@@ -7,6 +7,7 @@ promises: shapes, stop reasons, usage, counts, errors, cancellation.
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ def _gateway(server: LlamaServer, protocol: str) -> GatewayServer:
     config = from_dict(
         {
             "server": {"default_model": "served"},
+            "files": {"dir": tempfile.mkdtemp(prefix="dragoman-e2e-files-")},  # uploads never go to the home directory
             "upstreams": {"llama": {"url": url, "protocol": protocol}},
             "models": [{"name": "served", "upstream": "llama", "upstream_model": MODEL, "aliases": ["claude-*"]}],
         }
@@ -263,3 +265,28 @@ def test_a_message_batch_runs_on_the_real_backend(path):
     assert results["broken"].type == "errored" and results["broken"].error.error.type == "invalid_request_error"
     assert "max_tokens" in results["broken"].error.error.message
     assert client.messages.batches.delete(batch.id).type == "message_batch_deleted"
+
+
+def test_an_uploaded_text_file_is_read_as_a_document(translate):
+    """A document block naming an uploaded file reaches the model as the file's text:
+    the prompt grows by about the file's tokens. (Translating path only: llama-server's
+    own /v1/messages drops `document` blocks, so through passthrough the prompt stays the
+    same size whatever the gateway sends.)"""
+    client = _client(translate)
+    text = "The courier's password is tangerine. " * 20
+    uploaded = client.beta.files.upload(file=("note.txt", text.encode(), "text/plain"))
+    try:
+        asked = _ask("What is the courier's password?", max_tokens=8)
+        plain = client.messages.create(**asked)
+        asked["messages"][0]["content"] = [
+            {"type": "document", "source": {"type": "file", "file_id": uploaded.id}},
+            {"type": "text", "text": "What is the courier's password?"},
+        ]
+        with_file = client.messages.create(**asked)
+        def prompt(message: anthropic.types.Message) -> int:  # a prefix cached by an earlier test counts too
+            return message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
+
+        assert prompt(with_file) > prompt(plain) + 100  # ~20 repetitions of the sentence
+        assert with_file.content and with_file.stop_reason in ("end_turn", "max_tokens")
+    finally:
+        client.beta.files.delete(uploaded.id)
