@@ -244,7 +244,7 @@ class Batches:
         body = bytes(item.params)
         outcome = Outcome(request_id=ids.request_id(), endpoint="batch")
         try:
-            if names_a_file(body):
+            if gateway.files.in_use() and names_a_file(body):
                 body = await gateway.files.resolve(body)
             request = decode_request(body, anthropic.MESSAGES_REQUEST)
             outcome.model = request.model

@@ -141,7 +141,7 @@ async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call
     outcome = state["outcome"] = Outcome(request_id=state["request_id"], endpoint=endpoint)
     auth.check(request, gateway.api_keys)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
-    if names_a_file(body):
+    if gateway.files.in_use() and names_a_file(body):
         body = await gateway.files.resolve(body)
     whole: anthropic.MessagesRequest | None = None
     envelope: anthropic.MessagesRequest | anthropic.Envelope

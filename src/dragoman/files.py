@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +56,23 @@ class FileStore:
     def __init__(self, config: FilesConfig) -> None:
         self.dir = Path(config.dir).expanduser() if config.dir else default_dir()
         self.max_bytes = config.max_bytes
+        self._in_use = False
+        self._checked_until = 0.0
+
+    def in_use(self) -> bool:
+        """Whether any file has been uploaded (to this directory, by any process): until
+        then requests are not scanned for file ids (on an 80 KB request the scan costs
+        ~25 µs). Looked up at most once a second; once true, it stays true."""
+        if self._in_use:
+            return True
+        now = time.monotonic()
+        if now >= self._checked_until:
+            self._checked_until = now + 1.0
+            try:
+                self._in_use = next(self.dir.glob("file_*.json"), None) is not None
+            except OSError:
+                self._in_use = False
+        return self._in_use
 
     # -- the API ----------------------------------------------------------------------------
 
@@ -66,6 +84,7 @@ class FileStore:
             filename=filename or "upload", mime_type=mime_type or "application/octet-stream", size_bytes=len(data),
         )  # fmt: skip
         await asyncio.to_thread(self._write, meta, data)
+        self._in_use = True
         return meta
 
     def metadata(self, file_id: str) -> FileMetadata:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from dragoman.errors import InvalidRequest, NotFound
 from dragoman.profiles import PROFILES
-from dragoman.errors import InvalidRequest
 from dragoman.translate.request import MAX_TOOL_NAME, ModelCaps, Options
 from tests.helpers import assistant, image, text, tool_result, tool_use, translate, user, wire
 
@@ -546,13 +546,20 @@ def test_documents_become_text_with_title_and_context(source: dict, expected_bod
         ({"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(b"not a pdf at all").decode()}, "source.data"),
         ({"type": "base64", "media_type": "application/msword", "data": "AAAA"}, "source.media_type"),
         ({"type": "url", "url": "https://example.com/a.pdf"}, "source"),
-        ({"type": "file", "file_id": "file_123"}, "source"),
     ],
-    ids=["bad-base64", "not-a-pdf", "wrong-media-type", "url", "file"],
+    ids=["bad-base64", "not-a-pdf", "wrong-media-type", "url"],
 )
 def test_unreadable_documents_are_400s_naming_the_block(source: dict, fragment: str) -> None:
     message = error(messages=[user([text("read this"), {"type": "document", "source": source}])])
     assert message.startswith(f"messages.0.content.1.{fragment}")
+
+
+@pytest.mark.parametrize("kind", ["document", "image"])
+def test_a_file_source_left_for_the_translator_names_no_known_file(kind: str) -> None:
+    """The gateway fills in every file it has before translating (dragoman.files): one
+    still here names no file it has, a 404 naming the field."""
+    with pytest.raises(NotFound, match=r"^messages\.0\.content\.1\.source\.file_id: no file 'file_123'"):
+        messages(messages=[user([text("read this"), {"type": kind, "source": {"type": "file", "file_id": "file_123"}}])])
 
 
 def test_search_results_become_text() -> None:

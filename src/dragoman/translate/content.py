@@ -10,7 +10,7 @@ import base64
 import binascii
 import io
 
-from dragoman.errors import InvalidRequest
+from dragoman.errors import InvalidRequest, NotFound
 from dragoman.protocol import anthropic, openai
 
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
@@ -25,7 +25,7 @@ def image_part(block: anthropic.ImageBlock, where: str) -> openai.ImagePart:
         return openai.ImagePart(image_url=openai.ImageURL(url=f"data:{source.media_type};base64,{source.data}"))
     if isinstance(source, anthropic.URLSource):
         return openai.ImagePart(image_url=openai.ImageURL(url=source.url))
-    raise InvalidRequest(f"{where}.source: a file source left unresolved (the gateway replaces file sources with the file's content before translating)")
+    raise _no_file(source, where)
 
 
 def _pdf_text(data: str, where: str) -> str:
@@ -66,7 +66,7 @@ def document_text(block: anthropic.DocumentBlock, where: str) -> str:
             "send the document's content instead"
         )
     else:
-        raise InvalidRequest(f"{where}.source: a file source left unresolved (the gateway replaces file sources with the file's content before translating)")
+        raise _no_file(source, where)
     header = "<document"
     if block.title:
         header += f' title="{block.title}"'
@@ -105,3 +105,10 @@ def collapse(parts: list[openai.Part]) -> str | list[openai.Part]:
     if all(isinstance(part, openai.TextPart) for part in parts):
         return "\n\n".join(part.text for part in parts)  # type: ignore[union-attr]
     return parts
+
+
+def _no_file(source: object, where: str) -> NotFound:
+    """A file source still here: the gateway fills in every file it has before translating
+    (dragoman.files), so this one names no file it has."""
+    file_id = getattr(source, "file_id", "")
+    return NotFound(f"{where}.source.file_id: no file {file_id!r}")
