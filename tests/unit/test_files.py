@@ -101,3 +101,16 @@ def test_a_file_source_that_cannot_be_used_names_the_field(tmp_path: Path, block
 
     with pytest.raises(error, match=fragment):
         asyncio.run(main())
+
+
+def test_requests_are_scanned_only_once_a_file_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process's upload is seen within a second; this process's at once."""
+    clock = [100.0]
+    monkeypatch.setattr("dragoman.files.time.monotonic", lambda: clock[0])
+    mine, other = store(tmp_path), store(tmp_path)
+    assert not mine.in_use() and not other.in_use()
+    asyncio.run(other.save("a.txt", "text/plain", b"x"))
+    assert other.in_use()
+    assert not mine.in_use()  # looked up less than a second ago
+    clock[0] += 1.0
+    assert mine.in_use()
