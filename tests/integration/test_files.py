@@ -1,0 +1,688 @@
+"""The Files API over a real socket, driven by the official SDK (`client.beta.files`):
+upload (multipart), list (newest first, paginated), retrieve metadata, download (refused,
+as on Anthropic), delete; malformed and oversized uploads (raw httpx); image and document
+blocks whose source is `{"type": "file"}` on the translating path (an `image_url` data URL,
+a PDF's text, a text file's text), inside tool results, in count_tokens and in batches, and
+on the passthrough path (the resolved content is forwarded, never the file_id); files kept
+in `files.dir` across a restart and shared by two gateways; the gateway's API keys on every
+files route. Every gateway here keeps its files under pytest's tmp_path.
+
+xfail(strict): the pinned SDK's auto-pagination of files.list (`page`/`next_page`); file sources
+left unresolved while `FileStore.in_use()` is False (passthrough forwards an unknown file_id; a
+file uploaded through another gateway is not seen for up to 1 s)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from dragoman.config import from_dict
+from tests.fake_anthropic import FakeAnthropic
+from tests.fakes import FakeUpstream, completion
+from tests.servers import GatewayServer
+
+KEY = "test-key"
+MODEL = "eyes"  # a vision model in front of the fake upstream's test-model
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+)  # a 1x1 PNG
+GIF = bytes.fromhex("47494638396101000100800000000000ffffff21f90401000000002c00000000010001000002024401003b")  # 1x1 GIF
+NATIVE_UPSTREAM = {"protocol": "anthropic", "api_key": "upstream-secret", "max_retries": 0}
+
+
+def pdf_bytes(text: str) -> bytes:
+    """A one-page PDF showing `text`, built by hand (pypdf cannot add text)."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    for offset in offsets:
+        out.write(b"%010d 00000 n \n" % offset)
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    return out.getvalue()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def image_file(file_id: str) -> dict[str, Any]:
+    return {"type": "image", "source": {"type": "file", "file_id": file_id}}
+
+
+def document_file(file_id: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "document", "source": {"type": "file", "file_id": file_id}, **extra}
+
+
+def ask(*blocks: dict[str, Any], text: str = "What is this?") -> list[dict[str, Any]]:
+    return [{"role": "user", "content": [*blocks, {"type": "text", "text": text}]}]
+
+
+def error_of(caught: pytest.ExceptionInfo[anthropic.APIStatusError], status: int, error_type: str) -> str:
+    assert caught.value.status_code == status, caught.value
+    body = caught.value.body
+    assert isinstance(body, dict) and body["type"] == "error", body
+    assert body["error"]["type"] == error_type, body
+    return body["error"]["message"]
+
+
+def raw_error(response: httpx.Response, status: int, error_type: str) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["type"] == "error" and body["error"]["type"] == error_type, body
+    assert body["request_id"] == response.headers["request-id"]
+    return body["error"]["message"]
+
+
+def stored(files_dir: Path) -> set[str]:
+    """The file ids whose metadata is in the directory."""
+    return {path.stem for path in files_dir.glob("file_*.json")} if files_dir.is_dir() else set()
+
+
+@pytest.fixture
+def files_dir(tmp_path: Path) -> Path:
+    return tmp_path / "files"
+
+
+@pytest.fixture
+def native() -> Iterator[FakeAnthropic]:
+    fake = FakeAnthropic().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def start(upstream: FakeUpstream, files_dir: Path) -> Iterator[Callable[..., GatewayServer]]:
+    """`start(files={...}, server={...}, native=FakeAnthropic, directory=...)`: a gateway whose
+    files are kept under tmp_path, in front of the fake upstream (model `eyes`, with vision) or,
+    given `native`, of the fake Anthropic upstream (model `claude-test`)."""
+    started: list[GatewayServer] = []
+
+    def run(*, files: dict | None = None, server: dict | None = None, native: FakeAnthropic | None = None,
+            directory: Path | None = None) -> GatewayServer:  # fmt: skip
+        data: dict[str, Any] = {"server": server or {}, "files": {"dir": str(directory or files_dir), **(files or {})}}
+        if native is None:
+            data["upstreams"] = {"default": {"url": upstream.url, "max_retries": 0}}
+            data["models"] = [{"name": MODEL, "upstream": "default", "upstream_model": "test-model", "vision": True}]
+        else:
+            data["upstreams"] = {"native": {**NATIVE_UPSTREAM, "url": native.url + "/v1"}}
+            data["models"] = [{"name": "claude-test", "upstream": "native", "upstream_model": "native-model"}]
+        assert data["files"]["dir"], "never the real home directory"
+        gateway = GatewayServer(from_dict(data)).start()
+        started.append(gateway)
+        return gateway
+
+    yield run
+    for gateway in started:
+        gateway.stop()
+
+
+def sdk(gateway: GatewayServer, key: str = KEY) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0, timeout=10)
+
+
+# -- upload, retrieve, download, delete ---------------------------------------------------------
+
+
+def test_upload_returns_file_metadata_and_keeps_the_file(start, files_dir):
+    gateway = start()
+    client = sdk(gateway)
+    before = datetime.now(UTC)
+
+    meta = client.beta.files.upload(file=("notes.txt", b"hello files", "text/plain"))
+
+    assert meta.id.startswith("file_") and meta.type == "file"
+    assert (meta.filename, meta.mime_type, meta.size_bytes, meta.downloadable) == ("notes.txt", "text/plain", 11, False)
+    assert before - timedelta(seconds=1) <= meta.created_at <= datetime.now(UTC) + timedelta(seconds=1)
+    assert client.beta.files.retrieve_metadata(meta.id) == meta
+    assert stored(files_dir) == {meta.id}
+    assert (files_dir / meta.id).read_bytes() == b"hello files"  # the bytes as uploaded, in files.dir
+
+
+    raw = httpx.get(f"{gateway.url}/v1/files/{meta.id}", headers={"x-api-key": KEY}, timeout=5)
+    assert raw.status_code == 200, raw.text
+    body = raw.json()
+    assert set(body) == {"id", "created_at", "filename", "mime_type", "size_bytes", "type", "downloadable"}
+    assert body["created_at"].endswith("Z") and body["downloadable"] is False
+
+
+def test_a_file_larger_than_a_multipart_part_limit_uploads_whole(start, files_dir):
+    client = sdk(start())
+    data = bytes(range(256)) * (6 * 1024)  # 1.5 MiB, past any per-field limit of the form parser
+    meta = client.beta.files.upload(file=("big.bin", data, "application/octet-stream"))
+    assert meta.size_bytes == len(data)
+    assert (files_dir / meta.id).read_bytes() == data
+
+
+def test_downloading_an_upload_is_refused_as_on_anthropic(start):
+    client = sdk(start())
+    meta = client.beta.files.upload(file=("notes.txt", b"secret", "text/plain"))
+
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.beta.files.download(meta.id)
+    assert "cannot be downloaded" in error_of(caught, 400, "invalid_request_error")
+
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client.beta.files.download("file_011NoSuchFile")
+    assert "file_011NoSuchFile" in error_of(caught, 404, "not_found_error")
+    assert client.beta.files.retrieve_metadata(meta.id).id == meta.id  # refusing changed nothing
+
+
+def test_delete_removes_the_file_everywhere(start, files_dir, upstream):
+    client = sdk(start())
+    kept = client.beta.files.upload(file=("kept.txt", b"kept", "text/plain"))
+    gone = client.beta.files.upload(file=("gone.txt", b"gone", "text/plain"))
+
+    deleted = client.beta.files.delete(gone.id)
+
+    assert (deleted.id, deleted.type) == (gone.id, "file_deleted")
+    assert stored(files_dir) == {kept.id}
+    assert not (files_dir / gone.id).exists()  # the content too, not only its metadata
+    assert [f.id for f in client.beta.files.list().data] == [kept.id]
+    for call in (client.beta.files.retrieve_metadata, client.beta.files.download, client.beta.files.delete):
+        with pytest.raises(anthropic.NotFoundError) as caught:
+            call(gone.id)
+        assert gone.id in error_of(caught, 404, "not_found_error")
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.create(model=MODEL, max_tokens=10, messages=ask(document_file(gone.id)))
+    assert upstream.requests == []
+
+
+@pytest.mark.parametrize("file_id", ["file_011NoSuchFile", "file_a.b", "notafile", "file_..", "file_%2e%2e"])
+def test_unknown_or_malformed_ids_are_404(start, file_id):
+    gateway = start()
+    client = sdk(gateway)
+    client.beta.files.upload(file=("a.txt", b"a", "text/plain"))
+    for call in (client.beta.files.retrieve_metadata, client.beta.files.download, client.beta.files.delete):
+        with pytest.raises(anthropic.NotFoundError) as caught:
+            call(file_id)
+        error_of(caught, 404, "not_found_error")
+    assert len(client.beta.files.list().data) == 1
+
+
+# -- list ---------------------------------------------------------------------------------------
+
+
+def test_list_is_newest_first_and_pages_with_after_and_before_ids(start):
+    gateway = start()
+    client = sdk(gateway)
+    assert client.beta.files.list().data == []  # nothing yet (the directory does not even exist)
+    uploaded = [client.beta.files.upload(file=(f"f{i}.txt", f"file {i}".encode(), "text/plain")).id for i in range(5)]
+    newest_first = uploaded[::-1]
+
+    assert [f.id for f in client.beta.files.list().data] == newest_first
+    assert [f.filename for f in client.beta.files.list().data] == [f"f{i}.txt" for i in range(4, -1, -1)]
+
+    def page(**query: Any) -> dict[str, Any]:
+        response = httpx.get(f"{gateway.url}/v1/files", params=query, headers={"x-api-key": KEY}, timeout=5)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    first = page(limit=2)
+    assert [f["id"] for f in first["data"]] == newest_first[:2]
+    assert (first["has_more"], first["first_id"], first["last_id"]) == (True, newest_first[0], newest_first[1])
+    second = page(limit=2, after_id=first["last_id"])
+    assert [f["id"] for f in second["data"]] == newest_first[2:4] and second["has_more"] is True
+    last = page(limit=2, after_id=second["last_id"])
+    assert [f["id"] for f in last["data"]] == newest_first[4:] and last["has_more"] is False
+    back = page(limit=2, before_id=newest_first[4])
+    assert [f["id"] for f in back["data"]] == newest_first[2:4] and back["has_more"] is True
+    assert page(limit=2, before_id=newest_first[1])["has_more"] is False
+    assert page(limit=1000)["has_more"] is False
+
+    by_sdk = client.beta.files.list(limit=2, extra_query={"after_id": newest_first[1]})
+    assert [f.id for f in by_sdk.data] == newest_first[2:4]
+
+    aliased = httpx.get(f"{gateway.url}/v1/v1/files", headers={"x-api-key": KEY}, timeout=5)  # a base URL ending in /v1
+    assert [f["id"] for f in aliased.json()["data"]] == newest_first
+
+    for query, field in (({"limit": 0}, "limit"), ({"limit": "x"}, "limit"), ({"after_id": "file_011Unknown"}, "after_id"),
+                         ({"before_id": "file_011Unknown"}, "before_id")):  # fmt: skip
+        message = raw_error(httpx.get(f"{gateway.url}/v1/files", params=query, timeout=5), 400, "invalid_request_error")
+        assert message.startswith(field), message
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "anthropic==2.14.0 (pinned) pages client.beta.files.list with `page`/`next_page`; the gateway "
+    "answers has_more/first_id/last_id only, so the SDK's auto-pagination stops after the first page"
+))  # fmt: skip
+def test_sdk_auto_pagination_lists_every_file(start):
+    client = sdk(start())
+    uploaded = [client.beta.files.upload(file=(f"f{i}.txt", b"x", "text/plain")).id for i in range(5)]
+    assert [f.id for f in client.beta.files.list(limit=2)] == uploaded[::-1]
+
+
+# -- malformed and oversized uploads -------------------------------------------------------------
+
+
+def test_malformed_uploads_are_refused_and_store_nothing(start, files_dir):
+    gateway = start()
+    url = f"{gateway.url}/v1/files"
+
+    message = raw_error(httpx.post(url, json={"file": "hello"}, timeout=5), 400, "invalid_request_error")
+    assert "multipart/form-data" in message
+    message = raw_error(httpx.post(url, files={"document": ("a.txt", b"hello", "text/plain")}, timeout=5), 400, "invalid_request_error")
+    assert "`file`" in message  # no part named file
+    as_field = httpx.post(url, data={"file": "not a file"}, files={"other": ("o.txt", b"o", "text/plain")}, timeout=5)
+    assert "`file`" in raw_error(as_field, 400, "invalid_request_error")  # a plain field, not a file
+    message = raw_error(httpx.post(url, files={"file": ("empty.txt", b"", "text/plain")}, timeout=5), 400, "invalid_request_error")
+    assert "empty" in message
+    for content_type in ("multipart/form-data", "multipart/form-data; boundary=xyz"):  # no boundary; a body not in parts
+        response = httpx.post(url, content=b"not multipart at all", headers={"content-type": content_type}, timeout=5)
+        assert "multipart" in raw_error(response, 400, "invalid_request_error")
+    two = [("file", ("a.txt", b"a", "text/plain")), ("file", ("b.txt", b"b", "text/plain"))]
+    raw_error(httpx.post(url, files=two, timeout=5), 400, "invalid_request_error")
+
+    assert stored(files_dir) == set()
+    assert sdk(gateway).beta.files.list().data == []
+
+
+def test_a_file_over_max_bytes_is_413_by_its_size_and_by_content_length(start, files_dir):
+    gateway = start(files={"max_bytes": 1000})
+    url = f"{gateway.url}/v1/files"
+    client = sdk(gateway)
+
+    exact = client.beta.files.upload(file=("exact.bin", b"e" * 1000, "application/octet-stream"))
+    assert exact.size_bytes == 1000
+
+    # One byte over: the body is within the multipart allowance, so the file's own size is checked.
+    message = raw_error(httpx.post(url, files={"file": ("over.bin", b"o" * 1001, "text/plain")}, timeout=5), 413, "request_too_large")
+    assert "1000" in message
+    # Far over: refused on the declared content-length, before the body is read.
+    large = httpx.post(url, files={"file": ("large.bin", b"L" * 300_000, "text/plain")}, timeout=10)
+    assert "1000" in raw_error(large, 413, "request_too_large")
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.beta.files.upload(file=("large.bin", b"L" * 300_000, "text/plain"))
+    error_of(caught, 413, "request_too_large")
+
+    # Without a content-length (chunked), the size read is what counts.
+    boundary = "dragomanboundary"
+    head = (f"--{boundary}\r\ncontent-disposition: form-data; name=\"file\"; filename=\"chunked.bin\"\r\n"
+            "content-type: application/octet-stream\r\n\r\n").encode()  # fmt: skip
+
+    def chunks(size: int) -> Iterator[bytes]:
+        yield head
+        for _ in range(size // 500):
+            yield b"c" * 500
+        yield f"\r\n--{boundary}--\r\n".encode()
+
+    headers = {"content-type": f"multipart/form-data; boundary={boundary}"}
+    chunked = httpx.post(url, content=chunks(5000), headers=headers, timeout=10)
+    assert "content-length" not in chunked.request.headers
+    raw_error(chunked, 413, "request_too_large")
+    small = httpx.post(url, content=chunks(500), headers=headers, timeout=10)
+    assert small.status_code == 200, small.text
+    assert small.json()["size_bytes"] == 500
+
+    assert stored(files_dir) == {exact.id, small.json()["id"]}
+
+
+# -- file sources in /v1/messages: the translating path -----------------------------------------
+
+
+@pytest.mark.parametrize(("mime", "data"), [("image/png", PNG), ("image/gif", GIF), ("image/jpeg", PNG), ("image/webp", PNG)])
+def test_an_image_file_reaches_the_model_as_a_data_url(start, upstream, mime, data):
+    client = sdk(start())
+    meta = client.beta.files.upload(file=("picture", data, mime))
+    upstream.json_reply(completion("a dot"))
+
+    reply = client.messages.create(model=MODEL, max_tokens=20, messages=ask(image_file(meta.id)))
+
+    assert reply.content[0].text == "a dot"
+    parts = upstream.requests[0]["messages"][0]["content"]
+    assert parts[0] == {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{b64(data)}"}}
+    assert parts[1] == {"type": "text", "text": "What is this?"}
+    assert meta.id not in json.dumps(upstream.requests[0])
+
+
+def test_a_pdf_file_reaches_the_model_as_its_text(start, upstream):
+    client = sdk(start())
+    meta = client.beta.files.upload(file=("report.pdf", pdf_bytes("Quarterly revenue rose"), "application/pdf"))
+    upstream.json_reply(completion("It rose."))
+
+    client.messages.create(model=MODEL, max_tokens=20, messages=ask(document_file(meta.id, title="Report", context="From finance")))
+
+    sent = json.dumps(upstream.requests[0]["messages"][0]["content"])
+    assert "Quarterly revenue rose" in sent and 'title=\\"Report\\"' in sent and "From finance" in sent
+    assert meta.id not in json.dumps(upstream.requests[0])
+
+
+@pytest.mark.parametrize("mime", ["text/plain", "text/markdown; charset=utf-8", "text/csv", "application/json"])
+def test_a_text_file_reaches_the_model_as_its_text(start, upstream, mime):
+    client = sdk(start())
+    content = "The launch code is 1234. Ünïcode kept."
+    meta = client.beta.files.upload(file=("memo", content.encode(), mime))
+    upstream.json_reply(completion("1234"))
+
+    client.messages.create(model=MODEL, max_tokens=20, messages=ask(document_file(meta.id, title="Memo"), text="The code?"))
+
+    sent = upstream.requests[0]["messages"][0]["content"]
+    text = sent if isinstance(sent, str) else "\n".join(p["text"] for p in sent if p["type"] == "text")
+    assert content in text and 'title="Memo"' in text and "The code?" in text
+
+
+def test_the_sdks_beta_messages_with_the_files_beta(start, upstream):
+    client = sdk(start())
+    meta = client.beta.files.upload(file=("dot.png", PNG, "image/png"), betas=["files-api-2025-04-14"])
+    upstream.json_reply(completion("a dot"))
+
+    reply = client.beta.messages.create(model=MODEL, max_tokens=20, messages=ask(image_file(meta.id)), betas=["files-api-2025-04-14"])
+
+    assert reply.content[0].text == "a dot"
+    assert upstream.requests[0]["messages"][0]["content"][0]["image_url"]["url"] == f"data:image/png;base64,{b64(PNG)}"
+
+
+def test_a_streamed_request_gets_the_file_too(start, upstream):
+    client = sdk(start())
+    meta = client.beta.files.upload(file=("memo.txt", b"streamed memo text", "text/plain"))
+    with client.messages.stream(model=MODEL, max_tokens=20, messages=ask(document_file(meta.id))) as stream:
+        final = stream.get_final_message()
+    assert final.content[0].text == "Hello!"
+    assert "streamed memo text" in json.dumps(upstream.requests[0]["messages"])
+
+
+def test_file_sources_in_tool_results_are_resolved(start, upstream):
+    client = sdk(start())
+    shot = client.beta.files.upload(file=("shot.png", PNG, "image/png"))
+    log = client.beta.files.upload(file=("log.txt", b"disk almost full", "text/plain"))
+    upstream.json_reply(completion("I see"))
+    tools = [{"name": "screenshot", "description": "Take a screenshot.", "input_schema": {"type": "object", "properties": {}}}]
+    turns = [
+        {"role": "user", "content": "Take a screenshot."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_shot", "name": "screenshot", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_shot", "content": [
+            {"type": "text", "text": "captured"}, image_file(shot.id), document_file(log.id)]}]},
+    ]  # fmt: skip
+
+    client.messages.create(model=MODEL, max_tokens=20, tools=tools, messages=turns)
+
+    sent = upstream.requests[0]["messages"]
+    assert sent[2]["role"] == "tool" and sent[2]["tool_call_id"] == "toolu_shot"
+    assert "disk almost full" in json.dumps(sent)
+    images = [p for m in sent if isinstance(m.get("content"), list) for p in m["content"] if p["type"] == "image_url"]
+    assert images == [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(PNG)}"}}]
+    assert shot.id not in json.dumps(sent) and log.id not in json.dumps(sent)
+
+    turns[2]["content"][0]["content"][1] = image_file("file_011Missing")
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client.messages.create(model=MODEL, max_tokens=20, tools=tools, messages=turns)
+    assert "messages.2.content.0.content.1.source.file_id" in error_of(caught, 404, "not_found_error")
+    assert len(upstream.requests) == 1
+
+
+def test_bad_file_sources_are_refused_naming_the_field(start, upstream):
+    client = sdk(start())
+    text = client.beta.files.upload(file=("memo.txt", b"just text", "text/plain"))
+    image = client.beta.files.upload(file=("dot.png", PNG, "image/png"))
+    binary = client.beta.files.upload(file=("blob.bin", b"\x00\x01", "application/octet-stream"))
+    history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+
+    def refused(block: dict[str, Any], status: int, error_type: str) -> str:
+        messages = [*history, {"role": "user", "content": [{"type": "text", "text": "look"}, block]}]
+        error: type[anthropic.APIStatusError] = anthropic.NotFoundError if status == 404 else anthropic.BadRequestError
+        with pytest.raises(error) as caught:
+            client.messages.create(model=MODEL, max_tokens=10, messages=messages)
+        return error_of(caught, status, error_type)
+
+    field = "messages.2.content.1.source.file_id"
+    message = refused(image_file("file_011Missing"), 404, "not_found_error")
+    assert message.startswith(field) and "file_011Missing" in message
+    assert refused(document_file("file_011Missing"), 404, "not_found_error").startswith(field)
+    message = refused(image_file(text.id), 400, "invalid_request_error")
+    assert message.startswith(field) and "text/plain" in message
+    assert refused(document_file(image.id), 400, "invalid_request_error").startswith(field)
+    assert refused(document_file(binary.id), 400, "invalid_request_error").startswith(field)
+    bad_id = {"type": "document", "source": {"type": "file", "file_id": 42}}
+    assert refused(bad_id, 400, "invalid_request_error").startswith(field)
+    assert upstream.requests == []
+
+    broken = httpx.post(f"{client.base_url}".rstrip("/") + "/v1/messages", headers={"x-api-key": KEY}, timeout=5,
+                        content=b'{"model": "eyes", "messages": [{"role": "user", "content": [{"source": {"file_id": ')  # fmt: skip
+    raw_error(broken, 400, "invalid_request_error")  # malformed JSON naming a file: the usual 400, not a 500
+    assert upstream.requests == []
+
+    upstream.json_reply(completion("fine"))  # the same files, each in its place, pass
+    client.messages.create(model=MODEL, max_tokens=10, messages=ask(image_file(image.id), document_file(text.id)))
+    assert len(upstream.requests) == 1
+    mention = 'a "file_id": "file_011Missing" in plain text is only text'
+    client.messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": mention}], extra_body={"temperature": 0.25})
+    assert upstream.requests[-1]["messages"][-1]["content"] == mention and upstream.requests[-1]["temperature"] == 0.25
+
+
+def test_count_tokens_counts_the_files_content(start, upstream):
+    client = sdk(start())
+    short = client.beta.files.upload(file=("short.txt", b"tiny", "text/plain"))
+    long = client.beta.files.upload(file=("long.txt", b"lorem ipsum dolor " * 200, "text/plain"))
+
+    small = client.messages.count_tokens(model=MODEL, messages=ask(document_file(short.id)))
+    big = client.messages.count_tokens(model=MODEL, messages=ask(document_file(long.id)))
+
+    assert big.input_tokens > small.input_tokens + 400  # the file's 600 words are counted
+    assert upstream.requests == []  # counting never runs the model
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client.messages.count_tokens(model=MODEL, messages=ask(image_file("file_011Missing")))
+    assert "messages.0.content.0.source.file_id" in error_of(caught, 404, "not_found_error")
+
+
+# -- the passthrough path -------------------------------------------------------------------------
+
+
+def test_passthrough_upstream_gets_the_files_content_never_the_file_id(start, native):
+    client = sdk(start(native=native))
+    image = client.beta.files.upload(file=("dot.png", PNG, "image/png"))
+    pdf = pdf_bytes("Native report")
+    report = client.beta.files.upload(file=("report.pdf", pdf, "application/pdf"))
+    memo = client.beta.files.upload(file=("memo.txt", "a memo, ü".encode(), "text/plain; charset=utf-8"))
+
+    reply = client.messages.create(
+        model="claude-test", max_tokens=10,
+        messages=ask(image_file(image.id), document_file(report.id, title="Report", citations={"enabled": True}), document_file(memo.id)),
+        extra_body={"some_future_field": {"x": 1}},
+    )  # fmt: skip
+
+    assert reply.content[0].text == "Hi" and reply.model == "claude-test"
+    path, body, headers = native.requests[0]
+    assert path == "/v1/messages" and body["model"] == "native-model"
+    assert body["some_future_field"] == {"x": 1}
+    blocks = body["messages"][0]["content"]
+    assert blocks[0] == {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(PNG)}}
+    assert blocks[1] == {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": b64(pdf)},
+                         "title": "Report", "citations": {"enabled": True}}  # fmt: skip
+    assert blocks[2] == {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "a memo, ü"}}
+    assert blocks[3] == {"type": "text", "text": "What is this?"}
+    assert "file_id" not in json.dumps(body)
+    assert headers["x-api-key"] == "upstream-secret"
+
+
+def test_passthrough_count_tokens_and_unknown_files(start, native):
+    client = sdk(start(native=native))
+    memo = client.beta.files.upload(file=("memo.txt", b"count these words", "text/plain"))
+
+    client.messages.count_tokens(model="claude-test", messages=ask(document_file(memo.id)))
+
+    path, body, _ = native.requests[0]
+    assert path == "/v1/messages/count_tokens"
+    assert body["messages"][0]["content"][0]["source"] == {"type": "text", "media_type": "text/plain", "data": "count these words"}
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client.messages.create(model="claude-test", max_tokens=10, messages=ask(image_file("file_011Missing")))
+    assert "messages.0.content.0.source.file_id" in error_of(caught, 404, "not_found_error")
+    assert len(native.requests) == 1  # the unknown file never reached the upstream
+
+
+# -- batches ----------------------------------------------------------------------------------------
+
+
+def test_a_batch_request_naming_a_file_gets_its_content(start, upstream):
+    client = sdk(start())
+    memo = client.beta.files.upload(file=("memo.txt", b"the batch memo", "text/plain"))
+    upstream.responder = lambda body: None  # every request: completion("Hello!")
+
+    def params(*blocks: dict[str, Any]) -> dict[str, Any]:
+        return {"model": MODEL, "max_tokens": 10, "messages": ask(*blocks)}
+
+    created = client.messages.batches.create(requests=[
+        {"custom_id": "with-file", "params": params(document_file(memo.id))},
+        {"custom_id": "missing", "params": params(image_file("file_011Missing"))},
+    ])  # fmt: skip
+    deadline = time.monotonic() + 10
+    while (batch := client.messages.batches.retrieve(created.id)).processing_status != "ended":
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.02)
+
+    results = {line.custom_id: line.result for line in client.messages.batches.results(created.id)}
+    assert results["with-file"].type == "succeeded"
+    assert results["missing"].type == "errored"
+    assert results["missing"].error.error.type == "not_found_error"
+    assert "messages.0.content.0.source.file_id" in results["missing"].error.error.message
+    assert len(upstream.requests) == 1
+    assert "the batch memo" in json.dumps(upstream.requests[0]["messages"])
+
+
+# -- persistence and sharing ------------------------------------------------------------------------
+
+
+def test_files_survive_a_restart(start, upstream, files_dir):
+    first = start()
+    meta = sdk(first).beta.files.upload(file=("memo.txt", b"remembered text", "text/plain"))
+    first.stop()
+
+    second = start()
+    client = sdk(second)
+    assert client.beta.files.retrieve_metadata(meta.id) == meta
+    assert [f.id for f in client.beta.files.list().data] == [meta.id]
+    client.messages.create(model=MODEL, max_tokens=10, messages=ask(document_file(meta.id)))
+    assert "remembered text" in json.dumps(upstream.requests[-1]["messages"])
+
+
+def test_two_gateways_on_one_directory_share_their_files(start, upstream, tmp_path):
+    shared = tmp_path / "shared"
+    one, two = sdk(start(directory=shared)), sdk(start(directory=shared))
+    elsewhere = sdk(start(directory=tmp_path / "elsewhere"))
+
+    from_one = one.beta.files.upload(file=("one.txt", b"written by one", "text/plain"))
+    from_two = two.beta.files.upload(file=("two.txt", b"written by two", "text/plain"))
+
+    for client in (one, two):
+        assert [f.id for f in client.beta.files.list().data] == [from_two.id, from_one.id]
+    assert two.beta.files.retrieve_metadata(from_one.id) == from_one
+    two.messages.create(model=MODEL, max_tokens=10, messages=ask(document_file(from_one.id)))
+    assert "written by one" in json.dumps(upstream.requests[-1]["messages"])
+    assert elsewhere.beta.files.list().data == []  # another directory, other files
+
+    two.beta.files.delete(from_one.id)
+    with pytest.raises(anthropic.NotFoundError):
+        one.beta.files.retrieve_metadata(from_one.id)
+    assert [f.id for f in one.beta.files.list().data] == [from_two.id]
+
+
+# -- API keys -----------------------------------------------------------------------------------------
+
+
+def test_api_keys_apply_to_every_files_route(start, files_dir):
+    gateway = start(server={"api_keys": ["sk-files"]})
+    good, wrong = sdk(gateway, "sk-files"), sdk(gateway, "sk-wrong")
+    meta = good.beta.files.upload(file=("memo.txt", b"guarded", "text/plain"))
+
+    for call in (
+        lambda: wrong.beta.files.upload(file=("x.txt", b"x", "text/plain")),
+        wrong.beta.files.list,
+        lambda: wrong.beta.files.retrieve_metadata(meta.id),
+        lambda: wrong.beta.files.download(meta.id),
+        lambda: wrong.beta.files.delete(meta.id),
+        lambda: wrong.messages.create(model=MODEL, max_tokens=10, messages=ask(document_file(meta.id))),
+    ):
+        with pytest.raises(anthropic.AuthenticationError) as caught:
+            call()
+        error_of(caught, 401, "authentication_error")
+
+    base = f"{gateway.url}/v1/files"
+    for method, url, kwargs in (
+        ("POST", base, {"files": {"file": ("x.txt", b"x", "text/plain")}}),
+        ("POST", base, {"content": b"x" * 300, "headers": {"content-type": "text/plain"}}),  # 401 before any check of the body
+        ("GET", base, {}), ("GET", f"{base}/{meta.id}", {}), ("GET", f"{base}/{meta.id}/content", {}),
+        ("DELETE", f"{base}/{meta.id}", {}), ("GET", f"{base}/file_011Unknown", {}),  # 401 before 404: no probing for ids
+    ):  # fmt: skip
+        raw_error(httpx.request(method, url, timeout=5, **kwargs), 401, "authentication_error")
+
+    assert stored(files_dir) == {meta.id}  # the refused upload and delete did nothing
+    bearer = httpx.get(base, headers={"authorization": "Bearer sk-files"}, timeout=5)
+    assert [f["id"] for f in bearer.json()["data"]] == [meta.id]
+    assert good.beta.files.delete(meta.id).type == "file_deleted"
+
+
+# -- a store with no files yet --------------------------------------------------------------------
+
+
+def test_unknown_file_ids_are_404_before_any_file_was_uploaded(start, upstream, files_dir):
+    client = sdk(start())
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client.messages.create(model=MODEL, max_tokens=10, messages=ask(image_file("file_011Missing")))
+    assert "messages.0.content.0.source.file_id" in error_of(caught, 404, "not_found_error")
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"},
+                                                              {"role": "user", "content": ask(document_file("file_011Missing"))[0]["content"]}])  # fmt: skip
+    assert "messages.2.content.0.source.file_id" in error_of(caught, 404, "not_found_error")
+    assert upstream.requests == []
+    assert not files_dir.exists()  # nothing was written
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "files.FileStore.in_use() is False until a file exists in files.dir, and endpoints._call then skips "
+    "FileStore.resolve: a passthrough upstream is sent the unknown file_id instead of the gateway's 404"
+))  # fmt: skip
+def test_passthrough_unknown_file_ids_are_404_before_any_file_was_uploaded(start, native):
+    client = sdk(start(native=native))
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client.messages.create(model="claude-test", max_tokens=10, messages=ask(image_file("file_011Missing")))
+    assert "messages.0.content.0.source.file_id" in error_of(caught, 404, "not_found_error")
+    assert native.requests == []  # the file_id never reaches the upstream
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "files.FileStore.in_use() caches a negative answer for 1 s: a gateway that served a request in the "
+    "second before another gateway's first upload to the shared files.dir does not resolve that file"
+))  # fmt: skip
+def test_a_file_uploaded_through_another_gateway_is_usable_at_once(start, upstream, native, tmp_path):
+    shared = tmp_path / "shared"
+    uploader = sdk(start(directory=shared))
+    translating, passthrough = sdk(start(directory=shared)), sdk(start(directory=shared, native=native))
+    began = time.monotonic()
+    translating.messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "warm up"}])
+    passthrough.messages.create(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "warm up"}])
+
+    memo = uploader.beta.files.upload(file=("memo.txt", b"fresh memo", "text/plain"))
+    outcomes = []
+    for client, model in ((translating, MODEL), (passthrough, "claude-test")):
+        try:
+            client.messages.create(model=model, max_tokens=10, messages=ask(document_file(memo.id)))
+            outcomes.append("ok")
+        except anthropic.APIStatusError as error:
+            outcomes.append(f"{error.status_code}: {error.body}")
+    if time.monotonic() - began > 0.8:
+        pytest.xfail("too slow to land within the 1 s window under test")
+    assert outcomes == ["ok", "ok"]
+    assert "fresh memo" in json.dumps(upstream.requests[-1]["messages"])
+    assert "file_id" not in json.dumps(native.requests[-1][1])
