@@ -5,8 +5,10 @@ upload, written atomically, so they survive restarts and every `--workers` proce
 replica sharing the directory) sees the same files. A request whose image or document
 block names a `file_id` has that source replaced by the file's content (base64 for
 images and PDFs, text for text files) before it is routed, so both the translating and
-the passthrough paths, token counting and batches get a request an upstream can read.
-As on Anthropic, uploaded files cannot be downloaded again.
+the passthrough paths, token counting and batches get a request an upstream can read. A
+file id the gateway does not have is left as sent: the translating path answers it with a
+404, passthrough forwards it (an Anthropic upstream may know it). As on Anthropic,
+uploaded files cannot be downloaded again.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,21 +58,21 @@ class FileStore:
         self.dir = Path(config.dir).expanduser() if config.dir else default_dir()
         self.max_bytes = config.max_bytes
         self._in_use = False
-        self._checked_until = 0.0
+        self._seen: int | None = None  # the directory's mtime when last looked into
 
     def in_use(self) -> bool:
-        """Whether any file has been uploaded (to this directory, by any process): until
+        """Whether any file has been uploaded to this directory (by any process): until
         then requests are not scanned for file ids (on an 80 KB request the scan costs
-        ~25 µs). Looked up at most once a second; once true, it stays true."""
+        ~25 µs; this check, one stat). Once true, it stays true."""
         if self._in_use:
             return True
-        now = time.monotonic()
-        if now >= self._checked_until:
-            self._checked_until = now + 1.0
-            try:
-                self._in_use = next(self.dir.glob("file_*.json"), None) is not None
-            except OSError:
-                self._in_use = False
+        try:
+            mtime = os.stat(self.dir).st_mtime_ns  # changes with every file added or removed
+        except OSError:
+            return False
+        if mtime != self._seen:
+            self._seen = mtime
+            self._in_use = next(self.dir.glob("file_*.json"), None) is not None
         return self._in_use
 
     # -- the API ----------------------------------------------------------------------------
@@ -108,7 +109,9 @@ class FileStore:
         return DeletedFile(id=file_id)
 
     def page(self, query: Mapping[str, str]) -> dict[str, Any]:
-        """Newest first."""
+        """Newest first. Both pagination styles: `after_id`/`before_id` (the API reference)
+        and the opaque `page` cursor with `next_page` (what the SDK's list iterator uses);
+        `ids` restricts the list to those files (one page)."""
         metas = {}
         if self.dir.is_dir():
             for path in self.dir.glob("file_*.json"):
@@ -117,7 +120,21 @@ class FileStore:
                 except (OSError, msgspec.DecodeError):
                     continue  # deleted meanwhile, or not ours
         order = sorted(metas, key=lambda file_id: (metas[file_id].created_at, file_id), reverse=True)
-        return page_of(order, query, lambda file_id: msgspec.to_builtins(metas[file_id]), "file")
+        getlist = getattr(query, "getlist", None)
+        wanted = [i for value in (getlist("ids") if getlist else [query.get("ids", "")]) for i in value.split(",") if i]
+        params = {k: v for k, v in query.items() if k not in ("page", "ids")}
+        if wanted:
+            order = [file_id for file_id in order if file_id in set(wanted)]
+            params["limit"] = "1000"
+        elif "page" in query:
+            cursor = query["page"]
+            if not cursor.startswith("page_") or cursor[5:] not in metas:
+                raise InvalidRequest(f"page: not a cursor from this list ({cursor!r})")
+            params["after_id"] = cursor[5:]
+        listed = page_of(order, params, lambda file_id: msgspec.to_builtins(metas[file_id]), "file")
+        more = listed["has_more"] and "before_id" not in params and not wanted
+        listed["next_page"] = f"page_{listed['last_id']}" if more else None
+        return listed
 
     # -- file sources in requests ---------------------------------------------------------------
 
@@ -156,8 +173,8 @@ class FileStore:
             raise InvalidRequest(f"{where}.source.file_id: a string is needed")
         try:
             meta, data = await self.content(file_id)
-        except NotFound:
-            raise NotFound(f"{where}.source.file_id: no file {file_id!r}") from None
+        except NotFound:  # not ours: the translator answers 404; passthrough forwards it (the upstream may know it)
+            return False
         mime = meta.mime_type.partition(";")[0].strip().lower()
         if block["type"] == "image":
             if mime not in IMAGE_TYPES:
