@@ -33,7 +33,7 @@ REQUEST_NOTES = {
     "messages": "user/assistant turns; consecutive same-role turns merged; `system`, `ctx` and `msg` roles folded; a final assistant turn is a prefill",
     "max_tokens": "required; lowered visibly (header `X-Max-Tokens-Applied`) to the model's output limit and remaining context",
     "system": "string or text blocks; Claude Code's per-session billing-header block is dropped (setting `keep_billing_header`)",
-    "stop_sequences": "any number, matched by the gateway over the streamed text; the matched sequence is reported exactly",
+    "stop_sequences": "any number, matched by the gateway over the streamed text; the matched sequence is reported exactly; the upstream is then hung up on, and usage is the prompt as counted plus a token per chunk received",
     "stream": "Anthropic's SSE event sequence; `message_start` as soon as the upstream accepts",
     "temperature": "passed on (0 to 1)",
     "top_p": "passed on",

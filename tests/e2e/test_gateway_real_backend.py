@@ -99,6 +99,11 @@ def test_stop_sequence_hit_and_reported(translate):
         assert message.stop_reason == "stop_sequence", message
         assert message.stop_sequence == "7"
         assert "7" not in message.content[0].text
+        # The stream was closed at the stop, before llama-server's usage: the prompt is
+        # counted by llama-server's own tokenizer, the output one token per chunk.
+        counted = client.messages.count_tokens(model=request["model"], messages=request["messages"]).input_tokens
+        assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) == counted
+        assert message.usage.output_tokens > 0
 
 
 def test_repeated_prefix_reports_cached_input(translate):

@@ -141,6 +141,9 @@ def test_stop_sequence_streaming_reports_the_exact_sequence_and_closes_upstream(
     assert final.content[0].text == "The answer is 42. "
     assert final.stop_reason == "stop_sequence"
     assert final.stop_sequence == "STOP"
+    # The upstream's usage never came (the stream was closed at the stop): the prompt is
+    # counted (here by the estimate) and the output is one token per chunk received.
+    assert final.usage.output_tokens == 2 and final.usage.input_tokens > 0
     sent = upstream.requests[0]
     assert sent["stream"] is True
     assert len(sent.get("stop") or []) <= 4  # never more than a server accepts
@@ -169,6 +172,7 @@ def test_stop_sequence_non_streaming(client, upstream):
     assert message.content[0].text == "line one"
     assert message.stop_reason == "stop_sequence"
     assert message.stop_sequence == "\n\nHuman:"
+    assert message.usage.output_tokens == 2 and message.usage.input_tokens > 0  # not the zeros of a usage never received
     assert upstream.requests[0]["stream"] is True
     assert upstream.wait_for(lambda: upstream.disconnects == 1, timeout=3)
 

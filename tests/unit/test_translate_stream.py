@@ -466,3 +466,37 @@ def test_fold_leaves_the_events_untouched() -> None:
     before = as_dicts(events)
     fold(events)
     assert as_dicts(events) == before
+
+
+def _final_usage(stopping: StreamTranslator) -> tuple[int, int]:
+    from dragoman.protocol import anthropic
+
+    delta = next(e for e in stopping.finish() if isinstance(e, anthropic.MessageDelta))
+    return delta.usage.input_tokens or 0, delta.usage.output_tokens
+
+
+def test_a_reply_cut_by_a_stop_sequence_before_the_usage_gets_a_counted_usage() -> None:
+    """The gateway closes the upstream at a stop it matched, so no usage chunk comes:
+    the backend supplies the prompt's count, and each chunk of output is a token."""
+    from dragoman.protocol import openai
+
+    stopping = translator(stop_sequences=["STOP"])
+    stopping.start()
+    for text in ("", "one ", "two ", "three STOP four"):
+        stopping.feed(openai.ChatChunk(choices=[openai.ChunkChoice(delta=openai.ResponseMessage(content=text))]))
+    assert stopping.done and stopping.needs_usage
+    stopping.assume_usage(17)
+    assert _final_usage(stopping) == (17, 3)
+    assert not stopping.needs_usage
+
+
+def test_a_usage_that_came_is_never_replaced() -> None:
+    from dragoman.protocol import openai
+
+    stopping = translator(stop_sequences=["STOP"])
+    stopping.start()
+    usage = openai.Usage(prompt_tokens=5, completion_tokens=9)
+    stopping.feed(openai.ChatChunk(choices=[openai.ChunkChoice(delta=openai.ResponseMessage(content="a STOP"))], usage=usage))
+    assert stopping.done and not stopping.needs_usage
+    stopping.assume_usage(100)
+    assert _final_usage(stopping) == (5, 9)

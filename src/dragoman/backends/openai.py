@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
@@ -139,13 +139,19 @@ class OpenAIBackend:
             "prefill": translated.prefill if self.profile.prefill == "native" else "",
             "upstream": self.name,
         }
+
+        async def prompt_tokens() -> int:  # for a reply a stop sequence cut before the upstream's usage came
+            return (await self._count(translated.chat, route, estimate=count_estimate(translated.chat)))[0]
+
+        counted = prompt_tokens if request.stop_sequences else None
         if request.stream:
             translator = StreamTranslator(**reply)
             head = await head_or_task(post, self._keepalive)
             if isinstance(head, asyncio.Task):
-                chunks = late_start(head, self._keepalive, lambda response: self._translated(response, translator, call.outcome, _sse))
+                chunks = late_start(head, self._keepalive, lambda response: self._translated(response, translator, call.outcome, _sse, counted))
                 return Streaming(chunks, headers=_headers(translated))
-            return Streaming(self._translated(head, translator, call.outcome, _sse), headers=_headers(translated), on_close=head.close)
+            chunks = self._translated(head, translator, call.outcome, _sse, counted)
+            return Streaming(chunks, headers=_headers(translated), on_close=head.close)
         response = await post
         if not upstream_stream:
             with upstream_errors(self.name):
@@ -157,7 +163,7 @@ class OpenAIBackend:
             _note_usage(call.outcome, message.usage)
             return Completed(msgspec.json.encode(message), headers=_headers(translated))
         events: list[anthropic.StreamEvent] = []
-        async for batch in self._translated(response, StreamTranslator(**reply), call.outcome, _as_events):
+        async for batch in self._translated(response, StreamTranslator(**reply), call.outcome, _as_events, counted):
             events.extend(batch)
         return Completed(msgspec.json.encode(fold(events)), headers=_headers(translated))
 
@@ -177,7 +183,8 @@ class OpenAIBackend:
         return Completed(msgspec.json.encode(message), headers=reply.headers)
 
     async def _translated(
-        self, response: Response, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T]
+        self, response: Response, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T],
+        prompt_tokens: Callable[[], Awaitable[int]] | None = None,
     ) -> AsyncGenerator[T, None]:
         """An upstream stream as batches of Anthropic events (one per network read, the
         first token alone), each passed through `encode`: SSE bytes for the client, or
@@ -237,6 +244,9 @@ class OpenAIBackend:
                     yield encode(out)
             if not translator.done and not translator.finished_upstream:
                 raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
+            if translator.needs_usage and prompt_tokens is not None:
+                response.close()  # the generation stops now, not after the count below
+                translator.assume_usage(await prompt_tokens())
             final = translator.finish()
             _note_usage(outcome, translator.usage)
             yield encode(final)

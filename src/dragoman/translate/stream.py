@@ -102,6 +102,7 @@ class StreamTranslator:
         self._hidden_reasoning: list[str] = []
         self._finish: str | None = None
         self._usage: openai.Usage | None = None
+        self._generated = 0  # upstream chunks that carried output (a token each, as servers stream)
         self.done = False
 
     # -- public ------------------------------------------------------------------
@@ -128,6 +129,8 @@ class StreamTranslator:
             return events
         for choice in chunk.choices[:1]:
             delta = choice.delta
+            if delta.content or delta.reasoning or delta.reasoning_content or delta.tool_calls or delta.refusal:
+                self._generated += 1
             reasoning = delta.reasoning or delta.reasoning_content
             if reasoning:
                 self._reasoning(reasoning, events)
@@ -150,6 +153,18 @@ class StreamTranslator:
     @property
     def usage(self) -> a.Usage:
         return usage_of(self._usage)
+
+    @property
+    def needs_usage(self) -> bool:
+        """A stop sequence matched here ended the reply before the upstream reported
+        its usage (the upstream stream is closed to stop the generation)."""
+        return self.done and self._usage is None
+
+    def assume_usage(self, prompt_tokens: int) -> None:
+        """Usage for a reply cut short here: the prompt as counted, and one token for each
+        chunk of output received (servers stream a token per chunk)."""
+        if self._usage is None:
+            self._usage = openai.Usage(prompt_tokens=prompt_tokens, completion_tokens=self._generated)
 
     def finish(self) -> list[a.StreamEvent]:
         events: list[a.StreamEvent] = []
