@@ -10,6 +10,11 @@ from dragoman.endpoints import _gateway, _read_body
 from dragoman.protocol.batches import ENCODER
 
 
+def _base(request: Request) -> str:
+    """The gateway as this client reached it: where it fetches a batch's results."""
+    return str(request.base_url).rstrip("/")
+
+
 def _json(value: object) -> Response:
     return Response(ENCODER.encode(value), media_type="application/json")
 
@@ -18,26 +23,25 @@ async def create(request: Request) -> Response:
     gateway = _gateway(request)
     auth.check(request, gateway.api_keys)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
-    base = str(request.base_url).rstrip("/")  # where the results are fetched: this gateway
-    return _json(gateway.batches.create(body, request.headers, base))
+    return _json(gateway.batches.create(body, request.headers, _base(request)))
 
 
 async def list_batches(request: Request) -> Response:
     gateway = _gateway(request)
     auth.check(request, gateway.api_keys)
-    return _json(gateway.batches.page(request.query_params))
+    return _json(gateway.batches.page(request.query_params, _base(request)))
 
 
 async def retrieve(request: Request) -> Response:
     gateway = _gateway(request)
     auth.check(request, gateway.api_keys)
-    return _json(gateway.batches.retrieve(request.path_params["batch_id"]))
+    return _json(gateway.batches.retrieve(request.path_params["batch_id"], _base(request)))
 
 
 async def cancel(request: Request) -> Response:
     gateway = _gateway(request)
     auth.check(request, gateway.api_keys)
-    return _json(gateway.batches.cancel(request.path_params["batch_id"]))
+    return _json(gateway.batches.cancel(request.path_params["batch_id"], _base(request)))
 
 
 async def delete(request: Request) -> Response:

@@ -51,7 +51,7 @@ FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 
 
 def _stamp(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 @dataclass(eq=False)
@@ -59,7 +59,6 @@ class Batch:
     id: str
     requests: list[BatchRequest]  # emptied once the batch ends: its params hold the whole create body
     headers: dict[str, str]
-    results_url: str
     total: int = 0
     created: float = field(default_factory=time.time)
     expires: float = 0.0
@@ -70,7 +69,9 @@ class Batch:
     task: asyncio.Task[None] | None = None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # canceled or expired: start nothing more
 
-    def view(self) -> MessageBatch:
+    def view(self, base_url: str) -> MessageBatch:
+        """As the SDK sees it; `base_url` is the gateway as the asking client reached it (a
+        results URL is never one another client's Host header chose)."""
         ended = self.ended is not None
         counts = self.counts if ended else RequestCounts(processing=self.total)  # outcomes only at the end
         status: Status = "ended" if ended else "canceling" if self.canceling_since is not None else "in_progress"
@@ -78,7 +79,7 @@ class Batch:
             id=self.id, created_at=_stamp(self.created), expires_at=_stamp(self.expires), request_counts=counts,
             processing_status=status, ended_at=_stamp(self.ended) if self.ended is not None else None,
             cancel_initiated_at=_stamp(self.canceling_since) if self.canceling_since is not None else None,
-            results_url=self.results_url if ended else None,
+            results_url=f"{base_url}/v1/messages/batches/{self.id}/results" if ended else None,
         )  # fmt: skip
 
 
@@ -111,14 +112,14 @@ class Batches:
         self._purge()
         batch_id = ids.new_id("msgbatch_01")
         batch = Batch(
-            id=batch_id, requests=create.requests, results_url=f"{base_url}/v1/messages/batches/{batch_id}/results",
+            id=batch_id, requests=create.requests,
             headers={k: headers[k] for k in FORWARDED_HEADERS if k in headers},
         )  # fmt: skip
         batch.expires = batch.created + self._config.expire_after
         batch.total = len(create.requests)
         self._batches[batch_id] = batch
         batch.task = asyncio.get_running_loop().create_task(self._run(batch), name=f"batch {batch_id}")
-        return batch.view()
+        return batch.view(base_url)
 
     def get(self, batch_id: str) -> Batch:
         self._purge()
@@ -127,21 +128,21 @@ class Batches:
             raise NotFound(f"message_batch_id: no batch {batch_id!r} (unknown, deleted, or made by another process)")
         return batch
 
-    def retrieve(self, batch_id: str) -> MessageBatch:
-        return self.get(batch_id).view()
+    def retrieve(self, batch_id: str, base_url: str) -> MessageBatch:
+        return self.get(batch_id).view(base_url)
 
-    def page(self, query: Mapping[str, str]) -> dict[str, object]:
+    def page(self, query: Mapping[str, str], base_url: str) -> dict[str, object]:
         """Newest first, as Anthropic lists them."""
         self._purge()
         newest_first = list(reversed(self._batches))
-        return page_of(newest_first, query, lambda batch_id: msgspec.to_builtins(self._batches[batch_id].view()), "batch")
+        return page_of(newest_first, query, lambda batch_id: msgspec.to_builtins(self._batches[batch_id].view(base_url)), "batch")
 
-    def cancel(self, batch_id: str) -> MessageBatch:
+    def cancel(self, batch_id: str, base_url: str) -> MessageBatch:
         batch = self.get(batch_id)
         if batch.ended is None and batch.canceling_since is None:
             batch.canceling_since = time.time()  # requests not yet started end as `canceled`; running ones finish
             batch.stopping.set()
-        return batch.view()
+        return batch.view(base_url)
 
     def delete(self, batch_id: str) -> DeletedBatch:
         batch = self.get(batch_id)
@@ -245,8 +246,11 @@ class Batches:
         outcome = Outcome(request_id=ids.request_id(), endpoint="batch")
         try:
             if gateway.files.in_use() and names_a_file(body):
-                body = await gateway.files.resolve(body)
-            request = decode_request(body, anthropic.MESSAGES_REQUEST)
+                body = await gateway.files.resolve(body, gateway.config.server.max_request_bytes)
+            try:
+                request = decode_request(body, anthropic.MESSAGES_REQUEST)
+            except InvalidRequest as error:  # named from the batch request: its `params`
+                raise InvalidRequest("params" + ("." if ":" in error.message.split(" ", 1)[0] else ": ") + error.message) from None
             outcome.model = request.model
             if request.stream:
                 raise InvalidRequest("params.stream: streaming is not available in a batch")

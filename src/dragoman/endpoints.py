@@ -142,7 +142,7 @@ async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call
     auth.check(request, gateway.api_keys)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
     if gateway.files.in_use() and names_a_file(body):
-        body = await gateway.files.resolve(body)
+        body = await gateway.files.resolve(body, gateway.config.server.max_request_bytes)
     whole: anthropic.MessagesRequest | None = None
     envelope: anthropic.MessagesRequest | anthropic.Envelope
     if endpoint == "messages" and gateway.translates_only:

@@ -6,6 +6,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Message, Receive
 
 from dragoman import auth
 from dragoman.endpoints import _gateway
@@ -28,8 +29,9 @@ async def upload(request: Request) -> Response:
         raise RequestTooLarge(f"file: the upload is {declared} bytes; files may have at most {store.max_bytes} bytes")
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise InvalidRequest("file: upload the file as multipart/form-data, in a part named `file`")
+    limit = store.max_bytes + MULTIPART_OVERHEAD
     try:
-        form = await request.form(max_files=1, max_fields=8, max_part_size=1024 * 1024)
+        form = await Request(request.scope, _bounded(request.receive, limit)).form(max_files=1, max_fields=8, max_part_size=1024 * 1024)
     except HTTPException as error:  # Starlette's word for a multipart body it cannot parse
         raise InvalidRequest(f"file: the multipart body cannot be read ({error.detail})") from None
     try:
@@ -43,6 +45,23 @@ async def upload(request: Request) -> Response:
     finally:
         await form.close()  # the spooled temporary file
     return _json(meta)
+
+
+def _bounded(receive: Receive, limit: int) -> Receive:
+    """`receive`, refusing a body past `limit` bytes as it arrives: a chunked upload
+    declares no length, and the form parser would spool it all to disk first."""
+    received = 0
+
+    async def bounded() -> Message:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise RequestTooLarge(f"file: the upload passes {limit} bytes; files may have at most {limit - MULTIPART_OVERHEAD} bytes")
+        return message
+
+    return bounded
 
 
 async def list_files(request: Request) -> Response:

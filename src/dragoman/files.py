@@ -25,7 +25,7 @@ import msgspec
 
 from dragoman import ids
 from dragoman.config import FilesConfig
-from dragoman.errors import InvalidRequest, NotFound
+from dragoman.errors import InvalidRequest, NotFound, RequestTooLarge
 from dragoman.paging import page_of
 
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
@@ -81,8 +81,9 @@ class FileStore:
         if not data:
             raise InvalidRequest("file: the uploaded file is empty")
         meta = FileMetadata(
-            id=ids.new_id("file_011"), created_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-            filename=filename or "upload", mime_type=mime_type or "application/octet-stream", size_bytes=len(data),
+            id=ids.new_id("file_011"), created_at=datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+            filename=filename.replace("\\", "/").rsplit("/", 1)[-1] or "upload",  # the last path component, as the SDK does
+            mime_type=mime_type or "application/octet-stream", size_bytes=len(data),
         )  # fmt: skip
         await asyncio.to_thread(self._write, meta, data)
         self._in_use = True
@@ -92,7 +93,7 @@ class FileStore:
         path = self._path(file_id, ".json")
         try:
             return msgspec.json.decode(path.read_bytes(), type=FileMetadata)
-        except FileNotFoundError:
+        except (OSError, msgspec.DecodeError):  # absent, or not a file of ours
             raise NotFound(f"file_id: no file {file_id!r}") from None
 
     async def content(self, file_id: str) -> tuple[FileMetadata, bytes]:
@@ -121,8 +122,9 @@ class FileStore:
                     continue  # deleted meanwhile, or not ours
         order = sorted(metas, key=lambda file_id: (metas[file_id].created_at, file_id), reverse=True)
         getlist = getattr(query, "getlist", None)
-        wanted = [i for value in (getlist("ids") if getlist else [query.get("ids", "")]) for i in value.split(",") if i]
-        params = {k: v for k, v in query.items() if k not in ("page", "ids")}
+        values = [*getlist("ids"), *getlist("ids[]")] if getlist else [query.get("ids", ""), query.get("ids[]", "")]
+        wanted = [i for value in values for i in value.split(",") if i]  # the SDK sends ids[]=a&ids[]=b
+        params = {k: v for k, v in query.items() if k not in ("page", "ids", "ids[]")}
         if wanted:
             order = [file_id for file_id in order if file_id in set(wanted)]
             params["limit"] = "1000"
@@ -138,16 +140,23 @@ class FileStore:
 
     # -- file sources in requests ---------------------------------------------------------------
 
-    async def resolve(self, body: bytes) -> bytes:
+    async def resolve(self, body: bytes, limit: int) -> bytes:
         """The request with every `{"type": "file", "file_id": ...}` source of an image or
-        document block replaced by the file's content."""
+        document block replaced by the file's content; at most `limit` bytes in all (a
+        small request naming a large file many times must not grow without bound). Runs in
+        a thread: reading files and base64-encoding them would hold up the event loop."""
+        return await asyncio.to_thread(self._resolve, body, limit)
+
+    def _resolve(self, body: bytes, limit: int) -> bytes:
         try:
             data = msgspec.json.decode(body)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             return body  # the request's own decoding reports it, with its usual message
         messages = data.get("messages") if isinstance(data, dict) else None
         if not isinstance(messages, list):
             return body
+        loaded: dict[str, tuple[FileMetadata, bytes] | None] = {}  # each file read once, however often it is named
+        budget = [limit - len(body)]
         changed = False
         for m, message in enumerate(messages):
             content = message.get("content") if isinstance(message, dict) else None
@@ -155,14 +164,14 @@ class FileStore:
                 continue
             for b, block in enumerate(content):
                 where = f"messages.{m}.content.{b}"
-                changed |= await self._resolve_block(block, where)
+                changed |= self._resolve_block(block, where, loaded, budget)
                 inner = block.get("content") if isinstance(block, dict) and block.get("type") == "tool_result" else None
                 if isinstance(inner, list):
                     for i, nested in enumerate(inner):
-                        changed |= await self._resolve_block(nested, f"{where}.content.{i}")
+                        changed |= self._resolve_block(nested, f"{where}.content.{i}", loaded, budget)
         return msgspec.json.encode(data) if changed else body
 
-    async def _resolve_block(self, block: Any, where: str) -> bool:
+    def _resolve_block(self, block: Any, where: str, loaded: dict[str, tuple[FileMetadata, bytes] | None], budget: list[int]) -> bool:
         if not isinstance(block, dict) or block.get("type") not in ("image", "document"):
             return False
         source = block.get("source")
@@ -171,10 +180,19 @@ class FileStore:
         file_id = source.get("file_id")
         if not isinstance(file_id, str):
             raise InvalidRequest(f"{where}.source.file_id: a string is needed")
-        try:
-            meta, data = await self.content(file_id)
-        except NotFound:  # not ours: the translator answers 404; passthrough forwards it (the upstream may know it)
+        if file_id not in loaded:
+            try:
+                loaded[file_id] = (self.metadata(file_id), self._path(file_id, "").read_bytes())
+            except (NotFound, FileNotFoundError):
+                loaded[file_id] = None
+        found = loaded[file_id]
+        if found is None:  # not ours: the translator answers 404; passthrough forwards it (the upstream may know it)
             return False
+        meta, data = found
+        budget[0] -= len(data) * 4 // 3 + 64  # what it adds, base64 or text
+        if budget[0] < 0:
+            raise RequestTooLarge(f"{where}.source.file_id: with the files it names filled in, the request would pass "
+                                  "server.max_request_bytes")  # fmt: skip
         mime = meta.mime_type.partition(";")[0].strip().lower()
         if block["type"] == "image":
             if mime not in IMAGE_TYPES:

@@ -631,3 +631,26 @@ def test_a_batch_past_expiry_with_nothing_running_ends_without_waiting_for_other
     client, waiting = _behind_a_busy_batch(start, upstream, expire_after=0.15)
     ended = _ends_within(client, waiting.id, 0.35)  # B expires at 0.15 s; A's request holds the slot until 0.5 s
     assert counts(ended) == {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 2}
+
+
+def test_the_results_url_is_the_gateway_as_the_asking_client_reached_it(start):
+    """Never the Host a batch's creator sent: the SDK sends its key to that URL."""
+    gateway = start()
+    creator = anthropic.Anthropic(base_url=gateway.url, api_key=KEY, max_retries=0, timeout=5,
+                                  default_headers={"host": "attacker.example:9999"})  # fmt: skip
+    batch = creator.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
+    reader = sdk(gateway)
+    seen = wait_ended(reader, batch.id)
+    assert seen.results_url == f"{gateway.url}/v1/messages/batches/{batch.id}/results"
+    assert [r.custom_id for r in reader.messages.batches.results(batch.id)] == ["a"]
+
+
+def test_an_unreadable_params_is_named_as_params(start):
+    client = sdk(start())
+    batch = client.messages.batches.create(requests=[
+        {"custom_id": "int", "params": 5},
+        {"custom_id": "nokey", "params": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}},
+    ])  # fmt: skip
+    wait_ended(client, batch.id)
+    errors = {r.custom_id: r.result.error.error.message for r in client.messages.batches.results(batch.id)}
+    assert errors["int"].startswith("params: ") and errors["nokey"].startswith("params.max_tokens: ")

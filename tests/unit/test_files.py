@@ -68,7 +68,7 @@ def test_file_sources_are_replaced_by_the_content(tmp_path: Path) -> None:
             {"type": "text", "text": "file_id is just text here"},
         )
         assert names_a_file(raw)
-        return json.loads(await files.resolve(raw))
+        return json.loads(await files.resolve(raw, 10**9))
 
     content = asyncio.run(main())["messages"][0]["content"]
     assert content[0]["source"] == {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png).decode()}
@@ -80,7 +80,7 @@ def test_file_sources_are_replaced_by_the_content(tmp_path: Path) -> None:
 
 def test_a_body_without_file_sources_is_returned_as_is(tmp_path: Path) -> None:
     raw = body({"type": "text", "text": "mentions file_id"})
-    assert asyncio.run(store(tmp_path).resolve(raw)) is raw
+    assert asyncio.run(store(tmp_path).resolve(raw, 10**9)) is raw
 
 
 @pytest.mark.parametrize(("block", "error", "fragment"), [
@@ -96,7 +96,7 @@ def test_a_file_source_that_cannot_be_used_names_the_field(tmp_path: Path, block
         binary = await files.save("a.bin", "application/octet-stream", b"x")
         source = block["source"]
         source["file_id"] = {"TEXT": text.id, "BIN": binary.id}.get(source["file_id"], source["file_id"])
-        await files.resolve(body(block))
+        await files.resolve(body(block), 10**9)
 
     with pytest.raises(error, match=fragment):
         asyncio.run(main())
@@ -113,4 +113,40 @@ def test_requests_are_scanned_only_once_a_file_exists(tmp_path: Path) -> None:
 def test_a_file_id_the_gateway_does_not_have_is_left_as_sent(tmp_path: Path) -> None:
     """The translator answers it with a 404; passthrough forwards it (the upstream may know it)."""
     raw = body({"type": "image", "source": {"type": "file", "file_id": "file_011Elsewhere"}})
-    assert asyncio.run(store(tmp_path).resolve(raw)) is raw
+    assert asyncio.run(store(tmp_path).resolve(raw, 10**9)) is raw
+
+
+def test_a_small_request_naming_a_large_file_many_times_is_refused_not_grown(tmp_path: Path) -> None:
+    from dragoman.errors import RequestTooLarge
+
+    files = store(tmp_path)
+
+    async def main() -> None:
+        pdf = await files.save("big.pdf", "application/pdf", b"%PDF-" + b"x" * 100_000)
+        named = [{"type": "document", "source": {"type": "file", "file_id": pdf.id}}] * 8  # ~1 MB once filled in
+        assert len(await files.resolve(body(*named[:2]), 1_000_000)) < 1_000_000  # two fit
+        with pytest.raises(RequestTooLarge, match=r"messages\.0\.content\.\d\.source\.file_id"):
+            await files.resolve(body(*named), 1_000_000)
+
+    asyncio.run(main())
+
+
+def test_a_deeply_nested_body_is_left_to_the_request_decoder(tmp_path: Path) -> None:
+    raw = b'{"file_id": 1, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    assert asyncio.run(store(tmp_path).resolve(raw, 10**9)) is raw  # the usual 400 comes from decoding it, not a 500 here
+
+
+def test_foreign_or_corrupt_metadata_is_not_a_file(tmp_path: Path) -> None:
+    directory = tmp_path / "files"
+    directory.mkdir()
+    (directory / "file_foreign.json").write_text("{not json")
+    files = store(tmp_path)
+    with pytest.raises(NotFound):
+        files.metadata("file_foreign")
+    assert files.page({})["data"] == []
+
+
+def test_a_filename_keeps_only_its_last_component(tmp_path: Path) -> None:
+    meta = asyncio.run(store(tmp_path).save("../../etc/passwd", "text/plain", b"x"))
+    assert meta.filename == "passwd"
+    assert asyncio.run(store(tmp_path).save("C:\\\\Users\\\\me\\\\notes.txt", "text/plain", b"x")).filename == "notes.txt"
