@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -126,9 +126,22 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _error_response(request, error)
 
 
+async def _client_left(request: Request, exc: Exception) -> Response:
+    return Response(status_code=499)  # gone while sending its body: nobody to answer, nothing broke
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return _error_response(request, GatewayError("internal error in the gateway"))
+
+
+EXCEPTION_HANDLERS = {
+    GatewayError: _gateway_error,
+    HTTPException: _http_error,
+    ClientLeft: _client_left,
+    ClientDisconnect: _client_left,
+    Exception: _unexpected,
+}
 
 
 def _routes() -> list[Route]:
@@ -179,7 +192,7 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
     app = Starlette(
         routes=_routes(),
         lifespan=lifespan,
-        exception_handlers={GatewayError: _gateway_error, HTTPException: _http_error, Exception: _unexpected},
+        exception_handlers=EXCEPTION_HANDLERS,
     )
     app.state.gateway = gateway
     app.add_middleware(RequestIdMiddleware)

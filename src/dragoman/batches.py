@@ -92,6 +92,7 @@ class Batches:
         self._gateway = gateway
         self._config = config
         self._batches: dict[str, Batch] = {}  # in creation order
+        self._created: dict[str, float] = {}  # every batch ever made here, deleted ones too: where a cursor falls
         self._slots: asyncio.Semaphore | None = None  # made in the serving loop
 
     # -- the API --------------------------------------------------------------------------
@@ -118,6 +119,7 @@ class Batches:
         batch.expires = batch.created + self._config.expire_after
         batch.total = len(create.requests)
         self._batches[batch_id] = batch
+        self._created[batch_id] = batch.created
         batch.task = asyncio.get_running_loop().create_task(self._run(batch), name=f"batch {batch_id}")
         return batch.view(base_url)
 
@@ -135,7 +137,13 @@ class Batches:
         """Newest first, as Anthropic lists them."""
         self._purge()
         newest_first = list(reversed(self._batches))
-        return page_of(newest_first, query, lambda batch_id: msgspec.to_builtins(self._batches[batch_id].view(base_url)), "batch")
+
+        def position(gone: str) -> int | None:  # a deleted (or purged) batch: after every newer one
+            created = self._created.get(gone)
+            return None if created is None else sum(1 for b in newest_first if self._batches[b].created > created)
+
+        describe = lambda batch_id: msgspec.to_builtins(self._batches[batch_id].view(base_url))
+        return page_of(newest_first, query, describe, "batch", position)
 
     def cancel(self, batch_id: str, base_url: str) -> MessageBatch:
         batch = self.get(batch_id)
@@ -258,7 +266,7 @@ class Batches:
             outcome.upstream, outcome.served_model, outcome.path = route.upstream, route.upstream_model, route.path
             limiter = gateway.limiters.get(route.upstream)
             if limiter is not None:
-                await limiter.acquire()
+                await limiter.acquire(queue=False)  # never a 529: the batch waits its turn
                 outcome.release = limiter.release
             call = Call(body, request.model, route.upstream_model, batch.headers, outcome.request_id, False, outcome, request)
             reply = await route.backend.messages(call, route)

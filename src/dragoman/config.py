@@ -233,6 +233,9 @@ def _check(config: Config) -> None:
     for key in ("max_concurrent", "max_requests", "expire_after", "retain_for"):
         if getattr(config.batches, key) <= 0:
             raise ConfigError(f"batches.{key}: must be positive, got {getattr(config.batches, key)}")
+    for key in ("expire_after", "retain_for"):
+        if getattr(config.batches, key) > 366 * 24 * 3600:
+            raise ConfigError(f"batches.{key}: at most a year of seconds (31622400), got {getattr(config.batches, key)}")
     if config.server.keepalive_interval <= 0:
         raise ConfigError(f"server.keepalive_interval: must be a positive number of seconds, got {config.server.keepalive_interval}")
     budgets = config.server.effort_budgets

@@ -58,6 +58,7 @@ class FileStore:
         self.dir = Path(config.dir).expanduser() if config.dir else default_dir()
         self.max_bytes = config.max_bytes
         self._in_use = False
+        self._gone: dict[str, str] = {}  # deleted here: id -> created_at, so a cursor naming one still places
         self._seen: int | None = None  # the directory's mtime when last looked into
 
     def in_use(self) -> bool:
@@ -104,7 +105,7 @@ class FileStore:
             raise NotFound(f"file_id: no file {file_id!r}") from None
 
     def delete(self, file_id: str) -> DeletedFile:
-        self.metadata(file_id)  # 404 if unknown
+        self._gone[file_id] = self.metadata(file_id).created_at  # 404 if unknown
         for suffix in (".json", ""):  # metadata first: a half-deleted file is not listed
             self._path(file_id, suffix).unlink(missing_ok=True)
         return DeletedFile(id=file_id)
@@ -128,14 +129,21 @@ class FileStore:
         if wanted:
             order = [file_id for file_id in order if file_id in set(wanted)]
             params["limit"] = "1000"
-        elif "page" in query:
-            cursor = query["page"]
-            if not cursor.startswith("page_") or cursor[5:] not in metas:
-                raise InvalidRequest(f"page: not a cursor from this list ({cursor!r})")
-            params["after_id"] = cursor[5:]
-        listed = page_of(order, params, lambda file_id: msgspec.to_builtins(metas[file_id]), "file")
+        elif "page" in query:  # page_<created_at>~<id>: still valid once that file is deleted
+            created, _, after = query["page"].removeprefix("page_").partition("~")
+            if not query["page"].startswith("page_") or not after:
+                raise InvalidRequest(f"page: not a cursor from this list ({query['page']!r})")
+            self._gone.setdefault(after, created)
+            params["after_id"] = after
+
+        def position(gone: str) -> int | None:  # a file deleted since: after every newer one
+            created = self._gone.get(gone)
+            return None if created is None else sum(1 for f in order if (metas[f].created_at, f) > (created, gone))
+
+        listed = page_of(order, params, lambda file_id: msgspec.to_builtins(metas[file_id]), "file", position)
         more = listed["has_more"] and "before_id" not in params and not wanted
-        listed["next_page"] = f"page_{listed['last_id']}" if more else None
+        last = listed["last_id"]
+        listed["next_page"] = f"page_{metas[last].created_at}~{last}" if more and last else None
         return listed
 
     # -- file sources in requests ---------------------------------------------------------------

@@ -15,9 +15,11 @@ class Limiter:
         self._queue = queue
         self._waiting = 0
 
-    async def acquire(self) -> None:
+    async def acquire(self, *, queue: bool = True) -> None:
+        """A slot; with `queue` (interactive requests) a full queue is a 529 at once,
+        without it (batch requests, which have a day) the wait is unbounded."""
         if self._slots.locked():
-            if self._waiting >= self._queue:
+            if queue and self._waiting >= self._queue:
                 raise Overloaded(f"upstream {self._upstream} is at its limit of concurrent requests; try again shortly", retry_after="1")
             self._waiting += 1
             try:

@@ -9,8 +9,13 @@ from typing import Any
 from dragoman.errors import InvalidRequest
 
 
-def page_of(ids: Sequence[str], query: Mapping[str, str], describe: Callable[[str], Any], noun: str) -> dict[str, Any]:
-    """The page of `ids` (in listing order) that `query` asks for, each described."""
+def page_of(
+    ids: Sequence[str], query: Mapping[str, str], describe: Callable[[str], Any], noun: str,
+    position: Callable[[str], int | None] | None = None,
+) -> dict[str, Any]:
+    """The page of `ids` (in listing order) that `query` asks for, each described.
+    `position` places a cursor no longer listed (deleted while a client pages through,
+    as cleanup loops do): how many listed ids come before it, or None if unknown."""
     try:
         limit = int(query.get("limit", "20"))
     except ValueError:
@@ -19,14 +24,20 @@ def page_of(ids: Sequence[str], query: Mapping[str, str], describe: Callable[[st
         raise InvalidRequest("limit: must be between 1 and 1000")
     names = list(ids)
     start, end = 0, len(names)
+
+    def place(key: str, after: bool) -> int:
+        cursor = query[key]
+        if cursor in names:
+            return names.index(cursor) + (1 if after else 0)
+        where = position(cursor) if position is not None else None
+        if where is None:
+            raise InvalidRequest(f"{key}: unknown {noun} {cursor!r}")
+        return where
+
     if "after_id" in query:
-        if query["after_id"] not in names:
-            raise InvalidRequest(f"after_id: unknown {noun} {query['after_id']!r}")
-        start = names.index(query["after_id"]) + 1
+        start = place("after_id", after=True)
     if "before_id" in query:
-        if query["before_id"] not in names:
-            raise InvalidRequest(f"before_id: unknown {noun} {query['before_id']!r}")
-        end = names.index(query["before_id"])
+        end = place("before_id", after=False)
         start = max(start, end - limit) if "after_id" not in query else start
     page = names[start:end][:limit]
     return {

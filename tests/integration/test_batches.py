@@ -654,3 +654,25 @@ def test_an_unreadable_params_is_named_as_params(start):
     wait_ended(client, batch.id)
     errors = {r.custom_id: r.result.error.error.message for r in client.messages.batches.results(batch.id)}
     assert errors["int"].startswith("params: ") and errors["nokey"].startswith("params.max_tokens: ")
+
+
+def test_deleting_while_paging_through_the_list_reaches_every_batch(start):
+    """The cleanup loop SDK users write: the cursor names a batch deleted a moment ago."""
+    client = sdk(start())
+    made = [client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}]).id for _ in range(5)]
+    for batch_id in made:
+        wait_ended(client, batch_id)
+    deleted = []
+    for batch in client.messages.batches.list(limit=2):
+        client.messages.batches.delete(batch.id)
+        deleted.append(batch.id)
+    assert deleted == made[::-1]
+
+
+def test_a_batch_waits_for_a_full_upstream_instead_of_erroring(start, upstream):
+    """The upstream's queue (max_queue) bounds interactive requests; batch requests wait."""
+    answer_per_marker(upstream, hang=0.1)
+    client = sdk(start(batches={"max_concurrent": 4}, upstreams={"default": {"url": upstream.url, "max_retries": 0, "max_concurrent": 1, "max_queue": 1}}))
+    batch = client.messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"r{i}")} for i in range(4)])
+    ended = wait_ended(client, batch.id)
+    assert (ended.request_counts.succeeded, ended.request_counts.errored) == (4, 0)

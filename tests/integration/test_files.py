@@ -666,3 +666,13 @@ def test_a_file_uploaded_through_another_gateway_is_usable_at_once(start, upstre
     assert outcomes == ["ok", "ok"]
     assert "fresh memo" in json.dumps(upstream.requests[-1]["messages"])
     assert "file_id" not in json.dumps(native.requests[-1][1])
+
+
+def test_deleting_while_paging_through_the_files_reaches_every_file(start):
+    client = sdk(start())
+    uploaded = [client.beta.files.upload(file=(f"f{i}.txt", b"x", "text/plain")).id for i in range(5)]
+    deleted = []
+    for meta in client.beta.files.list(limit=2):
+        client.beta.files.delete(meta.id)
+        deleted.append(meta.id)
+    assert deleted == uploaded[::-1]

@@ -206,3 +206,7 @@ def test_batch_settings_must_be_positive(key: str) -> None:
 def test_batch_settings_are_read() -> None:
     loaded = config.from_dict(good(batches={"max_concurrent": 2, "expire_after": 60}))
     assert loaded.batches.max_concurrent == 2 and loaded.batches.expire_after == 60 and loaded.batches.max_requests == 100_000
+
+
+def test_batch_times_are_at_most_a_year() -> None:
+    assert failure(good(batches={"expire_after": 1e12})).startswith("batches.expire_after: at most a year")
