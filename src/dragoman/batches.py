@@ -192,11 +192,15 @@ class Batches:
         workers = min(self._config.max_concurrent, len(batch.requests))
         try:
             await asyncio.gather(*(worker() for _ in range(workers)))
+        except asyncio.CancelledError:  # the gateway is shutting down: the batch is lost with the process
+            log.warning("batch %s interrupted by shutdown with %d of %d requests settled", batch.id, len(batch.lines), batch.total)
+            raise
+        else:
+            log.info("batch %s ended: %s", batch.id, msgspec.json.encode(batch.counts).decode())
         finally:
             expiry.cancel()
             batch.ended = time.time()
             batch.requests = []
-            log.info("batch %s ended: %s", batch.id, msgspec.json.encode(batch.counts).decode())
 
     async def _settle(self, batch: Batch, request: BatchRequest) -> None:
         if not await self._slot(batch):  # canceled or expired before it could start

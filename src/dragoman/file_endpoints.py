@@ -67,7 +67,7 @@ def _bounded(receive: Receive, limit: int) -> Receive:
 async def list_files(request: Request) -> Response:
     gateway = _gateway(request)
     auth.check(request, gateway.api_keys)
-    return _json(gateway.files.page(request.query_params))
+    return _json(await gateway.files.page(request.query_params))
 
 
 async def retrieve(request: Request) -> Response:

@@ -110,7 +110,11 @@ class FileStore:
             self._path(file_id, suffix).unlink(missing_ok=True)
         return DeletedFile(id=file_id)
 
-    def page(self, query: Mapping[str, str]) -> dict[str, Any]:
+    async def page(self, query: Mapping[str, str]) -> dict[str, Any]:
+        """The list (see `_page`), read in a thread: it opens every metadata file."""
+        return await asyncio.to_thread(self._page, query)
+
+    def _page(self, query: Mapping[str, str]) -> dict[str, Any]:
         """Newest first. Both pagination styles: `after_id`/`before_id` (the API reference)
         and the opaque `page` cursor with `next_page` (what the SDK's list iterator uses);
         `ids` restricts the list to those files (one page)."""
@@ -222,11 +226,17 @@ class FileStore:
         return self.dir / (file_id + suffix)
 
     def _write(self, meta: FileMetadata, data: bytes) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # uploads are the clients' data: not for other local users
         for suffix, payload in (("", data), (".json", msgspec.json.encode(meta))):  # content first: listed only when whole
             path = self._path(meta.id, suffix)
             tmp = path.with_name(path.name + ".tmp")
-            tmp.write_bytes(payload)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(payload)
+            except BaseException:
+                tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+                raise
             os.replace(tmp, path)
 
 

@@ -29,13 +29,13 @@ def test_saved_files_are_listed_newest_first_and_deleted(tmp_path: Path) -> None
     async def main() -> None:
         first = await files.save("a.txt", "text/plain", b"one")
         second = await files.save("b.txt", "text/plain", b"two")
-        assert [f["id"] for f in files.page({})["data"]] == [second.id, first.id]
+        assert [f["id"] for f in (await files.page({}))["data"]] == [second.id, first.id]
         assert files.metadata(first.id).size_bytes == 3
         assert (await files.content(second.id))[1] == b"two"
         files.delete(first.id)
         with pytest.raises(NotFound):
             files.metadata(first.id)
-        assert [f["id"] for f in files.page({})["data"]] == [second.id]
+        assert [f["id"] for f in (await files.page({}))["data"]] == [second.id]
         assert sorted(p.name for p in (tmp_path / "files").iterdir()) == [second.id, second.id + ".json"]  # no temporaries left
 
     asyncio.run(main())
@@ -143,10 +143,18 @@ def test_foreign_or_corrupt_metadata_is_not_a_file(tmp_path: Path) -> None:
     files = store(tmp_path)
     with pytest.raises(NotFound):
         files.metadata("file_foreign")
-    assert files.page({})["data"] == []
+    assert asyncio.run(files.page({}))["data"] == []
 
 
 def test_a_filename_keeps_only_its_last_component(tmp_path: Path) -> None:
     meta = asyncio.run(store(tmp_path).save("../../etc/passwd", "text/plain", b"x"))
     assert meta.filename == "passwd"
     assert asyncio.run(store(tmp_path).save("C:\\\\Users\\\\me\\\\notes.txt", "text/plain", b"x")).filename == "notes.txt"
+
+
+def test_uploads_are_private_to_the_gateway_user(tmp_path: Path) -> None:
+    files = store(tmp_path)
+    meta = asyncio.run(files.save("a.txt", "text/plain", b"secret"))
+    assert (tmp_path / "files").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "files" / meta.id).stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "files" / (meta.id + ".json")).stat().st_mode & 0o777 == 0o600
