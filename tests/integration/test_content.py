@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import base64
-import io
 
 import anthropic
 import pytest
 
 from tests.fakes import completion
+from tests.samples import pdf_bytes
 
 PNG = base64.b64encode(bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
@@ -91,33 +91,9 @@ def test_images_in_tool_results_for_a_text_only_model_become_a_placeholder(make_
     assert all(m["role"] != "user" or isinstance(m["content"], str) for m in upstream.requests[0]["messages"])
 
 
-def _pdf(text: str) -> str:
-    """A one-page PDF with `text`, built by hand (pypdf cannot add text)."""
-    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
-    return base64.b64encode(out.getvalue()).decode()
-
-
 def test_a_pdf_document_reaches_the_model_as_text(client, upstream):
     upstream.json_reply(completion("It says hello."))
-    document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": _pdf("Quarterly revenue rose")},
+    document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(pdf_bytes("Quarterly revenue rose")).decode()},
                 "title": "Report", "context": "From finance"}  # fmt: skip
     client.messages.create(model="test-model", max_tokens=20, messages=[{"role": "user", "content": [document, {"type": "text", "text": "Summarise"}]}])
     sent = upstream.requests[0]["messages"][0]["content"]

@@ -13,7 +13,6 @@ on the passthrough path (an Anthropic upstream may know it), whether or not any 
 from __future__ import annotations
 
 import base64
-import io
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ import pytest
 from dragoman.config import from_dict
 from tests.fake_anthropic import FakeAnthropic
 from tests.fakes import FakeUpstream, completion
+from tests.samples import pdf_bytes
 from tests.servers import GatewayServer
 
 KEY = "test-key"
@@ -38,30 +38,6 @@ PNG = bytes.fromhex(
 )  # a 1x1 PNG
 GIF = bytes.fromhex("47494638396101000100800000000000ffffff21f90401000000002c00000000010001000002024401003b")  # 1x1 GIF
 NATIVE_UPSTREAM = {"protocol": "anthropic", "api_key": "upstream-secret", "max_retries": 0}
-
-
-def pdf_bytes(text: str) -> bytes:
-    """A one-page PDF showing `text`, built by hand (pypdf cannot add text)."""
-    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
-    return out.getvalue()
 
 
 def b64(data: bytes) -> str:

@@ -3,32 +3,22 @@
 from __future__ import annotations
 
 import ssl
-import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.fakes import FakeUpstream
+from tests.samples import self_signed
 
 BODY = {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
-
-
-def _certificate(directory: Path, name: str) -> tuple[Path, Path]:
-    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     directory = tmp_path_factory.mktemp("tls")
-    server_cert, server_key = _certificate(directory, "upstream")
-    client_cert, client_key = _certificate(directory, "client")
+    server_cert, server_key = self_signed(directory, "upstream")
+    client_cert, client_key = self_signed(directory, "client")
     return {"server_cert": server_cert, "server_key": server_key, "client_cert": client_cert, "client_key": client_key}
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import ssl
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -14,6 +13,7 @@ import pytest
 
 from tests.fakes import FakeUpstream, text_stream
 from tests.forward_proxy import ForwardProxy
+from tests.samples import self_signed
 from tests.servers import sse_frames
 
 BODY = {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
@@ -27,14 +27,7 @@ def _post(gateway, body: dict) -> httpx.Response:
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    directory = tmp_path_factory.mktemp("tls")
-    cert, key = directory / "upstream.pem", directory / "upstream.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=upstream",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    return cert, key
+    return self_signed(tmp_path_factory.mktemp("tls"), "upstream")
 
 
 def _tls_upstream(cert: tuple[Path, Path]) -> FakeUpstream:

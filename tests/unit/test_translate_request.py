@@ -15,6 +15,7 @@ from dragoman.errors import InvalidRequest, NotFound
 from dragoman.profiles import PROFILES
 from dragoman.translate.request import MAX_TOOL_NAME, ModelCaps, Options
 from tests.helpers import assistant, image, text, tool_result, tool_use, translate, user, wire
+from tests.samples import pdf_bytes
 
 TOOL = {"name": "get_weather", "description": "Weather for a city", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
 
@@ -490,32 +491,6 @@ def test_url_image_is_passed_as_url() -> None:
     assert messages(messages=[user([block])])[0]["content"] == [{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]
 
 
-def _pdf(*pages: str) -> bytes:
-    """A minimal PDF with one line of Helvetica text per page, built by hand (pypdf's
-    PdfWriter has no public API to draw text)."""
-    count = len(pages)
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>"]
-    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(count))
-    objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {count} >>".encode())
-    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-    for i, line in enumerate(pages):
-        content = f"BT /F1 12 Tf 20 100 Td ({line}) Tj ET".encode()
-        objects.append(
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 200] /Resources << /Font << /F1 3 0 R >> >> /Contents {5 + 2 * i} 0 R >>".encode()
-        )
-        objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, obj in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + obj + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
-
-
 @pytest.mark.parametrize(
     ("source", "expected_body"),
     [
@@ -523,7 +498,7 @@ def _pdf(*pages: str) -> bytes:
         ({"type": "content", "content": "Plain content."}, "Plain content."),
         ({"type": "content", "content": [text("Part one."), text("Part two.")]}, "Part one.\nPart two."),
         (
-            {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(_pdf("Quarterly revenue rose", "Costs fell")).decode()},
+            {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(pdf_bytes("Quarterly revenue rose", "Costs fell")).decode()},
             "[page 1]\nQuarterly revenue rose\n\n[page 2]\nCosts fell",
         ),
     ],

@@ -10,7 +10,6 @@ import gzip
 import os
 import socket
 import ssl
-import subprocess
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -21,19 +20,12 @@ import pytest
 
 from dragoman.backends import pool as pool_module
 from dragoman.backends.base import _mapped
-from dragoman.backends.connection import (
-    HIGH_WATER,
-    BadResponse,
-    ConnectFailed,
-    Connection,
-    Disconnected,
-    Response,
-    StaleConnection,
-)
+from dragoman.backends.connection import HIGH_WATER, BadResponse, ConnectFailed, Connection, Disconnected, Response, StaleConnection
 from dragoman.backends.http import _encode_headers
 from dragoman.backends.pool import Origin, Pool
 from dragoman.errors import UpstreamError, UpstreamTimeout
 from tests.forward_proxy import ForwardProxy
+from tests.samples import self_signed
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {"asyncio": asyncio.new_event_loop}
 try:
@@ -830,14 +822,7 @@ def test_a_proxy_that_never_answers_connect_times_out() -> None:
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    directory = tmp_path_factory.mktemp("tls")
-    cert, key = directory / "upstream.pem", directory / "upstream.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=upstream",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    return cert, key
+    return self_signed(tmp_path_factory.mktemp("tls"), "upstream")
 
 
 def _server_tls(cert: tuple[Path, Path]) -> ssl.SSLContext:

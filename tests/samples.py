@@ -1,0 +1,43 @@
+"""Sample inputs several test modules need: a PDF with text, a self-signed certificate."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+
+def pdf_bytes(*pages: str) -> bytes:
+    """A minimal PDF with one line of Helvetica text per page, built by hand (pypdf's
+    PdfWriter has no public API to draw text)."""
+    count = len(pages)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>"]
+    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(count))
+    objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {count} >>".encode())
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    for i, line in enumerate(pages):
+        content = f"BT /F1 12 Tf 20 100 Td ({line}) Tj ET".encode()
+        objects.append(
+            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 200] /Resources << /Font << /F1 3 0 R >> >> /Contents {5 + 2 * i} 0 R >>".encode()
+        )
+        objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, obj in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + obj + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def self_signed(directory: Path, name: str) -> tuple[Path, Path]:
+    """(certificate, key) for CN=`name`, valid for IP 127.0.0.1, made with openssl."""
+    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
