@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
+import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -31,6 +32,18 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 def _gateway(request: Request) -> Gateway:
     return request.app.state.gateway
+
+
+def authorized(request: Request) -> Gateway:
+    """The gateway, once the request's key is checked (every route but the open ones)."""
+    gateway = _gateway(request)
+    auth.check(request, gateway.api_keys)
+    return gateway
+
+
+def struct_response(value: object) -> Response:
+    """A msgspec struct (or plain data) as a JSON response."""
+    return Response(msgspec.json.encode(value), media_type="application/json")
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -200,15 +213,13 @@ async def metrics(request: Request) -> Response:
 
 
 async def list_models(request: Request) -> Response:
-    gateway = _gateway(request)
-    auth.check(request, gateway.api_keys)
+    gateway = authorized(request)
     await gateway.discover_if_stale()
     return JSONResponse(gateway.models_page(request.query_params))
 
 
 async def get_model(request: Request) -> Response:
-    gateway = _gateway(request)
-    auth.check(request, gateway.api_keys)
+    gateway = authorized(request)
     await gateway.discover_if_stale()
     return JSONResponse(gateway.model_info(request.path_params["model_id"]))
 

@@ -8,21 +8,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive
 
-from dragoman import auth
-from dragoman.endpoints import _gateway
+from dragoman.endpoints import authorized, struct_response
 from dragoman.errors import InvalidRequest, RequestTooLarge
-from dragoman.protocol.batches import ENCODER
 
 MULTIPART_OVERHEAD = 64 * 1024  # the form's own bytes around the file
 
 
-def _json(value: object) -> Response:
-    return Response(ENCODER.encode(value), media_type="application/json")
-
 
 async def upload(request: Request) -> Response:
-    gateway = _gateway(request)
-    auth.check(request, gateway.api_keys)
+    gateway = authorized(request)
     store = gateway.files
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > store.max_bytes + MULTIPART_OVERHEAD:
@@ -44,7 +38,7 @@ async def upload(request: Request) -> Response:
         meta = await store.save(part.filename or "upload", part.content_type or "application/octet-stream", data)
     finally:
         await form.close()  # the spooled temporary file
-    return _json(meta)
+    return struct_response(meta)
 
 
 def _bounded(receive: Receive, limit: int) -> Receive:
@@ -65,25 +59,21 @@ def _bounded(receive: Receive, limit: int) -> Receive:
 
 
 async def list_files(request: Request) -> Response:
-    gateway = _gateway(request)
-    auth.check(request, gateway.api_keys)
-    return _json(await gateway.files.page(request.query_params))
+    gateway = authorized(request)
+    return struct_response(await gateway.files.page(request.query_params))
 
 
 async def retrieve(request: Request) -> Response:
-    gateway = _gateway(request)
-    auth.check(request, gateway.api_keys)
-    return _json(gateway.files.metadata(request.path_params["file_id"]))
+    gateway = authorized(request)
+    return struct_response(gateway.files.metadata(request.path_params["file_id"]))
 
 
 async def download(request: Request) -> Response:
-    gateway = _gateway(request)
-    auth.check(request, gateway.api_keys)
+    gateway = authorized(request)
     meta = gateway.files.metadata(request.path_params["file_id"])  # 404 first
     raise InvalidRequest(f"file_id: {meta.id} was uploaded, and uploaded files cannot be downloaded (as on Anthropic)")
 
 
 async def delete(request: Request) -> Response:
-    gateway = _gateway(request)
-    auth.check(request, gateway.api_keys)
-    return _json(gateway.files.delete(request.path_params["file_id"]))
+    gateway = authorized(request)
+    return struct_response(gateway.files.delete(request.path_params["file_id"]))

@@ -98,9 +98,6 @@ class HttpClient:
         except (ValueError, OSError) as error:  # a proxy from HTTP(S)_PROXY that is not http://, unreadable TLS files, a bad key
             raise ConfigError(f"upstreams.{name}: {error}") from None
 
-    def pool(self) -> Pool:
-        return self._pool
-
     def _header_lines(self, extra: dict[str, str] | None) -> bytes:
         """The request's header lines; the client's own are encoded once, at start-up."""
         if extra is None:
@@ -217,7 +214,7 @@ class HttpClient:
             try:
                 with upstream_errors(self.name):
                     async with asyncio.timeout(timeout):
-                        response = await self.pool().request(root, b"GET", target, self._header_lines(None), None)
+                        response = await self._pool.request(root, b"GET", target, self._header_lines(None), None)
                         try:
                             return response.status, await response.read()
                         finally:

@@ -43,4 +43,3 @@ class DeletedBatch(msgspec.Struct):
 
 
 BATCH_CREATE = msgspec.json.Decoder(BatchCreate)
-ENCODER = msgspec.json.Encoder()
