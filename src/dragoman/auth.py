@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 from starlette.requests import Request
@@ -30,3 +31,13 @@ def check(request: Request, keys: frozenset[str]) -> None:
         raise Unauthorized("x-api-key header is required")
     if not any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
         raise Unauthorized("invalid x-api-key")
+
+
+def owner(request: Request, keys: frozenset[str], *, shared: bool) -> str:
+    """Whose files and batches a request may see and makes: a digest of its key (the key
+    itself is never stored), or "" for everyone when no keys are set or `shared` is on.
+    Call after `check`, which has vouched for the key."""
+    if shared or not keys:
+        return ""
+    key = presented_key(request) or ""
+    return hashlib.sha256(key.encode()).hexdigest()[:32]

@@ -31,6 +31,8 @@ class ServerConfig(_Config, frozen=True):
     port: int = 8765
     api_keys: list[str] = []
     api_keys_env: str | None = None
+    # Files and batches are seen only by the key that made them; true shares them between all keys.
+    share_between_keys: bool = False
     default_model: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Claude Code's first system block varies per session and defeats prefix caching.

@@ -41,6 +41,11 @@ def authorized(request: Request) -> Gateway:
     return gateway
 
 
+def owner(request: Request, gateway: Gateway) -> str:
+    """Whose files and batches this (authorized) request sees: see `auth.owner`."""
+    return auth.owner(request, gateway.api_keys, shared=gateway.config.server.share_between_keys)
+
+
 def struct_response(value: object) -> Response:
     """A msgspec struct (or plain data) as a JSON response."""
     return Response(msgspec.json.encode(value), media_type="application/json")
@@ -155,7 +160,7 @@ async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call
     auth.check(request, gateway.api_keys)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
     if gateway.files.in_use() and names_a_file(body):
-        body = await gateway.files.resolve(body, gateway.config.server.max_request_bytes)
+        body = await gateway.files.resolve(body, gateway.config.server.max_request_bytes, owner=owner(request, gateway))
     whole: anthropic.MessagesRequest | None = None
     envelope: anthropic.MessagesRequest | anthropic.Envelope
     if endpoint == "messages" and gateway.translates_only:

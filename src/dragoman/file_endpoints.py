@@ -1,4 +1,5 @@
-"""The Files API routes: thin handlers over `dragoman.files`."""
+"""The Files API routes: thin handlers over `dragoman.files`. Each sees only the files
+of the caller's key (see `endpoints.owner`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive
 
-from dragoman.endpoints import authorized, struct_response
+from dragoman.endpoints import authorized, owner, struct_response
 from dragoman.errors import InvalidRequest, RequestTooLarge
 
 MULTIPART_OVERHEAD = 64 * 1024  # the form's own bytes around the file
@@ -35,7 +36,8 @@ async def upload(request: Request) -> Response:
         data = await part.read(store.max_bytes + 1)
         if len(data) > store.max_bytes:
             raise RequestTooLarge(f"file: files may have at most {store.max_bytes} bytes")
-        meta = await store.save(part.filename or "upload", part.content_type or "application/octet-stream", data)
+        meta = await store.save(part.filename or "upload", part.content_type or "application/octet-stream", data,
+                                owner=owner(request, gateway))
     finally:
         await form.close()  # the spooled temporary file
     return struct_response(meta)
@@ -60,20 +62,20 @@ def _bounded(receive: Receive, limit: int) -> Receive:
 
 async def list_files(request: Request) -> Response:
     gateway = authorized(request)
-    return struct_response(await gateway.files.page(request.query_params))
+    return struct_response(await gateway.files.page(request.query_params, owner=owner(request, gateway)))
 
 
 async def retrieve(request: Request) -> Response:
     gateway = authorized(request)
-    return struct_response(gateway.files.metadata(request.path_params["file_id"]))
+    return struct_response(gateway.files.metadata(request.path_params["file_id"], owner=owner(request, gateway)))
 
 
 async def download(request: Request) -> Response:
     gateway = authorized(request)
-    meta = gateway.files.metadata(request.path_params["file_id"])  # 404 first
+    meta = gateway.files.metadata(request.path_params["file_id"], owner=owner(request, gateway))  # 404 first
     raise InvalidRequest(f"file_id: {meta.id} was uploaded, and uploaded files cannot be downloaded (as on Anthropic)")
 
 
 async def delete(request: Request) -> Response:
     gateway = authorized(request)
-    return struct_response(gateway.files.delete(request.path_params["file_id"]))
+    return struct_response(gateway.files.delete(request.path_params["file_id"], owner=owner(request, gateway)))

@@ -9,6 +9,11 @@ the passthrough paths, token counting and batches get a request an upstream can 
 file id the gateway does not have is left as sent: the translating path answers it with a
 404, passthrough forwards it (an Anthropic upstream may know it). As on Anthropic,
 uploaded files cannot be downloaded again.
+
+Each file belongs to the API key that uploaded it (its `owner`, a digest of the key, see
+`auth.owner`), and only that key sees it: to any other key it is an unknown id. With no API
+keys, or with `server.share_between_keys`, every caller is the owner "". A file written
+before owners were recorded belongs to "".
 """
 
 from __future__ import annotations
@@ -43,6 +48,16 @@ class FileMetadata(msgspec.Struct):
     downloadable: bool = False
 
 
+class StoredFile(FileMetadata):
+    """A file's metadata file: the API's metadata and its owner, never sent to clients.
+    A metadata file written without an owner decodes with owner ""."""
+
+    owner: str = ""
+
+    def public(self) -> FileMetadata:
+        return FileMetadata(**{name: getattr(self, name) for name in FileMetadata.__struct_fields__})
+
+
 class DeletedFile(msgspec.Struct):
     id: str
     type: Literal["file_deleted"] = "file_deleted"
@@ -58,7 +73,7 @@ class FileStore:
         self.dir = Path(config.dir).expanduser() if config.dir else default_dir()
         self.max_bytes = config.max_bytes
         self._in_use = False
-        self._gone: dict[str, str] = {}  # deleted here: id -> created_at, so a cursor naming one still places
+        self._gone: dict[tuple[str, str], str] = {}  # deleted here: (owner, id) -> created_at, so a cursor naming one still places
         self._seen: int | None = None  # the directory's mtime when last looked into
 
     def in_use(self) -> bool:
@@ -78,53 +93,53 @@ class FileStore:
 
     # -- the API ----------------------------------------------------------------------------
 
-    async def save(self, filename: str, mime_type: str, data: bytes) -> FileMetadata:
+    async def save(self, filename: str, mime_type: str, data: bytes, *, owner: str) -> FileMetadata:
         if not data:
             raise InvalidRequest("file: the uploaded file is empty")
-        meta = FileMetadata(
+        stored = StoredFile(
             id=ids.new_id("file_011"), created_at=datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
             filename=filename.replace("\\", "/").rsplit("/", 1)[-1] or "upload",  # the last path component, as the SDK does
-            mime_type=mime_type or "application/octet-stream", size_bytes=len(data),
+            mime_type=mime_type or "application/octet-stream", size_bytes=len(data), owner=owner,
         )  # fmt: skip
-        await asyncio.to_thread(self._write, meta, data)
+        await asyncio.to_thread(self._write, stored, data)
         self._in_use = True
-        return meta
+        return stored.public()
 
-    def metadata(self, file_id: str) -> FileMetadata:
-        path = self._path(file_id, ".json")
-        try:
-            return msgspec.json.decode(path.read_bytes(), type=FileMetadata)
-        except (OSError, msgspec.DecodeError):  # absent, or not a file of ours
-            raise NotFound(f"file_id: no file {file_id!r}") from None
+    def metadata(self, file_id: str, *, owner: str) -> FileMetadata:
+        return self._load(file_id, owner).public()
 
-    async def content(self, file_id: str) -> tuple[FileMetadata, bytes]:
-        meta = self.metadata(file_id)
+    async def content(self, file_id: str, *, owner: str) -> tuple[FileMetadata, bytes]:
+        stored = self._load(file_id, owner)
         try:
-            return meta, await asyncio.to_thread(self._path(file_id, "").read_bytes)
+            return stored.public(), await asyncio.to_thread(self._path(file_id, "").read_bytes)
         except FileNotFoundError:  # deleted meanwhile
             raise NotFound(f"file_id: no file {file_id!r}") from None
 
-    def delete(self, file_id: str) -> DeletedFile:
-        self._gone[file_id] = self.metadata(file_id).created_at  # 404 if unknown
+    def delete(self, file_id: str, *, owner: str) -> DeletedFile:
+        stored = self._load(file_id, owner)  # 404 if unknown, or another owner's
+        self._gone[(owner, file_id)] = stored.created_at
         for suffix in (".json", ""):  # metadata first: a half-deleted file is not listed
             self._path(file_id, suffix).unlink(missing_ok=True)
         return DeletedFile(id=file_id)
 
-    async def page(self, query: Mapping[str, str]) -> dict[str, Any]:
+    async def page(self, query: Mapping[str, str], *, owner: str) -> dict[str, Any]:
         """The list (see `_page`), read in a thread: it opens every metadata file."""
-        return await asyncio.to_thread(self._page, query)
+        return await asyncio.to_thread(self._page, query, owner)
 
-    def _page(self, query: Mapping[str, str]) -> dict[str, Any]:
-        """Newest first. Both pagination styles: `after_id`/`before_id` (the API reference)
-        and the opaque `page` cursor with `next_page` (what the SDK's list iterator uses);
-        `ids` restricts the list to those files (one page)."""
+    def _page(self, query: Mapping[str, str], owner: str) -> dict[str, Any]:
+        """The owner's files, newest first. Both pagination styles: `after_id`/`before_id`
+        (the API reference) and the opaque `page` cursor with `next_page` (what the SDK's
+        list iterator uses); `ids` restricts the list to those files (one page). Another
+        owner's file is not listed and, as a cursor, is an unknown id."""
         metas = {}
         if self.dir.is_dir():
             for path in self.dir.glob("file_*.json"):
                 try:
-                    metas[path.stem] = msgspec.json.decode(path.read_bytes(), type=FileMetadata)
+                    stored = msgspec.json.decode(path.read_bytes(), type=StoredFile)
                 except (OSError, msgspec.DecodeError):
                     continue  # deleted meanwhile, or not ours
+                if stored.owner == owner:
+                    metas[path.stem] = stored.public()
         order = sorted(metas, key=lambda file_id: (metas[file_id].created_at, file_id), reverse=True)
         getlist = getattr(query, "getlist", None)
         values = [*getlist("ids"), *getlist("ids[]")] if getlist else [query.get("ids", ""), query.get("ids[]", "")]
@@ -137,11 +152,11 @@ class FileStore:
             created, _, after = query["page"].removeprefix("page_").partition("~")
             if not query["page"].startswith("page_") or not after:
                 raise InvalidRequest(f"page: not a cursor from this list ({query['page']!r})")
-            self._gone.setdefault(after, created)
+            self._gone.setdefault((owner, after), created)
             params["after_id"] = after
 
         def position(gone: str) -> int | None:  # a file deleted since: after every newer one
-            created = self._gone.get(gone)
+            created = self._gone.get((owner, gone))
             return None if created is None else sum(1 for f in order if (metas[f].created_at, f) > (created, gone))
 
         listed = page_of(order, params, lambda file_id: msgspec.to_builtins(metas[file_id]), "file", position)
@@ -152,14 +167,16 @@ class FileStore:
 
     # -- file sources in requests ---------------------------------------------------------------
 
-    async def resolve(self, body: bytes, limit: int) -> bytes:
+    async def resolve(self, body: bytes, limit: int, *, owner: str) -> bytes:
         """The request with every `{"type": "file", "file_id": ...}` source of an image or
         document block replaced by the file's content; at most `limit` bytes in all (a
-        small request naming a large file many times must not grow without bound). Runs in
-        a thread: reading files and base64-encoding them would hold up the event loop."""
-        return await asyncio.to_thread(self._resolve, body, limit)
+        small request naming a large file many times must not grow without bound). Only
+        `owner`'s files are filled in: another owner's is left as sent, as an unknown id
+        is. Runs in a thread: reading files and base64-encoding them would hold up the
+        event loop."""
+        return await asyncio.to_thread(self._resolve, body, limit, owner)
 
-    def _resolve(self, body: bytes, limit: int) -> bytes:
+    def _resolve(self, body: bytes, limit: int, owner: str) -> bytes:
         try:
             data = msgspec.json.decode(body)
         except (msgspec.DecodeError, RecursionError):
@@ -167,7 +184,7 @@ class FileStore:
         messages = data.get("messages") if isinstance(data, dict) else None
         if not isinstance(messages, list):
             return body
-        loaded: dict[str, tuple[FileMetadata, bytes] | None] = {}  # each file read once, however often it is named
+        loaded: dict[str, tuple[StoredFile, bytes] | None] = {}  # each file read once, however often it is named
         budget = [limit - len(body)]
         changed = False
         for m, message in enumerate(messages):
@@ -176,14 +193,15 @@ class FileStore:
                 continue
             for b, block in enumerate(content):
                 where = f"messages.{m}.content.{b}"
-                changed |= self._resolve_block(block, where, loaded, budget)
+                changed |= self._resolve_block(block, where, owner, loaded, budget)
                 inner = block.get("content") if isinstance(block, dict) and block.get("type") == "tool_result" else None
                 if isinstance(inner, list):
                     for i, nested in enumerate(inner):
-                        changed |= self._resolve_block(nested, f"{where}.content.{i}", loaded, budget)
+                        changed |= self._resolve_block(nested, f"{where}.content.{i}", owner, loaded, budget)
         return msgspec.json.encode(data) if changed else body
 
-    def _resolve_block(self, block: Any, where: str, loaded: dict[str, tuple[FileMetadata, bytes] | None], budget: list[int]) -> bool:
+    def _resolve_block(self, block: Any, where: str, owner: str, loaded: dict[str, tuple[StoredFile, bytes] | None],
+                       budget: list[int]) -> bool:  # fmt: skip
         if not isinstance(block, dict) or block.get("type") not in ("image", "document"):
             return False
         source = block.get("source")
@@ -194,11 +212,11 @@ class FileStore:
             raise InvalidRequest(f"{where}.source.file_id: a string is needed")
         if file_id not in loaded:
             try:
-                loaded[file_id] = (self.metadata(file_id), self._path(file_id, "").read_bytes())
+                loaded[file_id] = (self._load(file_id, owner), self._path(file_id, "").read_bytes())
             except (NotFound, FileNotFoundError):
                 loaded[file_id] = None
         found = loaded[file_id]
-        if found is None:  # not ours: the translator answers 404; passthrough forwards it (the upstream may know it)
+        if found is None:  # unknown, or another owner's: the translator answers 404; passthrough forwards it (the upstream may know it)
             return False
         meta, data = found
         budget[0] -= len(data) * 4 // 3 + 64  # what it adds, base64 or text
@@ -220,12 +238,24 @@ class FileStore:
 
     # -- storage ------------------------------------------------------------------------------
 
+    def _load(self, file_id: str, owner: str) -> StoredFile:
+        """The file's stored metadata; NotFound if it is absent or another owner's (the
+        same answer: whether another key's file exists is not told)."""
+        path = self._path(file_id, ".json")
+        try:
+            stored = msgspec.json.decode(path.read_bytes(), type=StoredFile)
+        except (OSError, msgspec.DecodeError):  # absent, or not a file of ours
+            stored = None
+        if stored is None or stored.owner != owner:
+            raise NotFound(f"file_id: no file {file_id!r}")
+        return stored
+
     def _path(self, file_id: str, suffix: str) -> Path:
         if not file_id.startswith("file_") or not set(file_id) <= _ID_CHARS:  # never a path outside the directory
             raise NotFound(f"file_id: no file {file_id!r}")
         return self.dir / (file_id + suffix)
 
-    def _write(self, meta: FileMetadata, data: bytes) -> None:
+    def _write(self, meta: StoredFile, data: bytes) -> None:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # uploads are the clients' data: not for other local users
         for suffix, payload in (("", data), (".json", msgspec.json.encode(meta))):  # content first: listed only when whole
             path = self._path(meta.id, suffix)

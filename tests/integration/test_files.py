@@ -5,7 +5,7 @@ blocks whose source is `{"type": "file"}` on the translating path (an `image_url
 a PDF's text, a text file's text), inside tool results, in count_tokens and in batches, and
 on the passthrough path (the resolved content is forwarded, never the file_id); files kept
 in `files.dir` across a restart and shared by two gateways; the gateway's API keys on every
-files route. Every gateway here keeps its files under pytest's tmp_path.
+files route, and each key seeing only its own files (unless `share_between_keys`). Every gateway here keeps its files under pytest's tmp_path.
 
 A file id the gateway does not have is a 404 on the translating path and is forwarded as sent
 on the passthrough path (an Anthropic upstream may know it), whether or not any file exists."""
@@ -600,6 +600,96 @@ def test_api_keys_apply_to_every_files_route(start, files_dir):
     bearer = httpx.get(base, headers={"authorization": "Bearer sk-files"}, timeout=5)
     assert [f["id"] for f in bearer.json()["data"]] == [meta.id]
     assert good.beta.files.delete(meta.id).type == "file_deleted"
+
+
+# -- each key's own files ----------------------------------------------------------------------------
+
+
+def test_a_key_sees_only_its_own_files(start, upstream):
+    gateway = start(server={"api_keys": ["sk-a", "sk-b"]})
+    a, b = sdk(gateway, "sk-a"), sdk(gateway, "sk-b")
+    mine = a.beta.files.upload(file=("memo.txt", b"for a only", "text/plain"))
+
+    assert b.beta.files.list().data == []
+    for call in (b.beta.files.retrieve_metadata, b.beta.files.download, b.beta.files.delete):
+        with pytest.raises(anthropic.NotFoundError) as theirs:
+            call(mine.id)
+        with pytest.raises(anthropic.NotFoundError) as unknown:
+            call("file_011NoSuchFile")
+        assert error_of(theirs, 404, "not_found_error") == error_of(unknown, 404, "not_found_error").replace("file_011NoSuchFile", mine.id)
+    with pytest.raises(anthropic.NotFoundError) as caught:  # as an unknown id is, on the translating path
+        b.messages.create(model=MODEL, max_tokens=10, messages=ask(document_file(mine.id)))
+    assert "messages.0.content.0.source.file_id" in error_of(caught, 404, "not_found_error")
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        b.messages.count_tokens(model=MODEL, messages=ask(document_file(mine.id)))
+    assert "messages.0.content.0.source.file_id" in error_of(caught, 404, "not_found_error")
+    assert upstream.requests == []
+
+    def listed(key: str, **query: Any) -> httpx.Response:
+        return httpx.get(f"{gateway.url}/v1/files", params=query, headers={"x-api-key": key}, timeout=5)
+
+    assert listed("sk-b", **{"ids[]": mine.id}).json()["data"] == []
+    raw_error(listed("sk-b", after_id=mine.id), 400, "invalid_request_error")  # an unknown cursor, as any unknown id
+    assert [f["id"] for f in listed("sk-a").json()["data"]] == [mine.id]
+    assert set(listed("sk-a").json()["data"][0]) == {"id", "created_at", "filename", "mime_type", "size_bytes", "type", "downloadable"}
+
+    theirs = b.beta.files.upload(file=("other.txt", b"for b", "text/plain"))
+    assert [f.id for f in a.beta.files.list().data] == [mine.id]
+    assert [f.id for f in b.beta.files.list().data] == [theirs.id]
+    assert a.beta.files.retrieve_metadata(mine.id) == mine  # B's attempts changed nothing
+    a.messages.create(model=MODEL, max_tokens=10, messages=ask(document_file(mine.id)))
+    assert "for a only" in json.dumps(upstream.requests[-1]["messages"])
+    assert a.beta.files.delete(mine.id).id == mine.id
+
+
+def test_passthrough_forwards_another_keys_file_id_as_sent(start, native):
+    gateway = start(server={"api_keys": ["sk-a", "sk-b"]}, native=native)
+    mine = sdk(gateway, "sk-a").beta.files.upload(file=("memo.txt", b"for a only", "text/plain"))
+    sdk(gateway, "sk-b").messages.create(model="claude-test", max_tokens=10, messages=ask(document_file(mine.id)))
+    assert native.requests[0][1]["messages"][0]["content"][0]["source"] == {"type": "file", "file_id": mine.id}
+    assert "for a only" not in json.dumps(native.requests[0][1])
+
+
+def test_keys_that_share_see_each_others_files(start, upstream):
+    gateway = start(server={"api_keys": ["sk-a", "sk-b"], "share_between_keys": True})
+    a, b = sdk(gateway, "sk-a"), sdk(gateway, "sk-b")
+    memo = a.beta.files.upload(file=("memo.txt", b"shared memo", "text/plain"))
+
+    assert [f.id for f in b.beta.files.list().data] == [memo.id]
+    assert b.beta.files.retrieve_metadata(memo.id) == memo
+    b.messages.create(model=MODEL, max_tokens=10, messages=ask(document_file(memo.id)))
+    assert "shared memo" in json.dumps(upstream.requests[-1]["messages"])
+    assert b.beta.files.delete(memo.id).id == memo.id
+    assert a.beta.files.list().data == []
+
+
+def test_without_keys_every_caller_sees_every_file(start, upstream):
+    gateway = start()
+    one, other = sdk(gateway, "any key"), sdk(gateway, "another key")  # no keys configured: the key is not looked at
+    memo = one.beta.files.upload(file=("memo.txt", b"open memo", "text/plain"))
+    assert [f.id for f in other.beta.files.list().data] == [memo.id]
+    assert other.beta.files.retrieve_metadata(memo.id) == memo
+    other.messages.create(model=MODEL, max_tokens=10, messages=ask(document_file(memo.id)))
+    assert "open memo" in json.dumps(upstream.requests[-1]["messages"])
+
+
+def test_a_file_stored_before_owners_were_recorded_is_served_without_keys(start, upstream, files_dir):
+    files_dir.mkdir(mode=0o700)
+    old = {"id": "file_011Old", "created_at": "2025-01-01T00:00:00.000000Z", "filename": "old.txt",
+           "mime_type": "text/plain", "size_bytes": 7, "type": "file", "downloadable": False}  # fmt: skip
+    (files_dir / "file_011Old.json").write_text(json.dumps(old))  # the metadata as written before: no owner
+    (files_dir / "file_011Old").write_bytes(b"old one")
+
+    client = sdk(start())
+    assert [f.id for f in client.beta.files.list().data] == ["file_011Old"]
+    assert client.beta.files.retrieve_metadata("file_011Old").filename == "old.txt"
+    client.messages.create(model=MODEL, max_tokens=10, messages=ask(document_file("file_011Old")))
+    assert "old one" in json.dumps(upstream.requests[-1]["messages"])
+
+    keyed = sdk(start(server={"api_keys": ["sk-a"]}), "sk-a")  # a key's own files only: not this one
+    assert keyed.beta.files.list().data == []
+    with pytest.raises(anthropic.NotFoundError):
+        keyed.beta.files.retrieve_metadata("file_011Old")
 
 
 # -- a store with no files yet --------------------------------------------------------------------

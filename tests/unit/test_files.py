@@ -8,6 +8,7 @@ import base64
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from dragoman.config import FilesConfig
@@ -27,15 +28,15 @@ def test_saved_files_are_listed_newest_first_and_deleted(tmp_path: Path) -> None
     files = store(tmp_path)
 
     async def main() -> None:
-        first = await files.save("a.txt", "text/plain", b"one")
-        second = await files.save("b.txt", "text/plain", b"two")
-        assert [f["id"] for f in (await files.page({}))["data"]] == [second.id, first.id]
-        assert files.metadata(first.id).size_bytes == 3
-        assert (await files.content(second.id))[1] == b"two"
-        files.delete(first.id)
+        first = await files.save("a.txt", "text/plain", b"one", owner="")
+        second = await files.save("b.txt", "text/plain", b"two", owner="")
+        assert [f["id"] for f in (await files.page({}, owner=""))["data"]] == [second.id, first.id]
+        assert files.metadata(first.id, owner="").size_bytes == 3
+        assert (await files.content(second.id, owner=""))[1] == b"two"
+        files.delete(first.id, owner="")
         with pytest.raises(NotFound):
-            files.metadata(first.id)
-        assert [f["id"] for f in (await files.page({}))["data"]] == [second.id]
+            files.metadata(first.id, owner="")
+        assert [f["id"] for f in (await files.page({}, owner=""))["data"]] == [second.id]
         assert sorted(p.name for p in (tmp_path / "files").iterdir()) == [second.id, second.id + ".json"]  # no temporaries left
 
     asyncio.run(main())
@@ -45,12 +46,12 @@ def test_saved_files_are_listed_newest_first_and_deleted(tmp_path: Path) -> None
 def test_an_id_never_names_a_path_outside_the_directory(tmp_path: Path, file_id: str) -> None:
     (tmp_path / "secret.json").write_text("{}")
     with pytest.raises(NotFound):
-        store(tmp_path).metadata(file_id)
+        store(tmp_path).metadata(file_id, owner="")
 
 
 def test_an_empty_upload_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequest, match="empty"):
-        asyncio.run(store(tmp_path).save("a.txt", "text/plain", b""))
+        asyncio.run(store(tmp_path).save("a.txt", "text/plain", b"", owner=""))
 
 
 def test_file_sources_are_replaced_by_the_content(tmp_path: Path) -> None:
@@ -58,9 +59,9 @@ def test_file_sources_are_replaced_by_the_content(tmp_path: Path) -> None:
     png = b"\x89PNG\r\n\x1a\n" + b"\0" * 16
 
     async def main() -> dict:
-        image = await files.save("dot.png", "image/png", png)
-        text = await files.save("note.txt", "text/plain; charset=utf-8", "naïve note".encode())
-        pdf = await files.save("doc.pdf", "application/pdf", b"%PDF-1.4 tiny")
+        image = await files.save("dot.png", "image/png", png, owner="")
+        text = await files.save("note.txt", "text/plain; charset=utf-8", "naïve note".encode(), owner="")
+        pdf = await files.save("doc.pdf", "application/pdf", b"%PDF-1.4 tiny", owner="")
         raw = body(
             {"type": "image", "source": {"type": "file", "file_id": image.id}},
             {"type": "document", "source": {"type": "file", "file_id": text.id}, "title": "kept"},
@@ -68,7 +69,7 @@ def test_file_sources_are_replaced_by_the_content(tmp_path: Path) -> None:
             {"type": "text", "text": "file_id is just text here"},
         )
         assert names_a_file(raw)
-        return json.loads(await files.resolve(raw, 10**9))
+        return json.loads(await files.resolve(raw, 10**9, owner=""))
 
     content = asyncio.run(main())["messages"][0]["content"]
     assert content[0]["source"] == {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png).decode()}
@@ -80,7 +81,7 @@ def test_file_sources_are_replaced_by_the_content(tmp_path: Path) -> None:
 
 def test_a_body_without_file_sources_is_returned_as_is(tmp_path: Path) -> None:
     raw = body({"type": "text", "text": "mentions file_id"})
-    assert asyncio.run(store(tmp_path).resolve(raw, 10**9)) is raw
+    assert asyncio.run(store(tmp_path).resolve(raw, 10**9, owner="")) is raw
 
 
 @pytest.mark.parametrize(("block", "error", "fragment"), [
@@ -92,11 +93,11 @@ def test_a_file_source_that_cannot_be_used_names_the_field(tmp_path: Path, block
     files = store(tmp_path)
 
     async def main() -> None:
-        text = await files.save("a.txt", "text/plain", b"x")
-        binary = await files.save("a.bin", "application/octet-stream", b"x")
+        text = await files.save("a.txt", "text/plain", b"x", owner="")
+        binary = await files.save("a.bin", "application/octet-stream", b"x", owner="")
         source = block["source"]
         source["file_id"] = {"TEXT": text.id, "BIN": binary.id}.get(source["file_id"], source["file_id"])
-        await files.resolve(body(block), 10**9)
+        await files.resolve(body(block), 10**9, owner="")
 
     with pytest.raises(error, match=fragment):
         asyncio.run(main())
@@ -106,14 +107,14 @@ def test_requests_are_scanned_only_once_a_file_exists(tmp_path: Path) -> None:
     """Another process's upload to the same directory is seen at the next request."""
     mine, other = store(tmp_path), store(tmp_path)
     assert not mine.in_use() and not other.in_use()  # no directory yet
-    asyncio.run(other.save("a.txt", "text/plain", b"x"))
+    asyncio.run(other.save("a.txt", "text/plain", b"x", owner=""))
     assert other.in_use() and mine.in_use()
 
 
 def test_a_file_id_the_gateway_does_not_have_is_left_as_sent(tmp_path: Path) -> None:
     """The translator answers it with a 404; passthrough forwards it (the upstream may know it)."""
     raw = body({"type": "image", "source": {"type": "file", "file_id": "file_011Elsewhere"}})
-    assert asyncio.run(store(tmp_path).resolve(raw, 10**9)) is raw
+    assert asyncio.run(store(tmp_path).resolve(raw, 10**9, owner="")) is raw
 
 
 def test_a_small_request_naming_a_large_file_many_times_is_refused_not_grown(tmp_path: Path) -> None:
@@ -122,18 +123,18 @@ def test_a_small_request_naming_a_large_file_many_times_is_refused_not_grown(tmp
     files = store(tmp_path)
 
     async def main() -> None:
-        pdf = await files.save("big.pdf", "application/pdf", b"%PDF-" + b"x" * 100_000)
+        pdf = await files.save("big.pdf", "application/pdf", b"%PDF-" + b"x" * 100_000, owner="")
         named = [{"type": "document", "source": {"type": "file", "file_id": pdf.id}}] * 8  # ~1 MB once filled in
-        assert len(await files.resolve(body(*named[:2]), 1_000_000)) < 1_000_000  # two fit
+        assert len(await files.resolve(body(*named[:2]), 1_000_000, owner="")) < 1_000_000  # two fit
         with pytest.raises(RequestTooLarge, match=r"messages\.0\.content\.\d\.source\.file_id"):
-            await files.resolve(body(*named), 1_000_000)
+            await files.resolve(body(*named), 1_000_000, owner="")
 
     asyncio.run(main())
 
 
 def test_a_deeply_nested_body_is_left_to_the_request_decoder(tmp_path: Path) -> None:
     raw = b'{"file_id": 1, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    assert asyncio.run(store(tmp_path).resolve(raw, 10**9)) is raw  # the usual 400 comes from decoding it, not a 500 here
+    assert asyncio.run(store(tmp_path).resolve(raw, 10**9, owner="")) is raw  # the usual 400 comes from decoding it, not a 500 here
 
 
 def test_foreign_or_corrupt_metadata_is_not_a_file(tmp_path: Path) -> None:
@@ -142,19 +143,107 @@ def test_foreign_or_corrupt_metadata_is_not_a_file(tmp_path: Path) -> None:
     (directory / "file_foreign.json").write_text("{not json")
     files = store(tmp_path)
     with pytest.raises(NotFound):
-        files.metadata("file_foreign")
-    assert asyncio.run(files.page({}))["data"] == []
+        files.metadata("file_foreign", owner="")
+    assert asyncio.run(files.page({}, owner=""))["data"] == []
 
 
 def test_a_filename_keeps_only_its_last_component(tmp_path: Path) -> None:
-    meta = asyncio.run(store(tmp_path).save("../../etc/passwd", "text/plain", b"x"))
+    meta = asyncio.run(store(tmp_path).save("../../etc/passwd", "text/plain", b"x", owner=""))
     assert meta.filename == "passwd"
-    assert asyncio.run(store(tmp_path).save("C:\\\\Users\\\\me\\\\notes.txt", "text/plain", b"x")).filename == "notes.txt"
+    assert asyncio.run(store(tmp_path).save("C:\\\\Users\\\\me\\\\notes.txt", "text/plain", b"x", owner="")).filename == "notes.txt"
 
 
 def test_uploads_are_private_to_the_gateway_user(tmp_path: Path) -> None:
     files = store(tmp_path)
-    meta = asyncio.run(files.save("a.txt", "text/plain", b"secret"))
+    meta = asyncio.run(files.save("a.txt", "text/plain", b"secret", owner=""))
     assert (tmp_path / "files").stat().st_mode & 0o777 == 0o700
     assert (tmp_path / "files" / meta.id).stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "files" / (meta.id + ".json")).stat().st_mode & 0o777 == 0o600
+
+
+# -- owners: each file is seen only by the key that uploaded it ---------------------------------
+
+A, B = "a" * 32, "b" * 32  # two keys' digests (see auth.owner)
+
+
+def test_a_file_is_seen_only_by_its_owner(tmp_path: Path) -> None:
+    files = store(tmp_path)
+
+    async def main() -> None:
+        mine = await files.save("a.txt", "text/plain", b"for a", owner=A)
+        assert files.metadata(mine.id, owner=A) == mine
+        assert [f["id"] for f in (await files.page({}, owner=A))["data"]] == [mine.id]
+        assert (await files.page({}, owner=B))["data"] == []
+        unknown = "file_011NoSuchFile"
+        for call in (lambda i: files.metadata(i, owner=B), lambda i: files.delete(i, owner=B)):
+            with pytest.raises(NotFound) as theirs:
+                call(mine.id)
+            with pytest.raises(NotFound) as missing:
+                call(unknown)
+            assert theirs.value.message == missing.value.message.replace(unknown, mine.id)  # the same answer
+        with pytest.raises(NotFound):
+            await files.content(mine.id, owner=B)
+        raw = body({"type": "document", "source": {"type": "file", "file_id": mine.id}})
+        assert await files.resolve(raw, 10**9, owner=B) is raw  # left as sent, as an unknown id is
+        assert "for a" in (await files.resolve(raw, 10**9, owner=A)).decode()
+        with pytest.raises(NotFound):  # "" (no keys, or shared keys) is an owner like any other
+            files.metadata(mine.id, owner="")
+        assert files.delete(mine.id, owner=A).id == mine.id
+
+    asyncio.run(main())
+
+
+def test_the_owner_is_stored_on_disk_but_never_answered(tmp_path: Path) -> None:
+    files = store(tmp_path)
+    meta = asyncio.run(files.save("a.txt", "text/plain", b"x", owner=A))
+    on_disk = json.loads((tmp_path / "files" / f"{meta.id}.json").read_text())
+    assert on_disk["owner"] == A
+    answered = [msgspec.to_builtins(meta), msgspec.to_builtins(files.metadata(meta.id, owner=A)),
+                *asyncio.run(files.page({}, owner=A))["data"]]  # fmt: skip
+    for value in answered:
+        assert set(value) == {"id", "created_at", "filename", "mime_type", "size_bytes", "type", "downloadable"}, value
+
+
+def test_a_metadata_file_written_without_an_owner_belongs_to_the_empty_owner(tmp_path: Path) -> None:
+    """Files uploaded before owners were recorded: served when keys are off or shared."""
+    directory = tmp_path / "files"
+    directory.mkdir()
+    old = {"id": "file_011Old", "created_at": "2025-01-01T00:00:00.000000Z", "filename": "old.txt",
+           "mime_type": "text/plain", "size_bytes": 7, "type": "file", "downloadable": False}  # fmt: skip
+    (directory / "file_011Old.json").write_text(json.dumps(old))
+    (directory / "file_011Old").write_bytes(b"old one")
+    files = store(tmp_path)
+    assert msgspec.to_builtins(files.metadata("file_011Old", owner="")) == old
+    assert (asyncio.run(files.page({}, owner="")))["data"] == [old]
+    raw = body({"type": "document", "source": {"type": "file", "file_id": "file_011Old"}})
+    assert "old one" in asyncio.run(files.resolve(raw, 10**9, owner="")).decode()
+    with pytest.raises(NotFound):
+        files.metadata("file_011Old", owner=A)
+    assert asyncio.run(files.page({}, owner=A))["data"] == []
+
+
+def test_paging_runs_over_the_owners_files_only(tmp_path: Path) -> None:
+    files = store(tmp_path)
+
+    async def main() -> None:
+        saved = []
+        for i in range(6):  # interleaved: a, b, a, b, ...
+            saved.append(await files.save(f"{i}.txt", "text/plain", b"x", owner=(A, B)[i % 2]))
+        a_ids = [m.id for m in saved if saved.index(m) % 2 == 0][::-1]
+        b_ids = [m.id for m in saved if saved.index(m) % 2 == 1][::-1]
+        first = await files.page({"limit": "2"}, owner=A)
+        assert [f["id"] for f in first["data"]] == a_ids[:2] and first["has_more"] is True
+        rest = await files.page({"limit": "2", "page": first["next_page"]}, owner=A)
+        assert [f["id"] for f in rest["data"]] == a_ids[2:] and rest["has_more"] is False
+        assert [f["id"] for f in (await files.page({"after_id": a_ids[0]}, owner=A))["data"]] == a_ids[1:]
+        assert [f["id"] for f in (await files.page({"before_id": a_ids[2]}, owner=A))["data"]] == a_ids[:2]
+        assert [f["id"] for f in (await files.page({"ids": ",".join(a_ids + b_ids)}, owner=A))["data"]] == a_ids
+        for cursor in ("after_id", "before_id"):  # another owner's file is an unknown cursor
+            with pytest.raises(InvalidRequest, match=f"{cursor}: unknown file"):
+                await files.page({cursor: b_ids[0]}, owner=A)
+        files.delete(b_ids[1], owner=B)  # a cursor naming one's own deleted file still places; another's does not
+        assert [f["id"] for f in (await files.page({"after_id": b_ids[1]}, owner=B))["data"]] == b_ids[2:]
+        with pytest.raises(InvalidRequest, match="after_id: unknown file"):
+            await files.page({"after_id": b_ids[1]}, owner=A)
+
+    asyncio.run(main())

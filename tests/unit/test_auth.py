@@ -1,0 +1,33 @@
+"""auth.owner: whose files and batches a request sees (a digest of its key, never the key)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from dragoman import auth
+
+KEYS = frozenset({"sk-one", "sk-two"})
+
+
+def request(key: str | None = None, *, bearer: bool = False) -> Request:
+    headers = [] if key is None else [(b"authorization", f"Bearer {key}".encode()) if bearer else (b"x-api-key", key.encode())]
+    return Request({"type": "http", "method": "GET", "path": "/v1/files", "headers": headers, "query_string": b""})
+
+
+def test_the_owner_is_a_digest_of_the_key_not_the_key() -> None:
+    one = auth.owner(request("sk-one"), KEYS, shared=False)
+    assert len(one) == 32 and set(one) <= set("0123456789abcdef")
+    assert "sk-one" not in one
+    assert auth.owner(request("sk-one"), KEYS, shared=False) == one  # stable
+    assert auth.owner(request("sk-one", bearer=True), KEYS, shared=False) == one  # whichever header carries it
+
+
+def test_each_key_is_its_own_owner() -> None:
+    assert auth.owner(request("sk-one"), KEYS, shared=False) != auth.owner(request("sk-two"), KEYS, shared=False)
+
+
+def test_the_owner_is_empty_when_keys_are_shared_or_absent() -> None:
+    assert auth.owner(request("sk-one"), KEYS, shared=True) == ""
+    assert auth.owner(request("sk-two"), KEYS, shared=True) == ""
+    assert auth.owner(request("anything"), frozenset(), shared=False) == ""
+    assert auth.owner(request(), frozenset(), shared=False) == ""
