@@ -10,6 +10,13 @@ from tests.fakes import FakeUpstream
 from tests.servers import GatewayServer, config_for, make_config
 
 
+@pytest.fixture(autouse=True)
+def private_data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files and batches a test's gateways keep go to a directory of the test's own: never
+    the user's, and never one a later test's gateway would find (and take batches over from)."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data-home")))
+
+
 @pytest.fixture
 def upstream() -> Iterator[FakeUpstream]:
     fake = FakeUpstream().start()

@@ -140,6 +140,7 @@ class BatchesConfig(_Config, frozen=True):
     max_requests: int = 100_000  # per batch
     expire_after: float = 24 * 3600.0  # seconds: requests not run by then end as `expired`
     retain_for: float = 29 * 24 * 3600.0  # seconds an ended batch and its results are kept
+    dir: str | None = None  # where batches are kept; default $XDG_DATA_HOME/dragoman/batches
 
 
 class FilesConfig(_Config, frozen=True):
@@ -267,3 +268,9 @@ def server_api_keys(config: Config) -> frozenset[str]:
     if config.server.api_keys_env:
         keys.update(k.strip() for k in os.environ.get(config.server.api_keys_env, "").split(",") if k.strip())
     return frozenset(keys)
+
+
+def data_dir(kind: str) -> Path:
+    """Where `kind` (files, batches) is kept unless configured: $XDG_DATA_HOME/dragoman/<kind>."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    return Path(base) / "dragoman" / kind

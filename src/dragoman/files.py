@@ -29,7 +29,7 @@ from typing import Any, Literal
 import msgspec
 
 from dragoman import ids
-from dragoman.config import FilesConfig
+from dragoman.config import FilesConfig, data_dir
 from dragoman.errors import InvalidRequest, NotFound, RequestTooLarge
 from dragoman.paging import page_of
 
@@ -63,14 +63,9 @@ class DeletedFile(msgspec.Struct):
     type: Literal["file_deleted"] = "file_deleted"
 
 
-def default_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    return Path(base) / "dragoman" / "files"
-
-
 class FileStore:
     def __init__(self, config: FilesConfig) -> None:
-        self.dir = Path(config.dir).expanduser() if config.dir else default_dir()
+        self.dir = Path(config.dir).expanduser() if config.dir else data_dir("files")
         self.max_bytes = config.max_bytes
         self._in_use = False
         self._gone: dict[tuple[str, str], str] = {}  # deleted here: (owner, id) -> created_at, so a cursor naming one still places

@@ -1,0 +1,216 @@
+"""Message Batches kept on disk, over real sockets with the official SDK: a batch outlives
+the gateway that made it, every gateway sharing the directory (as `--workers` processes
+do) sees and can cancel it, a batch whose gateway stopped is taken over and finished
+without running a settled request again, and each API key sees only its own batches."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from dragoman import batches as batches_module
+from dragoman.config import from_dict
+from tests.fakes import FakeUpstream, Reply, completion
+from tests.integration.test_batches import answer_per_marker, counts, marker_of, params, results_of, wait_ended, wait_until
+from tests.servers import GatewayServer
+
+KEYS = ["key-a", "key-b"]
+
+
+@pytest.fixture
+def start(upstream: FakeUpstream, tmp_path: Path) -> Iterator[Callable[..., GatewayServer]]:
+    """`start(batches=..., server=...)`: a gateway keeping its batches in this test's directory."""
+    started: list[GatewayServer] = []
+
+    def run(*, batches: dict | None = None, server: dict | None = None) -> GatewayServer:
+        data: dict[str, Any] = {
+            "server": server or {},
+            "batches": {"dir": str(tmp_path / "batches"), **(batches or {})},
+            "upstreams": {"default": {"url": upstream.url, "max_retries": 0}},
+        }
+        gateway = GatewayServer(from_dict(data)).start()
+        started.append(gateway)
+        return gateway
+
+    yield run
+    for gateway in started:
+        gateway.stop()
+
+
+def sdk(gateway: GatewayServer, key: str = "test-key") -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0, timeout=5)
+
+
+def hang_on(upstream: FakeUpstream, slow: str) -> None:
+    """Answer every marker at once, except `slow`, which hangs (in flight when the gateway stops)."""
+
+    def respond(body: dict) -> Reply:
+        marker = marker_of(body)
+        return Reply(body=completion(f"answer to {marker}", prompt=11, completion_tokens=4), hang=30.0 if marker == slow else 0.0)
+
+    upstream.responder = respond
+
+
+def test_an_ended_batch_outlives_the_gateway_that_ran_it(start, upstream, tmp_path):
+    answer_per_marker(upstream)
+    first = start()
+    created = sdk(first).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)])
+    ended = wait_ended(sdk(first), created.id)
+    before = results_of(sdk(first), created.id)
+    first.stop()
+
+    client = sdk(start())  # a new process on the same directory
+    again = client.messages.batches.retrieve(created.id)
+    assert again.processing_status == "ended" and counts(again) == counts(ended) == {
+        "processing": 0, "succeeded": 3, "errored": 0, "canceled": 0, "expired": 0,
+    }  # fmt: skip
+    assert again.ended_at == ended.ended_at and again.created_at == created.created_at
+    assert [b.id for b in client.messages.batches.list().data] == [created.id]
+    after = results_of(client, created.id)
+    assert {cid: r.message.content[0].text for cid, r in after.items()} == {cid: r.message.content[0].text for cid, r in before.items()}
+    assert len(upstream.requests) == 3  # nothing ran again
+    assert not (tmp_path / "batches" / created.id / "requests.json").exists()  # the results stand for them now
+
+
+def test_a_batch_interrupted_by_shutdown_resumes_at_the_next_start_without_rerunning_settled_requests(start, upstream):
+    hang_on(upstream, slow="m1")
+    first = start(batches={"max_concurrent": 1})
+    created = sdk(first).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)])
+    wait_until(lambda: [marker_of(b) for b in upstream.requests] == ["m0", "m1"])  # r0 settled, r1 in flight
+    first.stop()
+    assert [marker_of(b) for b in upstream.requests] == ["m0", "m1"]  # stopping ran nothing more
+
+    answer_per_marker(upstream)
+    client = sdk(start(batches={"max_concurrent": 1}))
+    ended = wait_ended(client, created.id)
+    assert counts(ended)["succeeded"] == 4
+    results = results_of(client, created.id)
+    assert {cid: r.message.content[0].text for cid, r in results.items()} == {f"r{i}": f"answer to m{i}" for i in range(4)}
+    assert sorted(marker_of(b) for b in upstream.requests) == ["m0", "m1", "m1", "m2", "m3"]  # only the one in flight ran twice
+
+
+def test_every_gateway_on_the_directory_sees_a_batch_and_can_cancel_it(start, upstream):
+    answer_per_marker(upstream, hang=0.5)
+    runner, other = start(batches={"max_concurrent": 1}), start()
+    created = sdk(runner).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)])
+    seen = sdk(other).messages.batches.retrieve(created.id)
+    assert seen.processing_status == "in_progress" and counts(seen)["processing"] == 4
+    assert [b.id for b in sdk(other).messages.batches.list().data] == [created.id]
+    wait_until(lambda: len(upstream.requests) == 1)
+
+    canceling = sdk(other).messages.batches.cancel(created.id)  # not the process running it
+    assert canceling.processing_status == "canceling"
+    assert sdk(runner).messages.batches.retrieve(created.id).processing_status in ("canceling", "ended")
+
+    ended = wait_ended(sdk(other), created.id)
+    assert counts(ended) == {"processing": 0, "succeeded": 1, "errored": 0, "canceled": 3, "expired": 0}
+    assert ended.cancel_initiated_at == canceling.cancel_initiated_at
+    assert sorted(r.type for r in results_of(sdk(other), created.id).values()) == ["canceled"] * 3 + ["succeeded"]
+    assert len(upstream.requests) == 1
+
+
+def test_a_live_gateway_takes_over_a_batch_whose_gateway_stopped(start, upstream, monkeypatch):
+    monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.1)
+    hang_on(upstream, slow="m0")
+    first, second = start(batches={"max_concurrent": 1}), start()
+    created = sdk(first).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)])
+    wait_until(lambda: len(upstream.requests) == 1)
+    answer_per_marker(upstream)
+    first.stop()
+
+    ended = wait_ended(sdk(second), created.id)
+    assert counts(ended)["succeeded"] == 2
+    assert sorted(marker_of(b) for b in upstream.requests) == ["m0", "m0", "m1"]
+
+
+def test_only_one_of_two_gateways_takes_over_a_batch(start, upstream, monkeypatch):
+    monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.05)
+    hang_on(upstream, slow="m0")
+    first = start(batches={"max_concurrent": 1})
+    created = sdk(first).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)])
+    wait_until(lambda: len(upstream.requests) == 1)
+    first.stop()
+    answer_per_marker(upstream, hang=0.05)
+    second, third = start(), start()
+
+    ended = wait_ended(sdk(third), created.id)
+    assert counts(ended)["succeeded"] == 3
+    assert sorted(marker_of(b) for b in upstream.requests) == ["m0", "m0", "m1", "m2"]  # each ran once after the stop
+    assert len(results_of(sdk(second), created.id)) == 3
+
+
+def test_a_result_line_cut_short_by_a_crash_is_run_again(start, upstream, tmp_path):
+    hang_on(upstream, slow="m1")
+    first = start(batches={"max_concurrent": 1})
+    created = sdk(first).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)])
+    wait_until(lambda: len(upstream.requests) == 2)
+    first.stop()
+    results = tmp_path / "batches" / created.id / "results.jsonl"
+    whole = results.read_bytes()
+    assert whole.count(b"\n") == 1 and json.loads(whole)["custom_id"] == "r0"
+    results.write_bytes(whole[:-20])  # as if the process died in the middle of writing it
+
+    answer_per_marker(upstream)
+    client = sdk(start())
+    wait_ended(client, created.id)
+    assert sorted(results_of(client, created.id)) == ["r0", "r1"]
+    assert sorted(marker_of(b) for b in upstream.requests) == ["m0", "m0", "m1", "m1"]
+
+
+def test_each_key_sees_only_its_own_batches(start, upstream):
+    answer_per_marker(upstream, hang=0.3)
+    gateway = start(server={"api_keys": KEYS})
+    mine, theirs = sdk(gateway, "key-a"), sdk(gateway, "key-b")
+    created = mine.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
+    assert theirs.messages.batches.list().data == []
+    for attempt in (
+        lambda: theirs.messages.batches.retrieve(created.id),
+        lambda: theirs.messages.batches.cancel(created.id),
+    ):
+        with pytest.raises(anthropic.NotFoundError) as caught:
+            attempt()
+        assert caught.value.body["error"]["type"] == "not_found_error"
+        assert created.id in caught.value.body["error"]["message"]
+    wait_ended(mine, created.id)
+    for attempt in (
+        lambda: list(theirs.messages.batches.results(created.id)),
+        lambda: theirs.messages.batches.delete(created.id),
+    ):
+        with pytest.raises(anthropic.NotFoundError):
+            attempt()
+    assert [b.id for b in mine.messages.batches.list().data] == [created.id]
+    assert mine.messages.batches.delete(created.id).id == created.id
+
+
+def test_keys_share_batches_when_configured(start, upstream):
+    answer_per_marker(upstream)
+    gateway = start(server={"api_keys": KEYS, "share_between_keys": True})
+    created = sdk(gateway, "key-a").messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
+    wait_ended(sdk(gateway, "key-b"), created.id)
+    assert [b.id for b in sdk(gateway, "key-b").messages.batches.list().data] == [created.id]
+    assert sorted(results_of(sdk(gateway, "key-b"), created.id)) == ["a"]
+
+
+def test_retention_removes_the_batch_from_disk(start, upstream, tmp_path):
+    answer_per_marker(upstream)
+    client = sdk(start(batches={"retain_for": 0.2}))
+    created = client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
+    wait_ended(client, created.id)
+    assert (tmp_path / "batches" / created.id).is_dir()
+    wait_until(lambda: client.messages.batches.list().data == [])
+    assert not (tmp_path / "batches" / created.id).exists()
+
+
+def test_an_unwritable_directory_is_an_api_error_not_a_500(start, upstream, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the directory should be")
+    client = sdk(start(batches={"dir": str(blocker / "batches")}))
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
+    assert caught.value.status_code == 500 and caught.value.body["error"]["type"] == "api_error"
+    assert "could not store the batch" in caught.value.body["error"]["message"]
