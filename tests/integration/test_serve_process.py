@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -95,3 +96,55 @@ def test_text_stream_sanity(upstream, stop_later):
     stop_later(process)
     with httpx.stream("POST", url + "/v1/messages", json={**BODY, "stream": True}, timeout=10) as response:
         assert b"message_stop" in response.read()
+
+
+def _batch(url: str, n: int) -> str:
+    requests = [{"custom_id": f"r{i}", "params": {**BODY, "messages": [{"role": "user", "content": f"say <<m{i}>>"}]}} for i in range(n)]
+    response = httpx.post(url + "/v1/messages/batches", json={"requests": requests}, timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()["id"]
+
+
+def _ended(url: str, batch_id: str, timeout: float = 15.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        batch = httpx.get(f"{url}/v1/messages/batches/{batch_id}", timeout=5).json()
+        if batch["processing_status"] == "ended":
+            return batch
+        time.sleep(0.05)
+    raise AssertionError(f"batch {batch_id} did not end: {batch}")
+
+
+def test_every_worker_answers_for_a_batch(upstream, stop_later):
+    process, url = _start(upstream.url, "--workers", "2")
+    stop_later(process)
+    batch_id = _batch(url, 3)
+    for _ in range(8):  # a new connection each time: both workers answer some
+        assert httpx.get(f"{url}/v1/messages/batches/{batch_id}", timeout=5).status_code == 200
+    assert _ended(url, batch_id)["request_counts"]["succeeded"] == 3
+    for _ in range(4):
+        lines = httpx.get(f"{url}/v1/messages/batches/{batch_id}/results", timeout=5).text.splitlines()
+        assert sorted(json.loads(line)["custom_id"] for line in lines) == ["r0", "r1", "r2"]
+
+
+def test_a_batch_survives_its_process_being_killed(upstream, stop_later):
+    from tests.fakes import Reply, completion
+    from tests.integration.test_batches import marker_of
+
+    upstream.responder = lambda body: Reply(body=completion("late"), hang=30.0 if marker_of(body) == "m1" else 0.0)
+    process, url = _start(upstream.url)
+    stop_later(process)
+    batch_id = _batch(url, 3)
+    deadline = time.monotonic() + 10
+    while len(upstream.requests) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _kill(process)  # SIGKILL: no clean-up of any kind; the kernel frees the batch's lock
+
+    upstream.responder = lambda body: Reply(body=completion("answer"))
+    process, url = _start(upstream.url)
+    stop_later(process)
+    batch = _ended(url, batch_id)
+    assert batch["request_counts"] == {"processing": 0, "succeeded": 3, "errored": 0, "canceled": 0, "expired": 0}
+    lines = httpx.get(f"{url}/v1/messages/batches/{batch_id}/results", timeout=5).text.splitlines()
+    assert sorted(json.loads(line)["custom_id"] for line in lines) == ["r0", "r1", "r2"]
+    assert sorted(marker_of(b) for b in upstream.requests) == ["m0", "m1", "m1", "m2"]
