@@ -146,6 +146,7 @@ class BatchesConfig(_Config, frozen=True):
 class FilesConfig(_Config, frozen=True):
     dir: str | None = None  # where uploads are kept; default $XDG_DATA_HOME/dragoman/files
     max_bytes: int = 100 * 1024 * 1024  # per file
+    max_total_bytes: int = 100 * 1024**3  # all of one owner's (API key's) files together, as Anthropic's per-organization storage
 
 
 class Config(_Config, frozen=True):
@@ -231,8 +232,9 @@ def _check(config: Config) -> None:
         for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
             if getattr(upstream, key) <= 0:
                 raise ConfigError(f"upstreams.{name}.{key}: must be a positive number of seconds")
-    if config.files.max_bytes <= 0:
-        raise ConfigError(f"files.max_bytes: must be positive, got {config.files.max_bytes}")
+    for key in ("max_bytes", "max_total_bytes"):
+        if getattr(config.files, key) <= 0:
+            raise ConfigError(f"files.{key}: must be positive, got {getattr(config.files, key)}")
     for key in ("max_concurrent", "max_requests", "expire_after", "retain_for"):
         if getattr(config.batches, key) <= 0:
             raise ConfigError(f"batches.{key}: must be positive, got {getattr(config.batches, key)}")

@@ -14,6 +14,12 @@ Each file belongs to the API key that uploaded it (its `owner`, a digest of the 
 `auth.owner`), and only that key sees it: to any other key it is an unknown id. With no API
 keys, or with `server.share_between_keys`, every caller is the owner "". A file written
 before owners were recorded belongs to "".
+
+An owner's files together hold at most `files.max_total_bytes`: an upload that would pass it
+is refused (400) before anything is written. Usage is the sum of the owner's stored metadata,
+read at each upload, so a delete frees its space at once. Nothing is locked: uploads in
+flight at the same moment (in one process, or in several sharing the directory) may each
+pass the check, so the owner may overshoot the quota by at most their sizes.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ class FileStore:
     def __init__(self, config: FilesConfig) -> None:
         self.dir = Path(config.dir).expanduser() if config.dir else data_dir("files")
         self.max_bytes = config.max_bytes
+        self.max_total_bytes = config.max_total_bytes
         self._in_use = False
         self._gone: dict[tuple[str, str], str] = {}  # deleted here: (owner, id) -> created_at, so a cursor naming one still places
         self._seen: int | None = None  # the directory's mtime when last looked into
@@ -96,7 +103,7 @@ class FileStore:
             filename=filename.replace("\\", "/").rsplit("/", 1)[-1] or "upload",  # the last path component, as the SDK does
             mime_type=mime_type or "application/octet-stream", size_bytes=len(data), owner=owner,
         )  # fmt: skip
-        await asyncio.to_thread(self._write, stored, data)
+        await asyncio.to_thread(self._write_within_quota, stored, data)
         self._in_use = True
         return stored.public()
 
@@ -126,15 +133,7 @@ class FileStore:
         (the API reference) and the opaque `page` cursor with `next_page` (what the SDK's
         list iterator uses); `ids` restricts the list to those files (one page). Another
         owner's file is not listed and, as a cursor, is an unknown id."""
-        metas = {}
-        if self.dir.is_dir():
-            for path in self.dir.glob("file_*.json"):
-                try:
-                    stored = msgspec.json.decode(path.read_bytes(), type=StoredFile)
-                except (OSError, msgspec.DecodeError):
-                    continue  # deleted meanwhile, or not ours
-                if stored.owner == owner:
-                    metas[path.stem] = stored.public()
+        metas = {file_id: stored.public() for file_id, stored in self._owned(owner).items()}
         order = sorted(metas, key=lambda file_id: (metas[file_id].created_at, file_id), reverse=True)
         getlist = getattr(query, "getlist", None)
         values = [*getlist("ids"), *getlist("ids[]")] if getlist else [query.get("ids", ""), query.get("ids[]", "")]
@@ -244,6 +243,28 @@ class FileStore:
         if stored is None or stored.owner != owner:
             raise NotFound(f"file_id: no file {file_id!r}")
         return stored
+
+    def _owned(self, owner: str) -> dict[str, StoredFile]:
+        """The stored metadata of every file of `owner`, by id (opens every metadata file)."""
+        owned = {}
+        if self.dir.is_dir():
+            for path in self.dir.glob("file_*.json"):
+                try:
+                    stored = msgspec.json.decode(path.read_bytes(), type=StoredFile)
+                except (OSError, msgspec.DecodeError):
+                    continue  # deleted meanwhile, or not ours
+                if stored.owner == owner:
+                    owned[path.stem] = stored
+        return owned
+
+    def _write_within_quota(self, meta: StoredFile, data: bytes) -> None:
+        """`_write`, unless the owner's files would then pass `files.max_total_bytes`. Not
+        atomic across processes: see the module's docstring."""
+        used = sum(stored.size_bytes for stored in self._owned(meta.owner).values())
+        if used + meta.size_bytes > self.max_total_bytes:  # the message names sizes only, never the owner (a digest of a key)
+            raise InvalidRequest(f"file: this upload of {meta.size_bytes} bytes would pass files.max_total_bytes: your files "
+                                 f"already use {used} of {self.max_total_bytes} bytes; delete some to make room")  # fmt: skip
+        self._write(meta, data)
 
     def _path(self, file_id: str, suffix: str) -> Path:
         if not file_id.startswith("file_") or not set(file_id) <= _ID_CHARS:  # never a path outside the directory

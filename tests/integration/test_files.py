@@ -311,6 +311,60 @@ def test_a_file_over_max_bytes_is_413_by_its_size_and_by_content_length(start, f
     assert stored(files_dir) == {exact.id, small.json()["id"]}
 
 
+# -- the storage quota ---------------------------------------------------------------------------
+
+
+def test_uploads_past_max_total_bytes_are_refused_until_a_delete_makes_room(start, files_dir):
+    gateway = start(files={"max_total_bytes": 1000})
+    client = sdk(gateway)
+    first = client.beta.files.upload(file=("first.bin", b"1" * 600, "application/octet-stream"))
+    second = client.beta.files.upload(file=("second.bin", b"2" * 400, "application/octet-stream"))  # exactly at the limit
+
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.beta.files.upload(file=("third.bin", b"3", "application/octet-stream"))  # one byte past it
+    message = error_of(caught, 400, "invalid_request_error")
+    assert "files.max_total_bytes" in message and "1000 of 1000" in message, message
+    assert caught.value.response.headers["request-id"] == caught.value.body["request_id"]
+    assert stored(files_dir) == {first.id, second.id}  # no trace of the refused upload
+    assert sorted(path.name for path in files_dir.iterdir()) == sorted([first.id, f"{first.id}.json", second.id, f"{second.id}.json"])
+    assert [f.id for f in client.beta.files.list().data] == [second.id, first.id]
+
+    client.beta.files.delete(second.id)  # frees its 400 bytes at once
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.beta.files.upload(file=("big.bin", b"b" * 401, "application/octet-stream"))
+    assert "600 of 1000" in error_of(caught, 400, "invalid_request_error")
+    third = client.beta.files.upload(file=("third.bin", b"3" * 400, "application/octet-stream"))
+    assert stored(files_dir) == {first.id, third.id}
+    assert (files_dir / third.id).read_bytes() == b"3" * 400
+
+
+def test_a_file_over_max_bytes_is_still_413_whatever_the_quota(start, files_dir):
+    gateway = start(files={"max_bytes": 1000, "max_total_bytes": 500})
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        sdk(gateway).beta.files.upload(file=("over.bin", b"o" * 1001, "application/octet-stream"))
+    assert "1000" in error_of(caught, 413, "request_too_large")
+    with pytest.raises(anthropic.BadRequestError) as caught:  # within max_bytes, past the quota
+        sdk(gateway).beta.files.upload(file=("quota.bin", b"q" * 501, "application/octet-stream"))
+    assert "files.max_total_bytes" in error_of(caught, 400, "invalid_request_error")
+    assert stored(files_dir) == set()
+
+
+def test_the_quota_is_per_key(start, files_dir):
+    gateway = start(server={"api_keys": ["sk-a", "sk-b"]}, files={"max_total_bytes": 100})
+    a, b = sdk(gateway, "sk-a"), sdk(gateway, "sk-b")
+    full = a.beta.files.upload(file=("a.bin", b"a" * 100, "application/octet-stream"))
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        a.beta.files.upload(file=("more.bin", b"m", "application/octet-stream"))
+    message = error_of(caught, 400, "invalid_request_error")
+    assert "files.max_total_bytes" in message and "100 of 100" in message
+    assert "sk-a" not in message and not any(c in message for c in ("owner", "digest"))  # nothing of the key
+
+    of_b = b.beta.files.upload(file=("b.bin", b"b" * 100, "application/octet-stream"))  # A's files count only for A
+    assert stored(files_dir) == {full.id, of_b.id}
+    with pytest.raises(anthropic.BadRequestError):
+        b.beta.files.upload(file=("more.bin", b"m", "application/octet-stream"))
+
+
 # -- file sources in /v1/messages: the translating path -----------------------------------------
 
 

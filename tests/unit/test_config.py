@@ -210,3 +210,19 @@ def test_batch_settings_are_read() -> None:
 
 def test_batch_times_are_at_most_a_year() -> None:
     assert failure(good(batches={"expire_after": 1e12})).startswith("batches.expire_after: at most a year")
+
+
+def test_files_max_total_bytes_defaults_to_100_gib_and_is_read() -> None:
+    assert config.from_dict({}).files.max_total_bytes == 100 * 1024**3
+    loaded = config.from_dict(good(files={"max_total_bytes": 5000}))
+    assert loaded.files.max_total_bytes == 5000 and loaded.files.max_bytes == 100 * 1024 * 1024
+
+
+@pytest.mark.parametrize("key", ["max_bytes", "max_total_bytes"])
+@pytest.mark.parametrize("value", [0, -1])
+def test_file_sizes_must_be_positive(key: str, value: int) -> None:
+    assert failure(good(files={key: value})) == f"files.{key}: must be positive, got {value}"
+
+
+def test_files_max_total_bytes_must_be_an_integer() -> None:
+    assert failure(good(files={"max_total_bytes": "100G"})) == "files.max_total_bytes: Expected `int`, got `str`"
