@@ -27,7 +27,7 @@ async def create(request: Request) -> Response:
 
 async def list_batches(request: Request) -> Response:
     gateway = authorized(request)
-    return struct_response(gateway.batches.page(request.query_params, owner(request, gateway), _base(request)))
+    return struct_response(await gateway.batches.page(request.query_params, owner(request, gateway), _base(request)))
 
 
 async def retrieve(request: Request) -> Response:
@@ -42,7 +42,7 @@ async def cancel(request: Request) -> Response:
 
 async def delete(request: Request) -> Response:
     gateway = authorized(request)
-    return struct_response(gateway.batches.delete(request.path_params["batch_id"], owner(request, gateway)))
+    return struct_response(await gateway.batches.delete(request.path_params["batch_id"], owner(request, gateway)))
 
 
 async def results(request: Request) -> Response:

@@ -1,8 +1,11 @@
 """Running batches: each request of a batch as POST /v1/messages would run it.
 
-One `Runner` per process runs the batches it created or took over, at most
-`batches.max_concurrent` requests at a time across all of them, and appends each
-result to the batch's results file as it settles (`dragoman.batch_store`).
+One `Runner` per process runs at most `batches.max_concurrent` batches at a time (a
+batch waiting its turn holds nothing: no lock, no descriptor), and at most
+`batches.max_concurrent` of their requests at once. Each result is appended to the
+batch's results file as it settles (`dragoman.batch_store`). A run that cannot store a
+result stops all its requests before it lets the batch go, so no request outlives the
+lock that makes it the only run of its batch.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dragoman.batches")
 
 CANCEL_POLL = 0.5  # seconds between looks for a cancel made by another process
+REST_AFTER_FAILURE = 30.0  # seconds before this process runs again a batch whose results it could not store
 
 
 def _line(custom_id: str, result: bytes) -> bytes:
@@ -52,115 +57,153 @@ _SETTLED = msgspec.json.Decoder(_Settled)
 
 
 class Run:
-    """A batch this process is running: it holds the batch's lock and appends its results."""
+    """A batch this process holds: its lock, its results file, what is left to run."""
 
     def __init__(self, where: BatchDir, record: Record, lock: int) -> None:
         self.dir = where
         self.record = record
         self.lock = lock
-        self.results = where.open_results()
         self.counts = RequestCounts()
         self.canceling_since = where.canceled_at()
         self.stopping = asyncio.Event()  # canceled or expired: start nothing more
         self.task: asyncio.Task[None] | None = None
-        if self.canceling_since is not None:
-            self.stopping.set()
+        self.todo: list[BatchRequest] = []
+        self._results = -1
+        self._size = 0
 
-    def resume(self, requests: list[BatchRequest]) -> list[BatchRequest]:
-        """Taking the batch over: the requests without a result (the others are counted)."""
+    def open(self, requests: list[BatchRequest]) -> None:
+        """Count the results already written (by an earlier run) and open the file for more;
+        what has no result yet is `todo`."""
         done: set[str] = set()
         for line in self.dir.settled():
             settled = _SETTLED.decode(line)
             done.add(settled.custom_id)
             self._count(settled.result.type)
-        return [r for r in requests if r.custom_id not in done]
+        self.todo = [r for r in requests if r.custom_id not in done]
+        self._results = self.dir.open_results()
+        self._size = os.fstat(self._results).st_size
 
     def settle(self, custom_id: str, outcome: str, result: bytes) -> None:
-        os.write(self.results, _line(custom_id, result))  # one append: whole or absent after a crash
+        """Append one result line: whole, or not at all (a short write is undone and raised)."""
+        if self._results < 0:
+            raise RuntimeError(f"batch {self.record.id} is no longer held by this run")
+        line = _line(custom_id, result)
+        written = os.write(self._results, line)
+        if written != len(line):
+            os.ftruncate(self._results, self._size)
+            raise OSError(f"only {written} of {len(line)} bytes of a result could be written")
+        self._size += written
         self._count(outcome)
 
     def _count(self, outcome: str) -> None:
         setattr(self.counts, outcome, getattr(self.counts, outcome) + 1)
 
-    def release(self) -> None:
-        os.close(self.results)
-        os.close(self.lock)  # another process may take the batch over from here
-
-
-def _stopped(run: Run) -> bool:
-    """Whether the batch may start no more requests: canceled (through any process) or expired.
-    Looked up on disk before each start, so a cancel elsewhere stops the next start at once."""
-    if run.stopping.is_set():
-        return True
-    at = run.dir.canceled_at()
-    if at is None:
+    def stopped(self) -> bool:
+        """Whether no more requests may start: canceled (through any process) or expired.
+        Looked up before each start, so a cancel elsewhere stops the next start at once."""
+        if self.stopping.is_set():
+            return True
+        if self.canceling_since is None:
+            self.canceling_since = self.dir.canceled_at()
+        if self.canceling_since is not None or time.time() >= self.record.expires:
+            self.stopping.set()
+            return True
         return False
-    run.canceling_since = at
-    run.stopping.set()
-    return True
+
+    def release(self) -> None:
+        if self._results >= 0:
+            os.close(self._results)
+            self._results = -1
+        if self.lock >= 0:
+            os.close(self.lock)  # another process may take the batch over from here
+            self.lock = -1
 
 
 class Runner:
-    def __init__(self, gateway: Gateway, config: BatchesConfig, on_end: Callable[[str, Ended], None]) -> None:
+    def __init__(self, gateway: Gateway, config: BatchesConfig, on_end: Callable[[str, Ended], None], on_free: Callable[[], None]) -> None:
         self._gateway = gateway
         self._config = config
         self._on_end = on_end
+        self._on_free = on_free  # a batch stopped running here: room for another
         self.runs: dict[str, Run] = {}
+        self._held: set[str] = set()  # claimed (locked) here, running or about to
+        self.resting: dict[str, float] = {}  # batch -> when this process may run it again (after a storage failure)
+        self._claiming = threading.Lock()  # claims come from the sweep thread
         self._slots: asyncio.Semaphore | None = None  # made in the serving loop
 
-    def start(self, run: Run, todo: list[BatchRequest]) -> None:
-        self.runs[run.record.id] = run
-        run.task = asyncio.get_running_loop().create_task(self._run(run, todo), name=f"batch {run.record.id}")
+    # -- claiming (any thread) ---------------------------------------------------------------
 
-    async def _run(self, run: Run, todo: list[BatchRequest]) -> None:
+    def holds(self, batch_id: str) -> bool:
+        return batch_id in self._held
+
+    def room(self) -> int:
+        return self._config.max_concurrent - len(self._held)
+
+    def claim(self, where: BatchDir, record: Record) -> Run | None:
+        """Lock a batch for this process unless some process (this one included) holds it."""
+        with self._claiming:
+            if record.id in self._held:
+                return None  # never a second descriptor on a lock held here (NFS drops the lock on close)
+            lock = where.try_lock()
+            if lock is None:
+                return None
+            self._held.add(record.id)
+        return Run(where, record, lock)
+
+    def let_go(self, run: Run) -> None:
+        run.release()
+        with self._claiming:
+            self._held.discard(run.record.id)
+
+    # -- running (the serving loop) ------------------------------------------------------------
+
+    def start(self, run: Run) -> None:
+        self.runs[run.record.id] = run
+        run.task = asyncio.get_running_loop().create_task(self._run(run), name=f"batch {run.record.id}")
+
+    async def _run(self, run: Run) -> None:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._config.max_concurrent)
         loop = asyncio.get_running_loop()
         expiry = loop.call_later(max(0.0, run.record.expires - time.time()), run.stopping.set)
         watch = loop.create_task(self._watch_cancel(run))
-        pending = iter(todo)
+        pending = iter(run.todo)
 
         async def worker() -> None:
             for request in pending:  # shared: each request is taken by one worker
                 await self._settle(run, request)
 
-        workers = min(self._config.max_concurrent, len(todo))
+        workers = [loop.create_task(worker()) for _ in range(min(self._config.max_concurrent, len(run.todo)))]
         try:
-            await asyncio.gather(*(worker() for _ in range(workers)))
+            if workers:
+                await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+                for task in workers:
+                    if task.done() and task.exception() is not None:
+                        raise task.exception()  # type: ignore[misc]
             end = Ended(at=time.time(), counts=run.counts)
             await asyncio.to_thread(run.dir.end, end)
             self._on_end(run.record.id, end)
-            log.info(
-                "batch %s ended: %s",
-                run.record.id,
-                msgspec.json.encode(run.counts).decode(),
-            )
+            log.info("batch %s ended: %s", run.record.id, msgspec.json.encode(run.counts).decode())
         except asyncio.CancelledError:  # shutting down: another process, or the next start, goes on with it
-            log.warning(
-                "batch %s interrupted by shutdown; it resumes where it stopped",
-                run.record.id,
-            )
+            log.warning("batch %s interrupted by shutdown; it resumes where it stopped", run.record.id)
             raise
-        except OSError as error:
-            log.error(
-                "batch %s could not be stored (%s); it resumes at the next start",
-                run.record.id,
-                error,
-            )
+        except OSError as error:  # no tight loop of upstream calls on a full disk: the batch rests first
+            self.resting[run.record.id] = time.time() + REST_AFTER_FAILURE
+            log.error("batch %s could not store a result (%s); it resumes where it stopped", run.record.id, error)
         finally:
             expiry.cancel()
             watch.cancel()
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)  # none outlives the lock
             del self.runs[run.record.id]
-            run.release()
+            self.let_go(run)
+            self._on_free()
 
     async def _watch_cancel(self, run: Run) -> None:
         """A cancel made through another process wakes this run's waiting requests within CANCEL_POLL."""
-        while run.canceling_since is None:
+        while not run.stopped():
             await asyncio.sleep(CANCEL_POLL)
-            at = run.dir.canceled_at()
-            if at is not None and run.canceling_since is None:
-                run.canceling_since = at
-                run.stopping.set()
 
     async def _settle(self, run: Run, request: BatchRequest) -> None:
         if not await self._slot(run):  # canceled or expired before it could start
@@ -174,30 +217,19 @@ class Runner:
             succeeded, payload = await self._message(run.record, request)
         except Exception:  # a bug: that request errors, the batch goes on
             log.exception("batch %s, request %s failed", run.record.id, request.custom_id)
-            succeeded, payload = (
-                False,
-                UpstreamError("internal error while running the request").body(None),
-            )
+            succeeded, payload = False, UpstreamError("internal error while running the request").body(None)
         finally:
             self._slots.release()
         if succeeded:
-            run.settle(
-                request.custom_id,
-                "succeeded",
-                b'{"type":"succeeded","message":' + payload + b"}",
-            )
+            run.settle(request.custom_id, "succeeded", b'{"type":"succeeded","message":' + payload + b"}")
         else:
-            run.settle(
-                request.custom_id,
-                "errored",
-                b'{"type":"errored","error":' + payload + b"}",
-            )
+            run.settle(request.custom_id, "errored", b'{"type":"errored","error":' + payload + b"}")
 
     async def _slot(self, run: Run) -> bool:
         """Wait for a free slot (True, then it is held), or until the batch is canceled or
         expires (False): a stopped batch does not wait behind other batches' requests."""
         assert self._slots is not None
-        if _stopped(run):
+        if run.stopped():
             return False
         if not self._slots.locked():
             await self._slots.acquire()  # free now: no race to set up
@@ -211,11 +243,17 @@ class Runner:
             if not slot.done():
                 slot.cancel()
         if slot.done() and not slot.cancelled():
-            if _stopped(run):
+            if run.stopped():
                 self._slots.release()  # got it as the batch stopped: give it back
                 return False
             return True
         return False
+
+    async def close(self) -> None:
+        tasks = [run.task for run in self.runs.values() if run.task is not None and not run.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _message(self, record: Record, item: BatchRequest) -> tuple[bool, bytes]:
         """One request, run as POST /v1/messages would run it: (True, the message's JSON)
@@ -272,12 +310,6 @@ class Runner:
         finally:
             outcome.finish()
             gateway.metrics.record(outcome)
-
-    async def close(self) -> None:
-        tasks = [run.task for run in self.runs.values() if run.task is not None and not run.task.done()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _is_json(data: bytes) -> bool:

@@ -1,27 +1,32 @@
 """Message Batches on disk: one directory per batch, shared by every process.
 
 Each process of a gateway (`--workers`, or replicas sharing the directory) sees every
-batch, and a restart loses none: the batch that a process was running when it died is
-taken over by the next process that looks (see `try_lock`). Layout of `<dir>/<id>/`:
+batch, and a restart loses none: a batch is run by whichever process locks it first (see
+`try_lock`), and one whose process died is taken by the next that looks. Layout of
+`<dir>/<id>/`:
 
 - `batch.json`    the record (who made it, when, its forwarded headers); never changes
 - `requests.json` the create request's body as sent, kept until the batch ends
 - `results.jsonl` one line per settled request, appended as each one settles
-- `canceled`      made by the first cancel, from any process; holds its time
+- `canceled`      made whole by the first cancel, from any process; holds its time
 - `ended.json`    written once, by the process that ran the batch, when it ended
 - `lock`          held (flock) by the process running the batch; the kernel frees it
-                  when that process dies, so a live run is never taken over
+                  when that process dies
 
-A batch appears whole: it is written under a temporary name, locked by its creator,
-then renamed into place. A deleted batch is renamed away before it is removed.
+A batch appears whole (written under a temporary name, then renamed into place) and goes
+at once (renamed away, then removed). Records and outcomes are synced to disk before they
+count, so a power loss leaves a batch as it was or as it became, never half-written;
+result lines are not synced one by one: a request whose line is lost runs again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -29,6 +34,8 @@ import msgspec
 from dragoman.protocol.batches import BATCH_CREATE, BatchRequest, RequestCounts
 
 PREFIX = "msgbatch_"
+MAX_ID = 100  # longer is no id of ours (and could pass the file system's name limit)
+DEBRIS_AFTER = 3600.0  # seconds after which a crashed create's staging directory is removed
 
 
 class Record(msgspec.Struct, frozen=True):
@@ -49,16 +56,34 @@ _RECORD = msgspec.json.Decoder(Record)
 _ENDED = msgspec.json.Decoder(Ended)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        _write_synced(tmp, data)
+        os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    os.replace(tmp, path)
+    _sync_dir(path.parent)
 
 
 class BatchDir:
@@ -67,6 +92,10 @@ class BatchDir:
     def __init__(self, path: Path) -> None:
         self.path = path
 
+    @property
+    def id(self) -> str:
+        return self.path.name
+
     def record(self) -> Record:
         return _RECORD.decode((self.path / "batch.json").read_bytes())
 
@@ -74,25 +103,29 @@ class BatchDir:
         return BATCH_CREATE.decode((self.path / "requests.json").read_bytes()).requests
 
     def ended(self) -> Ended | None:
+        """The outcome, or None while running (an unreadable outcome file counts as none)."""
         try:
             return _ENDED.decode((self.path / "ended.json").read_bytes())
-        except FileNotFoundError:
+        except (FileNotFoundError, msgspec.DecodeError):
             return None
 
     def canceled_at(self) -> float | None:
         try:
-            return float((self.path / "canceled").read_text() or "0")
+            return float((self.path / "canceled").read_text())
         except (FileNotFoundError, ValueError):
             return None
 
     def cancel(self, at: float) -> float:
-        """Mark the batch canceled (the first cancel's time wins); the time it was."""
+        """Mark the batch canceled; the time of the first cancel (made whole: a link to a
+        written file, so no reader sees an empty marker)."""
+        tmp = self.path / f".canceled.{os.getpid()}.{time.time_ns()}"
+        _write_synced(tmp, repr(at).encode())
         try:
-            fd = os.open(self.path / "canceled", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.link(tmp, self.path / "canceled")
         except FileExistsError:
             return self.canceled_at() or at
-        with os.fdopen(fd, "w") as out:
-            out.write(repr(at))
+        finally:
+            tmp.unlink(missing_ok=True)
         return at
 
     def end(self, ended: Ended) -> None:
@@ -102,25 +135,30 @@ class BatchDir:
     def results_path(self) -> Path:
         return self.path / "results.jsonl"
 
-    def settled(self) -> list[bytes]:
-        """The result lines written so far; a line cut short by a crash is dropped (its
-        request runs again)."""
+    def settled(self) -> Iterator[bytes]:
+        """The result lines written so far, read a line at a time; a last line cut short by
+        a crash is cut off the file (its request runs again)."""
         try:
-            data = self.results_path().read_bytes()
+            results = open(self.results_path(), "r+b")
         except FileNotFoundError:
-            return []
-        whole = data[: data.rfind(b"\n") + 1]
-        if len(whole) != len(data):
-            with open(self.results_path(), "r+b") as out:
-                out.truncate(len(whole))
-        return whole.splitlines()
+            return
+        with results:
+            whole = 0
+            for line in results:
+                if not line.endswith(b"\n"):
+                    results.truncate(whole)
+                    return
+                whole += len(line)
+                yield line[:-1]
 
     def open_results(self) -> int:
-        """A descriptor that appends result lines (one write each, so a line is whole or absent)."""
+        """A descriptor that appends result lines."""
         return os.open(self.results_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def try_lock(self) -> int | None:
-        """The run lock, if no live process holds it: a descriptor to keep open while running."""
+        """The run lock, if no live process holds it: a descriptor to keep open while running.
+        A process must not open the lock of a batch it holds (on NFS, closing any descriptor
+        of the file drops the process's lock): `Runner.claim` sees to that."""
         fd = os.open(self.path / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -137,10 +175,14 @@ class BatchStore:
         self.root = root
 
     def batch(self, batch_id: str) -> BatchDir | None:
-        if not batch_id.startswith(PREFIX) or not batch_id.isascii() or not batch_id.replace("_", "").isalnum():
+        if not (batch_id.startswith(PREFIX) and len(batch_id) <= MAX_ID and batch_id.isascii() and batch_id.replace("_", "").isalnum()):
             return None  # never a path outside the store
         path = self.root / batch_id
-        return BatchDir(path) if (path / "batch.json").exists() else None
+        try:
+            found = (path / "batch.json").exists()
+        except OSError:
+            return None
+        return BatchDir(path) if found else None
 
     def ids(self) -> list[str]:
         try:
@@ -148,31 +190,45 @@ class BatchStore:
         except FileNotFoundError:
             return []
 
-    def create(self, record: Record, body: bytes) -> tuple[BatchDir, int]:
-        """Write a new batch and take its run lock before any other process can see it."""
+    def create(self, record: Record, body: bytes) -> BatchDir:
+        """Write a new batch; it appears whole, to every process at once."""
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         staging = self.root / f".{record.id}.new"
         staging.mkdir(mode=0o700)
         try:
-            _write_atomically(staging / "requests.json", body)
-            _write_atomically(staging / "batch.json", msgspec.json.encode(record))
-            fd = BatchDir(staging).try_lock()
-            assert fd is not None  # nobody else knows this directory yet
-            try:
-                os.rename(staging, self.root / record.id)
-            except BaseException:
-                os.close(fd)
-                raise
+            _write_synced(staging / "requests.json", body)
+            _write_synced(staging / "batch.json", msgspec.json.encode(record))
+            _sync_dir(staging)
+            os.rename(staging, self.root / record.id)
+            _sync_dir(self.root)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        return BatchDir(self.root / record.id), fd
+        return BatchDir(self.root / record.id)
 
-    def remove(self, batch_id: str) -> None:
-        """Delete a batch: gone for every reader at once, its files removed after."""
+    def hide(self, batch_id: str) -> Path | None:
+        """Take a batch away from every reader at once; what is left to remove (`purge`)."""
         gone = self.root / f".{batch_id}.{time.time_ns()}.gone"
         try:
             os.rename(self.root / batch_id, gone)
         except FileNotFoundError:
-            return  # another process removed it first
-        shutil.rmtree(gone, ignore_errors=True)
+            return None  # another process removed it first
+        return gone
+
+    def remove(self, batch_id: str) -> None:
+        gone = self.hide(batch_id)
+        if gone is not None:
+            shutil.rmtree(gone, ignore_errors=True)
+
+    def clear_debris(self) -> None:
+        """Remove what crashes left: removed batches not yet deleted, creates never finished."""
+        try:
+            entries = list(os.scandir(self.root))
+        except FileNotFoundError:
+            return
+        now = time.time()
+        for entry in entries:
+            if entry.name.startswith(".") and (entry.name.endswith(".gone") or entry.name.endswith(".new")):
+                with contextlib.suppress(OSError):
+                    if entry.name.endswith(".gone") or now - entry.stat().st_mtime > DEBRIS_AFTER:
+                        shutil.rmtree(entry.path, ignore_errors=True)

@@ -1,25 +1,27 @@
 """Message Batches: many Messages requests submitted at once, run in the background.
 
 A batch's requests go through the same routing, backends and per-upstream limits as
-`POST /v1/messages`, at most `batches.max_concurrent` at a time across all batches of a
-process, so a large batch cannot crowd out interactive traffic by more than that. As on
-Anthropic, each request's params are validated when it runs (a bad one is an `errored`
-result, not a refused batch), results come in completion order with their `custom_id`,
-the counts by outcome are reported once the batch has ended, and a batch not done within
-`expire_after` has its remaining requests `expired`.
+`POST /v1/messages` (`dragoman.batch_runs`). As on Anthropic, each request's params are
+validated when it runs (a bad one is an `errored` result, not a refused batch), results
+come in completion order with their `custom_id`, the counts by outcome are reported once
+the batch has ended, and a batch not done within `expire_after` has its remaining
+requests `expired`.
 
-Batches are kept on disk (`dragoman.batch_store`): every process sees every batch, a
-cancel reaches the process running it, and a batch whose process stopped or died is
-taken over by another (or by the next start), which runs only the requests without a
-result: a request in flight at the crash runs again.
+Batches are kept on disk (`dragoman.batch_store`), so every process sees every batch and
+a restart loses none. A keeper in each process sweeps the directory: at start, every
+ADOPT_EVERY seconds, and whenever this process has room for another batch. It starts the
+oldest batches no process runs, as many as there is room for (a canceled or expired one
+always: it ends at once), so a batch whose process died is taken over, running only the
+requests without a result (one in flight at the crash runs again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
+import shutil
+import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -34,12 +36,7 @@ from dragoman.batch_store import PREFIX, BatchDir, BatchStore, Ended, Record
 from dragoman.config import BatchesConfig, data_dir
 from dragoman.errors import GatewayError, InvalidRequest, NotFound
 from dragoman.paging import page_of
-from dragoman.protocol.batches import (
-    BATCH_CREATE,
-    DeletedBatch,
-    MessageBatch,
-    RequestCounts,
-)
+from dragoman.protocol.batches import BATCH_CREATE, DeletedBatch, MessageBatch, RequestCounts
 from dragoman.validation import decode_request
 
 if TYPE_CHECKING:
@@ -50,7 +47,7 @@ log = logging.getLogger("dragoman.batches")
 Status = Literal["in_progress", "canceling", "ended"]
 CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
-ADOPT_EVERY = 30.0  # seconds between looks for batches whose process is gone (and for expired results)
+ADOPT_EVERY = 30.0  # seconds between sweeps when nothing else prompts one
 
 
 def _stamp(seconds: float) -> str:
@@ -59,13 +56,15 @@ def _stamp(seconds: float) -> str:
 
 class Batches:
     def __init__(self, gateway: Gateway, config: BatchesConfig) -> None:
-        self._gateway = gateway
         self._config = config
         self._store = BatchStore(Path(config.dir).expanduser() if config.dir else data_dir("batches"))
         self._records: dict[str, Record] = {}  # never change once written
         self._ended: dict[str, Ended] = {}  # nor do these
-        self._runner = Runner(gateway, config, self._ended.__setitem__)
+        self._runner = Runner(gateway, config, self._ended.__setitem__, self._wake_keeper)
         self._keeper: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._sweeping: asyncio.Future[float] | None = None
+        self._closing = threading.Event()  # read by the sweep thread
 
     # -- the API --------------------------------------------------------------------------
 
@@ -90,53 +89,64 @@ class Batches:
             total=len(create.requests), headers={k: headers[k] for k in FORWARDED_HEADERS if k in headers},
         )  # fmt: skip
         try:
-            where, lock = await asyncio.to_thread(self._store.create, record, body)
+            where = await asyncio.to_thread(self._store.create, record, body)
         except OSError as error:
-            raise GatewayError(f"could not store the batch: {error.strerror}") from None
+            raise GatewayError(f"could not store the batch: {error.strerror or error}") from None
         self._records[record.id] = record
-        self._runner.start(Run(where, record, lock), create.requests)
+        if self._keeper is None:  # served without a lifespan (it starts the keeper otherwise)
+            await self.start()
+        self._wake_keeper()  # it starts the batch if this process has room, else it waits its turn
         return self._view(where, record, base_url)
 
     def retrieve(self, batch_id: str, owner: str, base_url: str) -> MessageBatch:
         where, record = self._find(batch_id, owner)
         return self._view(where, record, base_url)
 
-    def page(self, query: Mapping[str, str], owner: str, base_url: str) -> dict[str, object]:
-        """Newest first, as Anthropic lists them."""
+    async def page(self, query: Mapping[str, str], owner: str, base_url: str) -> dict[str, object]:
+        """Newest first, as Anthropic lists them (read in a thread: one file per batch)."""
+        return await asyncio.to_thread(self._page, query, owner, base_url)
+
+    def _page(self, query: Mapping[str, str], owner: str, base_url: str) -> dict[str, object]:
+        cutoff = time.time() - self._config.retain_for
         listed = sorted(
-            ((where, record) for where, record in map(self._load, self._store.ids()) if record is not None and record.owner == owner),
+            ((where, record) for where, record in map(self._load, self._store.ids())
+             if record is not None and record.owner == owner and not self._expired(where, record, cutoff)),
             key=lambda item: (item[1].created, item[1].id), reverse=True,
         )  # fmt: skip
-        cutoff = time.time() - self._config.retain_for
-        listed = [(w, r) for w, r in listed if not self._expired(w, r, cutoff)]
         views = {record.id: (where, record) for where, record in listed}
-        newest_first = [record.id for _, record in listed]
 
-        def position(
-            gone: str,
-        ) -> int | None:  # a deleted (or purged) batch: after every newer one
+        def position(gone: str) -> int | None:  # a deleted batch of this key: after every newer one
             record = self._records.get(gone)
-            return None if record is None else sum(1 for _, r in listed if (r.created, r.id) > (record.created, record.id))
+            if record is None or record.owner != owner:
+                return None  # another key's batch is not told apart from no batch
+            return sum(1 for _, r in listed if (r.created, r.id) > (record.created, record.id))
 
         describe = lambda batch_id: msgspec.to_builtins(self._view(*views[batch_id], base_url))
-        return page_of(newest_first, query, describe, "batch", position)
+        return page_of(list(views), query, describe, "batch", position)
 
     def cancel(self, batch_id: str, owner: str, base_url: str) -> MessageBatch:
         where, record = self._find(batch_id, owner)
         if self._ended_of(where, record) is None:
-            at = where.cancel(time.time())  # requests not yet started end as `canceled`; running ones finish
+            try:
+                at = where.cancel(time.time())  # requests not yet started end as `canceled`; running ones finish
+            except OSError as error:
+                raise GatewayError(f"could not store the cancel: {error.strerror or error}") from None
             run = self._runner.runs.get(batch_id)
             if run is not None:
                 run.canceling_since = at
                 run.stopping.set()
+            else:
+                self._wake_keeper()  # a batch waiting its turn ends now, without taking a turn
         return self._view(where, record, base_url)
 
-    def delete(self, batch_id: str, owner: str) -> DeletedBatch:
+    async def delete(self, batch_id: str, owner: str) -> DeletedBatch:
         where, record = self._find(batch_id, owner)
         if self._ended_of(where, record) is None:
             raise InvalidRequest(f"message_batch_id: batch {batch_id} is still processing; cancel it and wait for it to end first")
-        self._store.remove(batch_id)
+        gone = self._store.hide(batch_id)
         self._ended.pop(batch_id, None)  # the record stays: a cursor naming the batch still places
+        if gone is not None:
+            await asyncio.to_thread(shutil.rmtree, gone, True)
         return DeletedBatch(id=batch_id)
 
     def results(self, batch_id: str, owner: str) -> IO[bytes]:
@@ -150,13 +160,16 @@ class Batches:
             raise NotFound(f"message_batch_id: no batch {batch_id!r}") from None
 
     async def start(self) -> None:
-        """Take over batches no process is running, now and every ADOPT_EVERY seconds."""
+        self._wake = asyncio.Event()
         self._keeper = asyncio.get_running_loop().create_task(self._keep(), name="batch keeper")
 
     async def close(self) -> None:
+        self._closing.set()  # a sweep in its thread now starts nothing
         if self._keeper is not None:
             self._keeper.cancel()
             await asyncio.gather(self._keeper, return_exceptions=True)
+        if self._sweeping is not None:
+            await asyncio.gather(self._sweeping, return_exceptions=True)  # the thread cannot be cancelled: wait for it
         await self._runner.close()
 
     # -- finding -----------------------------------------------------------------------------
@@ -173,8 +186,7 @@ class Batches:
 
     def _find(self, batch_id: str, owner: str) -> tuple[BatchDir, Record]:
         missing = NotFound(f"message_batch_id: no batch {batch_id!r}")
-        where = self._store.batch(batch_id)
-        if where is None:
+        if self._store.batch(batch_id) is None:
             raise missing
         where, record = self._load(batch_id)
         if record is None or record.owner != owner or self._expired(where, record, time.time() - self._config.retain_for):
@@ -186,7 +198,7 @@ class Batches:
         if ended is None and record.id not in self._runner.runs:  # a batch running here has not ended
             try:
                 ended = where.ended()
-            except (OSError, msgspec.DecodeError):
+            except OSError:
                 return None
             if ended is not None:
                 self._ended[record.id] = ended
@@ -197,8 +209,9 @@ class Batches:
         ended = self._ended_of(where, record)
         if ended is None or ended.at >= cutoff:
             return False
-        self._store.remove(record.id)
+        self._store.hide(record.id)  # its files are removed by the next sweep, off the event loop
         self._ended.pop(record.id, None)
+        self._records.pop(record.id, None)
         return True
 
     def _view(self, where: BatchDir, record: Record, base_url: str) -> MessageBatch:
@@ -218,42 +231,90 @@ class Batches:
             results_url=f"{base_url}/v1/messages/batches/{record.id}/results" if ended is not None else None,
         )  # fmt: skip
 
-    # -- running ---------------------------------------------------------------------------
+    # -- the keeper ----------------------------------------------------------------------------
+
+    def _wake_keeper(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
 
     async def _keep(self) -> None:
+        assert self._wake is not None
+        loop = asyncio.get_running_loop()
         while True:
+            self._wake.clear()
+            self._sweeping = loop.run_in_executor(None, self._sweep, loop)
+            pause = ADOPT_EVERY
             try:
-                await asyncio.to_thread(self._sweep, asyncio.get_running_loop())
+                pause = min(pause, await asyncio.shield(self._sweeping))
+            except asyncio.CancelledError:
+                raise
             except Exception:  # a bad directory must not stop the keeper
-                log.exception("looking for batches to take over failed")
-            await asyncio.sleep(ADOPT_EVERY)
+                log.exception("looking for batches to run failed")
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(pause, 0.0))
+            except TimeoutError:
+                pass
 
-    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
-        """(In a thread.) Start the batches no live process runs; forget expired results."""
-        cutoff = time.time() - self._config.retain_for
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> float:
+        """(In a thread.) Start the oldest batches no process runs, as many as there is room
+        for, and any canceled or expired one; remove what retention and crashes left. The
+        seconds until a batch left waiting expires (the next sweep ends it then)."""
+        self._store.clear_debris()
+        now = time.time()
+        cutoff = now - self._config.retain_for
+        waiting: list[tuple[BatchDir, Record]] = []
         for batch_id in self._store.ids():
-            if batch_id in self._runner.runs:
+            if self._runner.holds(batch_id) or self._runner.resting.get(batch_id, 0.0) > now:
                 continue
             where, record = self._load(batch_id)
-            if record is None or self._expired(where, record, cutoff) or self._ended_of(where, record) is not None:
+            if record is not None and not self._expired(where, record, cutoff) and self._ended_of(where, record) is None:
+                waiting.append((where, record))
+        waiting.sort(key=lambda item: (item[1].created, item[1].id))
+        next_expiry = float("inf")
+        for where, record in waiting:
+            if self._closing.is_set():
+                break
+            stopped = record.expires <= now or where.canceled_at() is not None  # ends at once, taking no turn
+            if not stopped and self._runner.room() <= 0:
+                next_expiry = min(next_expiry, record.expires)
                 continue
-            lock = where.try_lock()
-            if lock is None:
-                continue  # a live process runs it
+            try:
+                run = self._runner.claim(where, record)
+            except OSError as error:  # this batch's lock cannot be opened: the others still can
+                log.error("batch %s cannot be locked: %s", record.id, error)
+                continue
+            if run is not None:
+                self._prepare(run, loop)
+        return next_expiry - time.time()
+
+    def _prepare(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
+        """(In the sweep thread.) Read what a claimed batch has left to run, then start it."""
+        where, record = run.dir, run.record
+        try:
             if self._ended_of(where, record) is not None:  # it ended between the two looks
-                os.close(lock)
-                continue
+                self._runner.let_go(run)
+                return
+            requests: list | None
             try:
-                run = Run(where, record, lock)
-            except OSError as error:
-                os.close(lock)
-                log.error("batch %s cannot be taken over: %s", batch_id, error)
-                continue
-            try:
-                todo = run.resume(where.requests())
-            except (OSError, msgspec.DecodeError) as error:
-                run.release()
-                log.error("batch %s cannot be taken over: %s", batch_id, error)
-                continue
-            log.info("taking over batch %s: %d of %d requests to run", batch_id, len(todo), record.total)
-            loop.call_soon_threadsafe(self._runner.start, run, todo)
+                requests = where.requests()
+            except FileNotFoundError:  # ended, but its outcome file was lost: the results stand for the requests
+                requests = None
+            run.open(requests or [])
+            if requests is None and sum(msgspec.structs.astuple(run.counts)) < record.total:
+                raise OSError("its requests file is gone and its results are incomplete")
+        except (OSError, msgspec.DecodeError) as error:
+            self._runner.let_go(run)
+            log.error("batch %s cannot be run: %s", record.id, error)
+            return
+        if run.todo and len(run.todo) < record.total:
+            log.info("taking over batch %s: %d of %d requests left to run", record.id, len(run.todo), record.total)
+        try:
+            loop.call_soon_threadsafe(self._begin, run)
+        except RuntimeError:  # the loop has closed
+            self._runner.let_go(run)
+
+    def _begin(self, run: Run) -> None:
+        if self._closing.is_set():
+            self._runner.let_go(run)
+            return
+        self._runner.start(run)

@@ -139,6 +139,7 @@ class FileStore:
         values = [*getlist("ids"), *getlist("ids[]")] if getlist else [query.get("ids", ""), query.get("ids[]", "")]
         wanted = [i for value in values for i in value.split(",") if i]  # the SDK sends ids[]=a&ids[]=b
         params = {k: v for k, v in query.items() if k not in ("page", "ids", "ids[]")}
+        cursor: dict[str, str] = {}  # the page cursor's own time: placed even if the file is gone (kept for this call only)
         if wanted:
             order = [file_id for file_id in order if file_id in set(wanted)]
             params["limit"] = "1000"
@@ -146,11 +147,11 @@ class FileStore:
             created, _, after = query["page"].removeprefix("page_").partition("~")
             if not query["page"].startswith("page_") or not after:
                 raise InvalidRequest(f"page: not a cursor from this list ({query['page']!r})")
-            self._gone.setdefault((owner, after), created)
+            cursor[after] = created
             params["after_id"] = after
 
         def position(gone: str) -> int | None:  # a file deleted since: after every newer one
-            created = self._gone.get((owner, gone))
+            created = cursor.get(gone) or self._gone.get((owner, gone))
             return None if created is None else sum(1 for f in order if (metas[f].created_at, f) > (created, gone))
 
         listed = page_of(order, params, lambda file_id: msgspec.to_builtins(metas[file_id]), "file", position)

@@ -186,7 +186,7 @@ def test_delete_removes_the_file_everywhere(start, files_dir, upstream):
     assert upstream.requests == []
 
 
-@pytest.mark.parametrize("file_id", ["file_011NoSuchFile", "file_a.b", "notafile", "file_..", "file_%2e%2e"])
+@pytest.mark.parametrize("file_id", ["file_011NoSuchFile", "file_a.b", "notafile", "file_..", "file_%2e%2e", "file_" + "a" * 300])
 def test_unknown_or_malformed_ids_are_404(start, file_id):
     gateway = start()
     client = sdk(gateway)

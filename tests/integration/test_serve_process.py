@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -135,9 +136,10 @@ def test_a_batch_survives_its_process_being_killed(upstream, stop_later):
     process, url = _start(upstream.url)
     stop_later(process)
     batch_id = _batch(url, 3)
+    results = Path(os.environ["XDG_DATA_HOME"]) / "dragoman" / "batches" / batch_id / "results.jsonl"
     deadline = time.monotonic() + 10
-    while len(upstream.requests) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    while not (results.exists() and results.read_bytes().count(b"\n") == 2) and time.monotonic() < deadline:
+        time.sleep(0.02)  # r0 and r2 settled, r1 in flight
     _kill(process)  # SIGKILL: no clean-up of any kind; the kernel frees the batch's lock
 
     upstream.responder = lambda body: Reply(body=completion("answer"))
