@@ -20,21 +20,21 @@ class ClientLeft(Exception):
 
 
 class DisconnectWatch:
-    __slots__ = ("_receive", "_target", "_handle", "_task", "left")
+    __slots__ = ("_handle", "_loop", "_receive", "_target", "_task", "left")
 
     def __init__(self, receive: Receive, *, after: float = WATCH_AFTER) -> None:
         self._receive = receive
-        self._target = asyncio.current_task()
+        self._loop = loop = asyncio.get_running_loop()  # once: each lookup is a getpid() system call
+        self._target = asyncio.current_task(loop)
         self._task: asyncio.Task[None] | None = None
         self.left = False
-        loop = asyncio.get_running_loop()
         self._handle: asyncio.Handle | None = loop.call_later(after, self._start) if after > 0 else None
         if after <= 0:
             self._start()
 
     def _start(self) -> None:
         self._handle = None
-        self._task = asyncio.ensure_future(self._watch())
+        self._task = self._loop.create_task(self._watch())
 
     async def _watch(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":

@@ -55,9 +55,12 @@ class BadResponse(ConnectionError):
 class Connection(asyncio.Protocol):
     """A transport and the response currently being read from it (None while idle)."""
 
-    __slots__ = ("idle_since", "lost", "origin", "response", "transport")
+    __slots__ = ("idle_since", "loop", "lost", "origin", "response", "transport")
 
-    def __init__(self, origin: object = None) -> None:
+    def __init__(self, origin: object = None, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        # Kept, not looked up per response and per read: asyncio.get_running_loop() makes a
+        # getpid() system call each time, which shows in a profile of streamed tokens.
+        self.loop = loop or asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.response: Response | None = None
         self.lost = False
@@ -134,7 +137,7 @@ class Response:
         self._conn = conn
         self._pool = pool
         self._parser = httptools.HttpResponseParser(self)
-        self._head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._head: asyncio.Future[None] = conn.loop.create_future()
         self._chunks: list[bytes] = []
         self._size = 0
         self._complete = False
@@ -165,7 +168,7 @@ class Response:
         await self._head
 
     def mark_sent(self) -> None:
-        self._sent_at = asyncio.get_running_loop().time()
+        self._sent_at = self._conn.loop.time()
 
     def head_timed_out(self, timeout: float) -> None:
         """The deadline for the head passed (a timer, cheaper than a timeout scope per request)."""
@@ -180,7 +183,7 @@ class Response:
                 raise self._error
             if self._complete:
                 return b""
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            waiter = self._waiter = self._conn.loop.create_future()
             try:
                 await waiter
             finally:

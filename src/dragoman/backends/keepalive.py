@@ -45,7 +45,7 @@ class ReadWatch:
 
     def __init__(self, *, interval: float, first_byte_timeout: float, idle_timeout: float, upstream: str) -> None:
         self._loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task()
+        self._task = asyncio.current_task(self._loop)
         self._interval = interval
         self._idle = idle_timeout
         self._upstream = upstream
@@ -125,7 +125,7 @@ async def head_or_task(start: Awaitable[T], interval: float) -> T | asyncio.Task
     `asyncio.wait` would build, less its bookkeeping). If the caller is cancelled (the
     client left), the upstream request is cancelled with it."""
     loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(start)
+    task = asyncio.ensure_future(start, loop=loop)
     waiter = loop.create_future()
 
     def wake(_: object = None) -> None:

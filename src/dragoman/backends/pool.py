@@ -168,7 +168,7 @@ class Pool:
                 transport.write(body)
             timer = None
             if head_timeout is not None:
-                timer = asyncio.get_running_loop().call_later(head_timeout, response.head_timed_out, head_timeout)
+                timer = conn.loop.call_later(head_timeout, response.head_timed_out, head_timeout)
             try:
                 await response.wait_head()
             except StaleConnection:
@@ -209,11 +209,11 @@ class Pool:
                 if origin.proxy is None:
                     sock = await _open(origin.host, origin.port)
                     _, conn = await _wrap(loop.create_connection(
-                        lambda: Connection(origin), sock=sock, ssl=origin.tls, server_hostname=origin.host if origin.tls else None,
+                        lambda: Connection(origin, loop), sock=sock, ssl=origin.tls, server_hostname=origin.host if origin.tls else None,
                     ), sock)  # fmt: skip
                 elif origin.tls is None:
                     sock = await _open(origin.proxy.host, origin.proxy.port)
-                    _, conn = await _wrap(loop.create_connection(lambda: Connection(origin), sock=sock), sock)
+                    _, conn = await _wrap(loop.create_connection(lambda: Connection(origin, loop), sock=sock), sock)
                 else:
                     conn = await self._tunnel(origin)
         except ConnectFailed:
@@ -240,7 +240,7 @@ class Pool:
             if status != [b"200"]:
                 proxy = f"{origin.proxy.host}:{origin.proxy.port}"
                 raise ConnectFailed(f"the proxy {proxy} refused CONNECT: {first_line.decode('latin-1')}")
-            conn = Connection(origin)
+            conn = Connection(origin, loop)
             tls_transport = await loop.start_tls(transport, conn, origin.tls, server_hostname=origin.host)
         except BaseException:
             transport.close()
