@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ from dragoman.gateway import Gateway
 
 log = logging.getLogger("dragoman")
 
+GC_THRESHOLD = 10_000  # allocations between young collections (Python's default: 700)
 CONFIG_ENV = "DRAGOMAN_CONFIG_JSON"  # hands the parsed config to `--workers` processes
 
 
@@ -175,6 +177,17 @@ def _routes() -> list[Route]:
     return routes
 
 
+def settle_garbage_collector() -> None:
+    """For a serving process, once its app is built. Objects made at start-up live as long
+    as the process: `freeze` moves them out of the collector's sight. A higher first
+    threshold makes young collections rarer: a request allocates a burst of short-lived
+    objects, most freed before any collection. (12% of CPU samples were collections on
+    paced streams at c=32 before this and untracked wire types; about 3% after.)"""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+
+
 def create_app(config: Config, *, backends: dict[str, Backend] | None = None) -> App:
     gateway = Gateway(config, backends)
 
@@ -204,4 +217,6 @@ def app_from_environment() -> App:
     """The app for a worker process started by `dragoman serve --workers N`."""
     import msgspec
 
-    return create_app(msgspec.json.decode(os.environ[CONFIG_ENV], type=Config))
+    app = create_app(msgspec.json.decode(os.environ[CONFIG_ENV], type=Config))
+    settle_garbage_collector()
+    return app

@@ -189,7 +189,7 @@ def run(config: Config, *, workers: int = 1) -> None:
     import msgspec
     import uvicorn
 
-    from dragoman.app import CONFIG_ENV, create_app
+    from dragoman.app import CONFIG_ENV, create_app, settle_garbage_collector
 
     server = config.server
     logging.basicConfig(level=server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -203,6 +203,8 @@ def run(config: Config, *, workers: int = 1) -> None:
     if workers > 1:  # each worker process builds its app from the config in the environment
         os.environ[CONFIG_ENV] = msgspec.json.encode(config).decode()
         app = "dragoman.app:app_from_environment"
+    else:
+        settle_garbage_collector()
     uvicorn.run(
         app,
         factory=workers > 1,

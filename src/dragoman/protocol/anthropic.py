@@ -14,8 +14,12 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 
-class _In(Struct, kw_only=True, omit_defaults=True):
-    """Base for inbound (request) types."""
+class _In(Struct, kw_only=True, omit_defaults=True, gc=False):
+    """Base for inbound (request) types.
+
+    Wire types are plain trees, never cycles, so the garbage collector need not track
+    them (`gc=False`): a request and every streamed event allocate several of them, and
+    tracked allocations are what trigger collections."""
 
 
 class _Block(_In, tag_field="type"):
@@ -214,8 +218,9 @@ class Envelope(_In):
 # -- response side ------------------------------------------------------------
 
 
-class _Out(Struct, kw_only=True):
-    """Base for outbound types: every field is always present, as Anthropic sends it."""
+class _Out(Struct, kw_only=True, gc=False):
+    """Base for outbound types: every field is always present, as Anthropic sends it
+    (untracked by the garbage collector, as `_In`)."""
 
 
 class OutTextBlock(_Out, tag="text", tag_field="type"):

@@ -13,8 +13,9 @@ import msgspec
 from msgspec import Struct
 
 
-class _Out(Struct, kw_only=True, omit_defaults=True):
-    """Base for what we send upstream: unset optional fields are not sent."""
+class _Out(Struct, kw_only=True, omit_defaults=True, gc=False):
+    """Base for what we send upstream: unset optional fields are not sent. Wire types are
+    plain trees, never cycles: the garbage collector need not track them (`gc=False`)."""
 
 
 class TextPart(_Out, tag="text", tag_field="type"):
@@ -108,8 +109,8 @@ class ChatRequest(_Out):
 # -- responses ----------------------------------------------------------------
 
 
-class _In(Struct, kw_only=True):
-    """Base for what backends send back."""
+class _In(Struct, kw_only=True, gc=False):
+    """Base for what backends send back (untracked by the garbage collector, as `_Out`)."""
 
 
 class PromptTokensDetails(_In):
