@@ -24,13 +24,13 @@ MODEL = DEFAULT_LOCAL_MODEL
 TIMEOUT = 120.0
 
 
-def _gateway(server: LlamaServer, protocol: str) -> GatewayServer:
+def _gateway(server: LlamaServer, protocol: str, **upstream: object) -> GatewayServer:
     url = server.base_url + ("/v1" if protocol in ("openai", "auto") else "")
     config = from_dict(
         {
             "server": {"default_model": "served"},
             "files": {"dir": tempfile.mkdtemp(prefix="dragoman-e2e-files-")},  # uploads never go to the home directory
-            "upstreams": {"llama": {"url": url, "protocol": protocol}},
+            "upstreams": {"llama": {"url": url, "protocol": protocol, **upstream}},
             "models": [{"name": "served", "upstream": "llama", "upstream_model": MODEL, "aliases": ["claude-*"]}],
         }
     )
@@ -295,3 +295,27 @@ def test_an_uploaded_text_file_is_read_as_a_document(translate):
         assert with_file.content and with_file.stop_reason in ("end_turn", "max_tokens")
     finally:
         client.beta.files.delete(uploaded.id)
+
+
+def test_passthrough_sends_documents_as_text_when_asked(llama_server):
+    """llama-server's own /v1/messages drops `document` blocks: forwarded as sent, the prompt
+    is the same size with or without one. With `documents = "as_text"` the document reaches
+    the model: the prompt grows by about the document's tokens."""
+    document = {"type": "document", "title": "Note", "source": {"type": "text", "media_type": "text/plain",
+                "data": "The courier's password is tangerine. " * 20}}  # fmt: skip
+    asked = _ask("What is the courier's password?", max_tokens=8)
+    with_document = {**asked, "messages": [{"role": "user", "content": [document, {"type": "text", "text": "What is the courier's password?"}]}]}
+
+    def prompt(message: anthropic.types.Message) -> int:
+        return message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
+
+    forwarding, as_text = _gateway(llama_server, "anthropic"), _gateway(llama_server, "anthropic", documents="as_text")
+    try:
+        plain = prompt(_client(forwarding).messages.create(**asked))
+        assert prompt(_client(forwarding).messages.create(**with_document)) == plain  # dropped by the server
+        answered = _client(as_text).messages.create(**with_document)
+        assert prompt(answered) > plain + 100  # ~20 repetitions of the sentence
+        assert answered.content and answered.stop_reason in ("end_turn", "max_tokens")
+    finally:
+        forwarding.stop()
+        as_text.stop()

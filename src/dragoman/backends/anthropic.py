@@ -26,6 +26,7 @@ from dragoman.backends.base import (
 from dragoman.backends.connection import Response
 from dragoman.backends.http import MAX_ERROR_BODY, HttpClient
 from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start
+from dragoman.backends.documents import documents_as_text
 from dragoman.config import AnthropicUpstream, Config
 from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream
 from dragoman.sse import PING
@@ -75,6 +76,8 @@ class AnthropicBackend:
         self._http = HttpClient(name, upstream, config.upstream_key(upstream), auth_header="x-api-key", prefix="/v1",
                                 defaults={"anthropic-version": "2023-06-01"})  # fmt: skip
         self._keepalive = config.server.keepalive_interval
+        self._server = config.server
+        self._documents_as_text = upstream.documents == "as_text"
 
     async def close(self) -> None:
         await self._http.close()
@@ -89,8 +92,10 @@ class AnthropicBackend:
             raise UpstreamError(f"upstream {self.name} sent an unreadable model list") from None
         return [UpstreamModel(str(m["id"]), m.get("owned_by")) for m in data if isinstance(m, dict) and "id" in m]
 
-    def _body(self, call: Call) -> bytes:
-        if call.upstream_model == call.model:
+    async def _body(self, call: Call) -> bytes:
+        """The body as the client sent it, unless the model is renamed or documents go as text."""
+        as_text = self._documents_as_text and b'"document"' in call.body
+        if call.upstream_model == call.model and not as_text:
             return call.body
         try:
             data = msgspec.json.decode(call.body)
@@ -99,11 +104,13 @@ class AnthropicBackend:
         if not isinstance(data, dict):
             raise InvalidRequest("the request body must be a JSON object")
         data["model"] = call.upstream_model
+        if as_text:
+            await documents_as_text(data, self._server)
         return msgspec.json.encode(data)
 
     async def _send(self, call: Call, path: str) -> Response:
         headers = {k: call.headers[k] for k in FORWARDED_REQUEST_HEADERS if k in call.headers}
-        return await self._http.post(path, self._body(call), headers=headers, raw=True, outcome=call.outcome)
+        return await self._http.post(path, await self._body(call), headers=headers, raw=True, outcome=call.outcome)
 
     async def messages(self, call: Call, route: Route) -> Reply:
         send = self._send(call, "/messages")

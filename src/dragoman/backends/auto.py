@@ -37,7 +37,7 @@ class AutoBackend:
         fields = msgspec.structs.asdict(upstream)
         root = upstream.url.rstrip("/").removesuffix("/v1")
         replicas = [url.rstrip("/").removesuffix("/v1") for url in upstream.replicas]
-        common = {k: v for k, v in fields.items() if k not in ("flavor", "strip_schema_keys", "url", "replicas")}
+        common = {k: v for k, v in fields.items() if k not in ("flavor", "strip_schema_keys", "documents", "url", "replicas")}
         self._translate = OpenAIBackend(
             name,
             OpenAIUpstream(
@@ -46,7 +46,7 @@ class AutoBackend:
             ),
             config,
         )  # fmt: skip
-        self._passthrough = AnthropicBackend(name, AnthropicUpstream(url=root, replicas=replicas, **common), config)
+        self._passthrough = AnthropicBackend(name, AnthropicUpstream(url=root, replicas=replicas, documents=upstream.documents, **common), config)
         self.chosen: Backend | None = None
         self._key = config.upstream_key(upstream)
         self._lock = asyncio.Lock()

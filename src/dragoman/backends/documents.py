@@ -1,0 +1,60 @@
+"""Document blocks as text blocks, for passthrough servers that ignore documents.
+
+llama-server's own `/v1/messages` drops `document` blocks without a word (the prompt is
+the same size with or without one), so the model answers as if it had never seen the
+document. With `documents = "as_text"` on a passthrough upstream, each document block of
+a user turn, or of a tool result, is replaced by a text block holding the document as the
+translating path gives it to a model (`translate.content.document_text`: title, context,
+text; a PDF's extracted text; a URL document fetched only with `server.fetch_documents`).
+Everything else in the request stays as the client sent it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from dragoman.backends.fetch import fetch_document
+from dragoman.config import ServerConfig
+from dragoman.errors import InvalidRequest
+from dragoman.protocol import anthropic
+from dragoman.translate.content import document_text
+
+
+async def documents_as_text(data: dict[str, Any], server: ServerConfig) -> None:
+    """Replace, in place, every document block of the request `data` with a text block."""
+    messages = data.get("messages")
+    if not isinstance(messages, list):
+        return
+    for index, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            await _blocks(content, f"messages.{index}.content", server)
+
+
+async def _blocks(blocks: list[Any], where: str, server: ServerConfig) -> None:
+    for index, block in enumerate(blocks):
+        if not isinstance(block, dict):
+            continue
+        here = f"{where}.{index}"
+        if block.get("type") == "document":
+            blocks[index] = await _as_text(block, here, server)
+        elif block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+            await _blocks(block["content"], f"{here}.content", server)
+
+
+async def _as_text(block: dict[str, Any], where: str, server: ServerConfig) -> dict[str, Any]:
+    try:
+        document = msgspec.convert(block, anthropic.DocumentBlock)
+    except msgspec.ValidationError as error:
+        raise InvalidRequest(f"{where}: {error}") from None
+    if isinstance(document.source, anthropic.URLSource) and server.fetch_documents:
+        source = await fetch_document(
+            document.source.url, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout, allow_private=server.fetch_allow_private
+        )
+        document = msgspec.structs.replace(document, source=source)
+    text: dict[str, Any] = {"type": "text", "text": document_text(document, where)}
+    if "cache_control" in block:  # a breakpoint on the document stays a breakpoint
+        text["cache_control"] = block["cache_control"]
+    return text
