@@ -50,6 +50,7 @@ class FakeAnthropic:
         self.replies: deque[NativeReply] = deque()
         self.requests: list[tuple[str, dict, dict[str, str]]] = []
         self.disconnects = 0
+        self.owned_by: str | None = None  # in the model list: llama-server says "llamacpp"
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -92,7 +93,10 @@ class FakeAnthropic:
             await asyncio.sleep(0.01)
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"data": [{"type": "model", "id": "native-model", "display_name": "Native"}], "has_more": False})
+        model = {"type": "model", "id": "native-model", "display_name": "Native"}
+        if self.owned_by is not None:
+            model["owned_by"] = self.owned_by
+        return web.json_response({"data": [model], "has_more": False})
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.path, await request.json(), dict(request.headers)))

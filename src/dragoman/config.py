@@ -93,8 +93,9 @@ class OpenAIUpstream(_UpstreamBase, tag="openai", tag_field="protocol", frozen=T
 class AnthropicUpstream(_UpstreamBase, tag="anthropic", tag_field="protocol", frozen=True):
     """A server that speaks /v1/messages itself; requests pass through."""
 
-    # "as_text" sends document blocks as text blocks (llama-server's own endpoint ignores documents).
-    documents: Literal["forward", "as_text"] = "forward"
+    # "as_text" sends document blocks as text blocks (llama-server's own endpoint ignores
+    # documents); "auto" does so when the server's model list says it is llama.cpp.
+    documents: Literal["auto", "forward", "as_text"] = "auto"
 
 
 class AutoUpstream(_UpstreamBase, tag="auto", tag_field="protocol", frozen=True):
@@ -103,7 +104,7 @@ class AutoUpstream(_UpstreamBase, tag="auto", tag_field="protocol", frozen=True)
 
     flavor: Flavor = "auto"
     strip_schema_keys: list[str] | None = None
-    documents: Literal["forward", "as_text"] = "forward"  # on the passthrough path, as for protocol = "anthropic"
+    documents: Literal["auto", "forward", "as_text"] = "auto"  # on the passthrough path, as for protocol = "anthropic"
 
 
 UpstreamConfig = OpenAIUpstream | AnthropicUpstream | AutoUpstream

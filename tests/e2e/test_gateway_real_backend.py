@@ -298,9 +298,10 @@ def test_an_uploaded_text_file_is_read_as_a_document(translate):
 
 
 def test_passthrough_sends_documents_as_text_when_asked(llama_server):
-    """llama-server's own /v1/messages drops `document` blocks: forwarded as sent, the prompt
-    is the same size with or without one. With `documents = "as_text"` the document reaches
-    the model: the prompt grows by about the document's tokens."""
+    """llama-server's own /v1/messages drops `document` blocks: forwarded as sent
+    (`documents = "forward"`), the prompt is the same size with or without one. By default
+    (`"auto"`) the gateway recognises llama-server by its model list and sends documents as
+    text: the prompt grows by about the document's tokens."""
     document = {"type": "document", "title": "Note", "source": {"type": "text", "media_type": "text/plain",
                 "data": "The courier's password is tangerine. " * 20}}  # fmt: skip
     asked = _ask("What is the courier's password?", max_tokens=8)
@@ -309,8 +310,12 @@ def test_passthrough_sends_documents_as_text_when_asked(llama_server):
     def prompt(message: anthropic.types.Message) -> int:
         return message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
 
-    forwarding, as_text = _gateway(llama_server, "anthropic"), _gateway(llama_server, "anthropic", documents="as_text")
+    forwarding, as_text = _gateway(llama_server, "anthropic", documents="forward"), _gateway(llama_server, "anthropic")
     try:
+        router = as_text.app.state.gateway.router
+        deadline = time.monotonic() + 30
+        while not router.discovered.get("llama") and time.monotonic() < deadline:
+            time.sleep(0.05)  # the model list tells the gateway it is llama-server
         plain = prompt(_client(forwarding).messages.create(**asked))
         assert prompt(_client(forwarding).messages.create(**with_document)) == plain  # dropped by the server
         answered = _client(as_text).messages.create(**with_document)

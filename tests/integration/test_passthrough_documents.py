@@ -6,6 +6,7 @@ body is as the client sent it. Without the option documents are forwarded unchan
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,6 +42,15 @@ def start(native: FakeAnthropic) -> Iterator[Callable[..., anthropic.Anthropic]]
     yield run
     for gateway in started:
         gateway.stop()
+
+
+def wait_listed(gateway: GatewayServer, upstream: str) -> None:
+    """Until the upstream's model list has been read (it tells what server it is)."""
+    router = gateway.app.state.gateway.router
+    deadline = time.monotonic() + 5
+    while not router.discovered.get(upstream):
+        assert time.monotonic() < deadline, "no model list"
+        time.sleep(0.01)
 
 
 def ask(*blocks: dict, **extra: Any) -> dict:
@@ -87,11 +97,30 @@ def test_count_tokens_sees_the_same_text(start, native):
     assert body["messages"][0]["content"][0]["type"] == "text"
 
 
-def test_without_the_option_documents_are_forwarded_unchanged(start, native):
+def test_documents_are_forwarded_unchanged_to_other_servers_by_default(start, native):
     client = start()
     client.messages.create(**ask(NOTE))
     _, body, _ = native.requests[0]
     assert body["messages"][0]["content"][0] == NOTE
+
+
+@pytest.mark.parametrize("setting, owned_by, as_text", [
+    (None, "llamacpp", True),  # the default, "auto": llama-server is recognised by its model list
+    (None, "vllm", False),
+    ("forward", "llamacpp", False),
+    ("as_text", "vllm", True),
+])  # fmt: skip
+def test_auto_sends_documents_as_text_to_llama_server(native, setting, owned_by, as_text):
+    native.owned_by = owned_by
+    upstream = {"url": native.url, "protocol": "anthropic", "max_retries": 0, **({"documents": setting} if setting else {})}
+    gateway = GatewayServer(from_dict({"upstreams": {"native": upstream}, "models": [{"name": "claude-test", "upstream": "native"}]})).start()
+    try:
+        wait_listed(gateway, "native")
+        anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0).messages.create(**ask(NOTE))
+    finally:
+        gateway.stop()
+    _, body, _ = native.requests[-1]
+    assert (body["messages"][0]["content"][0]["type"] == "text") is as_text
 
 
 def test_an_auto_upstream_that_chose_passthrough_takes_the_option(start, native):

@@ -77,7 +77,8 @@ class AnthropicBackend:
                                 defaults={"anthropic-version": "2023-06-01"})  # fmt: skip
         self._keepalive = config.server.keepalive_interval
         self._server = config.server
-        self._documents_as_text = upstream.documents == "as_text"
+        self._documents = upstream.documents
+        self._documents_as_text = upstream.documents == "as_text"  # "auto": decided by the model list
 
     async def close(self) -> None:
         await self._http.close()
@@ -90,7 +91,10 @@ class AnthropicBackend:
             data = msgspec.json.decode(body).get("data", [])
         except (msgspec.DecodeError, AttributeError):
             raise UpstreamError(f"upstream {self.name} sent an unreadable model list") from None
-        return [UpstreamModel(str(m["id"]), m.get("owned_by")) for m in data if isinstance(m, dict) and "id" in m]
+        models = [UpstreamModel(str(m["id"]), m.get("owned_by")) for m in data if isinstance(m, dict) and "id" in m]
+        if self._documents == "auto":  # llama-server's own /v1/messages ignores document blocks
+            self._documents_as_text = any(m.owned_by == "llamacpp" for m in models)
+        return models
 
     async def _body(self, call: Call) -> bytes:
         """The body as the client sent it, unless the model is renamed or documents go as text."""
