@@ -34,7 +34,7 @@ from dragoman import ids
 from dragoman.batch_runs import Run, Runner
 from dragoman.batch_store import PREFIX, BatchDir, BatchStore, Ended, Record
 from dragoman.config import BatchesConfig, data_dir
-from dragoman.errors import GatewayError, InvalidRequest, NotFound
+from dragoman.errors import GatewayError, InvalidRequest, NotFound, RateLimited
 from dragoman.paging import page_of
 from dragoman.protocol.batches import BATCH_CREATE, DeletedBatch, MessageBatch, RequestCounts
 from dragoman.validation import decode_request
@@ -83,6 +83,15 @@ class Batches:
                     f"requests.{index}.custom_id: {request.custom_id!r} is used by an earlier request; each must be unique"
                 )
             seen.add(request.custom_id)
+        try:
+            queued = await asyncio.to_thread(self._queued, owner)
+        except OSError as error:
+            raise GatewayError(f"could not store the batch: {error.strerror or error}") from None
+        if queued + len(create.requests) > self._config.max_queued_requests:
+            raise RateLimited(
+                f"batches.max_queued_requests: this key's batches still processing hold {queued} requests; "
+                f"{len(create.requests)} more would pass the limit of {self._config.max_queued_requests}; retry when some have ended"
+            )
         now = time.time()
         record = Record(
             id=ids.new_id(PREFIX + "01"), owner=owner, created=now, expires=now + self._config.expire_after,
@@ -104,7 +113,10 @@ class Batches:
 
     async def page(self, query: Mapping[str, str], owner: str, base_url: str) -> dict[str, object]:
         """Newest first, as Anthropic lists them (read in a thread: one file per batch)."""
-        return await asyncio.to_thread(self._page, query, owner, base_url)
+        try:
+            return await asyncio.to_thread(self._page, query, owner, base_url)
+        except OSError as error:
+            raise GatewayError(f"could not read the batches: {error.strerror or error}") from None
 
     def _page(self, query: Mapping[str, str], owner: str, base_url: str) -> dict[str, object]:
         cutoff = time.time() - self._config.retain_for
@@ -171,6 +183,15 @@ class Batches:
         if self._sweeping is not None:
             await asyncio.gather(self._sweeping, return_exceptions=True)  # the thread cannot be cancelled: wait for it
         await self._runner.close()
+
+    def _queued(self, owner: str) -> int:
+        """(In a thread.) Requests in the owner's batches that have not ended."""
+        queued = 0
+        for batch_id in self._store.ids():
+            where, record = self._load(batch_id)
+            if record is not None and record.owner == owner and self._ended_of(where, record) is None:
+                queued += record.total
+        return queued
 
     # -- finding -----------------------------------------------------------------------------
 

@@ -214,3 +214,26 @@ def test_an_unwritable_directory_is_an_api_error_not_a_500(start, upstream, tmp_
         client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
     assert caught.value.status_code == 500 and caught.value.body["error"]["type"] == "api_error"
     assert "could not store the batch" in caught.value.body["error"]["message"]
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.batches.list()
+    assert caught.value.status_code == 500 and "could not read the batches" in caught.value.body["error"]["message"]
+
+
+def test_a_key_with_too_many_requests_queued_is_told_to_wait(start, upstream):
+    """batches.max_queued_requests bounds the requests in one key's batches still processing:
+    past it a create is a 429 naming the setting; other keys are not held back, and the
+    key may create again once its batches end."""
+    answer_per_marker(upstream, hang=0.5)
+    gateway = start(server={"api_keys": KEYS}, batches={"max_queued_requests": 3, "max_concurrent": 1})
+    mine, theirs = sdk(gateway, "key-a"), sdk(gateway, "key-b")
+    first = mine.messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)])
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        mine.messages.batches.create(requests=[{"custom_id": f"s{i}", "params": params()} for i in range(2)])
+    error = caught.value.body["error"]
+    assert error["type"] == "rate_limit_error" and error["message"].startswith("batches.max_queued_requests")
+    assert "2 requests" in error["message"] and "limit of 3" in error["message"]
+    assert [b.id for b in mine.messages.batches.list().data] == [first.id]  # nothing stored
+    theirs.messages.batches.create(requests=[{"custom_id": "t", "params": params()}])  # another key's queue
+    mine.messages.batches.create(requests=[{"custom_id": "one", "params": params()}])  # fits: 2 + 1
+    wait_ended(mine, first.id)
+    mine.messages.batches.create(requests=[{"custom_id": f"u{i}", "params": params()} for i in range(2)])

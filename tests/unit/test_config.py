@@ -198,7 +198,7 @@ def test_an_api_key_with_a_line_break_is_a_startup_error() -> None:
     assert str(caught.value).startswith("upstreams.local: header 'authorization'") and "sk-abc" not in str(caught.value)
 
 
-@pytest.mark.parametrize("key", ["max_concurrent", "max_requests", "expire_after", "retain_for"])
+@pytest.mark.parametrize("key", ["max_concurrent", "max_requests", "max_queued_requests", "expire_after", "retain_for"])
 def test_batch_settings_must_be_positive(key: str) -> None:
     assert failure(good(batches={key: 0})).startswith(f"batches.{key}: must be positive")
 
@@ -206,6 +206,7 @@ def test_batch_settings_must_be_positive(key: str) -> None:
 def test_batch_settings_are_read() -> None:
     loaded = config.from_dict(good(batches={"max_concurrent": 2, "expire_after": 60}))
     assert loaded.batches.max_concurrent == 2 and loaded.batches.expire_after == 60 and loaded.batches.max_requests == 100_000
+    assert loaded.batches.max_queued_requests == 500_000
 
 
 def test_batch_times_are_at_most_a_year() -> None:
