@@ -64,7 +64,7 @@ class Run:
         self.record = record
         self.lock = lock
         self.counts = RequestCounts()
-        self.canceling_since = where.canceled_at()
+        self.canceling_since: float | None = None  # read by `open` (no I/O here: a claim must not fail half-way)
         self.stopping = asyncio.Event()  # canceled or expired: start nothing more
         self.task: asyncio.Task[None] | None = None
         self.todo: list[BatchRequest] = []
@@ -74,6 +74,7 @@ class Run:
     def open(self, requests: list[BatchRequest]) -> None:
         """Count the results already written (by an earlier run) and open the file for more;
         what has no result yet is `todo`."""
+        self.canceling_since = self.dir.canceled_at()
         done: set[str] = set()
         for line in self.dir.settled():
             settled = _SETTLED.decode(line)
@@ -155,6 +156,20 @@ class Runner:
         with self._claiming:
             self._held.discard(run.record.id)
 
+    def finish_stopped(self, run: Run, requests: list[BatchRequest], outcome: str) -> Ended:
+        """(In the sweep thread.) End a claimed batch that is canceled or expired: every request
+        without a result gets `outcome`; no worker, no event loop. The batch is let go."""
+        try:
+            run.open(requests)
+            for request in run.todo:
+                run.settle(request.custom_id, outcome, b'{"type":"%s"}' % outcome.encode())
+            end = Ended(at=time.time(), counts=run.counts)
+            run.dir.end(end)
+            self._on_end(run.record.id, end)
+            return end
+        finally:
+            self.let_go(run)
+
     # -- running (the serving loop) ------------------------------------------------------------
 
     def start(self, run: Run) -> None:
@@ -190,6 +205,9 @@ class Runner:
         except OSError as error:  # no tight loop of upstream calls on a full disk: the batch rests first
             self.resting[run.record.id] = time.time() + REST_AFTER_FAILURE
             log.error("batch %s could not store a result (%s); it resumes where it stopped", run.record.id, error)
+        except Exception:  # a bug: the same rest, and a traceback to find it by
+            self.resting[run.record.id] = time.time() + REST_AFTER_FAILURE
+            log.exception("batch %s failed; it resumes where it stopped", run.record.id)
         finally:
             expiry.cancel()
             watch.cancel()
@@ -238,6 +256,10 @@ class Runner:
         stop = asyncio.ensure_future(run.stopping.wait())
         try:
             await asyncio.wait((slot, stop), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # cancelled (the run is stopping): a slot got meanwhile goes back
+            if slot.done() and not slot.cancelled() and slot.exception() is None:
+                self._slots.release()
+            raise
         finally:
             stop.cancel()
             if not slot.done():

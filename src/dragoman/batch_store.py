@@ -110,9 +110,10 @@ class BatchDir:
             return None
 
     def canceled_at(self) -> float | None:
+        """When the batch was canceled, or None (also for a marker that cannot be read)."""
         try:
             return float((self.path / "canceled").read_text())
-        except (FileNotFoundError, ValueError):
+        except (OSError, ValueError):
             return None
 
     def cancel(self, at: float) -> float:
@@ -126,6 +127,7 @@ class BatchDir:
             return self.canceled_at() or at
         finally:
             tmp.unlink(missing_ok=True)
+        _sync_dir(self.path)  # an acknowledged cancel survives a power loss
         return at
 
     def end(self, ended: Ended) -> None:

@@ -136,11 +136,11 @@ class Batches:
         describe = lambda batch_id: msgspec.to_builtins(self._view(*views[batch_id], base_url))
         return page_of(list(views), query, describe, "batch", position)
 
-    def cancel(self, batch_id: str, owner: str, base_url: str) -> MessageBatch:
+    async def cancel(self, batch_id: str, owner: str, base_url: str) -> MessageBatch:
         where, record = self._find(batch_id, owner)
         if self._ended_of(where, record) is None:
-            try:
-                at = where.cancel(time.time())  # requests not yet started end as `canceled`; running ones finish
+            try:  # synced to disk: in a thread, not holding up the event loop
+                at = await asyncio.to_thread(where.cancel, time.time())  # requests not yet started end as `canceled`; running ones finish
             except OSError as error:
                 raise GatewayError(f"could not store the cancel: {error.strerror or error}") from None
             run = self._runner.runs.get(batch_id)
@@ -263,9 +263,9 @@ class Batches:
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
-            self._sweeping = loop.run_in_executor(None, self._sweep, loop)
             pause = ADOPT_EVERY
             try:
+                self._sweeping = loop.run_in_executor(None, self._sweep, loop)
                 pause = min(pause, await asyncio.shield(self._sweeping))
             except asyncio.CancelledError:
                 raise
@@ -295,44 +295,48 @@ class Batches:
         for where, record in waiting:
             if self._closing.is_set():
                 break
-            stopped = record.expires <= now or where.canceled_at() is not None  # ends at once, taking no turn
-            if not stopped and self._runner.room() <= 0:
-                next_expiry = min(next_expiry, record.expires)
-                continue
             try:
-                run = self._runner.claim(where, record)
-            except OSError as error:  # this batch's lock cannot be opened: the others still can
-                log.error("batch %s cannot be locked: %s", record.id, error)
-                continue
-            if run is not None:
-                self._prepare(run, loop)
+                next_expiry = min(next_expiry, self._consider(where, record, now, loop))
+            except OSError as error:  # this batch cannot be read or locked: the others still can
+                log.error("batch %s cannot be run: %s", record.id, error)
         return next_expiry - time.time()
 
-    def _prepare(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
-        """(In the sweep thread.) Read what a claimed batch has left to run, then start it."""
-        where, record = run.dir, run.record
+    def _consider(self, where: BatchDir, record: Record, now: float, loop: asyncio.AbstractEventLoop) -> float:
+        """(In the sweep thread.) Start a waiting batch if there is room, or end it if it is
+        canceled or expired (that takes no turn); the time it expires if it is left waiting."""
+        canceled = where.canceled_at() is not None
+        stopped = canceled or record.expires <= now
+        if not stopped and self._runner.room() <= 0:
+            return record.expires
+        run = self._runner.claim(where, record)
+        if run is None:
+            return float("inf")  # a live process holds it
         try:
             if self._ended_of(where, record) is not None:  # it ended between the two looks
                 self._runner.let_go(run)
-                return
+                return float("inf")
             requests: list | None
             try:
                 requests = where.requests()
             except FileNotFoundError:  # ended, but its outcome file was lost: the results stand for the requests
                 requests = None
+            if stopped:  # here, in this thread: no worker, and one batch's files open at a time
+                self._runner.finish_stopped(run, requests or [], "canceled" if canceled else "expired")
+                return float("inf")
             run.open(requests or [])
             if requests is None and sum(msgspec.structs.astuple(run.counts)) < record.total:
                 raise OSError("its requests file is gone and its results are incomplete")
         except (OSError, msgspec.DecodeError) as error:
             self._runner.let_go(run)
             log.error("batch %s cannot be run: %s", record.id, error)
-            return
+            return float("inf")
         if run.todo and len(run.todo) < record.total:
             log.info("taking over batch %s: %d of %d requests left to run", record.id, len(run.todo), record.total)
         try:
             loop.call_soon_threadsafe(self._begin, run)
         except RuntimeError:  # the loop has closed
             self._runner.let_go(run)
+        return float("inf")
 
     def _begin(self, run: Run) -> None:
         if self._closing.is_set():
