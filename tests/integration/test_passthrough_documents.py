@@ -5,12 +5,16 @@ body is as the client sent it. Without the option documents are forwarded unchan
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from dragoman.config import from_dict
@@ -126,8 +130,59 @@ def test_auto_sends_documents_as_text_to_llama_server(native, setting, owned_by,
 def test_an_auto_upstream_that_chose_passthrough_takes_the_option(start, native):
     client = start(protocol="auto", documents="as_text")
     client.messages.create(**ask(NOTE))
-    path, body, _ = [r for r in native.requests if r[0] == "/v1/messages"][-1]  # after the probe
+    _, body, _ = [r for r in native.requests if r[0] == "/v1/messages"][-1]  # after the probe
     assert body["messages"][0]["content"][0]["type"] == "text"
+
+
+class _SlowMissing(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        time.sleep(0.8)  # longer than the gateway's keep-alive interval below
+        self.send_response(404)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def slow_docs() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowMissing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _broken_pdf() -> bytes:
+    """A two-page PDF with two bytes damaged (found by fuzzing): pypdf raises LimitReachedError."""
+    data = bytearray(pdf_bytes("hello world", "page two"))
+    data[21], data[608] = 183, 70
+    return bytes(data)
+
+
+def test_a_damaged_pdf_is_a_400_naming_it_not_a_500(start, native):
+    """pypdf raises other errors than PdfReadError on some damaged files: still a 400."""
+    client = start(documents="as_text")
+    document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(_broken_pdf()).decode()}}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(**ask(document))
+    assert caught.value.body["error"]["message"].startswith("messages.0.content.0.source.data")
+    assert native.requests == []
+
+
+def test_a_streamed_request_whose_document_url_cannot_be_fetched_is_a_400(native, slow_docs):
+    """The body is prepared before a stream is committed: a URL document that answers 404
+    after longer than a keep-alive interval is still a 400, not a 200 with an error event."""
+    server = {"fetch_documents": True, "fetch_allow_private": True, "keepalive_interval": 0.2}
+    upstream = {"url": native.url, "protocol": "anthropic", "max_retries": 0, "documents": "as_text"}
+    gateway = GatewayServer(from_dict({"server": server, "upstreams": {"native": upstream}, "models": [{"name": "claude-test", "upstream": "native"}]})).start()
+    try:
+        document = {"type": "document", "source": {"type": "url", "url": slow_docs + "/gone.pdf"}}
+        response = httpx.post(gateway.url + "/v1/messages", json=ask(document, stream=True), timeout=30)
+    finally:
+        gateway.stop()
+    assert native.requests == []
+    assert response.status_code == 400, (response.status_code, response.text[:300])
 
 
 @pytest.mark.parametrize(
@@ -151,3 +206,33 @@ def test_a_document_that_cannot_become_text_is_a_400_naming_it(start, native, do
 def test_an_unknown_documents_value_is_a_config_error() -> None:
     with pytest.raises(Exception, match="documents"):
         from_dict({"upstreams": {"n": {"url": "http://127.0.0.1:1", "protocol": "anthropic", "documents": "maybe"}}})
+
+
+def test_pdf_text_is_extracted_off_the_event_loop(native, upstream, monkeypatch):
+    """A PDF's text extraction (about a second per MB) runs in a thread on both paths, passing
+    through and translating: the event loop keeps serving other clients meanwhile."""
+    from dragoman.backends import documents
+    from dragoman.translate import content
+
+    in_a_thread: list[bool] = []
+    real = content.document_text
+
+    def watched(block: Any, where: str) -> str:
+        try:
+            asyncio.get_running_loop()
+            in_a_thread.append(False)
+        except RuntimeError:  # no loop runs in this thread
+            in_a_thread.append(True)
+        return real(block, where)
+
+    monkeypatch.setattr(documents, "document_text", watched)
+    monkeypatch.setattr(content, "document_text", watched)
+    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(pdf_bytes("Invoice 42")).decode()}}
+    for where in ({"url": native.url, "protocol": "anthropic", "documents": "as_text"}, {"url": upstream.url}):
+        gateway = GatewayServer(from_dict({"upstreams": {"u": {**where, "max_retries": 0}}, "models": [{"name": "claude-test", "upstream": "u"}]})).start()
+        try:
+            anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0).messages.create(**ask(pdf))
+        finally:
+            gateway.stop()
+    assert in_a_thread == [True, True]
+    assert "Invoice 42" in str(upstream.requests[0]["messages"])

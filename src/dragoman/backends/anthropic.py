@@ -9,6 +9,7 @@ back to the client's, within a bounded look-ahead at the start of the stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
@@ -66,6 +67,9 @@ def _reply_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return keep
 
 
+LIST_TIMEOUT = 5.0  # seconds to ask a passthrough server its model list before a request with documents
+
+
 class AnthropicBackend:
     path = "passthrough"
 
@@ -79,6 +83,7 @@ class AnthropicBackend:
         self._server = config.server
         self._documents = upstream.documents
         self._documents_as_text = upstream.documents == "as_text"  # "auto": decided by the model list
+        self._listed = False
 
     async def close(self) -> None:
         await self._http.close()
@@ -94,10 +99,15 @@ class AnthropicBackend:
         models = [UpstreamModel(str(m["id"]), m.get("owned_by")) for m in data if isinstance(m, dict) and "id" in m]
         if self._documents == "auto":  # llama-server's own /v1/messages ignores document blocks
             self._documents_as_text = any(m.owned_by == "llamacpp" for m in models)
+        self._listed = True
         return models
 
     async def _body(self, call: Call) -> bytes:
         """The body as the client sent it, unless the model is renamed or documents go as text."""
+        if self._documents == "auto" and not self._listed and b'"document"' in call.body:
+            with contextlib.suppress(GatewayError, TimeoutError):  # what server is it? (not known yet: it was down at start)
+                async with asyncio.timeout(LIST_TIMEOUT):
+                    await self.list_models()
         as_text = self._documents_as_text and b'"document"' in call.body
         if call.upstream_model == call.model and not as_text:
             return call.body
@@ -112,12 +122,13 @@ class AnthropicBackend:
             await documents_as_text(data, self._server)
         return msgspec.json.encode(data)
 
-    async def _send(self, call: Call, path: str) -> Response:
+    async def _send(self, call: Call, path: str, body: bytes) -> Response:
         headers = {k: call.headers[k] for k in FORWARDED_REQUEST_HEADERS if k in call.headers}
-        return await self._http.post(path, await self._body(call), headers=headers, raw=True, outcome=call.outcome)
+        return await self._http.post(path, body, headers=headers, raw=True, outcome=call.outcome)
 
     async def messages(self, call: Call, route: Route) -> Reply:
-        send = self._send(call, "/messages")
+        # The body first: a document that cannot become text is a 400, before a stream is committed.
+        send = self._send(call, "/messages", await self._body(call))
         if not call.stream:
             response = await send
             return await self._complete(response, call, _reply_headers(response.headers))
@@ -146,7 +157,7 @@ class AnthropicBackend:
             yield from_upstream(response.status, raw, upstream=self.name).event()
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
-        response = await self._send(call, "/messages/count_tokens")
+        response = await self._send(call, "/messages/count_tokens", await self._body(call))
         headers = _reply_headers(response.headers)
         headers["x-token-count-method"] = "upstream"
         return await self._complete(response, call, headers)

@@ -11,6 +11,7 @@ Everything else in the request stays as the client sent it.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
@@ -54,7 +55,11 @@ async def _as_text(block: dict[str, Any], where: str, server: ServerConfig) -> d
             document.source.url, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout, allow_private=server.fetch_allow_private
         )
         document = msgspec.structs.replace(document, source=source)
-    text: dict[str, Any] = {"type": "text", "text": document_text(document, where)}
+    if isinstance(document.source, anthropic.Base64Source):  # a PDF: its text is extracted in a thread
+        body = await asyncio.to_thread(document_text, document, where)
+    else:
+        body = document_text(document, where)
+    text: dict[str, Any] = {"type": "text", "text": body}
     if "cache_control" in block:  # a breakpoint on the document stays a breakpoint
         text["cache_control"] = block["cache_control"]
     return text

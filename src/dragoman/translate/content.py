@@ -35,13 +35,12 @@ def _pdf_text(data: str, where: str) -> str:
         raise InvalidRequest(f"{where}.source.data: not valid base64") from None
     try:
         from pypdf import PdfReader
-        from pypdf.errors import PdfReadError
     except ImportError:  # pragma: no cover - pypdf is a dependency
         raise InvalidRequest(f"{where}: PDF documents need the pypdf package") from None
     try:
         reader = PdfReader(io.BytesIO(raw))
         pages = [page.extract_text() or "" for page in reader.pages]
-    except (PdfReadError, ValueError, KeyError, TypeError) as error:
+    except Exception as error:  # pypdf raises many types on a damaged file (PdfReadError, LimitReachedError, RecursionError, ...)
         raise InvalidRequest(f"{where}.source.data: could not read the PDF: {error}") from None
     return "\n\n".join(f"[page {n}]\n{text.strip()}" for n, text in enumerate(pages, 1))
 
