@@ -51,6 +51,8 @@ class FakeAnthropic:
         self.requests: list[tuple[str, dict, dict[str, str]]] = []
         self.disconnects = 0
         self.owned_by: str | None = None  # in the model list: llama-server says "llamacpp"
+        self.models_down = False  # the model list answers 503 (a server still starting)
+        self.model_lists = 0  # model lists asked for
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -93,6 +95,9 @@ class FakeAnthropic:
             await asyncio.sleep(0.01)
 
     async def _models(self, request: web.Request) -> web.Response:
+        self.model_lists += 1
+        if self.models_down:
+            return web.json_response({"type": "error", "error": {"type": "overloaded_error", "message": "starting"}}, status=503)
         model = {"type": "model", "id": "native-model", "display_name": "Native"}
         if self.owned_by is not None:
             model["owned_by"] = self.owned_by

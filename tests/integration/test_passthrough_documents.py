@@ -108,6 +108,25 @@ def test_documents_are_forwarded_unchanged_to_other_servers_by_default(start, na
     assert body["messages"][0]["content"][0] == NOTE
 
 
+def test_auto_asks_for_the_model_list_when_a_request_has_documents_and_it_is_not_known(native):
+    """llama-server was still starting when the gateway first asked what it is: a request with
+    documents asks again before it is sent, and its documents go as text."""
+    native.owned_by, native.models_down = "llamacpp", True
+    upstream = {"url": native.url, "protocol": "anthropic", "max_retries": 0}
+    gateway = GatewayServer(from_dict({"upstreams": {"native": upstream}, "models": [{"name": "claude-test", "upstream": "native"}]})).start()
+    try:
+        deadline = time.monotonic() + 5
+        while native.model_lists == 0:  # the start-up discovery, refused
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        native.models_down = False
+        anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0).messages.create(**ask(NOTE))
+    finally:
+        gateway.stop()
+    _, body, _ = native.requests[-1]
+    assert body["messages"][0]["content"][0]["type"] == "text"
+
+
 @pytest.mark.parametrize("setting, owned_by, as_text", [
     (None, "llamacpp", True),  # the default, "auto": llama-server is recognised by its model list
     (None, "vllm", False),
