@@ -37,6 +37,7 @@ from dragoman.protocol import anthropic, openai
 from dragoman.sse import DataDecoder, encode_all
 from dragoman.tokenizer import TokenizerError
 from dragoman.tokens import count_estimate
+from dragoman.translate.content import has_pdf
 from dragoman.translate.fold import events_of, fold
 from dragoman.translate.request import Options, Translated, to_chat_request
 from dragoman.translate.response import to_message
@@ -106,10 +107,10 @@ class OpenAIBackend:
             request, upstream_model=route.upstream_model, profile=self.profile, caps=route.caps, options=self._options, stream=stream
         )
 
-    async def _translate_call(self, call: Call, request: anthropic.MessagesRequest, route: Route, stream: bool) -> Translated:
+    async def _translate_call(self, request: anthropic.MessagesRequest, route: Route, stream: bool) -> Translated:
         """Translated in a thread when a PDF's text is to be extracted (about a second per MB
         with pypdf: the event loop keeps serving meanwhile), else here."""
-        if b"application/pdf" in call.body or (self._server.fetch_documents and has_url_documents(call.body)):
+        if has_pdf(request.messages):  # fetched URL documents included: they are base64 by now
             return await asyncio.to_thread(self._translate, request, route, stream)
         return self._translate(request, route, stream)
 
@@ -131,7 +132,7 @@ class OpenAIBackend:
         # Stop sequences are matched here over the streamed text, so a request that has
         # them reads the upstream as a stream even when the client did not ask for one.
         upstream_stream = request.stream or bool(request.stop_sequences) or self.profile.stream_upstream
-        translated = await self._translate_call(call, request, route, upstream_stream)
+        translated = await self._translate_call(request, route, upstream_stream)
         body = await self._fitted_body(translated, route, request.max_tokens)
         post = self._http.post("/chat/completions", body, outcome=call.outcome)
         reply: ReplySettings = {
@@ -326,7 +327,7 @@ class OpenAIBackend:
             tools=counted.tools, tool_choice=counted.tool_choice,
         )  # fmt: skip
         await self._fetch_documents(call, request)
-        translated = await self._translate_call(call, request, route, stream=False)
+        translated = await self._translate_call(request, route, stream=False)
         tokens, method = await self._count(translated.chat, route, estimate=count_estimate(translated.chat))
         body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=tokens))
         return Completed(body, headers={"x-token-count-method": method})

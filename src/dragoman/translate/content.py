@@ -74,6 +74,25 @@ def document_text(block: anthropic.DocumentBlock, where: str) -> str:
     return f"{header}{context}\n{body}\n</document>"
 
 
+def has_pdf(messages: list[anthropic.MessageParam]) -> bool:
+    """Whether a document of the request is a base64 PDF (its text extraction is slow): a
+    walk of the decoded blocks, cheaper than searching a large body's bytes."""
+    for message in messages:
+        if isinstance(message.content, str):
+            continue
+        for block in message.content:
+            if isinstance(block, anthropic.ToolResultBlock) and isinstance(block.content, list):
+                if any(_is_pdf(inner) for inner in block.content):
+                    return True
+            elif _is_pdf(block):
+                return True
+    return False
+
+
+def _is_pdf(block: object) -> bool:
+    return isinstance(block, anthropic.DocumentBlock) and isinstance(block.source, anthropic.Base64Source)
+
+
 def search_result_text(block: anthropic.SearchResultBlock) -> str:
     body = "\n".join(item.text for item in block.content)
     return f'<search_result source="{block.source}" title="{block.title}">\n{body}\n</search_result>'
