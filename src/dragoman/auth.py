@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Mapping
 
 from starlette.requests import Request
 
@@ -33,11 +34,13 @@ def check(request: Request, keys: frozenset[str]) -> None:
         raise Unauthorized("invalid x-api-key")
 
 
-def owner(request: Request, keys: frozenset[str], *, shared: bool) -> str:
-    """Whose files and batches a request may see and makes: a digest of its key (the key
-    itself is never stored), or "" for everyone when no keys are set or `shared` is on.
-    Call after `check`, which has vouched for the key."""
+def owner(request: Request, keys: frozenset[str], *, shared: bool, tenants: Mapping[str, str] | None = None) -> str:
+    """Whose files and batches a request may see and makes: a digest of its key's tenant
+    (`server.tenants`) or of the key itself (the key is never stored), or "" for everyone
+    when no keys are set or `shared` is on. Call after `check`, which has vouched for the key."""
     if shared or not keys:
         return ""
     key = presented_key(request) or ""
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
+    tenant = (tenants or {}).get(key)
+    basis = f"tenant\0{tenant}" if tenant is not None else f"key\0{key}"
+    return hashlib.sha256(basis.encode()).hexdigest()[:32]

@@ -194,7 +194,7 @@ def run(config: Config, *, workers: int = 1) -> None:
     server = config.server
     logging.basicConfig(level=server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _check_port(server.host, server.port)
-    if not config.server.api_keys and not config.server.api_keys_env and server.host not in ("127.0.0.1", "localhost", "::1"):
+    if not config.server.api_keys and not config.server.api_keys_env and not config.server.tenants and server.host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger("dragoman").warning("listening on %s without API keys: anyone who can reach it can use it", server.host)
     try:
         app: Any = create_app(config)  # also checks what only building the app can (tokenizer files)

@@ -33,6 +33,9 @@ class ServerConfig(_Config, frozen=True):
     api_keys_env: str | None = None
     # Files and batches are seen only by the key that made them; true shares them between all keys.
     share_between_keys: bool = False
+    # Keys that share files and batches, by tenant name (each is also a valid API key): a
+    # rotated key keeps its tenant's data. {"team-a": ["sk-old", "sk-new"]}
+    tenants: dict[str, list[str]] = {}
     default_model: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Claude Code's first system block varies per session and defeats prefix caching.
@@ -211,6 +214,14 @@ def from_dict(data: dict[str, Any]) -> Config:
 
 
 def _check(config: Config) -> None:
+    seen: dict[str, str] = {}
+    for tenant, keys in config.server.tenants.items():
+        for key in keys:
+            if not key.strip():
+                raise ConfigError(f"server.tenants.{tenant}: an empty key")
+            if key in seen and seen[key] != tenant:  # never print the key itself
+                raise ConfigError(f"server.tenants.{tenant}: a key is also listed in tenant {seen[key]!r}; a key belongs to one tenant")
+            seen[key] = tenant
     for index, model in enumerate(config.models):
         if model.upstream not in config.upstreams:
             known = ", ".join(sorted(config.upstreams)) or "none defined"
@@ -272,10 +283,15 @@ def load(path: str | Path) -> Config:
 
 
 def server_api_keys(config: Config) -> frozenset[str]:
-    keys = set(config.server.api_keys)
+    keys = set(config.server.api_keys) | {key for keys in config.server.tenants.values() for key in keys}
     if config.server.api_keys_env:
         keys.update(k.strip() for k in os.environ.get(config.server.api_keys_env, "").split(",") if k.strip())
     return frozenset(keys)
+
+
+def key_tenants(config: Config) -> dict[str, str]:
+    """Each tenant key's tenant name (`server.tenants`, checked to name every key once)."""
+    return {key: tenant for tenant, keys in config.server.tenants.items() for key in keys}
 
 
 def data_dir(kind: str) -> Path:

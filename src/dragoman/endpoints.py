@@ -43,7 +43,7 @@ def authorized(request: Request) -> Gateway:
 
 def owner(request: Request, gateway: Gateway) -> str:
     """Whose files and batches this (authorized) request sees: see `auth.owner`."""
-    return auth.owner(request, gateway.api_keys, shared=gateway.config.server.share_between_keys)
+    return auth.owner(request, gateway.api_keys, shared=gateway.config.server.share_between_keys, tenants=gateway.tenants)
 
 
 def struct_response(value: object) -> Response:

@@ -22,7 +22,7 @@ from dragoman.capabilities import (
     refresh_registry,
     registry_path,
 )
-from dragoman.config import Config, server_api_keys
+from dragoman.config import Config, key_tenants, server_api_keys
 from dragoman.errors import GatewayError, NotFound
 from dragoman.files import FileStore
 from dragoman.limits import Limiter
@@ -48,6 +48,7 @@ class Gateway:
         registry = Registry.load(self.registry_file) if self.registry_file else Registry()
         self.router = Router(config, self.backends, registry)
         self.api_keys = server_api_keys(config)
+        self.tenants = key_tenants(config)
         self.limiters = {
             name: Limiter(name, upstream.max_concurrent, upstream.max_queue)
             for name, upstream in config.upstreams.items()

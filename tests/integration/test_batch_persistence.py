@@ -237,3 +237,22 @@ def test_a_key_with_too_many_requests_queued_is_told_to_wait(start, upstream):
     mine.messages.batches.create(requests=[{"custom_id": "one", "params": params()}])  # fits: 2 + 1
     wait_ended(mine, first.id)
     mine.messages.batches.create(requests=[{"custom_id": f"u{i}", "params": params()} for i in range(2)])
+
+
+def test_keys_of_one_tenant_share_batches_and_files(start, upstream):
+    """server.tenants: a rotated key (old and new in one tenant) keeps the tenant's batches
+    and files; a key of another tenant, or a plain key, sees none of them."""
+    answer_per_marker(upstream)
+    gateway = start(server={"api_keys": ["sk-solo"], "tenants": {"team-a": ["sk-old", "sk-new"], "team-b": ["sk-b"]}})
+    old, new, other, solo = (sdk(gateway, key) for key in ("sk-old", "sk-new", "sk-b", "sk-solo"))
+    created = old.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
+    uploaded = old.beta.files.upload(file=("n.txt", b"note", "text/plain"))
+    assert [b.id for b in new.messages.batches.list().data] == [created.id]
+    assert sorted(results_of(new, wait_ended(new, created.id).id)) == ["a"]
+    assert new.beta.files.retrieve_metadata(uploaded.id).id == uploaded.id
+    for outsider in (other, solo):
+        assert outsider.messages.batches.list().data == []
+        with pytest.raises(anthropic.NotFoundError):
+            outsider.messages.batches.retrieve(created.id)
+        with pytest.raises(anthropic.NotFoundError):
+            outsider.beta.files.retrieve_metadata(uploaded.id)

@@ -31,3 +31,13 @@ def test_the_owner_is_empty_when_keys_are_shared_or_absent() -> None:
     assert auth.owner(request("sk-two"), KEYS, shared=True) == ""
     assert auth.owner(request("anything"), frozenset(), shared=False) == ""
     assert auth.owner(request(), frozenset(), shared=False) == ""
+
+
+def test_keys_of_one_tenant_are_one_owner_and_other_keys_are_not() -> None:
+    tenants = {"sk-old": "team-a", "sk-new": "team-a"}
+    keys = KEYS | frozenset(tenants)
+    old = auth.owner(request("sk-old"), keys, shared=False, tenants=tenants)
+    assert old == auth.owner(request("sk-new", bearer=True), keys, shared=False, tenants=tenants)  # a rotated key keeps its data
+    assert old != auth.owner(request("sk-one"), keys, shared=False, tenants=tenants)
+    assert "team-a" not in old and len(old) == 32
+    assert auth.owner(request("sk-old"), keys, shared=True, tenants=tenants) == ""

@@ -227,3 +227,15 @@ def test_file_sizes_must_be_positive(key: str, value: int) -> None:
 
 def test_files_max_total_bytes_must_be_an_integer() -> None:
     assert failure(good(files={"max_total_bytes": "100G"})) == "files.max_total_bytes: Expected `int`, got `str`"
+
+
+def test_tenant_keys_are_api_keys_and_name_their_tenant() -> None:
+    loaded = config.from_dict(good(server={"api_keys": ["sk-solo"], "tenants": {"team-a": ["sk-old", "sk-new"], "team-b": ["sk-b"]}}))
+    assert config.server_api_keys(loaded) == {"sk-solo", "sk-old", "sk-new", "sk-b"}
+    assert config.key_tenants(loaded) == {"sk-old": "team-a", "sk-new": "team-a", "sk-b": "team-b"}
+
+
+def test_a_key_in_two_tenants_is_refused_without_printing_it() -> None:
+    message = failure(good(server={"tenants": {"team-a": ["sk-secret"], "team-b": ["sk-secret"]}}))
+    assert message.startswith("server.tenants.team-b: a key is also listed in tenant 'team-a'")
+    assert "sk-secret" not in message
