@@ -96,6 +96,10 @@ class Run:
         self._size += written
         self._count(outcome)
 
+    def settle_unrun(self, custom_id: str, outcome: str) -> None:
+        """A request the batch ended before it ran: `canceled` or `expired`."""
+        self.settle(custom_id, outcome, b'{"type":"%s"}' % outcome.encode())
+
     def _count(self, outcome: str) -> None:
         setattr(self.counts, outcome, getattr(self.counts, outcome) + 1)
 
@@ -162,7 +166,7 @@ class Runner:
         try:
             run.open(requests)
             for request in run.todo:
-                run.settle(request.custom_id, outcome, b'{"type":"%s"}' % outcome.encode())
+                run.settle_unrun(request.custom_id, outcome)
             end = Ended(at=time.time(), counts=run.counts)
             run.dir.end(end)
             self._on_end(run.record.id, end)
@@ -225,10 +229,7 @@ class Runner:
 
     async def _settle(self, run: Run, request: BatchRequest) -> None:
         if not await self._slot(run):  # canceled or expired before it could start
-            if run.canceling_since is not None:
-                run.settle(request.custom_id, "canceled", b'{"type":"canceled"}')
-            else:
-                run.settle(request.custom_id, "expired", b'{"type":"expired"}')
+            run.settle_unrun(request.custom_id, "canceled" if run.canceling_since is not None else "expired")
             return
         assert self._slots is not None
         try:

@@ -32,6 +32,7 @@ from pathlib import Path
 import msgspec
 
 from dragoman.protocol.batches import BATCH_CREATE, BatchRequest, RequestCounts
+from dragoman.storage import sync_dir, write_atomically, write_synced
 
 PREFIX = "msgbatch_"
 MAX_ID = 100  # longer is no id of ours (and could pass the file system's name limit)
@@ -54,36 +55,6 @@ class Ended(msgspec.Struct, frozen=True):
 
 _RECORD = msgspec.json.Decoder(Record)
 _ENDED = msgspec.json.Decoder(Ended)
-
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        _write_synced(tmp, data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _sync_dir(path.parent)
 
 
 class BatchDir:
@@ -120,18 +91,18 @@ class BatchDir:
         """Mark the batch canceled; the time of the first cancel (made whole: a link to a
         written file, so no reader sees an empty marker)."""
         tmp = self.path / f".canceled.{os.getpid()}.{time.time_ns()}"
-        _write_synced(tmp, repr(at).encode())
+        write_synced(tmp, repr(at).encode())
         try:
             os.link(tmp, self.path / "canceled")
         except FileExistsError:
             return self.canceled_at() or at
         finally:
             tmp.unlink(missing_ok=True)
-        _sync_dir(self.path)  # an acknowledged cancel survives a power loss
+        sync_dir(self.path)  # an acknowledged cancel survives a power loss
         return at
 
     def end(self, ended: Ended) -> None:
-        _write_atomically(self.path / "ended.json", msgspec.json.encode(ended))
+        write_atomically(self.path / "ended.json", msgspec.json.encode(ended))
         (self.path / "requests.json").unlink(missing_ok=True)  # the results now stand for them
 
     def results_path(self) -> Path:
@@ -198,29 +169,25 @@ class BatchStore:
         staging = self.root / f".{record.id}.new"
         staging.mkdir(mode=0o700)
         try:
-            _write_synced(staging / "requests.json", body)
-            _write_synced(staging / "batch.json", msgspec.json.encode(record))
-            _sync_dir(staging)
+            write_synced(staging / "requests.json", body)
+            write_synced(staging / "batch.json", msgspec.json.encode(record))
+            sync_dir(staging)
             os.rename(staging, self.root / record.id)
-            _sync_dir(self.root)
+            sync_dir(self.root)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         return BatchDir(self.root / record.id)
 
     def hide(self, batch_id: str) -> Path | None:
-        """Take a batch away from every reader at once; what is left to remove (`purge`)."""
+        """Take a batch away from every reader at once; the path left to remove (`rmtree`
+        it, or leave it to `clear_debris`)."""
         gone = self.root / f".{batch_id}.{time.time_ns()}.gone"
         try:
             os.rename(self.root / batch_id, gone)
         except FileNotFoundError:
             return None  # another process removed it first
         return gone
-
-    def remove(self, batch_id: str) -> None:
-        gone = self.hide(batch_id)
-        if gone is not None:
-            shutil.rmtree(gone, ignore_errors=True)
 
     def clear_debris(self) -> None:
         """Remove what crashes left: removed batches not yet deleted, creates never finished."""

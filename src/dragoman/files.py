@@ -38,6 +38,7 @@ from dragoman import ids
 from dragoman.config import FilesConfig, data_dir
 from dragoman.errors import InvalidRequest, NotFound, RequestTooLarge
 from dragoman.paging import page_of
+from dragoman.storage import write_atomically
 
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 TEXT_TYPES = ("text/plain", "text/markdown", "text/csv", "text/html", "application/json")
@@ -275,16 +276,7 @@ class FileStore:
     def _write(self, meta: StoredFile, data: bytes) -> None:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # uploads are the clients' data: not for other local users
         for suffix, payload in (("", data), (".json", msgspec.json.encode(meta))):  # content first: listed only when whole
-            path = self._path(meta.id, suffix)
-            tmp = path.with_name(path.name + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(payload)
-            except BaseException:
-                tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
-                raise
-            os.replace(tmp, path)
+            write_atomically(self._path(meta.id, suffix), payload)
 
 
 def names_a_file(body: bytes) -> bool:

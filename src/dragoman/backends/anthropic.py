@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,7 @@ def _reply_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 LIST_TIMEOUT = 5.0  # seconds to ask a passthrough server its model list before a request with documents
+LIST_EVERY = 60.0  # seconds between such look-ups while the list cannot be read
 
 
 class AnthropicBackend:
@@ -84,6 +86,7 @@ class AnthropicBackend:
         self._documents = upstream.documents
         self._documents_as_text = upstream.documents == "as_text"  # "auto": decided by the model list
         self._listed = False
+        self._list_asked = -LIST_EVERY
 
     async def close(self) -> None:
         await self._http.close()
@@ -104,7 +107,7 @@ class AnthropicBackend:
 
     async def _body(self, call: Call) -> bytes:
         """The body as the client sent it, unless the model is renamed or documents go as text."""
-        if self._documents == "auto" and not self._listed and b'"document"' in call.body:
+        if self._documents == "auto" and not self._listed and self._may_ask_list() and b'"document"' in call.body:
             with contextlib.suppress(GatewayError, TimeoutError):  # what server is it? (not known yet: it was down at start)
                 async with asyncio.timeout(LIST_TIMEOUT):
                     await self.list_models()
@@ -121,6 +124,15 @@ class AnthropicBackend:
         if as_text:
             await documents_as_text(data, self._server)
         return msgspec.json.encode(data)
+
+    def _may_ask_list(self) -> bool:
+        """At most one look-up of the model list per LIST_EVERY seconds from requests: a server
+        without one costs no time, nor a search of every body, after the first."""
+        now = time.monotonic()
+        if now - self._list_asked < LIST_EVERY:
+            return False
+        self._list_asked = now
+        return True
 
     async def _send(self, call: Call, path: str, body: bytes) -> Response:
         headers = {k: call.headers[k] for k in FORWARDED_REQUEST_HEADERS if k in call.headers}

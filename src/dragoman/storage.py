@@ -1,0 +1,41 @@
+"""Writing the gateway's own files (uploads, batches) so that a crash or a power loss
+leaves each file whole or absent, never half-written, and private to the gateway's user."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def sync_dir(path: Path) -> None:
+    """Make the directory's entries (a rename, a new file) survive a power loss."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    """Write a new file (0600) and sync it to disk."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data`: readers see the old file or the new one, whole. The
+    temporary name starts with a dot, so no listing of the directory takes it for a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write_synced(tmp, data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+        raise
+    sync_dir(path.parent)
