@@ -6,6 +6,8 @@ from typing import Any
 import anthropic
 import pytest
 
+from dragoman.config import from_dict
+from tests.fake_anthropic import FakeAnthropic
 from tests.fakes import FakeUpstream
 from tests.servers import GatewayServer, config_for, make_config
 
@@ -34,6 +36,29 @@ def gateway(upstream: FakeUpstream) -> Iterator[GatewayServer]:
 @pytest.fixture
 def client(gateway: GatewayServer) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gateway.url, api_key="test-key", max_retries=0)
+
+
+@pytest.fixture
+def native() -> Iterator[FakeAnthropic]:
+    """A scripted Anthropic-native upstream, for the passthrough path."""
+    fake = FakeAnthropic().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def gateway_from() -> Iterator[Callable[[dict[str, Any]], GatewayServer]]:
+    """Start a gateway from a config dict (as a TOML file would give it); stopped at teardown."""
+    started: list[GatewayServer] = []
+
+    def start(data: dict[str, Any]) -> GatewayServer:
+        server = GatewayServer(from_dict(data)).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
 
 
 @pytest.fixture

@@ -10,16 +10,8 @@ import anthropic
 import pytest
 
 from dragoman.config import from_dict
-from tests.fake_anthropic import FakeAnthropic
 from tests.fakes import completion
 from tests.servers import GatewayServer
-
-
-@pytest.fixture
-def native():
-    fake = FakeAnthropic().start()
-    yield fake
-    fake.stop()
 
 
 def _auto(url: str) -> GatewayServer:

@@ -6,15 +6,13 @@ without running a settled request again, and each API key sees only its own batc
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anthropic
 import pytest
 
 from dragoman import batches as batches_module
-from dragoman.config import from_dict
 from tests.fakes import FakeUpstream, Reply, completion
 from tests.integration.test_batches import answer_per_marker, counts, marker_of, params, results_of, wait_ended, wait_until
 from tests.servers import GatewayServer
@@ -23,23 +21,17 @@ KEYS = ["key-a", "key-b"]
 
 
 @pytest.fixture
-def start(upstream: FakeUpstream, tmp_path: Path) -> Iterator[Callable[..., GatewayServer]]:
+def start(upstream: FakeUpstream, tmp_path: Path, gateway_from: Callable[[dict], GatewayServer]) -> Callable[..., GatewayServer]:
     """`start(batches=..., server=...)`: a gateway keeping its batches in this test's directory."""
-    started: list[GatewayServer] = []
 
     def run(*, batches: dict | None = None, server: dict | None = None) -> GatewayServer:
-        data: dict[str, Any] = {
+        return gateway_from({
             "server": server or {},
             "batches": {"dir": str(tmp_path / "batches"), **(batches or {})},
             "upstreams": {"default": {"url": upstream.url, "max_retries": 0}},
-        }
-        gateway = GatewayServer(from_dict(data)).start()
-        started.append(gateway)
-        return gateway
+        })  # fmt: skip
 
-    yield run
-    for gateway in started:
-        gateway.stop()
+    return run
 
 
 def sdk(gateway: GatewayServer, key: str = "test-key") -> anthropic.Anthropic:

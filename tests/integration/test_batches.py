@@ -15,9 +15,9 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.config import from_dict
-from tests.fake_anthropic import FakeAnthropic, NativeReply, message
+from tests.fake_anthropic import NativeReply, message
 from tests.fakes import FakeUpstream, Reply, completion
+from tests.envelopes import error_of, raw_error
 from tests.servers import GatewayServer
 
 KEY = "test-key"
@@ -76,25 +76,9 @@ def counts(batch: Any) -> dict[str, int]:
     return batch.request_counts.model_dump()
 
 
-def error_of(caught: pytest.ExceptionInfo[anthropic.APIStatusError], status: int, error_type: str) -> str:
-    assert caught.value.status_code == status
-    body = caught.value.body
-    assert isinstance(body, dict) and body["type"] == "error", body
-    assert body["error"]["type"] == error_type, body
-    return body["error"]["message"]
-
-
-def raw_error(response: httpx.Response, status: int, error_type: str) -> str:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert body["type"] == "error" and body["error"]["type"] == error_type, body
-    return body["error"]["message"]
-
-
 @pytest.fixture
-def start(upstream: FakeUpstream) -> Iterator[Callable[..., GatewayServer]]:
+def start(upstream: FakeUpstream, gateway_from: Callable[[dict], GatewayServer]) -> Callable[..., GatewayServer]:
     """`start(batches={...}, server={...}, upstreams=..., models=...)`: a gateway in front of the fake upstream."""
-    started: list[GatewayServer] = []
 
     def run(*, batches: dict | None = None, server: dict | None = None, upstreams: dict | None = None, models: list | None = None) -> GatewayServer:
         data: dict[str, Any] = {
@@ -104,13 +88,9 @@ def start(upstream: FakeUpstream) -> Iterator[Callable[..., GatewayServer]]:
         }
         if models:
             data["models"] = models
-        gateway = GatewayServer(from_dict(data)).start()
-        started.append(gateway)
-        return gateway
+        return gateway_from(data)
 
-    yield run
-    for gateway in started:
-        gateway.stop()
+    return run
 
 
 def sdk(gateway: GatewayServer, key: str = KEY) -> anthropic.Anthropic:
@@ -544,13 +524,6 @@ def test_api_keys_apply_to_every_batch_route(start, upstream):
 
 
 # -- passthrough -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def native() -> Iterator[FakeAnthropic]:
-    fake = FakeAnthropic().start()
-    yield fake
-    fake.stop()
 
 
 def test_batch_through_a_passthrough_upstream_keeps_its_error_envelopes(start, native):

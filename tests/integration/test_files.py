@@ -24,10 +24,10 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.config import from_dict
 from tests.fake_anthropic import FakeAnthropic
 from tests.fakes import FakeUpstream, completion
 from tests.samples import pdf_bytes
+from tests.envelopes import error_of, raw_error
 from tests.servers import GatewayServer
 
 KEY = "test-key"
@@ -56,22 +56,6 @@ def ask(*blocks: dict[str, Any], text: str = "What is this?") -> list[dict[str, 
     return [{"role": "user", "content": [*blocks, {"type": "text", "text": text}]}]
 
 
-def error_of(caught: pytest.ExceptionInfo[anthropic.APIStatusError], status: int, error_type: str) -> str:
-    assert caught.value.status_code == status, caught.value
-    body = caught.value.body
-    assert isinstance(body, dict) and body["type"] == "error", body
-    assert body["error"]["type"] == error_type, body
-    return body["error"]["message"]
-
-
-def raw_error(response: httpx.Response, status: int, error_type: str) -> str:
-    assert response.status_code == status, response.text
-    body = response.json()
-    assert body["type"] == "error" and body["error"]["type"] == error_type, body
-    assert body["request_id"] == response.headers["request-id"]
-    return body["error"]["message"]
-
-
 def stored(files_dir: Path) -> set[str]:
     """The file ids whose metadata is in the directory."""
     return {path.stem for path in files_dir.glob("file_*.json")} if files_dir.is_dir() else set()
@@ -83,18 +67,10 @@ def files_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def native() -> Iterator[FakeAnthropic]:
-    fake = FakeAnthropic().start()
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture
-def start(upstream: FakeUpstream, files_dir: Path) -> Iterator[Callable[..., GatewayServer]]:
+def start(upstream: FakeUpstream, files_dir: Path, gateway_from: Callable[[dict], GatewayServer]) -> Callable[..., GatewayServer]:
     """`start(files={...}, server={...}, native=FakeAnthropic, directory=...)`: a gateway whose
     files are kept under tmp_path, in front of the fake upstream (model `eyes`, with vision) or,
     given `native`, of the fake Anthropic upstream (model `claude-test`)."""
-    started: list[GatewayServer] = []
 
     def run(*, files: dict | None = None, server: dict | None = None, native: FakeAnthropic | None = None,
             directory: Path | None = None) -> GatewayServer:  # fmt: skip
@@ -106,13 +82,9 @@ def start(upstream: FakeUpstream, files_dir: Path) -> Iterator[Callable[..., Gat
             data["upstreams"] = {"native": {**NATIVE_UPSTREAM, "url": native.url + "/v1"}}
             data["models"] = [{"name": "claude-test", "upstream": "native", "upstream_model": "native-model"}]
         assert data["files"]["dir"], "never the real home directory"
-        gateway = GatewayServer(from_dict(data)).start()
-        started.append(gateway)
-        return gateway
+        return gateway_from(data)
 
-    yield run
-    for gateway in started:
-        gateway.stop()
+    return run
 
 
 def sdk(gateway: GatewayServer, key: str = KEY) -> anthropic.Anthropic:

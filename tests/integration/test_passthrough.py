@@ -14,13 +14,6 @@ from tests.fake_anthropic import FakeAnthropic, NativeReply, event, message, tex
 from tests.servers import GatewayServer
 
 
-@pytest.fixture
-def native() -> Iterator[FakeAnthropic]:
-    fake = FakeAnthropic().start()
-    yield fake
-    fake.stop()
-
-
 def _config(native: FakeAnthropic, **server: object):
     return from_dict(
         {

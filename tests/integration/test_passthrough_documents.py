@@ -24,28 +24,27 @@ from tests.servers import GatewayServer
 
 
 @pytest.fixture
-def native() -> Iterator[FakeAnthropic]:
-    fake = FakeAnthropic().start()
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture
-def start(native: FakeAnthropic) -> Iterator[Callable[..., anthropic.Anthropic]]:
-    started: list[GatewayServer] = []
+def start(native: FakeAnthropic, gateway_from: Callable[[dict], GatewayServer]) -> Callable[..., anthropic.Anthropic]:
+    """`start(protocol=..., **upstream)`: a client of a gateway in front of the native fake."""
 
     def run(protocol: str = "anthropic", **upstream: Any) -> anthropic.Anthropic:
-        config = from_dict({
+        gateway = gateway_from({
             "upstreams": {"native": {"url": native.url, "protocol": protocol, "max_retries": 0, **upstream}},
             "models": [{"name": "claude-test", "upstream": "native"}],
         })  # fmt: skip
-        gateway = GatewayServer(config).start()
-        started.append(gateway)
         return anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
 
-    yield run
-    for gateway in started:
-        gateway.stop()
+    return run
+
+
+@pytest.fixture
+def serve(gateway_from: Callable[[dict], GatewayServer]) -> Callable[..., GatewayServer]:
+    """`serve(upstream, **server)`: a gateway with one upstream, serving it as `claude-test`."""
+
+    def run(upstream: dict[str, Any], **server: Any) -> GatewayServer:
+        return gateway_from({"server": server, "upstreams": {"u": {"max_retries": 0, **upstream}}, "models": [{"name": "claude-test", "upstream": "u"}]})
+
+    return run
 
 
 def wait_listed(gateway: GatewayServer, upstream: str) -> None:
@@ -108,21 +107,17 @@ def test_documents_are_forwarded_unchanged_to_other_servers_by_default(start, na
     assert body["messages"][0]["content"][0] == NOTE
 
 
-def test_auto_asks_for_the_model_list_when_a_request_has_documents_and_it_is_not_known(native):
+def test_auto_asks_for_the_model_list_when_a_request_has_documents_and_it_is_not_known(native, serve):
     """llama-server was still starting when the gateway first asked what it is: a request with
     documents asks again before it is sent, and its documents go as text."""
     native.owned_by, native.models_down = "llamacpp", True
-    upstream = {"url": native.url, "protocol": "anthropic", "max_retries": 0}
-    gateway = GatewayServer(from_dict({"upstreams": {"native": upstream}, "models": [{"name": "claude-test", "upstream": "native"}]})).start()
-    try:
-        deadline = time.monotonic() + 5
-        while native.model_lists == 0:  # the start-up discovery, refused
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        native.models_down = False
-        anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0).messages.create(**ask(NOTE))
-    finally:
-        gateway.stop()
+    gateway = serve({"url": native.url, "protocol": "anthropic"})
+    deadline = time.monotonic() + 5
+    while native.model_lists == 0:  # the start-up discovery, refused
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    native.models_down = False
+    anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0).messages.create(**ask(NOTE))
     _, body, _ = native.requests[-1]
     assert body["messages"][0]["content"][0]["type"] == "text"
 
@@ -133,15 +128,11 @@ def test_auto_asks_for_the_model_list_when_a_request_has_documents_and_it_is_not
     ("forward", "llamacpp", False),
     ("as_text", "vllm", True),
 ])  # fmt: skip
-def test_auto_sends_documents_as_text_to_llama_server(native, setting, owned_by, as_text):
+def test_auto_sends_documents_as_text_to_llama_server(native, serve, setting, owned_by, as_text):
     native.owned_by = owned_by
-    upstream = {"url": native.url, "protocol": "anthropic", "max_retries": 0, **({"documents": setting} if setting else {})}
-    gateway = GatewayServer(from_dict({"upstreams": {"native": upstream}, "models": [{"name": "claude-test", "upstream": "native"}]})).start()
-    try:
-        wait_listed(gateway, "native")
-        anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0).messages.create(**ask(NOTE))
-    finally:
-        gateway.stop()
+    gateway = serve({"url": native.url, "protocol": "anthropic", **({"documents": setting} if setting else {})})
+    wait_listed(gateway, "u")
+    anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0).messages.create(**ask(NOTE))
     _, body, _ = native.requests[-1]
     assert (body["messages"][0]["content"][0]["type"] == "text") is as_text
 
@@ -189,17 +180,13 @@ def test_a_damaged_pdf_is_a_400_naming_it_not_a_500(start, native):
     assert native.requests == []
 
 
-def test_a_streamed_request_whose_document_url_cannot_be_fetched_is_a_400(native, slow_docs):
+def test_a_streamed_request_whose_document_url_cannot_be_fetched_is_a_400(native, serve, slow_docs):
     """The body is prepared before a stream is committed: a URL document that answers 404
     after longer than a keep-alive interval is still a 400, not a 200 with an error event."""
-    server = {"fetch_documents": True, "fetch_allow_private": True, "keepalive_interval": 0.2}
-    upstream = {"url": native.url, "protocol": "anthropic", "max_retries": 0, "documents": "as_text"}
-    gateway = GatewayServer(from_dict({"server": server, "upstreams": {"native": upstream}, "models": [{"name": "claude-test", "upstream": "native"}]})).start()
-    try:
-        document = {"type": "document", "source": {"type": "url", "url": slow_docs + "/gone.pdf"}}
-        response = httpx.post(gateway.url + "/v1/messages", json=ask(document, stream=True), timeout=30)
-    finally:
-        gateway.stop()
+    gateway = serve({"url": native.url, "protocol": "anthropic", "documents": "as_text"},
+                    fetch_documents=True, fetch_allow_private=True, keepalive_interval=0.2)  # fmt: skip
+    document = {"type": "document", "source": {"type": "url", "url": slow_docs + "/gone.pdf"}}
+    response = httpx.post(gateway.url + "/v1/messages", json=ask(document, stream=True), timeout=30)
     assert native.requests == []
     assert response.status_code == 400, (response.status_code, response.text[:300])
 
@@ -227,7 +214,7 @@ def test_an_unknown_documents_value_is_a_config_error() -> None:
         from_dict({"upstreams": {"n": {"url": "http://127.0.0.1:1", "protocol": "anthropic", "documents": "maybe"}}})
 
 
-def test_pdf_text_is_extracted_off_the_event_loop(native, upstream, monkeypatch):
+def test_pdf_text_is_extracted_off_the_event_loop(native, upstream, serve, monkeypatch):
     """A PDF's text extraction (about a second per MB) runs in a thread on both paths, passing
     through and translating: the event loop keeps serving other clients meanwhile."""
     from dragoman.backends import documents
@@ -248,10 +235,7 @@ def test_pdf_text_is_extracted_off_the_event_loop(native, upstream, monkeypatch)
     monkeypatch.setattr(content, "document_text", watched)
     pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(pdf_bytes("Invoice 42")).decode()}}
     for where in ({"url": native.url, "protocol": "anthropic", "documents": "as_text"}, {"url": upstream.url}):
-        gateway = GatewayServer(from_dict({"upstreams": {"u": {**where, "max_retries": 0}}, "models": [{"name": "claude-test", "upstream": "u"}]})).start()
-        try:
-            anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0).messages.create(**ask(pdf))
-        finally:
-            gateway.stop()
+        gateway = serve(where)
+        anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0).messages.create(**ask(pdf))
     assert in_a_thread == [True, True]
     assert "Invoice 42" in str(upstream.requests[0]["messages"])

@@ -1,50 +1,95 @@
-"""The batch keeper's sweep: one batch whose lock cannot be opened does not stop the others
-being taken over, and a sweep still running at shutdown starts nothing."""
+"""The batch runner and keeper: a run stopped by a storage failure gives back every request
+slot; a batch whose lock or cancel marker cannot be read is neither stuck nor stops the
+sweep; batches that expired while no process ran them end in the sweep; a sweep still
+running at shutdown starts nothing."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from dragoman.batch_runs import Run
+from dragoman import batch_runs
+from dragoman.batch_runs import Run, Runner
 from dragoman.batch_store import BatchStore, Record
 from dragoman.batches import Batches
 from dragoman.config import BatchesConfig, from_dict
 from dragoman.gateway import Gateway
 
 
-def _orphan(root: Path, name: str, n: int = 2) -> str:
-    """A batch as a process that died left it: nothing settled, its lock free."""
+def _batch(root: Path, name: str, n: int, created: float | None = None, expires_in: float = 3600) -> tuple[Path, Record]:
     body = json.dumps(
-        {
-            "requests": [
-                {
-                    "custom_id": f"r{i}",
-                    "params": {
-                        "model": "m",
-                        "max_tokens": 8,
-                        "messages": [{"role": "user", "content": "hi"}],
-                    },
-                }
-                for i in range(n)
-            ]
-        }
+        {"requests": [{"custom_id": f"r{i}", "params": {"model": "m", "max_tokens": 8, "messages": []}} for i in range(n)]}
     ).encode()
-    now = time.time()
-    record = Record(
-        id="msgbatch_01" + name,
-        owner="",
-        created=now,
-        expires=now + 3600,
-        total=n,
-        headers={},
-    )
+    now = time.time() if created is None else created
+    record = Record(id="msgbatch_01" + name, owner="", created=now, expires=now + expires_in, total=n, headers={})
     BatchStore(root).create(record, body)
-    return record.id
+    return root / record.id, record
+
+
+def _claim(runner: Runner, root: Path, record: Record) -> Run:
+    from dragoman.batch_store import BatchDir
+
+    where = BatchDir(root / record.id)
+    run = runner.claim(where, record)
+    assert run is not None
+    run.open(where.requests())
+    return run
+
+
+def test_a_storage_failure_does_not_leak_a_request_slot_of_the_process(tmp_path: Path, monkeypatch) -> None:
+    """Batch X holds both slots; batch A's two requests wait for one. X's first request ends:
+    A's r0 takes the slot, is answered at once, gives the slot to A's r1, and its result
+    cannot be stored. The run cancels r1, which had just been handed the slot: the slot comes
+    back (a slot lost so would be lost for the life of the process)."""
+    root = tmp_path / "b"
+    _, x_record = _batch(root, "x", 2)
+    _, a_record = _batch(root, "a", 2)
+    config = BatchesConfig(max_concurrent=2, dir=str(root))
+    runner = Runner(None, config, lambda *_: None, lambda: None)  # type: ignore[arg-type]
+    gates = {("msgbatch_01x", "r0"): asyncio.Event, ("msgbatch_01x", "r1"): asyncio.Event}
+    failed: list[str] = []
+    real_settle = Run.settle
+
+    def settle(self: Run, custom_id: str, outcome: str, result: bytes) -> None:
+        if self.record.id == a_record.id and not failed:
+            failed.append(custom_id)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_settle(self, custom_id, outcome, result)
+
+    monkeypatch.setattr(Run, "settle", settle)
+    monkeypatch.setattr(batch_runs, "REST_AFTER_FAILURE", 0.0)
+
+    async def main() -> int:
+        events = {key: make() for key, make in gates.items()}
+
+        async def message(record: Record, item) -> tuple[bool, bytes]:
+            event = events.get((record.id, item.custom_id))
+            if event is not None:
+                await event.wait()
+            return True, b"{}"
+
+        runner._message = message  # type: ignore[method-assign]
+        x = _claim(runner, root, x_record)
+        runner.start(x)
+        await asyncio.sleep(0.05)  # X's two requests hold both slots
+        a = _claim(runner, root, a_record)
+        runner.start(a)
+        await asyncio.sleep(0.05)  # A's two requests wait for a slot
+        events[("msgbatch_01x", "r0")].set()
+        await asyncio.wait_for(a.task, 5)  # type: ignore[arg-type]
+        events[("msgbatch_01x", "r1")].set()
+        await asyncio.wait_for(x.task, 5)  # type: ignore[arg-type]
+        assert runner._slots is not None
+        return runner._slots._value
+
+    free = asyncio.run(main())
+    assert failed, "the storage failure was not reached"
+    assert free == 2, f"after every run ended, {free} of 2 request slots are free: {2 - free} leaked"
 
 
 class _Loop:
@@ -53,8 +98,80 @@ class _Loop:
     def __init__(self) -> None:
         self.started: list[Run] = []
 
-    def call_soon_threadsafe(self, start: Any, run: Run) -> None:
+    def call_soon_threadsafe(self, start, run: Run) -> None:
         self.started.append(run)
+
+
+def _swept(batches: Batches) -> list[Run]:
+    """The runs one sweep would start (released again: no test leaves a lock held)."""
+    loop = _Loop()
+    try:
+        batches._sweep(loop)  # type: ignore[arg-type]
+    finally:
+        for run in loop.started:
+            run.release()
+    return loop.started
+
+
+def _batches(root: Path, **config: Any) -> Batches:
+    return Batches(None, BatchesConfig(dir=str(root), **config))  # type: ignore[arg-type]
+
+
+def test_a_claim_that_fails_after_locking_does_not_keep_the_batch_forever(tmp_path: Path) -> None:
+    """An expired batch whose cancel marker cannot be read (EIO, ESTALE, EACCES; here: a
+    directory) is not left locked and held by this process: it ends, or stays free for another
+    process to take."""
+    root = tmp_path / "b"
+    path, record = _batch(root, "stuck", 2, created=time.time() - 7200, expires_in=3600)  # expired an hour ago
+    (path / "canceled").mkdir()
+    batches = _batches(root, max_concurrent=2)
+    started = _swept(batches)
+    from dragoman.batch_store import BatchDir
+
+    other = BatchDir(path).try_lock()  # what another process's sweep would do
+    if other is not None:
+        import os
+
+        os.close(other)
+    assert started or not batches._runner.holds(record.id), (
+        f"not started, yet held by this process (room now {batches._runner.room()} of 2); another process can lock it: {other is not None}"
+    )
+
+
+def test_one_unreadable_cancel_marker_does_not_stop_younger_batches_from_starting(tmp_path: Path) -> None:
+    """A cancel marker that cannot be read (here a directory; EIO/ESTALE/EACCES alike) does
+    not stop the sweep: younger batches still start."""
+    root = tmp_path / "b"
+    bad_path, _ = _batch(root, "old", 1, created=time.time() - 10)
+    _, young = _batch(root, "young", 1)
+    (bad_path / "canceled").mkdir()
+    batches = _batches(root, max_concurrent=2)
+    try:
+        started = _swept(batches)
+    except OSError as error:
+        raise AssertionError(f"the whole sweep failed on one batch: {error!r}") from None
+    assert young.id in [run.record.id for run in started]
+
+
+def test_stopped_batches_end_in_the_sweep_one_at_a_time(tmp_path: Path) -> None:
+    """40 batches that expired while no process ran them: the sweep ends each one itself
+    (every request `expired`), holding one batch's files at a time, and starts none."""
+    import os
+
+    root = tmp_path / "b"
+    for i in range(40):
+        _batch(root, f"late{i:02d}", 3, created=time.time() - 7200 + i, expires_in=3600)  # all expired
+    batches = _batches(root, max_concurrent=2)
+    loop = _Loop()
+    before = len(os.listdir("/proc/self/fd"))
+    batches._sweep(loop)  # type: ignore[arg-type]
+    assert len(os.listdir("/proc/self/fd")) == before  # nothing left open
+    assert loop.started == []
+    for path in root.iterdir():
+        ended = json.loads((path / "ended.json").read_bytes())
+        assert ended["counts"]["expired"] == 3 and ended["counts"]["processing"] == 0
+        assert sorted(json.loads(line)["result"]["type"] for line in (path / "results.jsonl").read_bytes().splitlines()) == ["expired"] * 3
+    assert batches._runner.room() == 2  # no batch slot taken
 
 
 def test_one_batch_whose_lock_cannot_be_opened_does_not_stop_the_others_being_taken_over(
@@ -62,23 +179,17 @@ def test_one_batch_whose_lock_cannot_be_opened_does_not_stop_the_others_being_ta
 ) -> None:
     """A batch whose lock cannot be opened is skipped; the sweep takes over the others."""
     root = tmp_path / "batches"
-    good, bad = _orphan(root, "good"), _orphan(root, "bad")
+    good, bad = _batch(root, "good", 2)[1].id, _batch(root, "bad", 2)[1].id
     (root / bad / "lock").mkdir()  # os.open(..., O_RDWR) fails on it
     batches = Batches(None, BatchesConfig(dir=str(root)))  # type: ignore[arg-type]  # a sweep never touches the gateway
     batches._store.ids = lambda: [bad, good]  # type: ignore[method-assign]  # the order scandir happened to give
-    loop = _Loop()
-    try:
-        batches._sweep(loop)  # type: ignore[arg-type]
-    finally:
-        for run in loop.started:
-            run.release()
-    assert [run.record.id for run in loop.started] == [good]
+    assert [run.record.id for run in _swept(batches)] == [good]
 
 
 def test_a_sweep_still_running_at_shutdown_starts_no_batch(tmp_path: Path) -> None:
     """A sweep still in its thread when the gateway closes starts no batch (nor leaks one)."""
     root = tmp_path / "batches"
-    batch_id = _orphan(root, "orphan")
+    batch_id = _batch(root, "orphan", 2)[1].id
     config = from_dict(
         {
             "server": {"registry_cache": ""},
