@@ -12,6 +12,7 @@ import uvicorn
 
 from dragoman.app import create_app
 from dragoman.config import Config, from_dict
+from dragoman.serving import http_protocol
 
 
 def free_port() -> int:
@@ -29,11 +30,13 @@ class _Server(uvicorn.Server):
 
 
 class GatewayServer:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, http: Any = None) -> None:
+        """`http`: uvicorn's protocol; by default the one `dragoman serve` runs."""
         self.config = config
         self.port = free_port()
         self.app = create_app(config)
-        uv_config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, lifespan="on")
+        uv_config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, lifespan="on",
+                                   http=http or http_protocol())  # fmt: skip
         self.server = _Server(uv_config)
         self._thread = threading.Thread(target=self.server.run, daemon=True)
 

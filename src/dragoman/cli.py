@@ -190,6 +190,7 @@ def run(config: Config, *, workers: int = 1) -> None:
     import uvicorn
 
     from dragoman.app import CONFIG_ENV, create_app, settle_garbage_collector
+    from dragoman.serving import http_protocol
 
     server = config.server
     logging.basicConfig(level=server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -214,7 +215,7 @@ def run(config: Config, *, workers: int = 1) -> None:
         log_level=server.log_level,
         access_log=False,
         loop="uvloop" if _has("uvloop") else "asyncio",
-        http="httptools" if _has("httptools") else "h11",
+        http=http_protocol(),
         timeout_graceful_shutdown=30,
     )
 

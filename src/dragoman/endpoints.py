@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import cast
 
 import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -14,7 +15,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from dragoman import auth
-from dragoman.backends.base import Call, Completed, Reply
+from dragoman.backends.base import Call, Completed, DirectWrites, Reply
 from dragoman.disconnect import ClientLeft, DisconnectWatch
 from dragoman.errors import GatewayError, InvalidRequest, RequestTooLarge, UpstreamError
 from dragoman.files import names_a_file
@@ -22,6 +23,7 @@ from dragoman.gateway import Gateway
 from dragoman.observe import Metrics, Outcome, observe
 from dragoman.protocol import anthropic
 from dragoman.routing import Route
+from dragoman.serving import DIRECT_BODY, DirectBody
 from dragoman.sse import KEEPALIVE_COMMENT, PING
 from dragoman.validation import decode_request
 
@@ -88,17 +90,22 @@ class EventStreamResponse(StreamingResponse):
     """
 
     def __init__(self, chunks: AsyncIterator[bytes], *, headers: Mapping[str, str], status_code: int,
-                 outcome: Outcome, metrics: Metrics, on_close: Callable[[], None] | None = None) -> None:  # fmt: skip
+                 outcome: Outcome, metrics: Metrics, on_close: Callable[[], None] | None = None,
+                 direct: DirectWrites | None = None) -> None:  # fmt: skip
         super().__init__(chunks, status_code=status_code, headers=headers, media_type="text/event-stream")
         self.outcome = outcome
         self.metrics = metrics
         self.on_close = on_close
+        self.direct = direct
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome, metrics = self.outcome, self.metrics
         metrics.streams.inc()
         watch = DisconnectWatch(receive)
         finished = False
+        body = scope.get("extensions", {}).get(DIRECT_BODY) if self.direct is not None else None
+        if body is not None:
+            self.direct.writer = _NotingWriter(body, outcome)  # type: ignore[union-attr]
         try:
             try:
                 await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
@@ -140,9 +147,31 @@ class EventStreamResponse(StreamingResponse):
             else:
                 if chunk is PING or chunk is KEEPALIVE_COMMENT:
                     outcome.keepalives += 1
-                elif outcome.first_byte is None and b"content_block_delta" in chunk:
-                    outcome.first_byte = time.perf_counter()  # the first token
+                elif outcome.first_byte is None:
+                    _note_first_token(outcome, cast(bytes, chunk))  # the backends' streams are bytes
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+
+def _note_first_token(outcome: Outcome, chunk: bytes) -> None:
+    if b"content_block_delta" in chunk:
+        outcome.first_byte = time.perf_counter()
+
+
+class _NotingWriter:
+    """The client's direct writer, noting the first token as `_relay` does for the
+    chunks that pass through it."""
+
+    __slots__ = ("_body", "_outcome", "ready")
+
+    def __init__(self, body: DirectBody, outcome: Outcome) -> None:
+        self._body = body
+        self._outcome = outcome
+        self.ready = body.ready
+
+    def write(self, chunk: bytes) -> None:
+        if self._outcome.first_byte is None:
+            _note_first_token(self._outcome, chunk)
+        self._body.write(chunk)
 
 
 def render(reply: Reply, request_id: str, outcome: Outcome, metrics: Metrics) -> Response:
@@ -151,7 +180,7 @@ def render(reply: Reply, request_id: str, outcome: Outcome, metrics: Metrics) ->
         return Response(reply.body, status_code=reply.status, headers=headers, media_type="application/json")
     headers = {**SSE_HEADERS, **reply.headers, "request-id": request_id}
     return EventStreamResponse(reply.chunks, status_code=reply.status, headers=headers, outcome=outcome, metrics=metrics,
-                               on_close=reply.on_close)  # fmt: skip
+                               on_close=reply.on_close, direct=reply.direct)  # fmt: skip
 
 
 async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call, Route, Outcome]:

@@ -226,6 +226,86 @@ def test_chunked_body_arrives_in_pieces_then_ends() -> None:
     run(main)
 
 
+def test_drain_to_hands_pieces_to_the_sink_until_it_declines_one_then_readany_has_it() -> None:
+    begin, go_on = asyncio.Event(), asyncio.Event()
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        await begin.wait()
+        for piece in (b"one", b"two", b"three"):
+            await peer.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await asyncio.sleep(0.01)  # each piece its own read
+        await go_on.wait()
+        await peer.send(b"4\r\nfour\r\n0\r\n\r\n")
+        await peer.request()
+
+    async def main() -> None:
+        async with Script(handler) as server:
+            pool = new_pool(server.root)
+            response = await pool.request(server.root, b"POST", "/stream", b"", b"{}")
+            taken: list[bytes] = []
+            begin.set()
+
+            def sink(piece: bytes) -> bool:
+                if piece == b"three":
+                    return False
+                taken.append(piece)
+                return True
+
+            await response.drain_to(sink)  # returns when a piece is declined
+            assert taken == [b"one", b"two"]
+            assert await response.readany() == b"three"  # the declined piece, not lost
+            go_on.set()
+            await response.drain_to(taken.append)  # type: ignore[arg-type]  # None: declines
+            assert await response.readany() == b"four"
+            await response.drain_to(sink)  # the body has ended: returns at once
+            assert await response.readany() == b""
+            response.release()
+            await pool.close()
+
+    run(main)
+
+
+def test_drain_to_returns_when_the_sink_stops_or_the_body_ends_or_fails() -> None:
+    begin = asyncio.Event()
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        await begin.wait()
+        await peer.send(b"5\r\nfirst\r\n")
+        await asyncio.sleep(0.05)
+        await peer.send(b"6\r\nsecond\r\n")
+        await asyncio.sleep(0.05)
+        await peer.send(b"5\r\nthird\r\n")
+        await asyncio.sleep(0.05)
+        peer.close()  # mid-body
+
+    async def main() -> None:
+        async with Script(handler) as server:
+            pool = new_pool(server.root)
+            response = await pool.request(server.root, b"POST", "/stream", b"", b"{}")
+            taken: list[bytes] = []
+
+            def stopping(piece: bytes) -> bool:
+                taken.append(piece)
+                response.stop_sink()  # took this one, wants no more
+                return True
+
+            begin.set()
+            await response.drain_to(stopping)
+            assert taken == [b"first"]
+            await response.drain_to(lambda piece: taken.append(piece) is None)
+            assert taken == [b"first", b"second", b"third"]
+            with pytest.raises(Disconnected):  # drain_to returned at the failure; readany reports it
+                await response.readany()
+            response.close()
+            await pool.close()
+
+    run(main)
+
+
 def test_close_delimited_body_ends_at_the_close_and_is_not_reused() -> None:
     async def handler(peer: Peer) -> None:
         await peer.request()

@@ -20,6 +20,7 @@ import msgspec
 from dragoman.backends.base import (
     Call,
     Completed,
+    DirectWrites,
     Reply,
     Streaming,
     UpstreamModel,
@@ -145,17 +146,18 @@ class AnthropicBackend:
             response = await send
             return await self._complete(response, call, _reply_headers(response.headers))
         head = await head_or_task(send, self._keepalive)
+        direct = DirectWrites()
         if isinstance(head, asyncio.Task):
             # Committed to 200 before the upstream answered: its refusal becomes an error event.
-            return Streaming(late_start(head, self._keepalive, lambda r: self._late_relay(r, call)))
+            return Streaming(late_start(head, self._keepalive, lambda r: self._late_relay(r, call, direct)), direct=direct)
         headers = _reply_headers(head.headers)
         if head.content_type == "text/event-stream" and head.status == 200:
-            return Streaming(self._relay(head, call), headers=headers, on_close=head.close)
+            return Streaming(self._relay(head, call, direct), headers=headers, on_close=head.close, direct=direct)
         return await self._complete(head, call, headers)
 
-    async def _late_relay(self, response: Response, call: Call) -> AsyncIterator[bytes]:
+    async def _late_relay(self, response: Response, call: Call, direct: DirectWrites) -> AsyncIterator[bytes]:
         if response.status == 200 and response.content_type == "text/event-stream":
-            async for chunk in self._relay(response, call):
+            async for chunk in self._relay(response, call, direct):
                 yield chunk
             return
         with upstream_errors(self.name):
@@ -192,15 +194,41 @@ class AnthropicBackend:
         new = msgspec.json.encode(call.model)
         return data.replace(b'"model":' + old, b'"model":' + new, 1).replace(b'"model": ' + old, b'"model": ' + new, 1)
 
-    async def _relay(self, response: Response, call: Call) -> AsyncIterator[bytes]:
+    async def _relay(self, response: Response, call: Call, direct: DirectWrites | None = None) -> AsyncIterator[bytes]:
         """Forward stream bytes as they arrive; pings fill silences, but only between
-        whole frames, and never past the upstream's idle timeout."""
+        whole frames, and never past the upstream's idle timeout. Once `message_start`
+        has gone out, reads go straight to `direct`'s writer when there is one, from the
+        connection's callback."""
         head: bytes | None = b""
         finished = False
         at_boundary = True
         watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
+
+        def passing(chunk: bytes) -> None:
+            nonlocal at_boundary
+            at_boundary = chunk.endswith(b"\n\n")
+            at = chunk.rfind(b"message_delta")
+            if at >= 0:
+                _note_usage(call, chunk[at:])  # not the whole burst: the counts follow the event's name
+
+        def relay_to_client(chunk: bytes) -> bool:  # Response.drain_to's sink
+            writer = direct.writer  # type: ignore[union-attr]
+            if writer is None or not writer.ready():
+                return False  # the client is slow: this read goes through `readany`, and `send` waits
+            watch.touch()
+            passing(chunk)
+            writer.write(chunk)
+            return True
+
         try:
             while True:
+                if head is None and direct is not None and direct.writer is not None:
+                    try:
+                        await watch.read(response.drain_to(relay_to_client))
+                    except Silence:
+                        if at_boundary:
+                            yield PING
+                        continue
                 try:
                     with upstream_errors(self.name):
                         chunk = await watch.read(response.readany())
@@ -216,10 +244,7 @@ class AnthropicBackend:
                         continue
                     chunk, head = self._rename(head, call), None
                     _note_usage(call, chunk[: chunk.find(b"\n\n")])  # message_start: the input tokens
-                at_boundary = chunk.endswith(b"\n\n")
-                at = chunk.rfind(b"message_delta")
-                if at >= 0:
-                    _note_usage(call, chunk[at:])  # not the whole burst: the counts follow the event's name
+                passing(chunk)
                 yield chunk
             if head:
                 yield self._rename(head, call)

@@ -37,6 +37,25 @@ class Completed:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+class ClientWriter(Protocol):
+    """Writes a stream's bytes to the client synchronously, from the upstream
+    connection's callback (see `dragoman.serving.DirectBody`)."""
+
+    def ready(self) -> bool:
+        """Whether `write` may be called now (else: yield the bytes to the endpoint)."""
+        ...
+
+    def write(self, chunk: bytes) -> None: ...
+
+
+@dataclass(slots=True)
+class DirectWrites:
+    """Where a stream finds the client's writer: set by the endpoint before the stream's
+    first chunk is asked for, if the server offers one; else the stream yields every chunk."""
+
+    writer: ClientWriter | None = None
+
+
 @dataclass(slots=True)
 class Streaming:
     chunks: AsyncIterator[bytes]
@@ -45,6 +64,8 @@ class Streaming:
     # Called once the stream is over, however it ended: closes the upstream response even
     # if `chunks` never started (a generator's own clean-up runs only once it has).
     on_close: Callable[[], None] | None = None
+    # Chunks may bypass `chunks` (written straight to the client) once this has a writer.
+    direct: DirectWrites | None = None
 
 
 Reply = Completed | Streaming

@@ -4,7 +4,8 @@ Upstream calls are the gateway's hot path: a general-purpose client (aiohttp, me
 in bench/clients.py) spent about 110 µs of CPU on each request, three times what this
 one does, retries and timeouts included. Here a connection is an asyncio Protocol whose bytes go straight
 into httptools' parser (the one uvicorn uses), and a `Response` hands the body out as
-it arrives: `readany()` for streams, `read()` for whole bodies. Connections are made
+it arrives: `readany()` for streams, `read()` for whole bodies, or `drain_to(sink)`,
+which hands each piece to a callback as it is parsed (no task wake-up per token). Connections are made
 and pooled by `dragoman.backends.pool`. The gateway's rare outbound fetches (URL
 documents, the models.dev registry) stay on aiohttp, for its resolver hook, redirects
 and environment proxies; they are not on any request's hot path.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import httptools
@@ -125,6 +127,7 @@ class Response:
         "_received",
         "_reused",
         "_sent_at",
+        "_sink",
         "_size",
         "_waiter",
         "headers",
@@ -143,6 +146,7 @@ class Response:
         self._complete = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._sink: Callable[[bytes], bool] | None = None
         self._paused = False
         self._decoder: zlib._Decompress | None = None
         self._reused = reused
@@ -196,6 +200,27 @@ class Response:
             if self._conn.transport is not None:
                 self._conn.transport.resume_reading()
         return data
+
+    async def drain_to(self, sink: Callable[[bytes], bool]) -> None:
+        """Hand the body to `sink` piece by piece, as the parser yields it, from the
+        connection's callback, until the sink declines a piece (it returns False: the
+        piece waits for `readany`), calls `stop_sink`, or the body ends or fails (which
+        `readany` then reports). Returns at once if data is already waiting. A sink must
+        not raise: it runs inside the protocol's callback."""
+        if self._chunks or self._error is not None or self._complete:
+            return
+        self._sink = sink
+        waiter = self._waiter = self._conn.loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            self._sink = None
+
+    def stop_sink(self) -> None:
+        """Called by a sink: take no more pieces; `drain_to` returns."""
+        self._sink = None
+        self._wake()
 
     async def read(self, limit: int | None = None) -> bytes:
         """The body to its end, or its first `limit` bytes."""
@@ -334,6 +359,11 @@ class Response:
                 return
             if not body:
                 return
+        sink = self._sink
+        if sink is not None:
+            if sink(body):
+                return
+            self._sink = None
         self._chunks.append(body)
         self._size += len(body)
         if self._size > HIGH_WATER and not self._paused and self._conn.transport is not None:

@@ -82,6 +82,11 @@ class ReadWatch:
             raise Silence from None
         finally:
             self._reading = False
+        self.touch()
+        return data
+
+    def touch(self) -> None:
+        """Data arrived (by `read`, or to a sink of `Response.drain_to` meanwhile)."""
         now = self._loop.time()
         self._quiet_since = now
         self._deadline = now + self._idle
@@ -89,7 +94,6 @@ class ReadWatch:
             self._handle.cancel()
             self._handle = None
             self._arm(now)
-        return data
 
     def _due(self) -> float:
         return min(self._quiet_since + self._interval, self._deadline)

@@ -14,6 +14,7 @@ from dragoman import ids, sse
 from dragoman.backends.base import (
     Call,
     Completed,
+    DirectWrites,
     Reply,
     Streaming,
     UpstreamModel,
@@ -154,12 +155,15 @@ class OpenAIBackend:
         counted = prompt_tokens if request.stop_sequences else None
         if request.stream:
             translator = StreamTranslator(**reply)
+            direct = DirectWrites()
             head = await head_or_task(post, self._keepalive)
             if isinstance(head, asyncio.Task):
-                chunks = late_start(head, self._keepalive, lambda response: self._translated(response, translator, call.outcome, _sse, counted))
-                return Streaming(chunks, headers=_headers(translated))
-            chunks = self._translated(head, translator, call.outcome, _sse, counted)
-            return Streaming(chunks, headers=_headers(translated), on_close=head.close)
+                chunks = late_start(
+                    head, self._keepalive, lambda response: self._translated(response, translator, call.outcome, _sse, counted, direct)
+                )
+                return Streaming(chunks, headers=_headers(translated), direct=direct)
+            chunks = self._translated(head, translator, call.outcome, _sse, counted, direct)
+            return Streaming(chunks, headers=_headers(translated), on_close=head.close, direct=direct)
         response = await post
         if not upstream_stream:
             with upstream_errors(self.name):
@@ -192,12 +196,14 @@ class OpenAIBackend:
 
     async def _translated(
         self, response: Response, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T],
-        prompt_tokens: Callable[[], Awaitable[int]] | None = None,
+        prompt_tokens: Callable[[], Awaitable[int]] | None = None, direct: DirectWrites | None = None,
     ) -> AsyncGenerator[T, None]:
         """An upstream stream as batches of Anthropic events (one per network read, the
         first token alone), each passed through `encode`: SSE bytes for the client, or
-        the events themselves to fold. Raises GatewayError after yielding what came
-        before the failure; always closes or releases the upstream response."""
+        the events themselves to fold. After the first token, reads go straight to
+        `direct`'s writer when there is one (SSE only), from the connection's callback.
+        Raises GatewayError after yielding what came before the failure; always closes
+        or releases the upstream response."""
         finished = False
         watch: ReadWatch | None = None
         try:
@@ -218,7 +224,40 @@ class OpenAIBackend:
             decoder = DataDecoder()
             watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
             started = False
+            failed: list[BaseException] = []  # what a direct read raised, re-raised here
+
+            def translate_to_client(raw: bytes) -> bool:  # Response.drain_to's sink: must not raise
+                writer = direct.writer  # type: ignore[union-attr]
+                if writer is None or not writer.ready():
+                    return False  # the client is slow: this read goes through `readany`, and `send` waits
+                watch.touch()  # type: ignore[union-attr]
+                out: list[anthropic.StreamEvent] = []
+                try:
+                    for payload in decoder.feed(raw):
+                        if payload == b"[DONE]":
+                            break
+                        out.extend(translator.feed(self._chunk(payload)))
+                        if translator.done:
+                            break
+                except BaseException as error:  # noqa: BLE001 - handed to the generator, which raises it
+                    failed.append(error)
+                if out:
+                    writer.write(encode_all(out))  # what came before a failure still reaches the client
+                if failed or translator.done:
+                    response.stop_sink()
+                return True
+
             while not translator.done:
+                if started and direct is not None and direct.writer is not None:
+                    try:
+                        await watch.read(response.drain_to(translate_to_client))
+                    except Silence:
+                        yield encode(PINGS)
+                        continue
+                    if failed:
+                        raise failed[0]
+                    if translator.done:
+                        break
                 try:
                     with upstream_errors(self.name):
                         raw = await watch.read(response.readany())
@@ -232,11 +271,7 @@ class OpenAIBackend:
                     for payload in decoder.feed(raw):
                         if payload == b"[DONE]":
                             break
-                        try:
-                            chunk = openai.CHAT_CHUNK.decode(payload)
-                        except msgspec.DecodeError as error:
-                            raise UpstreamError(f"upstream {self.name} sent an unreadable stream chunk: {error}") from None
-                        out.extend(translator.feed(chunk))
+                        out.extend(translator.feed(self._chunk(payload)))
                         if translator.done:
                             break
                         if out and not started:
@@ -266,6 +301,12 @@ class OpenAIBackend:
                 response.release()  # read to the end: the connection can be reused
             else:
                 response.close()  # stops the backend's generation
+
+    def _chunk(self, payload: bytes) -> openai.ChatChunk:
+        try:
+            return openai.CHAT_CHUNK.decode(payload)
+        except msgspec.DecodeError as error:
+            raise UpstreamError(f"upstream {self.name} sent an unreadable stream chunk: {error}") from None
 
     # -- token counting and limits -------------------------------------------------
 

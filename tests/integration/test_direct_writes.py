@@ -1,0 +1,241 @@
+"""Streams written to the client from the upstream connection's callback
+(`serving.DirectBody`, `Response.drain_to`) behave exactly as streams sent through
+ASGI: every scenario runs both ways, over real sockets, and the direct way is checked
+to have been taken."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from dragoman.serving import DirectBody, http_protocol
+from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
+from tests.fakes import FakeUpstream, Reply, chunk, text_stream, usage_chunk
+from tests.servers import GatewayServer, make_config, sse_frames
+
+HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
+REQUEST = {"model": "test-model", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "Hi"}]}
+PAUSE = ("sleep", 0.02)  # each token its own read, as from a model
+
+
+class Writes:
+    """Counts the chunks written directly, and the times the writer was not ready."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.refused = 0
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> Writes:
+    counts = Writes()
+    write, ready = DirectBody.write, DirectBody.ready
+
+    def counted_write(self: DirectBody, data: bytes) -> None:
+        counts.written += 1
+        write(self, data)
+
+    def counted_ready(self: DirectBody) -> bool:
+        answer = ready(self)
+        counts.refused += not answer
+        return answer
+
+    monkeypatch.setattr(DirectBody, "write", counted_write)
+    monkeypatch.setattr(DirectBody, "ready", counted_ready)
+    return counts
+
+
+@pytest.fixture(params=["direct", "asgi"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def start(mode: str) -> Iterator[Any]:
+    servers: list[GatewayServer] = []
+
+    def start(url: str, **config: Any) -> GatewayServer:
+        http = http_protocol() if mode == "direct" else "httptools"
+        server = GatewayServer(make_config(url, **config), http=http).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def _paced(*items: Any) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        out += [item, PAUSE]
+    return out
+
+
+def _stream(gateway: GatewayServer, body: dict | None = None) -> list[tuple[str | None, Any]]:
+    response = httpx.post(f"{gateway.url}/v1/messages", json=body or REQUEST, headers=HEADERS, timeout=20)
+    assert response.status_code == 200
+    return sse_frames(response.text)
+
+
+def _check_mode(mode: str, writes: Writes) -> None:
+    if mode == "direct":
+        assert writes.written > 0, "no chunk was written directly"
+    else:
+        assert writes.written == 0
+
+
+def test_paced_text_and_tool_call_arrive_whole(upstream: FakeUpstream, start: Any, mode: str, writes: Writes) -> None:
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+    upstream.stream_reply(_paced(
+        chunk({"role": "assistant", "content": ""}), chunk({"content": "Let me "}), chunk({"content": "check."}),
+        chunk({"tool_calls": [call]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+        chunk(finish="tool_calls"), usage_chunk(prompt=12, completion_tokens=7),
+    ))  # fmt: skip
+    frames = [(e, d) for e, d in _stream(start(upstream.url)) if e != "ping"]
+
+    assert [e for e, _ in frames] == [
+        "message_start", "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
+        "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop", "message_delta", "message_stop",
+    ]  # fmt: skip
+    assert [d["delta"]["text"] for _, d in frames[2:4]] == ["Let me ", "check."]
+    assert frames[5][1]["content_block"]["name"] == "get_weather"
+    assert "".join(d["delta"]["partial_json"] for _, d in frames[6:8]) == '{"city": "Paris"}'
+    assert frames[9][1]["delta"]["stop_reason"] == "tool_use"
+    assert frames[9][1]["usage"] == {"input_tokens": 12, "output_tokens": 7, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    _check_mode(mode, writes)
+
+
+def test_unreadable_chunk_after_tokens_ends_with_an_error_event(upstream: FakeUpstream, start: Any, mode: str, writes: Writes) -> None:
+    upstream.stream_reply([*_paced(*text_stream("one ", "two ")[:3]), b"data: {not json\n\n", chunk({"content": "never"})])
+    frames = _stream(start(upstream.url))
+
+    texts = [d["delta"]["text"] for e, d in frames if e == "content_block_delta"]
+    assert texts == ["one ", "two "]
+    assert frames[-1][0] == "error"
+    assert frames[-1][1]["error"]["type"] == "api_error"
+    assert "unreadable stream chunk" in frames[-1][1]["error"]["message"]
+    _check_mode(mode, writes)
+
+
+def test_upstream_dropping_mid_stream_ends_with_an_error_event(upstream: FakeUpstream, start: Any, mode: str, writes: Writes) -> None:
+    upstream.queue(Reply(chunks=_paced(*text_stream("a", "b", "c")[:4]), drop=True, done=False))
+    frames = _stream(start(upstream.url))
+
+    assert [d["delta"]["text"] for e, d in frames if e == "content_block_delta"] == ["a", "b", "c"]
+    assert frames[-1][0] == "error" and "message_stop" not in [e for e, _ in frames]
+    _check_mode(mode, writes)
+
+
+def test_silence_mid_stream_is_filled_with_pings_then_the_stream_goes_on(upstream: FakeUpstream, start: Any, mode: str,
+                                                                        writes: Writes) -> None:  # fmt: skip
+    pieces = text_stream("first", "before", "after")
+    upstream.stream_reply([*_paced(*pieces[:3]), ("sleep", 0.45), *_paced(*pieces[3:])])
+    frames = _stream(start(upstream.url, server={"keepalive_interval": 0.1}))
+
+    names = [e for e, _ in frames]
+    first, second = names.index("content_block_delta"), len(names) - 1 - names[::-1].index("content_block_delta")
+    assert names[first + 1 : second].count("ping") >= 2  # between the two tokens
+    assert names[-1] == "message_stop"
+    _check_mode(mode, writes)
+
+
+def test_silence_past_the_idle_timeout_mid_stream_is_an_error(upstream: FakeUpstream, start: Any, mode: str, writes: Writes) -> None:
+    pieces = text_stream("one", "two", "three", "after")
+    upstream.stream_reply([*_paced(*pieces[:4]), ("sleep", 1.5), *pieces[4:]])
+    frames = _stream(start(upstream.url, server={"keepalive_interval": 0.1}, upstream={"idle_timeout": 0.4}))
+
+    assert [d["delta"]["text"] for e, d in frames if e == "content_block_delta"] == ["one", "two", "three"]
+    assert frames[-1][0] == "error"
+    assert frames[-1][1]["error"]["type"] == "timeout_error"
+    _check_mode(mode, writes)
+
+
+def test_passthrough_forwards_paced_events_byte_for_byte(native: FakeAnthropic, start: Any, mode: str, writes: Writes) -> None:
+    events = text_events("Hello")
+    deltas = [event_for(f" t{i}") for i in range(5)]
+    events = [*events[:3], *deltas, *events[3:]]
+    native.replies.append(NativeReply(events=_paced(*events)))
+    gateway = start(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
+
+    response = httpx.post(f"{gateway.url}/v1/messages", json={**REQUEST, "model": "native-model"}, headers=HEADERS, timeout=20)
+
+    assert response.content == b"".join(events)
+    _check_mode(mode, writes)
+    assert _metric(gateway, "output") == 3.0  # the usage of message_delta, read as it went past
+
+
+def event_for(text: str) -> bytes:
+    from tests.fake_anthropic import event
+
+    return event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}})
+
+
+def test_a_client_that_stops_reading_gets_every_token_in_order(upstream: FakeUpstream, start: Any, mode: str, writes: Writes) -> None:
+    """The client's socket fills (flow control): direct writes stop, `send` waits for
+    the client, and nothing is lost or reordered."""
+    token = "x" * 2000
+    count = 2500  # 5 MB of text: more than the kernel buffers between the gateway and a client reading nothing
+    items: list[Any] = [chunk({"role": "assistant", "content": ""})]
+    for i in range(count):
+        items.append(chunk({"content": f"{i:05d}{token}"}))
+        if i % 50 == 0:
+            items.append(("sleep", 0.001))
+    items += [chunk(finish="stop"), usage_chunk(completion_tokens=count)]
+    upstream.stream_reply(items)
+    gateway = start(upstream.url)
+
+    body = b'{"model":"test-model","max_tokens":5000,"stream":true,"messages":[{"role":"user","content":"Hi"}]}'
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(("127.0.0.1", gateway.port))
+        client.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                       b"content-length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+        time.sleep(1.0)  # read nothing while the upstream sends everything
+        received = bytearray()
+        client.settimeout(20)
+        while data := client.recv(65536):
+            received += data
+    text = _unchunk(bytes(received)).decode()
+    frames = sse_frames(text)
+    texts = [d["delta"]["text"] for e, d in frames if e == "content_block_delta"]
+    assert [int(t[:5]) for t in texts] == list(range(count))
+    assert all(t[5:] == token for t in texts)
+    assert frames[-1][0] == "message_stop"
+    _check_mode(mode, writes)
+    if mode == "direct":
+        assert writes.refused > 0, "the client's socket never filled: the test did not exercise flow control"
+
+
+def _unchunk(raw: bytes) -> bytes:
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    body = bytearray()
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            break
+        body += rest[:size]
+        rest = rest[size + 2 :]
+    return bytes(body)
+
+
+def _metric(gateway: GatewayServer, direction: str) -> float:
+    """The gateway's token counter for native-model (recorded just after the stream's last byte)."""
+    line = f'dragoman_tokens_total{{direction="{direction}",model="native-model"}}'
+    deadline = time.monotonic() + 5
+    while True:
+        for row in httpx.get(f"{gateway.url}/metrics").text.splitlines():
+            if row.startswith(line):
+                return float(row.split()[-1])
+        if time.monotonic() > deadline:
+            return 0.0
+        time.sleep(0.02)
