@@ -159,18 +159,22 @@ def _note_first_token(outcome: Outcome, chunk: bytes) -> None:
 
 class _NotingWriter:
     """The client's direct writer, noting the first token as `_relay` does for the
-    chunks that pass through it."""
+    chunks that pass through it; once noted, `write` is the body's own (one call less
+    per token)."""
 
-    __slots__ = ("_body", "_outcome", "ready")
+    __slots__ = ("_body", "_outcome", "ready", "write")
 
     def __init__(self, body: DirectBody, outcome: Outcome) -> None:
         self._body = body
         self._outcome = outcome
         self.ready = body.ready
+        self.write = body.write if outcome.first_byte is not None else self._noting
 
-    def write(self, chunk: bytes) -> None:
-        if self._outcome.first_byte is None:
+    def _noting(self, chunk: bytes) -> None:
+        if self._outcome.first_byte is None:  # else noted by `_relay` meanwhile
             _note_first_token(self._outcome, chunk)
+        if self._outcome.first_byte is not None:
+            self.write = self._body.write
         self._body.write(chunk)
 
 

@@ -239,3 +239,31 @@ def _metric(gateway: GatewayServer, direction: str) -> float:
         if time.monotonic() > deadline:
             return 0.0
         time.sleep(0.02)
+
+
+def test_time_to_first_token_is_recorded_once_when_the_first_delta_is_written_directly(
+    upstream: FakeUpstream, start: Any, mode: str, writes: Writes
+) -> None:
+    # The tool call's first chunk opens its block without a delta; the first delta is the next read.
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
+    upstream.stream_reply(_paced(
+        chunk({"role": "assistant", "content": None, "tool_calls": [call]}),
+        *[chunk({"tool_calls": [{"index": 0, "function": {"arguments": part}}]}) for part in ('{"a"', ": 1", "}")],
+        chunk(finish="tool_calls"), usage_chunk(),
+    ))  # fmt: skip
+    gateway = start(upstream.url)
+    frames = _stream(gateway)
+
+    assert [e for e, _ in frames if e != "ping"][:3] == ["message_start", "content_block_start", "content_block_delta"]
+    _check_mode(mode, writes)
+    deadline = time.monotonic() + 5
+    while (count := _histogram_count(gateway)) == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert count == 1
+
+
+def _histogram_count(gateway: GatewayServer) -> float:
+    for row in httpx.get(f"{gateway.url}/metrics").text.splitlines():
+        if row.startswith('dragoman_time_to_first_token_seconds_count{path="translate"}'):
+            return float(row.split()[-1])
+    return 0.0

@@ -65,25 +65,25 @@ class PrefillEcho:
     only while it still matches the prefill's beginning.
     """
 
-    __slots__ = ("_prefill", "_seen", "_done")
+    __slots__ = ("_prefill", "_seen", "done")
 
     def __init__(self, prefill: str) -> None:
         self._prefill = prefill
         self._seen = ""
-        self._done = not prefill
+        self.done = not prefill  # nothing (more) to hold back: `feed` returns its text
 
     def feed(self, text: str) -> str:
-        if self._done:
+        if self.done:
             return text
         seen = self._seen + text
         if len(seen) < len(self._prefill) and self._prefill.startswith(seen):
             self._seen = seen
             return ""
-        self._done = True
+        self.done = True
         self._seen = ""
         return seen[len(self._prefill) :] if seen.startswith(self._prefill) else seen
 
     def flush(self) -> str:
         """A reply shorter than the prefill that matched it so far: give it back."""
-        rest, self._seen, self._done = self._seen, "", True
+        rest, self._seen, self.done = self._seen, "", True
         return rest

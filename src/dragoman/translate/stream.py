@@ -84,6 +84,7 @@ class StreamTranslator:
         self._new_tool_id = new_tool_id
         self._tool_names = tool_names or {}
         self._stops = StopMatcher(stop_sequences or [])
+        self._matching = bool(self._stops)  # checked per token: a plain flag, not StopMatcher.__bool__
         self._echo = PrefillEcho(prefill)
         self._surface_thinking = surface_thinking
         self._omit_thinking_text = omit_thinking_text
@@ -127,22 +128,28 @@ class StreamTranslator:
         events: list[a.StreamEvent] = []
         if self.done:
             return events
-        for choice in chunk.choices[:1]:
-            delta = choice.delta
-            if delta.content or delta.reasoning or delta.reasoning_content or delta.tool_calls or delta.refusal:
-                self._generated += 1
+        if not chunk.choices:
+            return events
+        choice = chunk.choices[0]
+        delta = choice.delta
+        content = delta.content
+        if content and not (delta.reasoning or delta.reasoning_content or delta.tool_calls or delta.refusal):
+            self._generated += 1  # a token of text, as most chunks are
+            self._text(content, events)
+        elif content or delta.reasoning or delta.reasoning_content or delta.tool_calls or delta.refusal:
+            self._generated += 1
             reasoning = delta.reasoning or delta.reasoning_content
             if reasoning:
                 self._reasoning(reasoning, events)
-            if delta.content:
-                self._text(delta.content, events)
+            if content:
+                self._text(content, events)
             if delta.refusal:
                 self._text(delta.refusal, events)
             if delta.tool_calls and not self.done:
                 for call in delta.tool_calls:
                     self._tool_call(call, events)
-            if choice.finish_reason:
-                self._finish = choice.finish_reason
+        if choice.finish_reason:
+            self._finish = choice.finish_reason
         return events
 
     @property
@@ -231,8 +238,9 @@ class StreamTranslator:
 
     def _text(self, text: str, events: list[a.StreamEvent]) -> None:
         self._saw_content = True
-        text = self._echo.feed(text)
-        if self._stops:
+        if not self._echo.done:
+            text = self._echo.feed(text)
+        if self._matching:
             text = self._stops.feed(text)
             if self._stops.matched is not None:
                 self.done = True
