@@ -192,19 +192,7 @@ def test_a_client_that_stops_reading_gets_every_token_in_order(upstream: FakeUps
     upstream.stream_reply(items)
     gateway = start(upstream.url)
 
-    body = b'{"model":"test-model","max_tokens":5000,"stream":true,"messages":[{"role":"user","content":"Hi"}]}'
-    with socket.socket() as client:
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        client.connect(("127.0.0.1", gateway.port))
-        client.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\n"
-                       b"content-length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
-        time.sleep(1.0)  # read nothing while the upstream sends everything
-        received = bytearray()
-        client.settimeout(20)
-        while data := client.recv(65536):
-            received += data
-    text = _unchunk(bytes(received)).decode()
-    frames = sse_frames(text)
+    frames = _read_late(gateway, "test-model")
     texts = [d["delta"]["text"] for e, d in frames if e == "content_block_delta"]
     assert [int(t[:5]) for t in texts] == list(range(count))
     assert all(t[5:] == token for t in texts)
@@ -212,6 +200,46 @@ def test_a_client_that_stops_reading_gets_every_token_in_order(upstream: FakeUps
     _check_mode(mode, writes)
     if mode == "direct":
         assert writes.refused > 0, "the client's socket never filled: the test did not exercise flow control"
+
+
+def test_passthrough_to_a_client_that_stops_reading_loses_nothing(native: FakeAnthropic, start: Any, mode: str,
+                                                                  writes: Writes) -> None:  # fmt: skip
+    token = "y" * 2000
+    count = 2500
+    events = text_events("")
+    deltas: list[Any] = []
+    for i in range(count):
+        deltas.append(event_for(f"{i:05d}{token}"))
+        if i % 50 == 0:
+            deltas.append(("sleep", 0.001))
+    native.replies.append(NativeReply(events=[*events[:3], *deltas, *events[3:]]))
+    gateway = start(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
+
+    frames = _read_late(gateway, "native-model")
+    texts = [d["delta"]["text"] for e, d in frames if e == "content_block_delta"][1:]  # after text_events' own ""
+    assert [int(t[:5]) for t in texts] == list(range(count))
+    assert all(t[5:] == token for t in texts)
+    assert frames[-1][0] == "message_stop"
+    _check_mode(mode, writes)
+    if mode == "direct":
+        assert writes.refused > 0, "the client's socket never filled: the test did not exercise flow control"
+
+
+def _read_late(gateway: GatewayServer, model: str) -> list[tuple[str | None, Any]]:
+    """A stream's frames, read by a client with a small socket buffer that reads nothing
+    for half a second (the gateway's writes to it pause), then everything."""
+    body = b'{"model":"%s","max_tokens":5000,"stream":true,"messages":[{"role":"user","content":"Hi"}]}' % model.encode()
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(("127.0.0.1", gateway.port))
+        client.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                       b"content-length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+        time.sleep(0.5)  # read nothing while the upstream sends everything
+        received = bytearray()
+        client.settimeout(20)
+        while data := client.recv(65536):
+            received += data
+    return sse_frames(_unchunk(bytes(received)).decode())
 
 
 def _unchunk(raw: bytes) -> bytes:
@@ -267,3 +295,21 @@ def _histogram_count(gateway: GatewayServer) -> float:
         if row.startswith('dragoman_time_to_first_token_seconds_count{path="translate"}'):
             return float(row.split()[-1])
     return 0.0
+
+
+def test_a_client_leaving_while_tokens_flow_closes_the_upstream(upstream: FakeUpstream, start: Any, mode: str, writes: Writes) -> None:
+    items: list[Any] = [chunk({"role": "assistant", "content": ""})]
+    for i in range(300):
+        items += [chunk({"content": f" t{i}"}), ("sleep", 0.01)]
+    upstream.stream_reply([*items, chunk(finish="stop"), usage_chunk()])
+    gateway = start(upstream.url)
+
+    with httpx.stream("POST", f"{gateway.url}/v1/messages", json=REQUEST, headers=HEADERS, timeout=10) as response:
+        received = b""
+        for data in response.iter_bytes():
+            received += data
+            if received.count(b"content_block_delta") >= 10:
+                break  # and hang up, mid-stream
+    assert upstream.wait_for(lambda: upstream.disconnects == 1, timeout=3)
+    assert upstream.completed == 0
+    _check_mode(mode, writes)
