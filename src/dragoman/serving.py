@@ -6,27 +6,28 @@ on the benchmark machine (docs/performance.md). With the writer this module puts
 each request's scope, a stream's tokens are written to the client from the upstream
 connection's own callback instead (see `backends.connection.Response.drain_to`).
 
-The writer reads four attributes of uvicorn's request cycle. `http_protocol()` checks
-them once; if uvicorn changed them, or httptools is missing, the server is uvicorn's
-own and streams take the ASGI path, which works the same, a little slower.
+The protocol reads seven attributes of uvicorn's request cycle and one of its flow
+control. `http_protocol()` checks them once; if uvicorn changed them, or httptools is
+missing, the server is uvicorn's own and streams take the ASGI path, which works the
+same, a little slower. Direct writes bypass any wrapper around ASGI `send`: only the
+hot endpoints use them, which `app.App` serves without middleware.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-if importlib.util.find_spec("httptools") is None:  # uvicorn[standard] brings it where wheels exist
-    HTTPTOOLS = False
-    _Base: Any = object
-else:
-    HTTPTOOLS = True
-    from uvicorn.protocols.http import httptools_impl
+HTTPTOOLS = importlib.util.find_spec("httptools") is not None  # uvicorn[standard] brings it where wheels exist
+if TYPE_CHECKING or HTTPTOOLS:
+    from uvicorn.protocols.http import flow_control, httptools_impl
 
     _Base = httptools_impl.HttpToolsProtocol
+else:
+    _Base = object
 
 DIRECT_BODY = "dragoman.direct_body"  # the scope extension's name
-_CYCLE_ATTRIBUTES = ("transport", "flow", "disconnected", "response_complete", "chunked_encoding")
+_CYCLE_ATTRIBUTES = ("scope", "transport", "flow", "disconnected", "response_complete", "chunked_encoding", "message_event")
 
 
 class DirectBody:
@@ -36,29 +37,56 @@ class DirectBody:
     while the client's socket is full (flow control) or gone, so that the caller goes
     back to `send`, which waits for the client as usual."""
 
-    __slots__ = ("_cycle",)
+    __slots__ = ("_cycle", "_broken")
 
     def __init__(self, cycle: Any) -> None:
         self._cycle = cycle
+        self._broken = False
 
     def ready(self) -> bool:
         cycle = self._cycle
-        return (cycle.chunked_encoding is True and not cycle.flow.write_paused
-                and not cycle.disconnected and not cycle.response_complete)  # fmt: skip
+        return (cycle.chunked_encoding is True and not cycle.flow.write_paused and not cycle.disconnected
+                and not cycle.response_complete and not self._broken and not cycle.transport.is_closing())  # fmt: skip
 
     def write(self, chunk: bytes) -> None:
-        """One chunk of the body (not empty); call `ready()` first."""
-        self._cycle.transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        """One chunk of the body; call `ready()` first. Never raises: a write the transport
+        refuses (the client's connection is closing) is dropped, and `ready()` is false
+        from then on, so the stream goes back to `send`, which ends it as uvicorn does."""
+        if not chunk:
+            return  # an empty chunk would end the body
+        try:
+            self._cycle.transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        except Exception:  # noqa: BLE001 - uvloop raises RuntimeError for a closed handle
+            self._broken = True
 
 
 class DirectBodyProtocol(_Base):
-    """uvicorn's httptools protocol; each request's scope carries a `DirectBody`."""
+    """uvicorn's httptools protocol; each request's scope carries a `DirectBody`.
+
+    Also: when the connection is lost, every request still answering on it is marked
+    disconnected. uvicorn marks only the newest, so a client that pipelined a second
+    request behind a stream and then went away left the stream writing to a closed
+    transport (an exception per write, and the upstream generating for nobody)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._answering: list[Any] = []  # request cycles whose response is not complete
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # not an upgrade
-            self.scope["extensions"] = {**self.scope.get("extensions", {}), DIRECT_BODY: DirectBody(cycle)}
+            scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # uvicorn types extensions narrowly
+            scope["extensions"] = {**scope.get("extensions", {}), DIRECT_BODY: DirectBody(cycle)}
+            self._answering = [*(c for c in self._answering if not c.response_complete), cycle]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        for cycle in self._answering:
+            if not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()  # wakes a `receive()`: the app hears http.disconnect
+        self._answering = []
 
 
 def http_protocol() -> Any:
@@ -66,8 +94,17 @@ def http_protocol() -> Any:
     uvicorn's own choice when that cannot work here."""
     if not HTTPTOOLS:
         return "h11"
-    init = getattr(httptools_impl.RequestResponseCycle.__init__, "__code__", None)
-    assigned = set(init.co_names) if init is not None else set()
-    if not all(name in assigned for name in _CYCLE_ATTRIBUTES):  # uvicorn changed its cycle
-        return "httptools"
+    if not (_sets(httptools_impl.RequestResponseCycle, _CYCLE_ATTRIBUTES) and _sets(flow_control.FlowControl, ("write_paused",))):
+        return "httptools"  # uvicorn changed what the writer reads
     return DirectBodyProtocol
+
+
+def _sets(cls: type, names: tuple[str, ...]) -> bool:
+    """Whether `cls.__init__` assigns each of `names` to its instance."""
+    init = getattr(cls.__dict__.get("__init__"), "__code__", None)
+    if init is None:
+        return False
+    import dis
+
+    stored = {i.argval for i in dis.get_instructions(init) if i.opname == "STORE_ATTR"}
+    return all(name in stored for name in names)

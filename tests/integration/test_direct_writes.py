@@ -5,7 +5,10 @@ to have been taken."""
 
 from __future__ import annotations
 
+import json
+import logging
 import socket
+import struct
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from dragoman.serving import DirectBody, http_protocol
+from dragoman.serving import DIRECT_BODY, DirectBody, DirectBodyProtocol, http_protocol
 from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
 from tests.fakes import FakeUpstream, Reply, chunk, text_stream, usage_chunk
 from tests.servers import GatewayServer, make_config, sse_frames
@@ -50,6 +53,14 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Writes:
     return counts
 
 
+class WithoutDirectBody(DirectBodyProtocol):
+    """dragoman's protocol with no direct writer in the scope: every chunk goes through `send`."""
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self.scope.get("extensions", {}).pop(DIRECT_BODY, None)
+
+
 @pytest.fixture(params=["direct", "asgi"])
 def mode(request: pytest.FixtureRequest) -> str:
     return request.param
@@ -60,7 +71,7 @@ def start(mode: str) -> Iterator[Any]:
     servers: list[GatewayServer] = []
 
     def start(url: str, **config: Any) -> GatewayServer:
-        http = http_protocol() if mode == "direct" else "httptools"
+        http = http_protocol() if mode == "direct" else WithoutDirectBody
         server = GatewayServer(make_config(url, **config), http=http).start()
         servers.append(server)
         return server
@@ -313,3 +324,81 @@ def test_a_client_leaving_while_tokens_flow_closes_the_upstream(upstream: FakeUp
     assert upstream.wait_for(lambda: upstream.disconnects == 1, timeout=3)
     assert upstream.completed == 0
     _check_mode(mode, writes)
+
+
+def test_passthrough_counts_a_message_delta_cut_across_reads(native: FakeAnthropic, start: Any, mode: str, writes: Writes) -> None:
+    events = text_events("Hello")
+    delta = events[4].replace(b'"output_tokens": 3', b'"output_tokens": 123')
+    cut = delta.index(b'"output_tokens": 1') + len(b'"output_tokens": 1')  # "1" | "23}}"
+    tokens = [event_for(f" t{i}") for i in range(3)]
+    native.replies.append(NativeReply(events=_paced(*events[:3], *tokens, events[3], delta[:cut], delta[cut:], events[5])))
+    gateway = start(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
+
+    response = httpx.post(f"{gateway.url}/v1/messages", json={**REQUEST, "model": "native-model"}, headers=HEADERS, timeout=20)
+
+    assert response.content.endswith(delta + events[5])
+    assert _metric(gateway, "output") == 123.0
+    _check_mode(mode, writes)
+
+
+class Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(f"{record.name}: {record.getMessage()}")
+
+
+@pytest.fixture
+def warnings_logged() -> Iterator[Any]:
+    """Call it once the gateway runs (uvicorn configures its loggers at start, dropping
+    handlers): the warnings and errors of dragoman's and uvicorn's loggers from then on
+    (uvicorn's do not reach the root logger, so caplog misses them)."""
+    handler = Collect()
+    loggers = [logging.getLogger(name) for name in ("dragoman", "uvicorn.error")]
+
+    def watch() -> list[str]:
+        for logger in loggers:
+            logger.addHandler(handler)
+        return handler.messages
+
+    yield watch
+    for logger in loggers:
+        logger.removeHandler(handler)
+
+
+def test_a_client_resetting_a_pipelined_connection_mid_stream_is_a_client_disconnect(
+    upstream: FakeUpstream, start: Any, mode: str, writes: Writes, warnings_logged: Any
+) -> None:
+    """uvicorn alone marks only the newest request of a pipelined connection as
+    disconnected: the stream ahead of it went on writing to a closed transport."""
+    items: list[Any] = [chunk({"role": "assistant", "content": ""})]
+    for i in range(100):
+        items += [chunk({"content": f" t{i}"}), ("sleep", 0.01)]
+    for _ in range(2):
+        upstream.stream_reply([*items, chunk(finish="stop"), usage_chunk()])
+    gateway = start(upstream.url)
+    logged = warnings_logged()
+    body = json.dumps(REQUEST).encode()
+    post = b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+
+    with socket.create_connection(("127.0.0.1", gateway.port)) as client:
+        client.sendall(post + post)
+        received = b""
+        while received.count(b"content_block_delta") < 5:
+            received += client.recv(65536)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+    assert upstream.wait_for(lambda: upstream.disconnects >= 1, timeout=5)  # the upstream request was closed
+    deadline = time.monotonic() + 5
+    while not (rows := _rows(gateway, "dragoman_requests_total{")) and time.monotonic() < deadline:
+        time.sleep(0.02)  # the stream's outcome is recorded once its task has ended
+    assert rows, "the stream's outcome was never recorded"
+    assert _rows(gateway, "dragoman_upstream_errors_total{") == []
+    assert _rows(gateway, "dragoman_client_disconnects_total") == ["dragoman_client_disconnects_total 1.0"]
+    assert logged == []
+    _check_mode(mode, writes)
+
+
+def _rows(gateway: GatewayServer, prefix: str) -> list[str]:
+    return [row for row in httpx.get(f"{gateway.url}/metrics").text.splitlines() if row.startswith(prefix)]

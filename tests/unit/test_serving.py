@@ -27,3 +27,80 @@ def test_a_changed_request_cycle_falls_back_to_uvicorns_protocol(monkeypatch: py
 def test_without_httptools_the_server_is_h11(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(serving, "HTTPTOOLS", False)
     assert serving.http_protocol() == "h11"
+
+
+def test_a_changed_flow_control_falls_back_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from uvicorn.protocols.http import flow_control
+
+    def changed_init(self: object, transport: object) -> None:
+        self.transport = transport  # type: ignore[attr-defined]
+        self.paused_for_writes = False  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(flow_control.FlowControl, "__init__", changed_init)
+    assert serving.http_protocol() == "httptools"
+
+
+class Transport:
+    def __init__(self, *, closing: bool = False, refuses: bool = False) -> None:
+        self.written: list[bytes] = []
+        self.closing = closing
+        self.refuses = refuses
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def write(self, data: bytes) -> None:
+        if self.refuses:
+            raise RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed")
+        self.written.append(data)
+
+
+class Flow:
+    write_paused = False
+
+
+class Cycle:
+    """The attributes of uvicorn's request cycle that DirectBody reads, for a started chunked body."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self.flow = Flow()
+        self.chunked_encoding: bool | None = True
+        self.disconnected = False
+        self.response_complete = False
+
+
+def test_the_writer_frames_each_chunk_and_skips_empty_ones() -> None:
+    transport = Transport()
+    body = serving.DirectBody(Cycle(transport))
+    assert body.ready()
+    body.write(b"event: ping\n\n")
+    body.write(b"")  # would be the terminating chunk
+    assert transport.written == [b"d\r\nevent: ping\n\n\r\n"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda cycle: setattr(cycle, "chunked_encoding", None),  # the head has not gone out
+        lambda cycle: setattr(cycle, "chunked_encoding", False),  # a Content-Length body
+        lambda cycle: setattr(cycle.flow, "write_paused", True),  # the client's socket is full
+        lambda cycle: setattr(cycle, "disconnected", True),
+        lambda cycle: setattr(cycle, "response_complete", True),
+        lambda cycle: setattr(cycle.transport, "closing", True),  # closing, not yet noticed by uvicorn
+    ],
+)
+def test_the_writer_is_not_ready_unless_the_body_can_take_a_chunk_now(change: object) -> None:
+    cycle = Cycle(Transport())
+    cycle.flow = Flow()
+    change(cycle)  # type: ignore[operator]
+    assert not serving.DirectBody(cycle).ready()
+
+
+def test_a_write_the_transport_refuses_is_dropped_and_the_writer_stays_unready() -> None:
+    transport = Transport(refuses=True)
+    body = serving.DirectBody(Cycle(transport))
+    body.write(b"data")  # does not raise: it runs inside the upstream connection's callback
+    assert not body.ready()
+    transport.refuses = False
+    assert not body.ready()

@@ -202,17 +202,25 @@ class AnthropicBackend:
         head: bytes | None = b""
         finished = False
         at_boundary = True
+        delta_event = b""  # a message_delta event cut by a read, until its end arrives
         watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
+        writes = direct if direct is not None else DirectWrites()
 
         def passing(chunk: bytes) -> None:
-            nonlocal at_boundary
-            at_boundary = chunk.endswith(b"\n\n")
+            nonlocal at_boundary, delta_event
+            at_boundary = chunk.endswith((b"\n\n", b"\r\n\r\n"))
+            if delta_event:
+                chunk = delta_event + chunk
+                delta_event = b""
             at = chunk.rfind(b"message_delta")
-            if at >= 0:
-                _note_usage(call, chunk[at:])  # not the whole burst: the counts follow the event's name
+            if at >= 0:  # the counts follow the event's name; not the whole burst is searched
+                if chunk.find(b"\n\n", at) >= 0 or chunk.find(b"\n\r\n", at) >= 0 or len(chunk) - at > HEAD_LIMIT:
+                    _note_usage(call, chunk[at:])
+                else:
+                    delta_event = chunk[at:]
 
         def relay_to_client(chunk: bytes) -> bool:  # Response.drain_to's sink
-            writer = direct.writer  # type: ignore[union-attr]
+            writer = writes.writer
             if writer is None or not writer.ready():
                 return False  # the client is slow: this read goes through `readany`, and `send` waits
             watch.touch()
@@ -222,7 +230,7 @@ class AnthropicBackend:
 
         try:
             while True:
-                if head is None and direct is not None and direct.writer is not None:
+                if head is None and writes.writer is not None:
                     try:
                         await watch.read(response.drain_to(relay_to_client))
                     except Silence:
@@ -248,6 +256,8 @@ class AnthropicBackend:
                 yield chunk
             if head:
                 yield self._rename(head, call)
+            if delta_event:
+                _note_usage(call, delta_event)
             finished = True
         except GatewayError as error:
             yield error.event()

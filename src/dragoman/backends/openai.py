@@ -222,45 +222,49 @@ class OpenAIBackend:
                 return
             yield encode(translator.start())
             decoder = DataDecoder()
-            watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
+            watch = reads = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
             started = False
+            writes = direct if direct is not None else DirectWrites()
             failed: list[BaseException] = []  # what a direct read raised, re-raised here
 
             def translate_to_client(raw: bytes) -> bool:  # Response.drain_to's sink: must not raise
-                writer = direct.writer  # type: ignore[union-attr]
-                if writer is None or not writer.ready():
-                    return False  # the client is slow: this read goes through `readany`, and `send` waits
-                watch.touch()  # type: ignore[union-attr]
+                writer = writes.writer
+                if writer is None or failed or not writer.ready():
+                    return False  # e.g. the client is slow: this read goes through `readany`, and `send` waits
+                reads.touch()
                 out: list[anthropic.StreamEvent] = []
                 try:
-                    for payload in decoder.feed(raw):
-                        if payload == b"[DONE]":
-                            break
-                        out.extend(translator.feed(self._chunk(payload)))
-                        if translator.done:
-                            break
+                    try:
+                        for payload in decoder.feed(raw):
+                            if payload == b"[DONE]":
+                                break
+                            out.extend(translator.feed(self._chunk(payload)))
+                            if translator.done:
+                                break
+                    finally:
+                        if out:
+                            writer.write(encode_all(out))  # what came before a failure still reaches the client
                 except BaseException as error:  # noqa: BLE001 - handed to the generator, which raises it
                     failed.append(error)
-                if out:
-                    writer.write(encode_all(out))  # what came before a failure still reaches the client
                 if failed or translator.done:
                     response.stop_sink()
                 return True
 
             while not translator.done:
-                if started and direct is not None and direct.writer is not None:
+                if started and writes.writer is not None:
                     try:
-                        await watch.read(response.drain_to(translate_to_client))
+                        await reads.read(response.drain_to(translate_to_client))
                     except Silence:
-                        yield encode(PINGS)
-                        continue
+                        if not failed:  # (a failure in the same loop turn as the ping's timer: no ping)
+                            yield encode(PINGS)
+                            continue
                     if failed:
                         raise failed[0]
                     if translator.done:
                         break
                 try:
                     with upstream_errors(self.name):
-                        raw = await watch.read(response.readany())
+                        raw = await reads.read(response.readany())
                 except Silence:
                     yield encode(PINGS)
                     continue
