@@ -25,7 +25,6 @@ from dragoman.backends.base import Call, Completed
 from dragoman.batch_store import BatchDir, Ended, Record
 from dragoman.config import BatchesConfig
 from dragoman.errors import GatewayError, InvalidRequest, UpstreamError
-from dragoman.files import names_a_file
 from dragoman.observe import Outcome
 from dragoman.protocol import anthropic
 from dragoman.protocol.batches import BatchRequest, RequestCounts
@@ -285,7 +284,7 @@ class Runner:
         body = bytes(item.params)
         outcome = Outcome(request_id=ids.request_id(), endpoint="batch")
         try:
-            if gateway.files.in_use() and names_a_file(body):
+            if gateway.files.named_in(body):
                 body = await gateway.files.resolve(body, gateway.config.server.max_request_bytes, owner=record.owner)
             try:
                 request = decode_request(body, anthropic.MESSAGES_REQUEST)

@@ -18,7 +18,6 @@ from dragoman import auth
 from dragoman.backends.base import Call, Completed, DirectWrites, Reply
 from dragoman.disconnect import ClientLeft, DisconnectWatch
 from dragoman.errors import GatewayError, InvalidRequest, RequestTooLarge, UpstreamError
-from dragoman.files import names_a_file
 from dragoman.gateway import Gateway
 from dragoman.observe import Metrics, Outcome, observe
 from dragoman.protocol import anthropic
@@ -192,7 +191,7 @@ async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call
     outcome = state["outcome"] = Outcome(request_id=state["request_id"], endpoint=endpoint)
     auth.check(request, gateway.api_keys)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
-    if gateway.files.in_use() and names_a_file(body):
+    if gateway.files.named_in(body):
         body = await gateway.files.resolve(body, gateway.config.server.max_request_bytes, owner=owner(request, gateway))
     whole: anthropic.MessagesRequest | None = None
     envelope: anthropic.MessagesRequest | anthropic.Envelope

@@ -247,3 +247,26 @@ def test_paging_runs_over_the_owners_files_only(tmp_path: Path) -> None:
             await files.page({"after_id": b_ids[1]}, owner=A)
 
     asyncio.run(main())
+
+
+def test_named_in_tells_bodies_that_may_name_a_stored_file_and_skips_the_stat_for_small_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = store(tmp_path)
+    small_without = body({"type": "text", "text": "hi"})
+    small_with = body({"type": "document", "source": {"type": "file", "file_id": "file_x"}})
+    large_without = body({"type": "text", "text": "x" * 20_000})
+    large_with = body({"type": "text", "text": "x" * 20_000}, {"type": "image", "source": {"type": "file", "file_id": "file_y"}})
+    assert not files.named_in(small_with) and not files.named_in(large_with)  # nothing uploaded yet
+    asyncio.run(files.save("a.txt", "text/plain", b"one", owner=""))
+    assert files.named_in(small_with) and files.named_in(large_with)
+    assert not files.named_in(large_without)
+
+    fresh = store(tmp_path)  # another process: it learns of uploads from the directory
+    stats: list[object] = []
+    real_stat = __import__("os").stat
+    monkeypatch.setattr("dragoman.files.os.stat", lambda path, *a, **k: stats.append(path) or real_stat(path, *a, **k))
+    assert not fresh.named_in(small_without)
+    assert stats == []  # a small body without a file id costs no system call
+    assert fresh.named_in(small_with)
+    assert stats != []
