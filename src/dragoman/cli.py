@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import signal
 import socket
 import sys
 from typing import TYPE_CHECKING, Any
@@ -119,9 +120,17 @@ def run_local(config: Config) -> None:
         data["server"]["default_model"] = data["server"]["default_model"] or DEFAULT_LOCAL_MODEL
         local = from_dict(data)
         _print_quickstart(local)
+        # uvicorn ends a SIGTERM'd process by raising the signal again once it has shut down:
+        # with the default handler that kills the process before `finally`, leaving the
+        # llama-server running. As an exception, it runs `finally`.
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
         run(local)
     finally:
         server.stop()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _print_quickstart(config: Config) -> None:
