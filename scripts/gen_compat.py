@@ -45,6 +45,9 @@ REQUEST_NOTES = {
     "output_config": "`effort` becomes `reasoning_effort` on reasoning models; `format` becomes `response_format` json_schema",
     "output_format": "older spelling of `output_config.format`",
     "reasoning_effort": "not Anthropic's: an explicit effort, validated against the model's efforts",
+    "thread": "message threads: the gateway holds each conversation (system, tools, messages, reply) in memory under the reply's id; "
+    "`continue` sends only new messages; an unknown or evicted id is `thread_not_found` (404), upon which the SDKs resend the whole "
+    "conversation; each reply can be continued once (`thread_already_continued`); held per API key (tenant), 256 MiB and 24 h at most",
 }
 IGNORED_NOTES = {
     "cache_control": "backends cache prefixes automatically",

@@ -23,6 +23,7 @@ from dragoman.observe import Metrics, Outcome, observe
 from dragoman.protocol import anthropic
 from dragoman.routing import Route
 from dragoman.serving import DIRECT_BODY, DirectBody
+from dragoman.threads import Turn
 from dragoman.sse import KEEPALIVE_COMMENT, PING
 from dragoman.validation import decode_request
 
@@ -186,7 +187,7 @@ def render(reply: Reply, request_id: str, outcome: Outcome, metrics: Metrics) ->
                                on_close=reply.on_close, direct=reply.direct)  # fmt: skip
 
 
-async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call, Route, Outcome]:
+async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call, Route, Outcome, Turn | None]:
     state = request.scope["state"]
     outcome = state["outcome"] = Outcome(request_id=state["request_id"], endpoint=endpoint)
     auth.check(request, gateway.api_keys)
@@ -202,13 +203,44 @@ async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call
     outcome.model = envelope.model
     route = await gateway.route(envelope.model)
     outcome.upstream, outcome.served_model, outcome.path = route.upstream, route.upstream_model, route.path
+    turn = None
+    if endpoint == "messages" and envelope.thread is not None:  # the held conversation first, no `thread` upstream
+        turn = gateway.threads.open(body, owner(request, gateway))
+        body = turn.body
+        try:
+            if whole is not None:
+                envelope = whole = decode_request(body, anthropic.MESSAGES_REQUEST)
+        except BaseException:
+            turn.answered(None)
+            raise
     call = Call(body, envelope.model, route.upstream_model, request.headers, outcome.request_id, envelope.stream, outcome, whole)
-    return call, route, outcome
+    return call, route, outcome, turn
 
 
 async def serve(gateway: Gateway, request: Request, endpoint: str) -> Response:
     """POST /v1/messages and /v1/messages/count_tokens."""
-    call, route, outcome = await _call(gateway, request, endpoint)
+    call, route, outcome, turn = await _call(gateway, request, endpoint)
+    try:
+        reply = await _reply(gateway, request, endpoint, call, route, outcome)
+    except BaseException:
+        if turn is not None:
+            turn.answered(None)
+        raise
+    if isinstance(reply, Response):  # the client left
+        if turn is not None:
+            turn.answered(None)
+        return reply
+    if turn is not None:
+        if isinstance(reply, Completed):
+            turn.answered_json(reply.status, reply.body)
+        else:
+            reply.chunks = turn.watch(reply.chunks)
+            reply.direct = None  # every chunk passes `watch`
+    return render(observe(reply, outcome, gateway.metrics), call.request_id, outcome, gateway.metrics)
+
+
+async def _reply(gateway: Gateway, request: Request, endpoint: str, call: Call, route: Route, outcome: Outcome) -> Reply | Response:
+    """The backend's reply, or the (unsent) answer to a client that left meanwhile."""
     limiter = gateway.limiters.get(route.upstream)
     if limiter is not None:
         await limiter.acquire()
@@ -234,7 +266,7 @@ async def serve(gateway: Gateway, request: Request, endpoint: str) -> Response:
     finally:
         watch.stop()
     outcome.path = route.path  # an `auto` upstream knows its path only after its probe
-    return render(observe(reply, outcome, gateway.metrics), call.request_id, outcome, gateway.metrics)
+    return reply
 
 
 async def messages(request: Request) -> Response:

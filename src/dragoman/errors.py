@@ -37,6 +37,7 @@ class GatewayError(Exception):
         self.retry_after = retry_after
         self.should_retry = should_retry
         self.upstream: str | None = None  # set when an upstream's answer caused it
+        self.details: dict[str, str] | None = None  # `error.details`, e.g. {"error_code": ...}
 
     @property
     def is_upstream(self) -> bool:
@@ -44,12 +45,12 @@ class GatewayError(Exception):
         return self.upstream is not None or isinstance(self, (UpstreamError, UpstreamTimeout))
 
     def body(self, request_id: str | None) -> bytes:
-        detail = anthropic.ErrorDetail(type=self.type, message=self.message)
+        detail = anthropic.ErrorDetail(type=self.type, message=self.message, details=self.details)
         return msgspec.json.encode(anthropic.ErrorResponse(error=detail, request_id=request_id))
 
     def event(self) -> bytes:
         """The SSE `error` event that ends a stream which has already started."""
-        detail = anthropic.ErrorDetail(type=self.type, message=self.message)
+        detail = anthropic.ErrorDetail(type=self.type, message=self.message, details=self.details)
         data = msgspec.json.encode(anthropic.ErrorResponse(error=detail))
         return b"event: error\ndata: " + data + b"\n\n"
 

@@ -25,6 +25,7 @@ from dragoman.capabilities import (
 from dragoman.config import Config, key_tenants, server_api_keys
 from dragoman.errors import GatewayError, NotFound
 from dragoman.files import FileStore
+from dragoman.threads import ThreadStore
 from dragoman.limits import Limiter
 from dragoman.observe import Metrics
 from dragoman.paging import page_of
@@ -60,6 +61,7 @@ class Gateway:
         self._background: asyncio.Future[None] | None = None
         self.batches = Batches(self, config.batches)
         self.files = FileStore(config.files)
+        self.threads = ThreadStore()
 
     @property
     def translates_only(self) -> bool:

@@ -179,6 +179,11 @@ class Metadata(_In):
     user_id: str | None = None
 
 
+class ThreadParam(_In):
+    type: Literal["create", "continue"]
+    previous_message_id: str | None = None
+
+
 class MessagesRequest(_In):
     model: str
     messages: list[MessageParam]
@@ -196,6 +201,7 @@ class MessagesRequest(_In):
     output_config: OutputConfig | None = None
     output_format: OutputFormat | None = None
     reasoning_effort: str | None = None
+    thread: ThreadParam | None = None  # the gateway holds the conversation: see dragoman.threads
 
 
 class CountTokensRequest(_In):
@@ -213,6 +219,7 @@ class Envelope(_In):
 
     model: str
     stream: bool = False
+    thread: ThreadParam | None = None
 
 
 # -- response side ------------------------------------------------------------
@@ -333,9 +340,10 @@ StreamEvent = (
 # -- errors -------------------------------------------------------------------
 
 
-class ErrorDetail(_Out):
+class ErrorDetail(_Out, omit_defaults=True):
     type: str
     message: str
+    details: dict[str, str] | None = None  # `error_code` for the errors the SDKs act on (threads)
 
 
 class ErrorResponse(_Out, tag="error", tag_field="type", omit_defaults=True):
