@@ -1,0 +1,82 @@
+"""ThreadStore: what a continuation is built from, and how long held conversations last."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from dragoman.threads import ThreadError, ThreadNotFound, ThreadStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _body(**fields: Any) -> bytes:
+    return json.dumps({"model": "m", "max_tokens": 5, **fields}).encode()
+
+
+def _create(store: ThreadStore, reply_id: str, text: str = "hi", owner: str = "") -> None:
+    turn = store.open(_body(system="S", messages=[{"role": "user", "content": text}], thread={"type": "create"}), owner)
+    turn.answered({"type": "message", "id": reply_id, "content": [{"type": "text", "text": "re: " + text}]})
+
+
+def _continue(store: ThreadStore, previous: str, text: str = "more", owner: str = "", **fields: Any) -> Any:
+    body = _body(messages=[{"role": "user", "content": text}], thread={"type": "continue", "previous_message_id": previous}, **fields)
+    return store.open(body, owner)
+
+
+def test_a_continuation_is_the_held_conversation_then_the_new_messages() -> None:
+    store = ThreadStore()
+    _create(store, "msg_1")
+    turn = _continue(store, "msg_1", temperature=0.5)
+    body = json.loads(turn.body)
+    assert "thread" not in body and body["system"] == "S" and body["temperature"] == 0.5
+    assert body["messages"] == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "text", "text": "re: hi"}]},
+        {"role": "user", "content": "more"},
+    ]
+    with pytest.raises(ThreadError) as in_flight:
+        _continue(store, "msg_1")
+    assert in_flight.value.details == {"error_code": "thread_continue_in_flight"}
+    turn.answered({"type": "message", "id": "msg_2", "content": []})
+    with pytest.raises(ThreadError) as again:
+        _continue(store, "msg_1")
+    assert again.value.details == {"error_code": "thread_already_continued"}
+    assert len(json.loads(_continue(store, "msg_2").body)["messages"]) == 5
+
+
+def test_a_turn_without_a_whole_reply_leaves_the_thread_as_it_was() -> None:
+    store = ThreadStore()
+    _create(store, "msg_1")
+    _continue(store, "msg_1").answered(None)  # failed, or the client left
+    assert len(json.loads(_continue(store, "msg_1").body)["messages"]) == 3
+
+
+def test_held_conversations_expire_and_are_evicted_oldest_first_within_the_byte_budget() -> None:
+    clock = Clock()
+    store = ThreadStore(max_bytes=1200, held_for=60, clock=clock)  # room for two
+    _create(store, "msg_old", "x" * 200)
+    clock.now += 30
+    _create(store, "msg_mid", "y" * 200)
+    _create(store, "msg_new", "z" * 200)  # three do not fit: the oldest goes
+    with pytest.raises(ThreadNotFound):
+        _continue(store, "msg_old")
+    _continue(store, "msg_mid").answered(None)
+    clock.now += 61  # msg_new was held at 1030: expired at 1091
+    with pytest.raises(ThreadNotFound):
+        _continue(store, "msg_new")
+
+
+def test_another_owner_cannot_continue_a_thread() -> None:
+    store = ThreadStore()
+    _create(store, "msg_1", owner="alice")
+    with pytest.raises(ThreadNotFound):
+        _continue(store, "msg_1", owner="bob")
