@@ -188,7 +188,14 @@ def settle_garbage_collector() -> None:
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
+# Libraries that log pieces of what clients send (a PDF's objects, a form's bytes): their
+# warnings would put client data in the gateway's log, even whole forged log lines.
+QUIET_LOGGERS = ("pypdf", "multipart", "python_multipart")
+
+
 def create_app(config: Config, *, backends: dict[str, Backend] | None = None) -> App:
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
     gateway = Gateway(config, backends)
 
     @contextlib.asynccontextmanager

@@ -91,3 +91,33 @@ def test_count_tokens_fetches_url_documents_too(make_gateway, upstream, docs_ser
     response = httpx.post(gateway.url + "/v1/messages/count_tokens", json=body)
     assert response.status_code == 200, response.text
     assert response.json()["input_tokens"] > len(TEXT) // 4
+
+
+def _forging_pdf() -> bytes:
+    """A PDF whose page repeats a key (pypdf warns about it, quoting the key) that holds an
+    escaped newline and a log line."""
+    forged = b"/X#0A2026-11-30#2000:00:00,000#20ERROR#20dragoman:#20FORGED"
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 9 9] " + forged + b" 1 " + forged + b" 2 >>"]  # fmt: skip
+    out, offsets = b"%PDF-1.4\n", []
+    for number, obj in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, obj)
+    xref = len(out)
+    out += b"xref\n0 4\n0000000000 65535 f \n" + b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    return out + b"trailer\n<< /Size 4 /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % xref
+
+
+def test_a_pdf_that_makes_pypdf_warn_puts_nothing_of_it_in_the_log(gateway, upstream, caplog):
+    import base64
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    pdf = base64.b64encode(_forging_pdf()).decode()
+    content = [{"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}, {"type": "text", "text": "hi"}]
+    response = httpx.post(f"{gateway.url}/v1/messages/count_tokens", json={"model": "test-model", "messages": [{"role": "user", "content": content}]},
+                          headers={"x-api-key": "k"}, timeout=10)  # fmt: skip
+
+    assert response.status_code == 200
+    assert [r.name for r in caplog.records if r.name.startswith("pypdf")] == []
+    assert not any("FORGED" in r.getMessage() for r in caplog.records)
