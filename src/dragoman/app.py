@@ -215,6 +215,7 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
         lifespan=lifespan,
         exception_handlers=EXCEPTION_HANDLERS,
     )
+    app.router.redirect_slashes = False  # POST /v1/messages/ is an unknown path (404 envelope), not a bodiless redirect
     app.state.gateway = gateway
     app.add_middleware(RequestIdMiddleware)
     return App(app, gateway)

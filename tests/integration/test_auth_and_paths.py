@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 import httpx
 import pytest
@@ -45,11 +47,22 @@ def test_wrong_key_is_401(keyed, upstream):
     assert caught.value.status_code == 401
     assert caught.value.body["error"]["type"] == "authentication_error"
     bearer = anthropic.Anthropic(base_url=keyed.url, api_key=None, auth_token="sk-wrong", max_retries=0)
-    with pytest.raises(anthropic.AuthenticationError):
+    with pytest.raises(anthropic.AuthenticationError) as by_bearer:
         bearer.messages.create(**VALID)
+    assert by_bearer.value.body["error"]["message"] == "invalid API key in the authorization header"  # the header it came in
+    by_header = httpx.post(f"{keyed.url}/v1/messages", json=VALID, headers={"x-api-key": "sk-wrong"}, timeout=5)
+    assert _assert_error(by_header, 401, "authentication_error") == "invalid x-api-key"
     # Auth is checked before the body is even read.
     response = httpx.post(f"{keyed.url}/v1/messages", content=b"{broken", headers={"x-api-key": "nope"}, timeout=5)
     _assert_error(response, 401, "authentication_error")
+    assert upstream.requests == []
+
+
+def test_two_x_api_key_headers_are_refused_whichever_is_right(keyed, upstream):
+    for keys in (["sk-good-1", "sk-wrong"], ["sk-wrong", "sk-good-1"], ["sk-good-1", "sk-good-1"]):
+        headers = [("x-api-key", key) for key in keys] + [("content-type", "application/json")]
+        response = httpx.post(f"{keyed.url}/v1/messages", content=json.dumps(VALID).encode(), headers=headers, timeout=5)
+        assert "more than once" in _assert_error(response, 401, "authentication_error")
     assert upstream.requests == []
 
 
@@ -124,6 +137,8 @@ def test_health(gateway):
 def test_trailing_slash_and_unknown_subpaths(gateway):
     response = httpx.post(f"{gateway.url}/v1/complete", json=VALID, timeout=5)
     _assert_error(response, 404, "not_found_error")
+    slash = httpx.post(f"{gateway.url}/v1/messages/", json=VALID, timeout=5)  # not a redirect without a body
+    assert "/v1/messages/" in _assert_error(slash, 404, "not_found_error")
 
 
 def test_count_tokens(client, upstream):
