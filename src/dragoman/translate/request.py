@@ -17,6 +17,7 @@ from dragoman.errors import InvalidRequest
 from dragoman.profiles import Profile
 from dragoman.protocol import anthropic, openai
 from dragoman.translate import content
+from dragoman.translate.checks import check_request
 from dragoman.translate.builtin_tools import (
     CLIENT_TOOL_FAMILIES,
     SERVER_TOOL_FAMILIES,
@@ -290,22 +291,6 @@ def _tool_choice(choice: anthropic.ToolChoice | None, names: dict[str, str]) -> 
     return {"type": "function", "function": {"name": names[choice.name]}}, parallel
 
 
-def _validate(request: anthropic.MessagesRequest) -> None:
-    if not request.messages:
-        raise InvalidRequest("messages: at least one message is required")
-    if request.max_tokens < 0:
-        raise InvalidRequest("max_tokens: must be greater than or equal to 0")
-    if request.temperature is not None and not 0.0 <= request.temperature <= 1.0:
-        raise InvalidRequest("temperature: must be between 0 and 1")
-    if request.top_p is not None and not 0.0 <= request.top_p <= 1.0:
-        raise InvalidRequest("top_p: must be between 0 and 1")
-    if request.top_k is not None and request.top_k < 0:
-        raise InvalidRequest("top_k: must be greater than or equal to 0")
-    for index, stop in enumerate(request.stop_sequences or ()):
-        if not stop:
-            raise InvalidRequest(f"stop_sequences.{index}: must not be empty")
-
-
 def to_chat_request(
     request: anthropic.MessagesRequest,
     *,
@@ -315,7 +300,7 @@ def to_chat_request(
     options: Options = Options(),
     stream: bool,
 ) -> Translated:
-    _validate(request)
+    check_request(request)
     system = _system_text(request.system, options)
     turns = _normalise_turns(request, system)
     if not turns:

@@ -1,0 +1,59 @@
+"""What Anthropic refuses in a Messages request and the translation would otherwise hide:
+each a 400 naming the field, instead of a request the model sees differently."""
+
+from __future__ import annotations
+
+from dragoman.errors import InvalidRequest
+from dragoman.protocol import anthropic
+
+# Blocks a turn of this role cannot hold: translated, they would vanish or become an empty prefill.
+MISPLACED: dict[str, tuple[type, ...]] = {
+    "assistant": (anthropic.ToolResultBlock, anthropic.ImageBlock, anthropic.DocumentBlock),
+    "user": (anthropic.ToolUseBlock, anthropic.ServerToolUseBlock),
+}
+URL_SCHEMES = ("http://", "https://")
+
+
+def check_request(request: anthropic.MessagesRequest) -> None:
+    if not request.messages:
+        raise InvalidRequest("messages: at least one message is required")
+    if request.max_tokens < 0:
+        raise InvalidRequest("max_tokens: must be greater than or equal to 0")
+    if request.temperature is not None and not 0.0 <= request.temperature <= 1.0:
+        raise InvalidRequest("temperature: must be between 0 and 1")
+    if request.top_p is not None and not 0.0 <= request.top_p <= 1.0:
+        raise InvalidRequest("top_p: must be between 0 and 1")
+    if request.top_k is not None and request.top_k < 0:
+        raise InvalidRequest("top_k: must be greater than or equal to 0")
+    for index, stop in enumerate(request.stop_sequences or ()):
+        if not stop:
+            raise InvalidRequest(f"stop_sequences.{index}: must not be empty")
+    _check_tools(request)
+    _check_blocks(request.messages)
+
+
+def _check_tools(request: anthropic.MessagesRequest) -> None:
+    seen: set[str] = set()
+    for index, tool in enumerate(request.tools or ()):
+        if not tool.name:
+            raise InvalidRequest(f"tools.{index}.name: must not be empty")
+        if tool.name in seen:
+            raise InvalidRequest(f"tools.{index}.name: {tool.name!r} is the name of an earlier tool; tool names must be unique")
+        seen.add(tool.name)
+    choice = request.tool_choice
+    if choice is not None and choice.type in ("any", "tool") and not request.tools:
+        raise InvalidRequest(f"tool_choice: type {choice.type!r} needs tools; the request has none")
+
+
+def _check_blocks(messages: list[anthropic.MessageParam]) -> None:
+    for index, message in enumerate(messages):
+        if isinstance(message.content, str):
+            continue
+        misplaced = MISPLACED.get(message.role, ())
+        for at, block in enumerate(message.content):
+            if isinstance(block, misplaced):
+                kind = block.__struct_config__.tag
+                raise InvalidRequest(f"messages.{index}.content.{at}: {kind} blocks are not allowed in {message.role} turns")
+            if isinstance(block, anthropic.ImageBlock) and isinstance(block.source, anthropic.URLSource):
+                if not block.source.url.startswith(URL_SCHEMES):
+                    raise InvalidRequest(f"messages.{index}.content.{at}.source.url: must be an http or https URL")
