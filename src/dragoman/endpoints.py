@@ -55,6 +55,9 @@ def struct_response(value: object) -> Response:
 
 async def _read_body(request: Request, limit: int) -> bytes:
     """The body, refused past `limit` without reading it whole."""
+    coding = request.headers.get("content-encoding")
+    if coding and coding.strip().lower() != "identity":
+        raise InvalidRequest(f"content-encoding: {coding!r} request bodies are not accepted; send the body uncompressed")
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise RequestTooLarge(f"request body is {declared} bytes; the limit is {limit} bytes")

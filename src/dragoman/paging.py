@@ -22,6 +22,8 @@ def page_of(
         raise InvalidRequest("limit: must be an integer") from None
     if not 1 <= limit <= 1000:
         raise InvalidRequest("limit: must be between 1 and 1000")
+    if "after_id" in query and "before_id" in query:
+        raise InvalidRequest("before_id, after_id: give one of them, not both")
     names = list(ids)
     start, end = 0, len(names)
 

@@ -186,6 +186,9 @@ def test_models_pagination_with_the_sdk(three_models):
 def test_models_list_bad_parameters(three_models):
     _assert_error(httpx.get(f"{three_models.url}/v1/models?limit=0", timeout=5), 400, "invalid_request_error")
     _assert_error(httpx.get(f"{three_models.url}/v1/models?limit=abc", timeout=5), 400, "invalid_request_error")
+    first = httpx.get(f"{three_models.url}/v1/models?limit=1", timeout=5).json()["first_id"]
+    both = httpx.get(f"{three_models.url}/v1/models?after_id={first}&before_id={first}", timeout=5)
+    assert _assert_error(both, 400, "invalid_request_error").startswith("before_id, after_id:")
 
 
 def test_model_retrieve(three_models):
@@ -218,3 +221,13 @@ def test_configured_models_and_aliases_are_listed(make_gateway):
     assert ids[:2] == ["claude-sonnet-4-6", "sonnet"]
     assert "claude-*" not in ids  # wildcards route but are not models
     assert client.models.retrieve("claude-sonnet-4-6").max_input_tokens == 32768
+
+
+def test_a_compressed_request_body_is_refused_naming_the_header(gateway, upstream):
+    import gzip
+
+    body = gzip.compress(json.dumps(VALID).encode())
+    response = httpx.post(f"{gateway.url}/v1/messages", content=body, headers={"content-encoding": "gzip", "content-type": "application/json"},
+                          timeout=5)  # fmt: skip
+    assert _assert_error(response, 400, "invalid_request_error").startswith("content-encoding: 'gzip'")
+    assert upstream.requests == []
