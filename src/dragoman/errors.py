@@ -6,6 +6,7 @@
     ├── PermissionDenied    403 permission_error
     ├── NotFound            404 not_found_error
     ├── MethodNotAllowed    405 invalid_request_error
+    ├── RequestTimeout      408 timeout_error    (the client stopped sending its request)
     ├── RequestTooLarge     413 request_too_large
     ├── RateLimited         429 rate_limit_error
     ├── UpstreamError       502 api_error        (connection failures, upstream 5xx)
@@ -105,6 +106,13 @@ class UpstreamError(GatewayError):
 
 class UpstreamTimeout(GatewayError):
     status = 504
+    type = "timeout_error"
+
+
+class RequestTimeout(GatewayError):
+    """The client stopped sending its request (serving.DirectBodyProtocol)."""
+
+    status = 408
     type = "timeout_error"
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
+from dragoman.errors import RequestTimeout
+
 HTTPTOOLS = importlib.util.find_spec("httptools") is not None  # uvicorn[standard] brings it where wheels exist
 if TYPE_CHECKING or HTTPTOOLS:
     from uvicorn.protocols.http import flow_control, httptools_impl
@@ -60,17 +62,59 @@ class DirectBody:
             self._broken = True
 
 
+READ_IDLE_TIMEOUT = 60.0  # seconds without a byte of a request that has begun: the client is answered 408
+_TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s")
+
+
 class DirectBodyProtocol(_Base):
     """uvicorn's httptools protocol; each request's scope carries a `DirectBody`.
 
-    Also: when the connection is lost, every request still answering on it is marked
-    disconnected. uvicorn marks only the newest, so a client that pipelined a second
-    request behind a stream and then went away left the stream writing to a closed
-    transport (an exception per write, and the upstream generating for nobody)."""
+    Also:
+    - when the connection is lost, every request still answering on it is marked
+      disconnected. uvicorn marks only the newest, so a client that pipelined a second
+      request behind a stream and then went away left the stream writing to a closed
+      transport (an exception per write, and the upstream generating for nobody);
+    - a request whose bytes stop coming for `READ_IDLE_TIMEOUT` (part of its headers or
+      of its body) is answered 408 and its connection closed. uvicorn waits forever, so
+      a few stalled clients could hold as many connections as they liked. A request
+      that arrives in one read costs no timer.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._answering: list[Any] = []  # request cycles whose response is not complete
+        self._receiving = False  # between the first byte of a request and its end
+        self._last_byte = 0.0
+        self._read_timer: Any = None
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._receiving = True
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._receiving = False
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._receiving:  # a request arriving in pieces
+            self._last_byte = self.loop.time()
+            if self._read_timer is None:
+                self._read_timer = self.loop.call_later(READ_IDLE_TIMEOUT, self._check_read)
+
+    def _check_read(self) -> None:
+        self._read_timer = None
+        if not self._receiving or self.transport.is_closing():
+            return
+        idle = self.loop.time() - self._last_byte
+        if idle < READ_IDLE_TIMEOUT:
+            self._read_timer = self.loop.call_later(READ_IDLE_TIMEOUT - idle, self._check_read)
+            return
+        cycle = self.cycle
+        if cycle is None or not cycle.response_started:
+            body = RequestTimeout(f"no byte of the request for {READ_IDLE_TIMEOUT:g} s; send it whole").body(None)
+            self.transport.write(_TIMED_OUT % (len(body), body))
+        self.transport.close()
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
@@ -81,6 +125,9 @@ class DirectBodyProtocol(_Base):
             self._answering = [*(c for c in self._answering if not c.response_complete), cycle]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
         super().connection_lost(exc)
         for cycle in self._answering:
             if not cycle.response_complete:

@@ -402,3 +402,39 @@ def test_a_client_resetting_a_pipelined_connection_mid_stream_is_a_client_discon
 
 def _rows(gateway: GatewayServer, prefix: str) -> list[str]:
     return [row for row in httpx.get(f"{gateway.url}/metrics").text.splitlines() if row.startswith(prefix)]
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-ty",  # part of the headers
+        b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"model\": ",
+    ],
+    ids=["headers", "body"],
+)  # fmt: skip
+def test_a_client_that_stops_sending_its_request_gets_a_408_and_the_connection_closes(
+    upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch, sent: bytes
+) -> None:
+    import dragoman.serving
+
+    monkeypatch.setattr(dragoman.serving, "READ_IDLE_TIMEOUT", 0.3)
+    gateway = GatewayServer(make_config(upstream.url)).start()
+    try:
+        with socket.create_connection(("127.0.0.1", gateway.port)) as client:
+            client.settimeout(5)
+            client.sendall(sent[:20])
+            time.sleep(0.2)
+            client.sendall(sent[20:])  # bytes keep the request alive; then nothing more
+            started = time.monotonic()
+            received = b""
+            while data := client.recv(65536):
+                received += data
+        waited = time.monotonic() - started
+    finally:
+        gateway.stop()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ")
+    error = json.loads(body)["error"]
+    assert error["type"] == "timeout_error" and "no byte of the request" in error["message"]
+    assert 0.2 < waited < 3
+    assert upstream.requests == []
