@@ -243,6 +243,8 @@ class Batches:
         canceled = run.canceling_since if run is not None else None
         if canceled is None:  # canceled through another process: the run sees it at its next look
             canceled = where.canceled_at()
+        if canceled is not None and ended is not None and canceled > ended.at:
+            canceled = None  # a cancel that raced the batch's end came after it: nothing was canceled
         counts = ended.counts if ended is not None else RequestCounts(processing=record.total)  # outcomes only at the end
         status: Status = "ended" if ended is not None else "canceling" if canceled is not None else "in_progress"
         return MessageBatch(

@@ -248,3 +248,18 @@ def test_keys_of_one_tenant_share_batches_and_files(start, upstream):
             outsider.messages.batches.retrieve(created.id)
         with pytest.raises(anthropic.NotFoundError):
             outsider.beta.files.retrieve_metadata(uploaded.id)
+
+
+def test_a_cancel_that_raced_the_end_of_its_batch_is_not_shown_after_the_end(start, upstream, tmp_path):
+    from dragoman.batch_store import BatchDir
+
+    answer_per_marker(upstream)
+    client = sdk(start())
+    created = client.messages.batches.create(requests=[{"custom_id": "r0", "params": params("m0")}])
+    ended = wait_ended(client, created.id)
+    # As when a cancel found the batch running and its marker was written just after the end:
+    BatchDir(tmp_path / "batches" / created.id).cancel(ended.ended_at.timestamp() + 0.5)
+
+    again = client.messages.batches.retrieve(created.id)
+    assert again.processing_status == "ended" and again.cancel_initiated_at is None
+    assert counts(again)["succeeded"] == 1
