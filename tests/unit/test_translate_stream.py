@@ -343,7 +343,8 @@ def test_exact_event_sequence_for_a_text_stream() -> None:
                            chunk({}, "stop"), usage_chunk(7, 2)]))  # fmt: skip
     assert events == [
         {"type": "message_start", "message": {"type": "message", "id": "msg_test", "role": "assistant", "model": "claude-test", "content": [],
-                                              "stop_reason": None, "stop_sequence": None, "usage": events[0]["message"]["usage"]}},  # fmt: skip
+                                              "stop_reason": None, "stop_sequence": None, "stop_details": None, "container": None,
+                                              "diagnostics": None, "usage": events[0]["message"]["usage"]}},  # fmt: skip
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " there"}},

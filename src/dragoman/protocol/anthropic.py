@@ -255,6 +255,13 @@ class Usage(_Out):
     output_tokens: int
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    # Nothing to report, but sent as Anthropic sends them: the TypeScript SDK types them
+    # as present (`T | null`), so code testing `!== null` must not meet `undefined`.
+    cache_creation: dict[str, int] | None = None
+    server_tool_use: dict[str, int] | None = None
+    service_tier: str | None = None
+    inference_geo: str | None = None
+    output_tokens_details: dict[str, int] | None = None
 
 
 class Message(_Out, tag="message", tag_field="type", kw_only=True):
@@ -264,6 +271,9 @@ class Message(_Out, tag="message", tag_field="type", kw_only=True):
     content: list[ContentBlock]
     stop_reason: StopReason | None
     stop_sequence: str | None
+    stop_details: dict[str, Any] | None = None  # as Usage's: present, null
+    container: dict[str, Any] | None = None
+    diagnostics: dict[str, Any] | None = None
     usage: Usage
 
 
