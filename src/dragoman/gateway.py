@@ -23,7 +23,7 @@ from dragoman.capabilities import (
     registry_path,
 )
 from dragoman.config import Config, key_tenants, server_api_keys
-from dragoman.errors import GatewayError, NotFound
+from dragoman.errors import GatewayError, InvalidRequest, NotFound
 from dragoman.files import FileStore
 from dragoman.threads import ThreadStore
 from dragoman.limits import Limiter
@@ -37,6 +37,9 @@ REDISCOVER_AFTER = 10.0
 REGISTRY_CHECK_EVERY = 3600.0  # the cache itself is refreshed once it is a day old
 DISCOVERY_TIMEOUT = 5.0
 EPOCH = "1970-01-01T00:00:00Z"
+
+
+LIFECYCLES = frozenset({"active", "deprecated", "retired"})
 
 
 class Gateway:
@@ -159,6 +162,13 @@ class Gateway:
             "created_at": EPOCH,
             "max_input_tokens": route.context_window,
             "max_tokens": route.caps.max_output_tokens,
+            # What the API reports of Anthropic's own models: none of it applies here, but the
+            # TypeScript SDK types every one as present, and lists filter on `lifecycle`.
+            "capabilities": None,
+            "lifecycle": "active",
+            "deprecated_at": None,
+            "retires_at": None,
+            "line": None,
         }
 
     def model_info(self, name: str) -> dict[str, Any]:
@@ -167,4 +177,10 @@ class Gateway:
         return self._info(name)
 
     def models_page(self, query: Mapping[str, str]) -> dict[str, Any]:
-        return page_of(self.router.names(), query, self._info, "model")
+        getlist = getattr(query, "getlist", None)
+        values = [*getlist("lifecycle"), *getlist("lifecycle[]")] if getlist else [query.get("lifecycle", "")]
+        stages = {stage for value in values for stage in value.split(",") if stage}
+        if stages - LIFECYCLES:
+            raise InvalidRequest(f"lifecycle: {sorted(stages - LIFECYCLES)[0]!r} is not one of active, deprecated, retired")
+        names = self.router.names() if not stages or "active" in stages else []  # every model served here is active
+        return page_of(names, query, self._info, "model")

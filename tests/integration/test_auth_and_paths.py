@@ -171,6 +171,22 @@ def test_models_list_in_anthropic_shape(three_models, upstream):
         assert info["type"] == "model"
         assert info["display_name"]
         assert info["created_at"].endswith("Z")
+        assert info["lifecycle"] == "active"  # the fields the TypeScript SDK types as present
+        assert {k: info[k] for k in ("capabilities", "deprecated_at", "retires_at", "line")} == dict.fromkeys(
+            ("capabilities", "deprecated_at", "retires_at", "line"))
+
+
+@pytest.mark.parametrize(("query", "ids"), [("lifecycle=retired", []), ("lifecycle=deprecated,retired", []),
+                                            ("lifecycle=active", ["model-a", "model-b", "model-c"]),
+                                            ("lifecycle[]=retired&lifecycle[]=active", ["model-a", "model-b", "model-c"])])  # fmt: skip
+def test_models_list_filters_on_lifecycle(three_models, query, ids):
+    page = httpx.get(f"{three_models.url}/v1/models?{query}", timeout=5).json()
+    assert [m["id"] for m in page["data"]] == ids
+
+
+def test_models_list_refuses_an_unknown_lifecycle(three_models):
+    response = httpx.get(f"{three_models.url}/v1/models?lifecycle=sunset", timeout=5)
+    assert _assert_error(response, 400, "invalid_request_error").startswith("lifecycle: 'sunset'")
 
 
 def test_models_pagination_with_the_sdk(three_models):
