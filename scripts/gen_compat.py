@@ -34,7 +34,8 @@ REQUEST_NOTES = {
     "max_tokens": "required; lowered visibly (header `X-Max-Tokens-Applied`) to the model's output limit and remaining context",
     "system": "string or text blocks; Claude Code's per-session billing-header block is dropped (setting `keep_billing_header`)",
     "stop_sequences": "any number, matched by the gateway over the streamed text; the matched sequence is reported exactly; the upstream is then hung up on, and usage is the prompt as counted plus a token per chunk received",
-    "stream": "Anthropic's SSE event sequence; `message_start` as soon as the upstream accepts",
+    "stream": "Anthropic's SSE event sequence; `message_start` as soon as the upstream accepts, so on the translating path its "
+    "`usage.input_tokens` is 0: the count comes with `message_delta` (the SDKs' accumulators take it from there)",
     "temperature": "passed on (0 to 1)",
     "top_p": "passed on",
     "top_k": "passed on where the backend takes it (not to OpenAI)",
