@@ -293,6 +293,8 @@ class Runner:
             outcome.model = request.model
             if request.stream:
                 raise InvalidRequest("params.stream: streaming is not available in a batch")
+            if request.thread is not None:
+                raise InvalidRequest("params.thread: message threads are not available in a batch; send the whole conversation")
             route = await gateway.route(request.model)
             outcome.upstream, outcome.served_model, outcome.path = (
                 route.upstream,

@@ -151,14 +151,15 @@ def test_mixed_outcomes_are_validated_when_run_not_at_create(start, upstream):
         {"custom_id": "no-max-tokens", "params": no_max_tokens},
         {"custom_id": "unknown-model", "params": params("unknown", model="no-such-model")},
         {"custom_id": "streaming", "params": params("streaming", stream=True)},
+        {"custom_id": "threaded", "params": params("threaded", thread={"type": "create"})},
         {"custom_id": "upstream-fails", "params": params("upstream500")},
     ]
 
     created = client.messages.batches.create(requests=requests)  # not refused
-    assert counts(created)["processing"] == 5
+    assert counts(created)["processing"] == 6
     ended = wait_ended(client, created.id)
 
-    assert counts(ended) == {"processing": 0, "succeeded": 1, "errored": 4, "canceled": 0, "expired": 0}
+    assert counts(ended) == {"processing": 0, "succeeded": 1, "errored": 5, "canceled": 0, "expired": 0}
     results = results_of(client, created.id)
     assert results["ok"].type == "succeeded"
     assert results["ok"].message.content[0].text == "answer to ok"
@@ -173,6 +174,7 @@ def test_mixed_outcomes_are_validated_when_run_not_at_create(start, upstream):
     assert "max_tokens" in errored("no-max-tokens", "invalid_request_error")
     assert "no-such-model" in errored("unknown-model", "not_found_error")
     assert "stream" in errored("streaming", "invalid_request_error")
+    assert errored("threaded", "invalid_request_error").startswith("params.thread:")
     errored("upstream-fails", "api_error")
     # Only the requests that were valid reached the upstream.
     assert sorted(marker_of(body) for body in upstream.requests) == ["ok", "upstream500"]
