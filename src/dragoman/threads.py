@@ -28,6 +28,7 @@ from dragoman.sse import DataDecoder
 MAX_HELD_BYTES = 256 * 1024 * 1024  # held conversations, as JSON, in all
 HELD_FOR = 24 * 3600.0  # seconds since a thread's last turn
 CREATE_ONLY = ("system", "tools")  # sent with `create`, held for every later turn
+ENTRY_BYTES = 200  # what an entry costs beside its JSON: a continued one, kept to say so, costs this much
 
 
 class ThreadError(InvalidRequest):
@@ -55,7 +56,7 @@ class Held:
 
     @property
     def size(self) -> int:
-        return len(self.fields) + len(self.messages)
+        return len(self.fields) + len(self.messages) + ENTRY_BYTES
 
 
 class ThreadStore:
@@ -116,8 +117,12 @@ class ThreadStore:
             self._drop(key)
         self._held[key] = held
         self._bytes += held.size
-        while self._bytes > self._max_bytes and self._held:
-            self._drop(next(iter(self._held)))  # the least recently held first
+        # Oldest first (entries are in the order they were held): the expired, then any over the budget.
+        while self._held:
+            oldest = next(iter(self._held))
+            if self._bytes <= self._max_bytes and held.used - self._held[oldest].used <= self._held_for:
+                break
+            self._drop(oldest)
 
     def _drop(self, key: tuple[str, str]) -> None:
         held = self._held.pop(key)
@@ -134,6 +139,7 @@ class ThreadStore:
             held.continued = True
             self._bytes -= held.size
             held.fields = held.messages = b""
+            self._bytes += held.size
 
 
 class Turn:

@@ -62,7 +62,7 @@ def test_a_turn_without_a_whole_reply_leaves_the_thread_as_it_was() -> None:
 
 def test_held_conversations_expire_and_are_evicted_oldest_first_within_the_byte_budget() -> None:
     clock = Clock()
-    store = ThreadStore(max_bytes=1200, held_for=60, clock=clock)  # room for two
+    store = ThreadStore(max_bytes=1600, held_for=60, clock=clock)  # room for two
     _create(store, "msg_old", "x" * 200)
     clock.now += 30
     _create(store, "msg_mid", "y" * 200)
@@ -80,3 +80,25 @@ def test_another_owner_cannot_continue_a_thread() -> None:
     _create(store, "msg_1", owner="alice")
     with pytest.raises(ThreadNotFound):
         _continue(store, "msg_1", owner="bob")
+
+
+def test_expired_threads_and_continued_marks_do_not_pile_up() -> None:
+    clock = Clock()
+    store = ThreadStore(max_bytes=10**9, held_for=60, clock=clock)
+    _create(store, "msg_0")
+    for turn in range(1, 50):  # one long thread: each turn leaves a mark on the one before
+        _continue(store, f"msg_{turn - 1}").answered({"type": "message", "id": f"msg_{turn}", "content": []})
+        clock.now += 1
+    assert len(store) == 50
+    clock.now += 61
+    _create(store, "msg_new")  # holding anything sweeps what expired meanwhile
+    assert len(store) == 1
+
+
+def test_continued_marks_count_against_the_byte_budget() -> None:
+    store = ThreadStore(max_bytes=30_000)
+    _create(store, "msg_0")
+    for turn in range(1, 200):
+        _continue(store, f"msg_{turn - 1}").answered({"type": "message", "id": f"msg_{turn}", "content": []})
+    assert len(store) < 100  # marks cost bytes too: the oldest went
+    assert len(json.loads(_continue(store, "msg_199").body)["messages"]) > 0
