@@ -73,6 +73,9 @@ BLOCK_NOTES = {
     "redacted_thinking": "dropped",
     "server_tool_use": "accepted in history, dropped (server tools cannot run here)",
     "mid_conv_system": "its text joins the conversation as user-side text",
+    "tool_addition": "a `tool_definition` or a `tool_reference` to a `tools` entry; the upstream is offered the tools in force at the end of "
+    "the conversation (Chat Completions has one tool list per request); the block itself is not sent",
+    "tool_removal": "a `tool_reference` by name; as `tool_addition`",
 }
 
 

@@ -143,3 +143,41 @@ def test_passthrough_sends_the_whole_conversation_and_never_the_thread_field(nat
         {"role": "user", "content": "Who am I?"},
     ]
     assert json.loads(json.dumps(sent[1]))  # plain JSON
+
+
+def _call(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def test_tools_the_runner_adds_and_removes_mid_conversation_are_the_tools_offered(gateway: GatewayServer, upstream: FakeUpstream) -> None:
+    upstream.queue(
+        Reply(body=completion(None, finish="tool_calls", tool_calls=[_call("add", {"a": 1, "b": 2}, "call_1")])),
+        Reply(body=completion(None, finish="tool_calls", tool_calls=[_call("mul", {"a": 3, "b": 2}, "call_2")])),
+        Reply(body=completion("done")),
+    )
+
+    @beta_tool
+    def add(a: int, b: int) -> str:
+        """Add two numbers."""
+        return str(a + b)
+
+    @beta_tool
+    def mul(a: int, b: int) -> str:
+        """Multiply two numbers."""
+        return str(a * b)
+
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k")
+    runner = client.beta.messages.tool_runner(model="test-model", max_tokens=100, tools=[add], messages=[{"role": "user", "content": "go"}])
+    replies = []
+    for reply in runner:
+        replies.append(reply)
+        if len(replies) == 1:
+            runner.add_tools(mul)  # sent as a tool_addition block in a system message
+        if len(replies) == 2:
+            runner.remove_tools("add")  # a tool_removal block
+
+    assert [m.stop_reason for m in replies] == ["tool_use", "tool_use", "end_turn"]
+    offered = [[t["function"]["name"] for t in body.get("tools", [])] for body in upstream.requests]
+    assert offered == [["add"], ["add", "mul"], ["mul"]]
+    assert [m["content"] for m in upstream.requests[2]["messages"] if m["role"] == "tool"] == ["3", "6"]
+    assert all("tool_addition" not in json.dumps(body) and "tool_removal" not in json.dumps(body) for body in upstream.requests)

@@ -113,6 +113,19 @@ class MidConversationSystemBlock(_Block, tag="mid_conv_system"):
     content: list[TextBlock]
 
 
+class ToolAdditionBlock(_Block, tag="tool_addition"):
+    """Offers a tool from here on: `tool` is a `tool_definition` (with the `tools` entry in
+    `definition`) or a `tool_reference` by name (the SDKs' tool runners send these)."""
+
+    tool: dict[str, Any]
+
+
+class ToolRemovalBlock(_Block, tag="tool_removal"):
+    """Withdraws a tool from here on: `tool` is a `tool_reference` by name."""
+
+    tool: dict[str, Any]
+
+
 ContentBlockParam = (
     TextBlock
     | ImageBlock
@@ -124,6 +137,8 @@ ContentBlockParam = (
     | RedactedThinkingBlock
     | ServerToolUseBlock
     | MidConversationSystemBlock
+    | ToolAdditionBlock
+    | ToolRemovalBlock
 )
 
 

@@ -18,6 +18,7 @@ from dragoman.profiles import Profile
 from dragoman.protocol import anthropic, openai
 from dragoman.translate import content
 from dragoman.translate.checks import check_request
+from dragoman.translate.tool_changes import CHANGES, tools_in_force
 from dragoman.translate.builtin_tools import (
     CLIENT_TOOL_FAMILIES,
     SERVER_TOOL_FAMILIES,
@@ -110,7 +111,7 @@ def _normalise_turns(request: anthropic.MessagesRequest, system: list[str]) -> l
         for block in blocks:
             if isinstance(block, anthropic.MidConversationSystemBlock):
                 expanded.extend(block.content)
-            else:
+            elif not isinstance(block, CHANGES):  # tool changes act on the tool list, not the model's input
                 expanded.append(block)
         if turns and turns[-1][0] == role:
             turns[-1][1].extend(expanded)
@@ -309,7 +310,8 @@ def to_chat_request(
 
     names: dict[str, str] = {}
     drop = options.drop_server_tools if caps.drop_server_tools is None else caps.drop_server_tools
-    tools = _tools(request.tools, profile, drop, names, _loaded_tools(turns)) if request.tools else []
+    offered, referenced = tools_in_force(request)
+    tools = _tools(offered, profile, drop, names, _loaded_tools(turns) | referenced) if offered else []
     for _, blocks, _ in turns:  # history may name tools no longer offered
         for block in blocks:
             if isinstance(block, anthropic.ToolUseBlock):
