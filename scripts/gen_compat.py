@@ -47,6 +47,9 @@ REQUEST_NOTES = {
     "output_config": "`effort` becomes `reasoning_effort` on reasoning models; `format` becomes `response_format` json_schema",
     "output_format": "older spelling of `output_config.format`",
     "reasoning_effort": "not Anthropic's: an explicit effort, validated against the model's efforts",
+    "compaction": "`summarize`: the model is asked for a summary of the conversation (`instructions`, or the gateway's own), with no "
+    "tools; the reply is one `compaction` block with `stop_reason: \"compaction\"`, streamed or not (translating path; passthrough "
+    "forwards the field)",
     "thread": "message threads: the gateway holds each conversation (system, tools, messages, reply) in memory under the reply's id; "
     "`continue` sends only new messages; an unknown or evicted id is `thread_not_found` (404), upon which the SDKs resend the whole "
     "conversation; each reply can be continued once (`thread_already_continued`); held per API key (tenant), 256 MiB and 24 h at most",
@@ -76,6 +79,7 @@ BLOCK_NOTES = {
     "tool_addition": "a `tool_definition` or a `tool_reference` to a `tools` entry; the upstream is offered the tools in force at the end of "
     "the conversation (Chat Completions has one tool list per request); the block itself is not sent",
     "tool_removal": "a `tool_reference` by name; as `tool_addition`",
+    "compaction": "its summary becomes a user turn standing for the messages it replaced; one without content is dropped",
 }
 
 

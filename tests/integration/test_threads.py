@@ -181,3 +181,38 @@ def test_tools_the_runner_adds_and_removes_mid_conversation_are_the_tools_offere
     assert offered == [["add"], ["add", "mul"], ["mul"]]
     assert [m["content"] for m in upstream.requests[2]["messages"] if m["role"] == "tool"] == ["3", "6"]
     assert all("tool_addition" not in json.dumps(body) and "tool_removal" not in json.dumps(body) for body in upstream.requests)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_the_runners_compaction_summarizes_and_the_summary_replaces_the_history(gateway: GatewayServer, upstream: FakeUpstream,
+                                                                                stream: bool) -> None:  # fmt: skip
+    upstream.queue(
+        Reply(body=completion(None, finish="tool_calls", tool_calls=[_call("add", {"a": 1, "b": 2}, "call_1")])),
+        Reply(body=completion("The user asked to add 1 and 2; add returned 3.")),  # the summary
+        Reply(body=completion("It is 3.")),
+    )
+
+    @beta_tool
+    def add(a: int, b: int) -> str:
+        """Add two numbers."""
+        return str(a + b)
+
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k")
+    runner = client.beta.messages.tool_runner(model="test-model", max_tokens=200, tools=[add], stream=stream,
+                                              messages=[{"role": "user", "content": "Add 1 and 2."}])  # fmt: skip
+    replies = []
+    for item in runner:
+        reply = item.get_final_message() if stream else item
+        replies.append(reply)
+        if len(replies) == 1:
+            runner.compact_before_next_turn()
+
+    assert [m.stop_reason for m in replies] == ["tool_use", "compaction", "end_turn"]
+    compaction = replies[1].content[0]
+    assert compaction.type == "compaction" and compaction.content == "The user asked to add 1 and 2; add returned 3."
+    summarize = upstream.requests[1]
+    assert "tools" not in summarize and summarize["messages"][-1]["role"] == "user"
+    assert "summary" in summarize["messages"][-1]["content"]
+    after = upstream.requests[2]["messages"]
+    assert after[0]["role"] == "user" and after[0]["content"].endswith("add returned 3.")  # the summary stands for the history
+    assert not any(m.get("tool_calls") for m in after)

@@ -38,6 +38,7 @@ from dragoman.protocol import anthropic, openai
 from dragoman.sse import DataDecoder, encode_all
 from dragoman.tokenizer import TokenizerError
 from dragoman.tokens import count_estimate
+from dragoman.translate.compaction import summarizing, summary_of
 from dragoman.translate.content import has_pdf
 from dragoman.translate.fold import events_of, fold
 from dragoman.translate.request import Options, Translated, to_chat_request
@@ -120,7 +121,18 @@ class OpenAIBackend:
         await self._fetch_documents(call, request)
         if request.max_tokens == 0:
             return await self._warm_cache(call, route, request)
+        if request.compaction is not None:
+            return await self._compact(call, route, request)
         return await self._respond(call, route, request)
+
+    async def _compact(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
+        """The conversation summarized, as a `compaction` block (see translate.compaction)."""
+        reply = await self._respond(call, route, summarizing(request))
+        assert isinstance(reply, Completed)
+        message = summary_of(msgspec.json.decode(reply.body, type=anthropic.Message))
+        if request.stream:
+            return Streaming(_once(encode_all(events_of(message))), headers=reply.headers)
+        return Completed(msgspec.json.encode(message), headers=reply.headers)
 
     async def _fetch_documents(self, call: Call, request: anthropic.MessagesRequest) -> None:
         server = self._server

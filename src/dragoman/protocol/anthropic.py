@@ -120,6 +120,15 @@ class ToolAdditionBlock(_Block, tag="tool_addition"):
     tool: dict[str, Any]
 
 
+class CompactionBlock(_Block, tag="compaction"):
+    """A summary standing for the messages before it (sent back from a `compaction` reply)."""
+
+    content: str | None = None
+    encrypted_content: str | None = None
+    signature: str | None = None
+    tool_changes: list[Any] | None = None
+
+
 class ToolRemovalBlock(_Block, tag="tool_removal"):
     """Withdraws a tool from here on: `tool` is a `tool_reference` by name."""
 
@@ -139,6 +148,7 @@ ContentBlockParam = (
     | MidConversationSystemBlock
     | ToolAdditionBlock
     | ToolRemovalBlock
+    | CompactionBlock
 )
 
 
@@ -199,6 +209,11 @@ class ThreadParam(_In):
     previous_message_id: str | None = None
 
 
+class CompactionConfig(_In):
+    type: Literal["summarize"]
+    instructions: str | None = None
+
+
 class MessagesRequest(_In):
     model: str
     messages: list[MessageParam]
@@ -217,6 +232,7 @@ class MessagesRequest(_In):
     output_format: OutputFormat | None = None
     reasoning_effort: str | None = None
     thread: ThreadParam | None = None  # the gateway holds the conversation: see dragoman.threads
+    compaction: CompactionConfig | None = None  # summarize the conversation instead of answering it
 
 
 class CountTokensRequest(_In):
@@ -260,9 +276,13 @@ class OutToolUseBlock(_Out, tag="tool_use", tag_field="type"):
     input: Any
 
 
-ContentBlock = OutTextBlock | OutThinkingBlock | OutToolUseBlock
+class OutCompactionBlock(_Out, tag="compaction", tag_field="type"):
+    content: str | None
 
-StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal"]
+
+ContentBlock = OutTextBlock | OutThinkingBlock | OutToolUseBlock | OutCompactionBlock
+
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal", "compaction"]
 
 
 class Usage(_Out):
@@ -320,7 +340,11 @@ class SignatureDelta(_Out, tag="signature_delta", tag_field="type"):
     signature: str
 
 
-Delta = TextDelta | InputJSONDelta | ThinkingDelta | SignatureDelta
+class CompactionDelta(_Out, tag="compaction_delta", tag_field="type"):
+    content: str | None
+
+
+Delta = TextDelta | InputJSONDelta | ThinkingDelta | SignatureDelta | CompactionDelta
 
 
 class ContentBlockDelta(_Out, tag="content_block_delta", tag_field="type"):

@@ -35,6 +35,8 @@ def fold(events: Iterable[a.StreamEvent]) -> a.Message:
                 block.signature = delta.signature
             elif isinstance(delta, a.InputJSONDelta) and isinstance(block, a.OutToolUseBlock):
                 tool_json[event.index] = tool_json.get(event.index, "") + delta.partial_json
+            elif isinstance(delta, a.CompactionDelta) and isinstance(block, a.OutCompactionBlock):
+                block.content = delta.content
         elif isinstance(event, a.MessageDelta):
             message.stop_reason = event.delta.stop_reason
             message.stop_sequence = event.delta.stop_sequence
@@ -69,6 +71,9 @@ def events_of(message: a.Message) -> list[a.StreamEvent]:
             events.append(a.ContentBlockStart(index=index, content_block=a.OutThinkingBlock(thinking="", signature="")))
             events.append(a.ContentBlockDelta(index=index, delta=a.ThinkingDelta(thinking=block.thinking)))
             events.append(a.ContentBlockDelta(index=index, delta=a.SignatureDelta(signature=block.signature)))
+        elif isinstance(block, a.OutCompactionBlock):
+            events.append(a.ContentBlockStart(index=index, content_block=a.OutCompactionBlock(content=None)))
+            events.append(a.ContentBlockDelta(index=index, delta=a.CompactionDelta(content=block.content)))
         else:
             events.append(a.ContentBlockStart(index=index, content_block=msgspec.structs.replace(block, input={})))
             events.append(a.ContentBlockDelta(index=index, delta=a.InputJSONDelta(partial_json=msgspec.json.encode(block.input).decode())))

@@ -18,6 +18,7 @@ from dragoman.profiles import Profile
 from dragoman.protocol import anthropic, openai
 from dragoman.translate import content
 from dragoman.translate.checks import check_request
+from dragoman.translate.compaction import with_summaries
 from dragoman.translate.tool_changes import CHANGES, tools_in_force
 from dragoman.translate.builtin_tools import (
     CLIENT_TOOL_FAMILIES,
@@ -91,7 +92,7 @@ def _normalise_turns(request: anthropic.MessagesRequest, system: list[str]) -> l
     consecutive same-role turns merged as Anthropic merges them."""
     turns: list[tuple[str, list[Any], int]] = []
     seen_assistant = False
-    for index, message in enumerate(request.messages):
+    for index, message in with_summaries(request.messages):
         role = message.role
         blocks: list[Any] = [anthropic.TextBlock(text=message.content)] if isinstance(message.content, str) else list(message.content)
         if role == "system":
