@@ -23,14 +23,13 @@ from dragoman.backends.base import (
 from dragoman.backends.connection import Response
 from dragoman.backends.counting import CountCache, count_prompt, ollama_context
 from dragoman.backends.fetch import has_url_documents, resolve_url_documents
+from dragoman.backends.fitting import fitted_body
 from dragoman.backends.http import HttpClient
 from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start
 from dragoman.config import Config, OpenAIUpstream
 from dragoman.errors import (
     GatewayError,
     UpstreamError,
-    context_limit,
-    context_overflow,
     from_upstream,
 )
 from dragoman.profiles import PROFILES, Profile, profile_for
@@ -146,7 +145,7 @@ class OpenAIBackend:
         # them reads the upstream as a stream even when the client did not ask for one.
         upstream_stream = request.stream or bool(request.stop_sequences) or self.profile.stream_upstream
         translated = await self._translate_call(request, route, upstream_stream)
-        body = await self._fitted_body(translated, route, request.max_tokens)
+        body = await fitted_body(translated.chat, route, request.max_tokens, lambda chat: self._count(chat, route, estimate=0))
         post = self._http.post("/chat/completions", body, outcome=call.outcome)
         reply: ReplySettings = {
             "model": call.model,
@@ -348,34 +347,6 @@ class OpenAIBackend:
             return estimate, "estimate"
         self._counts.put(key, result)
         return result
-
-    async def _fitted_body(self, translated: Translated, route: Route, asked: int) -> bytes:
-        """The upstream body, with max_tokens lowered to what the model can produce
-        (visibly), or fail in Anthropic's words."""
-        chat = translated.chat
-        body = openai.ENCODER.encode(chat)
-        limit = asked
-        if route.caps.max_output_tokens is not None and limit > route.caps.max_output_tokens:
-            limit = route.caps.max_output_tokens
-        window = route.context_window
-        if window is not None and limit + len(body) > window:
-            # Only a prompt that might not leave room is counted (a token is at least a byte).
-            prompt, method = await self._count(chat, route, estimate=0)
-            if method != "estimate":
-                if prompt > window:
-                    raise context_overflow(prompt, window)
-                if prompt == window:
-                    raise context_limit(prompt, asked, window)
-                if prompt + limit > window:
-                    limit = window - prompt
-        if limit == asked:
-            return body
-        log.info("max_tokens lowered from %d to %d to fit model %s (context %s)", asked, limit, route.upstream_model, window)
-        if chat.max_completion_tokens is not None:
-            chat.max_completion_tokens = limit
-        else:
-            chat.max_tokens = limit
-        return openai.ENCODER.encode(chat)
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
         counted = decode_request(call.body, anthropic.COUNT_TOKENS_REQUEST)
