@@ -220,6 +220,11 @@ def _recognise_overflow(text: str, body: _UpstreamErrorBody | None) -> InvalidRe
     return None
 
 
+# A model asked for input it cannot take answers 500 on some servers (llama.cpp without a
+# vision projector): the client's request, not a fault to retry.
+_UNSUPPORTED_INPUT = re.compile(r"(?i)image input is not supported|does not support image input")
+
+
 # What a backend may echo back of a credential: bearer tokens, `sk-...` style keys,
 # `api_key=...` parameters. The gateway's own upstream key must never reach a client.
 _CREDENTIAL = re.compile(
@@ -259,6 +264,11 @@ def from_upstream(status: int, raw: bytes, *, upstream: str, retry_after: str | 
         if overflow is not None:
             overflow.upstream = upstream
             return overflow
+    if _UNSUPPORTED_INPUT.search(text):
+        refused = InvalidRequest(f"the model behind upstream {upstream} does not accept images (it answered {status}: {text}); "
+                                 "send text, or set vision = false for the model so images are refused here")  # fmt: skip
+        refused.upstream = upstream
+        return refused
     kind = _BY_STATUS.get(status, UpstreamError if status >= 500 or status < 400 else InvalidRequest)
     # The upstream refusing our key is a gateway misconfiguration: retrying cannot help.
     should_retry = False if status in (401, 403) else None

@@ -324,3 +324,13 @@ def test_passthrough_sends_documents_as_text_when_asked(llama_server):
     finally:
         forwarding.stop()
         as_text.stop()
+
+
+def test_an_image_to_a_model_without_vision_is_a_400_not_a_retried_502(translate):
+    # SmolLM2 has no vision projector: llama-server answers 500 "image input is not supported".
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        _client(translate).messages.create(**_ask("x") | {"messages": [{"role": "user", "content": [image, {"type": "text", "text": "What is it?"}]}]})
+    assert "does not accept images" in caught.value.body["error"]["message"]
+    assert caught.value.response.headers.get("x-should-retry") == "false"

@@ -375,3 +375,14 @@ def test_text_before_an_error_chunk_is_not_lost_when_they_arrive_together(gatewa
     frames = _stream_frames(gateway)
     assert frames[-1][0] == "error"
     assert "".join(d["delta"]["text"] for e, d in frames if e == "content_block_delta") == "partial"
+
+
+def test_an_upstream_that_cannot_take_images_is_a_client_error_not_a_retryable_502(no_retry, upstream):
+    gateway = no_retry
+    refusal = "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+    upstream.json_reply({"error": {"code": 500, "message": refusal, "type": "server_error"}}, status=500)
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    response = _post(gateway, {**VALID, "messages": [{"role": "user", "content": [image, {"type": "text", "text": "what is it?"}]}]})
+    message = _envelope(response, 400, "invalid_request_error")
+    assert "does not accept images" in message and "vision = false" in message
+    assert response.headers.get("x-should-retry") == "false"
