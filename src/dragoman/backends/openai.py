@@ -246,12 +246,7 @@ class OpenAIBackend:
                 out: list[anthropic.StreamEvent] = []
                 try:
                     try:
-                        for payload in decoder.feed(raw):
-                            if payload == b"[DONE]":
-                                break
-                            out.extend(translator.feed(self._chunk(payload)))
-                            if translator.done:
-                                break
+                        self._feed(translator, decoder.feed(raw), out)
                     finally:
                         if out:
                             writer.write(encode_all(out))  # what came before a failure still reaches the client
@@ -283,17 +278,14 @@ class OpenAIBackend:
                     break
                 out: list[anthropic.StreamEvent] = []
                 try:
-                    for payload in decoder.feed(raw):
-                        if payload == b"[DONE]":
-                            break
-                        out.extend(translator.feed(self._chunk(payload)))
-                        if translator.done:
-                            break
-                        if out and not started:
-                            # A read can hold a whole burst: the first token goes out before the rest is translated.
-                            started = True
-                            yield encode(out)
-                            out = []
+                    payloads = decoder.feed(raw)
+                    used = self._feed(translator, payloads, out, first_alone=not started)
+                    if out and not started:
+                        # A read can hold a whole burst: the first token goes out before the rest is translated.
+                        started = True
+                        yield encode(out)
+                        out = []
+                    self._feed(translator, payloads[used:], out)
                 except GatewayError:
                     if out:
                         yield encode(out)  # what came before the failure still reaches the client
@@ -316,6 +308,21 @@ class OpenAIBackend:
                 response.release()  # read to the end: the connection can be reused
             else:
                 response.close()  # stops the backend's generation
+
+    def _feed(self, translator: StreamTranslator, payloads: list[bytes], out: list[anthropic.StreamEvent], *,
+              first_alone: bool = False) -> int:  # fmt: skip
+        """Translate a read's `data:` payloads into `out`, up to `[DONE]` or the reply's end;
+        with `first_alone`, stop once `out` holds something. How many payloads were used
+        (all of them at `[DONE]` or the end)."""
+        for used, payload in enumerate(payloads, 1):
+            if payload == b"[DONE]":
+                break
+            out.extend(translator.feed(self._chunk(payload)))
+            if translator.done:
+                break
+            if first_alone and out:
+                return used
+        return len(payloads)
 
     def _chunk(self, payload: bytes) -> openai.ChatChunk:
         try:
