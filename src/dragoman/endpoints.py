@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from dragoman import auth
-from dragoman.backends.base import Call, Completed, DirectWrites, Reply
+from dragoman.backends.base import Call, Completed, DirectWrites, Reply, Streaming
 from dragoman.disconnect import ClientLeft, DisconnectWatch
 from dragoman.errors import GatewayError, InvalidRequest, RequestTooLarge, UpstreamError
 from dragoman.gateway import Gateway
@@ -223,23 +223,27 @@ async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call
 async def serve(gateway: Gateway, request: Request, endpoint: str) -> Response:
     """POST /v1/messages and /v1/messages/count_tokens."""
     call, route, outcome, turn = await _call(gateway, request, endpoint)
+    reply: Reply | Response | None = None
     try:
         reply = await _reply(gateway, request, endpoint, call, route, outcome)
-    except BaseException:
+    finally:
         if turn is not None:
-            turn.answered(None)
-        raise
+            _follow(turn, reply)
     if isinstance(reply, Response):  # the client left
-        if turn is not None:
-            turn.answered(None)
         return reply
-    if turn is not None:
-        if isinstance(reply, Completed):
-            turn.answered_json(reply.status, reply.body)
-        else:
-            reply.chunks = turn.watch(reply.chunks)
-            reply.direct = None  # every chunk passes `watch`
     return render(observe(reply, outcome, gateway.metrics), call.request_id, outcome, gateway.metrics)
+
+
+def _follow(turn: Turn, reply: Reply | Response | None) -> None:
+    """Hold a threaded reply once it is whole: now, or as its stream goes by. None (a
+    failure) or a client that left ends the turn with nothing held."""
+    if isinstance(reply, Completed):
+        turn.answered_json(reply.status, reply.body)
+    elif isinstance(reply, Streaming):
+        reply.chunks = turn.watch(reply.chunks)
+        reply.direct = None  # every chunk passes `watch`
+    else:
+        turn.answered(None)
 
 
 async def _reply(gateway: Gateway, request: Request, endpoint: str, call: Call, route: Route, outcome: Outcome) -> Reply | Response:

@@ -112,7 +112,8 @@ class ThreadStore:
             return None
         return held
 
-    def hold(self, key: tuple[str, str], held: Held) -> None:
+    def hold(self, key: tuple[str, str], fields: bytes, messages: bytes) -> None:
+        held = Held(fields, messages, self._clock())
         if key in self._held:
             self._drop(key)
         self._held[key] = held
@@ -168,7 +169,7 @@ class Turn:
             return
         assistant = {"role": "assistant", "content": reply.get("content", [])}
         messages = msgspec.json.encode([*self._messages, assistant])
-        self._store.hold((self._owner, message_id), Held(self._fields, messages, self._store._clock()))
+        self._store.hold((self._owner, message_id), self._fields, messages)
         self._store.ended(self._previous, continued=True)
 
     def answered_json(self, status: int, body: bytes) -> None:
