@@ -37,7 +37,7 @@ import msgspec
 from dragoman import ids
 from dragoman.config import FilesConfig, data_dir
 from dragoman.errors import InvalidRequest, NotFound, RequestTooLarge
-from dragoman.paging import page_of
+from dragoman.paging import list_param, page_of
 from dragoman.storage import write_atomically
 
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
@@ -144,9 +144,7 @@ class FileStore:
         owner's file is not listed and, as a cursor, is an unknown id."""
         metas = {file_id: stored.public() for file_id, stored in self._owned(owner).items()}
         order = sorted(metas, key=lambda file_id: (metas[file_id].created_at, file_id), reverse=True)
-        getlist = getattr(query, "getlist", None)
-        values = [*getlist("ids"), *getlist("ids[]")] if getlist else [query.get("ids", ""), query.get("ids[]", "")]
-        wanted = [i for value in values for i in value.split(",") if i]  # the SDK sends ids[]=a&ids[]=b
+        wanted = list_param(query, "ids")
         params = {k: v for k, v in query.items() if k not in ("page", "ids", "ids[]")}
         cursor: dict[str, str] = {}  # the page cursor's own time: placed even if the file is gone (kept for this call only)
         if wanted:

@@ -28,7 +28,7 @@ from dragoman.files import FileStore
 from dragoman.threads import ThreadStore
 from dragoman.limits import Limiter
 from dragoman.observe import Metrics
-from dragoman.paging import page_of
+from dragoman.paging import list_param, page_of
 from dragoman.routing import Route, Router
 
 log = logging.getLogger("dragoman")
@@ -177,9 +177,7 @@ class Gateway:
         return self._info(name)
 
     def models_page(self, query: Mapping[str, str]) -> dict[str, Any]:
-        getlist = getattr(query, "getlist", None)
-        values = [*getlist("lifecycle"), *getlist("lifecycle[]")] if getlist else [query.get("lifecycle", "")]
-        stages = {stage for value in values for stage in value.split(",") if stage}
+        stages = set(list_param(query, "lifecycle"))
         if stages - LIFECYCLES:
             raise InvalidRequest(f"lifecycle: {sorted(stages - LIFECYCLES)[0]!r} is not one of active, deprecated, retired")
         names = self.router.names() if not stages or "active" in stages else []  # every model served here is active

@@ -48,3 +48,11 @@ def page_of(
         "first_id": page[0] if page else None,
         "last_id": page[-1] if page else None,
     }
+
+
+def list_param(query: Mapping[str, str], name: str) -> list[str]:
+    """A query parameter that holds a list: repeated (`name=a&name=b`, or `name[]=`, as the
+    SDKs send it) and comma-separated values alike."""
+    getlist = getattr(query, "getlist", None)
+    values = [*getlist(name), *getlist(f"{name}[]")] if getlist else [query.get(name, ""), query.get(f"{name}[]", "")]
+    return [item for value in values for item in value.split(",") if item]
