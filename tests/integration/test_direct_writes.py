@@ -192,44 +192,42 @@ def event_for(text: str) -> bytes:
 def test_a_client_that_stops_reading_gets_every_token_in_order(upstream: FakeUpstream, start: Any, mode: str, writes: Writes) -> None:
     """The client's socket fills (flow control): direct writes stop, `send` waits for
     the client, and nothing is lost or reordered."""
-    token = "x" * 2000
-    count = 2500  # 5 MB of text: more than the kernel buffers between the gateway and a client reading nothing
-    items: list[Any] = [chunk({"role": "assistant", "content": ""})]
-    for i in range(count):
-        items.append(chunk({"content": f"{i:05d}{token}"}))
-        if i % 50 == 0:
-            items.append(("sleep", 0.001))
-    items += [chunk(finish="stop"), usage_chunk(completion_tokens=count)]
-    upstream.stream_reply(items)
+    tokens = _numbered_tokens(lambda text: chunk({"content": text}))
+    upstream.stream_reply([chunk({"role": "assistant", "content": ""}), *tokens, chunk(finish="stop"), usage_chunk(completion_tokens=COUNT)])
     gateway = start(upstream.url)
 
     frames = _read_late(gateway, "test-model")
-    texts = [d["delta"]["text"] for e, d in frames if e == "content_block_delta"]
-    assert [int(t[:5]) for t in texts] == list(range(count))
-    assert all(t[5:] == token for t in texts)
-    assert frames[-1][0] == "message_stop"
-    _check_mode(mode, writes)
-    if mode == "direct":
-        assert writes.refused > 0, "the client's socket never filled: the test did not exercise flow control"
+    _check_every_token(frames, [d["delta"]["text"] for e, d in frames if e == "content_block_delta"], mode, writes)
 
 
 def test_passthrough_to_a_client_that_stops_reading_loses_nothing(native: FakeAnthropic, start: Any, mode: str,
                                                                   writes: Writes) -> None:  # fmt: skip
-    token = "y" * 2000
-    count = 2500
     events = text_events("")
-    deltas: list[Any] = []
-    for i in range(count):
-        deltas.append(event_for(f"{i:05d}{token}"))
-        if i % 50 == 0:
-            deltas.append(("sleep", 0.001))
-    native.replies.append(NativeReply(events=[*events[:3], *deltas, *events[3:]]))
+    native.replies.append(NativeReply(events=[*events[:3], *_numbered_tokens(event_for), *events[3:]]))
     gateway = start(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
 
     frames = _read_late(gateway, "native-model")
     texts = [d["delta"]["text"] for e, d in frames if e == "content_block_delta"][1:]  # after text_events' own ""
-    assert [int(t[:5]) for t in texts] == list(range(count))
-    assert all(t[5:] == token for t in texts)
+    _check_every_token(frames, texts, mode, writes)
+
+
+TOKEN = "x" * 2000
+COUNT = 2500  # 5 MB of text: more than the kernel buffers between the gateway and a client reading nothing
+
+
+def _numbered_tokens(make: Any) -> list[Any]:
+    """COUNT numbered tokens made by `make(text)`, a short pause every 50 (separate reads)."""
+    items: list[Any] = []
+    for i in range(COUNT):
+        items.append(make(f"{i:05d}{TOKEN}"))
+        if i % 50 == 0:
+            items.append(("sleep", 0.001))
+    return items
+
+
+def _check_every_token(frames: list[tuple[str | None, Any]], texts: list[str], mode: str, writes: Writes) -> None:
+    assert [int(t[:5]) for t in texts] == list(range(COUNT))
+    assert all(t[5:] == TOKEN for t in texts)
     assert frames[-1][0] == "message_stop"
     _check_mode(mode, writes)
     if mode == "direct":
