@@ -67,7 +67,7 @@ IGNORED_NOTES = {
 
 BLOCK_NOTES = {
     "text": "user text parts; assistant text",
-    "image": "base64 and URL sources become `image_url` parts (jpeg, png, gif, webp); a model without vision gets a 400; `file` sources (Files API) are replaced by the uploaded image",
+    "image": "base64 and URL sources become `image_url` parts (jpeg, png, gif, webp); a model without vision gets a 400; base64 data whose first bytes are no such image is a 400 naming `source.data`, and a mislabelled image (a JPEG sent as `image/png`) is sent with the type its bytes show, where Anthropic answers 400; `file` sources (Files API) are replaced by the uploaded image",
     "document": "plain-text, content and base64 PDF sources become text with title and context; URL sources are fetched when the operator enables it (public addresses only), else a 400; `file` sources (Files API) are replaced by the uploaded PDF or text",
     "search_result": "text with its source and title",
     "tool_use": "assistant `tool_calls`, ids preserved",

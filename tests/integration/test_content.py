@@ -58,6 +58,25 @@ def test_an_unsupported_media_type_names_the_field(make_gateway, upstream):
     assert "messages.0.content.0.source.media_type" in caught.value.body["error"]["message"]
 
 
+def test_image_data_that_is_no_image_is_refused_before_inference(make_gateway, upstream):
+    gateway = make_gateway(models=_models(vision=True))
+    text_as_image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(b"hello there").decode()}}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        _client(gateway).messages.create(model="eyes", max_tokens=20, messages=[{"role": "user", "content": [text_as_image]}])
+    assert caught.value.body["error"]["message"].startswith("messages.0.content.0.source.data: not a JPEG, PNG, GIF or WebP image")
+    assert upstream.requests == []
+
+
+def test_a_png_labelled_jpeg_in_a_tool_result_reaches_the_model_as_png(make_gateway, upstream):
+    gateway = make_gateway(models=_models(vision=True))
+    upstream.json_reply(completion("a dot"))
+    mislabelled = {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": PNG}}
+    _client(gateway).messages.create(model="eyes", max_tokens=20, tools=TOOLS, messages=_tool_turns([mislabelled]))
+    urls = [part["image_url"]["url"] for message in upstream.requests[0]["messages"] if isinstance(message.get("content"), list)
+            for part in message["content"] if part.get("type") == "image_url"]  # fmt: skip
+    assert urls == [f"data:image/png;base64,{PNG}"]
+
+
 def _tool_turns(result_content: list) -> list[dict]:
     return [
         {"role": "user", "content": "Take a screenshot."},

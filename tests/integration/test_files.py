@@ -340,8 +340,12 @@ def test_the_quota_is_per_key(start, files_dir):
 # -- file sources in /v1/messages: the translating path -----------------------------------------
 
 
-@pytest.mark.parametrize(("mime", "data"), [("image/png", PNG), ("image/gif", GIF), ("image/jpeg", PNG), ("image/webp", PNG)])
-def test_an_image_file_reaches_the_model_as_a_data_url(start, upstream, mime, data):
+@pytest.mark.parametrize(
+    ("mime", "data", "sent_as"),
+    [("image/png", PNG, "image/png"), ("image/gif", GIF, "image/gif"), ("image/jpeg", PNG, "image/png"), ("image/webp", PNG, "image/png")],
+    ids=["png", "gif", "png-uploaded-as-jpeg", "png-uploaded-as-webp"],
+)
+def test_an_image_file_reaches_the_model_as_a_data_url(start, upstream, mime, data, sent_as):
     client = sdk(start())
     meta = client.beta.files.upload(file=("picture", data, mime))
     upstream.json_reply(completion("a dot"))
@@ -350,7 +354,7 @@ def test_an_image_file_reaches_the_model_as_a_data_url(start, upstream, mime, da
 
     assert reply.content[0].text == "a dot"
     parts = upstream.requests[0]["messages"][0]["content"]
-    assert parts[0] == {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{b64(data)}"}}
+    assert parts[0] == {"type": "image_url", "image_url": {"url": f"data:{sent_as};base64,{b64(data)}"}}
     assert parts[1] == {"type": "text", "text": "What is this?"}
     assert meta.id not in json.dumps(upstream.requests[0])
 

@@ -473,11 +473,42 @@ def test_temperature_bounds_are_inclusive(temperature: float) -> None:
 # -- content: images and documents ------------------------------------------------------------
 
 
+IMAGE_HEADS = {  # the first bytes of each supported format, base64
+    "image/jpeg": base64.b64encode(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00").decode(),
+    "image/png": base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR").decode(),
+    "image/gif": base64.b64encode(b"GIF89a\x01\x00\x01\x00\x80\x00").decode(),
+    "image/webp": base64.b64encode(b"RIFF\x24\x00\x00\x00WEBPVP8 ").decode(),
+}
+
+
 @pytest.mark.parametrize("media_type", ["image/jpeg", "image/png", "image/gif", "image/webp"])
 def test_supported_image_media_types(media_type: str) -> None:
-    sent = messages(messages=[user([image(media_type), text("describe")])])
-    assert sent[0]["content"][0] == {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,iVBORw0KGgo="}}
+    data = IMAGE_HEADS[media_type]
+    sent = messages(messages=[user([image(media_type, data), text("describe")])])
+    assert sent[0]["content"][0] == {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{data}"}}
     assert sent[0]["content"][1] == {"type": "text", "text": "describe"}
+
+
+@pytest.mark.parametrize(("declared", "actual"), [("image/png", "image/jpeg"), ("image/jpeg", "image/png"), ("image/gif", "image/webp")])
+def test_a_mislabelled_image_is_sent_with_the_type_its_bytes_show(declared: str, actual: str) -> None:
+    data = IMAGE_HEADS[actual]
+    sent = messages(messages=[user([image(declared, data)])])
+    assert sent[0]["content"][0]["image_url"]["url"] == f"data:{actual};base64,{data}"
+
+
+@pytest.mark.parametrize(
+    ("data", "complaint"),
+    [
+        ("%%% not base64 at all %%%", "not valid base64"),
+        (base64.b64encode(b"just some text, not an image").decode(), "not a JPEG, PNG, GIF or WebP image"),
+        ("", "not a JPEG, PNG, GIF or WebP image"),
+        ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUg==", "without a 'data:' URL prefix"),
+    ],
+    ids=["bad-base64", "not-an-image", "empty", "data-url"],
+)
+def test_image_data_that_is_no_image_is_rejected_naming_the_field(data: str, complaint: str) -> None:
+    message = error(messages=[user([text("look"), image("image/png", data)])])
+    assert message.startswith("messages.0.content.1.source.data") and complaint in message
 
 
 @pytest.mark.parametrize("media_type", ["image/bmp", "image/svg+xml", "application/pdf", "text/plain"])

@@ -16,13 +16,40 @@ from dragoman.protocol import anthropic, openai
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 
 
+_IMAGE_SIGNATURES = ((b"\xff\xd8\xff", "image/jpeg"), (b"\x89PNG\r\n\x1a\n", "image/png"), (b"GIF87a", "image/gif"), (b"GIF89a", "image/gif"))
+
+
+def sniffed_image_type(data: str, where: str) -> str:
+    """The media type an image's first bytes show; a 400 naming `source.data` if they show none.
+
+    Only the head is decoded: a full decode costs about 4 ms per MB, and clients such
+    as Claude Code resend every screenshot of a conversation with each turn.
+    """
+    if data.startswith("data:"):
+        raise InvalidRequest(f"{where}.source.data: give the base64 data alone, without a 'data:' URL prefix")
+    try:
+        head = binascii.a2b_base64(data[:16], strict_mode=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{where}.source.data: not valid base64") from None
+    for signature, media_type in _IMAGE_SIGNATURES:
+        if head.startswith(signature):
+            return media_type
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    raise InvalidRequest(f"{where}.source.data: not a JPEG, PNG, GIF or WebP image")
+
+
 def image_part(block: anthropic.ImageBlock, where: str) -> openai.ImagePart:
     source = block.source
     if isinstance(source, anthropic.Base64Source):
         if source.media_type not in IMAGE_MEDIA_TYPES:
             allowed = ", ".join(IMAGE_MEDIA_TYPES)
             raise InvalidRequest(f"{where}.source.media_type: {source.media_type!r} is not supported; use one of {allowed}")
-        return openai.ImagePart(image_url=openai.ImageURL(url=f"data:{source.media_type};base64,{source.data}"))
+        # A mislabelled image (a JPEG sent as image/png) is sent with the type its bytes
+        # show: Anthropic refuses it, which leaves Claude Code sessions stuck on every
+        # later turn, while the model needs only the bytes.
+        media_type = sniffed_image_type(source.data, where)
+        return openai.ImagePart(image_url=openai.ImageURL(url=f"data:{media_type};base64,{source.data}"))
     if isinstance(source, anthropic.URLSource):
         return openai.ImagePart(image_url=openai.ImageURL(url=source.url))
     raise _no_file(source, where)
