@@ -1,0 +1,189 @@
+"""Anthropic Messages API wire types of what we send back: messages, stream events, errors.
+
+Every field is always present, as Anthropic sends it; `dragoman.protocol.anthropic`
+re-exports these next to the request types, so callers use one namespace.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from msgspec import Struct
+
+__all__ = [
+    "OutTextBlock",
+    "OutThinkingBlock",
+    "OutToolUseBlock",
+    "OutCompactionBlock",
+    "ContentBlock",
+    "StopReason",
+    "Usage",
+    "Message",
+    "MessageStart",
+    "ContentBlockStart",
+    "TextDelta",
+    "InputJSONDelta",
+    "ThinkingDelta",
+    "SignatureDelta",
+    "CompactionDelta",
+    "Delta",
+    "ContentBlockDelta",
+    "ContentBlockStop",
+    "MessageDeltaBody",
+    "MessageDeltaUsage",
+    "MessageDelta",
+    "MessageStop",
+    "Ping",
+    "StreamEvent",
+    "ErrorDetail",
+    "ErrorResponse",
+    "CountTokensResponse",
+]
+
+
+class _Out(Struct, kw_only=True, gc=False):
+    """Base for outbound types: every field is always present, as Anthropic sends it
+    (untracked by the garbage collector, as `_In`)."""
+
+
+class OutTextBlock(_Out, tag="text", tag_field="type"):
+    text: str
+
+
+class OutThinkingBlock(_Out, tag="thinking", tag_field="type"):
+    thinking: str
+    signature: str
+
+
+class OutToolUseBlock(_Out, tag="tool_use", tag_field="type"):
+    id: str
+    name: str
+    input: Any
+
+
+class OutCompactionBlock(_Out, tag="compaction", tag_field="type"):
+    content: str | None
+
+
+ContentBlock = OutTextBlock | OutThinkingBlock | OutToolUseBlock | OutCompactionBlock
+
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal", "compaction"]
+
+
+class Usage(_Out):
+    input_tokens: int
+    output_tokens: int
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    # Nothing to report, but sent as Anthropic sends them: the TypeScript SDK types them
+    # as present (`T | null`), so code testing `!== null` must not meet `undefined`.
+    cache_creation: dict[str, int] | None = None
+    server_tool_use: dict[str, int] | None = None
+    service_tier: str | None = None
+    inference_geo: str | None = None
+    output_tokens_details: dict[str, int] | None = None
+
+
+class Message(_Out, tag="message", tag_field="type", kw_only=True):
+    id: str
+    role: Literal["assistant"] = "assistant"
+    model: str
+    content: list[ContentBlock]
+    stop_reason: StopReason | None
+    stop_sequence: str | None
+    stop_details: dict[str, Any] | None = None  # as Usage's: present, null
+    container: dict[str, Any] | None = None
+    diagnostics: dict[str, Any] | None = None
+    usage: Usage
+
+
+# -- stream events ------------------------------------------------------------
+
+
+class MessageStart(_Out, tag="message_start", tag_field="type"):
+    message: Message
+
+
+class ContentBlockStart(_Out, tag="content_block_start", tag_field="type"):
+    index: int
+    content_block: ContentBlock
+
+
+class TextDelta(_Out, tag="text_delta", tag_field="type"):
+    text: str
+
+
+class InputJSONDelta(_Out, tag="input_json_delta", tag_field="type"):
+    partial_json: str
+
+
+class ThinkingDelta(_Out, tag="thinking_delta", tag_field="type"):
+    thinking: str
+
+
+class SignatureDelta(_Out, tag="signature_delta", tag_field="type"):
+    signature: str
+
+
+class CompactionDelta(_Out, tag="compaction_delta", tag_field="type"):
+    content: str | None
+
+
+Delta = TextDelta | InputJSONDelta | ThinkingDelta | SignatureDelta | CompactionDelta
+
+
+class ContentBlockDelta(_Out, tag="content_block_delta", tag_field="type"):
+    index: int
+    delta: Delta
+
+
+class ContentBlockStop(_Out, tag="content_block_stop", tag_field="type"):
+    index: int
+
+
+class MessageDeltaBody(_Out):
+    stop_reason: StopReason | None
+    stop_sequence: str | None
+
+
+class MessageDeltaUsage(_Out):
+    input_tokens: int
+    output_tokens: int
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+
+class MessageDelta(_Out, tag="message_delta", tag_field="type"):
+    delta: MessageDeltaBody
+    usage: MessageDeltaUsage
+
+
+class MessageStop(_Out, tag="message_stop", tag_field="type"):
+    pass
+
+
+class Ping(_Out, tag="ping", tag_field="type"):
+    pass
+
+
+StreamEvent = (
+    MessageStart | ContentBlockStart | ContentBlockDelta | ContentBlockStop | MessageDelta | MessageStop | Ping
+)
+
+
+# -- errors -------------------------------------------------------------------
+
+
+class ErrorDetail(_Out, omit_defaults=True):
+    type: str
+    message: str
+    details: dict[str, str] | None = None  # `error_code` for the errors the SDKs act on (threads)
+
+
+class ErrorResponse(_Out, tag="error", tag_field="type", omit_defaults=True):
+    error: ErrorDetail
+    request_id: str | None = None  # omitted in stream error events, which carry none
+
+
+class CountTokensResponse(_Out):
+    input_tokens: int
