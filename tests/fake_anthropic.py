@@ -41,7 +41,7 @@ def text_events(text: str = "Hello", model: str = "native-model") -> list[bytes]
 class NativeReply:
     status: int = 200
     body: Any = None
-    events: list[Any] | None = None  # bytes, or ("sleep", seconds)
+    events: list[Any] | None = None  # bytes, ("sleep", seconds), or "drop" (the connection breaks)
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -112,6 +112,10 @@ class FakeAnthropic:
         await response.prepare(request)
         try:
             for item in reply.events:
+                if item == "drop":  # the connection breaks here
+                    assert request.transport is not None
+                    request.transport.abort()
+                    return response
                 if isinstance(item, tuple):
                     await self._sleep_watching(request, item[1])
                 else:

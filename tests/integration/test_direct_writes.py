@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
 
@@ -181,6 +182,24 @@ def test_passthrough_forwards_paced_events_byte_for_byte(native: FakeAnthropic, 
     assert response.content == b"".join(events)
     _check_mode(mode, writes)
     assert _metric(gateway, "output") == 3.0  # the usage of message_delta, read as it went past
+
+
+@pytest.mark.parametrize("end", ["drop-mid-event", "clean-close-without-message-stop"])
+def test_passthrough_stream_cut_short_ends_with_an_error_event_the_sdk_raises(native: FakeAnthropic, start: Any, mode: str,
+                                                                              writes: Writes, end: str) -> None:  # fmt: skip
+    events = text_events("Hello")
+    half = event_for(" world")[:30]
+    cut = [*events[:3], half, "drop"] if end == "drop-mid-event" else events[:3]
+    native.replies.append(NativeReply(events=_paced(*cut)))
+    gateway = start(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
+    client = anthropic.Anthropic(base_url=gateway.url, api_key=HEADERS["x-api-key"], max_retries=0)
+
+    seen = []
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        with client.messages.stream(model="native-model", max_tokens=20, messages=[{"role": "user", "content": "hi"}]) as stream:
+            seen.extend(stream.text_stream)
+    assert seen == ["Hello"]
+    assert caught.value.body["error"]["type"] == "api_error"
 
 
 def event_for(text: str) -> bytes:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from dragoman.backends.anthropic import AnthropicBackend
 from dragoman.backends.base import Call
 from dragoman.config import from_dict
@@ -49,3 +51,83 @@ def test_a_whole_stream_in_one_read_is_counted_the_same() -> None:
     body, outcome, _ = relay([START + BLOCK + DELTA * 50 + STOP + END])
     assert (outcome.input_tokens, outcome.output_tokens, outcome.cache_read_tokens) == (31, 12, 7)
     assert body.startswith(START.replace(b'"served"', b'"client-name"'))
+
+
+class FailingResponse(Response):
+    """An upstream whose connection breaks after the given reads."""
+
+    async def readany(self) -> bytes:
+        await asyncio.sleep(0)
+        if not self._reads:
+            raise ConnectionResetError("connection reset by peer")
+        return self._reads.pop(0)
+
+
+def relay_failing(reads: list[bytes]) -> bytes:
+    config = from_dict({"upstreams": {"native": {"url": "http://127.0.0.1:9", "protocol": "anthropic"}}})
+    backend = AnthropicBackend("native", config.upstreams["native"], config)  # type: ignore[arg-type]
+    call = Call(b"{}", "served", "served", {}, "req_1", True, Outcome(request_id="req_1", endpoint="messages"))
+
+    async def run() -> bytes:
+        return b"".join([chunk async for chunk in backend._relay(FailingResponse(reads), call)])  # type: ignore[arg-type]
+
+    return asyncio.run(run())
+
+
+def events_of(body: bytes) -> list[tuple[str, dict]]:
+    """The stream as the SDK's decoder reads it: every event must be whole JSON."""
+    import json
+
+    found = []
+    for frame in body.replace(b"\r\n", b"\n").split(b"\n\n"):
+        if not frame:
+            continue
+        fields = dict(line.split(b": ", 1) for line in frame.split(b"\n"))
+        found.append((fields[b"event"].decode(), json.loads(fields[b"data"])))
+    return found
+
+
+def test_an_upstream_failing_mid_event_ends_with_an_error_event_after_the_last_whole_one() -> None:
+    half = DELTA[: len(DELTA) // 2]
+    body = relay_failing([START, BLOCK, DELTA, half])
+    names = [name for name, _ in events_of(body)]
+    assert names == ["message_start", "content_block_start", "content_block_delta", "error"]
+    assert events_of(body)[-1][1]["error"]["type"] == "api_error"
+
+
+def test_an_event_cut_across_reads_goes_out_whole_and_in_order() -> None:
+    stream = START + BLOCK + DELTA + DELTA + STOP + END
+    reads = [stream[i : i + 37] for i in range(0, len(stream), 37)]
+    body, outcome, response = relay(reads)
+    assert body == stream.replace(b'"served"', b'"client-name"')
+    assert outcome.output_tokens == 12 and response.released
+
+
+@pytest.mark.parametrize("last", [DELTA, STOP, DELTA[:20]], ids=["after-a-delta", "after-a-block", "mid-event"])
+def test_a_stream_that_ends_without_message_stop_ends_with_an_error_event(last: bytes) -> None:
+    body, _, response = relay([START, BLOCK, last])
+    found = events_of(body)
+    assert found[-1][0] == "error" and "before the reply was complete" in found[-1][1]["error"]["message"]
+    assert [name for name, _ in found].count("message_stop") == 0
+    assert response.closed and not response.released
+
+
+def test_an_upstream_error_event_is_a_complete_end() -> None:
+    error = b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
+    body, _, response = relay([START, BLOCK, DELTA, error])
+    assert body.endswith(error) and body.count(b"event: error") == 1
+    assert response.released
+
+
+def test_text_that_mentions_message_stop_does_not_end_the_stream() -> None:
+    sly = DELTA.replace(b'"text":"hi"', b'"text":"\\"message_stop\\" and \\"error\\""')
+    body, _, _ = relay([START, BLOCK, sly])
+    assert events_of(body)[-1][0] == "error"
+
+
+def test_crlf_events_are_forwarded_whole() -> None:
+    stream = (START + BLOCK + DELTA + STOP + END).replace(b"\n", b"\r\n")
+    reads = [stream[i : i + 50] for i in range(0, len(stream), 50)]
+    body, outcome, response = relay(reads)
+    assert body == stream.replace(b'"served"', b'"client-name"') and response.released
+    assert outcome.output_tokens == 12

@@ -195,37 +195,25 @@ class AnthropicBackend:
         return data.replace(b'"model":' + old, b'"model":' + new, 1).replace(b'"model": ' + old, b'"model": ' + new, 1)
 
     async def _relay(self, response: Response, call: Call, direct: DirectWrites | None = None) -> AsyncIterator[bytes]:
-        """Forward stream bytes as they arrive; pings fill silences, but only between
-        whole frames, and never past the upstream's idle timeout. Once `message_start`
-        has gone out, reads go straight to `direct`'s writer when there is one, from the
-        connection's callback."""
+        """Forward stream events as they arrive, whole: an event cut by a read waits for
+        its end, so that an upstream failing mid-event ends the client's stream with a
+        clean `error` event. Pings fill silences, never past the upstream's idle timeout.
+        Once `message_start` has gone out, reads go straight to `direct`'s writer when
+        there is one, from the connection's callback."""
         head: bytes | None = b""
         finished = False
-        at_boundary = True
-        delta_event = b""  # a message_delta event cut by a read, until its end arrives
+        events = _Events(call)
         watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
         writes = direct if direct is not None else DirectWrites()
-
-        def passing(chunk: bytes) -> None:
-            nonlocal at_boundary, delta_event
-            at_boundary = chunk.endswith((b"\n\n", b"\r\n\r\n"))
-            if delta_event:
-                chunk = delta_event + chunk
-                delta_event = b""
-            at = chunk.rfind(b"message_delta")
-            if at >= 0:  # the counts follow the event's name; not the whole burst is searched
-                if chunk.find(b"\n\n", at) >= 0 or chunk.find(b"\n\r\n", at) >= 0 or len(chunk) - at > HEAD_LIMIT:
-                    _note_usage(call, chunk[at:])
-                else:
-                    delta_event = chunk[at:]
 
         def relay_to_client(chunk: bytes) -> bool:  # Response.drain_to's sink
             writer = writes.writer
             if writer is None or not writer.ready():
                 return False  # the client is slow: this read goes through `readany`, and `send` waits
             watch.touch()
-            passing(chunk)
-            writer.write(chunk)
+            whole = events.take(chunk)
+            if whole:
+                writer.write(whole)
             return True
 
         try:
@@ -234,30 +222,33 @@ class AnthropicBackend:
                     try:
                         await watch.read(response.drain_to(relay_to_client))
                     except Silence:
-                        if at_boundary:
+                        if events.at_boundary:
                             yield PING
                         continue
                 try:
                     with upstream_errors(self.name):
                         chunk = await watch.read(response.readany())
                 except Silence:
-                    if at_boundary and head is None:
+                    if events.at_boundary and head is None:
                         yield PING
                     continue
                 if not chunk:
                     break
                 if head is not None:
                     head += chunk
-                    if b"\n\n" not in head and len(head) < HEAD_LIMIT:
+                    if b"\n\n" not in head and b"\n\r\n" not in head and len(head) < HEAD_LIMIT:
                         continue
                     chunk, head = self._rename(head, call), None
                     _note_usage(call, chunk[: chunk.find(b"\n\n")])  # message_start: the input tokens
-                passing(chunk)
-                yield chunk
+                whole = events.take(chunk)
+                if whole:
+                    yield whole
             if head:
-                yield self._rename(head, call)
-            if delta_event:
-                _note_usage(call, delta_event)
+                whole = events.take(self._rename(head, call))
+                if whole:
+                    yield whole
+            if not events.complete():
+                raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
             finished = True
         except GatewayError as error:
             yield error.event()
@@ -267,3 +258,52 @@ class AnthropicBackend:
                 response.release()
             else:
                 response.close()
+
+
+MAX_HELD_EVENT = 1024 * 1024  # an event larger than this goes out in pieces rather than wait whole
+
+
+class _Events:
+    """A passthrough stream cut at event boundaries: `take` gives the whole events so
+    far and holds a cut one back. Also notes the token counts of `message_delta` for
+    the metrics, and whether the stream ended as Anthropic ends one (`message_stop` or
+    an `error` event; JSON strings escape their quotes, so a text cannot fake either)."""
+
+    __slots__ = ("_call", "_held", "_ended", "_cut_sent")
+
+    def __init__(self, call: Call) -> None:
+        self._call = call
+        self._held = b""
+        self._ended = False
+        self._cut_sent = False  # part of an oversized event went out
+
+    @property
+    def at_boundary(self) -> bool:
+        return not self._held and not self._cut_sent
+
+    def take(self, chunk: bytes) -> bytes:
+        if self._held:
+            chunk = self._held + chunk
+            self._held = b""
+        if not chunk.endswith(b"\n\n"):
+            end = chunk.rfind(b"\n\n")
+            cut = end + 2 if end >= 0 else 0
+            end = chunk.rfind(b"\n\r\n")  # CRLF line ends
+            if end >= 0 and end + 3 > cut:
+                cut = end + 3
+            if cut < len(chunk):
+                if len(chunk) - cut > MAX_HELD_EVENT:
+                    self._cut_sent = True
+                    return chunk
+                chunk, self._held = chunk[:cut], chunk[cut:]
+        self._cut_sent = False
+        if chunk:
+            at = chunk.rfind(b"message_delta")
+            if at >= 0:  # the counts follow the event's name; not the whole burst is searched
+                _note_usage(self._call, chunk[at:])
+            if b'"message_stop"' in chunk or b'"error"' in chunk:
+                self._ended = True
+        return chunk
+
+    def complete(self) -> bool:
+        return self._ended and not self._held and not self._cut_sent
