@@ -281,6 +281,64 @@ CASES = [
         "end_turn",
     ),
     Case(
+        "whitespace-before-the-arguments",
+        [calls(tc(0, "call_a", "get_weather", "\n")), calls(tc(0, arguments=' {"city"')), calls(tc(0, arguments=': "Paris"}')),
+         chunk({}, "tool_calls")],  # fmt: skip
+        [tool_block("call_a", "get_weather", {"city": "Paris"})],
+        "tool_use",
+    ),
+    Case(
+        "whitespace-only-arguments",
+        [calls(tc(0, "call_a", "list_files", " ")), calls(tc(0, arguments="\n")), chunk({}, "tool_calls")],
+        [tool_block("call_a", "list_files", {})],
+        "tool_use",
+    ),
+    Case(
+        "id-before-name",
+        [calls(tc(0, "call_a")), calls(tc(0, name="get_weather")), calls(tc(0, arguments='{"city": "Paris"}')), chunk({}, "tool_calls")],
+        [tool_block("call_a", "get_weather", {"city": "Paris"})],
+        "tool_use",
+    ),
+    Case(
+        "name-before-id",
+        [calls(tc(0, name="get_weather")), calls(tc(0, "call_a", arguments='{"city": ')), calls(tc(0, arguments='"Paris"}')),
+         calls(tc(1, name="get_time")), calls(tc(1, "call_b", arguments="{}")), chunk({}, "tool_calls")],  # fmt: skip
+        [tool_block("call_a", "get_weather", {"city": "Paris"}), tool_block("call_b", "get_time", {})],
+        "tool_use",
+    ),
+    Case(
+        "arguments-before-name",
+        [calls(tc(0, "call_a", arguments='{"city": ')), calls(tc(0, name="get_weather", arguments='"Paris"}')), chunk({}, "tool_calls")],
+        [tool_block("call_a", "get_weather", {"city": "Paris"})],
+        "tool_use",
+    ),
+    Case(
+        "finish-tool-calls-without-a-parsed-call",
+        [chunk({"content": '<tool_call>{"name": "get_weather"'}), chunk({}, "tool_calls")],
+        [text_block('<tool_call>{"name": "get_weather"')],
+        "end_turn",
+    ),
+    Case(
+        "reasoning-hidden-cut-by-max-tokens",
+        [chunk({"reasoning": "Let me think about"}), chunk({"reasoning": " this"}), chunk({}, "length")],
+        [text_block("")],
+        "max_tokens",
+    ),
+    Case(
+        "reasoning-surfaced-cut-by-max-tokens",
+        [chunk({"reasoning": "Let me think about"}), chunk({"reasoning": " this"}), chunk({}, "length")],
+        [thinking_block("Let me think about this")],
+        "max_tokens",
+        options={"surface_thinking": True},
+    ),
+    Case(
+        "reasoning-omitted-cut-by-max-tokens",
+        [chunk({"reasoning": "The answer is 4."}), chunk({}, "length")],
+        [thinking_block("")],
+        "max_tokens",
+        options={"surface_thinking": True, "omit_thinking_text": True},
+    ),
+    Case(
         "stop-sequence-split-across-chunks",
         [chunk({"content": "Hello wor"}), chunk({"content": "ld! ST"}), chunk({"content": "OP and more"}), chunk({"content": " text"}),
          chunk({}, "stop"), usage_chunk(10, 9)],  # fmt: skip

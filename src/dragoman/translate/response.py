@@ -8,7 +8,7 @@ from dragoman.errors import UpstreamError
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
 from dragoman.translate.stops import StopMatcher
-from dragoman.translate.stream import SIGNATURE, stop_reason_of, usage_of
+from dragoman.translate.stream import SIGNATURE, reasoning_as_answer, stop_reason_of, usage_of
 from dragoman.translate.tool_args import parse_arguments
 
 
@@ -50,9 +50,14 @@ def to_message(
             a.OutToolUseBlock(id=call.id or new_tool_id(), name=name, input=parse_arguments(function.arguments, tool=name))
         )
     if not any(isinstance(block, (a.OutTextBlock, a.OutToolUseBlock)) for block in content):
-        # An answer that arrived only as reasoning (or nothing at all) is still an answer;
-        # content that a stop sequence cut to nothing is an empty answer, not the reasoning.
-        content.append(a.OutTextBlock(text="" if (message.content or message.refusal) else reasoning))
+        # No text or tool call: the reasoning is the answer, if the model ended the reply
+        # itself; otherwise a thinking block alone, or an empty text block. Content that a
+        # stop sequence cut to nothing is an empty answer, not the reasoning.
+        as_answer = reasoning_as_answer(choice.finish_reason, saw_content=bool(message.content or message.refusal))
+        if as_answer and reasoning:
+            content.append(a.OutTextBlock(text=reasoning))
+        elif not content:
+            content.append(a.OutTextBlock(text=""))
     return a.Message(
         id=message_id,
         model=model,

@@ -62,7 +62,18 @@ def stop_reason_of(finish: str | None, *, tool_calls: bool, matched: str | None)
         return "stop_sequence"
     if tool_calls:
         return "tool_use"
-    return FINISH_REASONS.get(finish or "stop", "end_turn")
+    reason = FINISH_REASONS.get(finish or "stop", "end_turn")
+    # `tool_calls` with no call parsed (a server's tool parser that failed and left the call
+    # in the text): Anthropic never says tool_use without a tool_use block, and the SDKs'
+    # tool runners would look for one.
+    return "end_turn" if reason == "tool_use" else reason
+
+
+def reasoning_as_answer(finish: str | None, *, saw_content: bool) -> bool:
+    """Whether a reply without text or tool calls gives its reasoning as the text: only one
+    the model ended itself (a server's reasoning parser that took the whole answer), not
+    one cut by `max_tokens` while the model was still thinking."""
+    return not saw_content and finish != "length"
 
 
 class StreamTranslator:
@@ -96,6 +107,7 @@ class StreamTranslator:
         self._tool_id: str | None = None  # its upstream id
         self._tool_name = ""
         self._tool_args = ""
+        self._tool_waiting = False  # a call begun whose block waits for its name (and id, or arguments)
         self._closed_tools: set[int | str] = set()
         self._answered = False  # a text or tool_use block was emitted
         self._saw_tool = False
@@ -181,13 +193,17 @@ class StreamTranslator:
         rest = self._stops.flush()
         if rest:
             self._emit_text(rest, events)
+        if self._tool_waiting:
+            self._start_tool(events)  # the block goes out with the name and id it has
         if not self._answered:
-            # The whole answer came as reasoning (or nothing came): a reply always has a text
-            # block. Content that a stop sequence cut to nothing is an answer too, an empty one.
-            text = "" if self._saw_content else "".join(self._hidden_reasoning)
+            # No text or tool call: the reasoning is the answer, if the model ended the reply
+            # itself; otherwise a thinking block alone, or an empty text block. Content that
+            # a stop sequence cut to nothing is an answer too, an empty one.
+            as_answer = reasoning_as_answer(self._finish, saw_content=self._saw_content)
+            text = "".join(self._hidden_reasoning) if as_answer else ""
             if text:
                 self._emit_text(text, events)
-            else:
+            elif not (self._surface_thinking and self._hidden_reasoning):
                 self._open_block("text", a.OutTextBlock(text=""), events)
         self._close(events)
         usage = usage_of(self._usage)
@@ -214,6 +230,8 @@ class StreamTranslator:
         events.append(a.ContentBlockStart(index=self._index, content_block=block))
 
     def _close(self, events: list[a.StreamEvent]) -> None:
+        if self._tool_waiting:
+            self._start_tool(events)  # other output follows a call that never got its name
         if self._open is None:
             return
         if self._open == "thinking":
@@ -254,32 +272,50 @@ class StreamTranslator:
         events.append(a.ContentBlockDelta(index=self._index, delta=a.TextDelta(text=text)))
 
     def _tool_call(self, call: openai.ResponseToolCall, events: list[a.StreamEvent]) -> None:
-        """A fragment continues the open call unless it names another call: a new
-        `index`, or (for servers that omit or reuse indices) a new `id`."""
+        """A fragment continues the current call unless it names another call: a new
+        `index`, or (for servers that omit or reuse indices) an `id` other than the
+        call's. A call's block starts once its name and its id (or its first arguments)
+        are known: some servers send the id first, others the name before the id."""
         function = call.function or openai.ResponseFunction()
-        open_tool = self._open == "tool"
-        new_id = call.id is not None and call.id != self._tool_id
-        if open_tool and not new_id and (call.index is None or call.index == self._tool_key_index):
-            pass  # a continuation of the open call
+        current = self._open == "tool" or self._tool_waiting
+        other_id = call.id is not None and self._tool_id is not None and call.id != self._tool_id
+        if current and not other_id and (call.index is None or call.index == self._tool_key_index):
+            if self._tool_id is None:
+                self._tool_id = call.id  # the upstream's id came after the name (the block has ours)
         else:
-            key = call.id if (new_id and (call.index is None or call.index == self._tool_key_index)) else call.index
+            key = call.id if (other_id and (call.index is None or call.index == self._tool_key_index)) else call.index
             if key is None:
                 key = call.id or f"call-{len(self._closed_tools)}"
             if key in self._closed_tools:
                 raise UpstreamError(f"upstream {self._upstream} interleaved the arguments of parallel tool calls")
-            name = function.name or ""
-            name = self._tool_names.get(name, name)
-            block = a.OutToolUseBlock(id=call.id or self._new_tool_id(), name=name, input={})
-            self._open_block("tool", block, events)
+            self._close(events)
             self._tool_key, self._tool_key_index, self._tool_id = key, call.index, call.id
-            self._tool_name, self._tool_args = name, ""
+            self._tool_name, self._tool_args = "", ""
+            self._tool_waiting = True
             self._answered = self._saw_tool = True
+        if self._tool_waiting and function.name and not self._tool_name:
+            self._tool_name = self._tool_names.get(function.name, function.name)
         arguments = function.arguments
         if isinstance(arguments, dict):  # Ollama-style: a whole object instead of JSON text
             arguments = openai.ENCODER.encode(arguments).decode()
+        if arguments and not self._tool_args:
+            arguments = arguments.lstrip()  # the SDKs parse every prefix: one of only whitespace fails
         if arguments:
             self._tool_args += arguments
-            events.append(a.ContentBlockDelta(index=self._index, delta=a.InputJSONDelta(partial_json=arguments)))
+            if not self._tool_waiting:
+                events.append(a.ContentBlockDelta(index=self._index, delta=a.InputJSONDelta(partial_json=arguments)))
+        if self._tool_waiting and self._tool_name and (self._tool_id is not None or self._tool_args):
+            self._start_tool(events)  # an id still missing once arguments flow will not come: ours
+
+    def _start_tool(self, events: list[a.StreamEvent]) -> None:
+        """The current call's block, with the arguments that came before its name."""
+        self._tool_waiting = False
+        self._index += 1
+        self._open = "tool"
+        block = a.OutToolUseBlock(id=self._tool_id or self._new_tool_id(), name=self._tool_name, input={})
+        events.append(a.ContentBlockStart(index=self._index, content_block=block))
+        if self._tool_args:
+            events.append(a.ContentBlockDelta(index=self._index, delta=a.InputJSONDelta(partial_json=self._tool_args)))
 
     def _finish_tool_arguments(self, events: list[a.StreamEvent]) -> None:
         if self._tool_key is not None:
