@@ -241,3 +241,23 @@ def test_stop_sequence_split_over_many_chunks(client, upstream):
         final = stream.get_final_message()
     assert text == "ab"
     assert final.stop_sequence == "</answer>"
+
+
+def test_a_server_that_reports_no_usage_gets_counted_usage_streamed_and_not(client, upstream):
+    """Servers that ignore `stream_options.include_usage` (or send no `usage`): clients that
+    track their context by the usage (Claude Code's auto-compaction) need real counts."""
+    body = completion("Paris is the capital.")
+    del body["usage"]
+    upstream.json_reply(body)
+    upstream.stream_reply([chunk({"role": "assistant", "content": ""}), chunk({"content": "Paris is"}),
+                           chunk({"content": " the capital."}), chunk({}, "stop")])  # fmt: skip
+    question = [{"role": "user", "content": "What is the capital of France? " * 20}]
+
+    plain = client.messages.create(model="test-model", max_tokens=50, messages=question)
+    with client.messages.stream(model="test-model", max_tokens=50, messages=question) as stream:
+        streamed = stream.get_final_message()
+
+    for message in (plain, streamed):
+        assert message.content[0].text == "Paris is the capital."
+        assert message.usage.input_tokens >= 100  # 620 characters of question, about four a token
+        assert message.usage.output_tokens >= 2

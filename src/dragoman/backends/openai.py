@@ -36,7 +36,7 @@ from dragoman.profiles import PROFILES, Profile, profile_for
 from dragoman.protocol import anthropic, openai
 from dragoman.sse import DataDecoder, encode_all
 from dragoman.tokenizer import TokenizerError
-from dragoman.tokens import count_estimate
+from dragoman.tokens import completion_estimate, count_estimate
 from dragoman.translate.compaction import summarizing, summary_of
 from dragoman.translate.content import has_pdf
 from dragoman.translate.fold import events_of, fold
@@ -160,10 +160,10 @@ class OpenAIBackend:
             "upstream": self.name,
         }
 
-        async def prompt_tokens() -> int:  # for a reply a stop sequence cut before the upstream's usage came
+        async def prompt_tokens() -> int:  # for a reply without the upstream's usage
             return (await self._count(translated.chat, route, estimate=count_estimate(translated.chat)))[0]
 
-        counted = prompt_tokens if request.stop_sequences else None
+        counted = prompt_tokens
         if request.stream:
             translator = StreamTranslator(**reply)
             direct = DirectWrites()
@@ -182,7 +182,11 @@ class OpenAIBackend:
                     body = await response.read()
                 finally:
                     response.release()
-            message = to_message(_completion(body, self.name), **reply)
+            completion = _completion(body, self.name)
+            message = to_message(completion, **reply)
+            if completion.usage is None and completion.choices:  # a server that reports none: counted here
+                message.usage.input_tokens = await prompt_tokens()
+                message.usage.output_tokens = completion_estimate(completion.choices[0].message)
             _note_usage(call.outcome, message.usage)
             return Completed(msgspec.json.encode(message), headers=_headers(translated))
         events: list[anthropic.StreamEvent] = []
@@ -295,7 +299,8 @@ class OpenAIBackend:
             if not translator.done and not translator.finished_upstream:
                 raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
             if translator.needs_usage and prompt_tokens is not None:
-                response.close()  # the generation stops now, not after the count below
+                if translator.done:
+                    response.close()  # a stop sequence matched: the generation stops now, not after the count below
                 translator.assume_usage(await prompt_tokens())
             final = translator.finish()
             _note_usage(outcome, translator.usage)

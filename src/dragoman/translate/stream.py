@@ -175,13 +175,14 @@ class StreamTranslator:
 
     @property
     def needs_usage(self) -> bool:
-        """A stop sequence matched here ended the reply before the upstream reported
-        its usage (the upstream stream is closed to stop the generation)."""
-        return self.done and self._usage is None
+        """The reply has no usage from the upstream: a stop sequence matched here ended it
+        before the upstream reported one (the upstream stream is closed to stop the
+        generation), or the server reports none (it ignored `stream_options`)."""
+        return self._usage is None
 
     def assume_usage(self, prompt_tokens: int) -> None:
-        """Usage for a reply cut short here: the prompt as counted, and one token for each
-        chunk of output received (servers stream a token per chunk)."""
+        """Usage for a reply without the upstream's: the prompt as counted, and one token
+        for each chunk of output received (servers stream a token per chunk)."""
         if self._usage is None:
             self._usage = openai.Usage(prompt_tokens=prompt_tokens, completion_tokens=self._generated)
 
