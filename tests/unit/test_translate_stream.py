@@ -559,3 +559,23 @@ def test_a_usage_that_came_is_never_replaced() -> None:
     assert stopping.done and not stopping.needs_usage
     stopping.assume_usage(100)
     assert _final_usage(stopping) == (5, 9)
+
+
+def test_reasoning_tokens_the_server_counted_reach_output_tokens_details_streamed_folded_and_not() -> None:
+    reported = {**usage(30, 50), "completion_tokens_details": {"reasoning_tokens": 42}}
+    chunks = [chunk({"reasoning": "Let me see."}), chunk({"content": "4"}), chunk({}, "stop"), {**usage_chunk(30, 50), "usage": reported}]
+    events = run(chunks, surface_thinking=True)
+    delta = next(event for event in events if isinstance(event, a.MessageDelta))
+    assert delta.usage.output_tokens_details == {"thinking_tokens": 42}
+    assert fold(copy.deepcopy(events)).usage.output_tokens_details == {"thinking_tokens": 42}
+    assert sdk_fold(events)["usage"]["output_tokens_details"] == {"thinking_tokens": 42}
+    message = to_message(decode_completion(merge_chunks(chunks)), model="m", message_id="msg", new_tool_id=tool_ids(), surface_thinking=True)
+    assert message.usage.output_tokens_details == {"thinking_tokens": 42}
+
+
+def test_without_reasoning_tokens_message_delta_leaves_output_tokens_details_out() -> None:
+    from dragoman.sse import encode
+
+    events = run([chunk({"content": "4"}), chunk({}, "stop"), usage_chunk(3, 1)])
+    delta = next(event for event in events if isinstance(event, a.MessageDelta))
+    assert b"output_tokens_details" not in encode(delta)

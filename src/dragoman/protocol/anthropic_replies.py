@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from msgspec import Struct
+from msgspec import UNSET, Struct, UnsetType
 
 __all__ = [
     "OutTextBlock",
@@ -151,6 +151,7 @@ class MessageDeltaUsage(_Out):
     output_tokens: int
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    output_tokens_details: dict[str, int] | UnsetType = UNSET  # left out unless the server counted reasoning
 
 
 class MessageDelta(_Out, tag="message_delta", tag_field="type"):

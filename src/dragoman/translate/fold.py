@@ -45,6 +45,7 @@ def fold(events: Iterable[a.StreamEvent]) -> a.Message:
                 output_tokens=event.usage.output_tokens,
                 cache_creation_input_tokens=event.usage.cache_creation_input_tokens,
                 cache_read_input_tokens=event.usage.cache_read_input_tokens,
+                output_tokens_details=event.usage.output_tokens_details or None,
             )
     if message is None:
         raise ValueError("no message_start")
@@ -85,6 +86,7 @@ def events_of(message: a.Message) -> list[a.StreamEvent]:
             usage=a.MessageDeltaUsage(
                 input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                 cache_read_input_tokens=usage.cache_read_input_tokens,
+                output_tokens_details=usage.output_tokens_details if usage.output_tokens_details is not None else msgspec.UNSET,
             ),
         )
     )  # fmt: skip

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypedDict
 
+from msgspec import UNSET
+
 from dragoman.errors import UpstreamError, from_stream_error
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
@@ -50,10 +52,12 @@ def usage_of(usage: openai.Usage | None) -> a.Usage:
     if usage is None:
         return a.Usage(input_tokens=0, output_tokens=0)
     cached = (usage.prompt_tokens_details.cached_tokens or 0) if usage.prompt_tokens_details else 0
+    reasoning = usage.completion_tokens_details.reasoning_tokens if usage.completion_tokens_details else None
     return a.Usage(
         input_tokens=max(usage.prompt_tokens - cached, 0),
         output_tokens=usage.completion_tokens,
         cache_read_input_tokens=cached,
+        output_tokens_details=None if reasoning is None else {"thinking_tokens": reasoning},
     )
 
 
@@ -216,6 +220,7 @@ class StreamTranslator:
                     input_tokens=usage.input_tokens,
                     output_tokens=usage.output_tokens,
                     cache_read_input_tokens=usage.cache_read_input_tokens,
+                    output_tokens_details=usage.output_tokens_details if usage.output_tokens_details is not None else UNSET,
                 ),
             )
         )
