@@ -172,9 +172,9 @@ class Gateway:
         }
 
     def model_info(self, name: str) -> dict[str, Any]:
-        if name not in self.router.names():
-            raise NotFound(f"model: {name!r} is not served here")
-        return self._info(name)
+        """Any name that /v1/messages serves, listed or not (a wildcard alias such as
+        `claude-*`, or `default_model`), as Anthropic's API answers for its aliases."""
+        return self._info(name)  # resolving an unserved name is the 404
 
     def models_page(self, query: Mapping[str, str]) -> dict[str, Any]:
         stages = set(list_param(query, "lifecycle"))

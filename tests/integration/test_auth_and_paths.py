@@ -239,6 +239,21 @@ def test_configured_models_and_aliases_are_listed(make_gateway):
     assert client.models.retrieve("claude-sonnet-4-6").max_input_tokens == 32768
 
 
+@pytest.mark.parametrize("name", ["claude-3-5-haiku-latest", "claude-opus-4-1-20250805"])
+def test_a_name_served_by_a_wildcard_alias_is_retrieved_though_not_listed(make_gateway, name):
+    gateway = make_gateway(models=[{"name": "coder", "upstream": "default", "upstream_model": "test-model", "aliases": ["claude-*"]}])
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    assert name not in [m.id for m in client.models.list(limit=1000)]
+    info = client.models.retrieve(name)
+    assert info.id == name and "test-model" in info.display_name
+
+
+def test_a_name_served_by_the_default_model_is_retrieved(make_gateway):
+    gateway = make_gateway(server={"default_model": "test-model"})
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    assert client.models.retrieve("claude-sonnet-4-5").id == "claude-sonnet-4-5"
+
+
 def test_a_compressed_request_body_is_refused_naming_the_header(gateway, upstream):
     import gzip
 
