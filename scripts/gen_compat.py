@@ -41,7 +41,7 @@ REQUEST_NOTES = {
     "top_k": "passed on where the backend takes it (not to OpenAI)",
     "metadata": "`user_id` becomes `user` for backends that take it (OpenAI)",
     "tools": "client tools become function tools; Anthropic-defined tools get their documented schema; server tools are rejected or dropped",
-    "tool_choice": "auto, any (`required`), tool (named function), none; `disable_parallel_tool_use` becomes `parallel_tool_calls: false`",
+    "tool_choice": "auto, any (`required`), tool (named function), none; `disable_parallel_tool_use` becomes `parallel_tool_calls: false`, and of the calls of a server that ignores it only the first comes back",
     "thinking": "enabled/adaptive surface the backend's reasoning as thinking blocks on reasoning models; budget_tokens selects an effort "
     "(not checked as Anthropic does: at least 1024 and below max_tokens)",
     "output_config": "`effort` becomes `reasoning_effort` on reasoning models; `format` becomes `response_format` json_schema",

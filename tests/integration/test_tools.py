@@ -192,6 +192,25 @@ def test_tool_choice_is_translated(client, upstream):
     assert upstream.requests[-1]["parallel_tool_calls"] is False
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_disable_parallel_tool_use_keeps_one_call_from_a_server_that_sent_two(client, upstream, stream):
+    """Servers that ignore `parallel_tool_calls: false` (many): Anthropic promises at most one tool_use."""
+    two = [_call("call_a", "get_weather", {"city": "Paris"}), _call("call_b", "get_weather", {"city": "Rome"})]
+    if stream:
+        upstream.stream_reply([chunk({"role": "assistant", "content": None}),
+                               chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(two)]}), chunk({}, "tool_calls")])  # fmt: skip
+    else:
+        upstream.json_reply(completion(None, finish="tool_calls", tool_calls=two))
+    choice = {"type": "auto", "disable_parallel_tool_use": True}
+    if stream:
+        with client.messages.stream(model="test-model", max_tokens=50, messages=ASK, tools=[WEATHER], tool_choice=choice) as events:
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(model="test-model", max_tokens=50, messages=ASK, tools=[WEATHER], tool_choice=choice)
+    assert [(b.type, b.id, b.input) for b in message.content] == [("tool_use", "call_a", {"city": "Paris"})]
+    assert message.stop_reason == "tool_use"
+
+
 def test_tool_result_with_error_flag_and_blocks(client, upstream):
     messages = [
         *ASK,

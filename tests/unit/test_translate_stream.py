@@ -339,6 +339,28 @@ CASES = [
         options={"surface_thinking": True, "omit_thinking_text": True},
     ),
     Case(
+        "one-tool-call-asked-for-parallel-calls-came",
+        [
+            chunk({"content": "Checking."}),
+            calls(tc(0, "call_a", "get_weather", '{"city": ')),
+            calls(tc(0, arguments='"Paris"}')),
+            calls(tc(1, "call_b", "get_time", "")),
+            calls(tc(1, arguments='{"tz": "CET"}')),
+            chunk({}, "tool_calls"),
+        ],
+        [text_block("Checking."), tool_block("call_a", "get_weather", {"city": "Paris"})],
+        "tool_use",
+        options={"single_tool_call": True},
+    ),
+    Case(
+        "one-tool-call-asked-whole-calls-in-one-chunk",
+        [calls(tc(0, "call_k2x", "get_weather", '{"city":"Paris"}'), tc(1, "call_p9q", "get_weather", '{"city":"Rome"}')),
+         chunk({}, "tool_calls")],  # fmt: skip
+        [tool_block("call_k2x", "get_weather", {"city": "Paris"})],
+        "tool_use",
+        options={"single_tool_call": True},
+    ),
+    Case(
         "stop-sequence-split-across-chunks",
         [chunk({"content": "Hello wor"}), chunk({"content": "ld! ST"}), chunk({"content": "OP and more"}), chunk({"content": " text"}),
          chunk({}, "stop"), usage_chunk(10, 9)],  # fmt: skip
@@ -518,6 +540,17 @@ def test_tool_calls_told_apart_by_id(chunks: list, content: list) -> None:
     check_grammar(events)
     assert summary(sdk_fold(events))["content"] == content
     assert summary(fold(events))["content"] == content
+
+
+def test_one_tool_call_asked_from_a_server_without_indices_keeps_the_first_whole() -> None:
+    chunks = [
+        calls(tc(id="call_a", name="f", arguments='{"a": ')), calls(tc(arguments="1}")),
+        calls(tc(id="call_b", name="g", arguments='{"b": ')), calls(tc(arguments="2}")),
+        chunk({}, "tool_calls"),
+    ]  # fmt: skip
+    events = run(chunks, single_tool_call=True)
+    check_grammar(events)
+    assert summary(sdk_fold(events))["content"] == [tool_block("call_a", "f", {"a": 1})]
 
 
 def test_fold_leaves_the_events_untouched() -> None:

@@ -155,6 +155,7 @@ class OpenAIBackend:
             "stop_sequences": translated.stop_sequences,
             "surface_thinking": translated.surface_thinking,
             "omit_thinking_text": translated.omit_thinking_text,
+            "single_tool_call": translated.single_tool_call,
             # Servers asked to continue explicitly never repeat the prefill; native ones may.
             "prefill": translated.prefill if self.profile.prefill == "native" else "",
             "upstream": self.name,

@@ -60,6 +60,8 @@ class Translated:
     surface_thinking: bool = False
     omit_thinking_text: bool = False
     effort: str | None = None  # the reasoning effort applied, for X-Reasoning-Effort
+    # `disable_parallel_tool_use`: at most one tool_use comes back, whatever the server does
+    single_tool_call: bool = False
 
 
 def short_tool_name(name: str) -> str:
@@ -382,6 +384,7 @@ def to_chat_request(
         surface_thinking=reasoning.surface_thinking,
         omit_thinking_text=reasoning.omit_thinking_text,
         effort=reasoning.effort,
+        single_tool_call=bool(request.tool_choice and request.tool_choice.disable_parallel_tool_use),
     )
 
 

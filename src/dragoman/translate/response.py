@@ -22,6 +22,7 @@ def to_message(
     stop_sequences: list[str] | None = None,
     surface_thinking: bool = False,
     omit_thinking_text: bool = False,
+    single_tool_call: bool = False,
     prefill: str = "",
     upstream: str = "upstream",
 ) -> a.Message:
@@ -41,6 +42,8 @@ def to_message(
     if matcher and text:
         text = matcher.feed(text) + matcher.flush()
     calls = message.tool_calls or [] if matcher.matched is None else []
+    if single_tool_call:
+        calls = calls[:1]  # the client asked for one (`disable_parallel_tool_use`); the server may not know the option
     if text:
         content.append(a.OutTextBlock(text=text))
     for call in calls:

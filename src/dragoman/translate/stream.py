@@ -44,6 +44,7 @@ class ReplySettings(TypedDict):
     stop_sequences: list[str]
     surface_thinking: bool
     omit_thinking_text: bool
+    single_tool_call: bool
     prefill: str
     upstream: str
 
@@ -91,6 +92,7 @@ class StreamTranslator:
         stop_sequences: list[str] | None = None,
         surface_thinking: bool = False,
         omit_thinking_text: bool = False,
+        single_tool_call: bool = False,
         prefill: str = "",
         upstream: str = "upstream",
     ) -> None:
@@ -112,6 +114,8 @@ class StreamTranslator:
         self._tool_name = ""
         self._tool_args = ""
         self._tool_waiting = False  # a call begun whose block waits for its name (and id, or arguments)
+        self._single_tool_call = single_tool_call
+        self._dropping = False  # the fragments of calls after the first, when only one may come back
         self._closed_tools: set[int | str] = set()
         self._answered = False  # a text or tool_use block was emitted
         self._saw_tool = False
@@ -285,6 +289,11 @@ class StreamTranslator:
         function = call.function or openai.ResponseFunction()
         current = self._open == "tool" or self._tool_waiting
         other_id = call.id is not None and self._tool_id is not None and call.id != self._tool_id
+        if self._dropping:
+            named = (call.index is not None and call.index == self._tool_key_index) or (call.id is not None and call.id == self._tool_id)
+            if not named:
+                return  # a fragment of a call after the first
+            self._dropping = False
         if current and not other_id and (call.index is None or call.index == self._tool_key_index):
             if self._tool_id is None:
                 self._tool_id = call.id  # the upstream's id came after the name (the block has ours)
@@ -292,6 +301,9 @@ class StreamTranslator:
             key = call.id if (other_id and (call.index is None or call.index == self._tool_key_index)) else call.index
             if key is None:
                 key = call.id or f"call-{len(self._closed_tools)}"
+            if self._single_tool_call and self._saw_tool:
+                self._dropping = True  # the client asked for one call (`disable_parallel_tool_use`)
+                return
             if key in self._closed_tools:
                 raise UpstreamError(f"upstream {self._upstream} interleaved the arguments of parallel tool calls")
             self._close(events)
