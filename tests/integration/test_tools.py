@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import anthropic
 import httpx
@@ -278,3 +279,20 @@ def test_tool_loop_with_the_async_client(gateway, upstream):
     assert [(b.type, b.id, b.input) for b in first.content] == [("tool_use", "call_a1", {"city": "Rome"})]
     assert final.content[0].text == "Warm in Rome."
     assert upstream.requests[1]["messages"][2] == {"role": "tool", "tool_call_id": "call_a1", "content": "25C"}
+
+
+def test_a_server_tool_id_anthropic_refuses_reaches_the_client_valid_and_the_server_as_it_was(client, upstream):
+    """vLLM's Kimi-K2 parser names calls `functions.NAME:N`; Anthropic's API refuses such ids in
+    a history, so the client gets an encoded one, which comes back to the server decoded."""
+    kimi_id = "functions.get_weather:0"
+    upstream.json_reply(completion(None, finish="tool_calls", tool_calls=[_call(kimi_id, "get_weather", {"city": "Paris"})]))
+    first = client.messages.create(model="test-model", max_tokens=50, messages=ASK, tools=[WEATHER])
+    call = first.content[0]
+    assert call.type == "tool_use" and re.fullmatch(r"[a-zA-Z0-9_-]+", call.id)
+
+    upstream.json_reply(completion("Sunny."))
+    history = [*ASK, {"role": "assistant", "content": [call.model_dump()]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "sunny"}]}]  # fmt: skip
+    client.messages.create(model="test-model", max_tokens=50, messages=history, tools=[WEATHER])
+    sent = upstream.requests[-1]["messages"]
+    assert sent[-2]["tool_calls"][0]["id"] == kimi_id and sent[-1]["tool_call_id"] == kimi_id

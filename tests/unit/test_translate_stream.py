@@ -361,6 +361,12 @@ CASES = [
         options={"single_tool_call": True},
     ),
     Case(
+        "kimi-tool-id-encoded",
+        [calls(tc(0, "functions.get_weather:0", "get_weather", '{"city": "Paris"}')), chunk({}, "tool_calls")],
+        [tool_block("toolu_b64_ZnVuY3Rpb25zLmdldF93ZWF0aGVyOjA", "get_weather", {"city": "Paris"})],
+        "tool_use",
+    ),
+    Case(
         "stop-sequence-split-across-chunks",
         [chunk({"content": "Hello wor"}), chunk({"content": "ld! ST"}), chunk({"content": "OP and more"}), chunk({"content": " text"}),
          chunk({}, "stop"), usage_chunk(10, 9)],  # fmt: skip

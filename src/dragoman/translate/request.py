@@ -20,6 +20,7 @@ from dragoman.translate import content
 from dragoman.translate.checks import check_request
 from dragoman.translate.compaction import with_summaries
 from dragoman.translate.tool_changes import CHANGES, tools_in_force
+from dragoman.translate.tool_ids import upstream_tool_id
 from dragoman.translate.builtin_tools import (
     CLIENT_TOOL_FAMILIES,
     SERVER_TOOL_FAMILIES,
@@ -181,7 +182,7 @@ def _tool_result_messages(
         text = "\n".join(texts)
         if block.is_error:
             text = f"[tool error] {text}" if text else "[tool error]"
-        messages.append(openai.ToolMessage(tool_call_id=block.tool_use_id, content=text))
+        messages.append(openai.ToolMessage(tool_call_id=upstream_tool_id(block.tool_use_id), content=text))
     return messages, images
 
 
@@ -190,7 +191,7 @@ def _assistant_message(blocks: list[Any], names: dict[str, str], replay_field: s
     texts = [b.text for b in blocks if isinstance(b, anthropic.TextBlock)]
     calls = [
         openai.ToolCall(
-            id=b.id,
+            id=upstream_tool_id(b.id),
             function=openai.FunctionCall(name=names.get(b.name, b.name), arguments=openai.ENCODER.encode(b.input).decode()),
         )
         for b in blocks

@@ -10,6 +10,7 @@ from dragoman.protocol import openai
 from dragoman.translate.stops import StopMatcher
 from dragoman.translate.stream import SIGNATURE, reasoning_as_answer, stop_reason_of, usage_of
 from dragoman.translate.tool_args import parse_arguments
+from dragoman.translate.tool_ids import client_tool_id
 
 
 def to_message(
@@ -50,7 +51,8 @@ def to_message(
         function = call.function or openai.ResponseFunction()
         name = names.get(function.name or "", function.name or "")
         content.append(
-            a.OutToolUseBlock(id=call.id or new_tool_id(), name=name, input=parse_arguments(function.arguments, tool=name))
+            a.OutToolUseBlock(id=client_tool_id(call.id) if call.id else new_tool_id(), name=name,
+                              input=parse_arguments(function.arguments, tool=name))  # fmt: skip
         )
     if not any(isinstance(block, (a.OutTextBlock, a.OutToolUseBlock)) for block in content):
         # No text or tool call: the reasoning is the answer, if the model ended the reply

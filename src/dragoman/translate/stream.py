@@ -22,6 +22,7 @@ from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
 from dragoman.translate.stops import PrefillEcho, StopMatcher
 from dragoman.translate.tool_args import completion_suffix, parse_arguments
+from dragoman.translate.tool_ids import client_tool_id
 
 SIGNATURE = "dragoman-unsigned"  # open models cannot sign thinking; clients only echo it
 
@@ -330,7 +331,7 @@ class StreamTranslator:
         self._tool_waiting = False
         self._index += 1
         self._open = "tool"
-        block = a.OutToolUseBlock(id=self._tool_id or self._new_tool_id(), name=self._tool_name, input={})
+        block = a.OutToolUseBlock(id=client_tool_id(self._tool_id) if self._tool_id else self._new_tool_id(), name=self._tool_name, input={})
         events.append(a.ContentBlockStart(index=self._index, content_block=block))
         if self._tool_args:
             events.append(a.ContentBlockDelta(index=self._index, delta=a.InputJSONDelta(partial_json=self._tool_args)))
