@@ -237,6 +237,7 @@ def main() -> None:
         "directory (`files.dir`). An image or document block whose source is `{\"type\": \"file\"}`",
         "gets the file's content in its place (base64 for images and PDFs, text for text files) on both",
         "paths, in token counting and in batches. Uploaded files cannot be downloaded, as on Anthropic.",
+        "Files have no `scope` (sessions are not served), so a list filtered by `scope_id` is empty.",
         "",
     ]
     print("\n".join(parts))

@@ -147,6 +147,9 @@ class FileStore:
         wanted = list_param(query, "ids")
         params = {k: v for k, v in query.items() if k not in ("page", "ids", "ids[]")}
         cursor: dict[str, str] = {}  # the page cursor's own time: placed even if the file is gone (kept for this call only)
+        if "scope_id" in query:  # files of a session (the agent API's); none here has a scope
+            order = []
+            params.pop("scope_id")
         if wanted:
             order = [file_id for file_id in order if file_id in set(wanted)]
             params["limit"] = "1000"

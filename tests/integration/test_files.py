@@ -218,6 +218,13 @@ def test_sdk_auto_pagination_lists_every_file(start):
     assert [f.id for f in client.beta.files.list(limit=2)] == uploaded[::-1]
 
 
+def test_a_scope_filter_lists_nothing_for_no_file_here_has_a_scope(start):
+    client = sdk(start())
+    uploaded = client.beta.files.upload(file=("f.txt", b"x", "text/plain")).id
+    assert [f.id for f in client.beta.files.list(scope_id="sesn_011abc")] == []
+    assert [f.id for f in client.beta.files.list()] == [uploaded]
+
+
 # -- malformed and oversized uploads -------------------------------------------------------------
 
 
