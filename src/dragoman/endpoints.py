@@ -249,13 +249,14 @@ def _follow(turn: Turn, reply: Reply | Response | None) -> None:
 async def _reply(gateway: Gateway, request: Request, endpoint: str, call: Call, route: Route, outcome: Outcome) -> Reply | Response:
     """The backend's reply, or the (unsent) answer to a client that left meanwhile."""
     limiter = gateway.limiters.get(route.upstream)
-    if limiter is not None:
-        await limiter.acquire()
-        outcome.release = limiter.release  # at the reply's last byte, see observe()
     handler = route.backend.messages if endpoint == "messages" else route.backend.count_tokens
-    # A client that hangs up cancels the backend call, and with it the upstream request.
+    # A client that hangs up cancels the backend call, and with it the upstream request;
+    # one that hangs up while queued for a slot leaves the queue, never sent upstream.
     watch = DisconnectWatch(request.receive)
     try:
+        if limiter is not None:
+            await limiter.acquire()
+            outcome.release = limiter.release  # at the reply's last byte, see observe()
         reply = await handler(call, route)
     except asyncio.CancelledError:
         outcome.finish()

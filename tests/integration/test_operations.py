@@ -66,6 +66,23 @@ def test_past_the_concurrency_cap_and_queue_requests_get_529(make_gateway, upstr
     assert len(upstream.requests) == 2
 
 
+def test_a_client_that_hangs_up_while_queued_leaves_the_queue_and_is_never_sent_upstream(make_gateway, upstream):
+    gateway = make_gateway(upstream={"max_concurrent": 1, "max_queue": 1})
+    upstream.queue(Reply(body=completion("first"), hang=1.5))
+    upstream.queue(Reply(body=completion("third")))
+    first = threading.Thread(target=lambda: httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=10))
+    first.start()
+    time.sleep(0.3)  # the first holds the only slot
+    with pytest.raises(httpx.ReadTimeout):  # the second waits in the queue, then hangs up
+        httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=0.4)
+    time.sleep(0.2)  # the gateway notices the hang-up
+
+    third = httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=10)  # queued, not turned away
+    first.join()
+    assert third.status_code == 200 and third.json()["content"][0]["text"] == "third"
+    assert len(upstream.requests) == 2  # the one who left was never sent
+
+
 def test_streams_hold_their_slot_until_the_end(make_gateway, upstream):
     gateway = make_gateway(upstream={"max_concurrent": 1, "max_queue": 0})
     upstream.stream_reply(text_stream("a", "b"))
