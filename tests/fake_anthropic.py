@@ -106,6 +106,8 @@ class FakeAnthropic:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.path, await request.json(), dict(request.headers)))
         reply = self.replies.popleft() if self.replies else NativeReply(body=message())
+        if isinstance(reply.body, bytes):  # a raw body: its content-type in `headers`
+            return web.Response(body=reply.body, status=reply.status, headers=reply.headers)
         if reply.events is None:
             return web.json_response(reply.body, status=reply.status, headers=reply.headers)
         response = web.StreamResponse(status=reply.status, headers={"content-type": "text/event-stream", **reply.headers})

@@ -234,8 +234,30 @@ _CREDENTIAL = re.compile(
 )
 
 
+_SECRETS: set[str] = set()  # the upstream keys configured here: redacted wherever they appear
+MIN_SECRET = 8  # shorter "keys" (test placeholders, "none") would redact ordinary words
+
+
+def register_secret(secret: str | None) -> None:
+    """A key this gateway sends upstream; error texts and passthrough error bodies never carry it."""
+    if secret and len(secret) >= MIN_SECRET:
+        _SECRETS.add(secret)
+
+
 def redact(text: str) -> str:
+    for secret in _SECRETS:
+        if secret in text:
+            text = text.replace(secret, "[redacted]")
     return _CREDENTIAL.sub("[redacted]", text)
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """The configured upstream keys taken out of bytes relayed as they came (passthrough errors)."""
+    for secret in _SECRETS:
+        raw = secret.encode()
+        if raw in data:
+            data = data.replace(raw, b"[redacted]")
+    return data
 
 
 def upstream_message(raw: bytes) -> tuple[str, _UpstreamErrorBody | None]:

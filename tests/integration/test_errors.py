@@ -386,3 +386,20 @@ def test_an_upstream_that_cannot_take_images_is_a_client_error_not_a_retryable_5
     message = _envelope(response, 400, "invalid_request_error")
     assert "does not accept images" in message and "vision = false" in message
     assert response.headers.get("x-should-retry") == "false"
+
+
+def test_the_gateways_upstream_key_is_redacted_from_upstream_errors_whatever_its_shape(make_gateway, upstream):
+    """A key with no recognisable pattern (not `sk-…`, not after `Bearer`) is still the key."""
+    key = "upstream-oa-SECRET-xyz"
+    gateway = make_gateway(upstream={"api_key": key, "max_retries": 0})
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    upstream.json_reply({"error": {"message": f"Incorrect API key provided: {key}.", "type": "invalid_request_error"}}, status=400)
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.create(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    assert key not in caught.value.response.text and "Incorrect API key provided: [redacted]." in caught.value.message
+
+    upstream.stream_reply([chunk({"content": "a"}), {"error": {"message": f"auth failed for {key}"}}])
+    with pytest.raises(anthropic.APIStatusError) as streamed:
+        with client.messages.stream(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "hi"}]) as stream:
+            stream.get_final_message()
+    assert key not in str(streamed.value.body) and "[redacted]" in str(streamed.value.body)

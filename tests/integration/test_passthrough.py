@@ -85,6 +85,61 @@ def test_upstream_errors_pass_through_unchanged(passthrough, native):
     assert response.headers["request-id"].startswith("req_")
 
 
+ASK = {"model": "claude-test", "max_tokens": 10, "messages": [{"role": "user", "content": "Hi"}]}
+
+
+@pytest.mark.parametrize(
+    ("reply", "status", "kind"),
+    [
+        (NativeReply(status=502, body=b"<html><body>502 Bad Gateway</body></html>", headers={"content-type": "text/html"}), 502, "api_error"),
+        (NativeReply(status=404, body=b"Not Found", headers={"content-type": "text/plain"}), 404, "not_found_error"),
+        (NativeReply(status=503, body={"error": {"message": "busy"}}), 529, "overloaded_error"),
+        (NativeReply(status=200, body=b"<html>login page</html>", headers={"content-type": "text/html"}), 502, "api_error"),
+        (NativeReply(status=200, events=text_events("a stream")), 502, "api_error"),
+    ],
+    ids=["html-502", "text-404", "openai-shaped-503", "html-200", "stream-to-a-json-request"],
+)
+def test_replies_that_are_not_anthropic_shaped_become_dragomans_errors(sdk, native, reply, status, kind):
+    native.replies.append(reply)
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        sdk.messages.create(**ASK)
+    assert caught.value.status_code == status
+    assert caught.value.body["type"] == "error" and caught.value.body["error"]["type"] == kind
+    assert caught.value.response.headers["request-id"].startswith("req_")
+
+
+def test_a_json_reply_to_a_stream_request_is_a_502_the_sdk_raises(sdk, native):
+    native.replies.append(NativeReply(body=message("not a stream")))
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        with sdk.messages.stream(**ASK) as stream:
+            stream.get_final_message()
+    assert caught.value.status_code == 502 and "without a stream" in caught.value.body["error"]["message"]
+
+
+def test_the_server_refusing_the_gateways_key_is_a_502_not_the_clients_401(sdk, native):
+    body = {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key: upstream-secret"}}
+    native.replies.append(NativeReply(status=401, body=body))
+    with pytest.raises(anthropic.InternalServerError) as caught:
+        sdk.messages.create(**ASK)
+    assert caught.value.status_code == 502 and caught.value.response.headers["x-should-retry"] == "false"
+    assert "upstream-secret" not in caught.value.response.text
+
+
+def test_the_gateways_upstream_key_never_reaches_the_client(sdk, native):
+    quoting = {"type": "error", "error": {"type": "invalid_request_error", "message": "key upstream-secret is not allowed here"}}
+    native.replies.append(NativeReply(status=400, body=quoting))
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        sdk.messages.create(**ASK)
+    assert caught.value.body["error"]["message"] == "key [redacted] is not allowed here"
+
+    failing = event("error", {"type": "error", "error": {"type": "api_error", "message": "bad key upstream-secret"}})
+    native.replies.append(NativeReply(events=[*text_events("Hi")[:3], failing]))
+    with pytest.raises(anthropic.APIStatusError) as caught_stream:
+        with sdk.messages.stream(**ASK) as stream:
+            stream.get_final_message()
+    assert "upstream-secret" not in str(caught_stream.value.body) and "[redacted]" in str(caught_stream.value.body)
+
+
 def test_count_tokens_forwarded(sdk, native):
     native.replies.append(NativeReply(body={"input_tokens": 42}))
     result = sdk.messages.with_raw_response.count_tokens(model="claude-test", messages=[{"role": "user", "content": "Hi"}])

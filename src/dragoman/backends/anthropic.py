@@ -31,7 +31,7 @@ from dragoman.backends.http import MAX_ERROR_BODY, HttpClient
 from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start
 from dragoman.backends.documents import documents_as_text
 from dragoman.config import AnthropicUpstream, Config
-from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream
+from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream, redact_bytes
 from dragoman.sse import PING
 
 if TYPE_CHECKING:  # routing imports the backends
@@ -67,6 +67,27 @@ def _reply_headers(headers: Mapping[str, str]) -> dict[str, str]:
         elif lower in ("request-id", "x-request-id"):  # the gateway sends its own request-id
             keep["upstream-request-id"] = value
     return keep
+
+
+class _ErrorDetail(msgspec.Struct):
+    type: str
+    message: str
+
+
+class _ErrorEnvelope(msgspec.Struct, tag="error", tag_field="type"):
+    error: _ErrorDetail
+
+
+_ERROR_ENVELOPE = msgspec.json.Decoder(_ErrorEnvelope)
+
+
+def _is_error_envelope(body: bytes) -> bool:
+    """Whether an error body is Anthropic's envelope, which the client gets as the server sent it."""
+    try:
+        _ERROR_ENVELOPE.decode(body)
+    except msgspec.DecodeError:  # ValidationError included
+        return False
+    return True
 
 
 LIST_TIMEOUT = 5.0  # seconds to ask a passthrough server its model list before a request with documents
@@ -183,9 +204,18 @@ class AnthropicBackend:
             finally:
                 response.release()
         if response.status == 200:
+            if call.stream:
+                raise UpstreamError(f"upstream {self.name} answered a stream request without a stream ({response.content_type or 'no content type'})")
+            if "json" not in response.content_type:  # an HTML page from a proxy, or a stream
+                raise UpstreamError(f"upstream {self.name} answered 200 with {response.content_type or 'no content type'}, not a message")
             body = self._rename(body, call)
             _note_usage(call, body)
-        return Completed(body, status=response.status, headers=headers)
+            return Completed(body, status=200, headers=headers)
+        if response.status in (401, 403) or not _is_error_envelope(body):
+            # Not Anthropic's envelope (a proxy's page, another server's shape), or the server
+            # refusing the gateway's own key, which the client cannot fix: dragoman's error.
+            raise from_upstream(response.status, body, upstream=self.name, retry_after=headers.get("retry-after"))
+        return Completed(redact_bytes(body), status=response.status, headers=headers)
 
     def _rename(self, data: bytes, call: Call) -> bytes:
         if call.upstream_model == call.model:
@@ -301,8 +331,11 @@ class _Events:
             at = chunk.rfind(b"message_delta")
             if at >= 0:  # the counts follow the event's name; not the whole burst is searched
                 _note_usage(self._call, chunk[at:])
-            if b'"message_stop"' in chunk or b'"error"' in chunk:
+            if b'"message_stop"' in chunk:
                 self._ended = True
+            elif b'"error"' in chunk:
+                self._ended = True
+                chunk = redact_bytes(chunk)  # a server may quote the gateway's key back
         return chunk
 
     def complete(self) -> bool:

@@ -26,7 +26,7 @@ from dragoman.backends.base import upstream_errors
 from dragoman.backends.connection import Response
 from dragoman.backends.pool import Pool
 from dragoman.config import ConfigError, UpstreamConfig
-from dragoman.errors import GatewayError, UpstreamError, UpstreamTimeout, from_upstream
+from dragoman.errors import GatewayError, UpstreamError, UpstreamTimeout, from_upstream, register_secret
 
 MAX_ERROR_BODY = 64 * 1024
 RETRY_STATUSES = frozenset({429, 502, 503, 504, 529})
@@ -80,6 +80,10 @@ class HttpClient:
         }  # fmt: skip
         if api_key:
             self.headers[auth_header] = f"Bearer {api_key}" if auth_header == "authorization" else api_key
+        register_secret(api_key)
+        for header, value in upstream.headers.items():  # credentials set as plain headers
+            if any(word in header.lower() for word in ("key", "auth", "token", "secret")):
+                register_secret(value.removeprefix("Bearer ").removeprefix("bearer "))
         # Each replica as a server root; `prefix` is the API path under it (e.g. /v1).
         roots = []
         for url in [upstream.url, *upstream.replicas]:
