@@ -146,6 +146,29 @@ def test_upstream_dropping_mid_stream_ends_with_an_error_event(upstream: FakeUps
     _check_mode(mode, writes)
 
 
+def test_a_server_keeping_its_body_open_after_done_still_gives_a_whole_reply(upstream: FakeUpstream, start: Any, mode: str,
+                                                                            writes: Writes) -> None:  # fmt: skip
+    chunks = [*_paced(*text_stream("a", "b", "c")), b"data: [DONE]\n\n", ("sleep", 30)]
+    upstream.queue(Reply(chunks=chunks, done=False))
+    gateway = start(upstream.url, upstream={"idle_timeout": 60})
+    response = httpx.post(f"{gateway.url}/v1/messages", json=REQUEST, headers=HEADERS, timeout=10)  # not 30 s, nor an error
+    frames = sse_frames(response.text)
+    assert [d["delta"]["text"] for e, d in frames if e == "content_block_delta"] == ["a", "b", "c"]
+    assert [e for e, _ in frames][-2:] == ["message_delta", "message_stop"] and "error" not in [e for e, _ in frames]
+    _check_mode(mode, writes)
+
+
+def test_passthrough_server_keeping_its_body_open_after_message_stop_still_gives_a_whole_reply(
+    native: FakeAnthropic, start: Any, mode: str, writes: Writes
+) -> None:
+    events = text_events("Hello")
+    native.replies.append(NativeReply(events=[*_paced(*events), ("sleep", 30)]))
+    gateway = start(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
+    response = httpx.post(f"{gateway.url}/v1/messages", json={**REQUEST, "model": "native-model"}, headers=HEADERS, timeout=10)
+    assert response.content == b"".join(events)
+    _check_mode(mode, writes)
+
+
 def test_silence_mid_stream_is_filled_with_pings_then_the_stream_goes_on(upstream: FakeUpstream, start: Any, mode: str,
                                                                         writes: Writes) -> None:  # fmt: skip
     pieces = text_stream("first", "before", "after")

@@ -35,6 +35,10 @@ class Response:
         self._reads = list(reads)
         self.released = self.closed = False
 
+    @property
+    def ended(self) -> bool:
+        return not self._reads
+
     async def readany(self) -> bytes:
         await asyncio.sleep(0)
         return self._reads.pop(0) if self._reads else b""

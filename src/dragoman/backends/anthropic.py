@@ -28,7 +28,7 @@ from dragoman.backends.base import (
 )
 from dragoman.backends.connection import Response
 from dragoman.backends.http import MAX_ERROR_BODY, HttpClient
-from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start
+from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start, read_past_end
 from dragoman.backends.documents import documents_as_text
 from dragoman.config import AnthropicUpstream, Config
 from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream, redact_bytes
@@ -244,10 +244,12 @@ class AnthropicBackend:
             whole = events.take(chunk)
             if whole:
                 writer.write(whole)
+            if events.ended:
+                response.stop_sink()
             return True
 
         try:
-            while True:
+            while not events.ended:
                 if head is None and writes.writer is not None:
                     try:
                         await watch.read(response.drain_to(relay_to_client))
@@ -255,6 +257,8 @@ class AnthropicBackend:
                         if events.at_boundary:
                             yield PING
                         continue
+                    if events.ended:
+                        break
                 try:
                     with upstream_errors(self.name):
                         chunk = await watch.read(response.readany())
@@ -279,6 +283,7 @@ class AnthropicBackend:
                     yield whole
             if not events.complete():
                 raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
+            await read_past_end(response)  # what follows the stream's end is only the body's
             finished = True
         except GatewayError as error:
             yield error.event()
@@ -306,6 +311,11 @@ class _Events:
         self._held = b""
         self._ended = False
         self._cut_sent = False  # part of an oversized event went out
+
+    @property
+    def ended(self) -> bool:
+        """`message_stop` or an `error` event went past: nothing after it is relayed."""
+        return self._ended
 
     @property
     def at_boundary(self) -> bool:

@@ -168,6 +168,11 @@ class Response:
     def content_type(self) -> str:
         return self.headers.get("content-type", "application/octet-stream").partition(";")[0].strip().lower()
 
+    @property
+    def ended(self) -> bool:
+        """The whole body has arrived (read or not)."""
+        return self._complete
+
     async def wait_head(self) -> None:
         await self._head
 

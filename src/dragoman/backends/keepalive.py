@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from dragoman.config import UpstreamConfig
 from dragoman.errors import GatewayError, UpstreamTimeout
 from dragoman.sse import KEEPALIVE_COMMENT
+
+if TYPE_CHECKING:
+    from dragoman.backends.connection import Response
 
 T = TypeVar("T")
 
@@ -180,3 +183,20 @@ async def late_start(
             close = getattr(task.result(), "close", None)
             if close is not None:
                 close()
+
+
+AFTER_END_GRACE = 1.0  # seconds a server may take to end its body after the stream's own end
+
+
+async def read_past_end(response: Response) -> None:
+    """After the stream's own end (`[DONE]`, `message_stop`), the rest of the body: normally
+    only its terminator, already here or on its way. A server that keeps the body open is
+    not waited for: the reply is whole, and the connection is closed, not reused."""
+    if response.ended:
+        return
+    try:
+        async with asyncio.timeout(AFTER_END_GRACE):
+            while await response.readany():
+                pass  # bytes after the end belong to no reply
+    except Exception:  # noqa: BLE001 - a timeout, or the connection failing: either way it is not reused
+        response.close()

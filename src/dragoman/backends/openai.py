@@ -25,7 +25,7 @@ from dragoman.backends.counting import CountCache, count_prompt, ollama_context
 from dragoman.backends.fetch import has_url_documents, resolve_url_documents
 from dragoman.backends.fitting import fitted_body
 from dragoman.backends.http import HttpClient
-from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start
+from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start, read_past_end
 from dragoman.config import Config, OpenAIUpstream
 from dragoman.errors import (
     GatewayError,
@@ -257,11 +257,11 @@ class OpenAIBackend:
                             writer.write(encode_all(out))  # what came before a failure still reaches the client
                 except BaseException as error:  # noqa: BLE001 - handed to the generator, which raises it
                     failed.append(error)
-                if failed or translator.done:
+                if failed or translator.done or translator.upstream_ended:
                     response.stop_sink()
                 return True
 
-            while not translator.done:
+            while not translator.done and not translator.upstream_ended:
                 if started and writes.writer is not None:
                     try:
                         await reads.read(response.drain_to(translate_to_client))
@@ -271,7 +271,7 @@ class OpenAIBackend:
                             continue
                     if failed:
                         raise failed[0]
-                    if translator.done:
+                    if translator.done or translator.upstream_ended:
                         break
                 try:
                     with upstream_errors(self.name):
@@ -306,6 +306,8 @@ class OpenAIBackend:
             final = translator.finish()
             _note_usage(outcome, translator.usage)
             yield encode(final)
+            if translator.upstream_ended and not translator.done:
+                await read_past_end(response)  # the client has its whole reply meanwhile
             finished = not translator.done
         finally:
             if watch is not None:
@@ -322,6 +324,7 @@ class OpenAIBackend:
         (all of them at `[DONE]` or the end)."""
         for used, payload in enumerate(payloads, 1):
             if payload == b"[DONE]":
+                translator.upstream_ended = True
                 break
             out.extend(translator.feed(self._chunk(payload)))
             if translator.done:

@@ -126,6 +126,7 @@ class StreamTranslator:
         self._usage: openai.Usage | None = None
         self._generated = 0  # upstream chunks that carried output (a token each, as servers stream)
         self.done = False
+        self.upstream_ended = False  # the shell saw the upstream's `[DONE]`
 
     # -- public ------------------------------------------------------------------
 
