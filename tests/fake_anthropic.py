@@ -43,6 +43,7 @@ class NativeReply:
     body: Any = None
     events: list[Any] | None = None  # bytes, ("sleep", seconds), or "drop" (the connection breaks)
     headers: dict[str, str] = field(default_factory=dict)
+    hang: float = 0.0  # seconds to wait before answering
 
 
 class FakeAnthropic:
@@ -106,6 +107,8 @@ class FakeAnthropic:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.path, await request.json(), dict(request.headers)))
         reply = self.replies.popleft() if self.replies else NativeReply(body=message())
+        if reply.hang:
+            await self._sleep_watching(request, reply.hang)
         if isinstance(reply.body, bytes):  # a raw body: its content-type in `headers`
             return web.Response(body=reply.body, status=reply.status, headers=reply.headers)
         if reply.events is None:

@@ -9,7 +9,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests.fakes import chunk, completion, text_stream
+from tests.fakes import Reply, chunk, completion, text_stream
 from tests.servers import sse_frames
 
 USER = [{"role": "user", "content": "Hello"}]
@@ -261,3 +261,30 @@ def test_a_server_that_reports_no_usage_gets_counted_usage_streamed_and_not(clie
         assert message.content[0].text == "Paris is the capital."
         assert message.usage.input_tokens >= 100  # 620 characters of question, about four a token
         assert message.usage.output_tokens >= 2
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["translating", "passthrough"])
+def test_a_refusal_after_keepalives_is_an_error_event_and_is_recorded(make_gateway, upstream, native):
+    """Committed to 200 before the upstream answered: its refusal arrives as an `error` event,
+    and the log and metrics still count it as the upstream's error, not as a success."""
+    import time
+
+    from tests.fake_anthropic import FakeAnthropic, NativeReply
+
+    if native:
+        server = FakeAnthropic().start()
+        server.replies.append(NativeReply(status=500, body={"type": "error", "error": {"type": "api_error", "message": "boom"}}, hang=0.5))
+        url, extra, models = server.url, {"protocol": "anthropic"}, [{"name": "test-model", "upstream": "default", "upstream_model": "native-model"}]
+    else:
+        upstream.queue(Reply(status=500, body={"error": {"message": "boom"}}, hang=0.5))
+        url, extra, models = upstream.url, {}, None
+    gateway = make_gateway(url=url, server={"keepalive_interval": 0.1}, upstream={"max_retries": 0, **extra}, models=models)
+    body = {"model": "test-model", "max_tokens": 5, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    frames = sse_frames(_post_stream(gateway, body).text)
+    assert frames[-1][0] == "error" and "boom" in frames[-1][1]["error"]["message"]
+    deadline = time.monotonic() + 5
+    while not any(row.startswith("dragoman_upstream_errors_total{") for row in httpx.get(gateway.url + "/metrics").text.splitlines()):
+        assert time.monotonic() < deadline, "the failed stream was not counted"
+        time.sleep(0.05)
+    if native:
+        server.stop()

@@ -4,12 +4,14 @@ the head, and token counts read for the metrics without decoding the stream."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from dragoman.backends.anthropic import AnthropicBackend
 from dragoman.backends.base import Call
 from dragoman.config import from_dict
+from dragoman.errors import GatewayError
 from dragoman.observe import Outcome
 from tests.unit.test_stream_shell import Response
 
@@ -35,9 +37,21 @@ def relay(reads: list[bytes]) -> tuple[bytes, Outcome, Response]:
     response = Response(reads)
 
     async def run() -> bytes:
-        return b"".join([chunk async for chunk in backend._relay(response, call)])  # type: ignore[arg-type]
+        return await client_stream(backend._relay(response, call))  # type: ignore[arg-type]
 
     return asyncio.run(run()), outcome, response
+
+
+async def client_stream(chunks: Any) -> bytes:
+    """The stream as the client gets it: a GatewayError the relay raises becomes the
+    `error` event the endpoint sends (endpoints.EventStreamResponse._relay)."""
+    out = []
+    try:
+        async for chunk in chunks:
+            out.append(chunk)
+    except GatewayError as error:
+        out.append(error.event())
+    return b"".join(out)
 
 
 def test_tokens_arriving_one_by_one_are_counted_from_message_start_and_message_delta() -> None:
@@ -69,7 +83,7 @@ def relay_failing(reads: list[bytes]) -> bytes:
     call = Call(b"{}", "served", "served", {}, "req_1", True, Outcome(request_id="req_1", endpoint="messages"))
 
     async def run() -> bytes:
-        return b"".join([chunk async for chunk in backend._relay(FailingResponse(reads), call)])  # type: ignore[arg-type]
+        return await client_stream(backend._relay(FailingResponse(reads), call))  # type: ignore[arg-type]
 
     return asyncio.run(run())
 

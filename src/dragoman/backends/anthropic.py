@@ -187,9 +187,8 @@ class AnthropicBackend:
             finally:
                 response.release()
         if response.status == 200:  # a non-streaming answer to a streaming request
-            yield from_upstream(502, b"upstream answered a stream request without a stream", upstream=self.name).event()
-        else:
-            yield from_upstream(response.status, raw, upstream=self.name).event()
+            raise UpstreamError(f"upstream {self.name} answered a stream request without a stream ({response.content_type})")
+        raise from_upstream(response.status, raw, upstream=self.name)
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
         response = await self._send(call, "/messages/count_tokens", await self._body(call))
@@ -285,8 +284,6 @@ class AnthropicBackend:
                 raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
             await read_past_end(response)  # what follows the stream's end is only the body's
             finished = True
-        except GatewayError as error:
-            yield error.event()
         finally:
             watch.close()
             if finished:

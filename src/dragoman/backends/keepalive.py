@@ -168,11 +168,7 @@ async def late_start(
         while not task.done():
             yield KEEPALIVE_COMMENT
             await asyncio.wait({task}, timeout=interval)
-        try:
-            response = task.result()
-        except GatewayError as error:
-            yield error.event()
-            return
+        response = task.result()  # a refusal raises: the stream's relay sends it as an error event, and records it
         handed_over = True
         async for chunk in then(response):
             yield chunk
