@@ -6,10 +6,10 @@ on the benchmark machine (docs/performance.md). With the writer this module puts
 each request's scope, a stream's tokens are written to the client from the upstream
 connection's own callback instead (see `backends.connection.Response.drain_to`).
 
-The protocol reads seven attributes of uvicorn's request cycle and one of its flow
-control. `http_protocol()` checks them once; if uvicorn changed them, or httptools is
-missing, the server is uvicorn's own and streams take the ASGI path, which works the
-same, a little slower. Direct writes bypass any wrapper around ASGI `send`: only the
+The protocol reads seven attributes of uvicorn's request cycle, one of its flow
+control and three of the protocol's own. `http_protocol()` checks them once; if uvicorn
+changed them, or httptools is missing, the server is uvicorn's own and streams take the
+ASGI path, which works the same, a little slower (without the connection limits below). Direct writes bypass any wrapper around ASGI `send`: only the
 hot endpoints use them, which `app.App` serves without middleware.
 """
 
@@ -30,6 +30,7 @@ else:
 
 DIRECT_BODY = "dragoman.direct_body"  # the scope extension's name
 _CYCLE_ATTRIBUTES = ("scope", "transport", "flow", "disconnected", "response_complete", "chunked_encoding", "message_event")
+_PROTOCOL_ATTRIBUTES = ("scope", "cycle", "timeout_keep_alive")
 
 
 class DirectBody:
@@ -77,7 +78,13 @@ class DirectBodyProtocol(_Base):
     - a request whose bytes stop coming for `READ_IDLE_TIMEOUT` (part of its headers or
       of its body) is answered 408 and its connection closed. uvicorn waits forever, so
       a few stalled clients could hold as many connections as they liked. A request
-      that arrives in one read costs no timer.
+      that arrives in one read costs no timer;
+    - a connection that has not begun a request within uvicorn's keep-alive timeout
+      (`timeout_keep_alive`, 5 s by default: what an idle connection gets between
+      requests) is closed, without a response. uvicorn arms that timeout only after a
+      response, so connections that sent nothing stayed open until the client left, and
+      enough of them used up the process's file descriptors. The one timer a connection
+      costs is not cancelled: when it fires, it does nothing if a request has begun.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -86,6 +93,16 @@ class DirectBodyProtocol(_Base):
         self._receiving = False  # between the first byte of a request and its end
         self._last_byte = 0.0
         self._read_timer: Any = None
+        self._idle_timer: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._idle_timer = self.loop.call_later(self.timeout_keep_alive, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        self._idle_timer = None
+        if self.scope is None and not self.transport.is_closing():  # uvicorn makes a scope when a request begins
+            self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -125,6 +142,9 @@ class DirectBodyProtocol(_Base):
             self._answering = [*(c for c in self._answering if not c.response_complete), cycle]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         if self._read_timer is not None:
             self._read_timer.cancel()
             self._read_timer = None
@@ -141,8 +161,9 @@ def http_protocol() -> Any:
     uvicorn's own choice when that cannot work here."""
     if not HTTPTOOLS:
         return "h11"
-    if not (_sets(httptools_impl.RequestResponseCycle, _CYCLE_ATTRIBUTES) and _sets(flow_control.FlowControl, ("write_paused",))):
-        return "httptools"  # uvicorn changed what the writer reads
+    if not (_sets(httptools_impl.RequestResponseCycle, _CYCLE_ATTRIBUTES) and _sets(flow_control.FlowControl, ("write_paused",))
+            and _sets(httptools_impl.HttpToolsProtocol, _PROTOCOL_ATTRIBUTES)):  # fmt: skip
+        return "httptools"  # uvicorn changed what the protocol reads
     return DirectBodyProtocol
 
 

@@ -40,6 +40,16 @@ def test_a_changed_flow_control_falls_back_too(monkeypatch: pytest.MonkeyPatch) 
     assert serving.http_protocol() == "httptools"
 
 
+def test_a_changed_protocol_falls_back_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    def changed_init(self: object, config: object, server_state: object, app_state: object) -> None:
+        self.scope = None  # type: ignore[attr-defined]
+        self.cycle = None  # type: ignore[attr-defined]
+        self.keep_alive_timeout = 5  # type: ignore[attr-defined]  # renamed: the idle close reads timeout_keep_alive
+
+    monkeypatch.setattr(httptools_impl.HttpToolsProtocol, "__init__", changed_init)
+    assert serving.http_protocol() == "httptools"
+
+
 class Transport:
     def __init__(self, *, closing: bool = False, refuses: bool = False) -> None:
         self.written: list[bytes] = []
