@@ -116,6 +116,13 @@ class RequestTimeout(GatewayError):
     type = "timeout_error"
 
 
+class RequestHeadersTooLarge(GatewayError):
+    """The client's request line and headers passed serving.MAX_HEAD_BYTES."""
+
+    status = 431
+    type = "invalid_request_error"
+
+
 class Overloaded(GatewayError):
     status = 529
     type = "overloaded_error"

@@ -7,7 +7,7 @@ each request's scope, a stream's tokens are written to the client from the upstr
 connection's own callback instead (see `backends.connection.Response.drain_to`).
 
 The protocol reads seven attributes of uvicorn's request cycle, one of its flow
-control and three of the protocol's own. `http_protocol()` checks them once; if uvicorn
+control and four of the protocol's own. `http_protocol()` checks them once; if uvicorn
 changed them, or httptools is missing, the server is uvicorn's own and streams take the
 ASGI path, which works the same, a little slower (without the connection limits below). Direct writes bypass any wrapper around ASGI `send`: only the
 hot endpoints use them, which `app.App` serves without middleware.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
-from dragoman.errors import RequestTimeout
+from dragoman.errors import RequestHeadersTooLarge, RequestTimeout
 
 HTTPTOOLS = importlib.util.find_spec("httptools") is not None  # uvicorn[standard] brings it where wheels exist
 if TYPE_CHECKING or HTTPTOOLS:
@@ -30,7 +30,7 @@ else:
 
 DIRECT_BODY = "dragoman.direct_body"  # the scope extension's name
 _CYCLE_ATTRIBUTES = ("scope", "transport", "flow", "disconnected", "response_complete", "chunked_encoding", "message_event")
-_PROTOCOL_ATTRIBUTES = ("scope", "cycle", "timeout_keep_alive")
+_PROTOCOL_ATTRIBUTES = ("scope", "cycle", "headers", "timeout_keep_alive")
 
 
 class DirectBody:
@@ -65,6 +65,9 @@ class DirectBody:
 
 READ_IDLE_TIMEOUT = 60.0  # seconds without a byte of a request that has begun: the client is answered 408
 _TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s")
+MAX_HEAD_BYTES = 64 * 1024  # a request's line and headers: past it the client is answered 431
+_HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                   b"content-length: %d\r\n\r\n%s")  # fmt: skip
 
 
 class DirectBodyProtocol(_Base):
@@ -84,7 +87,15 @@ class DirectBodyProtocol(_Base):
       requests) is closed, without a response. uvicorn arms that timeout only after a
       response, so connections that sent nothing stayed open until the client left, and
       enough of them used up the process's file descriptors. The one timer a connection
-      costs is not cancelled: when it fires, it does nothing if a request has begun.
+      costs is not cancelled: when it fires, it does nothing if a request has begun;
+    - a request whose line and headers pass `MAX_HEAD_BYTES` is answered 431 and its
+      connection closed. uvicorn and httptools keep a head whole, however long, so one
+      200 MB header took 200 MB of memory. Only a head that arrives in more than one
+      read is counted, by whole reads after which it is still incomplete (the first by
+      the headers uvicorn has parsed of it), so a head that fits in one read costs
+      nothing, and none passes the limit by more than two reads (a read is at most
+      256 KiB) before it is refused. The read that completes a head may also hold a
+      body, so it is not counted.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -94,6 +105,8 @@ class DirectBodyProtocol(_Base):
         self._last_byte = 0.0
         self._read_timer: Any = None
         self._idle_timer: Any = None
+        self._head_of: Any = None  # the scope of the request whose head is being counted
+        self._head_bytes = 0
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -118,6 +131,24 @@ class DirectBodyProtocol(_Base):
             self._last_byte = self.loop.time()
             if self._read_timer is None:
                 self._read_timer = self.loop.call_later(READ_IDLE_TIMEOUT, self._check_read)
+            cycle = self.cycle
+            if cycle is None or cycle.scope is not self.scope:  # its head is incomplete (uvicorn makes the cycle after it)
+                if self._head_of is not self.scope:  # its first piece: what uvicorn has parsed of it
+                    self._head_of = self.scope
+                    self._head_bytes = sum(len(name) + len(value) + 4 for name, value in self.headers)
+                else:
+                    self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEAD_BYTES:
+                    self._refuse_head()
+
+    def _refuse_head(self) -> None:
+        if self.transport.is_closing():  # uvicorn answered 400 (a malformed request)
+            return
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:  # not while answering an earlier request on the connection
+            body = RequestHeadersTooLarge(f"request headers larger than {MAX_HEAD_BYTES // 1024} KiB").body(None)
+            self.transport.write(_HEAD_TOO_LARGE % (len(body), body))
+        self.transport.close()
 
     def _check_read(self) -> None:
         self._read_timer = None

@@ -1,10 +1,12 @@
-"""What `serving.DirectBodyProtocol` does to clients that hold connections without using
-them, over real sockets: a connection that never begins a request is closed after
-uvicorn's keep-alive timeout, and (see also the 408 tests in test_direct_writes.py)
-requests keep being served, pipelined or late, as uvicorn serves them."""
+"""The limits `serving.DirectBodyProtocol` puts on clients, over real sockets: a
+connection that never begins a request is closed after uvicorn's keep-alive timeout, a
+request whose headers pass 64 KiB is answered 431 (the 408 for a stalled request is in
+test_direct_writes.py), and requests within the limits are served, pipelined or late,
+as uvicorn serves them."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -109,3 +111,68 @@ def test_pipelined_requests_are_all_served_then_keep_alive_closes_the_connection
         assert _wait_closed(client) == b"" and pending == b""  # uvicorn's keep-alive timeout, armed after the last reply
         assert time.monotonic() - replied > 0.2
 
+
+
+def _send_in_pieces(client: socket.socket, data: bytes, piece: int = 16384) -> None:
+    """The first line alone, so that the head arrives in more than one read; then the
+    rest, stopping where the server closes the connection."""
+    first = data.index(b"\r\n") + 2
+    client.sendall(data[:first])
+    time.sleep(0.05)
+    try:
+        for start in range(first, len(data), piece):
+            client.sendall(data[start : start + piece])
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+def _received_until_closed(client: socket.socket) -> bytes:
+    received = b""
+    try:
+        while data := client.recv(65536):
+            received += data
+    except ConnectionResetError:  # the server closed with some of the request unread
+        pass
+    return received
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        b"x-big: " + b"a" * (1 << 20) + b"\r\n",
+        b"".join(b"x-header-%05d: %s\r\n" % (i, b"v" * 20) for i in range(30000)),  # 1 MB in short headers
+    ],
+    ids=["one-long-header", "many-headers"],
+)
+def test_headers_past_64_kib_are_answered_431_and_the_connection_closed(start: Any, headers: bytes) -> None:
+    # 1 MB: the server counts a head by whole reads (up to 256 KB each), and may let one
+    # that is done within two reads through.
+    gateway = start()
+    with _connect(gateway) as client:
+        _send_in_pieces(client, b"GET /health HTTP/1.1\r\nhost: x\r\n" + headers + b"\r\n")
+        received = _received_until_closed(client)
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 ")
+    assert b"connection: close" in head.lower()
+    envelope = json.loads(body)
+    assert envelope["type"] == "error"  # no request_id: like the 408, it is written before the request has one
+    assert envelope["error"] == {"type": "invalid_request_error", "message": "request headers larger than 64 KiB"}
+
+
+def test_big_headers_within_the_limit_are_served(start: Any) -> None:
+    gateway = start()
+    with _connect(gateway) as client:
+        _send_in_pieces(client, b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 32768 + b"\r\n\r\n", piece=4096)
+        response = _read_response(client, bytearray())
+    assert response.startswith(b"HTTP/1.1 200 ")
+    assert json.loads(response.partition(b"\r\n\r\n")[2]) == {"status": "ok"}
+
+
+def test_after_big_headers_within_the_limit_the_next_request_is_counted_afresh(start: Any) -> None:
+    gateway = start()
+    head = b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 40000 + b"\r\n\r\n"  # two of them pass 64 KiB
+    with _connect(gateway) as client:
+        pending = bytearray()
+        for _ in range(2):
+            _send_in_pieces(client, head, piece=4096)
+            assert _read_response(client, pending).startswith(b"HTTP/1.1 200 ")
