@@ -32,12 +32,12 @@ class _Server(uvicorn.Server):
 class GatewayServer:
     def __init__(self, config: Config, *, http: Any = None, timeout_keep_alive: float = 5) -> None:
         """`http`: uvicorn's protocol; by default the one `dragoman serve` runs. `timeout_keep_alive`:
-        uvicorn's, 5 s as `dragoman serve` leaves it."""
+        uvicorn's, 5 s as `dragoman serve` leaves it (a float: uvicorn types it int, but tests want less than 1 s)."""
         self.config = config
         self.port = free_port()
         self.app = create_app(config)
         uv_config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, lifespan="on",
-                                   http=http or http_protocol(), timeout_keep_alive=timeout_keep_alive)  # fmt: skip
+                                   http=http or http_protocol(), timeout_keep_alive=timeout_keep_alive)  # type: ignore[arg-type]  # fmt: skip
         self.server = _Server(uv_config)
         self._thread = threading.Thread(target=self.server.run, daemon=True)
 
