@@ -1,9 +1,25 @@
-"""Sample inputs several test modules need: a PDF with text, a self-signed certificate."""
+"""Sample inputs several test modules need: a PDF with text, a self-signed certificate,
+a gzip bomb."""
 
 from __future__ import annotations
 
 import subprocess
+import zlib
 from pathlib import Path
+
+MiB = 1024 * 1024
+
+
+def gzip_bomb(mib: int, fill: bytes = b"\0", *, prefix: bytes = b"") -> bytes:
+    """A gzip stream of `prefix` then `mib` MiB of `fill`, without its end (readers fail
+    long before it would matter), built in milliseconds: after a full flush each MiB
+    compresses to the same bytes, which are repeated. 1024 MiB is about 1 MB."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = fill * (MiB // len(fill))
+    first = packer.compress(prefix) + packer.compress(block) + packer.flush(zlib.Z_FULL_FLUSH)
+    again = packer.compress(block) + packer.flush(zlib.Z_FULL_FLUSH)
+    assert packer.compress(block) + packer.flush(zlib.Z_FULL_FLUSH) == again
+    return first + again * (mib - 1)
 
 
 def pdf_bytes(*pages: str) -> bytes:

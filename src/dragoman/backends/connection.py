@@ -27,6 +27,16 @@ if TYPE_CHECKING:
     from dragoman.backends.pool import Pool
 
 HIGH_WATER = 256 * 1024  # buffered body bytes at which reading from the upstream pauses
+# A compressed body costs the upstream up to 1/1000 of what it costs the gateway (deflate
+# inflates up to 1032 to 1), so it is inflated in pieces of INFLATE_PIECE bytes, at most
+# HIGH_WATER bytes per callback and never more than HIGH_WATER ahead of its reader: the
+# rest of the input waits, reading paused, until the reader catches up. That bounds a
+# bomb's memory and its time in one callback; MAX_INFLATED bounds its CPU in all. It holds
+# for streams too, where it is eight times the longest reply a model writes (128k tokens at
+# about 250 bytes of SSE each: 32 MB). There is no bound on the ratio itself: degenerate yet
+# legitimate output (one token over and over) compresses hundreds to one.
+INFLATE_PIECE = 64 * 1024
+MAX_INFLATED = 256 * 1024 * 1024
 MAX_HEAD = 64 * 1024  # bytes of response headers accepted
 # A pooled connection the upstream closes this soon after a request went out, before a
 # byte of answer, was closed while idle (the keep-alive race): the request is sent once
@@ -115,14 +125,17 @@ class Response:
         "_conn",
         "_decoder",
         "_done",
+        "_ended",
         "_error",
         "_framed",
         "_head",
         "_head_size",
+        "_inflated",
         "_keep_alive",
         "_names",
         "_parser",
         "_paused",
+        "_pending",
         "_pool",
         "_received",
         "_reused",
@@ -158,6 +171,9 @@ class Response:
         self._head_size = 0
         self._sent_at = 0.0  # when the request was written (mark_sent)
         self._compressed = False  # a compressed byte arrived (an empty body has no compressed stream to end)
+        self._ended = False  # the parser saw the body's end (complete once what is pending is inflated)
+        self._pending: list[bytes] | None = None  # compressed input waiting for the reader (see _inflate)
+        self._inflated = 0
         conn.response = self
         if conn.lost:  # lost before this response was attached (a close right after connecting)
             self.connection_lost(None)
@@ -188,6 +204,11 @@ class Response:
         """The body bytes that arrived since the last read, waiting for some; b"" at the end."""
         chunks = self._chunks
         while not chunks:
+            if self._pending:  # a large compressed body: the loop serves others between its pieces
+                await asyncio.sleep(0)
+                if self._pending:
+                    self._inflate_pending()
+                continue
             if self._error is not None:
                 raise self._error
             if self._complete:
@@ -200,7 +221,7 @@ class Response:
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self._size = 0
-        if self._paused:
+        if self._paused and not self._pending:
             self._paused = False
             if self._conn.transport is not None:
                 self._conn.transport.resume_reading()
@@ -212,7 +233,7 @@ class Response:
         piece waits for `readany`), calls `stop_sink`, or the body ends or fails (which
         `readany` then reports). Returns at once if data is already waiting. A sink must
         not raise: it runs inside the protocol's callback."""
-        if self._chunks or self._error is not None or self._complete:
+        if self._chunks or self._pending or self._error is not None or self._complete:
             return
         self._sink = sink
         waiter = self._waiter = self._conn.loop.create_future()
@@ -274,7 +295,7 @@ class Response:
             self._fail(BadResponse(f"unreadable HTTP from the upstream: {error}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._complete:
+        if self._ended:
             return
         if self._head.done() and not self._framed and exc is None:  # the body ran to the close: that is its end
             self._finish()
@@ -290,6 +311,7 @@ class Response:
     def _fail(self, error: BaseException) -> None:
         if self._error is None and not self._complete:
             self._error = error
+        self._pending = None  # what waited to be inflated is dropped with the connection
         if not self._head.done():
             self._head.set_exception(error)
             self._head.exception()  # retrieved: no "never retrieved" warning if nobody waits
@@ -302,6 +324,9 @@ class Response:
             waiter.set_result(None)
 
     def _finish(self) -> None:
+        self._ended = True
+        if self._pending:
+            return  # complete once the reader has had the rest inflated (_inflate_pending)
         if self._decoder is not None:
             tail = self._decoder.flush()
             if tail:
@@ -315,11 +340,11 @@ class Response:
     # -- httptools callbacks ----------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        if self._complete:  # bytes past the answer (an unasked-for 408, say): ignored, and the connection is not reused
+        if self._ended:  # bytes past the answer (an unasked-for 408, say): ignored, and the connection is not reused
             self._keep_alive = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self._complete or self._error is not None:
+        if self._ended or self._error is not None:
             return
         self._head_size += len(name) + len(value)
         if self._head_size > MAX_HEAD:
@@ -328,7 +353,7 @@ class Response:
         self._names.append((name, value))
 
     def on_headers_complete(self) -> None:
-        if self._complete or self._error is not None:
+        if self._ended or self._error is not None:
             return
         status = self._parser.get_status_code()
         if 100 <= status < 200:  # an interim answer (100 Continue, 103): the real one follows
@@ -351,19 +376,17 @@ class Response:
             self._head.set_result(None)
 
     def on_body(self, body: bytes) -> None:
-        if self._error is not None or self._complete:
+        if self._error is not None or self._ended:
             return
         if self._decoder is not None:
-            try:
-                if not self._compressed and _raw_deflate(body, self.headers):
-                    self._decoder = zlib.decompressobj(-15)  # some servers send "deflate" without the zlib wrapper
-                self._compressed = True
-                body = self._decoder.decompress(body)
-            except zlib.error as error:
-                self._fail(BadResponse(f"the upstream's compressed body is corrupt: {error}"))
+            if self._pending:  # earlier input still waits for the reader: this goes after it
+                self._pending.append(body)
                 return
-            if not body:
-                return
+            if not self._compressed and _raw_deflate(body, self.headers):
+                self._decoder = zlib.decompressobj(-15)  # some servers send "deflate" without the zlib wrapper
+            self._compressed = True
+            self._inflate(body)
+            return
         sink = self._sink
         if sink is not None:
             if sink(body):
@@ -376,8 +399,72 @@ class Response:
             self._conn.transport.pause_reading()
         self._wake()
 
+    def _inflate(self, data: bytes) -> None:
+        """Inflate compressed input, handing it on in pieces, until it is used up or
+        HIGH_WATER bytes went out (to a sink or the buffer) in this call, or the
+        buffer holds that much: the rest waits in `_pending`, reading paused, for
+        `readany` to inflate it. Past MAX_INFLATED bytes the response fails."""
+        decoder = self._decoder
+        assert decoder is not None
+        budget = HIGH_WATER
+        while True:
+            try:
+                piece = decoder.decompress(data, INFLATE_PIECE)
+            except zlib.error as error:
+                self._fail(BadResponse(f"the upstream's compressed body is corrupt: {error}"))
+                return
+            data = decoder.unconsumed_tail
+            if piece:
+                self._inflated += len(piece)
+                if self._inflated > MAX_INFLATED:
+                    self._fail(BadResponse(f"the upstream's compressed body inflates past {MAX_INFLATED // (1024 * 1024)} MiB"))
+                    return
+                self._deliver(piece)
+                budget -= len(piece)
+            if not data and len(piece) < INFLATE_PIECE:  # (a full piece: zlib may hold more output)
+                if self._size > HIGH_WATER:
+                    self._pause()  # a slow reader, as in `on_body`
+                return
+            if budget <= 0 or self._size > HIGH_WATER:
+                self._pending = [data]
+                self._pause()
+                self._wake()  # a `drain_to` returns, and its caller's `readany` goes on inflating
+                return
+
+    def _pause(self) -> None:
+        transport = self._conn.transport
+        if not self._paused and transport is not None and not transport.is_closing():
+            self._paused = True
+            transport.pause_reading()
+
+    def _inflate_pending(self) -> None:
+        """Inflate the next part of what waits (for `readany`)."""
+        pending = self._pending
+        assert pending
+        self._pending = None
+        self._inflate(pending[0] if len(pending) == 1 else b"".join(pending))
+        if self._pending or self._error is not None:
+            return
+        if self._paused and self._size <= HIGH_WATER:
+            self._paused = False
+            if self._conn.transport is not None:
+                self._conn.transport.resume_reading()
+        if self._ended:
+            self._finish()
+
+    def _deliver(self, body: bytes) -> None:
+        """Inflated body bytes to the sink or the buffer (as `on_body` does inline for plain bytes)."""
+        sink = self._sink
+        if sink is not None:
+            if sink(body):
+                return
+            self._sink = None
+        self._chunks.append(body)
+        self._size += len(body)
+        self._wake()
+
     def on_message_complete(self) -> None:
-        if self._complete or self._error is not None:
+        if self._ended or self._error is not None:
             return
         if self.status == 0:  # the end of an interim response: the parser reads the real one next
             return

@@ -1,0 +1,157 @@
+"""What an upstream's reply may cost the gateway: a compressed body is inflated in
+bounded pieces, never far ahead of its reader and never past MAX_INFLATED.
+The bounds are asserted through the errors raised and the bytes inflated, not by time."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import zlib
+
+import pytest
+
+from dragoman.backends import connection
+from dragoman.backends.base import _mapped
+from dragoman.backends.connection import HIGH_WATER, INFLATE_PIECE, BadResponse
+from tests.samples import MiB, gzip_bomb
+from tests.unit.test_upstream_connection import (  # noqa: F401 (loop_kind: the fixture)
+    Peer,
+    Script,
+    fed,
+    get,
+    loop_kind,
+    new_pool,
+    ok,
+    run,
+)
+
+# The most one callback or one `readany` inflates before handing over: its budget, plus the last piece.
+STEP = HIGH_WATER + INFLATE_PIECE
+
+
+def test_the_bomb_is_what_it_claims() -> None:
+    bomb = gzip_bomb(8)
+    inflated = zlib.decompressobj(47).decompress(bomb)
+    assert len(inflated) == 8 * MiB and not inflated.strip(b"\0")
+    assert len(gzip_bomb(1024)) < 1.1 * MiB  # 1 MB on the wire for 1 GiB inflated
+    assert zlib.decompressobj(47).decompress(gzip_bomb(1, prefix=b"data: x\n\n")).startswith(b"data: x\n\n\0")
+
+
+def chunked(head: bytes, body: bytes, piece: int = 16 * 1024) -> list[bytes]:
+    return [head, *(b"%x\r\n%s\r\n" % (len(body[i : i + piece]), body[i : i + piece]) for i in range(0, len(body), piece)), b"0\r\n\r\n"]
+
+
+GZIP_CHUNKED = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+# -- a compressed body is inflated in bounded steps --------------------------------------
+
+
+def test_a_bomb_arriving_in_one_read_is_inflated_one_step_at_a_time() -> None:
+    """Even one read holding a whole bomb (1 GiB inflated) costs one callback only a
+    bounded amount of inflating: the rest waits for the reader, a step per `readany`."""
+
+    async def main() -> None:
+        head = b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n"
+        bomb = gzip_bomb(1024)
+        response = await fed(head % len(bomb) + bomb)
+        assert response._inflated <= STEP  # what the callback did
+        for _ in range(4):
+            assert len(await response.readany()) <= STEP
+            assert response._inflated <= 5 * STEP
+        response.close()
+
+    run(main)
+
+
+def test_a_streamed_bomb_stays_within_high_water_and_fails_past_max_inflated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read as a stream, a slow reader never has more than a step waiting, and the body
+    fails once MAX_INFLATED bytes came out of it (made small here: the real bound is the
+    same code, 256 MiB)."""
+    monkeypatch.setattr(connection, "MAX_INFLATED", 8 * MiB)
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(*chunked(GZIP_CHUNKED.replace(b"application/json", b"text/event-stream"), gzip_bomb(64, b"\n")))
+        await peer.until_eof()
+
+    async def main() -> None:
+        async with Script(handler) as server:
+            pool = new_pool(server.root)
+            response = await pool.request(server.root, b"POST", "/", b"", b"{}")
+            seen = 0
+            with pytest.raises(BadResponse, match="inflates past 8 MiB") as caught:
+                while True:
+                    await asyncio.sleep(0.001)  # a slow reader: the upstream's bytes pile up meanwhile
+                    data = await response.readany()
+                    assert 0 < len(data) <= STEP
+                    seen += len(data)
+            assert 7 * MiB < seen <= 8 * MiB
+            await asyncio.wait_for(server.peers[0].eof.wait(), 2)  # and the connection is dropped
+            assert _mapped(caught.value, "up").status == 502  # type: ignore[union-attr]
+            response.release()
+            await pool.close()
+
+    run(main)
+
+
+def test_a_sink_taking_a_bomb_gets_a_step_per_callback_then_readany_goes_on() -> None:
+    async def main() -> None:
+        bomb = gzip_bomb(64, b"\n")
+        response = await fed(b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(bomb))
+        taken: list[int] = []
+        draining = asyncio.ensure_future(response.drain_to(lambda piece: bool(taken.append(len(piece))) or True))
+        await asyncio.sleep(0)
+        response._conn.data_received(bomb)  # all of it in one read, handed to the sink
+        await draining  # returns: the rest waits for readany
+        assert 0 < sum(taken) <= STEP and max(taken) <= INFLATE_PIECE
+        assert len(await response.readany()) <= STEP
+        response.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("sink", [False, True], ids=["readany", "drain_to"])
+def test_a_large_compressed_body_arrives_whole_and_the_connection_is_reused(sink: bool) -> None:
+    """The pieces that waited for the reader come out whole and in order, the body then
+    ends, and the connection, paused meanwhile, reads again for the next request."""
+    text = b"".join(b"event %d: %s\n" % (i, b"token " * (i % 50)) for i in range(60_000))
+    packed = gzip.compress(text)
+    assert len(text) > 20 * HIGH_WATER and len(packed) < len(text) // 10
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(*chunked(GZIP_CHUNKED, packed, piece=256 * 1024))
+        await peer.request()
+        await peer.send(ok(b"next"))
+
+    async def main() -> None:
+        async with Script(handler) as server:
+            pool = new_pool(server.root)
+            response = await pool.request(server.root, b"GET", "/", b"", None)
+            parts: list[bytes] = []
+            while True:
+                if sink:
+                    await response.drain_to(lambda piece: bool(parts.append(piece)) or True)
+                data = await response.readany()
+                if not data:
+                    break
+                parts.append(data)
+            assert b"".join(parts) == text
+            response.release()
+            assert await get(pool, server.root) == b"next"
+            assert len(server.peers) == 1
+            await pool.close()
+
+    run(main)
+
+
+def test_a_corrupt_stream_found_in_a_later_step_is_a_bad_response() -> None:
+    async def main() -> None:
+        good = gzip_bomb(4)
+        body = good + b"\xff" * 64  # past 4 MiB of zeros, garbage
+        response = await fed(b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        with pytest.raises(BadResponse, match="corrupt"):
+            await response.read()
+
+    run(main)
