@@ -1,5 +1,6 @@
 """Upstream replies that would cost the gateway unbounded memory or time end as
-Anthropic errors instead: a gzip bomb mid-stream is an `error` event."""
+Anthropic errors instead: a gzip bomb or an oversized reply is a 502 `api_error` (an
+`error` event mid-stream). On both paths: translating and passthrough."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import httpx
 import pytest
 
 from dragoman.backends import connection
+from dragoman.config import from_dict
+from tests.fake_anthropic import FakeAnthropic, NativeReply
 from tests.fakes import Reply, chunk
 from tests.samples import MiB, gzip_bomb
-from tests.servers import sse_frames
+from tests.servers import GatewayServer, sse_frames
 
 USER = [{"role": "user", "content": "Hello"}]
 VALID = {"model": "test-model", "max_tokens": 10, "messages": USER}
+GZIP_JSON = {"content-type": "application/json", "content-encoding": "gzip"}
 
 
 def _post(url: str, body: dict, *, key: str = "k", timeout: float = 20) -> httpx.Response:
@@ -22,12 +26,33 @@ def _post(url: str, body: dict, *, key: str = "k", timeout: float = 20) -> httpx
     return httpx.post(f"{url}/v1/messages", content=json.dumps(body).encode(), headers=headers, timeout=timeout)
 
 
+def _error(response: httpx.Response, status: int, error_type: str) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["type"] == "error" and body["error"]["type"] == error_type
+    return body["error"]["message"]
+
+
 # -- the translating path ------------------------------------------------------------------
+
+
+def test_a_gzip_bomb_reply_is_a_502_and_the_gateway_goes_on_serving(gateway, upstream):
+    upstream.queue(Reply(chunks=[gzip_bomb(1024)], headers=GZIP_JSON, done=False))  # 1 MB that inflates to 1 GiB
+    message = _error(_post(gateway.url, VALID), 502, "api_error")
+    assert "upstream default failed" in message and "exceeds 64 MiB" in message
+    assert httpx.get(f"{gateway.url}/health", timeout=5).status_code == 200
+    assert _post(gateway.url, VALID).json()["content"][0]["text"] == "Hello!"
+
+
+def test_an_oversized_reply_is_a_502_naming_the_size(gateway, upstream):
+    upstream.queue(Reply(chunks=[b" " * (65 * MiB)], headers={"content-type": "application/json"}, done=False))
+    message = _error(_post(gateway.url, VALID), 502, "api_error")
+    assert "exceeds 64 MiB" in message
 
 
 def test_a_gzip_bomb_mid_stream_ends_with_an_error_event(gateway, upstream, monkeypatch: pytest.MonkeyPatch):
     """A stream may be long, so its bound is MAX_INFLATED (256 MiB, made small here) and
-    backpressure. What came before the bomb reaches the client."""
+    backpressure, not MAX_BODY. What came before the bomb reaches the client."""
     monkeypatch.setattr(connection, "MAX_INFLATED", 4 * MiB)
     first = b"data: " + json.dumps(chunk({"role": "assistant", "content": "partial"})).encode() + b"\n\n"
     upstream.queue(Reply(chunks=[gzip_bomb(64, b"\n", prefix=first)], headers={"content-encoding": "gzip"}, done=False))
@@ -37,3 +62,30 @@ def test_a_gzip_bomb_mid_stream_ends_with_an_error_event(gateway, upstream, monk
     assert frames[-1][0] == "error" and frames[-1][1]["error"]["type"] == "api_error"
     assert "inflates past 4 MiB" in frames[-1][1]["error"]["message"]
     assert "".join(d["delta"]["text"] for e, d in frames if e == "content_block_delta") == "partial"
+
+
+# -- the passthrough path --------------------------------------------------------------------
+
+
+@pytest.fixture
+def passthrough(native: FakeAnthropic):
+    def start(**upstream: object) -> GatewayServer:
+        config = from_dict({
+            "upstreams": {"native": {"url": native.url + "/v1", "protocol": "anthropic", "max_retries": 0, **upstream}},
+            "models": [{"name": "claude-test", "upstream": "native", "upstream_model": "native-model"}],
+        })  # fmt: skip
+        server = GatewayServer(config).start()
+        started.append(server)
+        return server
+
+    started: list[GatewayServer] = []
+    yield start
+    for server in started:
+        server.stop()
+
+
+def test_passthrough_a_gzip_bomb_reply_is_a_502(passthrough, native):
+    gateway = passthrough()
+    native.replies.append(NativeReply(events=[gzip_bomb(1024)], headers=GZIP_JSON))
+    message = _error(_post(gateway.url, {**VALID, "model": "claude-test"}), 502, "api_error")
+    assert "upstream native failed" in message and "exceeds 64 MiB" in message

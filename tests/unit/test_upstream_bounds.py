@@ -1,5 +1,6 @@
 """What an upstream's reply may cost the gateway: a compressed body is inflated in
-bounded pieces, never far ahead of its reader and never past MAX_INFLATED.
+bounded pieces, never far ahead of its reader and never past MAX_INFLATED; a body read
+whole stops at MAX_BODY.
 The bounds are asserted through the errors raised and the bytes inflated, not by time."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 from dragoman.backends import connection
 from dragoman.backends.base import _mapped
 from dragoman.backends.connection import HIGH_WATER, INFLATE_PIECE, BadResponse
+from dragoman.errors import UpstreamError
 from tests.samples import MiB, gzip_bomb
 from tests.unit.test_upstream_connection import (  # noqa: F401 (loop_kind: the fixture)
     Peer,
@@ -60,6 +62,27 @@ def test_a_bomb_arriving_in_one_read_is_inflated_one_step_at_a_time() -> None:
             assert len(await response.readany()) <= STEP
             assert response._inflated <= 5 * STEP
         response.close()
+
+    run(main)
+
+
+def test_a_bomb_read_whole_fails_at_max_body_with_a_502() -> None:
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        bomb = gzip_bomb(1024)
+        await peer.send(b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(bomb), bomb)
+
+    async def main() -> None:
+        async with Script(handler) as server:
+            pool = new_pool(server.root)
+            response = await pool.request(server.root, b"POST", "/v1/chat/completions", b"", b"{}")
+            with pytest.raises(BadResponse, match="exceeds 64 MiB") as caught:
+                await response.read()
+            assert response._inflated <= connection.MAX_BODY + STEP  # stopped at the bound, not at 1 GiB
+            response.release()
+            mapped = _mapped(caught.value, "up")
+            assert isinstance(mapped, UpstreamError) and mapped.status == 502 and "exceeds 64 MiB" in str(mapped)
+            await pool.close()
 
     run(main)
 
@@ -153,5 +176,44 @@ def test_a_corrupt_stream_found_in_a_later_step_is_a_bad_response() -> None:
         response = await fed(b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
         with pytest.raises(BadResponse, match="corrupt"):
             await response.read()
+
+    run(main)
+
+
+# -- a body read whole ---------------------------------------------------------------------
+
+
+def test_a_body_read_whole_fails_past_max_body_naming_the_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connection, "MAX_BODY", 1 * MiB)
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        try:
+            await peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (8 * MiB), *[b"x" * MiB] * 8)
+            await peer.until_eof()
+        except ConnectionError:  # the gateway hung up while this was still sending
+            peer.eof.set()
+
+    async def main() -> None:
+        async with Script(handler) as server:
+            pool = new_pool(server.root)
+            response = await pool.request(server.root, b"POST", "/", b"", b"{}")
+            with pytest.raises(BadResponse, match="exceeds 1 MiB"):
+                await response.read()
+            await asyncio.wait_for(server.peers[0].eof.wait(), 2)  # the rest is not read: the connection is dropped
+            with pytest.raises(BadResponse, match="exceeds 1 MiB"):  # and a read after the failure fails, not hangs
+                await response.read()
+            response.release()
+            await pool.close()
+
+    run(main)
+
+
+def test_a_body_up_to_max_body_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connection, "MAX_BODY", 1 * MiB)
+
+    async def main() -> None:
+        response = await fed(ok(b"x" * MiB))
+        assert await response.read() == b"x" * MiB
 
     run(main)

@@ -37,6 +37,9 @@ HIGH_WATER = 256 * 1024  # buffered body bytes at which reading from the upstrea
 # legitimate output (one token over and over) compresses hundreds to one.
 INFLATE_PIECE = 64 * 1024
 MAX_INFLATED = 256 * 1024 * 1024
+# A body read whole (`read`: replies that are not streams) is held in memory twice while
+# joined; none the gateway reads comes near this.
+MAX_BODY = 64 * 1024 * 1024
 MAX_HEAD = 64 * 1024  # bytes of response headers accepted
 # A pooled connection the upstream closes this soon after a request went out, before a
 # byte of answer, was closed while idle (the keep-alive race): the request is sent once
@@ -249,7 +252,8 @@ class Response:
         self._wake()
 
     async def read(self, limit: int | None = None) -> bytes:
-        """The body to its end, or its first `limit` bytes."""
+        """The body to its end, or its first `limit` bytes. Fails (and drops the
+        connection) past MAX_BODY bytes."""
         parts: list[bytes] = []
         size = 0
         while limit is None or size < limit:
@@ -258,6 +262,10 @@ class Response:
                 break
             parts.append(data)
             size += len(data)
+            if size > MAX_BODY:
+                error = BadResponse(f"the upstream's reply exceeds {MAX_BODY // (1024 * 1024)} MiB")
+                self._fail(error)
+                raise error
         body = b"".join(parts)
         return body if limit is None else body[:limit]
 
