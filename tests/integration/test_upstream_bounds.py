@@ -1,6 +1,7 @@
 """Upstream replies that would cost the gateway unbounded memory or time end as
 Anthropic errors instead: a gzip bomb or an oversized reply is a 502 `api_error` (an
-`error` event mid-stream). On both paths: translating and passthrough."""
+`error` event mid-stream), a reply whose body stops coming is a 504 `timeout_error`
+after the upstream's idle_timeout. On both paths: translating and passthrough."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from dragoman.backends import connection
 from dragoman.config import from_dict
 from tests.fake_anthropic import FakeAnthropic, NativeReply
-from tests.fakes import Reply, chunk
+from tests.fakes import Reply, chunk, completion
 from tests.samples import MiB, gzip_bomb
 from tests.servers import GatewayServer, sse_frames
 
@@ -48,6 +49,23 @@ def test_an_oversized_reply_is_a_502_naming_the_size(gateway, upstream):
     upstream.queue(Reply(chunks=[b" " * (65 * MiB)], headers={"content-type": "application/json"}, done=False))
     message = _error(_post(gateway.url, VALID), 502, "api_error")
     assert "exceeds 64 MiB" in message
+
+
+def test_a_reply_whose_body_stops_after_its_headers_is_a_504(make_gateway, upstream):
+    gateway = make_gateway(upstream={"idle_timeout": 0.3})
+    upstream.queue(Reply(chunks=[b'{"id": "chatcmpl-1", ', ("sleep", 5)], headers={"content-type": "application/json"}, done=False))
+    message = _error(_post(gateway.url, VALID, timeout=4), 504, "timeout_error")
+    assert "upstream default timed out" in message and "no bytes for 0.3 s" in message
+
+
+def test_a_slow_but_steady_reply_is_not_cut_by_idle_timeout(make_gateway, upstream):
+    gateway = make_gateway(upstream={"idle_timeout": 0.3})
+    body = json.dumps(completion("steady")).encode()
+    pieces: list = []
+    for i in range(0, len(body), len(body) // 6 + 1):
+        pieces += [body[i : i + len(body) // 6 + 1], ("sleep", 0.1)]  # 0.7 s in all, never 0.3 s silent
+    upstream.queue(Reply(chunks=pieces, headers={"content-type": "application/json"}, done=False))
+    assert _post(gateway.url, VALID).json()["content"][0]["text"] == "steady"
 
 
 def test_a_gzip_bomb_mid_stream_ends_with_an_error_event(gateway, upstream, monkeypatch: pytest.MonkeyPatch):
@@ -89,3 +107,10 @@ def test_passthrough_a_gzip_bomb_reply_is_a_502(passthrough, native):
     native.replies.append(NativeReply(events=[gzip_bomb(1024)], headers=GZIP_JSON))
     message = _error(_post(gateway.url, {**VALID, "model": "claude-test"}), 502, "api_error")
     assert "upstream native failed" in message and "exceeds 64 MiB" in message
+
+
+def test_passthrough_a_reply_whose_body_stops_after_its_headers_is_a_504(passthrough, native):
+    gateway = passthrough(idle_timeout=0.3)
+    native.replies.append(NativeReply(events=[b'{"id": "msg_1", ', ("sleep", 5)], headers={"content-type": "application/json"}))
+    message = _error(_post(gateway.url, {**VALID, "model": "claude-test"}, timeout=4), 504, "timeout_error")
+    assert "upstream native timed out" in message

@@ -1,6 +1,6 @@
 """What an upstream's reply may cost the gateway: a compressed body is inflated in
 bounded pieces, never far ahead of its reader and never past MAX_INFLATED; a body read
-whole stops at MAX_BODY.
+whole stops at MAX_BODY; and one whose bytes stop coming fails after `idle_timeout`.
 The bounds are asserted through the errors raised and the bytes inflated, not by time."""
 
 from __future__ import annotations
@@ -13,8 +13,13 @@ import pytest
 
 from dragoman.backends import connection
 from dragoman.backends.base import _mapped
-from dragoman.backends.connection import HIGH_WATER, INFLATE_PIECE, BadResponse
-from dragoman.errors import UpstreamError
+from dragoman.backends.connection import (
+    HIGH_WATER,
+    INFLATE_PIECE,
+    BadResponse,
+    BodyTimeout,
+)
+from dragoman.errors import UpstreamError, UpstreamTimeout
 from tests.samples import MiB, gzip_bomb
 from tests.unit.test_upstream_connection import (  # noqa: F401 (loop_kind: the fixture)
     Peer,
@@ -215,5 +220,81 @@ def test_a_body_up_to_max_body_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     async def main() -> None:
         response = await fed(ok(b"x" * MiB))
         assert await response.read() == b"x" * MiB
+
+    run(main)
+
+
+def test_a_body_that_stops_coming_fails_after_idle_timeout_and_drops_the_connection() -> None:
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n", b'{"id": ')
+        await peer.until_eof(timeout=5)  # headers, a few bytes, then silence
+
+    async def main() -> None:
+        async with Script(handler) as server:
+            pool = new_pool(server.root)
+            response = await pool.request(server.root, b"POST", "/", b"", b"{}", head_timeout=5, idle_timeout=0.2)
+            with pytest.raises(BodyTimeout, match="no bytes for 0.2 s") as caught:
+                await response.read()
+            await asyncio.wait_for(server.peers[0].eof.wait(), 2)
+            response.release()
+            mapped = _mapped(caught.value, "up")
+            assert isinstance(mapped, UpstreamTimeout) and mapped.type == "timeout_error" and mapped.status == 504
+            await pool.close()
+
+    run(main)
+
+
+def test_a_body_that_keeps_coming_outlasts_idle_timeout() -> None:
+    """The deadline is for silence, not for the whole body: one that trickles in over
+    several idle timeouts is read whole."""
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(12):
+            await peer.send(b"1\r\nx\r\n")
+            await asyncio.sleep(0.05)
+        await peer.send(b"0\r\n\r\n")
+        await peer.request()
+
+    async def main() -> None:
+        async with Script(handler) as server:
+            pool = new_pool(server.root)
+            response = await pool.request(server.root, b"POST", "/", b"", b"{}", idle_timeout=0.2)
+            assert await response.read() == b"x" * 12
+            response.release()
+            await pool.close()
+
+    run(main)
+
+
+def test_without_an_idle_timeout_read_sets_no_timer() -> None:
+    async def main() -> None:
+        response = await fed(ok(b"ok"))
+        assert response.idle_timeout is None
+        assert await response.read() == b"ok"
+
+    run(main)
+
+
+def test_the_idle_timeout_reaches_the_response_from_the_upstreams_config() -> None:
+    from dragoman.backends.http import HttpClient
+    from dragoman.config import OpenAIUpstream
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n{")
+        await peer.until_eof(timeout=5)
+
+    async def main() -> None:
+        async with Script(handler) as server:
+            client = HttpClient("up", OpenAIUpstream(url=server.root, idle_timeout=0.2, max_retries=0), None)
+            response = await client.post("/chat/completions", b"{}")
+            assert response.idle_timeout == 0.2
+            with pytest.raises(BodyTimeout):
+                await response.read()
+            response.release()
+            await client.close()
 
     run(main)

@@ -40,6 +40,7 @@ MAX_INFLATED = 256 * 1024 * 1024
 # A body read whole (`read`: replies that are not streams) is held in memory twice while
 # joined; none the gateway reads comes near this.
 MAX_BODY = 64 * 1024 * 1024
+CLOCK_SLACK = 0.001  # the loop's clock may tick in milliseconds: a timer can fire a little early
 MAX_HEAD = 64 * 1024  # bytes of response headers accepted
 # A pooled connection the upstream closes this soon after a request went out, before a
 # byte of answer, was closed while idle (the keep-alive race): the request is sent once
@@ -61,6 +62,10 @@ class StaleConnection(Disconnected):
 
 class HeadTimeout(TimeoutError):
     """The upstream did not start its answer in time (first_byte_timeout)."""
+
+
+class BodyTimeout(TimeoutError):
+    """A body read whole stalled for longer than the response's `idle_timeout`."""
 
 
 class BadResponse(ConnectionError):
@@ -147,6 +152,7 @@ class Response:
         "_size",
         "_waiter",
         "headers",
+        "idle_timeout",
         "status",
     )  # fmt: skip
 
@@ -177,6 +183,7 @@ class Response:
         self._ended = False  # the parser saw the body's end (complete once what is pending is inflated)
         self._pending: list[bytes] | None = None  # compressed input waiting for the reader (see _inflate)
         self._inflated = 0
+        self.idle_timeout: float | None = None  # the longest silence `read` waits through
         conn.response = self
         if conn.lost:  # lost before this response was attached (a close right after connecting)
             self.connection_lost(None)
@@ -253,19 +260,44 @@ class Response:
 
     async def read(self, limit: int | None = None) -> bytes:
         """The body to its end, or its first `limit` bytes. Fails (and drops the
-        connection) past MAX_BODY bytes."""
+        connection) past MAX_BODY bytes, or after `idle_timeout` seconds without one."""
         parts: list[bytes] = []
         size = 0
-        while limit is None or size < limit:
-            data = await self.readany()
-            if not data:
-                break
-            parts.append(data)
-            size += len(data)
-            if size > MAX_BODY:
-                error = BadResponse(f"the upstream's reply exceeds {MAX_BODY // (1024 * 1024)} MiB")
-                self._fail(error)
-                raise error
+        idle = self.idle_timeout
+        timer: asyncio.TimerHandle | None = None
+        loop = self._conn.loop
+        last = 0.0
+        if idle is not None:
+            last = loop.time()
+
+            def check() -> None:  # one timer, moved on lazily when it finds bytes came since
+                nonlocal timer, last
+                now = loop.time()
+                if self._chunks or self._pending:  # bytes arrived that the reader has yet to take
+                    last = now
+                if now < last + idle - CLOCK_SLACK:
+                    timer = loop.call_at(last + idle, check)
+                else:
+                    timer = None
+                    self._fail(BodyTimeout(f"the reply stalled: no bytes for {idle:g} s"))
+
+            timer = loop.call_at(last + idle, check)
+        try:
+            while limit is None or size < limit:
+                data = await self.readany()
+                if not data:
+                    break
+                if timer is not None:
+                    last = loop.time()
+                parts.append(data)
+                size += len(data)
+                if size > MAX_BODY:
+                    error = BadResponse(f"the upstream's reply exceeds {MAX_BODY // (1024 * 1024)} MiB")
+                    self._fail(error)
+                    raise error
+        finally:
+            if timer is not None:
+                timer.cancel()
         body = b"".join(parts)
         return body if limit is None else body[:limit]
 

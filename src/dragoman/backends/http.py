@@ -171,7 +171,8 @@ class HttpClient:
             wait: float | None = None
             try:
                 with upstream_errors(self.name):
-                    response = await self._pool.request(root, b"POST", target, lines, body, head_timeout=self._upstream.first_byte_timeout)
+                    response = await self._pool.request(root, b"POST", target, lines, body, head_timeout=self._upstream.first_byte_timeout,
+                                                        idle_timeout=self._upstream.idle_timeout)  # fmt: skip
             except UpstreamTimeout:
                 raise  # a slow upstream is not helped by asking again
             except UpstreamError:
@@ -218,7 +219,8 @@ class HttpClient:
             try:
                 with upstream_errors(self.name):
                     async with asyncio.timeout(timeout):
-                        response = await self._pool.request(root, b"GET", target, self._header_lines(None), None)
+                        response = await self._pool.request(root, b"GET", target, self._header_lines(None), None,
+                                                            idle_timeout=self._upstream.idle_timeout)  # fmt: skip
                         try:
                             return response.status, await response.read()
                         finally:

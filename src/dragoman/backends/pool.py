@@ -139,11 +139,13 @@ class Pool:
         self._connect_timeout = connect_timeout
 
     async def request(
-        self, root: str, method: bytes, target: str, headers: bytes, body: bytes | None, *, head_timeout: float | None = None
+        self, root: str, method: bytes, target: str, headers: bytes, body: bytes | None, *, head_timeout: float | None = None,
+        idle_timeout: float | None = None,
     ) -> Response:
         """Send a request and wait for the response's head, at most `head_timeout`
         seconds after it went out (HeadTimeout). `headers` are complete header lines
-        (each ending in CRLF) but for host and content-length."""
+        (each ending in CRLF) but for host and content-length. A body read whole may
+        then be silent for `idle_timeout` seconds at most (BodyTimeout)."""
         origin = self._origins[root]
         path = origin.target_prefix + target.encode("ascii")
         if body is None:
@@ -156,6 +158,7 @@ class Pool:
             if conn is None:
                 conn = await self._connect(origin)
             response = Response(conn, self, reused=reused)
+            response.idle_timeout = idle_timeout
             transport = conn.transport
             assert transport is not None
             response.mark_sent()
