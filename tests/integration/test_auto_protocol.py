@@ -61,11 +61,15 @@ def test_dragoman_check_shows_the_chosen_path(tmp_path, upstream, native):
     assert result.returncode == 1  # one upstream could not be reached
 
 
-def test_an_ambiguous_probe_answer_decides_nothing_and_is_asked_again(native):
+@pytest.mark.parametrize("ambiguous", ["401", "500-html"])
+def test_an_ambiguous_probe_answer_decides_nothing_and_is_asked_again(native, ambiguous):
     from tests.fake_anthropic import NativeReply
 
-    native.replies.append(NativeReply(status=401, body={"error": "bad key"}))  # the startup probe
-    native.replies.append(NativeReply(status=401, body={"error": "bad key"}))
+    for _ in range(2):  # the startup probe, then the first request's
+        if ambiguous == "401":
+            native.replies.append(NativeReply(status=401, body={"error": "bad key"}))
+        else:  # a proxy's error page in front of the server
+            native.replies.append(NativeReply(status=500, body=b"<html>Internal Server Error</html>", headers={"content-type": "text/html"}))
     gateway = _auto(native.url)
     try:
         deadline = time.monotonic() + 5

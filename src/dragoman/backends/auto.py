@@ -27,7 +27,8 @@ log = logging.getLogger("dragoman.upstream")
 
 NOT_SERVED = frozenset({404, 405, 501})
 # The route exists: it took or judged the body (llama-server's handler answers a body
-# without `messages` with 500). 401, 403, 429 and 502-504 say nothing about the route.
+# without `messages` with a JSON 500). 401, 403, 429, 502-504 and a 500 that is not JSON
+# (a proxy's page) say nothing about the route.
 SERVED = frozenset({200, 400, 413, 422, 500})
 
 
@@ -64,6 +65,8 @@ class AutoBackend:
                 headers = {"authorization": f"Bearer {self._key}"} if self._key else None
                 response = await self._passthrough._http.post("/messages", b"{}", raw=True, headers=headers)
                 status = response.status
+                if status == 500 and "json" not in response.content_type:
+                    status = 0  # not the server's own judgement of the body (a proxy's error page): undecided
                 response.release()
                 if status not in SERVED | NOT_SERVED:  # 401, 429, 5xx...: ask again next time
                     raise UpstreamError(f"upstream {self.name}: cannot tell its protocol, /v1/messages answered {status}")
