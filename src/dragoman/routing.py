@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from dragoman.backends.base import Backend, UpstreamModel
 from dragoman.capabilities import Decision, Registry, decide
 from dragoman.config import Config, ConfigError, ModelConfig
-from dragoman.errors import NotFound
+from dragoman.errors import NotFound, UpstreamError
 from dragoman.tokenizer import LocalCounter, TiktokenCounter, TokenizerError
 from dragoman.translate.request import ModelCaps
 from dragoman.translate.thinking import ReasoningCaps
@@ -154,6 +154,10 @@ class Router:
         if len(self.discovering) == 1 and not self.discovered.get(self.discovering[0]):
             # The upstream's list is not known (it was down): let the upstream judge the name.
             return self._route_upstream_model(self.discovering[0], name)
+        unlisted = [upstream for upstream in self.discovering if upstream not in self.discovered]
+        if unlisted:  # the name may be one of theirs: a 502 the client retries, not a final 404
+            raise UpstreamError(f"model: {name!r} is not among the models known here, and the model list of upstream "
+                                f"{', '.join(unlisted)} could not be read yet (is it down?)")  # fmt: skip
         raise NotFound(f"model: {name!r} is not served here; available models: {', '.join(self.names()) or 'none'}")
 
     @property

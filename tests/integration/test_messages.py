@@ -340,3 +340,23 @@ def test_max_tokens_zero_warms_the_cache_without_generating(client, upstream):
     assert message.type == "message"
     assert message.usage.output_tokens == 0
     assert "".join(b.text for b in message.content if b.type == "text") == ""
+
+
+def test_a_model_unknown_while_another_upstreams_list_is_unreadable_is_a_502_not_a_404(upstream):
+    """Two upstreams without [[models]], one down at start: a name that may be its is not
+    'not found' (final, not retried) but a 502 the SDKs retry; a name of the live one works."""
+    from dragoman.config import from_dict
+    from tests.servers import GatewayServer, free_port
+
+    down = f"http://127.0.0.1:{free_port()}/v1"
+    config = from_dict({"upstreams": {"live": {"url": upstream.url, "max_retries": 0}, "down": {"url": down, "max_retries": 0}}})
+    gateway = GatewayServer(config).start()
+    try:
+        client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+        upstream.json_reply(completion("from the live one"))
+        assert client.messages.create(model="test-model", max_tokens=5, messages=USER).content[0].text == "from the live one"
+        with pytest.raises(anthropic.InternalServerError) as caught:
+            client.messages.create(model="a-model-of-the-down-one", max_tokens=5, messages=USER)
+        assert caught.value.status_code == 502 and "down" in caught.value.body["error"]["message"]
+    finally:
+        gateway.stop()
