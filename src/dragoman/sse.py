@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from dragoman.errors import UpstreamError
 from dragoman.protocol import anthropic as a
 
 _encoder = msgspec.json.Encoder()
@@ -33,18 +34,32 @@ def encode_all(events: list[a.StreamEvent]) -> bytes:
     return b"".join([_NAMES[type(e)] + _encoder.encode(e) + b"\n\n" for e in events])
 
 
+MAX_LINE = 16 * 1024 * 1024  # bytes of one stream line; a server sending more without a newline has failed
+
+
 class DataDecoder:
     """Yields the payload of each `data:` line of an SSE byte stream."""
 
-    __slots__ = ("_buffer",)
+    __slots__ = ("_buffer", "_pieces", "_held")
 
     def __init__(self) -> None:
         self._buffer = b""
+        self._pieces: list[bytes] = []  # reads of a line still without its newline (joined once it comes)
+        self._held = 0
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        if not self._buffer and chunk.startswith(b"data:") and chunk.endswith(b"\n\n") and chunk.count(b"\n") == 2:
+        if not self._buffer and not self._pieces and chunk.startswith(b"data:") and chunk.endswith(b"\n\n") and chunk.count(b"\n") == 2:
             payload = chunk[5:].strip()  # one whole event in one read: how tokens arrive one by one
             return [payload] if payload else []
+        if b"\n" not in chunk:  # a long line arriving in pieces: kept, not copied again per read
+            self._pieces.append(chunk)
+            self._held += len(chunk)
+            if self._held + len(self._buffer) > MAX_LINE:
+                raise UpstreamError(f"the upstream sent a stream line longer than {MAX_LINE // (1024 * 1024)} MiB")
+            return []
+        if self._pieces:
+            chunk = b"".join(self._pieces) + chunk
+            self._pieces, self._held = [], 0
         buffer = self._buffer + chunk if self._buffer else chunk
         lines = buffer.split(b"\n")
         self._buffer = lines.pop()
@@ -57,5 +72,6 @@ class DataDecoder:
         return payloads
 
     def flush(self) -> list[bytes]:
-        rest, self._buffer = self._buffer, b""
+        rest = self._buffer + b"".join(self._pieces)
+        self._buffer, self._pieces, self._held = b"", [], 0
         return self.feed(rest + b"\n") if rest else []

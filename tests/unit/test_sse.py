@@ -123,3 +123,24 @@ def test_encode_all_is_the_frames_in_order() -> None:
 
 def test_ping_constant_is_a_valid_ping_frame() -> None:
     assert sse.PING == sse.encode(a.Ping())
+
+
+def test_a_line_arriving_in_many_pieces_is_whole_and_each_piece_is_kept_not_recopied() -> None:
+    decoder = DataDecoder()
+    payload = b'{"choices": [{"delta": {"content": "' + b"x" * 10_000 + b'"}}]}'
+    line = b"data: " + payload + b"\n\n"
+    out: list[bytes] = []
+    for start in range(0, len(line), 7):
+        out += decoder.feed(line[start : start + 7])
+    assert out == [payload]
+
+
+def test_a_line_longer_than_the_limit_is_the_upstreams_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dragoman import sse
+    from dragoman.errors import UpstreamError
+
+    monkeypatch.setattr(sse, "MAX_LINE", 1000)
+    decoder = DataDecoder()
+    decoder.feed(b"data: " + b"y" * 600)
+    with pytest.raises(UpstreamError, match="longer than"):
+        decoder.feed(b"y" * 600)
