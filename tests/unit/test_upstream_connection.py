@@ -449,6 +449,26 @@ def test_a_connection_idle_too_long_is_not_reused(monkeypatch: pytest.MonkeyPatc
     run(main)
 
 
+def test_a_pool_left_idle_closes_its_connections_after_the_idle_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No request comes to take them: the pool's own timer lets them go (the upstream's
+    sockets and the gateway's file descriptors are not held for ever)."""
+    monkeypatch.setattr(pool_module, "IDLE_LIMIT", 0.2)
+
+    async def main() -> None:
+        async with Script(answer_each) as server:
+            pool = new_pool(server.root)
+            first = await pool.request(server.root, b"GET", "/1", b"", None)
+            second = await pool.request(server.root, b"GET", "/2", b"", None)
+            for response in (first, second):
+                await response.read()
+                response.release()
+            await asyncio.wait_for(asyncio.gather(*(peer.eof.wait() for peer in server.peers)), 2)
+            assert all(not origin.idle for origin in pool._origins.values())
+            await pool.close()
+
+    run(main)
+
+
 def test_bytes_on_an_idle_connection_make_it_unusable() -> None:
     async def handler(peer: Peer) -> None:
         if peer.index == 0:

@@ -137,6 +137,7 @@ class Pool:
     ) -> None:
         self._origins = {root: Origin(root, tls, proxies.get(root), host) for root in roots}
         self._connect_timeout = connect_timeout
+        self._sweep: asyncio.TimerHandle | None = None  # closes connections idle past IDLE_LIMIT
 
     async def request(
         self, root: str, method: bytes, target: str, headers: bytes, body: bytes | None, *, head_timeout: float | None = None,
@@ -192,6 +193,24 @@ class Pool:
             return
         conn.idle_since = time.monotonic()
         origin.idle.append(conn)
+        if self._sweep is None:  # one timer per pool, not per connection: a pool left idle still lets go of them
+            self._sweep = conn.loop.call_later(IDLE_LIMIT, self._close_stale, conn.loop)
+
+    def _close_stale(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._sweep = None
+        now = time.monotonic()
+        waiting = False
+        for origin in self._origins.values():
+            kept = []
+            for conn in origin.idle:  # oldest first, as put_back appends
+                if conn.reusable and now - conn.idle_since < IDLE_LIMIT:
+                    kept.append(conn)
+                else:
+                    conn.close()
+            origin.idle[:] = kept
+            waiting = waiting or bool(kept)
+        if waiting:
+            self._sweep = loop.call_later(IDLE_LIMIT / 2, self._close_stale, loop)
 
     def _take(self, origin: Origin) -> Connection | None:
         idle = origin.idle
@@ -254,6 +273,9 @@ class Pool:
         return conn
 
     async def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for origin in self._origins.values():
             while origin.idle:
                 origin.idle.pop().close()
