@@ -149,6 +149,7 @@ _BY_STATUS: dict[int, type[GatewayError]] = {
     401: UpstreamError,  # our key for the upstream is wrong: the client cannot fix it
     403: UpstreamError,
     404: NotFound,
+    407: UpstreamError,  # the gateway's proxy refused it: not the client's doing
     408: UpstreamTimeout,
     413: RequestTooLarge,
     422: InvalidRequest,
@@ -299,8 +300,8 @@ def from_upstream(status: int, raw: bytes, *, upstream: str, retry_after: str | 
         refused.upstream = upstream
         return refused
     kind = _BY_STATUS.get(status, UpstreamError if status >= 500 or status < 400 else InvalidRequest)
-    # The upstream refusing our key is a gateway misconfiguration: retrying cannot help.
-    should_retry = False if status in (401, 403) else None
+    # The upstream (or its proxy) refusing our key is a gateway misconfiguration: retrying cannot help.
+    should_retry = False if status in (401, 403, 407) else None
     error = kind(f"upstream {upstream} answered {status}: {text}", retry_after=retry_after, should_retry=should_retry)
     error.upstream = upstream
     return error

@@ -140,6 +140,13 @@ def test_the_gateways_upstream_key_never_reaches_the_client(sdk, native):
     assert "upstream-secret" not in str(caught_stream.value.body) and "[redacted]" in str(caught_stream.value.body)
 
 
+def test_several_anthropic_beta_headers_all_reach_the_server(passthrough, native):
+    headers = [("x-api-key", "client-key"), ("anthropic-beta", "files-api-2025-04-14"), ("anthropic-beta", "context-1m-2025-08-07")]
+    response = httpx.post(passthrough.url + "/v1/messages", headers=headers, json=ASK)
+    assert response.status_code == 200
+    assert native.requests[-1][2]["anthropic-beta"] == "files-api-2025-04-14,context-1m-2025-08-07"
+
+
 def test_count_tokens_forwarded(sdk, native):
     native.replies.append(NativeReply(body={"input_tokens": 42}))
     result = sdk.messages.with_raw_response.count_tokens(model="claude-test", messages=[{"role": "user", "content": "Hi"}])

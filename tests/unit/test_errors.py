@@ -169,8 +169,9 @@ def test_other_stream_errors_are_upstream_errors() -> None:
         (529, b"overloaded", Overloaded, 529, "overloaded_error", "overloaded"),
         (504, b"Gateway Timeout", UpstreamTimeout, 504, "timeout_error", "Gateway Timeout"),
         (401, openai_error("Invalid API key", type="authentication_error", code=401), UpstreamError, 502, "api_error", "Invalid API key"),
+        (407, b"Proxy Authentication Required", UpstreamError, 502, "api_error", "Proxy Authentication Required"),
     ],
-    ids=["400", "404", "408", "413", "422", "429", "500-json", "500-text", "502-html", "503", "529", "504", "401"],
+    ids=["400", "404", "408", "413", "422", "429", "500-json", "500-text", "502-html", "503", "529", "504", "401", "407"],
 )
 def test_status_mapping(status: int, body: Any, kind: type[GatewayError], client_status: int, client_type: str, fragment: str) -> None:
     error = from_upstream(status, raw(body), upstream="local")
@@ -181,6 +182,7 @@ def test_status_mapping(status: int, body: Any, kind: type[GatewayError], client
 
 def test_deterministic_errors_say_do_not_retry_and_transient_ones_do_not() -> None:
     assert from_upstream(400, raw(openai_error("bad")), upstream="u").headers()["x-should-retry"] == "false"
+    assert from_upstream(407, b"Proxy Authentication Required", upstream="u").headers()["x-should-retry"] == "false"
     assert "x-should-retry" not in from_upstream(429, b"slow down", upstream="u").headers()
     assert "x-should-retry" not in from_upstream(503, b"busy", upstream="u").headers()
 

@@ -158,6 +158,9 @@ class AnthropicBackend:
 
     async def _send(self, call: Call, path: str, body: bytes) -> Response:
         headers = {k: call.headers[k] for k in FORWARDED_REQUEST_HEADERS if k in call.headers}
+        getlist = getattr(call.headers, "getlist", None)
+        if getlist is not None and "anthropic-beta" in headers:  # sent as several headers: all of them, as one
+            headers["anthropic-beta"] = ",".join(getlist("anthropic-beta"))
         return await self._http.post(path, body, headers=headers, raw=True, outcome=call.outcome)
 
     async def messages(self, call: Call, route: Route) -> Reply:
