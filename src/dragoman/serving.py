@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
-from dragoman.errors import RequestHeadersTooLarge, RequestTimeout
+from dragoman.errors import InvalidRequest, RequestHeadersTooLarge, RequestTimeout
 
 HTTPTOOLS = importlib.util.find_spec("httptools") is not None  # uvicorn[standard] brings it where wheels exist
 if TYPE_CHECKING or HTTPTOOLS:
@@ -65,6 +65,7 @@ class DirectBody:
 
 READ_IDLE_TIMEOUT = 60.0  # seconds without a byte of a request that has begun: the client is answered 408
 _TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s")
+_NOT_HTTP = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
 MAX_HEAD_BYTES = 64 * 1024  # a request's line and headers: past it the client is answered 431
 _HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\nconnection: close\r\n"
                    b"content-length: %d\r\n\r\n%s")  # fmt: skip
@@ -148,6 +149,12 @@ class DirectBodyProtocol(_Base):
         if cycle is None or cycle.response_complete:  # not while answering an earlier request on the connection
             body = RequestHeadersTooLarge(f"request headers larger than {MAX_HEAD_BYTES // 1024} KiB").body(None)
             self.transport.write(_HEAD_TOO_LARGE % (len(body), body))
+        self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes that are not HTTP, in Anthropic's envelope (uvicorn's own is plain text)."""
+        body = InvalidRequest("the request is not valid HTTP/1.1 (malformed request line or headers)").body(None)
+        self.transport.write(_NOT_HTTP % (len(body), body))
         self.transport.close()
 
     def _check_read(self) -> None:

@@ -176,3 +176,21 @@ def test_after_big_headers_within_the_limit_the_next_request_is_counted_afresh(s
         for _ in range(2):
             _send_in_pieces(client, head, piece=4096)
             assert _read_response(client, pending).startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"G@T /health HTTP/1.1\r\nhost: x\r\n\r\n", b"GET /health HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
+     b"GET /health HTTP/1.1\r\nbad\x01header: x\r\n\r\n"],
+    ids=["bad-method", "two-content-lengths", "control-character"],
+)
+def test_bytes_that_are_not_http_get_a_400_in_anthropics_envelope(start: Any, garbage: bytes) -> None:
+    gateway = start()
+    client = _connect(gateway)
+    client.sendall(garbage)
+    response = _wait_closed(client)
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"application/json" in head
+    error = json.loads(body)
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert "not valid HTTP" in error["error"]["message"]
