@@ -194,3 +194,23 @@ def test_bytes_that_are_not_http_get_a_400_in_anthropics_envelope(start: Any, ga
     error = json.loads(body)
     assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
     assert "not valid HTTP" in error["error"]["message"]
+
+
+def test_a_client_leaving_while_sending_its_body_is_recorded_as_499_of_an_unknown_model(start: Any) -> None:
+    gateway = start()
+    client = _connect(gateway)
+    client.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"model\":")
+    time.sleep(0.1)
+    client.close()
+    deadline = time.monotonic() + 5
+    import httpx
+
+    def recorded() -> list[str]:
+        rows = httpx.get(f"http://127.0.0.1:{gateway.port}/metrics").text.splitlines()
+        return [row for row in rows if row.startswith("dragoman_requests_total{") and 'status="499"' in row]
+
+    while not recorded():
+        assert time.monotonic() < deadline, "not recorded"
+        time.sleep(0.05)
+    (row,) = recorded()
+    assert 'model="unknown"' in row and row.endswith(" 1.0")
