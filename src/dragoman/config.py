@@ -42,6 +42,9 @@ class ServerConfig(_Config, frozen=True):
     keep_billing_header: bool = False
     max_request_bytes: int = 32 * 1024 * 1024
     keepalive_interval: float = 15.0
+    # On SIGTERM: seconds requests in flight get to finish; streams still running then end
+    # with an `overloaded_error` event (the SDKs retry it).
+    shutdown_grace: float = 30.0
     # Anthropic's server tools (web_search_*, ...) cannot run here: reject or drop them.
     server_tools: Literal["reject", "drop"] = "reject"
     # Fetch `document` blocks given by URL (off: a 400 asks for the content instead).
@@ -258,6 +261,8 @@ def _check(config: Config) -> None:
     for key in ("expire_after", "retain_for"):
         if getattr(config.batches, key) > 366 * 24 * 3600:
             raise ConfigError(f"batches.{key}: at most a year of seconds (31622400), got {getattr(config.batches, key)}")
+    if config.server.shutdown_grace < 0:
+        raise ConfigError(f"server.shutdown_grace: must be 0 or more seconds, got {config.server.shutdown_grace}")
     if config.server.keepalive_interval <= 0:
         raise ConfigError(f"server.keepalive_interval: must be a positive number of seconds, got {config.server.keepalive_interval}")
     budgets = config.server.effort_budgets

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -17,7 +18,7 @@ from starlette.types import Receive, Scope, Send
 from dragoman import auth
 from dragoman.backends.base import Call, Completed, DirectWrites, Reply, Streaming
 from dragoman.disconnect import ClientLeft, DisconnectWatch
-from dragoman.errors import GatewayError, InvalidRequest, RequestTooLarge, UpstreamError
+from dragoman.errors import GatewayError, InvalidRequest, Overloaded, RequestTooLarge, UpstreamError
 from dragoman.gateway import Gateway
 from dragoman.observe import Metrics, Outcome, observe
 from dragoman.protocol import anthropic
@@ -117,7 +118,17 @@ class EventStreamResponse(StreamingResponse):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             except asyncio.CancelledError:
                 watch.absorb()  # ClientLeft when the watch cancelled us: the client is gone
-                raise
+                # Not the client: the server is stopping and this stream outlived the grace
+                # period. The client gets a well-formed end it can retry, not a cut body.
+                if self.direct is not None:
+                    self.direct.writer = None
+                stopping = Overloaded("the server is shutting down; send the request again")
+                outcome.error_type = stopping.type
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    async with asyncio.timeout(1):
+                        await send({"type": "http.response.body", "body": stopping.event(), "more_body": True})
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                        finished = True
         except (ClientLeft, OSError):
             pass
         finally:

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.fakes import chunk, text_stream, usage_chunk
-from tests.servers import free_port
+from tests.servers import free_port, sse_frames
 
 BODY = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "Hi"}]}
 
@@ -89,6 +89,33 @@ def test_sigterm_lets_a_stream_in_flight_finish(upstream, stop_later):
     assert process.wait(10) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after a clean shutdown
     with pytest.raises(httpx.TransportError):  # no longer accepting
         httpx.post(url + "/v1/messages", json=BODY, timeout=2)
+
+
+def test_a_stream_outliving_the_shutdown_grace_ends_with_an_overloaded_error_event(upstream, stop_later, tmp_path):
+    slow = [chunk({"role": "assistant", "content": ""}), chunk({"content": "one "}), ("sleep", 20.0), chunk({}, "stop")]
+    upstream.stream_reply(slow)
+    config = tmp_path / "dragoman.toml"
+    config.write_text("[server]\nshutdown_grace = 0.5\n")
+    process, url = _start(upstream.url, "--config", str(config))
+    stop_later(process)
+    received: list[bytes] = []
+
+    def read_stream() -> None:
+        with httpx.stream("POST", url + "/v1/messages", json={**BODY, "stream": True}, timeout=10) as response:
+            for data in response.iter_bytes():
+                received.append(data)
+
+    reader = threading.Thread(target=read_stream)
+    reader.start()
+    deadline = time.monotonic() + 5
+    while b"one" not in b"".join(received) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    reader.join(10)  # the body ends (chunked terminator): httpx raises nothing
+    frames = sse_frames(b"".join(received).decode())
+    assert frames[-1][0] == "error" and frames[-1][1]["error"]["type"] == "overloaded_error"
+    assert process.wait(10) in (0, -signal.SIGTERM)
+    assert b"Exception in ASGI application" not in process.stderr.read()  # type: ignore[union-attr]
 
 
 def test_text_stream_sanity(upstream, stop_later):
