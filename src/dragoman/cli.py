@@ -225,7 +225,7 @@ def run(config: Config, *, workers: int = 1) -> None:
         access_log=False,
         loop="uvloop" if _has("uvloop") else "asyncio",
         http=http_protocol(),
-        timeout_graceful_shutdown=server.shutdown_grace,
+        timeout_graceful_shutdown=server.shutdown_grace,  # type: ignore[arg-type]  # typed int, used as a float timeout
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -90,6 +91,21 @@ def _is_error_envelope(body: bytes) -> bool:
     return True
 
 
+def _refuse_repeated_keys(body: bytes) -> None:
+    """A body that gives `model` (or any top-level field) twice is refused: it goes upstream
+    as sent, and the server may read the other one than the gateway routed by."""
+    try:
+        top = json.loads(body, object_pairs_hook=lambda items: items)  # every object as its (name, value) pairs
+    except ValueError:
+        return  # not JSON: the decode that routed it has answered already
+    if isinstance(top, list):
+        seen: set[str] = set()
+        for name, _ in top:
+            if name in seen:
+                raise InvalidRequest(f"{name}: given more than once in the request body")
+            seen.add(name)
+
+
 LIST_TIMEOUT = 5.0  # seconds to ask a passthrough server its model list before a request with documents
 LIST_EVERY = 60.0  # seconds between such look-ups while the list cannot be read
 
@@ -134,6 +150,8 @@ class AnthropicBackend:
                 async with asyncio.timeout(LIST_TIMEOUT):
                     await self.list_models()
         as_text = self._documents_as_text and b'"document"' in call.body
+        if call.body.count(b'"model"') > 1:  # (also a text that is just "model": then looked at closely)
+            _refuse_repeated_keys(call.body)
         if call.upstream_model == call.model and not as_text:
             return call.body
         try:
