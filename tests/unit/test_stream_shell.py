@@ -100,3 +100,12 @@ def test_sse_encoding_of_the_batches_is_the_client_stream() -> None:
     assert names == ["message_start", "content_block_start", "content_block_delta", "content_block_delta",
                      "content_block_stop", "message_delta", "message_stop"]  # fmt: skip
     assert '"output_tokens":4' in stream
+
+
+def test_a_chunk_with_invalid_utf8_is_read_with_a_replacement_character() -> None:
+    """A server that streams bytes may cut a character between two chunks: the reply goes on."""
+    broken = b'data: {"choices":[{"index":0,"delta":{"content":"caf\xc3"}}]}\n\n'
+    rest = b'data: {"choices":[{"index":0,"delta":{"content":" ok"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    events, _ = asyncio.run(collect([broken, rest], lambda batch: batch))
+    texts = [e.delta.text for batch in events for e in batch if getattr(getattr(e, "delta", None), "text", None)]
+    assert "".join(texts) == "caf\ufffd ok"

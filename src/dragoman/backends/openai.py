@@ -337,6 +337,12 @@ class OpenAIBackend:
         try:
             return openai.CHAT_CHUNK.decode(payload)
         except msgspec.DecodeError as error:
+            try:  # a token cut inside a UTF-8 sequence (some servers stream bytes, not characters)
+                repaired = payload.decode("utf-8", "replace").encode()
+                if repaired != payload:
+                    return openai.CHAT_CHUNK.decode(repaired)
+            except msgspec.DecodeError:
+                pass
             raise UpstreamError(f"upstream {self.name} sent an unreadable stream chunk: {error}") from None
 
     # -- token counting and limits -------------------------------------------------
