@@ -145,3 +145,12 @@ def test_crlf_events_are_forwarded_whole() -> None:
     body, outcome, response = relay(reads)
     assert body == stream.replace(b'"served"', b'"client-name"') and response.released
     assert outcome.output_tokens == 12
+
+
+def test_bytes_that_are_not_utf8_are_replaced_and_whole_characters_kept() -> None:
+    invalid = DELTA.replace(b'"text":"hi"', b'"text":"h\xffi"')
+    cut = DELTA.replace(b'"text":"hi"', '"text":"é"'.encode())
+    at = cut.index("é".encode()) + 1  # a read ends inside the character
+    body, _, _ = relay([START, BLOCK, invalid, cut[:at], cut[at:], STOP, END])
+    texts = [data["delta"]["text"] for name, data in events_of(body) if name == "content_block_delta"]
+    assert texts == ["h\ufffdi", "é"]

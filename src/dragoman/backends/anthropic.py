@@ -355,6 +355,11 @@ class _Events:
                     return chunk
                 chunk, self._held = chunk[:cut], chunk[cut:]
         self._cut_sent = False
+        if chunk and not chunk.isascii():
+            try:
+                chunk.decode()
+            except UnicodeDecodeError:  # bytes that are no UTF-8 would fail the SDKs' decoding of the whole stream
+                chunk = chunk.decode("utf-8", "replace").encode()
         if chunk:
             at = chunk.rfind(b"message_delta")
             if at >= 0:  # the counts follow the event's name; not the whole burst is searched
