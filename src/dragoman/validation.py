@@ -41,12 +41,26 @@ def describe(error: msgspec.ValidationError) -> str:
     return f"{path}: {text}" if path else text
 
 
+_LONE_SURROGATE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"  # a high half with no low half after it
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"  # a low half with no high half before it
+)
+
+
+def _not_json(body: bytes, error: msgspec.DecodeError) -> str:
+    """msgspec says "truncated" of a string with half a UTF-16 surrogate pair: say what it is."""
+    found = _LONE_SURROGATE.search(body) if str(error) == "Input data was truncated" else None
+    if found is not None:
+        return f"the request body is not valid JSON: {found.group().decode()} is half a surrogate pair, not a character (at byte {found.start()})"
+    return f"the request body is not valid JSON: {error}"
+
+
 def decode_request(body: bytes, decoder: msgspec.json.Decoder[T]) -> T:
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as error:
         raise InvalidRequest(describe(error)) from None
     except msgspec.DecodeError as error:
-        raise InvalidRequest(f"the request body is not valid JSON: {error}") from None
+        raise InvalidRequest(_not_json(body, error)) from None
     except RecursionError:
         raise InvalidRequest("the request body is nested too deeply") from None

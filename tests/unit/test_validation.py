@@ -136,3 +136,15 @@ def test_a_tool_without_a_schema_is_refused_when_translated() -> None:
     with pytest.raises(InvalidRequest) as caught:
         translate(messages=[{"role": "user", "content": "hi"}], tools=[{"name": "f"}])
     assert caught.value.message == "tools.0.input_schema: Field required"
+
+
+@pytest.mark.parametrize(("text", "named"), [(rb"\ud800", rb"\ud800"), (rb"\ud83d\ude00 then \udbff!", rb"\udbff")], ids=["alone", "after-a-pair"])
+def test_half_a_surrogate_pair_is_named_not_called_truncated(text: bytes, named: bytes) -> None:
+    from dragoman.errors import InvalidRequest
+    from dragoman.protocol import anthropic
+    from dragoman.validation import decode_request
+
+    body = b'{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"' + text + b'"}]}'
+    with pytest.raises(InvalidRequest) as caught:
+        decode_request(body, anthropic.MESSAGES_REQUEST)
+    assert named.decode() in caught.value.message and "half a surrogate pair" in caught.value.message
