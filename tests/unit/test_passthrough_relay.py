@@ -154,3 +154,25 @@ def test_bytes_that_are_not_utf8_are_replaced_and_whole_characters_kept() -> Non
     body, _, _ = relay([START, BLOCK, invalid, cut[:at], cut[at:], STOP, END])
     texts = [data["delta"]["text"] for name, data in events_of(body) if name == "content_block_delta"]
     assert texts == ["h\ufffdi", "é"]
+
+
+@pytest.mark.parametrize("text", [b"error", b"message_stop"])
+def test_a_text_that_is_exactly_an_end_events_name_does_not_end_the_stream(text: bytes) -> None:
+    sly = DELTA.replace(b'"text":"hi"', b'"text":"' + text + b'"')
+    stop_named = END.replace(b'"stop_sequence":null', b'"stop_sequence":"' + text + b'"')
+    body, outcome, response = relay([START, BLOCK, sly, DELTA, STOP, stop_named])
+    names = [name for name, _ in events_of(body)]
+    assert names[-2:] == ["message_delta", "message_stop"] and "error" not in names
+    assert response.released and outcome.error_type is None
+
+
+def test_bytes_after_message_stop_in_the_same_read_are_dropped_not_an_error() -> None:
+    body, _, response = relay([START, BLOCK, DELTA, STOP, END + b"data: [DO", b"NE]\n\n"])
+    assert body.endswith(b'data: {"type":"message_stop"}\n\n')
+    assert [name for name, _ in events_of(body)][-1] == "message_stop"
+
+
+def test_an_upstream_error_event_is_recorded_as_the_upstreams_error() -> None:
+    error = b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
+    _, outcome, _ = relay([START, BLOCK, DELTA, error])
+    assert outcome.error_type == "overloaded_error" and outcome.upstream_failed

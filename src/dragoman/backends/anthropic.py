@@ -316,11 +316,17 @@ class AnthropicBackend:
 MAX_HELD_EVENT = 1024 * 1024  # an event larger than this goes out in pieces rather than wait whole
 
 
+# The event that ends a stream, by its own type at the start of a line: a text can be
+# "message_stop" or "error" too, but JSON strings cannot hold a raw newline.
+_END = re.compile(rb'(?:^|\n)(?:event: ?(message_stop|error)\r?\n|data: ?\{"type": ?"(message_stop|error)")')
+_ERROR_TYPE = re.compile(rb'"error": ?\{[^{}]*?"type": ?"([a-z_]+)"')
+
+
 class _Events:
     """A passthrough stream cut at event boundaries: `take` gives the whole events so
     far and holds a cut one back. Also notes the token counts of `message_delta` for
     the metrics, and whether the stream ended as Anthropic ends one (`message_stop` or
-    an `error` event; JSON strings escape their quotes, so a text cannot fake either)."""
+    an `error` event); nothing after that end is relayed."""
 
     __slots__ = ("_call", "_held", "_ended", "_cut_sent")
 
@@ -364,12 +370,26 @@ class _Events:
             at = chunk.rfind(b"message_delta")
             if at >= 0:  # the counts follow the event's name; not the whole burst is searched
                 _note_usage(self._call, chunk[at:])
-            if b'"message_stop"' in chunk:
-                self._ended = True
-            elif b'"error"' in chunk:
-                self._ended = True
-                chunk = redact_bytes(chunk)  # a server may quote the gateway's key back
+            if b'"message_stop"' in chunk or b'"error"' in chunk:  # only then the closer look
+                chunk = self._end(chunk)
+        return chunk
+
+    def _end(self, chunk: bytes) -> bytes:
+        found = _END.search(chunk)
+        if found is None:
+            return chunk  # a text, a stop sequence or a tool named so
+        self._ended = True
+        self._held = b""  # what follows the end (a proxy's `data: [DONE]`) is no part of the reply
+        ends = [at + width for at, width in ((chunk.find(b"\n\n", found.end()), 2), (chunk.find(b"\n\r\n", found.end()), 3)) if at >= 0]
+        chunk = chunk[: min(ends)] if ends else chunk
+        if (found.group(1) or found.group(2)) == b"error":
+            chunk = redact_bytes(chunk)  # a server may quote the gateway's key back
+            outcome = self._call.outcome
+            if outcome is not None:  # counted as the upstream's error, as on the translating path
+                kind = _ERROR_TYPE.search(chunk)
+                outcome.error_type = kind.group(1).decode() if kind else "api_error"
+                outcome.upstream_failed = True
         return chunk
 
     def complete(self) -> bool:
-        return self._ended and not self._held and not self._cut_sent
+        return self._ended and not self._cut_sent
