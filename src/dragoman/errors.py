@@ -242,14 +242,17 @@ _CREDENTIAL = re.compile(
 )
 
 
-_SECRETS: set[str] = set()  # the upstream keys configured here: redacted wherever they appear
+_SECRETS: list[str] = []  # the upstream keys configured here, longest first: redacted wherever they appear
 MIN_SECRET = 8  # shorter "keys" (test placeholders, "none") would redact ordinary words
 
 
 def register_secret(secret: str | None) -> None:
-    """A key this gateway sends upstream; error texts and passthrough error bodies never carry it."""
-    if secret and len(secret) >= MIN_SECRET:
-        _SECRETS.add(secret)
+    """A key this gateway sends upstream; error texts and passthrough error bodies never carry it.
+    A header value's own token counts too (`Basic xyz`: `xyz` alone may be quoted back)."""
+    for value in (secret, (secret or "").rpartition(" ")[2]):
+        if value and len(value) >= MIN_SECRET and value not in _SECRETS:
+            _SECRETS.append(value)
+            _SECRETS.sort(key=len, reverse=True)  # a key inside a longer one must not leave the longer one's tail
 
 
 def redact(text: str) -> str:
@@ -260,11 +263,12 @@ def redact(text: str) -> str:
 
 
 def redact_bytes(data: bytes) -> bytes:
-    """The configured upstream keys taken out of bytes relayed as they came (passthrough errors)."""
+    """The configured upstream keys taken out of bytes relayed as they came (passthrough errors),
+    as written and as JSON may escape them (`\\/`)."""
     for secret in _SECRETS:
-        raw = secret.encode()
-        if raw in data:
-            data = data.replace(raw, b"[redacted]")
+        for raw in (secret.encode(), secret.replace("/", "\\/").encode()):
+            if raw in data:
+                data = data.replace(raw, b"[redacted]")
     return data
 
 
@@ -287,7 +291,7 @@ def upstream_message(raw: bytes) -> tuple[str, _UpstreamErrorBody | None]:
 
 def from_upstream(status: int, raw: bytes, *, upstream: str, retry_after: str | None = None) -> GatewayError:
     """Map a backend's non-2xx response to the error the client should see."""
-    text, body = upstream_message(raw)
+    text, body = upstream_message(redact_bytes(raw))  # before the message is shortened: no key is cut in two
     text = redact(text)
     if status in (400, 413, 422) or (body and body.code == "context_length_exceeded"):
         overflow = _recognise_overflow(text, body)

@@ -251,3 +251,23 @@ def test_error_body_and_event_use_anthropics_envelope() -> None:
     assert event.startswith(b"event: error\ndata: ") and event.endswith(b"\n\n")
     data = msgspec.json.decode(event.split(b"data: ", 1)[1])
     assert data["type"] == "error" and data["error"] == {"type": "overloaded_error", "message": error.message}
+
+
+def test_a_registered_key_is_redacted_even_where_the_message_is_shortened() -> None:
+    from dragoman.errors import register_secret
+
+    key = "gsk_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123"
+    register_secret(key)
+    for body in (b"x" * 1980 + b" bad key " + key.encode(), b'{"error": "' + b"y" * 1980 + b" bad key " + key.encode() + b'"}'):
+        message = from_upstream(401, body, upstream="u").message
+        assert "gsk_" not in message and "ABCDEFG" not in message
+
+
+def test_keys_are_redacted_longest_first_and_a_header_schemes_token_alone() -> None:
+    from dragoman.errors import redact, register_secret
+
+    register_secret("shortkey-12345")
+    register_secret("shortkey-12345-and-a-longer-tail")
+    assert redact("saw shortkey-12345-and-a-longer-tail") == "saw [redacted]"
+    register_secret("Basic dXNlcjpwYXNzd29yZA==")
+    assert redact("credentials dXNlcjpwYXNzd29yZA== refused") == "credentials [redacted] refused"

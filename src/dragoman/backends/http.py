@@ -83,7 +83,7 @@ class HttpClient:
         register_secret(api_key)
         for header, value in upstream.headers.items():  # credentials set as plain headers
             if any(word in header.lower() for word in ("key", "auth", "token", "secret")):
-                register_secret(value.removeprefix("Bearer ").removeprefix("bearer "))
+                register_secret(value)
         # Each replica as a server root; `prefix` is the API path under it (e.g. /v1).
         roots = []
         for url in [upstream.url, *upstream.replicas]:
