@@ -538,8 +538,13 @@ def test_interleaved_parallel_tool_calls_are_an_error_not_a_corrupt_block() -> N
             [calls(tc(0, "call_a", "f", '{"a": 1}'), tc(0, "call_b", "g", '{"b": 2}')), chunk({}, "tool_calls")],
             [tool_block("call_a", "f", {"a": 1}), tool_block("call_b", "g", {"b": 2})],
         ),
+        # no indices, and the first call without an id: the next one comes with an id and a name
+        (
+            [calls(tc(name="f", arguments='{"x": 1}')), calls(tc(id="call_b", name="g", arguments='{"y": 2}')), chunk({}, "tool_calls")],
+            [tool_block("toolu_test1", "f", {"x": 1}), tool_block("call_b", "g", {"y": 2})],
+        ),
     ],
-    ids=["no-index", "same-index-new-id"],
+    ids=["no-index", "same-index-new-id", "no-index-first-without-id"],
 )
 def test_tool_calls_told_apart_by_id(chunks: list, content: list) -> None:
     events = run(chunks)
@@ -557,6 +562,17 @@ def test_one_tool_call_asked_from_a_server_without_indices_keeps_the_first_whole
     events = run(chunks, single_tool_call=True)
     check_grammar(events)
     assert summary(sdk_fold(events))["content"] == [tool_block("call_a", "f", {"a": 1})]
+
+
+def test_one_tool_call_asked_from_a_server_reusing_index_0_keeps_the_first_whole() -> None:
+    chunks = [
+        calls(tc(0, "call_a", "f", '{"x": ')), calls(tc(0, arguments="1}")),
+        calls(tc(0, "call_b", "g", '{"y": ')), calls(tc(0, arguments="2}")),
+        chunk({}, "tool_calls"),
+    ]  # fmt: skip
+    events = run(chunks, single_tool_call=True)
+    check_grammar(events)
+    assert summary(sdk_fold(events))["content"] == [tool_block("call_a", "f", {"x": 1})]
 
 
 def test_fold_leaves_the_events_untouched() -> None:

@@ -117,6 +117,7 @@ class StreamTranslator:
         self._tool_waiting = False  # a call begun whose block waits for its name (and id, or arguments)
         self._single_tool_call = single_tool_call
         self._dropping = False  # the fragments of calls after the first, when only one may come back
+        self._dropped_index: int | None = None  # the index of the call being dropped
         self._closed_tools: set[int | str] = set()
         self._answered = False  # a text or tool_use block was emitted
         self._saw_tool = False
@@ -290,10 +291,16 @@ class StreamTranslator:
         are known: some servers send the id first, others the name before the id."""
         function = call.function or openai.ResponseFunction()
         current = self._open == "tool" or self._tool_waiting
-        other_id = call.id is not None and self._tool_id is not None and call.id != self._tool_id
+        # An id other than the call's, or, for a call whose id has not come, an id that comes
+        # with a name while the call has its name (a server without indices: the next call).
+        other_id = call.id is not None and (
+            call.id != self._tool_id if self._tool_id is not None else bool(function.name and self._tool_name)
+        )
         if self._dropping:
-            named = (call.index is not None and call.index == self._tool_key_index) or (call.id is not None and call.id == self._tool_id)
-            if not named:
+            kept = call.id == self._tool_id if call.id is not None else (
+                call.index is not None and call.index == self._tool_key_index and call.index != self._dropped_index
+            )  # fmt: skip
+            if not kept:
                 return  # a fragment of a call after the first
             self._dropping = False
         if current and not other_id and (call.index is None or call.index == self._tool_key_index):
@@ -305,6 +312,7 @@ class StreamTranslator:
                 key = call.id or f"call-{len(self._closed_tools)}"
             if self._single_tool_call and self._saw_tool:
                 self._dropping = True  # the client asked for one call (`disable_parallel_tool_use`)
+                self._dropped_index = call.index
                 return
             if key in self._closed_tools:
                 raise UpstreamError(f"upstream {self._upstream} interleaved the arguments of parallel tool calls")
