@@ -51,10 +51,14 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
+IMAGE_HEAD_CHARS = 128 * 1024  # base64 of the first 96 KiB: past any EXIF block a JPEG's size follows
+
+
 def _image_part_tokens(url: str) -> int:
     if url.startswith("data:") and "," in url:
+        data = url[url.index(",") + 1 : url.index(",") + 1 + IMAGE_HEAD_CHARS]  # not the whole image: 4 ms a MB
         try:
-            size = image_size(base64.b64decode(url.split(",", 1)[1], validate=False))
+            size = image_size(base64.b64decode(data[: len(data) - len(data) % 4], validate=False))
         except (binascii.Error, ValueError):
             size = None
         if size:

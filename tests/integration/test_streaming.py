@@ -288,3 +288,13 @@ def test_a_refusal_after_keepalives_is_an_error_event_and_is_recorded(make_gatew
         time.sleep(0.05)
     if native:
         server.stop()
+
+
+def test_a_server_answering_a_stream_with_json_and_no_usage_gets_counted_usage(client, upstream):
+    body = completion("Paris is the capital of France, as it has long been.")
+    del body["usage"]
+    upstream.json_reply(body)  # JSON to a stream request: the server ignored `stream: true`
+    with client.messages.stream(model="test-model", max_tokens=50, messages=[{"role": "user", "content": "Capital? " * 40}]) as stream:
+        message = stream.get_final_message()
+    assert message.content[0].text.startswith("Paris")
+    assert message.usage.input_tokens >= 30 and message.usage.output_tokens >= 5  # counted, not 0/0

@@ -231,7 +231,10 @@ class OpenAIBackend:
                 whole = openai.ChatChunk(
                     choices=[openai.ChunkChoice(delta=choice.message, finish_reason=choice.finish_reason)], usage=completion.usage
                 )
-                events = translator.start() + translator.feed(whole) + translator.finish()
+                events = translator.start() + translator.feed(whole)
+                if translator.needs_usage and prompt_tokens is not None:  # a server that reports none
+                    translator.assume_usage(await prompt_tokens(), completion_estimate(choice.message))
+                events += translator.finish()
                 _note_usage(outcome, translator.usage)
                 finished = True
                 yield encode(events)

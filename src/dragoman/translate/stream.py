@@ -191,11 +191,12 @@ class StreamTranslator:
         generation), or the server reports none (it ignored `stream_options`)."""
         return self._usage is None
 
-    def assume_usage(self, prompt_tokens: int) -> None:
-        """Usage for a reply without the upstream's: the prompt as counted, and one token
-        for each chunk of output received (servers stream a token per chunk)."""
+    def assume_usage(self, prompt_tokens: int, completion_tokens: int | None = None) -> None:
+        """Usage for a reply without the upstream's: the prompt as counted, and the output
+        as given, else one token for each chunk received (servers stream a token per chunk)."""
         if self._usage is None:
-            self._usage = openai.Usage(prompt_tokens=prompt_tokens, completion_tokens=self._generated)
+            output = self._generated if completion_tokens is None else completion_tokens
+            self._usage = openai.Usage(prompt_tokens=prompt_tokens, completion_tokens=output)
 
     def finish(self) -> list[a.StreamEvent]:
         events: list[a.StreamEvent] = []
