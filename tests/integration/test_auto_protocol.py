@@ -79,6 +79,7 @@ def test_an_ambiguous_probe_answer_decides_nothing_and_is_asked_again(native, am
         with pytest.raises(anthropic.APIStatusError) as caught:
             client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
         assert "cannot tell its protocol" in caught.value.body["error"]["message"]
+        assert ("answered 500 (not JSON)" if ambiguous == "500-html" else "answered 401") in caught.value.body["error"]["message"]
         message = client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
         assert message.content[0].text == "Hi"
         assert gateway.app.gateway.backends["up"].path == "passthrough"

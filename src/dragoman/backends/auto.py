@@ -65,11 +65,12 @@ class AutoBackend:
                 headers = {"authorization": f"Bearer {self._key}"} if self._key else None
                 response = await self._passthrough._http.post("/messages", b"{}", raw=True, headers=headers)
                 status = response.status
-                if status == 500 and "json" not in response.content_type:
-                    status = 0  # not the server's own judgement of the body (a proxy's error page): undecided
+                # A 500 that is not JSON is not the server's own judgement of the body (a proxy's page).
+                judged = status in SERVED | NOT_SERVED and (status != 500 or "json" in response.content_type)
                 response.release()
-                if status not in SERVED | NOT_SERVED:  # 401, 429, 5xx...: ask again next time
-                    raise UpstreamError(f"upstream {self.name}: cannot tell its protocol, /v1/messages answered {status}")
+                if not judged:  # 401, 429, 5xx...: ask again next time
+                    raise UpstreamError(f"upstream {self.name}: cannot tell its protocol, /v1/messages answered {status}"
+                                        f"{'' if status != 500 else ' (not JSON)'}")  # fmt: skip
                 self.chosen = self._translate if status in NOT_SERVED else self._passthrough
                 log.info("upstream %s: /v1/messages answered %d, so requests %s", self.name, status,
                          "are translated" if self.chosen is self._translate else "pass through")  # fmt: skip

@@ -138,6 +138,7 @@ class Pool:
         self._origins = {root: Origin(root, tls, proxies.get(root), host) for root in roots}
         self._connect_timeout = connect_timeout
         self._sweep: asyncio.TimerHandle | None = None  # closes connections idle past IDLE_LIMIT
+        self._closed = False
 
     async def request(
         self, root: str, method: bytes, target: str, headers: bytes, body: bytes | None, *, head_timeout: float | None = None,
@@ -188,7 +189,7 @@ class Pool:
     def put_back(self, conn: Connection) -> None:
         origin = conn.origin
         assert isinstance(origin, Origin)
-        if len(origin.idle) >= MAX_IDLE:
+        if len(origin.idle) >= MAX_IDLE or self._closed:
             conn.close()
             return
         conn.idle_since = time.monotonic()
@@ -273,6 +274,7 @@ class Pool:
         return conn
 
     async def close(self) -> None:
+        self._closed = True  # a response released later closes its connection
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
