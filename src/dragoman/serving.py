@@ -66,6 +66,7 @@ class DirectBody:
 READ_IDLE_TIMEOUT = 60.0  # seconds without a byte of a request that has begun: the client is answered 408
 _TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s")
 _NOT_HTTP = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+LINGER = 2.0  # seconds a refused client's remaining bytes are read and dropped before the close
 MAX_HEAD_BYTES = 64 * 1024  # a request's line and headers: past it the client is answered 431
 _HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\nconnection: close\r\n"
                    b"content-length: %d\r\n\r\n%s")  # fmt: skip
@@ -106,6 +107,7 @@ class DirectBodyProtocol(_Base):
         self._last_byte = 0.0
         self._read_timer: Any = None
         self._idle_timer: Any = None
+        self._refused = False  # answered 400 or 431: what else comes is dropped until the close
         self._head_of: Any = None  # the scope of the request whose head is being counted
         self._head_bytes = 0
 
@@ -127,6 +129,8 @@ class DirectBodyProtocol(_Base):
         self._receiving = False
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # the rest of a refused request: read, so that the refusal is not lost to a reset
         super().data_received(data)
         if self._receiving:  # a request arriving in pieces
             self._last_byte = self.loop.time()
@@ -148,14 +152,26 @@ class DirectBodyProtocol(_Base):
         cycle = self.cycle
         if cycle is None or cycle.response_complete:  # not while answering an earlier request on the connection
             body = RequestHeadersTooLarge(f"request headers larger than {MAX_HEAD_BYTES // 1024} KiB").body(None)
-            self.transport.write(_HEAD_TOO_LARGE % (len(body), body))
-        self.transport.close()
+            self._refuse(_HEAD_TOO_LARGE % (len(body), body))
+        else:
+            self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to bytes that are not HTTP, in Anthropic's envelope (uvicorn's own is plain text)."""
+        if self._refused:
+            return
         body = InvalidRequest("the request is not valid HTTP/1.1 (malformed request line or headers)").body(None)
-        self.transport.write(_NOT_HTTP % (len(body), body))
-        self.transport.close()
+        self._refuse(_NOT_HTTP % (len(body), body))
+
+    def _refuse(self, response: bytes) -> None:
+        """Answer a client that may still be sending, then close: closing at once with its bytes
+        unread would reset the connection, and the client would never read the answer. Its
+        bytes are read and dropped for LINGER seconds, after the end of the answer is sent."""
+        self._refused = True
+        self.transport.write(response)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER, self.transport.close)
 
     def _check_read(self) -> None:
         self._read_timer = None

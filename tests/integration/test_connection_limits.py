@@ -214,3 +214,11 @@ def test_a_client_leaving_while_sending_its_body_is_recorded_as_499_of_an_unknow
         time.sleep(0.05)
     (row,) = recorded()
     assert 'model="unknown"' in row and row.endswith(" 1.0")
+
+
+def test_a_client_still_sending_its_oversized_headers_gets_the_431_not_a_reset(start: Any) -> None:
+    gateway = start()
+    client = _connect(gateway)
+    client.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 4_000_000)  # on and on, past the limit
+    response = _wait_closed(client)
+    assert response.startswith(b"HTTP/1.1 431 "), response[:200]
