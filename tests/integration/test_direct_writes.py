@@ -147,7 +147,8 @@ def test_upstream_dropping_mid_stream_ends_with_an_error_event(upstream: FakeUps
 
 
 def test_a_server_keeping_its_body_open_after_done_still_gives_a_whole_reply(upstream: FakeUpstream, start: Any, mode: str,
-                                                                            writes: Writes) -> None:  # fmt: skip
+                                                                            writes: Writes, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setattr("dragoman.backends.keepalive.AFTER_END_GRACE", 0.2)
     chunks = [*_paced(*text_stream("a", "b", "c")), b"data: [DONE]\n\n", ("sleep", 30)]
     upstream.queue(Reply(chunks=chunks, done=False))
     gateway = start(upstream.url, upstream={"idle_timeout": 60})
@@ -159,8 +160,9 @@ def test_a_server_keeping_its_body_open_after_done_still_gives_a_whole_reply(ups
 
 
 def test_passthrough_server_keeping_its_body_open_after_message_stop_still_gives_a_whole_reply(
-    native: FakeAnthropic, start: Any, mode: str, writes: Writes
+    native: FakeAnthropic, start: Any, mode: str, writes: Writes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr("dragoman.backends.keepalive.AFTER_END_GRACE", 0.2)
     events = text_events("Hello")
     native.replies.append(NativeReply(events=[*_paced(*events), ("sleep", 30)]))
     gateway = start(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
