@@ -593,7 +593,7 @@ def test_unsupported_effort_is_a_400_naming_output_config_effort(gw, fake, strea
     assert caught.value.status_code == 400
     message = _error(caught)
     assert "output_config.effort" in message and "'medium'" in message
-    assert "low, high, max" in message
+    assert "low, high, xhigh, max" in message
     assert fake.requests == []
 
 
@@ -605,7 +605,7 @@ def test_unsupported_reasoning_effort_is_a_400_naming_reasoning_effort(gw, fake)
         )
     message = _error(caught)
     assert message.startswith("reasoning_effort:") and "'ultra'" in message
-    assert "low, medium, high, max" in message
+    assert "low, medium, high, xhigh, max" in message
     assert fake.requests == []
 
 

@@ -175,11 +175,20 @@ def test_max_means_the_models_highest_effort(efforts, highest, field):
 
 
 @pytest.mark.parametrize(
+    ("efforts", "sent"),
+    [(("low", "medium", "high"), "high"), (("low", "high", "xhigh"), "xhigh"), (("low", "medium", "high", "max"), "max")],
+)
+def test_xhigh_is_the_models_own_xhigh_else_its_highest(efforts, sent):
+    """Claude Code offers xhigh (CLAUDE_CODE_EFFORT_LEVEL); a 400 would refuse every request."""
+    assert _plan(ReasoningCaps(reasoning=True, efforts=efforts), output_config={"effort": "xhigh"}).effort == sent
+
+
+@pytest.mark.parametrize(
     ("fields", "sent_field", "value"),
     [
         ({"output_config": {"effort": "extreme"}}, "output_config.effort", "extreme"),
         ({"output_config": {"effort": "minimal"}}, "output_config.effort", "minimal"),
-        ({"reasoning_effort": "xhigh"}, "reasoning_effort", "xhigh"),
+        ({"reasoning_effort": "ultra"}, "reasoning_effort", "ultra"),
         ({"reasoning_effort": "none"}, "reasoning_effort", "none"),
         # reasoning_effort wins, so its value is the one judged (and named)
         ({"reasoning_effort": "bogus", "output_config": {"effort": "low"}}, "reasoning_effort", "bogus"),
@@ -203,7 +212,7 @@ def test_unsupported_effort_lists_the_models_own_efforts():
     message = caught.value.message
     assert message.startswith("output_config.effort:") and "'medium'" in message
     allowed = message.split("one of", 1)[1]
-    assert [v.strip() for v in allowed.split(",")] == ["low", "high", "max"]
+    assert [v.strip() for v in allowed.split(",")] == ["low", "high", "xhigh", "max"]
 
 
 def test_output_config_effort_is_validated_only_when_no_reasoning_effort_overrides_it():

@@ -49,11 +49,14 @@ def _budget_effort(budget: int | None, caps: ReasoningCaps) -> str:
     return "high"
 
 
+ABOVE_HIGH = ("xhigh", "max")  # Anthropic's levels past high: the model's own highest, if it has none of them
+
+
 def _validated(effort: str, field: str, caps: ReasoningCaps) -> str:
-    if effort == "max" and caps.efforts:
+    if effort in ABOVE_HIGH and effort not in caps.efforts and caps.efforts:
         return caps.efforts[-1]
     if effort not in caps.efforts:
-        allowed = ", ".join(caps.efforts) + (", max" if caps.efforts else "")
+        allowed = ", ".join(caps.efforts) + (", xhigh, max" if caps.efforts else "")
         raise InvalidRequest(f"{field}: {effort!r} is not an effort this model supports; use one of {allowed}")
     return effort
 
