@@ -403,3 +403,15 @@ def test_the_gateways_upstream_key_is_redacted_from_upstream_errors_whatever_its
         with client.messages.stream(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "hi"}]) as stream:
             stream.get_final_message()
     assert key not in str(streamed.value.body) and "[redacted]" in str(streamed.value.body)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream-answered-with-json"])
+def test_a_200_carrying_an_error_body_is_the_upstreams_error_not_an_empty_reply(client, upstream, stream):
+    upstream.json_reply({"error": {"message": "model is loading, try later", "type": "server_error"}}, status=200)
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        if stream:
+            with client.messages.stream(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "hi"}]) as events:
+                events.get_final_message()
+        else:
+            client.messages.create(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    assert "model is loading" in str(caught.value.body)

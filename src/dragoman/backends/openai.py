@@ -27,11 +27,7 @@ from dragoman.backends.fitting import fitted_body
 from dragoman.backends.http import HttpClient
 from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start, read_past_end
 from dragoman.config import Config, OpenAIUpstream
-from dragoman.errors import (
-    GatewayError,
-    UpstreamError,
-    from_upstream,
-)
+from dragoman.errors import GatewayError, UpstreamError, from_stream_error, from_upstream, upstream_message
 from dragoman.profiles import PROFILES, Profile, profile_for
 from dragoman.protocol import anthropic, openai
 from dragoman.sse import DataDecoder, encode_all
@@ -227,7 +223,7 @@ class OpenAIBackend:
                 with upstream_errors(self.name):
                     body = await response.read()
                 completion = _completion(body, self.name)
-                choice = completion.choices[0] if completion.choices else openai.Choice()
+                choice = completion.choices[0]
                 whole = openai.ChatChunk(
                     choices=[openai.ChunkChoice(delta=choice.message, finish_reason=choice.finish_reason)], usage=completion.usage
                 )
@@ -391,9 +387,14 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
 
 def _completion(body: bytes, upstream: str) -> openai.ChatCompletion:
     try:
-        return openai.CHAT_COMPLETION.decode(body)
+        completion = openai.CHAT_COMPLETION.decode(body)
     except msgspec.DecodeError as error:
         raise UpstreamError(f"upstream {upstream} sent an unreadable completion: {error}") from None
+    if not completion.choices:  # some servers answer a failure with 200 and an error body
+        if b'"error"' in body:
+            raise from_stream_error(upstream_message(body)[0], upstream=upstream)
+        raise UpstreamError(f"upstream {upstream} returned a completion without choices")
+    return completion
 
 
 def _note_usage(outcome: Outcome | None, usage: anthropic.Usage) -> None:
