@@ -296,3 +296,21 @@ def test_a_server_tool_id_anthropic_refuses_reaches_the_client_valid_and_the_ser
     client.messages.create(model="test-model", max_tokens=50, messages=history, tools=[WEATHER])
     sent = upstream.requests[-1]["messages"]
     assert sent[-2]["tool_calls"][0]["id"] == kimi_id and sent[-1]["tool_call_id"] == kimi_id
+
+
+def test_a_server_reusing_tool_ids_gives_the_client_unique_ones_and_gets_its_own_back(client, upstream):
+    """TGI-style servers name calls `0`, `1`... per reply: Claude Code drops a call whose id it
+    has seen and loops. The client gets unique ids; the server sees its own in the history."""
+    two = [_call("0", "get_weather", {"city": "Paris"}), _call("0", "get_weather", {"city": "Rome"})]
+    upstream.json_reply(completion(None, finish="tool_calls", tool_calls=two))
+    first = client.messages.create(model="test-model", max_tokens=50, messages=ASK, tools=[WEATHER])
+    ids = [block.id for block in first.content]
+    assert len(set(ids)) == 2
+
+    history = [*ASK, {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": i, "content": "sunny"} for i in ids]}]  # fmt: skip
+    upstream.json_reply(completion(None, finish="tool_calls", tool_calls=[_call("0", "get_weather", {"city": "Oslo"})]))
+    second = client.messages.create(model="test-model", max_tokens=50, messages=history, tools=[WEATHER])
+    assert second.content[0].id not in ids  # "0" again: taken by the conversation
+    sent = upstream.requests[-1]["messages"]
+    assert [c["id"] for c in sent[1]["tool_calls"]] == ["0", "0"] and [m["tool_call_id"] for m in sent[2:4]] == ["0", "0"]

@@ -148,6 +148,7 @@ class OpenAIBackend:
             "message_id": ids.message_id(),
             "new_tool_id": ids.tool_use_id,
             "tool_names": translated.tool_names,
+            "taken_tool_ids": translated.tool_ids,
             "stop_sequences": translated.stop_sequences,
             "surface_thinking": translated.surface_thinking,
             "omit_thinking_text": translated.omit_thinking_text,

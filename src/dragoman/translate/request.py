@@ -63,6 +63,8 @@ class Translated:
     effort: str | None = None  # the reasoning effort applied, for X-Reasoning-Effort
     # `disable_parallel_tool_use`: at most one tool_use comes back, whatever the server does
     single_tool_call: bool = False
+    # the tool_use ids of the conversation: a reply's calls get others (translate/tool_ids.py)
+    tool_ids: set[str] = field(default_factory=set)
 
 
 def short_tool_name(name: str) -> str:
@@ -386,6 +388,8 @@ def to_chat_request(
         omit_thinking_text=reasoning.omit_thinking_text,
         effort=reasoning.effort,
         single_tool_call=bool(request.tool_choice and request.tool_choice.disable_parallel_tool_use),
+        tool_ids={block.id for message in request.messages if not isinstance(message.content, str)
+                  for block in message.content if isinstance(block, anthropic.ToolUseBlock)},  # fmt: skip
     )
 
 

@@ -20,6 +20,7 @@ def to_message(
     message_id: str,
     new_tool_id: Callable[[], str],
     tool_names: dict[str, str] | None = None,
+    taken_tool_ids: set[str] | None = None,
     stop_sequences: list[str] | None = None,
     surface_thinking: bool = False,
     omit_thinking_text: bool = False,
@@ -32,6 +33,7 @@ def to_message(
     choice = completion.choices[0]
     message = choice.message
     names = tool_names or {}
+    taken = set() if taken_tool_ids is None else taken_tool_ids
     content: list[a.ContentBlock] = []
     reasoning = message.reasoning or message.reasoning_content or ""
     if reasoning and surface_thinking:
@@ -51,7 +53,7 @@ def to_message(
         function = call.function or openai.ResponseFunction()
         name = names.get(function.name or "", function.name or "")
         content.append(
-            a.OutToolUseBlock(id=client_tool_id(call.id) if call.id else new_tool_id(), name=name,
+            a.OutToolUseBlock(id=client_tool_id(call.id, taken) if call.id else new_tool_id(), name=name,
                               input=parse_arguments(function.arguments, tool=name))  # fmt: skip
         )
     if not any(isinstance(block, (a.OutTextBlock, a.OutToolUseBlock)) for block in content):

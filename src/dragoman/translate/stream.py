@@ -42,6 +42,7 @@ class ReplySettings(TypedDict):
     message_id: str
     new_tool_id: Callable[[], str]
     tool_names: dict[str, str]
+    taken_tool_ids: set[str]
     stop_sequences: list[str]
     surface_thinking: bool
     omit_thinking_text: bool
@@ -90,6 +91,7 @@ class StreamTranslator:
         message_id: str,
         new_tool_id: Callable[[], str],
         tool_names: dict[str, str] | None = None,
+        taken_tool_ids: set[str] | None = None,
         stop_sequences: list[str] | None = None,
         surface_thinking: bool = False,
         omit_thinking_text: bool = False,
@@ -101,6 +103,7 @@ class StreamTranslator:
         self._message_id = message_id
         self._new_tool_id = new_tool_id
         self._tool_names = tool_names or {}
+        self._taken_ids = set() if taken_tool_ids is None else taken_tool_ids  # the conversation's tool ids, then the reply's
         self._stops = StopMatcher(stop_sequences or [])
         self._matching = bool(self._stops)  # checked per token: a plain flag, not StopMatcher.__bool__
         self._echo = PrefillEcho(prefill)
@@ -341,7 +344,8 @@ class StreamTranslator:
         self._tool_waiting = False
         self._index += 1
         self._open = "tool"
-        block = a.OutToolUseBlock(id=client_tool_id(self._tool_id) if self._tool_id else self._new_tool_id(), name=self._tool_name, input={})
+        tool_id = client_tool_id(self._tool_id, self._taken_ids) if self._tool_id else self._new_tool_id()
+        block = a.OutToolUseBlock(id=tool_id, name=self._tool_name, input={})
         events.append(a.ContentBlockStart(index=self._index, content_block=block))
         if self._tool_args:
             events.append(a.ContentBlockDelta(index=self._index, delta=a.InputJSONDelta(partial_json=self._tool_args)))
