@@ -49,7 +49,7 @@ def test_message_envelope() -> None:
         (
             completion(None, finish="length", tool_calls=[call(arguments='{"city": "Par')]),
             [{"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Par"}}],
-            "tool_use",
+            "max_tokens",
         ),
     ],
     ids=["text", "length", "content-filter", "no-finish", "tool-stop", "text-and-tool", "truncated-tool"],

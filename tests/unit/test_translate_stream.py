@@ -219,7 +219,7 @@ CASES = [
         "truncated-arguments-at-length",
         [calls(tc(0, "call_a", "write_file", '{"path": "a.txt", "text": "Once upon')), chunk({}, "length")],
         [tool_block("call_a", "write_file", {"path": "a.txt", "text": "Once upon"})],
-        "tool_use",
+        "max_tokens",
     ),
     Case(
         "shortened-tool-name-mapped-back",

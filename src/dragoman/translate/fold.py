@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from dragoman.protocol import anthropic as a
+from dragoman.translate.tool_args import parse_arguments
 
 
 def fold(events: Iterable[a.StreamEvent]) -> a.Message:
@@ -52,8 +53,7 @@ def fold(events: Iterable[a.StreamEvent]) -> a.Message:
     for index, text in tool_json.items():
         block = blocks[index]
         assert isinstance(block, a.OutToolUseBlock)
-        parsed: Any = msgspec.json.decode(text) if text.strip() else {}
-        block.input = parsed
+        block.input = parse_arguments(text, tool=block.name)  # a whole message needs an object: else the upstream's error
     message.content = blocks
     return message
 

@@ -21,7 +21,7 @@ from dragoman.errors import UpstreamError, from_stream_error
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
 from dragoman.translate.stops import PrefillEcho, StopMatcher
-from dragoman.translate.tool_args import completion_suffix, parse_arguments
+from dragoman.translate.tool_args import completion_suffix
 from dragoman.translate.tool_ids import client_tool_id
 
 SIGNATURE = "dragoman-unsigned"  # open models cannot sign thinking; clients only echo it
@@ -67,6 +67,8 @@ def usage_of(usage: openai.Usage | None) -> a.Usage:
 def stop_reason_of(finish: str | None, *, tool_calls: bool, matched: str | None) -> a.StopReason:
     if matched is not None:
         return "stop_sequence"
+    if finish == "length":
+        return "max_tokens"  # as Anthropic says it of a call cut short: its input may be incomplete
     if tool_calls:
         return "tool_use"
     reason = FINISH_REASONS.get(finish or "stop", "end_turn")
@@ -358,9 +360,9 @@ class StreamTranslator:
             return  # no delta: the SDKs keep the block's `input: {}`
         suffix = completion_suffix(text)
         if suffix is None:
-            raise UpstreamError(
-                f"the model called tool {self._tool_name!r} with arguments that are not valid JSON: {text[:200]!r}"
-            )
-        parse_arguments(text + suffix, tool=self._tool_name)  # raises unless it is a JSON object
-        if suffix:
+            # Not JSON: the model's words stand as it wrote them. Claude Code answers the model
+            # with a validation error and it tries again; an error event here would end the turn
+            # and send the client into retries that generate the whole reply again and again.
+            return
+        if suffix:  # a prefix of JSON (cut by max_tokens): closed
             events.append(a.ContentBlockDelta(index=self._index, delta=a.InputJSONDelta(partial_json=suffix)))
