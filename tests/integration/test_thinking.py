@@ -977,3 +977,26 @@ reasoning = false
     # The upstream without configured models serves (and reports) what it lists.
     assert "upstream=discovered" in lines["Qwen/Qwen3-8B"]
     assert "\treasoning (name matches a known reasoning family)" in lines["Qwen/Qwen3-8B"]
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["stream", "json"])
+def test_omitted_thinking_carries_its_reasoning_back_to_a_replay_model(gw, fake, streamed):
+    """Claude Code asks for display "omitted" in `-p` runs and echoes the blocks back: a model
+    that needs its reasoning replayed still gets it, carried in the block's signature."""
+    client = gw("generic")
+    omitted = {**THINK, "display": "omitted"}
+    if streamed:
+        fake.stream_reply(TOOL_STREAMS["reasoning_content"]())
+        _, first = _stream(client, model="thinker-replay", thinking=omitted, tools=[WEATHER_TOOL])
+    else:
+        tool_call = {"id": "call_w", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+        fake.json_reply(completion(None, finish="tool_calls", tool_calls=[tool_call], reasoning_content="I need the weather. Calling the tool."))
+        first = client.messages.create(model="thinker-replay", max_tokens=1000, messages=USER, thinking=omitted, tools=[WEATHER_TOOL])
+    thinking, tool = first.content[0], first.content[1]
+    assert thinking.type == "thinking" and thinking.thinking == ""  # not shown, as asked
+    fake.stream_reply(vllm_old())
+    history = [*USER, {"role": "assistant", "content": first.content},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool.id, "content": "sunny"}]}]  # fmt: skip
+    _stream(client, model="thinker-replay", thinking=omitted, tools=[WEATHER_TOOL], messages=history)
+    (assistant,) = _assistant_messages(fake.requests[-1])
+    assert assistant["reasoning_content"] == "I need the weather. Calling the tool."

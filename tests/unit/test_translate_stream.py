@@ -9,6 +9,7 @@ Every case is checked against the same invariants:
 
 from __future__ import annotations
 
+import base64
 import copy
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,7 +65,7 @@ def tool_block(id: str, name: str, input: dict) -> dict[str, Any]:
 
 
 def thinking_block(value: str) -> dict[str, Any]:
-    from dragoman.translate.stream import SIGNATURE
+    from dragoman.translate.thinking import SIGNATURE
 
     return {"type": "thinking", "thinking": value, "signature": SIGNATURE}
 
@@ -334,7 +335,7 @@ CASES = [
     Case(
         "reasoning-omitted-cut-by-max-tokens",
         [chunk({"reasoning": "The answer is 4."}), chunk({}, "length")],
-        [thinking_block("")],
+        [{**thinking_block(""), "signature": "dragoman-b64:" + base64.b64encode(b"The answer is 4.").decode()}],  # carried
         "max_tokens",
         options={"surface_thinking": True, "omit_thinking_text": True},
     ),

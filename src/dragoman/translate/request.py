@@ -27,7 +27,7 @@ from dragoman.translate.builtin_tools import (
     builtin_schema,
     known_builtin_types,
 )
-from dragoman.translate.thinking import ReasoningCaps, plan
+from dragoman.translate.thinking import ReasoningCaps, plan, replayed_reasoning
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
 MAX_TOOL_NAME = 64
@@ -201,7 +201,7 @@ def _assistant_message(blocks: list[Any], names: dict[str, str], replay_field: s
     ]
     message = openai.AssistantMessage(content="".join(texts) if texts else None, tool_calls=calls or None)
     if replay_field is not None:
-        thoughts = "".join(b.thinking for b in blocks if isinstance(b, anthropic.ThinkingBlock))
+        thoughts = "".join(replayed_reasoning(b.thinking, b.signature) for b in blocks if isinstance(b, anthropic.ThinkingBlock))
         if thoughts or calls:  # DeepSeek requires the field on every turn with tool calls
             setattr(message, replay_field, thoughts)
     return message

@@ -8,7 +8,8 @@ from dragoman.errors import UpstreamError
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
 from dragoman.translate.stops import StopMatcher
-from dragoman.translate.stream import SIGNATURE, reasoning_as_answer, stop_reason_of, usage_of
+from dragoman.translate.stream import reasoning_as_answer, stop_reason_of, usage_of
+from dragoman.translate.thinking import signature_for
 from dragoman.translate.tool_args import parse_arguments
 from dragoman.translate.tool_ids import client_tool_id
 
@@ -37,7 +38,8 @@ def to_message(
     content: list[a.ContentBlock] = []
     reasoning = message.reasoning or message.reasoning_content or ""
     if reasoning and surface_thinking:
-        content.append(a.OutThinkingBlock(thinking="" if omit_thinking_text else reasoning, signature=SIGNATURE))
+        signature = signature_for(reasoning, omitted=omit_thinking_text)
+        content.append(a.OutThinkingBlock(thinking="" if omit_thinking_text else reasoning, signature=signature))
     text = message.content or message.refusal or ""  # a refusal is the model's answer too
     if prefill and text.startswith(prefill):  # some servers repeat the prefill first
         text = text[len(prefill) :]

@@ -21,10 +21,10 @@ from dragoman.errors import UpstreamError, from_stream_error
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
 from dragoman.translate.stops import PrefillEcho, StopMatcher
+from dragoman.translate.thinking import signature_for
 from dragoman.translate.tool_args import completion_suffix
 from dragoman.translate.tool_ids import client_tool_id
 
-SIGNATURE = "dragoman-unsigned"  # open models cannot sign thinking; clients only echo it
 
 FINISH_REASONS: dict[str, a.StopReason] = {
     "stop": "end_turn",
@@ -253,8 +253,9 @@ class StreamTranslator:
             self._start_tool(events)  # other output follows a call that never got its name
         if self._open is None:
             return
-        if self._open == "thinking":
-            events.append(a.ContentBlockDelta(index=self._index, delta=a.SignatureDelta(signature=SIGNATURE)))
+        if self._open == "thinking":  # (the one thinking block: all the reasoning so far is its own)
+            signature = signature_for("".join(self._hidden_reasoning), omitted=self._omit_thinking_text)
+            events.append(a.ContentBlockDelta(index=self._index, delta=a.SignatureDelta(signature=signature)))
         elif self._open == "tool":
             self._finish_tool_arguments(events)
         events.append(a.ContentBlockStop(index=self._index))

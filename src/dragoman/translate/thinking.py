@@ -12,6 +12,9 @@ Pure. The policy, in order:
 
 from __future__ import annotations
 
+import base64
+import binascii
+
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -87,3 +90,26 @@ def plan(request: anthropic.MessagesRequest, caps: ReasoningCaps, *, model: str)
         return ReasoningPlan(effort=caps.efforts[0])
     omitted = wants_thinking and request.thinking is not None and request.thinking.display == "omitted"
     return ReasoningPlan(effort=effort, surface_thinking=wants_thinking, omit_thinking_text=omitted)
+
+
+SIGNATURE = "dragoman-unsigned"  # open models cannot sign thinking; clients only echo it
+CARRIED = "dragoman-b64:"  # a signature that carries the reasoning a block was sent without
+
+
+def signature_for(reasoning: str, *, omitted: bool) -> str:
+    """A thinking block's signature. Sent without its text (`display: "omitted"`, which Claude
+    Code asks for in `-p` runs), the block carries its reasoning here instead, so that a model
+    that needs its reasoning replayed gets it back when the client echoes the block."""
+    if omitted and reasoning:
+        return CARRIED + base64.b64encode(reasoning.encode()).decode()
+    return SIGNATURE
+
+
+def replayed_reasoning(thinking: str, signature: str | None) -> str:
+    """The reasoning of an echoed thinking block: its text, or what its signature carries."""
+    if thinking or not signature or not signature.startswith(CARRIED):
+        return thinking
+    try:
+        return base64.b64decode(signature[len(CARRIED) :], validate=True).decode()
+    except (binascii.Error, ValueError):
+        return thinking
