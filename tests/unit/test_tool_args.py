@@ -25,8 +25,17 @@ from dragoman.translate.tool_args import completion_suffix, parse_arguments
         ('{"a":', "null}"),
         ('{"a": {"b": ', "null}}"),
         ('{"a": [{"b": [', "]}]}"),
-        ('{"a": 1,', None),  # needs a deletion
-        ('{"a": [1, ', None),
+        ('{"a": 1,', None),  # needs a deletion, or an invented key
+        ('{"a": [1, ', "null]}"),
+        ('{"ci', '":null}'),  # cut in a key
+        ('{"city"', ":null}"),
+        ('{"a": tr', "ue}"),  # cut in a literal
+        ('{"a": nu', "ll}"),
+        ('{"a": -', "0}"),  # cut in a number
+        ('{"a": 1.', "0}"),
+        ('{"a": 1e', "0}"),
+        ('{"a": "x\\u00', '00"}'),  # cut in a \u escape
+        ('{"a": "x",', None),
         ('{"a": 1}}', None),
         ('{"a": [1}', None),
         ("]", None),
@@ -61,7 +70,7 @@ def test_parse_arguments(raw: Any, expected: dict) -> None:
     [
         ("{oops", "not valid JSON"),
         ('{"a": 1,', "not valid JSON"),
-        ('{"a": tru', "not valid JSON"),
+        ('{"a": trux', "not valid JSON"),
         ('{"a": 1} trailing', "not valid JSON"),
         ("[1, 2]", "not a JSON object"),
         ('"{\\"a\\": 1}"', "not a JSON object"),

@@ -635,3 +635,19 @@ def test_without_reasoning_tokens_message_delta_leaves_output_tokens_details_out
     events = run([chunk({"content": "4"}), chunk({}, "stop"), usage_chunk(3, 1)])
     delta = next(event for event in events if isinstance(event, a.MessageDelta))
     assert b"output_tokens_details" not in encode(delta)
+
+
+@pytest.mark.parametrize("cut", ['{"ci', '{"city"', '{"city": tr', '{"city": -', '{"city": "Pa\\u00'])
+def test_a_tool_call_cut_by_max_tokens_anywhere_ends_as_a_json_object(cut: str) -> None:
+    """The SDKs parse the arguments once the block ends: a cut in a key, a literal, a number
+    or an escape is closed into an object, never into text that is not JSON."""
+    events = run([calls(tc(0, "call_a", "get_weather", cut)), chunk({}, "length")])
+    check_grammar(events)
+    message = sdk_fold(events)
+    assert message["stop_reason"] == "max_tokens" and isinstance(message["content"][0]["input"], dict)
+
+
+def test_a_cut_that_appending_cannot_close_is_left_as_the_model_wrote_it() -> None:
+    events = run([calls(tc(0, "call_a", "get_weather", '{"city": Paris}')), chunk({}, "tool_calls")])
+    written = "".join(e.delta.partial_json for e in events if isinstance(e, a.ContentBlockDelta) and isinstance(e.delta, a.InputJSONDelta))
+    assert written == '{"city": Paris}'  # no suffix that would still not make it JSON

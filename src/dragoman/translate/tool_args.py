@@ -2,8 +2,9 @@
 sometimes an object instead of a string, sometimes cut off before its end.
 
 Anthropic's `tool_use.input` is always an object. Empty arguments mean `{}`; a
-truncated JSON object is completed by closing what is open (the only repair that
-is unambiguous); anything else is an error rather than a broken block.
+JSON object cut short (by max_tokens) is completed by appending only: what is open
+is closed, and a key, literal or number cut in its middle is finished. Anything
+else is an error rather than a broken block.
 """
 
 from __future__ import annotations
@@ -15,32 +16,85 @@ import msgspec
 from dragoman.errors import UpstreamError
 
 
+_LITERALS = ("true", "false", "null")
+
+
 def completion_suffix(text: str) -> str | None:
     """What to append to make a truncated JSON document complete, or None if
-    appending cannot fix it. Returns "" when the text is already complete."""
-    stack: list[str] = []
-    in_string = escaped = False
+    appending cannot fix it (a dangling comma in an object would need an invented
+    key). Returns "" when the text is already complete. Only appends: a stream has
+    sent the text already. A key cut short gets `null` as its value, a literal or a
+    number cut short is finished (`tr` -> `true`, `1.` -> `1.0`)."""
+    stack: list[str] = []  # the open containers' closing characters
+    expect = "value"  # what the text needs next: value, key (or end), colon, more (comma or end)
+    in_string = escaped = is_key = False
+    hex_left = 0  # digits still owed to a \u escape
+    token = ""  # a number or literal being read
     for char in text:
         if in_string:
-            if escaped:
+            if hex_left:
+                hex_left -= 1
+            elif escaped:
                 escaped = False
+                if char == "u":
+                    hex_left = 4
             elif char == "\\":
                 escaped = True
             elif char == '"':
                 in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
-            stack.append("}" if char == "{" else "]")
-        elif char in "}]":
-            if not stack or stack.pop() != char:
+                expect = "colon" if is_key else "more"
+            continue
+        if token and (char.isalnum() or char in "+-."):
+            token += char
+            continue
+        token = ""
+        if char in " \t\r\n":
+            continue
+        if char == '"':
+            if expect not in ("value", "key"):
                 return None
-    suffix = ('\\' if escaped else "") + ('"' if in_string else "")
-    stripped = (text + suffix).rstrip()
-    if stripped.endswith(","):
-        return None  # would need a deletion, not an append
-    if stripped.endswith(":"):
-        suffix += "null"
+            in_string, is_key = True, expect == "key"
+        elif char in "{[":
+            if expect != "value":
+                return None
+            stack.append("}" if char == "{" else "]")
+            expect = "key" if char == "{" else "value"
+        elif char in "}]":
+            if not stack or stack.pop() != char or expect == "colon":
+                return None
+            expect = "more"
+        elif char == ":":
+            if expect != "colon":
+                return None
+            expect = "value"
+        elif char == ",":
+            if expect != "more" or not stack:
+                return None
+            expect = "key" if stack[-1] == "}" else "value"
+        elif char.isalnum() or char == "-":
+            if expect != "value":
+                return None
+            token, expect = char, "more"
+        else:
+            return None
+    suffix = ""
+    if in_string:
+        suffix += ("\\" if escaped else "") + "0" * hex_left + '"'
+        if is_key:
+            suffix += ":null"
+        expect = "more"
+    elif token:
+        literal = next((word for word in _LITERALS if word.startswith(token)), None)
+        if literal is not None:
+            suffix += literal[len(token) :]
+        elif token[-1] in "+-.eE":
+            suffix += "0"
+    elif expect == "colon":
+        suffix += ":null"
+    elif expect == "value" and text.rstrip().endswith((":", ",")):
+        suffix += "null"  # after a colon, or a comma in a list
+    elif expect == "key" and text.rstrip().endswith(","):
+        return None  # would need an invented key, or a deletion
     return suffix + "".join(reversed(stack))
 
 
