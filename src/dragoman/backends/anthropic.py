@@ -32,6 +32,7 @@ from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_s
 from dragoman.backends.documents import documents_as_text
 from dragoman.config import AnthropicUpstream, Config
 from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream, redact_bytes
+from dragoman.protocol import anthropic
 from dragoman.sse import PING
 
 if TYPE_CHECKING:  # routing imports the backends
@@ -69,16 +70,7 @@ def _reply_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return keep
 
 
-class _ErrorDetail(msgspec.Struct):
-    type: str
-    message: str
-
-
-class _ErrorEnvelope(msgspec.Struct, tag="error", tag_field="type"):
-    error: _ErrorDetail
-
-
-_ERROR_ENVELOPE = msgspec.json.Decoder(_ErrorEnvelope)
+_ERROR_ENVELOPE = msgspec.json.Decoder(anthropic.ErrorResponse)
 
 
 def _is_error_envelope(body: bytes) -> bool:
@@ -88,6 +80,10 @@ def _is_error_envelope(body: bytes) -> bool:
     except msgspec.DecodeError:  # ValidationError included
         return False
     return True
+
+
+def _not_a_stream(upstream: str, content_type: str) -> UpstreamError:
+    return UpstreamError(f"upstream {upstream} answered a stream request without a stream ({content_type or 'no content type'})")
 
 
 LIST_TIMEOUT = 5.0  # seconds to ask a passthrough server its model list before a request with documents
@@ -190,7 +186,7 @@ class AnthropicBackend:
             finally:
                 response.release()
         if response.status == 200:  # a non-streaming answer to a streaming request
-            raise UpstreamError(f"upstream {self.name} answered a stream request without a stream ({response.content_type})")
+            raise _not_a_stream(self.name, response.content_type)
         raise from_upstream(response.status, raw, upstream=self.name)
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
@@ -207,7 +203,7 @@ class AnthropicBackend:
                 response.release()
         if response.status == 200:
             if call.stream:
-                raise UpstreamError(f"upstream {self.name} answered a stream request without a stream ({response.content_type or 'no content type'})")
+                raise _not_a_stream(self.name, response.content_type)
             if "json" not in response.content_type:  # an HTML page from a proxy, or a stream
                 raise UpstreamError(f"upstream {self.name} answered 200 with {response.content_type or 'no content type'}, not a message")
             body = self._rename(body, call)
@@ -317,6 +313,8 @@ def _end_event(chunk: bytes) -> re.Match[bytes] | None:
                 break
             stop = at
     return found
+
+
 _ERROR_TYPE = re.compile(rb'"error": ?\{[^{}]*?"type": ?"([a-z_]+)"')
 
 
@@ -378,8 +376,14 @@ class _Events:
             return chunk  # a text, a stop sequence or a tool named so
         self._ended = True
         self._held = b""  # what follows the end (a proxy's `data: [DONE]`) is no part of the reply
-        ends = [at + width for at, width in ((chunk.find(b"\n\n", found.end()), 2), (chunk.find(b"\n\r\n", found.end()), 3)) if at >= 0]
-        chunk = chunk[: min(ends)] if ends else chunk
+        end = chunk.find(b"\n\n", found.end())
+        crlf_end = chunk.find(b"\n\r\n", found.end())  # the end of that event: whole events only came here
+        if end < 0 or 0 <= crlf_end < end:
+            end, width = crlf_end, 3
+        else:
+            width = 2
+        if end >= 0:
+            chunk = chunk[: end + width]
         if (found.group(1) or found.group(2)) == b"error":
             chunk = redact_bytes(chunk)  # a server may quote the gateway's key back
             outcome = self._call.outcome
