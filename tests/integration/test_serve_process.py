@@ -64,12 +64,8 @@ def test_several_workers_serve_one_port(upstream, stop_later):
         assert response.json()["content"][0]["text"] == "Hello!"
 
 
-def test_sigterm_lets_a_stream_in_flight_finish(upstream, stop_later):
-    slow = [chunk({"role": "assistant", "content": ""}), chunk({"content": "one "}), ("sleep", 1.0),
-            chunk({"content": "two"}), chunk({}, "stop"), usage_chunk(5, 2)]  # fmt: skip
-    upstream.stream_reply(slow)
-    process, url = _start(upstream.url)
-    stop_later(process)
+def _stream_through_sigterm(process: subprocess.Popen[bytes], url: str) -> bytes:
+    """A stream's whole body, with SIGTERM sent to the gateway once its first token ("one ") came."""
     received: list[bytes] = []
 
     def read_stream() -> None:
@@ -83,8 +79,17 @@ def test_sigterm_lets_a_stream_in_flight_finish(upstream, stop_later):
     while b"one" not in b"".join(received) and time.monotonic() < deadline:
         time.sleep(0.02)
     process.send_signal(signal.SIGTERM)
-    reader.join(10)
-    body = b"".join(received)
+    reader.join(10)  # the body ends (chunked terminator) either way: httpx raises nothing
+    return b"".join(received)
+
+
+def test_sigterm_lets_a_stream_in_flight_finish(upstream, stop_later):
+    slow = [chunk({"role": "assistant", "content": ""}), chunk({"content": "one "}), ("sleep", 1.0),
+            chunk({"content": "two"}), chunk({}, "stop"), usage_chunk(5, 2)]  # fmt: skip
+    upstream.stream_reply(slow)
+    process, url = _start(upstream.url)
+    stop_later(process)
+    body = _stream_through_sigterm(process, url)
     assert b"two" in body and body.rstrip().endswith(b'{"type":"message_stop"}')
     assert process.wait(10) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after a clean shutdown
     with pytest.raises(httpx.TransportError):  # no longer accepting
@@ -98,21 +103,7 @@ def test_a_stream_outliving_the_shutdown_grace_ends_with_an_overloaded_error_eve
     config.write_text("[server]\nshutdown_grace = 0.5\n")
     process, url = _start(upstream.url, "--config", str(config))
     stop_later(process)
-    received: list[bytes] = []
-
-    def read_stream() -> None:
-        with httpx.stream("POST", url + "/v1/messages", json={**BODY, "stream": True}, timeout=10) as response:
-            for data in response.iter_bytes():
-                received.append(data)
-
-    reader = threading.Thread(target=read_stream)
-    reader.start()
-    deadline = time.monotonic() + 5
-    while b"one" not in b"".join(received) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    process.send_signal(signal.SIGTERM)
-    reader.join(10)  # the body ends (chunked terminator): httpx raises nothing
-    frames = sse_frames(b"".join(received).decode())
+    frames = sse_frames(_stream_through_sigterm(process, url).decode())
     assert frames[-1][0] == "error" and frames[-1][1]["error"]["type"] == "overloaded_error"
     assert process.wait(10) in (0, -signal.SIGTERM)
     assert b"Exception in ASGI application" not in process.stderr.read()  # type: ignore[union-attr]
