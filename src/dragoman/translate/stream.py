@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypedDict
 
-import msgspec
 from msgspec import UNSET
 
 from dragoman.errors import UpstreamError, from_stream_error
@@ -84,14 +83,6 @@ def reasoning_as_answer(finish: str | None, *, saw_content: bool) -> bool:
     the model ended itself (a server's reasoning parser that took the whole answer), not
     one cut by `max_tokens` while the model was still thinking."""
     return not saw_content and finish != "length"
-
-
-def _is_json(text: str) -> bool:
-    try:
-        msgspec.json.decode(text)
-    except msgspec.DecodeError:
-        return False
-    return True
 
 
 class StreamTranslator:
@@ -369,7 +360,7 @@ class StreamTranslator:
         if not text:
             return  # no delta: the SDKs keep the block's `input: {}`
         suffix = completion_suffix(text)
-        if suffix is None or (suffix and not _is_json(text + suffix)):
+        if suffix is None:
             # Not JSON: the model's words stand as it wrote them. Claude Code answers the model
             # with a validation error and it tries again; an error event here would end the turn
             # and send the client into retries that generate the whole reply again and again.

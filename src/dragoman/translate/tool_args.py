@@ -22,7 +22,8 @@ _LITERALS = ("true", "false", "null")
 def completion_suffix(text: str) -> str | None:
     """What to append to make a truncated JSON document complete, or None if
     appending cannot fix it (a dangling comma in an object would need an invented
-    key). Returns "" when the text is already complete. Only appends: a stream has
+    key, or the text is no JSON to begin with). Returns "" when the text is already
+    complete (or no repair applies: the caller's decode judges it). Only appends: a stream has
     sent the text already. A key cut short gets `null` as its value, a literal or a
     number cut short is finished (`tr` -> `true`, `1.` -> `1.0`)."""
     stack: list[str] = []  # the open containers' closing characters
@@ -95,7 +96,13 @@ def completion_suffix(text: str) -> str | None:
         suffix += "null"  # after a colon, or a comma in a list
     elif expect == "key" and text.rstrip().endswith(","):
         return None  # would need an invented key, or a deletion
-    return suffix + "".join(reversed(stack))
+    suffix += "".join(reversed(stack))
+    if suffix:  # what was read as a literal may be none (`Paris`): never a repair that is not JSON
+        try:
+            msgspec.json.decode(text + suffix)
+        except msgspec.DecodeError:
+            return None
+    return suffix
 
 
 def parse_arguments(raw: str | dict[str, Any] | None, *, tool: str) -> dict[str, Any]:
