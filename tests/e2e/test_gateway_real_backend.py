@@ -79,6 +79,17 @@ def test_streamed_answer_matches_its_final_message(path):
     assert final.usage.output_tokens > 0
 
 
+def test_a_reply_that_starts_with_an_emoji_streams_whole(path):
+    # llama-server's own stream has no message_start when the first token is part of a
+    # character; the SDK refuses such a stream unless the gateway puts one in.
+    _, gateway = path
+    with _client(gateway).messages.stream(**_ask("Reply with only an emoji.", max_tokens=8, extra_body={"temperature": 0})) as stream:
+        final = stream.get_final_message()
+    assert final.content and final.content[0].type == "text"
+    assert not final.content[0].text.isascii()  # the emoji the test is about
+    assert final.model == "claude-haiku-4-5" and final.usage.output_tokens > 0
+
+
 def test_max_tokens_reached(path):
     _, gateway = path
     message = _client(gateway).messages.create(**_ask("Write a long essay about the sea.", max_tokens=5))

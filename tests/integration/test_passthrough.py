@@ -72,6 +72,15 @@ def test_sdk_stream_through_passthrough(sdk, native):
     assert final.model == "claude-test"
 
 
+def test_sdk_stream_of_a_server_that_sent_no_message_start(sdk, native):
+    # llama-server's own /v1/messages, when the reply's first token is part of an emoji.
+    native.replies.append(NativeReply(events=text_events("\U0001f31f")[1:]))
+    with sdk.messages.stream(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}]) as stream:
+        final = stream.get_final_message()
+    assert final.content[0].text == "\U0001f31f"
+    assert final.model == "claude-test" and final.stop_reason == "end_turn" and final.usage.output_tokens == 3
+
+
 def test_upstream_errors_pass_through_unchanged(passthrough, native):
     body = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
     native.replies.append(NativeReply(status=429, body=body, headers={"retry-after": "7"}))

@@ -176,3 +176,24 @@ def test_an_upstream_error_event_is_recorded_as_the_upstreams_error() -> None:
     error = b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
     _, outcome, _ = relay([START, BLOCK, DELTA, error])
     assert outcome.error_type == "overloaded_error" and outcome.upstream_failed
+
+
+@pytest.mark.parametrize("reads", [[BLOCK, DELTA, STOP, END], [BLOCK + DELTA + STOP + END]], ids=["event-by-event", "one-read"])
+def test_a_stream_without_message_start_gets_one_before_its_first_event(reads: list[bytes]) -> None:
+    # llama-server sends none when the reply's first token is part of a character (an emoji).
+    body, outcome, response = relay(reads)
+    found = events_of(body)
+    assert [name for name, _ in found] == ["message_start", "content_block_start", "content_block_delta",
+                                           "content_block_stop", "message_delta", "message_stop"]  # fmt: skip
+    message = found[0][1]["message"]
+    assert message["model"] == "client-name" and message["id"].startswith("msg_") and message["content"] == []
+    assert message["usage"]["input_tokens"] == 0 and message["stop_reason"] is None
+    assert body.endswith(BLOCK + DELTA + STOP + END)  # the server's events unchanged
+    assert outcome.output_tokens == 12 and response.released
+
+
+def test_a_stream_that_starts_with_message_start_or_a_ping_gets_none_added() -> None:
+    ping = b'event: ping\ndata: {"type":"ping"}\n\n'
+    body, _, _ = relay([ping, START, BLOCK, DELTA, STOP, END])
+    assert [name for name, _ in events_of(body)].count("message_start") == 1
+    assert body.startswith(ping)

@@ -3,7 +3,8 @@
 The body goes upstream unchanged but for the model name; the reply comes back as
 the upstream sent it (status, error body, `anthropic-*` and rate-limit headers),
 stream bytes forwarded as they arrive. Only the model name in the reply is put
-back to the client's, within a bounded look-ahead at the start of the stream.
+back to the client's, within a bounded look-ahead at the start of the stream, and
+a stream that starts without `message_start` gets one.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_s
 from dragoman.backends.documents import documents_as_text
 from dragoman.config import AnthropicUpstream, Config
 from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream, redact_bytes
+from dragoman.ids import message_id
 from dragoman.protocol import anthropic
-from dragoman.sse import PING
+from dragoman.sse import PING, encode
 
 if TYPE_CHECKING:  # routing imports the backends
     from dragoman.routing import Route
@@ -270,13 +272,13 @@ class AnthropicBackend:
                     head += chunk
                     if b"\n\n" not in head and b"\n\r\n" not in head and len(head) < HEAD_LIMIT:
                         continue
-                    chunk, head = self._rename(head, call), None
+                    chunk, head = _with_start(self._rename(head, call), call), None
                     _note_usage(call, chunk[: chunk.find(b"\n\n")])  # message_start: the input tokens
                 whole = events.take(chunk)
                 if whole:
                     yield whole
             if head:
-                whole = events.take(self._rename(head, call))
+                whole = events.take(_with_start(self._rename(head, call), call))
                 if whole:
                     yield whole
             if not events.complete():
@@ -289,6 +291,25 @@ class AnthropicBackend:
                 response.release()
             else:
                 response.close()
+
+
+_FIRST_EVENT = re.compile(rb"^event: ?([a-z_]+)", re.MULTILINE)
+# Events that come only after `message_start`: a stream that begins with one of them lacks it.
+_AFTER_START = frozenset({b"content_block_start", b"content_block_delta", b"content_block_stop", b"message_delta", b"message_stop"})
+
+
+def _with_start(head: bytes, call: Call) -> bytes:
+    """The stream's head, with a `message_start` put before it when the server sent none.
+
+    llama-server leaves it out when the reply's first token is part of a character (an emoji,
+    most CJK text), and the SDKs refuse a stream that does not begin with it. The server's
+    prompt count went with it: the stand-in says 0 input tokens."""
+    first = _FIRST_EVENT.search(head)
+    if first is None or first.group(1) not in _AFTER_START:
+        return head
+    usage = anthropic.Usage(input_tokens=0, output_tokens=0)
+    message = anthropic.Message(id=message_id(), model=call.model, content=[], stop_reason=None, stop_sequence=None, usage=usage)
+    return encode(anthropic.MessageStart(message=message)) + head
 
 
 MAX_HELD_EVENT = 1024 * 1024  # an event larger than this goes out in pieces rather than wait whole
