@@ -229,21 +229,17 @@ def _check(config: Config) -> None:
         if model.upstream not in config.upstreams:
             known = ", ".join(sorted(config.upstreams)) or "none defined"
             raise ConfigError(f"models.{index}.upstream: unknown upstream {model.upstream!r} (known: {known})")
+    if not 0 < config.server.port < 65536:
+        raise ConfigError(f"server.port: must be 1 to 65535, got {config.server.port}")
     for name, upstream in config.upstreams.items():
-        if not upstream.url.startswith(("http://", "https://")):
-            raise ConfigError(f"upstreams.{name}.url: must start with http:// or https://, got {upstream.url!r}")
         for key, url in [("url", upstream.url)] + [("replicas", r) for r in upstream.replicas]:
-            parts = urllib.parse.urlsplit(url)
-            if parts.query or parts.fragment or "@" in parts.netloc:  # never quoted: it may hold a password
-                raise ConfigError(f"upstreams.{name}.{key}: a URL without a query, fragment or user:password@ is needed "
-                                  "(keys go in api_key or api_key_env, other headers in headers)")
+            if not url.startswith(("http://", "https://")):
+                raise ConfigError(f"upstreams.{name}.{key}: must start with http:// or https://, got {url!r}")
+            _check_url(f"upstreams.{name}.{key}", url)
         for key in ("ca_bundle", "client_cert", "client_key"):
             path = getattr(upstream, key)
             if path and not os.path.isfile(os.path.expanduser(path)):
                 raise ConfigError(f"upstreams.{name}.{key}: no such file: {path}")
-        for url in upstream.replicas:
-            if not url.startswith(("http://", "https://")):
-                raise ConfigError(f"upstreams.{name}.replicas: must start with http:// or https://, got {url!r}")
         if upstream.proxy is not None and not re.match(r"http://[^/?#]+(/|$)", upstream.proxy):
             raise ConfigError(f"upstreams.{name}.proxy: must be an http:// URL (https:// proxies are not supported)")
         for header, value in upstream.headers.items():
@@ -273,6 +269,20 @@ def _check(config: Config) -> None:
         raise ConfigError(f"server.default_model: {default!r} is not a configured model name")
 
 
+def _check_url(key: str, url: str) -> None:
+    """A URL the upstream client can connect to. Never quoted: it may hold a password."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # a port that is not a number, or out of range, is a ValueError here
+    except ValueError as error:
+        raise ConfigError(f"{key}: not a valid URL: {error}") from None
+    if parts.query or parts.fragment or "@" in parts.netloc:
+        raise ConfigError(f"{key}: a URL without a query, fragment or user:password@ is needed "
+                          "(keys go in api_key or api_key_env, other headers in headers)")  # fmt: skip
+    if not parts.hostname or port == 0:
+        raise ConfigError(f"{key}: a URL with a host (and a port from 1 to 65535, if any) is needed")
+
+
 def load(path: str | Path) -> Config:
     try:
         with open(path, "rb") as file:
@@ -281,6 +291,10 @@ def load(path: str | Path) -> Config:
         raise ConfigError(f"config file not found: {path}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: invalid TOML: {error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8 text (byte {error.start})") from None
+    except OSError as error:  # a directory, no permission to read it
+        raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
     try:
         return from_dict(data)
     except ConfigError as error:

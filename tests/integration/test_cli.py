@@ -108,8 +108,11 @@ def test_version(tmp_path):
         ('[upstreams.local]\nurl = "http://127.0.0.1:1/v1"\nfirst_byte_timeout = 0\n', ["upstreams.local.first_byte_timeout"]),
         ('[upstreams.local]\nurl = "http://127.0.0.1:1/v1"\n[[models]]\nname = "m"\nupstream = "elsewhere"\n', ["models.0.upstream", "elsewhere"]),
         ('[server\nport = 1\n', ["invalid TOML"]),
+        ('[server]\nport = 70000\n', ["server.port"]),
+        ('[upstreams.local]\nurl = "http://[::1/v1"\n', ["upstreams.local.url", "not a valid URL"]),
     ],
-    ids=["wrong-type", "unknown-server-key", "unknown-upstream-key", "url-without-scheme", "zero-timeout", "unknown-upstream", "bad-toml"],
+    ids=["wrong-type", "unknown-server-key", "unknown-upstream-key", "url-without-scheme", "zero-timeout", "unknown-upstream", "bad-toml",
+         "port-out-of-range", "unparsable-url"],  # fmt: skip
 )
 def test_bad_config_file(tmp_path, toml, names):
     config = tmp_path / "dragoman.toml"

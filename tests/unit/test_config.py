@@ -180,6 +180,32 @@ def test_an_upstream_url_holds_no_query_fragment_or_credentials(url: str) -> Non
     assert message.startswith("upstreams.local.replicas: a URL without a query") and "s3cret" not in message
 
 
+@pytest.mark.parametrize(
+    "url",
+    ["http://[::1", "http://127.0.0.1:99999/v1", "http://127.0.0.1:port/v1", "http://", "http://127.0.0.1:0/v1", "http://u:s3cret@[::1/v1"],
+    ids=["unclosed-ipv6", "port-too-large", "port-not-a-number", "no-host", "port-zero", "password-in-a-bad-url"],
+)
+def test_an_upstream_url_that_cannot_be_connected_to_names_its_key(url: str) -> None:
+    message = failure(good(upstreams={"local": {"url": url}}))
+    assert message.startswith("upstreams.local.url: ") and "s3cret" not in message, message
+    message = failure(good(upstreams={"local": {"url": "http://127.0.0.1:8000/v1", "replicas": [url]}}))
+    assert message.startswith("upstreams.local.replicas: ") and "s3cret" not in message, message
+
+
+@pytest.mark.parametrize("port", [0, -1, 65536, 70000])
+def test_the_port_must_be_one_a_socket_can_bind(port: int) -> None:
+    assert failure(good(server={"port": port})).startswith("server.port: must be 1 to 65535")
+
+
+def test_a_config_file_that_is_not_utf8_or_not_readable_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "dragoman.toml"
+    path.write_bytes(b'[server]\nhost = "\xff"\n')
+    with pytest.raises(ConfigError, match="invalid TOML: not UTF-8"):
+        config.load(path)
+    with pytest.raises(ConfigError, match=f"cannot read config file {tmp_path}"):
+        config.load(tmp_path)  # a directory: as unreadable as a file without read permission
+
+
 def test_a_proxy_password_with_a_slash_is_not_printed() -> None:
     from dragoman.backends.http import HttpClient
 
