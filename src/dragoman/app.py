@@ -22,6 +22,7 @@ from dragoman.config import Config
 from dragoman.disconnect import ClientLeft
 from dragoman.errors import GatewayError, MethodNotAllowed, NotFound
 from dragoman.gateway import Gateway
+from dragoman.observe import configure_logging
 
 log = logging.getLogger("dragoman")
 
@@ -225,6 +226,8 @@ def app_from_environment() -> App:
     """The app for a worker process started by `dragoman serve --workers N`."""
     import msgspec
 
-    app = create_app(msgspec.json.decode(os.environ[CONFIG_ENV], type=Config))
+    config = msgspec.json.decode(os.environ[CONFIG_ENV], type=Config)
+    configure_logging(config.server.log_level)
+    app = create_app(config)
     settle_garbage_collector()
     return app

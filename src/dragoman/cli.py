@@ -199,10 +199,11 @@ def run(config: Config, *, workers: int = 1) -> None:
     import uvicorn
 
     from dragoman.app import CONFIG_ENV, create_app, settle_garbage_collector
+    from dragoman.observe import configure_logging
     from dragoman.serving import http_protocol
 
     server = config.server
-    logging.basicConfig(level=server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(server.log_level)
     _check_port(server.host, server.port)
     if not config.server.api_keys and not config.server.api_keys_env and not config.server.tenants and server.host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger("dragoman").warning("listening on %s without API keys: anyone who can reach it can use it", server.host)

@@ -21,6 +21,14 @@ from dragoman.backends.base import Completed, Reply
 
 log = logging.getLogger("dragoman.access")
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(level: str) -> None:
+    """stderr, at the configured level: in `dragoman serve` and in each `--workers` process
+    (a spawned worker inherits no logging set-up from its parent)."""
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 

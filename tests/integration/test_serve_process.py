@@ -64,6 +64,18 @@ def test_several_workers_serve_one_port(upstream, stop_later):
         assert response.json()["content"][0]["text"] == "Hello!"
 
 
+def test_every_worker_writes_the_access_log(upstream, stop_later):
+    process, url = _start(upstream.url, "--workers", "2")
+    stop_later(process)
+    for _ in range(4):  # a new connection each time: whichever worker answers logs the request
+        assert httpx.post(url + "/v1/messages", json=BODY, timeout=10).status_code == 200
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=20)
+    access = [line for line in stderr.decode().splitlines() if " INFO dragoman.access: " in line]
+    assert len(access) == 4, stderr.decode()
+    assert all(json.loads(line.split(": ", 1)[1])["status"] == 200 for line in access)
+
+
 def _stream_through_sigterm(process: subprocess.Popen[bytes], url: str) -> bytes:
     """A stream's whole body, with SIGTERM sent to the gateway once its first token ("one ") came."""
     received: list[bytes] = []
