@@ -302,9 +302,14 @@ def load(path: str | Path) -> Config:
 
 
 def server_api_keys(config: Config) -> frozenset[str]:
+    """The keys clients may present. `api_keys_env` naming a variable that holds no key, with no
+    other key configured, is a ConfigError: the gateway would otherwise run without authentication."""
     keys = set(config.server.api_keys) | {key for keys in config.server.tenants.values() for key in keys}
     if config.server.api_keys_env:
         keys.update(k.strip() for k in os.environ.get(config.server.api_keys_env, "").split(",") if k.strip())
+        if not keys:
+            raise ConfigError(f"server.api_keys_env: the environment variable {config.server.api_keys_env} is unset or holds "
+                              "no key, and no other key is configured (the gateway would accept every client)")  # fmt: skip
     return frozenset(keys)
 
 

@@ -148,6 +148,15 @@ def test_missing_config_file(tmp_path):
     assert len(lines) == 1 and "nope.toml" in lines[0] and "not found" in lines[0]
 
 
+def test_api_keys_env_naming_an_unset_variable_stops_serve_instead_of_serving_unauthenticated(tmp_path):
+    config = tmp_path / "dragoman.toml"
+    config.write_text('[server]\napi_keys_env = "DRAGOMAN_TEST_UNSET_KEYS"\n[upstreams.local]\nurl = "http://127.0.0.1:9/v1"\n')
+    result = _run(tmp_path, "serve", "--config", str(config), "--port", str(free_port()))
+    assert result.returncode == 2, result.stderr
+    lines = _error_lines(result)
+    assert len(lines) == 1 and "server.api_keys_env" in lines[0] and "DRAGOMAN_TEST_UNSET_KEYS" in lines[0], result.stderr
+
+
 def test_bad_upstream_flag(tmp_path):
     result = _run(tmp_path, "serve", "--upstream", "localhost:8000", "--port", str(free_port()))
     assert result.returncode == 2

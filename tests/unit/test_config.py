@@ -126,6 +126,19 @@ def test_server_api_keys_merge_file_and_environment(monkeypatch: pytest.MonkeyPa
     assert config.server_api_keys(loaded) == {"k1", "k2", "k3"}
 
 
+@pytest.mark.parametrize("value", [None, "", " , "])
+def test_api_keys_env_without_a_key_is_a_startup_error_not_an_open_gateway(monkeypatch: pytest.MonkeyPatch, value: str | None) -> None:
+    if value is None:
+        monkeypatch.delenv("DRAGOMAN_TEST_KEYS", raising=False)
+    else:
+        monkeypatch.setenv("DRAGOMAN_TEST_KEYS", value)
+    loaded = config.from_dict({"server": {"api_keys_env": "DRAGOMAN_TEST_KEYS"}})
+    with pytest.raises(ConfigError, match="^server.api_keys_env: the environment variable DRAGOMAN_TEST_KEYS is unset"):
+        config.server_api_keys(loaded)
+    with_file_keys = config.from_dict({"server": {"api_keys": ["k1"], "api_keys_env": "DRAGOMAN_TEST_KEYS"}})
+    assert config.server_api_keys(with_file_keys) == {"k1"}  # still keyed: fewer keys than meant, never none
+
+
 def test_effort_budgets_must_be_two_increasing_numbers():
     import pytest
 
