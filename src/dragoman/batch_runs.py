@@ -296,11 +296,7 @@ class Runner:
             if request.thread is not None:
                 raise InvalidRequest("params.thread: message threads are not available in a batch; send the whole conversation")
             route = await gateway.route(request.model)
-            outcome.upstream, outcome.served_model, outcome.path = (
-                route.upstream,
-                route.upstream_model,
-                route.path,
-            )
+            outcome.routed(route)
             limiter = gateway.limiters.get(route.upstream)
             if limiter is not None:
                 await limiter.acquire(queue=False)  # never a 529: the batch waits its turn

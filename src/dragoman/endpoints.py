@@ -216,7 +216,7 @@ async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call
         envelope = decode_request(body, anthropic.ENVELOPE)
     outcome.model = envelope.model
     route = await gateway.route(envelope.model)
-    outcome.upstream, outcome.served_model, outcome.path = route.upstream, route.upstream_model, route.path
+    outcome.routed(route)
     turn = None
     if endpoint == "messages" and envelope.thread is not None:  # the held conversation first, no `thread` upstream
         turn = gateway.threads.open(body, owner(request, gateway))

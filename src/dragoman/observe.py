@@ -13,11 +13,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dragoman.backends.base import Completed, Reply
+
+if TYPE_CHECKING:
+    from dragoman.routing import Route
 
 log = logging.getLogger("dragoman.access")
 
@@ -40,6 +43,7 @@ class Outcome:
     endpoint: str
     model: str = ""
     served_model: str = ""
+    served_model_listed: bool = True  # False: served_model is a client's name the upstream has not listed
     upstream: str = ""
     path: str = ""  # "translate" or "passthrough"
     status: int = 0
@@ -54,6 +58,10 @@ class Outcome:
     started: float = field(default_factory=time.perf_counter)
     first_byte: float | None = None
     release: Callable[[], None] | None = None  # frees the request's concurrency slot
+
+    def routed(self, route: Route) -> None:
+        self.upstream, self.served_model, self.path = route.upstream, route.upstream_model, route.path
+        self.served_model_listed = route.listed
 
     def finish(self) -> None:
         """Frees what the request held; safe to call more than once."""
@@ -81,7 +89,7 @@ class Metrics:
         outcome.finish()
         duration = time.perf_counter() - outcome.started
         # Labelled by the served model: client-chosen names would make series without bound.
-        model = outcome.served_model or "unknown"
+        model = (outcome.served_model if outcome.served_model_listed else "unlisted") or "unknown"
         self._series(self.requests, outcome.endpoint, model, outcome.upstream, outcome.path, str(outcome.status)).inc()
         self._series(self.latency, outcome.endpoint, outcome.path).observe(duration)
         if outcome.first_byte is not None:

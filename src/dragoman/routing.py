@@ -40,6 +40,9 @@ class Route:
     caps: ModelCaps
     context_window: int | None = None
     counter: LocalCounter | TiktokenCounter | None = None  # the model's own tokenizer, when configured
+    # False: `upstream_model` is the client's name, passed on unchecked while the upstream's
+    # model list is unknown (so it is no metrics label: clients choose it).
+    listed: bool = True
 
     @property
     def path(self) -> str:
@@ -121,9 +124,9 @@ class Router:
         # llama.cpp serves one model whatever the name asked for.
         return entries[0].context_window if len(entries) == 1 and entries[0].owned_by == "llamacpp" else None
 
-    def _route_upstream_model(self, upstream: str, name: str, context_window: int | None = None) -> Route:
+    def _route_upstream_model(self, upstream: str, name: str, context_window: int | None = None, *, listed: bool = True) -> Route:
         caps = ModelCaps(reasoning=self._reasoning(name, None))
-        return Route(self._backends[upstream], upstream, name, caps, context_window)
+        return Route(self._backends[upstream], upstream, name, caps, context_window, listed=listed)
 
     def _route_discovered(self, name: str) -> Route | None:
         for upstream in self.discovering:
@@ -153,7 +156,7 @@ class Router:
             return self.resolve(default)
         if len(self.discovering) == 1 and not self.discovered.get(self.discovering[0]):
             # The upstream's list is not known (it was down): let the upstream judge the name.
-            return self._route_upstream_model(self.discovering[0], name)
+            return self._route_upstream_model(self.discovering[0], name, listed=False)
         unlisted = [upstream for upstream in self.discovering if upstream not in self.discovered]
         if unlisted:  # the name may be one of theirs: a 502 the client retries, not a final 404
             raise UpstreamError(f"model: {name!r} is not among the models known here, and the model list of upstream "

@@ -107,6 +107,18 @@ def test_metrics_count_requests_tokens_and_errors(gateway, upstream):
     assert "dragoman_streams_in_flight 0.0" in text
 
 
+def test_names_sent_on_to_an_upstream_whose_list_is_unknown_are_not_metrics_labels(make_gateway, caplog):
+    gateway = make_gateway(url=f"http://127.0.0.1:{free_port()}/v1", upstream={"max_retries": 0})  # down: its list is unknown
+    with caplog.at_level(logging.INFO, logger="dragoman.access"):
+        for name in ("client-name-1", "client-name-2"):
+            assert httpx.post(gateway.url + "/v1/messages", json={**VALID, "model": name}).status_code == 502
+    text = httpx.get(gateway.url + "/metrics").text
+    assert "client-name" not in text
+    assert 'dragoman_requests_total{endpoint="messages",model="unlisted",path="translate",status="502",upstream="default"} 2.0' in text
+    logged = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dragoman.access"]
+    assert [(e["model"], e["served_model"]) for e in logged] == [("client-name-1", "client-name-1"), ("client-name-2", "client-name-2")]
+
+
 def test_one_json_log_line_per_request_without_contents(gateway, upstream, caplog):
     upstream.json_reply(completion("the secret answer", prompt=12, completion_tokens=3))
     with caplog.at_level(logging.INFO, logger="dragoman.access"):
