@@ -248,6 +248,20 @@ def _check(config: Config) -> None:
         for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
             if getattr(upstream, key) <= 0:
                 raise ConfigError(f"upstreams.{name}.{key}: must be a positive number of seconds")
+        if upstream.max_concurrent is not None and upstream.max_concurrent < 1:  # 0 would hold every request forever
+            raise ConfigError(f"upstreams.{name}.max_concurrent: must be 1 or more (leave it out for no limit), got {upstream.max_concurrent}")
+        for key in ("max_queue", "max_retries", "retry_budget"):
+            if getattr(upstream, key) < 0:
+                raise ConfigError(f"upstreams.{name}.{key}: must be 0 or more, got {getattr(upstream, key)}")
+    for index, model in enumerate(config.models):
+        for key in ("context_window", "max_output_tokens"):
+            if getattr(model, key) is not None and getattr(model, key) < 1:
+                raise ConfigError(f"models.{index}.{key}: must be a positive number of tokens, got {getattr(model, key)}")
+        if not model.reasoning_efforts:
+            raise ConfigError(f"models.{index}.reasoning_efforts: at least one effort is needed")
+    for key in ("max_request_bytes", "fetch_max_bytes", "fetch_timeout"):
+        if getattr(config.server, key) <= 0:
+            raise ConfigError(f"server.{key}: must be positive, got {getattr(config.server, key)}")
     for key in ("max_bytes", "max_total_bytes"):
         if getattr(config.files, key) <= 0:
             raise ConfigError(f"files.{key}: must be positive, got {getattr(config.files, key)}")

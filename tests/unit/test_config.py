@@ -139,6 +139,30 @@ def test_api_keys_env_without_a_key_is_a_startup_error_not_an_open_gateway(monke
     assert config.server_api_keys(with_file_keys) == {"k1"}  # still keyed: fewer keys than meant, never none
 
 
+@pytest.mark.parametrize(
+    ("data", "prefix"),
+    [
+        (good(upstreams={"local": {"url": "http://a", "max_concurrent": 0}}), "upstreams.local.max_concurrent: must be 1 or more"),
+        (good(upstreams={"local": {"url": "http://a", "max_queue": -1}}), "upstreams.local.max_queue: must be 0 or more"),
+        (good(upstreams={"local": {"url": "http://a", "max_retries": -1}}), "upstreams.local.max_retries: must be 0 or more"),
+        (good(upstreams={"local": {"url": "http://a", "retry_budget": -1.0}}), "upstreams.local.retry_budget: must be 0 or more"),
+        (good(models=[{"name": "q", "upstream": "local", "context_window": 0}]), "models.0.context_window: must be a positive"),
+        (good(models=[{"name": "q", "upstream": "local", "max_output_tokens": -5}]), "models.0.max_output_tokens: must be a positive"),
+        (good(models=[{"name": "q", "upstream": "local", "reasoning_efforts": []}]), "models.0.reasoning_efforts: at least one"),
+        (good(server={"max_request_bytes": 0}), "server.max_request_bytes: must be positive"),
+        (good(server={"fetch_max_bytes": 0}), "server.fetch_max_bytes: must be positive"),
+        (good(server={"fetch_timeout": 0.0}), "server.fetch_timeout: must be positive"),
+    ],
+)
+def test_numbers_out_of_range_are_startup_errors(data: dict[str, Any], prefix: str) -> None:
+    assert failure(data).startswith(prefix)
+
+
+def test_zero_queue_and_retries_are_allowed() -> None:
+    loaded = config.from_dict(good(upstreams={"local": {"url": "http://a", "max_concurrent": 1, "max_queue": 0, "max_retries": 0, "retry_budget": 0.0}}))
+    assert loaded.upstreams["local"].max_queue == 0
+
+
 def test_effort_budgets_must_be_two_increasing_numbers():
     import pytest
 
