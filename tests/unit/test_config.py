@@ -302,3 +302,29 @@ def test_a_key_in_two_tenants_is_refused_without_printing_it() -> None:
     message = failure(good(server={"tenants": {"team-a": ["sk-secret"], "team-b": ["sk-secret"]}}))
     assert message.startswith("server.tenants.team-b: a key is also listed in tenant 'team-a'")
     assert "sk-secret" not in message
+
+
+def _example_keys() -> dict[str, set[str]]:
+    """The keys dragoman.example.toml shows (set or commented out), by table: server, upstreams, models, ..."""
+    import re
+
+    keys: dict[str, set[str]] = {}
+    table = ""
+    for line in (Path(__file__).parents[2] / "dragoman.example.toml").read_text().splitlines():
+        line = re.sub(r"^#\s?", "", line)
+        header = re.match(r"^\[\[?([a-z_]+)", line)
+        if header:
+            table = header.group(1)
+        elif key := re.match(r"^([a-z_]+)\s*=", line):
+            keys.setdefault(table, set()).add(key.group(1))
+    return keys
+
+
+def test_the_example_config_loads_and_shows_every_key() -> None:
+    config.load(Path(__file__).parents[2] / "dragoman.example.toml")
+    shown = _example_keys()
+    structs = {"server": [config.ServerConfig], "upstreams": [OpenAIUpstream, AnthropicUpstream, config.AutoUpstream],
+               "models": [config.ModelConfig], "batches": [config.BatchesConfig], "files": [config.FilesConfig]}  # fmt: skip
+    for table, types in structs.items():
+        missing = {f for t in types for f in t.__struct_fields__} - shown.get(table, set())
+        assert not missing, (table, missing)
