@@ -138,7 +138,7 @@ def content_blocks() -> list[str]:
 
 def tools() -> list[str]:
     lines = [_row("tool", "status", "notes"), _row("---", "---", "---")]
-    lines.append(_row("custom (`type` absent or `custom`)", SUPPORTED, "function tool with `input_schema`; names over 64 characters shortened reversibly"))
+    lines.append(_row("custom (`type` absent or `custom`)", SUPPORTED, "function tool with `input_schema`; names over 64 characters shortened reversibly; names are not held to Anthropic's pattern `^[a-zA-Z0-9_-]{1,128}$` (a name it would refuse reaches the server as written)"))
     for kind in sorted(_BUILTIN):
         lines.append(_row(f"`{kind}`", SUPPORTED, "function tool with the documented input schema"))
     for family in SERVER_TOOL_FAMILIES:
