@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from dragoman.backends.connection import ConnectFailed
+from dragoman.backends.failures import ConnectFailed
 from dragoman.errors import GatewayError, UpstreamError, UpstreamTimeout
 from dragoman.protocol.anthropic import MessagesRequest
 

@@ -10,8 +10,8 @@ and pooled by `dragoman.backends.pool`. The gateway's rare outbound fetches (URL
 documents, the models.dev registry) stay on aiohttp, for its resolver hook, redirects
 and environment proxies; they are not on any request's hot path.
 
-Failures are exceptions of this module (all ConnectionError), mapped to GatewayErrors
-once, in `dragoman.backends.base`.
+Failures are exceptions of `backends.failures` (ConnectionErrors and TimeoutErrors),
+mapped to GatewayErrors once, in `dragoman.backends.base`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import httptools
+
+# Re-exported: the client's failures, as callers know them.
+from dragoman.backends.failures import BadResponse, BodyTimeout, ConnectFailed, Disconnected, HeadTimeout, StaleConnection  # noqa: F401
 
 if TYPE_CHECKING:
     from dragoman.backends.pool import Pool
@@ -46,30 +49,6 @@ MAX_HEAD = 64 * 1024  # bytes of response headers accepted
 # byte of answer, was closed while idle (the keep-alive race): the request is sent once
 # more. Later, the upstream may have worked on it: that is an ordinary failure.
 STALE_WINDOW = 0.5
-
-
-class ConnectFailed(ConnectionError):
-    """No connection: refused, unresolvable, timed out, TLS or proxy refusal. Nothing was sent."""
-
-
-class Disconnected(ConnectionError):
-    """The upstream closed the connection before its reply was complete."""
-
-
-class StaleConnection(Disconnected):
-    """A pooled connection was closed by the upstream as the request went out: safe to send again."""
-
-
-class HeadTimeout(TimeoutError):
-    """The upstream did not start its answer in time (first_byte_timeout)."""
-
-
-class BodyTimeout(TimeoutError):
-    """A body read whole stalled for longer than the response's `idle_timeout`."""
-
-
-class BadResponse(ConnectionError):
-    """The upstream's bytes are not HTTP/1.1 the gateway can read."""
 
 
 class Connection(asyncio.Protocol):

@@ -23,12 +23,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 import aiohappyeyeballs
 
-from dragoman.backends.connection import (
-    ConnectFailed,
-    Connection,
-    Response,
-    StaleConnection,
-)
+from dragoman.backends.connection import Connection, Response
+from dragoman.backends.failures import ConnectFailed, StaleConnection
 
 T = TypeVar("T")
 HAPPY_EYEBALLS_DELAY = 0.25  # seconds before the next address is tried alongside (RFC 8305's default)
