@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from dragoman.backends import connection
+from dragoman.backends import inflate
 from dragoman.config import from_dict
 from tests.fake_anthropic import FakeAnthropic, NativeReply
 from tests.fakes import Reply, chunk, completion
@@ -71,7 +71,7 @@ def test_a_slow_but_steady_reply_is_not_cut_by_idle_timeout(make_gateway, upstre
 def test_a_gzip_bomb_mid_stream_ends_with_an_error_event(gateway, upstream, monkeypatch: pytest.MonkeyPatch):
     """A stream may be long, so its bound is MAX_INFLATED (256 MiB, made small here) and
     backpressure, not MAX_BODY. What came before the bomb reaches the client."""
-    monkeypatch.setattr(connection, "MAX_INFLATED", 4 * MiB)
+    monkeypatch.setattr(inflate, "MAX_INFLATED", 4 * MiB)
     first = b"data: " + json.dumps(chunk({"role": "assistant", "content": "partial"})).encode() + b"\n\n"
     upstream.queue(Reply(chunks=[gzip_bomb(64, b"\n", prefix=first)], headers={"content-encoding": "gzip"}, done=False))
     response = _post(gateway.url, {**VALID, "stream": True})

@@ -17,29 +17,21 @@ mapped to GatewayErrors once, in `dragoman.backends.base`.
 from __future__ import annotations
 
 import asyncio
-import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import httptools
 
-# Re-exported: the client's failures, as callers know them.
+# Re-exported: the client's failures, and the size of a piece inflated, as callers know them.
 from dragoman.backends.failures import BadResponse, BodyTimeout, ConnectFailed, Disconnected, HeadTimeout, StaleConnection  # noqa: F401
+from dragoman.backends.inflate import CODINGS, INFLATE_PIECE, Inflater  # noqa: F401
 
 if TYPE_CHECKING:
     from dragoman.backends.pool import Pool
 
-HIGH_WATER = 256 * 1024  # buffered body bytes at which reading from the upstream pauses
-# A compressed body costs the upstream up to 1/1000 of what it costs the gateway (deflate
-# inflates up to 1032 to 1), so it is inflated in pieces of INFLATE_PIECE bytes, at most
-# HIGH_WATER bytes per callback and never more than HIGH_WATER ahead of its reader: the
-# rest of the input waits, reading paused, until the reader catches up. That bounds a
-# bomb's memory and its time in one callback; MAX_INFLATED bounds its CPU in all. It holds
-# for streams too, where it is eight times the longest reply a model writes (128k tokens at
-# about 250 bytes of SSE each: 32 MB). There is no bound on the ratio itself: degenerate yet
-# legitimate output (one token over and over) compresses hundreds to one.
-INFLATE_PIECE = 64 * 1024
-MAX_INFLATED = 256 * 1024 * 1024
+# Buffered body bytes at which reading from the upstream pauses; a compressed body is
+# inflated at most this much per callback, and no further ahead of its reader (`backends.inflate`).
+HIGH_WATER = 256 * 1024
 # A body read whole (`read`: replies that are not streams) is held in memory twice while
 # joined; none the gateway reads comes near this.
 MAX_BODY = 64 * 1024 * 1024
@@ -108,16 +100,14 @@ class Response:
     __slots__ = (
         "_chunks",
         "_complete",
-        "_compressed",
         "_conn",
-        "_decoder",
         "_done",
         "_ended",
         "_error",
         "_framed",
         "_head",
         "_head_size",
-        "_inflated",
+        "_inflater",
         "_keep_alive",
         "_names",
         "_parser",
@@ -149,7 +139,7 @@ class Response:
         self._waiter: asyncio.Future[None] | None = None
         self._sink: Callable[[bytes], bool] | None = None
         self._paused = False
-        self._decoder: zlib._Decompress | None = None
+        self._inflater: Inflater | None = None  # for a compressed body
         self._reused = reused
         self._received = False
         self._names: list[tuple[bytes, bytes]] = []
@@ -158,10 +148,8 @@ class Response:
         self._keep_alive = False
         self._head_size = 0
         self._sent_at = 0.0  # when the request was written (mark_sent)
-        self._compressed = False  # a compressed byte arrived (an empty body has no compressed stream to end)
         self._ended = False  # the parser saw the body's end (complete once what is pending is inflated)
         self._pending: list[bytes] | None = None  # compressed input waiting for the reader (see _inflate)
-        self._inflated = 0
         self.idle_timeout: float | None = None  # the longest silence `read` waits through
         conn.response = self
         if conn.lost:  # lost before this response was attached (a close right after connecting)
@@ -177,6 +165,11 @@ class Response:
     def ended(self) -> bool:
         """The whole body has arrived (read or not)."""
         return self._complete
+
+    @property
+    def _inflated(self) -> int:
+        """Bytes of a compressed body inflated so far (what its bounds are measured by)."""
+        return self._inflater.inflated if self._inflater is not None else 0
 
     async def wait_head(self) -> None:
         await self._head
@@ -346,11 +339,11 @@ class Response:
         self._ended = True
         if self._pending:
             return  # complete once the reader has had the rest inflated (_inflate_pending)
-        if self._decoder is not None:
-            tail = self._decoder.flush()
+        if self._inflater is not None:
+            tail = self._inflater.flush()
             if tail:
                 self._chunks.append(tail)
-            if self._compressed and not self._decoder.eof:
+            if self._inflater.truncated:
                 self._fail(BadResponse("the upstream's compressed body ends before its compressed stream does"))
                 return
         self._complete = True
@@ -386,8 +379,8 @@ class Response:
         self.status = status
         self._framed = "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
         coding = headers.get("content-encoding", "identity").strip().lower()
-        if coding in ("gzip", "x-gzip", "deflate"):
-            self._decoder = zlib.decompressobj(47)  # 32 + 15: gzip or zlib, told apart by the header
+        if coding in CODINGS:
+            self._inflater = Inflater(coding)
         elif coding not in ("identity", ""):
             self._fail(BadResponse(f"the upstream used a content-encoding the gateway cannot read: {coding}"))
             return
@@ -397,13 +390,10 @@ class Response:
     def on_body(self, body: bytes) -> None:
         if self._error is not None or self._ended:
             return
-        if self._decoder is not None:
+        if self._inflater is not None:
             if self._pending:  # earlier input still waits for the reader: this goes after it
                 self._pending.append(body)
                 return
-            if not self._compressed and _raw_deflate(body, self.headers):
-                self._decoder = zlib.decompressobj(-15)  # some servers send "deflate" without the zlib wrapper
-            self._compressed = True
             self._inflate(body)
             return
         sink = self._sink
@@ -419,36 +409,21 @@ class Response:
         self._wake()
 
     def _inflate(self, data: bytes) -> None:
-        """Inflate compressed input, handing it on in pieces, until it is used up or
-        HIGH_WATER bytes went out (to a sink or the buffer) in this call, or the
-        buffer holds that much: the rest waits in `_pending`, reading paused, for
-        `readany` to inflate it. Past MAX_INFLATED bytes the response fails."""
-        decoder = self._decoder
-        assert decoder is not None
-        budget = HIGH_WATER
-        while True:
-            try:
-                piece = decoder.decompress(data, INFLATE_PIECE)
-            except zlib.error as error:
-                self._fail(BadResponse(f"the upstream's compressed body is corrupt: {error}"))
-                return
-            data = decoder.unconsumed_tail
-            if piece:
-                self._inflated += len(piece)
-                if self._inflated > MAX_INFLATED:
-                    self._fail(BadResponse(f"the upstream's compressed body inflates past {MAX_INFLATED // (1024 * 1024)} MiB"))
-                    return
-                self._deliver(piece)
-                budget -= len(piece)
-            if not data and len(piece) < INFLATE_PIECE:  # (a full piece: zlib may hold more output)
-                if self._size > HIGH_WATER:
-                    self._pause()  # a slow reader, as in `on_body`
-                return
-            if budget <= 0 or self._size > HIGH_WATER:
-                self._pending = [data]
-                self._pause()
-                self._wake()  # a `drain_to` returns, and its caller's `readany` goes on inflating
-                return
+        """Inflate compressed input into the sink or the buffer, at most HIGH_WATER bytes
+        in this call and none once the buffer holds that much: the rest waits in
+        `_pending`, reading paused, for `readany` to inflate it."""
+        assert self._inflater is not None
+        try:
+            rest = self._inflater.inflate(data, self._deliver, HIGH_WATER)
+        except BadResponse as error:
+            self._fail(error)
+            return
+        if rest is not None:
+            self._pending = [rest]
+            self._pause()
+            self._wake()  # a `drain_to` returns, and its caller's `readany` goes on inflating
+        elif self._size > HIGH_WATER:
+            self._pause()  # a slow reader, as in `on_body`
 
     def _pause(self) -> None:
         transport = self._conn.transport
@@ -471,16 +446,18 @@ class Response:
         if self._ended:
             self._finish()
 
-    def _deliver(self, body: bytes) -> None:
-        """Inflated body bytes to the sink or the buffer (as `on_body` does inline for plain bytes)."""
+    def _deliver(self, body: bytes) -> bool:
+        """Inflated body bytes to the sink or the buffer (as `on_body` does inline for plain
+        bytes). Whether the buffer has room for more."""
         sink = self._sink
         if sink is not None:
             if sink(body):
-                return
+                return self._size <= HIGH_WATER
             self._sink = None
         self._chunks.append(body)
         self._size += len(body)
         self._wake()
+        return self._size <= HIGH_WATER
 
     def on_message_complete(self) -> None:
         if self._ended or self._error is not None:
@@ -489,14 +466,6 @@ class Response:
             return
         self._keep_alive = self._parser.should_keep_alive()
         self._finish()
-
-
-def _raw_deflate(first: bytes, headers: dict[str, str]) -> bool:
-    """Whether a `deflate` body's first bytes lack the zlib header (RFC 1950: CM 8, a
-    multiple of 31)."""
-    if headers.get("content-encoding", "").strip().lower() != "deflate" or len(first) < 2:
-        return False
-    return not (first[0] & 0x0F == 8 and (first[0] << 8 | first[1]) % 31 == 0)
 
 
 def _reason(exc: Exception | None) -> str:
