@@ -4,7 +4,7 @@ A streamed token costs an event-loop wake-up of the request's task and an ASGI `
 when it goes through the ASGI interface: about 3 µs of the 20 a translated token costs
 on the benchmark machine (docs/performance.md). With the writer this module puts in
 each request's scope, a stream's tokens are written to the client from the upstream
-connection's own callback instead (see `backends.connection.Response.drain_to`).
+connection's own callback instead (see `backends.body.Body.drain_to`).
 
 The protocol reads seven attributes of uvicorn's request cycle, one of its flow
 control and four of the protocol's own. `http_protocol()` checks them once; if uvicorn

@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from dragoman.backends import connection, inflate
+from dragoman.backends import connection
 from dragoman.backends.base import _mapped
 from dragoman.backends.connection import (
     HIGH_WATER,
@@ -96,7 +96,7 @@ def test_a_streamed_bomb_stays_within_high_water_and_fails_past_max_inflated(mon
     """Read as a stream, a slow reader never has more than a step waiting, and the body
     fails once MAX_INFLATED bytes came out of it (made small here: the real bound is the
     same code, 256 MiB)."""
-    monkeypatch.setattr(inflate, "MAX_INFLATED", 8 * MiB)
+    monkeypatch.setattr("dragoman.backends.inflate.MAX_INFLATED", 8 * MiB)
 
     async def handler(peer: Peer) -> None:
         await peer.request()
@@ -189,7 +189,7 @@ def test_a_corrupt_stream_found_in_a_later_step_is_a_bad_response() -> None:
 
 
 def test_a_body_read_whole_fails_past_max_body_naming_the_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(connection, "MAX_BODY", 1 * MiB)
+    monkeypatch.setattr("dragoman.backends.body.MAX_BODY", 1 * MiB)
 
     async def handler(peer: Peer) -> None:
         await peer.request()
@@ -215,7 +215,7 @@ def test_a_body_read_whole_fails_past_max_body_naming_the_size(monkeypatch: pyte
 
 
 def test_a_body_up_to_max_body_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(connection, "MAX_BODY", 1 * MiB)
+    monkeypatch.setattr("dragoman.backends.body.MAX_BODY", 1 * MiB)
 
     async def main() -> None:
         response = await fed(ok(b"x" * MiB))

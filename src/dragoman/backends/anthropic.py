@@ -27,10 +27,10 @@ from dragoman.backends.base import (
     UpstreamModel,
     upstream_errors,
 )
-from dragoman.backends.connection import Response
 from dragoman.backends.http import MAX_ERROR_BODY, HttpClient
 from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start, read_past_end
 from dragoman.backends.documents import documents_as_text
+from dragoman.backends.response import Response
 from dragoman.config import AnthropicUpstream, Config
 from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream, redact_bytes
 from dragoman.ids import message_id

@@ -14,8 +14,8 @@ from collections import OrderedDict
 import msgspec
 
 from dragoman.backends.base import upstream_errors
-from dragoman.backends.connection import Response
 from dragoman.backends.http import HttpClient
+from dragoman.backends.response import Response
 from dragoman.errors import GatewayError
 from dragoman.profiles import TokenCounter
 from dragoman.protocol import openai

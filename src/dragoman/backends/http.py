@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 
 from dragoman import __version__
 from dragoman.backends.base import upstream_errors
-from dragoman.backends.connection import Response
 from dragoman.backends.pool import Pool
+from dragoman.backends.response import Response
 from dragoman.config import ConfigError, UpstreamConfig
 from dragoman.errors import GatewayError, UpstreamError, UpstreamTimeout, from_upstream, register_secret
 

@@ -20,7 +20,7 @@ from dragoman.errors import GatewayError, UpstreamTimeout
 from dragoman.sse import KEEPALIVE_COMMENT
 
 if TYPE_CHECKING:
-    from dragoman.backends.connection import Response
+    from dragoman.backends.response import Response
 
 T = TypeVar("T")
 

@@ -20,12 +20,12 @@ from dragoman.backends.base import (
     UpstreamModel,
     upstream_errors,
 )
-from dragoman.backends.connection import Response
 from dragoman.backends.counting import CountCache, count_prompt, ollama_context
 from dragoman.backends.fetch import has_url_documents, resolve_url_documents
 from dragoman.backends.fitting import fitted_body
 from dragoman.backends.http import HttpClient
 from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start, read_past_end
+from dragoman.backends.response import Response
 from dragoman.config import Config, OpenAIUpstream
 from dragoman.errors import GatewayError, UpstreamError, from_stream_error, from_upstream, upstream_message
 from dragoman.profiles import PROFILES, Profile, profile_for

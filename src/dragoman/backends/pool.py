@@ -23,8 +23,9 @@ from urllib.parse import quote, unquote, urlsplit
 
 import aiohappyeyeballs
 
-from dragoman.backends.connection import Connection, Response
+from dragoman.backends.connection import Connection
 from dragoman.backends.failures import ConnectFailed, StaleConnection
+from dragoman.backends.response import Response
 
 T = TypeVar("T")
 HAPPY_EYEBALLS_DELAY = 0.25  # seconds before the next address is tried alongside (RFC 8305's default)
