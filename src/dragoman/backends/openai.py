@@ -24,13 +24,14 @@ from dragoman.backends.counting import CountCache, count_prompt, ollama_context
 from dragoman.backends.fetch import has_url_documents, resolve_url_documents
 from dragoman.backends.fitting import fitted_body
 from dragoman.backends.http import HttpClient
-from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start, read_past_end
+from dragoman.backends.keepalive import head_or_task, late_start
+from dragoman.backends.openai_stream import PINGS, Batch, ChatStreams, completion_of, note_usage
 from dragoman.backends.response import Response
 from dragoman.config import Config, OpenAIUpstream
-from dragoman.errors import GatewayError, UpstreamError, from_stream_error, from_upstream, upstream_message
+from dragoman.errors import GatewayError, UpstreamError, from_upstream
 from dragoman.profiles import PROFILES, Profile, profile_for
 from dragoman.protocol import anthropic, openai
-from dragoman.sse import DataDecoder, encode_all
+from dragoman.sse import encode_all
 from dragoman.tokenizer import TokenizerError
 from dragoman.tokens import completion_estimate, count_estimate
 from dragoman.translate.compaction import summarizing, summary_of
@@ -48,8 +49,6 @@ if TYPE_CHECKING:  # routing and observe import the backends
 log = logging.getLogger("dragoman.upstream")
 
 T = TypeVar("T")
-Batch = list[anthropic.StreamEvent]
-PINGS: Batch = [anthropic.Ping()]
 
 
 def _sse(batch: Batch) -> bytes:
@@ -75,6 +74,7 @@ class OpenAIBackend:
         self.profile: Profile = profile_for(upstream) if upstream.flavor != "auto" else PROFILES["generic"]
         self._counts = CountCache()
         self._keepalive = config.server.keepalive_interval
+        self._streams = ChatStreams(name, upstream, self._keepalive)
         self._server = config.server
 
     async def close(self) -> None:
@@ -180,12 +180,12 @@ class OpenAIBackend:
                     body = await response.read()
                 finally:
                     response.release()
-            completion = _completion(body, self.name)
+            completion = completion_of(body, self.name)
             message = to_message(completion, **reply)
             if completion.usage is None and completion.choices:  # a server that reports none: counted here
                 message.usage.input_tokens = await prompt_tokens()
                 message.usage.output_tokens = completion_estimate(completion.choices[0].message)
-            _note_usage(call.outcome, message.usage)
+            note_usage(call.outcome, message.usage)
             return Completed(msgspec.json.encode(message), headers=_headers(translated))
         events: list[anthropic.StreamEvent] = []
         async for batch in self._translated(response, StreamTranslator(**reply), call.outcome, _as_events, counted):
@@ -207,143 +207,12 @@ class OpenAIBackend:
             return Streaming(_once(encode_all(events_of(message))), headers=reply.headers)
         return Completed(msgspec.json.encode(message), headers=reply.headers)
 
-    async def _translated(
+    def _translated(
         self, response: Response, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T],
         prompt_tokens: Callable[[], Awaitable[int]] | None = None, direct: DirectWrites | None = None,
     ) -> AsyncGenerator[T, None]:
-        """An upstream stream as batches of Anthropic events (one per network read, the
-        first token alone), each passed through `encode`: SSE bytes for the client, or
-        the events themselves to fold. After the first token, reads go straight to
-        `direct`'s writer when there is one (SSE only), from the connection's callback.
-        Raises GatewayError after yielding what came before the failure; always closes
-        or releases the upstream response."""
-        finished = False
-        watch: ReadWatch | None = None
-        try:
-            if response.content_type == "application/json":  # the upstream ignored `stream: true`
-                with upstream_errors(self.name):
-                    body = await response.read()
-                completion = _completion(body, self.name)
-                choice = completion.choices[0]
-                whole = openai.ChatChunk(
-                    choices=[openai.ChunkChoice(delta=choice.message, finish_reason=choice.finish_reason)], usage=completion.usage
-                )
-                events = translator.start() + translator.feed(whole)
-                if translator.needs_usage and prompt_tokens is not None:  # a server that reports none
-                    translator.assume_usage(await prompt_tokens(), completion_estimate(choice.message))
-                events += translator.finish()
-                _note_usage(outcome, translator.usage)
-                finished = True
-                yield encode(events)
-                return
-            yield encode(translator.start())
-            decoder = DataDecoder()
-            watch = reads = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
-            started = False
-            writes = direct if direct is not None else DirectWrites()
-            failed: list[BaseException] = []  # what a direct read raised, re-raised here
-
-            def translate_to_client(raw: bytes) -> bool:  # Response.drain_to's sink: must not raise
-                writer = writes.writer
-                if writer is None or failed or not writer.ready():
-                    return False  # e.g. the client is slow: this read goes through `readany`, and `send` waits
-                reads.touch()
-                out: list[anthropic.StreamEvent] = []
-                try:
-                    try:
-                        self._feed(translator, decoder.feed(raw), out)
-                    finally:
-                        if out:
-                            writer.write(encode_all(out))  # what came before a failure still reaches the client
-                except BaseException as error:  # noqa: BLE001 - handed to the generator, which raises it
-                    failed.append(error)
-                if failed or translator.done or translator.upstream_ended:
-                    response.stop_sink()
-                return True
-
-            while not translator.done and not translator.upstream_ended:
-                if started and writes.writer is not None:
-                    try:
-                        await reads.read(response.drain_to(translate_to_client))
-                    except Silence:
-                        if not failed:  # (a failure in the same loop turn as the ping's timer: no ping)
-                            yield encode(PINGS)
-                            continue
-                    if failed:
-                        raise failed[0]
-                    if translator.done or translator.upstream_ended:
-                        break
-                try:
-                    with upstream_errors(self.name):
-                        raw = await reads.read(response.readany())
-                except Silence:
-                    yield encode(PINGS)
-                    continue
-                if not raw:
-                    break
-                out: list[anthropic.StreamEvent] = []
-                try:
-                    payloads = decoder.feed(raw)
-                    used = self._feed(translator, payloads, out, first_alone=not started)
-                    if out and not started:
-                        # A read can hold a whole burst: the first token goes out before the rest is translated.
-                        started = True
-                        yield encode(out)
-                        out = []
-                    self._feed(translator, payloads[used:], out)
-                except GatewayError:
-                    if out:
-                        yield encode(out)  # what came before the failure still reaches the client
-                    raise
-                if out:
-                    yield encode(out)
-            if not translator.done and not translator.finished_upstream:
-                raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
-            if translator.needs_usage and prompt_tokens is not None:
-                if translator.done:
-                    response.close()  # a stop sequence matched: the generation stops now, not after the count below
-                translator.assume_usage(await prompt_tokens())
-            final = translator.finish()
-            _note_usage(outcome, translator.usage)
-            yield encode(final)
-            if translator.upstream_ended and not translator.done:
-                await read_past_end(response)  # the client has its whole reply meanwhile
-            finished = not translator.done
-        finally:
-            if watch is not None:
-                watch.close()
-            if finished:
-                response.release()  # read to the end: the connection can be reused
-            else:
-                response.close()  # stops the backend's generation
-
-    def _feed(self, translator: StreamTranslator, payloads: list[bytes], out: list[anthropic.StreamEvent], *,
-              first_alone: bool = False) -> int:  # fmt: skip
-        """Translate a read's `data:` payloads into `out`, up to `[DONE]` or the reply's end;
-        with `first_alone`, stop once `out` holds something. How many payloads were used
-        (all of them at `[DONE]` or the end)."""
-        for used, payload in enumerate(payloads, 1):
-            if payload == b"[DONE]":
-                translator.upstream_ended = True
-                break
-            out.extend(translator.feed(self._chunk(payload)))
-            if translator.done:
-                break
-            if first_alone and out:
-                return used
-        return len(payloads)
-
-    def _chunk(self, payload: bytes) -> openai.ChatChunk:
-        try:
-            return openai.CHAT_CHUNK.decode(payload)
-        except msgspec.DecodeError as error:
-            try:  # a token cut inside a UTF-8 sequence (some servers stream bytes, not characters)
-                repaired = payload.decode("utf-8", "replace").encode()
-                if repaired != payload:
-                    return openai.CHAT_CHUNK.decode(repaired)
-            except msgspec.DecodeError:
-                pass
-            raise UpstreamError(f"upstream {self.name} sent an unreadable stream chunk: {error}") from None
+        """The upstream stream as batches of Anthropic events (`ChatStreams.translated`)."""
+        return self._streams.translated(response, translator, outcome, encode, prompt_tokens, direct)
 
     # -- token counting and limits -------------------------------------------------
 
@@ -384,24 +253,6 @@ class OpenAIBackend:
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
-
-
-def _completion(body: bytes, upstream: str) -> openai.ChatCompletion:
-    try:
-        completion = openai.CHAT_COMPLETION.decode(body)
-    except msgspec.DecodeError as error:
-        raise UpstreamError(f"upstream {upstream} sent an unreadable completion: {error}") from None
-    if not completion.choices:  # some servers answer a failure with 200 and an error body
-        if b'"error"' in body:
-            raise from_stream_error(upstream_message(body)[0], upstream=upstream)
-        raise UpstreamError(f"upstream {upstream} returned a completion without choices")
-    return completion
-
-
-def _note_usage(outcome: Outcome | None, usage: anthropic.Usage) -> None:
-    if outcome is not None:
-        outcome.input_tokens, outcome.output_tokens = usage.input_tokens, usage.output_tokens
-        outcome.cache_read_tokens = usage.cache_read_input_tokens
 
 
 def _headers(translated: Translated) -> dict[str, str]:
