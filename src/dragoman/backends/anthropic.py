@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
@@ -29,36 +28,19 @@ from dragoman.backends.base import (
 )
 from dragoman.backends.http import MAX_ERROR_BODY, HttpClient
 from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start, read_past_end
+from dragoman.backends.anthropic_events import Events, note_usage, with_start
 from dragoman.backends.documents import documents_as_text
 from dragoman.backends.response import Response
 from dragoman.config import AnthropicUpstream, Config
 from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream, redact_bytes
-from dragoman.ids import message_id
 from dragoman.protocol import anthropic
-from dragoman.sse import PING, encode
+from dragoman.sse import PING
 
 if TYPE_CHECKING:  # routing imports the backends
     from dragoman.routing import Route
 
 FORWARDED_REQUEST_HEADERS = ("anthropic-version", "anthropic-beta")
 HEAD_LIMIT = 64 * 1024  # how far into a stream the model name is looked for
-
-
-_TOKENS = re.compile(rb'"(input_tokens|output_tokens|cache_read_input_tokens)"\s*:\s*(\d+)')
-
-
-def _note_usage(call: Call, data: bytes) -> None:
-    """Token counts for the metrics, read from the reply without decoding it."""
-    outcome = call.outcome
-    if outcome is None:
-        return
-    for name, value in _TOKENS.findall(data):
-        if name == b"input_tokens":
-            outcome.input_tokens = int(value)
-        elif name == b"output_tokens":
-            outcome.output_tokens = int(value)
-        else:
-            outcome.cache_read_tokens = int(value)
 
 
 def _reply_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -209,7 +191,7 @@ class AnthropicBackend:
             if "json" not in response.content_type:  # an HTML page from a proxy, or a stream
                 raise UpstreamError(f"upstream {self.name} answered 200 with {response.content_type or 'no content type'}, not a message")
             body = self._rename(body, call)
-            _note_usage(call, body)
+            note_usage(call, body)
             return Completed(body, status=200, headers=headers)
         if response.status in (401, 403) or not _is_error_envelope(body):
             # Not Anthropic's envelope (a proxy's page, another server's shape), or the server
@@ -232,7 +214,7 @@ class AnthropicBackend:
         there is one, from the connection's callback."""
         head: bytes | None = b""
         finished = False
-        events = _Events(call)
+        events = Events(call)
         watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
         writes = direct if direct is not None else DirectWrites()
 
@@ -272,13 +254,13 @@ class AnthropicBackend:
                     head += chunk
                     if b"\n\n" not in head and b"\n\r\n" not in head and len(head) < HEAD_LIMIT:
                         continue
-                    chunk, head = _with_start(self._rename(head, call), call), None
-                    _note_usage(call, chunk[: chunk.find(b"\n\n")])  # message_start: the input tokens
+                    chunk, head = with_start(self._rename(head, call), call), None
+                    note_usage(call, chunk[: chunk.find(b"\n\n")])  # message_start: the input tokens
                 whole = events.take(chunk)
                 if whole:
                     yield whole
             if head:
-                whole = events.take(_with_start(self._rename(head, call), call))
+                whole = events.take(with_start(self._rename(head, call), call))
                 if whole:
                     yield whole
             if not events.complete():
@@ -291,128 +273,3 @@ class AnthropicBackend:
                 response.release()
             else:
                 response.close()
-
-
-_FIRST_EVENT = re.compile(rb"^event: ?([a-z_]+)", re.MULTILINE)
-# Events that come only after `message_start`: a stream that begins with one of them lacks it.
-_AFTER_START = frozenset({b"content_block_start", b"content_block_delta", b"content_block_stop", b"message_delta", b"message_stop"})
-
-
-def _with_start(head: bytes, call: Call) -> bytes:
-    """The stream's head, with a `message_start` put before it when the server sent none.
-
-    llama-server leaves it out when the reply's first token is part of a character (an emoji,
-    most CJK text), and the SDKs refuse a stream that does not begin with it. The server's
-    prompt count went with it: the stand-in says 0 input tokens."""
-    first = _FIRST_EVENT.search(head)
-    if first is None or first.group(1) not in _AFTER_START:
-        return head
-    usage = anthropic.Usage(input_tokens=0, output_tokens=0)
-    message = anthropic.Message(id=message_id(), model=call.model, content=[], stop_reason=None, stop_sequence=None, usage=usage)
-    return encode(anthropic.MessageStart(message=message)) + head
-
-
-MAX_HELD_EVENT = 1024 * 1024  # an event larger than this goes out in pieces rather than wait whole
-
-
-# The event that ends a stream, by its own type at the start of a line: a text can be
-# "message_stop" or "error" too, but JSON strings cannot hold a raw newline.
-_END_LINE = re.compile(rb'event: ?(message_stop|error)\r?\n|data: ?\{"type": ?"(message_stop|error)"')
-
-
-def _end_event(chunk: bytes) -> re.Match[bytes] | None:
-    """The event ending the stream in `chunk`, found from the end (where it is) and checked
-    at its line's start: a regular expression over a whole burst costs a millisecond."""
-    found: re.Match[bytes] | None = None
-    for name in (b"message_stop", b"error"):
-        stop = len(chunk)
-        while (at := chunk.rfind(name, 0, stop)) >= 0:
-            line = _END_LINE.match(chunk, chunk.rfind(b"\n", 0, at) + 1)
-            if line is not None and line.end() > at:  # the name is the event's own type
-                if found is None or line.start() < found.start():
-                    found = line
-                break
-            stop = at
-    return found
-
-
-_ERROR_TYPE = re.compile(rb'"error": ?\{[^{}]*?"type": ?"([a-z_]+)"')
-
-
-class _Events:
-    """A passthrough stream cut at event boundaries: `take` gives the whole events so
-    far and holds a cut one back. Also notes the token counts of `message_delta` for
-    the metrics, and whether the stream ended as Anthropic ends one (`message_stop` or
-    an `error` event); nothing after that end is relayed."""
-
-    __slots__ = ("_call", "_held", "_ended", "_cut_sent")
-
-    def __init__(self, call: Call) -> None:
-        self._call = call
-        self._held = b""
-        self._ended = False
-        self._cut_sent = False  # part of an oversized event went out
-
-    @property
-    def ended(self) -> bool:
-        """`message_stop` or an `error` event went past: nothing after it is relayed."""
-        return self._ended
-
-    @property
-    def at_boundary(self) -> bool:
-        return not self._held and not self._cut_sent
-
-    def take(self, chunk: bytes) -> bytes:
-        if self._held:
-            chunk = self._held + chunk
-            self._held = b""
-        if not chunk.endswith(b"\n\n"):
-            end = chunk.rfind(b"\n\n")
-            cut = end + 2 if end >= 0 else 0
-            end = chunk.rfind(b"\n\r\n")  # CRLF line ends
-            if end >= 0 and end + 3 > cut:
-                cut = end + 3
-            if cut < len(chunk):
-                if len(chunk) - cut > MAX_HELD_EVENT:
-                    self._cut_sent = True
-                    return chunk
-                chunk, self._held = chunk[:cut], chunk[cut:]
-        self._cut_sent = False
-        if chunk and not chunk.isascii():
-            try:
-                chunk.decode()
-            except UnicodeDecodeError:  # bytes that are no UTF-8 would fail the SDKs' decoding of the whole stream
-                chunk = chunk.decode("utf-8", "replace").encode()
-        if chunk:
-            at = chunk.rfind(b"message_delta")
-            if at >= 0:  # the counts follow the event's name; not the whole burst is searched
-                _note_usage(self._call, chunk[at:])
-            if b'"message_stop"' in chunk or b'"error"' in chunk:  # only then the closer look
-                chunk = self._end(chunk)
-        return chunk
-
-    def _end(self, chunk: bytes) -> bytes:
-        found = _end_event(chunk)
-        if found is None:
-            return chunk  # a text, a stop sequence or a tool named so
-        self._ended = True
-        self._held = b""  # what follows the end (a proxy's `data: [DONE]`) is no part of the reply
-        end = chunk.find(b"\n\n", found.end())
-        crlf_end = chunk.find(b"\n\r\n", found.end())  # the end of that event: whole events only came here
-        if end < 0 or 0 <= crlf_end < end:
-            end, width = crlf_end, 3
-        else:
-            width = 2
-        if end >= 0:
-            chunk = chunk[: end + width]
-        if (found.group(1) or found.group(2)) == b"error":
-            chunk = redact_bytes(chunk)  # a server may quote the gateway's key back
-            outcome = self._call.outcome
-            if outcome is not None:  # counted as the upstream's error, as on the translating path
-                kind = _ERROR_TYPE.search(chunk)
-                outcome.error_type = kind.group(1).decode() if kind else "api_error"
-                outcome.upstream_failed = True
-        return chunk
-
-    def complete(self) -> bool:
-        return self._ended and not self._cut_sent

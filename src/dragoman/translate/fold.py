@@ -7,7 +7,6 @@ request from an upstream stream (when it must watch the text for stop sequences)
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import msgspec
 
