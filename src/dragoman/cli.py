@@ -153,12 +153,14 @@ def _inspection_options(command: Any) -> Any:
     return click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")(command)
 
 
-def _gateway(config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> Gateway:
+def _gateway(command: str, config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> Gateway:
     from dragoman.gateway import Gateway
 
     try:
         config = build_config(config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=(),
                               default_model=None, host=None, port=None, log_level=None)  # fmt: skip
+        if not config.upstreams:  # `serve` would start the local model; there is nothing here to inspect
+            raise ConfigError(f"no upstream configured: nothing to {command} (give --upstream URL, or --config FILE with [upstreams.NAME])")
         return Gateway(config)  # also checks what only building it can (tokenizer files)
     except ConfigError as error:
         _fail(str(error))
@@ -173,7 +175,7 @@ def models(config_path: str | None, upstream: str | None, upstream_api_key: str 
 
     from dragoman.inspection import describe_models
 
-    for line in asyncio.run(describe_models(_gateway(config_path, upstream, upstream_api_key))):
+    for line in asyncio.run(describe_models(_gateway("list", config_path, upstream, upstream_api_key))):
         click.echo(line)
 
 
@@ -185,7 +187,7 @@ def check(config_path: str | None, upstream: str | None, upstream_api_key: str |
 
     from dragoman.inspection import check_upstreams
 
-    lines, failures = asyncio.run(check_upstreams(_gateway(config_path, upstream, upstream_api_key)))
+    lines, failures = asyncio.run(check_upstreams(_gateway("check", config_path, upstream, upstream_api_key)))
     for line in lines:
         click.echo(line)
     if failures:

@@ -212,3 +212,21 @@ def test_serve_default_model_answers_claude_names(tmp_path, upstream):
         assert "test-model" in ids
         with pytest.raises(anthropic.AuthenticationError):
             anthropic.Anthropic(base_url=url, api_key="nope", max_retries=0).models.list()
+
+
+# -- check and models -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["check", "models"])
+@pytest.mark.parametrize("config", ["[server]\nport = 9000\n", None], ids=["no-upstreams-in-file", "no-config-at-all"])
+def test_check_and_models_with_no_upstream_say_there_is_nothing_to_do(tmp_path, command, config):
+    """Silence and status 0 read as "all is well"; with no upstream nothing was checked."""
+    args: tuple[str, ...] = ()
+    if config is not None:
+        (tmp_path / "dragoman.toml").write_text(config)
+        args = ("--config", str(tmp_path / "dragoman.toml"))
+    result = _run(tmp_path, command, *args)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = _error_lines(result)
+    assert len(lines) == 1 and "no upstream configured" in lines[0] and "nothing to" in lines[0], result.stderr
