@@ -75,8 +75,9 @@ def main() -> None:
 @main.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")
 @click.option("--upstream", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (models discovered from it).")
-@click.option("--upstream-api-key", envvar="DRAGOMAN_UPSTREAM_API_KEY", help="Key sent to the upstream.")
-@click.option("--api-key", "api_keys", multiple=True, envvar="DRAGOMAN_API_KEYS", help="Key clients must present (repeatable; env: comma-separated).")
+@click.option("--upstream-api-key", envvar="DRAGOMAN_UPSTREAM_API_KEY", show_envvar=True, help="Key sent to the --upstream URL (ignored without it).")
+@click.option("--api-key", "api_keys", multiple=True, envvar="DRAGOMAN_API_KEYS", show_envvar=True,
+              help="Key clients must present (repeatable; the variable: comma-separated).")
 @click.option("--default-model", help="Serve unknown model names (such as claude-*) with this model.")
 @click.option("--host", default=None, help="Address to bind (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port to bind (default 8765).")
@@ -148,7 +149,8 @@ dragoman is serving the local model at {base}
 
 
 def _inspection_options(command: Any) -> Any:
-    command = click.option("--upstream-api-key", envvar="DRAGOMAN_UPSTREAM_API_KEY", help="Key sent to the upstream.")(command)
+    command = click.option("--upstream-api-key", envvar="DRAGOMAN_UPSTREAM_API_KEY", show_envvar=True,
+                           help="Key sent to the --upstream URL (ignored without it).")(command)
     command = click.option("--upstream", help="OpenAI-compatible base URL.")(command)
     return click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")(command)
 

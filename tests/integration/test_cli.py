@@ -89,6 +89,17 @@ def test_help(tmp_path):
         assert option in result.stdout
 
 
+@pytest.mark.parametrize("command", ["serve", "check", "models"])
+def test_help_names_the_environment_variables_of_the_keys(tmp_path, command):
+    """Keys are best passed in the environment, out of `ps` and shell history: the help says how."""
+    result = _run(tmp_path, command, "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())  # click wraps long lines
+    assert "--upstream-api-key" in text and "DRAGOMAN_UPSTREAM_API_KEY" in text
+    if command == "serve":
+        assert "DRAGOMAN_API_KEYS" in text
+
+
 def test_version(tmp_path):
     result = _run(tmp_path, "--version")
     assert result.returncode == 0
