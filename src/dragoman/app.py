@@ -201,7 +201,7 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        discovery = [asyncio.create_task(gateway.discover(name)) for name in gateway.backends]
+        discovery = [asyncio.create_task(gateway.discover_all(gateway.backends))]
         discovery.append(asyncio.create_task(gateway.keep_registry_fresh()))
         await gateway.batches.start()
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,8 @@ class Gateway:
             if upstream.max_concurrent is not None
         }
         self._last_attempt: dict[str, float] = {}
+        self._asked: set[str] = set()  # upstreams asked for their models at least once
+        self._warned: set[str] = set()  # routing warnings logged and still true
         self._lock = asyncio.Lock()
         self._translates_only: bool | None = None
         self._background: asyncio.Future[None] | None = None
@@ -102,9 +104,28 @@ class Gateway:
                 models = await self.backends[upstream].list_models()
         except (GatewayError, TimeoutError) as error:
             log.warning("model discovery on upstream %s failed: %s", upstream, getattr(error, "message", error) or "timeout")
-            return
-        self.router.set_discovered(upstream, models)
-        log.info("upstream %s serves: %s", upstream, ", ".join(m.id for m in models) or "no models")
+        else:
+            self.router.set_discovered(upstream, models)
+            log.info("upstream %s serves: %s", upstream, ", ".join(m.id for m in models) or "no models")
+        self._asked.add(upstream)
+
+    async def discover_all(self, upstreams: Iterable[str]) -> None:
+        """Ask these upstreams at once; then judge the lists as a whole (a warning about two
+        lists is due once both are in, not on a half-updated view)."""
+        await asyncio.gather(*(self.discover(u) for u in upstreams))
+        if len(self._asked) == len(self.backends):
+            self._warn_about_routing()
+
+    def _warn_about_routing(self) -> None:
+        """Log what the model lists make surprising, once when it appears: not again at each
+        rediscovery (every miss may ask), nor per request."""
+        warnings = set()
+        for model, (serving, others) in self.router.shadowed().items():
+            warnings.add(f"model {model!r} is listed by more than one upstream: {serving} serves it (first in the "
+                         f"configuration); its requests never reach {', '.join(others)}")  # fmt: skip
+        for warning in sorted(warnings - self._warned):
+            log.warning("%s", warning)
+        self._warned = warnings
 
     async def discover_if_stale(self, *, even_if_known: bool = False) -> None:
         """Ask upstreams for their models again: those with no list yet (an upstream that
@@ -120,7 +141,7 @@ class Gateway:
         ]
         if stale:
             async with self._lock:
-                await asyncio.gather(*(self.discover(u) for u in stale))
+                await self.discover_all(stale)
 
     async def route(self, model: str) -> Route:
         known = sum(1 for name in self.backends if self.router.discovered.get(name))

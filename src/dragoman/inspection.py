@@ -3,6 +3,7 @@ upstreams and models, as lines for an operator."""
 
 from __future__ import annotations
 
+from dragoman.backends.base import UpstreamModel
 from dragoman.errors import GatewayError
 from dragoman.gateway import Gateway
 
@@ -10,16 +11,19 @@ from dragoman.gateway import Gateway
 async def describe_models(gateway: Gateway) -> list[str]:
     """One line per served model: its upstream, upstream id, and whether (and why) it reasons."""
     await gateway.refresh_registry()
-    for name in gateway.backends:
-        await gateway.discover(name)
+    await gateway.discover_all(gateway.backends)
     lines = []
+    shadowed = gateway.router.shadowed()
     try:
         for name in gateway.router.names():
             route = gateway.router.resolve(name)
             configured = next((m.reasoning for m in gateway.config.models if m.name == name or name in m.aliases), None)
             decision = gateway.router.decision(route.upstream_model, configured)
             kind = "reasoning" if decision.reasoning else "not reasoning"
-            lines.append(f"{name}\tupstream={route.upstream}\tmodel={route.upstream_model}\t{kind} ({decision.why})")
+            line = f"{name}\tupstream={route.upstream}\tmodel={route.upstream_model}\t{kind} ({decision.why})"
+            if name in shadowed and route.upstream == shadowed[name][0]:
+                line += f"\talso listed by {', '.join(shadowed[name][1])} (shadowed)"
+            lines.append(line)
     finally:
         await gateway.close()
     return lines
@@ -28,19 +32,30 @@ async def describe_models(gateway: Gateway) -> list[str]:
 async def check_upstreams(gateway: Gateway) -> tuple[list[str], int]:
     """One line per upstream (the path chosen, the server kind, models and context
     windows), and how many could not be reached."""
-    lines, failures = [], 0
+    lines: dict[str, str] = {}
+    listed: dict[str, list[UpstreamModel]] = {}
     try:
         for name, backend in gateway.backends.items():
             try:
-                models = await backend.list_models()
+                listed[name] = await backend.list_models()
             except GatewayError as error:
-                failures += 1
-                lines.append(f"{name}\tunreachable\t{error.message}")
+                lines[name] = f"{name}\tunreachable\t{error.message}"
                 continue
+            gateway.router.set_discovered(name, listed[name])
+        shadowed = gateway.router.shadowed()  # known once every list is in
+        for name, models in listed.items():
+            backend = gateway.backends[name]
             profile = getattr(getattr(backend, "chosen", backend), "profile", None)
             kind = f"\tserver={profile.name}" if profile is not None else ""
-            windows = ", ".join(f"{m.id} ({m.context_window or '?'} tokens)" for m in models) or "no models"
-            lines.append(f"{name}\tpath={getattr(backend, 'path', '?')}{kind}\t{windows}")
+            windows = ", ".join(_listed_model(name, m, shadowed) for m in models) or "no models"
+            lines[name] = f"{name}\tpath={getattr(backend, 'path', '?')}{kind}\t{windows}"
     finally:
         await gateway.close()
-    return lines, failures
+    return [lines[name] for name in gateway.backends], len(gateway.backends) - len(listed)
+
+
+def _listed_model(upstream: str, model: UpstreamModel, shadowed: dict[str, tuple[str, list[str]]]) -> str:
+    """`id (N tokens)`, and who serves it instead when an earlier upstream lists it too."""
+    serving, others = shadowed.get(model.id, (upstream, []))
+    note = f", shadowed by {serving}" if upstream in others else ""
+    return f"{model.id} ({model.context_window or '?'} tokens{note})"

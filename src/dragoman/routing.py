@@ -171,6 +171,18 @@ class Router:
         self._discovered[upstream] = models
         self._routes.clear()  # windows and served names may have changed
 
+    def shadowed(self) -> dict[str, tuple[str, list[str]]]:
+        """Model ids that several upstreams without `[[models]]` list: {id: (the upstream that
+        serves it, the others, which get none of its requests)}. The first in configuration
+        order serves it (step 4 of name resolution); an operator should know the others lose."""
+        holders: dict[str, list[str]] = {}
+        for upstream in self.discovering:
+            for entry in self.discovered.get(upstream, ()):
+                listed = holders.setdefault(entry.id, [])
+                if upstream not in listed:
+                    listed.append(upstream)
+        return {model: (listed[0], listed[1:]) for model, listed in holders.items() if len(listed) > 1}
+
     @property
     def registry(self) -> Registry:
         return self._registry

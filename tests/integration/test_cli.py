@@ -241,3 +241,31 @@ def test_check_and_models_with_no_upstream_say_there_is_nothing_to_do(tmp_path, 
     assert result.stdout == ""
     lines = _error_lines(result)
     assert len(lines) == 1 and "no upstream configured" in lines[0] and "nothing to" in lines[0], result.stderr
+
+
+def test_check_and_models_show_a_model_that_two_upstreams_list(tmp_path):
+    """Two discovering upstreams list the same id: the first in the file serves it, and both
+    commands say which one is shadowed."""
+    from tests.fakes import FakeUpstream
+
+    first = FakeUpstream([{"id": "shared", "object": "model", "owned_by": "vllm"}, {"id": "only-first", "object": "model"}]).start()
+    second = FakeUpstream([{"id": "only-second", "object": "model"}, {"id": "shared", "object": "model", "owned_by": "vllm"}]).start()
+    try:
+        config = tmp_path / "dragoman.toml"
+        config.write_text(f'[upstreams.first]\nurl = "{first.url}"\n[upstreams.second]\nurl = "{second.url}"\n')
+        checked = _run(tmp_path, "check", "--config", str(config))
+        assert checked.returncode == 0, checked.stderr
+        lines = {line.split("\t")[0]: line for line in checked.stdout.splitlines()}
+        assert "shared (? tokens)" in lines["first"]
+        assert "shared (? tokens, shadowed by first)" in lines["second"] and "only-second (? tokens)" in lines["second"]
+
+        listed = _run(tmp_path, "models", "--config", str(config))
+        assert listed.returncode == 0, listed.stderr
+        models = {line.split("\t")[0]: line for line in listed.stdout.splitlines()}
+        assert "upstream=first" in models["shared"] and models["shared"].endswith("\talso listed by second (shadowed)")
+        assert "also listed" not in models["only-first"] and "also listed" not in models["only-second"]
+        warnings = [line for line in listed.stderr.splitlines() if "more than one upstream" in line]
+        assert len(warnings) == 1 and "'shared'" in warnings[0] and "never reach second" in warnings[0], listed.stderr
+    finally:
+        first.stop()
+        second.stop()
