@@ -123,6 +123,9 @@ class Gateway:
         for model, (serving, others) in self.router.shadowed().items():
             warnings.add(f"model {model!r} is listed by more than one upstream: {serving} serves it (first in the "
                          f"configuration); its requests never reach {', '.join(others)}")  # fmt: skip
+        if self.router.default_unlisted():
+            warnings.add(f"default model {self.config.server.default_model!r} (server.default_model) is not listed by any "
+                         "upstream: a name nothing else serves (claude-*, say) gets 404 until an upstream lists it")  # fmt: skip
         for warning in sorted(warnings - self._warned):
             log.warning("%s", warning)
         self._warned = warnings

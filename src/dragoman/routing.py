@@ -153,7 +153,14 @@ class Router:
             return route
         default = self._config.server.default_model
         if default and default != name:
-            return self.resolve(default)
+            try:
+                return self.resolve(default)
+            except NotFound:  # the client never named the default model: say both names
+                raise NotFound(f"model: {name!r} goes to the default model {default!r} (server.default_model), which no "
+                               f"upstream lists; available models: {', '.join(self.names()) or 'none'}") from None  # fmt: skip
+            except UpstreamError as error:
+                raise UpstreamError(f"model: {name!r} goes to the default model {default!r} (server.default_model), "
+                                    f"but {error.message.removeprefix('model: ')}") from None  # fmt: skip
         if len(self.discovering) == 1 and not self.discovered.get(self.discovering[0]):
             # The upstream's list is not known (it was down): let the upstream judge the name.
             return self._route_upstream_model(self.discovering[0], name, listed=False)
@@ -182,6 +189,14 @@ class Router:
                 if upstream not in listed:
                     listed.append(upstream)
         return {model: (listed[0], listed[1:]) for model, listed in holders.items() if len(listed) > 1}
+
+    def default_unlisted(self) -> bool:
+        """Whether `server.default_model` names a model no upstream lists (judged only once every
+        list is in: it may be on the upstream not read yet). Every name it should catch is a 404."""
+        default = self._config.server.default_model
+        if not default or self._configured(default) is not None or any(u not in self.discovered for u in self.discovering):
+            return False
+        return self._route_discovered(default) is None
 
     @property
     def registry(self) -> Registry:

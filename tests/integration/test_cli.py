@@ -269,3 +269,25 @@ def test_check_and_models_show_a_model_that_two_upstreams_list(tmp_path):
     finally:
         first.stop()
         second.stop()
+
+
+def test_serve_with_a_default_model_the_upstream_does_not_list(tmp_path, upstream):
+    """A Claude name sent to a default model the upstream lacks: the 404 names both models, and
+    the log said so at discovery, before any request."""
+    with serving(tmp_path, "--upstream", upstream.url, "--default-model", "qwen-missing") as url:
+        log = next(tmp_path.glob("serve-*.log"))
+        deadline = time.monotonic() + 20  # discovery runs after start-up: wait for its word, bounded
+        while "qwen-missing" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        client = anthropic.Anthropic(base_url=url, api_key="any", max_retries=0)
+        with pytest.raises(anthropic.NotFoundError) as caught:
+            client.messages.create(model="claude-opus-4-8", max_tokens=5, messages=USER)
+        assert caught.value.status_code == 404
+        error = caught.value.body["error"]
+        assert error["type"] == "not_found_error"
+        assert error["message"].startswith("model: 'claude-opus-4-8' ") and "default model 'qwen-missing'" in error["message"]
+        assert "test-model" in error["message"]  # what is served
+        assert upstream.requests == []
+    warnings = [line for line in log.read_text().splitlines() if "WARNING" in line and "qwen-missing" in line]
+    assert len(warnings) == 1 and "server.default_model" in warnings[0], log.read_text()

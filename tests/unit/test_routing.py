@@ -11,6 +11,7 @@ import pytest
 
 from dragoman.backends.base import UpstreamModel
 from dragoman.config import from_dict
+from dragoman.errors import NotFound, UpstreamError
 from dragoman.gateway import Gateway
 
 
@@ -76,3 +77,43 @@ def test_distinct_lists_shadow_nothing(caplog):
         _discover_all(gateway)
     assert gateway.router.shadowed() == {}
     assert _warnings(caplog) == []
+
+
+# -- a default model no upstream lists ---------------------------------------------------------
+
+
+def test_a_name_sent_to_an_unlisted_default_model_is_a_404_naming_both(caplog):
+    gateway = _gateway({"a": ["listed"]}, server={"default_model": "qwen-missing"})
+    with caplog.at_level(logging.INFO, logger="dragoman"):
+        _discover_all(gateway)
+        _discover_all(gateway)  # a rediscovery: not said again
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1 and "'qwen-missing'" in warnings[0] and "server.default_model" in warnings[0], warnings
+
+    with pytest.raises(NotFound) as caught:
+        gateway.router.resolve("claude-sonnet-4-5")
+    message = caught.value.message
+    assert message.startswith("model: 'claude-sonnet-4-5' ") and "default model 'qwen-missing'" in message
+    assert "no upstream lists" in message and "available models: listed" in message
+    assert (caught.value.status, caught.value.type) == (404, "not_found_error")
+    with pytest.raises(NotFound) as caught:  # the default model's own name: as before
+        gateway.router.resolve("qwen-missing")
+    assert caught.value.message.startswith("model: 'qwen-missing' is not served here")
+
+
+def test_a_listed_default_model_is_not_warned_about(caplog):
+    gateway = _gateway({"a": ["listed"], "b": ["qwen"]}, server={"default_model": "qwen"})
+    with caplog.at_level(logging.INFO, logger="dragoman"):
+        _discover_all(gateway)
+    assert _warnings(caplog) == []
+    assert gateway.router.resolve("claude-sonnet-4-5").upstream_model == "qwen"
+
+
+def test_a_default_model_on_an_upstream_not_read_yet_is_a_502_naming_both(caplog):
+    gateway = _gateway({"a": ["listed"], "b": ["qwen"]}, server={"default_model": "qwen"})
+    asyncio.run(gateway.discover_all(["a"]))  # b was down: its list is unknown
+    assert not gateway.router.default_unlisted()  # it may be on b: no warning yet
+    with pytest.raises(UpstreamError) as caught:
+        gateway.router.resolve("claude-sonnet-4-5")
+    message = caught.value.message
+    assert message.startswith("model: 'claude-sonnet-4-5' ") and "default model 'qwen'" in message and "upstream b" in message
