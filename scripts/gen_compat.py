@@ -31,7 +31,8 @@ SUPPORTED, IGNORED, REJECTED = "supported", "accepted, ignored", "rejected (400)
 REQUEST_NOTES = {
     "model": "mapped through names, aliases (`*` wildcards), discovered upstream models and the default model; the response carries the client's name",
     "messages": "user/assistant turns; consecutive same-role turns merged; `system`, `ctx` and `msg` roles folded; a final assistant turn is a prefill",
-    "max_tokens": "required; lowered visibly (header `X-Max-Tokens-Applied`) to the model's output limit and remaining context",
+    "max_tokens": "required; lowered visibly (header `X-Max-Tokens-Applied`) to the model's output limit and remaining context; a reply "
+    "cut at a limit the remaining context set has `stop_reason: \"model_context_window_exceeded\"`",
     "system": "string or text blocks; Claude Code's per-session billing-header block is dropped (setting `keep_billing_header`)",
     "stop_sequences": "any number, matched by the gateway over the streamed text; the matched sequence is reported exactly; the upstream is then hung up on, and usage is the prompt as counted plus a token per chunk received",
     "stream": "Anthropic's SSE event sequence; `message_start` as soon as the upstream accepts, so on the translating path its "

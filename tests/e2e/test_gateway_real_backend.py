@@ -192,6 +192,38 @@ def test_max_tokens_is_fitted_to_the_context(translate):
     assert response.status_code == 200, response.text
     applied = int(response.headers["x-max-tokens-applied"])
     assert 0 < applied < 4096
+    # The model ends "Hi" long before the window: not cut, so neither cut reason.
+    assert response.json()["stop_reason"] not in ("max_tokens", "model_context_window_exceeded")
+
+
+def test_a_reply_cut_at_the_limit_the_window_set_says_the_window_stopped_it(llama_server_small_ctx):
+    # A prompt that leaves a few tokens of the window: max_tokens is lowered to them, and the
+    # model, asked for an essay, is cut there by llama-server (finish_reason "length").
+    gateway = _gateway(llama_server_small_ctx, "openai")
+    try:
+        client = _client(gateway)
+        window = client.models.retrieve("served").max_input_tokens
+        assert window is not None
+        request = _ask("Write a long essay about the sea.", max_tokens=40, extra_body={"temperature": 0})
+        filler = 0
+        for _ in range(4):  # a filler word is about a token: converge on a prompt that leaves 6
+            system = "You are a careful assistant. " + "Be thorough. " * filler
+            counted = client.messages.count_tokens(model=request["model"], system=system, messages=request["messages"]).input_tokens
+            filler += (window - 6 - counted) // 3  # "Be thorough. " is about three tokens
+        room = window - counted
+        assert 0 < room < 40, (window, counted)
+        for stream in (False, True):
+            if stream:
+                with client.messages.stream(**request, system=system) as s:
+                    message = s.get_final_message()
+            else:
+                raw = client.messages.with_raw_response.create(**request, system=system)
+                assert int(raw.headers["x-max-tokens-applied"]) == room
+                message = raw.parse()
+            assert message.stop_reason == "model_context_window_exceeded", message
+            assert message.usage.output_tokens == room
+    finally:
+        gateway.stop()
 
 
 def test_concurrent_streams(path):

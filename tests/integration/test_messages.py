@@ -342,6 +342,43 @@ def test_max_tokens_zero_warms_the_cache_without_generating(client, upstream):
     assert "".join(b.text for b in message.content if b.type == "text") == ""
 
 
+# -- max_tokens fitted to the context window ----------------------------------------------
+
+# The fake's /tokenize counts "Hello" as 6 tokens: a window of 20 leaves room for 14.
+WINDOWED = [
+    {"name": "windowed", "upstream": "default", "upstream_model": "test-model", "context_window": 20},
+    {"name": "capped", "upstream": "default", "upstream_model": "test-model", "context_window": 20, "max_output_tokens": 10},
+]
+
+
+@pytest.mark.parametrize(
+    ("model", "asked", "sent", "stop_reason"),
+    [
+        ("windowed", 50, 14, "model_context_window_exceeded"),  # the window cut the reply, not the 50 asked
+        ("windowed", 14, 14, "max_tokens"),  # exactly what the window leaves: the client's limit
+        ("capped", 50, 10, "max_tokens"),  # the model's output cap, which the window would allow
+    ],
+    ids=["lowered-by-the-window", "fits", "lowered-by-the-output-cap"],
+)
+def test_a_reply_cut_at_a_limit_the_window_set_says_so_on_every_path(make_gateway, upstream, model, asked, sent, stop_reason):
+    gateway = make_gateway(upstream={"flavor": "vllm"}, models=WINDOWED)
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    request = {"model": model, "max_tokens": asked, "messages": USER}
+    upstream.json_reply(completion("Partial answ", finish="length", prompt=6, completion_tokens=sent))
+    upstream.stream_reply(text_stream("Partial", " answ", finish="length", prompt=6))
+    upstream.stream_reply(text_stream("Partial", " answ", finish="length", prompt=6))
+
+    plain = client.messages.create(**request)
+    with client.messages.stream(**request) as stream:
+        streamed = stream.get_final_message()
+    folded = client.messages.create(**request, stop_sequences=["never-seen"])  # read from the upstream's stream
+
+    assert [r["max_tokens"] for r in upstream.requests] == [sent] * 3
+    for message in (plain, streamed, folded):
+        assert message.stop_reason == stop_reason and message.stop_sequence is None
+        assert message.content[0].text == "Partial answ"
+
+
 def test_a_model_unknown_while_another_upstreams_list_is_unreadable_is_a_502_not_a_404(upstream):
     """Two upstreams without [[models]], one down at start: a name that may be its is not
     'not found' (final, not retried) but a 502 the SDKs retry; a name of the live one works."""

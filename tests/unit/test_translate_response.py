@@ -61,6 +61,22 @@ def test_content_and_stop_reason(reply: Any, expected_content: list, stop_reason
     assert result["stop_sequence"] is None
 
 
+@pytest.mark.parametrize(
+    ("reply", "stop_reason"),
+    [
+        (completion("Partial answ", finish="length"), "model_context_window_exceeded"),
+        (completion(None, finish="length", tool_calls=[call(arguments='{"city": "Par')]), "model_context_window_exceeded"),
+        (completion("Hello there."), "end_turn"),
+        (completion(None, finish="tool_calls", tool_calls=[call()]), "tool_use"),
+        (completion("", finish="content_filter"), "refusal"),
+    ],
+    ids=["length", "truncated-tool", "stop", "tool-calls", "content-filter"],
+)
+def test_a_window_bound_limit_changes_only_a_cut_reply(reply: Any, stop_reason: str) -> None:
+    """max_tokens lowered to fit the context window: a reply cut at it was stopped by the window."""
+    assert translate(reply, window_bound=True)["stop_reason"] == stop_reason
+
+
 def test_missing_tool_ids_get_toolu_ids_from_the_factory() -> None:
     reply = completion(None, tool_calls=[call(id=None), call("get_time", "{}", id="call_x"), call("get_date", "{}", id=None)])
     ids = [block["id"] for block in translate(reply)["content"]]

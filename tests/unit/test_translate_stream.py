@@ -20,7 +20,7 @@ from dragoman.errors import GatewayError, InvalidRequest, UpstreamError
 from dragoman.protocol import anthropic as a
 from dragoman.translate.fold import fold
 from dragoman.translate.response import to_message
-from dragoman.translate.stream import StreamTranslator
+from dragoman.translate.stream import StreamTranslator, stop_reason_of
 from tests.helpers import (
     as_dicts,
     check_grammar,
@@ -243,6 +243,52 @@ CASES = [
         "max_tokens",
         tokens(10, 8),
     ),
+    # max_tokens lowered to the room the prompt left in the context window (backends.fitting):
+    # a reply cut at it was stopped by the window; one the model ended says so as ever.
+    Case(
+        "length-at-a-window-bound-limit",
+        [chunk({"content": "The list: 1, 2,"}), chunk({}, "length"), usage_chunk(10, 8)],
+        [text_block("The list: 1, 2,")],
+        "model_context_window_exceeded",
+        tokens(10, 8),
+        options={"window_bound": True},
+    ),
+    Case(
+        "truncated-arguments-at-a-window-bound-limit",
+        [calls(tc(0, "call_a", "write_file", '{"path": "a.txt", "text": "Once upon')), chunk({}, "length")],
+        [tool_block("call_a", "write_file", {"path": "a.txt", "text": "Once upon"})],
+        "model_context_window_exceeded",
+        options={"window_bound": True},
+    ),
+    Case(
+        "reasoning-cut-at-a-window-bound-limit",
+        [chunk({"reasoning": "Let me think about"}), chunk({"reasoning": " this"}), chunk({}, "length")],
+        [thinking_block("Let me think about this")],
+        "model_context_window_exceeded",
+        options={"window_bound": True, "surface_thinking": True},
+    ),
+    Case(
+        "ended-by-the-model-under-a-window-bound-limit",
+        [chunk({"content": "Done."}), chunk({}, "stop")],
+        [text_block("Done.")],
+        "end_turn",
+        options={"window_bound": True},
+    ),
+    Case(
+        "tool-call-under-a-window-bound-limit",
+        [calls(tc(0, "call_a", "get_weather", '{"city": "Paris"}')), chunk({}, "tool_calls")],
+        [tool_block("call_a", "get_weather", {"city": "Paris"})],
+        "tool_use",
+        options={"window_bound": True},
+    ),
+    Case(
+        "stop-sequence-then-length-under-a-window-bound-limit",
+        [chunk({"content": "One. END Two."}), chunk({}, "length")],
+        [text_block("One. ")],
+        "stop_sequence",
+        stop_sequence="END",
+        options={"window_bound": True, "stop_sequences": ["END"]},
+    ),
     Case(
         "content-filter",
         [chunk({"content": "I"}), chunk({}, "content_filter")],
@@ -423,6 +469,26 @@ def test_stream_invariants(case: Case) -> None:
     assert by_fold == expected
     assert by_sdk == expected
     assert by_message == expected
+
+
+@pytest.mark.parametrize(
+    ("finish", "tool_calls", "matched", "window_bound", "expected"),
+    [
+        ("stop", False, None, False, "end_turn"),
+        ("stop", False, None, True, "end_turn"),
+        (None, False, None, True, "end_turn"),
+        ("length", False, None, False, "max_tokens"),
+        ("length", False, None, True, "model_context_window_exceeded"),
+        ("length", True, None, False, "max_tokens"),  # a tool call cut short
+        ("length", True, None, True, "model_context_window_exceeded"),
+        ("length", False, "END", True, "stop_sequence"),
+        ("tool_calls", True, None, True, "tool_use"),
+        ("tool_calls", False, None, True, "end_turn"),
+        ("content_filter", False, None, True, "refusal"),
+    ],
+)
+def test_stop_reason_of(finish: str | None, tool_calls: bool, matched: str | None, window_bound: bool, expected: str) -> None:
+    assert stop_reason_of(finish, tool_calls=tool_calls, matched=matched, window_bound=window_bound) == expected
 
 
 def test_exact_event_sequence_for_a_text_stream() -> None:

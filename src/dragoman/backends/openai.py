@@ -141,8 +141,8 @@ class OpenAIBackend:
         # them reads the upstream as a stream even when the client did not ask for one.
         upstream_stream = request.stream or bool(request.stop_sequences) or self.profile.stream_upstream
         translated = await self._translate_call(request, route, upstream_stream)
-        body = await fitted_body(translated.chat, route, request.max_tokens, lambda chat: self._count(chat, route, estimate=0))
-        post = self._http.post("/chat/completions", body, outcome=call.outcome)
+        fitted = await fitted_body(translated.chat, route, request.max_tokens, lambda chat: self._count(chat, route, estimate=0))
+        post = self._http.post("/chat/completions", fitted.body, outcome=call.outcome)
         reply: ReplySettings = {
             "model": call.model,
             "message_id": ids.message_id(),
@@ -153,6 +153,10 @@ class OpenAIBackend:
             "surface_thinking": translated.surface_thinking,
             "omit_thinking_text": translated.omit_thinking_text,
             "single_tool_call": translated.single_tool_call,
+            # A cut at a limit the window set is `model_context_window_exceeded` (stop_reason_of).
+            # Every reply is built here, batches' included; compaction's summary says
+            # `compaction` and max_tokens 0's warm-up `max_tokens` whatever the cut.
+            "window_bound": fitted.window_bound,
             # Servers asked to continue explicitly never repeat the prefill; native ones may.
             "prefill": translated.prefill if self.profile.prefill == "native" else "",
             "upstream": self.name,

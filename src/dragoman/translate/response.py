@@ -26,6 +26,7 @@ def to_message(
     surface_thinking: bool = False,
     omit_thinking_text: bool = False,
     single_tool_call: bool = False,
+    window_bound: bool = False,
     prefill: str = "",
     upstream: str = "upstream",
 ) -> a.Message:
@@ -71,7 +72,7 @@ def to_message(
         id=message_id,
         model=model,
         content=content,
-        stop_reason=stop_reason_of(choice.finish_reason, tool_calls=bool(calls), matched=matcher.matched),
+        stop_reason=stop_reason_of(choice.finish_reason, tool_calls=bool(calls), matched=matcher.matched, window_bound=window_bound),
         stop_sequence=matcher.matched,
         usage=usage_of(completion.usage),
     )

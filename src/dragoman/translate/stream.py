@@ -47,6 +47,7 @@ class ReplySettings(TypedDict):
     surface_thinking: bool
     omit_thinking_text: bool
     single_tool_call: bool
+    window_bound: bool  # max_tokens was lowered to fit the context window (backends.fitting)
     prefill: str
     upstream: str
 
@@ -64,11 +65,17 @@ def usage_of(usage: openai.Usage | None) -> a.Usage:
     )
 
 
-def stop_reason_of(finish: str | None, *, tool_calls: bool, matched: str | None) -> a.StopReason:
+def stop_reason_of(finish: str | None, *, tool_calls: bool, matched: str | None, window_bound: bool = False) -> a.StopReason:
+    """Anthropic's stop reason for an upstream finish reason. `window_bound`: the request's
+    max_tokens was lowered to the room the prompt left in the context window, so a reply
+    cut at it was stopped by the window, not by the client's max_tokens."""
     if matched is not None:
         return "stop_sequence"
     if finish == "length":
-        return "max_tokens"  # as Anthropic says it of a call cut short: its input may be incomplete
+        # A tool call cut short too, as Anthropic says it of one (its input may be
+        # incomplete): both reasons mean the reply was cut; the window's tells the client
+        # that asking for more tokens will not help.
+        return "model_context_window_exceeded" if window_bound else "max_tokens"
     if tool_calls:
         return "tool_use"
     reason = FINISH_REASONS.get(finish or "stop", "end_turn")
@@ -98,6 +105,7 @@ class StreamTranslator:
         surface_thinking: bool = False,
         omit_thinking_text: bool = False,
         single_tool_call: bool = False,
+        window_bound: bool = False,
         prefill: str = "",
         upstream: str = "upstream",
     ) -> None:
@@ -121,6 +129,7 @@ class StreamTranslator:
         self._tool_args = ""
         self._tool_waiting = False  # a call begun whose block waits for its name (and id, or arguments)
         self._single_tool_call = single_tool_call
+        self._window_bound = window_bound
         self._dropping = False  # the fragments of calls after the first, when only one may come back
         self._dropped_index: int | None = None  # the index of the call being dropped
         self._closed_tools: set[int | str] = set()
@@ -225,7 +234,7 @@ class StreamTranslator:
                 self._open_block("text", a.OutTextBlock(text=""), events)
         self._close(events)
         usage = usage_of(self._usage)
-        reason = stop_reason_of(self._finish, tool_calls=self._saw_tool, matched=self._stops.matched)
+        reason = stop_reason_of(self._finish, tool_calls=self._saw_tool, matched=self._stops.matched, window_bound=self._window_bound)
         events.append(
             a.MessageDelta(
                 delta=a.MessageDeltaBody(stop_reason=reason, stop_sequence=self._stops.matched),
