@@ -20,7 +20,7 @@ from dragoman import batch_endpoints, endpoints, file_endpoints, ids
 from dragoman.backends.base import Backend
 from dragoman.config import Config
 from dragoman.disconnect import ClientLeft
-from dragoman.errors import GatewayError, MethodNotAllowed, NotFound
+from dragoman.errors import GatewayError, MethodNotAllowed, NotFound, Overloaded
 from dragoman.gateway import Gateway
 from dragoman.observe import configure_logging
 
@@ -104,6 +104,16 @@ class App:
             return
         except GatewayError as error:
             response = error_response(scope, self.gateway, error, with_id=True)
+        except asyncio.CancelledError:
+            # The server is stopping and this request outlived the grace period (a client that
+            # left is answered 499 by `serve`): an error the SDKs retry, as a stream gets, not
+            # uvicorn's plain-text 500.
+            stopping = Overloaded("the server is shutting down; send the request again")
+            response = error_response(scope, self.gateway, stopping, with_id=True)
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                async with asyncio.timeout(1):
+                    await response(scope, receive, send)
+            return
         except Exception as exc:
             log.exception("unhandled error on POST %s", scope["path"], exc_info=exc)
             response = error_response(scope, self.gateway, GatewayError("internal error in the gateway"), with_id=True)

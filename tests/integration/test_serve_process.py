@@ -121,6 +121,29 @@ def test_a_stream_outliving_the_shutdown_grace_ends_with_an_overloaded_error_eve
     assert b"Exception in ASGI application" not in process.stderr.read()  # type: ignore[union-attr]
 
 
+def test_a_request_outliving_the_shutdown_grace_gets_an_overloaded_error_not_a_plain_500(upstream, stop_later, tmp_path):
+    from tests.fakes import Reply, completion
+
+    upstream.queue(Reply(body=completion("late"), hang=20.0))
+    config = tmp_path / "dragoman.toml"
+    config.write_text("[server]\nshutdown_grace = 0.5\n")
+    process, url = _start(upstream.url, "--config", str(config))
+    stop_later(process)
+    answers: list[httpx.Response] = []
+    caller = threading.Thread(target=lambda: answers.append(httpx.post(url + "/v1/messages", json=BODY, timeout=10)))
+    caller.start()
+    assert upstream.wait_for(lambda: upstream.requests)  # in flight, waiting for the upstream
+    process.send_signal(signal.SIGTERM)
+    caller.join(10)
+    assert answers[0].status_code == 529, answers[0].text
+    assert answers[0].json()["error"]["type"] == "overloaded_error"
+    assert answers[0].headers["request-id"] == answers[0].json()["request_id"]
+    assert process.wait(10) in (0, -signal.SIGTERM)
+    stderr = process.stderr.read().decode()  # type: ignore[union-attr]
+    assert "Exception in ASGI application" not in stderr
+    assert '"status":529' in stderr and '"error":"overloaded_error"' in stderr  # logged like any other answer
+
+
 def test_text_stream_sanity(upstream, stop_later):
     upstream.stream_reply(text_stream("a", "b"))
     process, url = _start(upstream.url)
