@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 
@@ -11,6 +12,7 @@ import anthropic
 import httpx
 import pytest
 
+from tests.fake_anthropic import FakeAnthropic
 from tests.fakes import FakeUpstream, Reply, completion, text_stream
 from tests.servers import free_port
 
@@ -139,6 +141,29 @@ def test_health_and_ready(make_gateway, upstream):
     assert ready.status_code == 200 and ready.json()["upstreams"] == ["default"]
     down = make_gateway(url=f"http://127.0.0.1:{free_port()}/v1")
     assert httpx.get(down.url + "/ready").status_code == 503
+
+
+def test_a_replica_that_never_answers_leaves_the_upstream_ready(make_gateway, upstream):
+    with socket.socket() as silent:  # connections are accepted (by the kernel), never answered
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        gateway = make_gateway(url=url, upstream={"replicas": [upstream.url]}, server={"default_model": "test-model"})
+        for _ in range(3):  # round robin: some probes ask the silent instance first
+            ready = httpx.get(gateway.url + "/ready", timeout=10)
+            assert ready.status_code == 200 and ready.json()["upstreams"] == ["default"]
+
+
+def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native):
+    starting = FakeAnthropic().start()
+    starting.models_down = True  # its model list answers 503
+    try:
+        gateway = gateway_from({"upstreams": {"n": {"url": starting.url, "replicas": [native.url], "protocol": "anthropic"}}})
+        for _ in range(3):  # round robin: some probes ask the starting instance first
+            ready = httpx.get(gateway.url + "/ready", timeout=10)
+            assert ready.status_code == 200 and ready.json()["upstreams"] == ["n"]
+    finally:
+        starting.stop()
 
 
 def test_upstream_key_never_reaches_the_client(make_gateway):

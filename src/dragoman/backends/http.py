@@ -32,6 +32,7 @@ MAX_ERROR_BODY = 64 * 1024
 RETRY_STATUSES = frozenset({429, 502, 503, 504, 529})
 UNHEALTHY_FOR = 5.0  # seconds a replica that refused a connection is passed over
 BACKOFF_BASE = 0.25
+HEDGE_AFTER = 1.0  # seconds a GET (a model list) waits on one instance before the next is asked too
 
 
 def _encode_headers(headers: dict[str, str]) -> bytes:
@@ -213,20 +214,47 @@ class HttpClient:
         return max(0.0, min(delay, budget_end - time.monotonic()))
 
     async def get(self, path: str, *, timeout: float = 10.0, from_root: bool = False) -> tuple[int, bytes]:
-        last: GatewayError | None = None
+        """A GET (the model list) from the first instance that answers: the next one is asked
+        at once after a failure (no connection, a 5xx), or alongside one still silent after
+        HEDGE_AFTER seconds, so that one instance that hangs does not fail it. `timeout`
+        bounds the whole; the last failure is raised, or the last 5xx answer returned."""
         target = path if from_root else self.prefix + path
-        for root in [self._pick(avoid=None), *self.roots]:
+        first = self._pick(avoid=None)
+        waiting = [first, *(root for root in self.roots if root != first)]
+        asking: dict[asyncio.Task[tuple[int, bytes]], str] = {}
+        failed: tuple[int, bytes] | GatewayError | None = None
+        try:
+            with upstream_errors(self.name):
+                async with asyncio.timeout(timeout):
+                    while waiting or asking:
+                        if waiting:  # the first, or the next after a failure or a silence
+                            root = waiting.pop(0)
+                            asking[asyncio.ensure_future(self._get_from(root, target))] = root
+                        done, _ = await asyncio.wait(asking, timeout=HEDGE_AFTER if waiting else None, return_when=asyncio.FIRST_COMPLETED)
+                        for task in done:
+                            root = asking.pop(task)
+                            error = task.exception()
+                            if error is None and task.result()[0] < 500:
+                                return task.result()
+                            if isinstance(error, UpstreamError):  # no connection: passed over, as for a POST
+                                self._unhealthy[root] = time.monotonic() + UNHEALTHY_FOR
+                            elif error is not None and not isinstance(error, GatewayError):
+                                raise error
+                            failed = task.result() if error is None else error
+        finally:
+            for task in asking:
+                task.cancel()  # closes its connection: the instance stops working on it
+            if asking:
+                await asyncio.wait(asking)
+        if isinstance(failed, GatewayError):
+            raise failed
+        assert failed is not None
+        return failed
+
+    async def _get_from(self, root: str, target: str) -> tuple[int, bytes]:
+        with upstream_errors(self.name):
+            response = await self._pool.request(root, b"GET", target, self._header_lines(None), None, idle_timeout=self._upstream.idle_timeout)
             try:
-                with upstream_errors(self.name):
-                    async with asyncio.timeout(timeout):
-                        response = await self._pool.request(root, b"GET", target, self._header_lines(None), None,
-                                                            idle_timeout=self._upstream.idle_timeout)  # fmt: skip
-                        try:
-                            return response.status, await response.read()
-                        finally:
-                            response.release()
-            except UpstreamError as error:  # try the next replica
-                self._unhealthy[root] = time.monotonic() + UNHEALTHY_FOR
-                last = error
-        assert last is not None
-        raise last
+                return response.status, await response.read()
+            finally:
+                response.release()
