@@ -102,8 +102,10 @@ class Gateway:
         try:
             async with asyncio.timeout(DISCOVERY_TIMEOUT):
                 models = await self.backends[upstream].list_models()
-        except (GatewayError, TimeoutError) as error:
-            log.warning("model discovery on upstream %s failed: %s", upstream, getattr(error, "message", error) or "timeout")
+        except TimeoutError:  # its str() is empty
+            log.warning("model discovery on upstream %s failed: no answer within %g s", upstream, DISCOVERY_TIMEOUT)
+        except GatewayError as error:
+            log.warning("model discovery on upstream %s failed: %s", upstream, error.message)
         else:
             self.router.set_discovered(upstream, models)
             log.info("upstream %s serves: %s", upstream, ", ".join(m.id for m in models) or "no models")

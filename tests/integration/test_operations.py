@@ -12,6 +12,7 @@ import anthropic
 import httpx
 import pytest
 
+from dragoman import gateway as gateway_module
 from tests.fake_anthropic import FakeAnthropic
 from tests.fakes import FakeUpstream, Reply, completion, text_stream
 from tests.servers import free_port
@@ -152,6 +153,19 @@ def test_a_replica_that_never_answers_leaves_the_upstream_ready(make_gateway, up
         for _ in range(3):  # round robin: some probes ask the silent instance first
             ready = httpx.get(gateway.url + "/ready", timeout=10)
             assert ready.status_code == 200 and ready.json()["upstreams"] == ["default"]
+
+
+def test_a_discovery_that_times_out_says_so_in_the_log(make_gateway, caplog, monkeypatch):
+    monkeypatch.setattr(gateway_module, "DISCOVERY_TIMEOUT", 0.2)
+    with socket.socket() as silent, caplog.at_level(logging.WARNING, logger="dragoman"):  # accepted by the kernel, never answered
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        make_gateway(url=f"http://127.0.0.1:{silent.getsockname()[1]}/v1")
+        deadline = time.monotonic() + 5
+        while not any("model discovery" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    lines = [r.getMessage() for r in caplog.records if "model discovery" in r.getMessage()]
+    assert lines == ["model discovery on upstream default failed: no answer within 0.2 s"]
 
 
 def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native):
