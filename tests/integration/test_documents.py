@@ -84,6 +84,15 @@ def test_a_name_that_resolves_to_a_private_address_is_refused(make_gateway, upst
     assert "private, loopback or reserved" in response.json()["error"]["message"]
 
 
+def test_a_host_in_full_width_digits_is_refused(make_gateway, upstream, docs_server):
+    # "１２７.０.０.１" is 127.0.0.1 to aiohttp, which connects to a literal address without resolving it
+    gateway = make_gateway(server={"fetch_documents": True})
+    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server.replace("127.0.0.1", "\uff11\uff12\uff17.0.0.1") + "/doc.txt"))
+    assert response.status_code == 400
+    assert "private, loopback or reserved" in response.json()["error"]["message"]
+    assert upstream.requests == []
+
+
 def test_count_tokens_fetches_url_documents_too(make_gateway, upstream, docs_server):
     gateway = make_gateway(server={"fetch_documents": True, "fetch_allow_private": True})
     body = _body(docs_server + "/doc.txt")

@@ -13,11 +13,11 @@ import base64
 import ipaddress
 import socket
 from typing import Any
-from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 import aiohttp.abc
 from aiohttp.abc import ResolveResult
+from yarl import URL
 
 from dragoman.errors import InvalidRequest
 from dragoman.protocol import anthropic as a
@@ -25,21 +25,41 @@ from dragoman.protocol import anthropic as a
 MAX_REDIRECTS = 3
 
 
+# Not globally reachable, though `is_global` says so: what Python before 3.11.10 misses
+# (CVE-2024-4032: 192.0.0.0/24 holds a cloud metadata address), and IPv6 forms that carry an
+# IPv4 address to a translator (6to4) or are deprecated (IPv4-compatible, site-local).
+_NOT_GLOBAL = tuple(ipaddress.ip_network(n) for n in ("192.0.0.0/24", "::/96", "64:ff9b:1::/48", "2002::/16", "fec0::/10"))
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # the last 32 bits are the IPv4 address reached
+
+
 def _public(address: str) -> bool:
-    ip = ipaddress.ip_address(address)
-    return ip.is_global and not ip.is_multicast
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address):  # an IPv4 address inside is what is reached
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        elif ip in _NAT64:
+            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip.is_global and not ip.is_multicast and not any(ip in network for network in _NOT_GLOBAL)
 
 
-def _check_url(url: str, allow_private: bool) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidRequest(f"document URL {url!r}: only http and https URLs are fetched")
+def _checked(url: str | URL, allow_private: bool) -> URL:
+    """The URL as aiohttp reads it (yarl, not urllib: it turns a host written in full-width
+    digits into 127.0.0.1, an address aiohttp then connects to without resolving it), with a
+    literal address checked here, as the resolver below never sees it."""
     try:
-        literal = ipaddress.ip_address(parts.hostname)  # never resolved, so checked here
+        parsed = url if isinstance(url, URL) else URL(url)
+        host = parsed.raw_host
+    except (ValueError, UnicodeError):
+        raise InvalidRequest(f"document URL {str(url)!r}: not a valid URL") from None
+    if parsed.scheme not in ("http", "https") or not host:
+        raise InvalidRequest(f"document URL {str(url)!r}: only http and https URLs are fetched")
+    try:
+        literal = ipaddress.ip_address(host)
     except ValueError:
-        return
+        return parsed
     if not allow_private and not _public(str(literal)):
-        raise InvalidRequest(f"document URL {url!r}: refusing to fetch from a private, loopback or reserved address")
+        raise InvalidRequest(f"document URL {str(url)!r}: refusing to fetch from a private, loopback or reserved address")
+    return parsed
 
 
 class _PublicOnlyResolver(aiohttp.abc.AbstractResolver):
@@ -67,11 +87,16 @@ async def fetch_document(url: str, *, max_bytes: int, timeout: float, allow_priv
         # No proxy: the address check must see what is connected to.
         connector = aiohttp.TCPConnector(resolver=None if allow_private else _PublicOnlyResolver())
         async with asyncio.timeout(timeout), aiohttp.ClientSession(connector=connector, trust_env=False) as session:
+            target = _checked(url, allow_private)
             for _ in range(MAX_REDIRECTS + 1):
-                _check_url(url, allow_private)
-                async with session.get(url, allow_redirects=False) as response:
+                async with session.get(target, allow_redirects=False) as response:
                     if response.status in (301, 302, 303, 307, 308) and "location" in response.headers:
-                        url = urljoin(url, response.headers["location"])
+                        try:
+                            location = target.join(URL(response.headers["location"]))
+                        except (ValueError, UnicodeError):
+                            raise InvalidRequest(f"document URL {url!r}: redirected to an invalid URL") from None
+                        url = str(location)
+                        target = _checked(location, allow_private)
                         continue
                     if response.status != 200:
                         raise InvalidRequest(f"document URL {url!r}: the server answered {response.status}")
