@@ -4,6 +4,7 @@ only from public addresses (or private ones when explicitly allowed)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -19,6 +20,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(302)
             self.send_header("location", "/doc.txt")
             self.end_headers()
+            return
+        if self.path == "/pieces.txt":  # a document that arrives in several reads
+            pieces = [f"part {n} of the memo. ".encode() * 200 for n in range(3)]
+            self.send_response(200)
+            self.send_header("content-type", "text/plain")
+            self.send_header("content-length", str(sum(map(len, pieces))))
+            self.end_headers()
+            for piece in pieces:
+                self.wfile.write(piece)
+                self.wfile.flush()
+                time.sleep(0.05)
             return
         body = TEXT.encode() if self.path == "/doc.txt" else b"x" * 5000
         self.send_response(200)
@@ -66,6 +78,14 @@ def test_fetched_documents_reach_the_model_as_text(make_gateway, upstream, docs_
     assert response.status_code == 200, response.text
     sent = upstream.requests[0]["messages"][0]["content"]
     assert TEXT in sent and 'title="Memo"' in sent
+
+
+def test_a_document_that_arrives_in_pieces_is_fetched_whole(make_gateway, upstream, docs_server):
+    gateway = make_gateway(server={"fetch_documents": True, "fetch_allow_private": True})
+    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/pieces.txt"))
+    assert response.status_code == 200, response.text
+    sent = upstream.requests[0]["messages"][0]["content"]
+    assert "part 0 of the memo" in sent and "part 2 of the memo" in sent
 
 
 def test_fetch_size_limit(make_gateway, upstream, docs_server):

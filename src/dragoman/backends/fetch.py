@@ -100,9 +100,7 @@ async def fetch_document(url: str, *, max_bytes: int, timeout: float, allow_priv
                         continue
                     if response.status != 200:
                         raise InvalidRequest(f"document URL {url!r}: the server answered {response.status}")
-                    data = await response.content.read(max_bytes + 1)
-                    if len(data) > max_bytes:
-                        raise InvalidRequest(f"document URL {url!r}: larger than the {max_bytes}-byte limit")
+                    data = await _read(response, url, max_bytes)
                     kind = response.content_type
                     break
             else:
@@ -120,6 +118,20 @@ async def fetch_document(url: str, *, max_bytes: int, timeout: float, allow_priv
     if kind.startswith("text/") or kind in ("application/json", "application/xml"):
         return a.TextSource(data=data.decode(response.charset or "utf-8", "replace"))
     raise InvalidRequest(f"document URL {url!r}: content type {kind!r} is not a PDF or text")
+
+
+async def _read(response: aiohttp.ClientResponse, url: str, max_bytes: int) -> bytes:
+    """The whole body, refused once past `max_bytes`. (`content.read(n)` returns what has
+    arrived so far, at most n bytes: a document that came in pieces was cut to its first.)"""
+    if response.content_length is not None and response.content_length > max_bytes:
+        raise InvalidRequest(f"document URL {url!r}: larger than the {max_bytes}-byte limit")
+    chunks, size = [], 0
+    async for chunk in response.content.iter_any():
+        size += len(chunk)
+        if size > max_bytes:
+            raise InvalidRequest(f"document URL {url!r}: larger than the {max_bytes}-byte limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def resolve_url_documents(request: a.MessagesRequest, *, max_bytes: int, timeout: float, allow_private: bool) -> None:
