@@ -11,11 +11,32 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from dragoman.backends.fetch import MAX_DOCUMENTS, PARALLEL_FETCHES
+
 TEXT = "The launch code is 1234."
 
 
 class _Handler(BaseHTTPRequestHandler):
+    lock = threading.Lock()
+    running = 0  # requests being answered now
+    most = 0  # the most at once
+    served = 0
+
     def do_GET(self) -> None:  # noqa: N802
+        with _Handler.lock:
+            _Handler.running += 1
+            _Handler.served += 1
+            _Handler.most = max(_Handler.most, _Handler.running)
+        try:
+            self._answer()
+        finally:
+            with _Handler.lock:
+                _Handler.running -= 1
+
+    def _answer(self) -> None:
+        if self.path == "/slow.txt":  # held a while, so that fetches at once overlap
+            time.sleep(0.1)
+            self.path = "/doc.txt"
         if self.path == "/redirect":
             self.send_response(302)
             self.send_header("location", "/doc.txt")
@@ -45,6 +66,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def docs_server() -> Iterator[str]:
+    _Handler.running = _Handler.most = _Handler.served = 0
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -52,8 +74,9 @@ def docs_server() -> Iterator[str]:
     server.shutdown()
 
 
-def _body(url: str) -> dict:
-    content = [{"type": "document", "source": {"type": "url", "url": url}, "title": "Memo"}, {"type": "text", "text": "Summarise."}]
+def _body(url: str, copies: int = 1) -> dict:
+    content = [{"type": "document", "source": {"type": "url", "url": url}, "title": "Memo"}] * copies
+    content.append({"type": "text", "text": "Summarise."})
     return {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": content}]}
 
 
@@ -86,6 +109,31 @@ def test_a_document_that_arrives_in_pieces_is_fetched_whole(make_gateway, upstre
     assert response.status_code == 200, response.text
     sent = upstream.requests[0]["messages"][0]["content"]
     assert "part 0 of the memo" in sent and "part 2 of the memo" in sent
+
+
+def test_a_request_fetches_a_few_documents_at_a_time(make_gateway, upstream, docs_server):
+    gateway = make_gateway(server={"fetch_documents": True, "fetch_allow_private": True})
+    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/slow.txt", copies=12), timeout=30)
+    assert response.status_code == 200, response.text
+    assert _Handler.served == 12
+    assert _Handler.most <= PARALLEL_FETCHES
+
+
+def test_a_request_may_have_at_most_so_many_documents_fetched(make_gateway, upstream, docs_server):
+    gateway = make_gateway(server={"fetch_documents": True, "fetch_allow_private": True})
+    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/doc.txt", copies=MAX_DOCUMENTS + 1))
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith(f"messages.0.content.{MAX_DOCUMENTS}.source: at most")
+    assert _Handler.served == 0 and upstream.requests == []
+
+
+def test_the_documents_of_a_request_are_bounded_together(make_gateway, upstream, docs_server):
+    # Each 5000-byte document is within fetch_max_bytes; the two together pass the request's limit
+    gateway = make_gateway(server={"fetch_documents": True, "fetch_allow_private": True, "max_request_bytes": 9000})
+    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/big.txt", copies=2))
+    assert response.status_code == 400
+    assert "together pass server.max_request_bytes (9000 bytes)" in response.json()["error"]["message"]
+    assert upstream.requests == []
 
 
 def test_fetch_size_limit(make_gateway, upstream, docs_server):

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from dragoman.backends.fetch import fetch_document
+from dragoman.backends.fetch import Budget, fetch_document
 from dragoman.config import ServerConfig
 from dragoman.errors import InvalidRequest
 from dragoman.protocol import anthropic
@@ -28,31 +28,34 @@ async def documents_as_text(data: dict[str, Any], server: ServerConfig) -> None:
     messages = data.get("messages")
     if not isinstance(messages, list):
         return
+    budget = Budget(server.max_request_bytes)  # what all its URL documents may take
     for index, message in enumerate(messages):
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list):
-            await _blocks(content, f"messages.{index}.content", server)
+            await _blocks(content, f"messages.{index}.content", server, budget)
 
 
-async def _blocks(blocks: list[Any], where: str, server: ServerConfig) -> None:
+async def _blocks(blocks: list[Any], where: str, server: ServerConfig, budget: Budget) -> None:
     for index, block in enumerate(blocks):
         if not isinstance(block, dict):
             continue
         here = f"{where}.{index}"
         if block.get("type") == "document":
-            blocks[index] = await _as_text(block, here, server)
+            blocks[index] = await _as_text(block, here, server, budget)
         elif block.get("type") == "tool_result" and isinstance(block.get("content"), list):
-            await _blocks(block["content"], f"{here}.content", server)
+            await _blocks(block["content"], f"{here}.content", server, budget)
 
 
-async def _as_text(block: dict[str, Any], where: str, server: ServerConfig) -> dict[str, Any]:
+async def _as_text(block: dict[str, Any], where: str, server: ServerConfig, budget: Budget) -> dict[str, Any]:
     try:
         document = msgspec.convert(block, anthropic.DocumentBlock)
     except msgspec.ValidationError as error:
         raise InvalidRequest(f"{where}: {error}") from None
     if isinstance(document.source, anthropic.URLSource) and server.fetch_documents:
+        budget.count(where)
         source = await fetch_document(
-            document.source.url, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout, allow_private=server.fetch_allow_private
+            document.source.url, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout, allow_private=server.fetch_allow_private,
+            budget=budget,
         )
         document = msgspec.structs.replace(document, source=source)
     if isinstance(document.source, anthropic.Base64Source):  # a PDF: its text is extracted in a thread

@@ -23,6 +23,8 @@ from dragoman.errors import InvalidRequest
 from dragoman.protocol import anthropic as a
 
 MAX_REDIRECTS = 3
+MAX_DOCUMENTS = 100  # URL documents fetched for one request
+PARALLEL_FETCHES = 4  # of one request's fetches, running at once
 
 
 # Not globally reachable, though `is_global` says so: what Python before 3.11.10 misses
@@ -82,7 +84,35 @@ class _PublicOnlyResolver(aiohttp.abc.AbstractResolver):
         await self._resolver.close()
 
 
-async def fetch_document(url: str, *, max_bytes: int, timeout: float, allow_private: bool) -> a.DocumentSource:
+class Budget:
+    """What the fetches of one request may still take, together: a small request naming
+    many URLs must neither hold gigabytes of documents nor send thousands of requests out."""
+
+    def __init__(self, total_bytes: int) -> None:
+        self.documents = MAX_DOCUMENTS
+        self.total_bytes = total_bytes  # server.max_request_bytes: what the request could have held itself
+        self.bytes = total_bytes
+        self.slots = asyncio.Semaphore(PARALLEL_FETCHES)
+
+    def count(self, where: str) -> None:
+        """One more document to fetch, at `where` in the request."""
+        self.documents -= 1
+        if self.documents < 0:
+            raise InvalidRequest(f"{where}.source: at most {MAX_DOCUMENTS} documents are fetched by URL for one request")
+
+    def take(self, size: int, url: str) -> None:
+        self.bytes -= size
+        if self.bytes < 0:
+            raise InvalidRequest(f"document URL {url!r}: the documents fetched for this request together pass "
+                                 f"server.max_request_bytes ({self.total_bytes} bytes)")  # fmt: skip
+
+
+async def fetch_document(url: str, *, max_bytes: int, timeout: float, allow_private: bool, budget: Budget) -> a.DocumentSource:
+    async with budget.slots:  # the timeout starts once a slot is had
+        return await _fetch(url, max_bytes=max_bytes, timeout=timeout, allow_private=allow_private, budget=budget)
+
+
+async def _fetch(url: str, *, max_bytes: int, timeout: float, allow_private: bool, budget: Budget) -> a.DocumentSource:
     try:
         # No proxy: the address check must see what is connected to.
         connector = aiohttp.TCPConnector(resolver=None if allow_private else _PublicOnlyResolver())
@@ -100,7 +130,7 @@ async def fetch_document(url: str, *, max_bytes: int, timeout: float, allow_priv
                         continue
                     if response.status != 200:
                         raise InvalidRequest(f"document URL {url!r}: the server answered {response.status}")
-                    data = await _read(response, url, max_bytes)
+                    data = await _read(response, url, max_bytes, budget)
                     kind = response.content_type
                     break
             else:
@@ -120,7 +150,7 @@ async def fetch_document(url: str, *, max_bytes: int, timeout: float, allow_priv
     raise InvalidRequest(f"document URL {url!r}: content type {kind!r} is not a PDF or text")
 
 
-async def _read(response: aiohttp.ClientResponse, url: str, max_bytes: int) -> bytes:
+async def _read(response: aiohttp.ClientResponse, url: str, max_bytes: int, budget: Budget) -> bytes:
     """The whole body, refused once past `max_bytes`. (`content.read(n)` returns what has
     arrived so far, at most n bytes: a document that came in pieces was cut to its first.)"""
     if response.content_length is not None and response.content_length > max_bytes:
@@ -130,30 +160,38 @@ async def _read(response: aiohttp.ClientResponse, url: str, max_bytes: int) -> b
         size += len(chunk)
         if size > max_bytes:
             raise InvalidRequest(f"document URL {url!r}: larger than the {max_bytes}-byte limit")
+        budget.take(len(chunk), url)
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-async def resolve_url_documents(request: a.MessagesRequest, *, max_bytes: int, timeout: float, allow_private: bool) -> None:
-    """Replace URL sources of document blocks with what they point to (in place)."""
+async def resolve_url_documents(request: a.MessagesRequest, *, max_bytes: int, timeout: float, allow_private: bool,
+                                total_bytes: int) -> None:  # fmt: skip
+    """Replace URL sources of document blocks with what they point to (in place), within
+    one `Budget` of `total_bytes`. The first failure cancels the other fetches."""
+    budget = Budget(total_bytes)
     pending: list[tuple[a.DocumentBlock, str]] = []
-    for message in request.messages:
+    for m, message in enumerate(request.messages):
         if isinstance(message.content, str):
             continue
-        for block in message.content:
-            blocks: list[Any] = [block]
+        for b, block in enumerate(message.content):
+            blocks: list[tuple[str, Any]] = [(f"messages.{m}.content.{b}", block)]
             if isinstance(block, a.ToolResultBlock) and isinstance(block.content, list):
-                blocks = list(block.content)
-            for inner in blocks:
+                blocks = [(f"messages.{m}.content.{b}.content.{i}", inner) for i, inner in enumerate(block.content)]
+            for where, inner in blocks:
                 if isinstance(inner, a.DocumentBlock) and isinstance(inner.source, a.URLSource):
+                    budget.count(where)
                     pending.append((inner, inner.source.url))
     if not pending:
         return
-    sources = await asyncio.gather(
-        *(fetch_document(url, max_bytes=max_bytes, timeout=timeout, allow_private=allow_private) for _, url in pending)
-    )
-    for (block, _), source in zip(pending, sources):
-        block.source = source
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(fetch_document(url, max_bytes=max_bytes, timeout=timeout, allow_private=allow_private,
+                                                      budget=budget)) for _, url in pending]  # fmt: skip
+    except BaseExceptionGroup as failed:  # the first failure is the client's answer
+        raise failed.exceptions[0] from None
+    for (block, _), task in zip(pending, tasks):
+        block.source = task.result()
 
 
 def has_url_documents(body: bytes) -> bool:

@@ -133,7 +133,8 @@ class OpenAIBackend:
         server = self._server
         if server.fetch_documents and has_url_documents(call.body):
             await resolve_url_documents(
-                request, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout, allow_private=server.fetch_allow_private
+                request, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout, allow_private=server.fetch_allow_private,
+                total_bytes=server.max_request_bytes,
             )
 
     async def _respond(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
