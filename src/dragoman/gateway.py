@@ -36,6 +36,7 @@ log = logging.getLogger("dragoman")
 REDISCOVER_AFTER = 10.0
 REGISTRY_CHECK_EVERY = 3600.0  # the cache itself is refreshed once it is a day old
 DISCOVERY_TIMEOUT = 5.0
+READY_REUSE = 1.0  # seconds a /ready round's answer is reused: the probe is open to anyone
 EPOCH = "1970-01-01T00:00:00Z"
 
 
@@ -64,6 +65,8 @@ class Gateway:
         self._lock = asyncio.Lock()
         self._translates_only: bool | None = None
         self._background: asyncio.Future[None] | None = None
+        self._readiness: asyncio.Future[list[str]] | None = None  # the latest /ready round
+        self._ready_at = 0.0  # when it ended
         self.batches = Batches(self, config.batches)
         self.files = FileStore(config.files)
         self.threads = ThreadStore()
@@ -166,6 +169,16 @@ class Gateway:
             log.warning("background model discovery failed: %s", future.exception())
 
     async def reachable_upstreams(self) -> list[str]:
+        """The upstreams that answer their model list. /ready is unauthenticated, and each
+        round asks every upstream (an authenticated call to a hosted one): probes at the same
+        moment share one round, and its answer is reused for READY_REUSE seconds, so that
+        nobody can multiply calls to the upstreams by asking /ready."""
+        latest = self._readiness
+        if latest is None or (latest.done() and time.monotonic() - self._ready_at >= READY_REUSE):
+            latest = self._readiness = asyncio.ensure_future(self._probe_upstreams())
+        return list(await asyncio.shield(latest))  # a caller that leaves does not cancel the others' round
+
+    async def _probe_upstreams(self) -> list[str]:
         async def probe(name: str) -> str | None:
             try:
                 async with asyncio.timeout(DISCOVERY_TIMEOUT):
@@ -174,7 +187,10 @@ class Gateway:
             except (GatewayError, TimeoutError):
                 return None
 
-        results = await asyncio.gather(*(probe(n) for n in self.backends))
+        try:
+            results = await asyncio.gather(*(probe(n) for n in self.backends))
+        finally:
+            self._ready_at = time.monotonic()
         return [r for r in results if r]
 
     # -- models API ----------------------------------------------------------------

@@ -180,6 +180,23 @@ def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native
         starting.stop()
 
 
+def test_ready_probes_are_shared_so_nobody_can_multiply_upstream_calls(gateway_from, native, monkeypatch):
+    # /ready is open to anyone, and each round asks every upstream its model list (an authenticated call)
+    monkeypatch.setattr("dragoman.gateway.READY_REUSE", 3600.0)
+    gateway = gateway_from({"upstreams": {"native": {"url": native.url, "protocol": "anthropic"}}})
+    gateway.wait_discovered()
+    before = native.model_lists
+    answers: list[int] = []
+    threads = [threading.Thread(target=lambda: answers.append(httpx.get(gateway.url + "/ready").status_code)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    answers.append(httpx.get(gateway.url + "/ready").status_code)
+    assert answers == [200] * 9
+    assert native.model_lists == before + 1
+
+
 def test_upstream_key_never_reaches_the_client(make_gateway):
     dead = FakeUpstream().start()
     url = dead.url
