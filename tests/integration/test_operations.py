@@ -144,7 +144,8 @@ def test_health_and_ready(make_gateway, upstream):
     assert httpx.get(down.url + "/ready").status_code == 503
 
 
-def test_a_replica_that_never_answers_leaves_the_upstream_ready(make_gateway, upstream):
+def test_a_replica_that_never_answers_leaves_the_upstream_ready(make_gateway, upstream, monkeypatch):
+    monkeypatch.setattr(gateway_module, "READY_REUSE", 0.0)  # each probe its own round
     with socket.socket() as silent:  # connections are accepted (by the kernel), never answered
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
@@ -168,7 +169,8 @@ def test_a_discovery_that_times_out_says_so_in_the_log(make_gateway, caplog, mon
     assert lines == ["model discovery on upstream default failed: no answer within 0.2 s"]
 
 
-def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native):
+def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native, monkeypatch):
+    monkeypatch.setattr(gateway_module, "READY_REUSE", 0.0)  # each probe its own round
     starting = FakeAnthropic().start()
     starting.models_down = True  # its model list answers 503
     try:
