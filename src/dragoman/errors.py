@@ -32,13 +32,15 @@ class GatewayError(Exception):
     status: ClassVar[int] = 500
     type: ClassVar[str] = "api_error"
 
-    def __init__(self, message: str, *, retry_after: str | None = None, should_retry: bool | None = None) -> None:
+    def __init__(self, message: str, *, retry_after: str | None = None, should_retry: bool | None = None,
+                 error_code: str | None = None) -> None:  # fmt: skip
         super().__init__(message)
         self.message = message
         self.retry_after = retry_after
         self.should_retry = should_retry
         self.upstream: str | None = None  # set when an upstream's answer caused it
-        self.details: dict[str, str] | None = None  # `error.details`, e.g. {"error_code": ...}
+        # `error.details`: `error_code` picks the SDKs' exception class (e.g. FileNotDownloadableError)
+        self.details: dict[str, str] | None = {"error_code": error_code} if error_code else None
 
     @property
     def is_upstream(self) -> bool:

@@ -73,7 +73,8 @@ async def retrieve(request: Request) -> Response:
 async def download(request: Request) -> Response:
     gateway = authorized(request)
     meta = gateway.files.metadata(request.path_params["file_id"], owner=owner(request, gateway))  # 404 first
-    raise InvalidRequest(f"file_id: {meta.id} was uploaded, and uploaded files cannot be downloaded (as on Anthropic)")
+    raise InvalidRequest(f"file_id: {meta.id} was uploaded, and uploaded files cannot be downloaded (as on Anthropic)",
+                         error_code="file_not_downloadable")  # fmt: skip
 
 
 async def delete(request: Request) -> Response:

@@ -274,7 +274,8 @@ class FileStore:
         used = sum(stored.size_bytes for stored in self._owned(meta.owner).values())
         if used + meta.size_bytes > self.max_total_bytes:  # the message names sizes only, never the owner (a digest of a key)
             raise InvalidRequest(f"file: this upload of {meta.size_bytes} bytes would pass files.max_total_bytes: your files "
-                                 f"already use {used} of {self.max_total_bytes} bytes; delete some to make room")  # fmt: skip
+                                 f"already use {used} of {self.max_total_bytes} bytes; delete some to make room",
+                                 error_code="storage_quota_exceeded")  # fmt: skip
         self._write(meta, data)
 
     def _path(self, file_id: str, suffix: str) -> Path:

@@ -124,13 +124,14 @@ def test_a_file_larger_than_a_multipart_part_limit_uploads_whole(start, files_di
     assert (files_dir / meta.id).read_bytes() == data
 
 
-def test_downloading_an_upload_is_refused_as_on_anthropic(start):
+def test_downloading_an_upload_is_refused_as_on_anthropic_with_its_error_code(start):
     client = sdk(start())
     meta = client.beta.files.upload(file=("notes.txt", b"secret", "text/plain"))
 
-    with pytest.raises(anthropic.BadRequestError) as caught:
+    with pytest.raises(anthropic.types.FileNotDownloadableError) as caught:  # the SDK's class for error_code file_not_downloadable
         client.beta.files.download(meta.id)
     assert "cannot be downloaded" in error_of(caught, 400, "invalid_request_error")
+    assert caught.value.error_code == "file_not_downloadable"
 
     with pytest.raises(anthropic.NotFoundError) as caught:
         client.beta.files.download("file_011NoSuchFile")
@@ -293,15 +294,16 @@ def test_a_file_over_max_bytes_is_413_by_its_size_and_by_content_length(start, f
 # -- the storage quota ---------------------------------------------------------------------------
 
 
-def test_uploads_past_max_total_bytes_are_refused_until_a_delete_makes_room(start, files_dir):
+def test_uploads_past_max_total_bytes_are_refused_with_their_error_code_until_a_delete_makes_room(start, files_dir):
     gateway = start(files={"max_total_bytes": 1000})
     client = sdk(gateway)
     first = client.beta.files.upload(file=("first.bin", b"1" * 600, "application/octet-stream"))
     second = client.beta.files.upload(file=("second.bin", b"2" * 400, "application/octet-stream"))  # exactly at the limit
 
-    with pytest.raises(anthropic.BadRequestError) as caught:
+    with pytest.raises(anthropic.types.StorageQuotaExceededError) as caught:  # the SDK's class for error_code storage_quota_exceeded
         client.beta.files.upload(file=("third.bin", b"3", "application/octet-stream"))  # one byte past it
     message = error_of(caught, 400, "invalid_request_error")
+    assert caught.value.error_code == "storage_quota_exceeded"
     assert "files.max_total_bytes" in message and "1000 of 1000" in message, message
     assert caught.value.response.headers["request-id"] == caught.value.body["request_id"]
     assert stored(files_dir) == {first.id, second.id}  # no trace of the refused upload
