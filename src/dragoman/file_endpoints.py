@@ -11,6 +11,7 @@ from starlette.types import Message, Receive
 
 from dragoman.endpoints import authorized, owner, struct_response
 from dragoman.errors import InvalidRequest, RequestTooLarge
+from dragoman.files import EXPIRES_IN
 
 MULTIPART_OVERHEAD = 64 * 1024  # the form's own bytes around the file
 
@@ -37,10 +38,21 @@ async def upload(request: Request) -> Response:
         if len(data) > store.max_bytes:
             raise RequestTooLarge(f"file: files may have at most {store.max_bytes} bytes")
         meta = await store.save(part.filename or "upload", part.content_type or "application/octet-stream", data,
-                                owner=owner(request, gateway))
+                                owner=owner(request, gateway), expires_in=_expires_in(form.get("expires_in_seconds")))
     finally:
         await form.close()  # the spooled temporary file
     return struct_response(meta)
+
+
+def _expires_in(field: object) -> int | None:
+    """The upload's `expires_in_seconds` form field, checked: a file the client asked to
+    expire must never be kept for good without a word."""
+    if field is None:
+        return None
+    low, high = EXPIRES_IN
+    if not isinstance(field, str) or not field.strip().isdigit() or not low <= int(field) <= high:
+        raise InvalidRequest(f"expires_in_seconds: an integer from {low} to {high} (1 hour to 90 days), got {field!r}")
+    return int(field)
 
 
 def _bounded(receive: Receive, limit: int) -> Receive:

@@ -10,6 +10,11 @@ file id the gateway does not have is left as sent: the translating path answers 
 404, passthrough forwards it (an Anthropic upstream may know it). As on Anthropic,
 uploaded files cannot be downloaded again.
 
+An upload may ask to expire (`expires_in_seconds`, 1 hour to 90 days, as on Anthropic): past its
+`expires_at` the metadata stays (listed, retrievable, deletable) but the content is gone: naming
+the file in a request is a 404 with `error_code` `file_expired`, and the bytes are removed then,
+or at the owner's next upload, and no longer count towards the quota.
+
 Each file belongs to the API key that uploaded it (its `owner`, a digest of the key, see
 `auth.owner`), and only that key sees it: to any other key it is an unknown id. With no API
 keys, or with `server.share_between_keys`, every caller is the owner "". A file written
@@ -28,7 +33,7 @@ import asyncio
 import base64
 import os
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,6 +46,7 @@ from dragoman.paging import list_param, page_of
 from dragoman.storage import write_atomically
 
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+EXPIRES_IN = (3600, 7776000)  # the seconds an upload may ask to be kept, as on Anthropic (1 hour to 90 days)
 TEXT_TYPES = ("text/plain", "text/markdown", "text/csv", "text/html", "application/json")
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
@@ -53,6 +59,11 @@ class FileMetadata(msgspec.Struct):
     size_bytes: int
     type: Literal["file"] = "file"
     downloadable: bool = False
+    expires_at: str | msgspec.UnsetType = msgspec.UNSET  # only for an upload that asked to expire
+
+
+def _stamp(when: datetime) -> str:
+    return when.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 class StoredFile(FileMetadata):
@@ -60,6 +71,10 @@ class StoredFile(FileMetadata):
     A metadata file written without an owner decodes with owner ""."""
 
     owner: str = ""
+
+    def expired(self) -> bool:
+        """Past its `expires_at`: its content is no longer available."""
+        return isinstance(self.expires_at, str) and datetime.fromisoformat(self.expires_at) <= datetime.now(UTC)
 
     def public(self) -> FileMetadata:
         return FileMetadata(**{name: getattr(self, name) for name in FileMetadata.__struct_fields__})
@@ -104,11 +119,13 @@ class FileStore:
 
     # -- the API ----------------------------------------------------------------------------
 
-    async def save(self, filename: str, mime_type: str, data: bytes, *, owner: str) -> FileMetadata:
+    async def save(self, filename: str, mime_type: str, data: bytes, *, owner: str, expires_in: int | None = None) -> FileMetadata:
         if not data:
             raise InvalidRequest("file: the uploaded file is empty")
+        now = datetime.now(UTC)
         stored = StoredFile(
-            id=ids.new_id("file_011"), created_at=datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+            id=ids.new_id("file_011"), created_at=_stamp(now),
+            expires_at=_stamp(now + timedelta(seconds=expires_in)) if expires_in is not None else msgspec.UNSET,
             filename=filename.replace("\\", "/").rsplit("/", 1)[-1] or "upload",  # the last path component, as the SDK does
             mime_type=mime_type or "application/octet-stream", size_bytes=len(data), owner=owner,
         )  # fmt: skip
@@ -217,8 +234,16 @@ class FileStore:
             raise InvalidRequest(f"{where}.source.file_id: a string is needed")
         if file_id not in loaded:
             try:
-                loaded[file_id] = (self._load(file_id, owner), self._path(file_id, "").read_bytes())
-            except (NotFound, FileNotFoundError):
+                stored: StoredFile | None = self._load(file_id, owner)
+            except NotFound:
+                stored = None
+            if stored is not None and stored.expired():  # ours, so never forwarded: its bytes are gone for good
+                self._path(file_id, "").unlink(missing_ok=True)
+                raise NotFound(f"{where}.source.file_id: {file_id} expired at {stored.expires_at}; its content is no longer "
+                               "available", error_code="file_expired")  # fmt: skip
+            try:
+                loaded[file_id] = (stored, self._path(file_id, "").read_bytes()) if stored is not None else None
+            except FileNotFoundError:  # deleted meanwhile
                 loaded[file_id] = None
         found = loaded[file_id]
         if found is None:  # unknown, or another owner's: the translator answers 404; passthrough forwards it (the upstream may know it)
@@ -271,7 +296,12 @@ class FileStore:
     def _write_within_quota(self, meta: StoredFile, data: bytes) -> None:
         """`_write`, unless the owner's files would then pass `files.max_total_bytes`. Not
         atomic across processes: see the module's docstring."""
-        used = sum(stored.size_bytes for stored in self._owned(meta.owner).values())
+        used = 0
+        for file_id, stored in self._owned(meta.owner).items():
+            if stored.expired():  # its content is gone: it no longer takes space
+                self._path(file_id, "").unlink(missing_ok=True)
+            else:
+                used += stored.size_bytes
         if used + meta.size_bytes > self.max_total_bytes:  # the message names sizes only, never the owner (a digest of a key)
             raise InvalidRequest(f"file: this upload of {meta.size_bytes} bytes would pass files.max_total_bytes: your files "
                                  f"already use {used} of {self.max_total_bytes} bytes; delete some to make room",

@@ -116,6 +116,53 @@ def test_upload_returns_file_metadata_and_keeps_the_file(start, files_dir):
     assert body["created_at"].endswith("Z") and body["downloadable"] is False
 
 
+def expire_now(files_dir: Path, file_id: str) -> None:
+    """Move a stored file's expires_at into the past, as time would."""
+    path = files_dir / f"{file_id}.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "expires_at": "2020-01-01T00:00:00.000000Z"}))
+
+
+def test_an_upload_asked_to_expire_says_when_and_bad_lifetimes_are_refused(start, files_dir):
+    client = sdk(start())
+    meta = client.beta.files.upload(file=("brief.txt", b"short-lived", "text/plain"), expires_in_seconds=3600)
+
+    assert meta.expires_at == meta.created_at + timedelta(seconds=3600)
+    assert client.beta.files.retrieve_metadata(meta.id).expires_at == meta.expires_at
+    assert client.beta.files.list().data[0].expires_at == meta.expires_at
+    assert client.beta.files.upload(file=("kept.txt", b"kept", "text/plain")).expires_at is None  # no expiry asked: none
+    for bad in (3599, 7776001, 0):
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            client.beta.files.upload(file=("bad.txt", b"x", "text/plain"), expires_in_seconds=bad)
+        assert error_of(caught, 400, "invalid_request_error").startswith("expires_in_seconds:")
+    assert len(stored(files_dir)) == 2  # nothing stored for the refused ones
+
+
+def test_an_expired_file_is_a_file_expired_404_and_frees_its_space(start, files_dir, upstream):
+    client = sdk(start(files={"max_total_bytes": 10}))
+    meta = client.beta.files.upload(file=("brief.txt", b"0123456789", "text/plain"), expires_in_seconds=3600)
+    expire_now(files_dir, meta.id)
+
+    with pytest.raises(anthropic.types.FileExpiredError) as caught:  # the SDK's class for error_code file_expired
+        client.messages.create(model=MODEL, max_tokens=5, messages=ask(document_file(meta.id)))
+    assert "expired" in error_of(caught, 404, "not_found_error") and caught.value.error_code == "file_expired"
+    assert not (files_dir / meta.id).exists()  # its bytes are gone
+    with pytest.raises(anthropic.types.FileExpiredError):  # and it stays expired
+        client.messages.count_tokens(model=MODEL, messages=ask(document_file(meta.id)))
+    assert upstream.requests == []
+    assert client.beta.files.retrieve_metadata(meta.id).id == meta.id  # the metadata stays until deleted
+    client.beta.files.upload(file=("new.txt", b"0123456789", "text/plain"))  # the expired file takes no quota
+
+
+def test_passthrough_never_forwards_an_expired_file_id(start, native, files_dir):
+    client = sdk(start(native=native))
+    meta = client.beta.files.upload(file=("brief.txt", b"short-lived", "text/plain"), expires_in_seconds=3600)
+    expire_now(files_dir, meta.id)
+
+    with pytest.raises(anthropic.types.FileExpiredError):
+        client.messages.create(model="claude-test", max_tokens=5, messages=ask(document_file(meta.id)))
+    assert native.requests == []
+
+
 def test_a_file_larger_than_a_multipart_part_limit_uploads_whole(start, files_dir):
     client = sdk(start())
     data = bytes(range(256)) * (6 * 1024)  # 1.5 MiB, past any per-field limit of the form parser
