@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import codecs
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -261,7 +262,7 @@ class FileStore:
         elif mime == "application/pdf":
             block["source"] = {"type": "base64", "media_type": mime, "data": base64.b64encode(data).decode()}
         elif mime.startswith("text/") or mime in TEXT_TYPES:
-            block["source"] = {"type": "text", "media_type": "text/plain", "data": data.decode("utf-8", "replace")}
+            block["source"] = {"type": "text", "media_type": "text/plain", "data": data.decode(_charset(meta.mime_type), "replace")}
         else:
             raise InvalidRequest(f"{where}.source.file_id: {file_id} is {mime}; a document must be a PDF or text")
         return True
@@ -317,6 +318,19 @@ class FileStore:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # uploads are the clients' data: not for other local users
         for suffix, payload in (("", data), (".json", msgspec.json.encode(meta))):  # content first: listed only when whole
             write_atomically(self._path(meta.id, suffix), payload)
+
+
+def _charset(mime_type: str) -> str:
+    """The text encoding the upload declared (`text/csv; charset=windows-1252`), else UTF-8:
+    a declared one is honoured, not read as UTF-8 into replacement characters."""
+    for param in mime_type.split(";")[1:]:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset":
+            try:
+                return codecs.lookup(value.strip().strip('"')).name
+            except LookupError:
+                break
+    return "utf-8"
 
 
 def names_a_file(body: bytes) -> bool:

@@ -441,6 +441,17 @@ def test_a_text_file_reaches_the_model_as_its_text(start, upstream, mime):
     assert content in text and 'title="Memo"' in text and "The code?" in text
 
 
+@pytest.mark.parametrize("charset", ["iso-8859-1", "windows-1252", '"utf-16"'])
+def test_a_text_file_is_read_in_the_charset_it_was_uploaded_with(start, upstream, charset):
+    client = sdk(start())
+    content = "Café, naïve, Ünïcode"
+    meta = client.beta.files.upload(file=("memo.txt", content.encode(charset.strip('"')), f"text/plain; charset={charset}"))
+
+    client.messages.create(model=MODEL, max_tokens=20, messages=ask(document_file(meta.id)))
+
+    assert content in json.dumps(upstream.requests[0]["messages"][0]["content"], ensure_ascii=False)
+
+
 def test_the_sdks_beta_messages_with_the_files_beta(start, upstream):
     client = sdk(start())
     meta = client.beta.files.upload(file=("dot.png", PNG, "image/png"), betas=["files-api-2025-04-14"])
