@@ -54,6 +54,16 @@ def _stamp(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def _forwarded(headers: Mapping[str, str]) -> dict[str, str]:
+    """The create request's headers each of its requests is sent with; `anthropic-beta` sent as
+    several headers is kept whole, as one (as `POST /v1/messages` forwards it)."""
+    kept = {k: headers[k] for k in FORWARDED_HEADERS if k in headers}
+    getlist = getattr(headers, "getlist", None)
+    if getlist is not None and "anthropic-beta" in kept:
+        kept["anthropic-beta"] = ",".join(getlist("anthropic-beta"))
+    return kept
+
+
 class Batches:
     def __init__(self, gateway: Gateway, config: BatchesConfig) -> None:
         self._config = config
@@ -95,7 +105,7 @@ class Batches:
         now = time.time()
         record = Record(
             id=ids.new_id(PREFIX + "01"), owner=owner, created=now, expires=now + self._config.expire_after,
-            total=len(create.requests), headers={k: headers[k] for k in FORWARDED_HEADERS if k in headers},
+            total=len(create.requests), headers=_forwarded(headers),
         )  # fmt: skip
         try:
             where = await asyncio.to_thread(self._store.create, record, body)

@@ -572,6 +572,22 @@ def test_batch_through_a_passthrough_upstream_keeps_its_error_envelopes(start, n
         assert headers["anthropic-beta"] == "batch-test-beta"  # the create request's beta header is forwarded
 
 
+def test_a_beta_header_sent_several_times_reaches_each_request_whole(start, native):
+    gateway = start(
+        upstreams={"native": {"url": native.url + "/v1", "protocol": "anthropic", "api_key": "upstream-secret", "max_retries": 0}},
+        models=[{"name": "claude-test", "upstream": "native", "upstream_model": "native-model"}],
+    )  # fmt: skip
+    body = {"requests": [{"custom_id": "only", "params": params("only", model="claude-test")}]}
+    headers = [("x-api-key", KEY), ("anthropic-version", "2023-06-01"), ("anthropic-beta", "first-beta"),
+               ("anthropic-beta", "second-beta")]  # fmt: skip
+    created = httpx.post(f"{gateway.url}/v1/messages/batches", json=body, headers=headers, timeout=5)
+    assert created.status_code == 200, created.text
+
+    wait_ended(sdk(gateway), created.json()["id"])
+    (_, _, sent), = native.requests
+    assert sent["anthropic-beta"] == "first-beta,second-beta"  # as POST /v1/messages forwards them
+
+
 # -- cancel and expiry do not wait for other batches' slots ------------------------------------
 
 
