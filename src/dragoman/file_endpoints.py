@@ -37,7 +37,7 @@ async def upload(request: Request) -> Response:
         data = await part.read(store.max_bytes + 1)
         if len(data) > store.max_bytes:
             raise RequestTooLarge(f"file: files may have at most {store.max_bytes} bytes")
-        meta = await store.save(part.filename or "upload", part.content_type or "application/octet-stream", data,
+        meta = await store.save(part.filename or "", part.content_type or "application/octet-stream", data,
                                 owner=owner(request, gateway), expires_in=_expires_in(form.get("expires_in_seconds")))
     finally:
         await form.close()  # the spooled temporary file

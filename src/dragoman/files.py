@@ -127,7 +127,7 @@ class FileStore:
         stored = StoredFile(
             id=ids.new_id("file_011"), created_at=_stamp(now),
             expires_at=_stamp(now + timedelta(seconds=expires_in)) if expires_in is not None else msgspec.UNSET,
-            filename=filename.replace("\\", "/").rsplit("/", 1)[-1] or "upload",  # the last path component, as the SDK does
+            filename=filename.replace("\\", "/").rsplit("/", 1)[-1] or _unnamed(mime_type),  # the last path component, as the SDK does
             mime_type=mime_type or "application/octet-stream", size_bytes=len(data), owner=owner,
         )  # fmt: skip
         await asyncio.to_thread(self._write_within_quota, stored, data)
@@ -318,6 +318,15 @@ class FileStore:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # uploads are the clients' data: not for other local users
         for suffix, payload in (("", data), (".json", msgspec.json.encode(meta))):  # content first: listed only when whole
             write_atomically(self._path(meta.id, suffix), payload)
+
+
+EXTENSIONS = {"image/jpeg": ".jpg", "image/png": ".png", "image/gif": ".gif", "image/webp": ".webp", "application/pdf": ".pdf",
+              "text/plain": ".txt", "text/markdown": ".md", "text/csv": ".csv", "text/html": ".html", "application/json": ".json"}  # fmt: skip
+
+
+def _unnamed(mime_type: str) -> str:
+    """The name of an upload sent without one: `unnamed` and its type's extension, as on Anthropic."""
+    return "unnamed" + EXTENSIONS.get(mime_type.partition(";")[0].strip().lower(), "")
 
 
 def _charset(mime_type: str) -> str:

@@ -163,6 +163,20 @@ def test_passthrough_never_forwards_an_expired_file_id(start, native, files_dir)
     assert native.requests == []
 
 
+@pytest.mark.parametrize(("sent", "kept"), [("../../etc/passwd", "passwd"), ("C:\\dir\\memo.txt", "memo.txt"),
+                                           ("", "unnamed.png"), ("dir/", "unnamed.png")])  # fmt: skip
+def test_an_uploads_filename_keeps_its_last_component_and_an_empty_one_is_unnamed(start, files_dir, sent, kept):
+    gateway = start()
+    form = (b'--XX\r\nContent-Disposition: form-data; name="file"; filename="' + sent.encode() + b'"\r\n'
+            b"Content-Type: image/png\r\n\r\n" + PNG + b"\r\n--XX--\r\n")  # fmt: skip
+    headers = {"x-api-key": KEY, "content-type": "multipart/form-data; boundary=XX"}
+    uploaded = httpx.post(f"{gateway.url}/v1/files", content=form, headers=headers, timeout=5)
+
+    assert uploaded.status_code == 200, uploaded.text
+    assert uploaded.json()["filename"] == kept  # as the SDK documents it
+    assert {path.name for path in files_dir.iterdir()} == {uploaded.json()["id"], uploaded.json()["id"] + ".json"}  # never a path of the client's
+
+
 def test_a_file_larger_than_a_multipart_part_limit_uploads_whole(start, files_dir):
     client = sdk(start())
     data = bytes(range(256)) * (6 * 1024)  # 1.5 MiB, past any per-field limit of the form parser
