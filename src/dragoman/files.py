@@ -214,14 +214,25 @@ class FileStore:
             content = message.get("content") if isinstance(message, dict) else None
             if not isinstance(content, list):
                 continue
-            for b, block in enumerate(content):
-                where = f"messages.{m}.content.{b}"
-                changed |= self._resolve_block(block, where, owner, loaded, budget)
-                inner = block.get("content") if isinstance(block, dict) and block.get("type") == "tool_result" else None
-                if isinstance(inner, list):
-                    for i, nested in enumerate(inner):
-                        changed |= self._resolve_block(nested, f"{where}.content.{i}", owner, loaded, budget)
+            changed |= self._resolve_blocks(content, f"messages.{m}.content", owner, loaded, budget)
         return msgspec.json.encode(data) if changed else body
+
+    def _resolve_blocks(self, blocks: list[Any], where: str, owner: str, loaded: dict[str, tuple[StoredFile, bytes] | None],
+                        budget: list[int], depth: int = 0) -> bool:  # fmt: skip
+        """`_resolve_block` for each block and for the blocks they hold: a tool result's content,
+        a document's `content` source (a document inside a tool result: two levels at most)."""
+        changed = False
+        for b, block in enumerate(blocks):
+            changed |= self._resolve_block(block, f"{where}.{b}", owner, loaded, budget)
+            if depth >= 2 or not isinstance(block, dict):
+                continue
+            source = block.get("source")
+            if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+                changed |= self._resolve_blocks(block["content"], f"{where}.{b}.content", owner, loaded, budget, depth + 1)
+            elif block.get("type") == "document" and isinstance(source, dict) and source.get("type") == "content" \
+                    and isinstance(source.get("content"), list):  # fmt: skip
+                changed |= self._resolve_blocks(source["content"], f"{where}.{b}.source.content", owner, loaded, budget, depth + 1)
+        return changed
 
     def _resolve_block(self, block: Any, where: str, owner: str, loaded: dict[str, tuple[StoredFile, bytes] | None],
                        budget: list[int]) -> bool:  # fmt: skip

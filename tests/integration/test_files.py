@@ -599,6 +599,23 @@ def test_passthrough_upstream_gets_the_files_content_never_the_file_id(start, na
     assert headers["x-api-key"] == "upstream-secret"
 
 
+def test_passthrough_gets_the_content_of_a_file_inside_a_content_document(start, native):
+    client = sdk(start(native=native))
+    image = client.beta.files.upload(file=("dot.png", PNG, "image/png"))
+    inner = [{"type": "text", "text": "a figure"}, image_file(image.id)]
+    in_tool_result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "document", "source": {"type": "content", "content": inner}}]}
+    messages = [{"role": "user", "content": "look"}, {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "see", "input": {}}]},
+                {"role": "user", "content": [in_tool_result, {"type": "document", "source": {"type": "content", "content": inner}}]}]  # fmt: skip
+
+    client.messages.create(model="claude-test", max_tokens=10, messages=messages)
+
+    _, body, _ = native.requests[0]
+    resolved = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(PNG)}}
+    assert body["messages"][2]["content"][0]["content"][0]["source"]["content"][1] == resolved
+    assert body["messages"][2]["content"][1]["source"]["content"][1] == resolved
+    assert "file_id" not in json.dumps(body)  # an Anthropic upstream does not know the gateway's files
+
+
 def test_passthrough_count_tokens_and_unknown_files(start, native):
     client = sdk(start(native=native))
     memo = client.beta.files.upload(file=("memo.txt", b"count these words", "text/plain"))
