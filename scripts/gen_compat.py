@@ -239,6 +239,8 @@ def main() -> None:
         "gets the file's content in its place (base64 for images and PDFs, text for text files) on both",
         "paths, in token counting and in batches. Uploaded files cannot be downloaded, as on Anthropic.",
         "Files have no `scope` (sessions are not served), so a list filtered by `scope_id` is empty.",
+        "An upload's `expires_in_seconds` is honoured: `expires_at` is reported, and an expired file is a",
+        "404 `file_expired` when a request names it.",
         "",
     ]
     print("\n".join(parts))
