@@ -42,6 +42,17 @@ def test_an_image_reaches_a_vision_model_as_a_data_url(make_gateway, upstream):
     assert parts[1] == {"type": "text", "text": "What is this?"}
 
 
+def test_the_image_of_a_content_document_reaches_a_vision_model(make_gateway, upstream):
+    gateway = make_gateway(models=_models(vision=True))
+    upstream.json_reply(completion("a scanned dot"))
+    document = {"type": "document", "title": "Scan", "source": {"type": "content", "content": [{"type": "text", "text": "Page 1"}, IMAGE]}}
+    message = _client(gateway).messages.create(model="eyes", max_tokens=20, messages=[{"role": "user", "content": [document]}])
+    assert message.content[0].text == "a scanned dot"
+    parts = upstream.requests[0]["messages"][0]["content"]
+    assert [p["type"] for p in parts] == ["text", "text", "image_url", "text"]
+    assert parts[2]["image_url"]["url"] == f"data:image/png;base64,{PNG}"
+
+
 def test_an_image_for_a_text_only_model_is_refused_before_inference(make_gateway, upstream):
     gateway = make_gateway(models=_models(vision=False))
     with pytest.raises(anthropic.BadRequestError) as caught:

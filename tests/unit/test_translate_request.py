@@ -545,6 +545,49 @@ def test_documents_become_text_with_title_and_context(source: dict, expected_bod
     assert expected_body in document_part
 
 
+def content_document(*items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "document", "title": "Scan", "source": {"type": "content", "content": list(items)}}
+
+
+def test_the_images_of_a_content_document_reach_the_model_in_their_places() -> None:
+    sent = messages(messages=[user([content_document(text("Page one:"), image(), text("The end.")), text("Describe it.")])])
+    parts = sent[0]["content"]
+    assert [p["type"] for p in parts] == ["text", "text", "image_url", "text", "text", "text"]
+    assert 'title="Scan"' in parts[0]["text"] and parts[1]["text"] == "Page one:"
+    assert parts[2]["image_url"]["url"] == "data:image/png;base64,iVBORw0KGgo="
+    assert [p["text"] for p in parts[3:]] == ["The end.", "</document>", "Describe it."]
+
+
+def test_a_content_document_with_an_image_for_a_model_without_vision_is_a_400_naming_it() -> None:
+    message = error(caps=ModelCaps(vision=False), messages=[user([text("read"), content_document(image())])])
+    assert message.startswith("messages.0.content.1.source.content") and "vision" in message
+
+
+def test_a_bad_image_inside_a_content_document_is_a_400_naming_it() -> None:
+    bad = {"type": "image", "source": {"type": "base64", "media_type": "image/bmp", "data": "AAAA"}}
+    message = error(messages=[user([content_document(text("x"), bad)])])
+    assert message.startswith("messages.0.content.0.source.content.1.source.media_type")
+
+
+@pytest.mark.parametrize("vision", [None, False])
+def test_the_images_of_a_content_document_a_tool_returned_follow_its_tool_message(vision: bool | None) -> None:
+    sent = messages(
+        caps=ModelCaps(vision=vision),
+        messages=[
+            user("Scan it"),
+            assistant([tool_use("toolu_scan", "scan", {})]),
+            user([tool_result("toolu_scan", [content_document(text("Scanned:"), image())])]),
+        ],
+    )
+    tool_text = sent[2]["content"]
+    assert sent[2]["role"] == "tool" and "Scanned:" in tool_text and 'title="Scan"' in tool_text
+    if vision is False:
+        assert "[Image omitted" in tool_text and len(sent) == 3
+    else:
+        images = [p for p in sent[3]["content"] if p["type"] == "image_url"]
+        assert sent[3]["role"] == "user" and [p["image_url"]["url"] for p in images] == ["data:image/png;base64,iVBORw0KGgo="]
+
+
 @pytest.mark.parametrize(
     ("source", "fragment"),
     [

@@ -1,7 +1,8 @@
 """User-side content blocks (text, images, documents, search results) as Chat parts.
 
 Chat Completions knows only text and images, so documents and search results
-become text the model reads, with their title and context kept.
+become text the model reads, with their title and context kept (and the images of a
+`content` document in their places).
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+from typing import Any
+
+import msgspec
 
 from dragoman.errors import InvalidRequest, NotFound
 from dragoman.protocol import anthropic, openai
@@ -93,12 +97,43 @@ def document_text(block: anthropic.DocumentBlock, where: str) -> str:
         )
     else:
         raise _no_file(source, where)
+    return f"{_document_head(block)}\n{body}\n</document>"
+
+
+def _document_head(block: anthropic.DocumentBlock) -> str:
     header = "<document"
     if block.title:
         header += f' title="{block.title}"'
     header += ">"
-    context = f"\n<context>{block.context}</context>" if block.context else ""
-    return f"{header}{context}\n{body}\n</document>"
+    return header + (f"\n<context>{block.context}</context>" if block.context else "")
+
+
+def _is_image_item(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") == "image"
+
+
+def document_parts(block: anthropic.DocumentBlock, where: str, *, vision: bool | None) -> list[openai.Part]:
+    """A document as parts: its text, and the images a `content` source holds in their
+    places, as image blocks would go (the text alone would drop them unsaid)."""
+    source = block.source
+    if not (isinstance(source, anthropic.ContentSource) and isinstance(source.content, list)
+            and any(_is_image_item(item) for item in source.content)):  # fmt: skip
+        return [openai.TextPart(text=document_text(block, where))]
+    if vision is False:
+        raise InvalidRequest(f"{where}.source.content: this model does not accept images (it has no vision capability)")
+    parts: list[openai.Part] = [openai.TextPart(text=_document_head(block))]
+    for index, item in enumerate(source.content):
+        here = f"{where}.source.content.{index}"
+        if _is_image_item(item):
+            try:
+                image = msgspec.convert(item, anthropic.ImageBlock)
+            except msgspec.ValidationError as error:
+                raise InvalidRequest(f"{here}: {error}") from None
+            parts.append(image_part(image, here))
+        elif isinstance(item, dict) and item.get("type") == "text":
+            parts.append(openai.TextPart(text=item.get("text", "")))
+    parts.append(openai.TextPart(text="</document>"))
+    return parts
 
 
 def has_pdf(messages: list[anthropic.MessageParam]) -> bool:
@@ -139,7 +174,7 @@ def user_parts(
                 raise InvalidRequest(f"{here}: this model does not accept images (it has no vision capability)")
             parts.append(image_part(block, here))
         elif isinstance(block, anthropic.DocumentBlock):
-            parts.append(openai.TextPart(text=document_text(block, here)))
+            parts.extend(document_parts(block, here, vision=vision))
         elif isinstance(block, anthropic.SearchResultBlock):
             parts.append(openai.TextPart(text=search_result_text(block)))
     return parts

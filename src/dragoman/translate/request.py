@@ -21,6 +21,7 @@ from dragoman.translate.checks import check_request
 from dragoman.translate.compaction import with_summaries
 from dragoman.translate.tool_changes import CHANGES, tools_in_force
 from dragoman.translate.tool_ids import upstream_tool_id
+from dragoman.translate.tool_results import tool_result_messages
 from dragoman.translate.builtin_tools import (
     CLIENT_TOOL_FAMILIES,
     SERVER_TOOL_FAMILIES,
@@ -151,41 +152,6 @@ def _check_tool_pairing(turns: list[tuple[str, list[Any], int]]) -> None:
                     f"messages.{index}.content: unexpected `tool_use_id` found in `tool_result` blocks: {block.tool_use_id}. "
                     "Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
                 )
-
-
-def _tool_result_messages(
-    blocks: list[Any], where: str, caps: ModelCaps
-) -> tuple[list[openai.ChatMessage], list[openai.Part]]:
-    """Tool messages for a user turn's tool results, plus the images they held (tool
-    messages are text-only, so images travel in a user message after them)."""
-    messages: list[openai.ChatMessage] = []
-    images: list[openai.Part] = []
-    for index, block in enumerate(blocks):
-        if not isinstance(block, anthropic.ToolResultBlock):
-            continue
-        here = f"{where}.{index}.content"
-        texts: list[str] = []
-        if isinstance(block.content, str):
-            texts.append(block.content)
-        elif block.content:
-            for inner_index, inner in enumerate(block.content):
-                if isinstance(inner, anthropic.ToolReferenceBlock):
-                    texts.append(f"Tool {inner.tool_name} is now available.")
-                elif isinstance(inner, anthropic.ImageBlock):
-                    if caps.vision is False:
-                        texts.append("[Image omitted: this model does not accept images]")
-                    else:
-                        if not images:
-                            images.append(openai.TextPart(text="Images returned by the tools above:"))
-                        images.append(openai.TextPart(text=f"[image from tool result {block.tool_use_id}]"))
-                        images.append(content.image_part(inner, f"{here}.{inner_index}"))
-                else:
-                    texts.extend(p.text for p in content.user_parts([inner], here, vision=caps.vision) if isinstance(p, openai.TextPart))
-        text = "\n".join(texts)
-        if block.is_error:
-            text = f"[tool error] {text}" if text else "[tool error]"
-        messages.append(openai.ToolMessage(tool_call_id=upstream_tool_id(block.tool_use_id), content=text))
-    return messages, images
 
 
 def _assistant_message(blocks: list[Any], names: dict[str, str], replay_field: str | None) -> openai.AssistantMessage:
@@ -337,7 +303,7 @@ def to_chat_request(
         if role == "assistant":
             messages.append(_assistant_message(blocks, names, replay_field))
             continue
-        tool_messages, tool_images = _tool_result_messages(blocks, where, caps)
+        tool_messages, tool_images = tool_result_messages(blocks, where, caps.vision)
         messages.extend(tool_messages)
         parts = tool_images + content.user_parts(blocks, where, vision=caps.vision)
         if parts or not tool_messages:
