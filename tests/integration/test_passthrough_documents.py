@@ -78,6 +78,22 @@ def test_a_text_document_goes_as_a_text_block_and_the_rest_is_unchanged(start, n
     assert body["some_future_field"] == [1, 2]
 
 
+def test_the_images_of_a_content_document_go_as_image_blocks_in_their_places(start, native):
+    client = start(documents="as_text")
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    scan = {"type": "document", "title": "Scan", "source": {"type": "content", "content": [{"type": "text", "text": "Page 1"}, image]},
+            "cache_control": {"type": "ephemeral"}}  # fmt: skip
+    client.messages.create(**ask(scan))
+    _, body, _ = native.requests[0]
+    assert body["messages"][0]["content"] == [
+        {"type": "text", "text": '<document title="Scan">'},
+        {"type": "text", "text": "Page 1"},
+        image,
+        {"type": "text", "text": "</document>", "cache_control": {"type": "ephemeral"}},  # the breakpoint closes the document
+        {"type": "text", "text": "Sum it up."},
+    ]
+
+
 def test_documents_in_tool_results_and_pdfs_are_text_too(start, native):
     client = start(documents="as_text")
     pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(pdf_bytes("Invoice 42 is paid")).decode()}}

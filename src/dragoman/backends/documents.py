@@ -5,7 +5,8 @@ the same size with or without one), so the model answers as if it had never seen
 document. With `documents = "as_text"` on a passthrough upstream, each document block of
 a user turn, or of a tool result, is replaced by a text block holding the document as the
 translating path gives it to a model (`translate.content.document_text`: title, context,
-text; a PDF's extracted text; a URL document fetched only with `server.fetch_documents`).
+text; a PDF's extracted text; a URL document fetched only with `server.fetch_documents`),
+and the images of a `content` document by themselves, between text blocks.
 Everything else in the request stays as the client sent it.
 """
 
@@ -20,7 +21,7 @@ from dragoman.backends.fetch import Budget, fetch_document
 from dragoman.config import ServerConfig
 from dragoman.errors import InvalidRequest
 from dragoman.protocol import anthropic
-from dragoman.translate.content import document_text
+from dragoman.translate.content import document_head, document_text, is_image_item
 
 
 async def documents_as_text(data: dict[str, Any], server: ServerConfig) -> None:
@@ -36,17 +37,21 @@ async def documents_as_text(data: dict[str, Any], server: ServerConfig) -> None:
 
 
 async def _blocks(blocks: list[Any], where: str, server: ServerConfig, budget: Budget) -> None:
+    replaced: list[Any] = []
     for index, block in enumerate(blocks):
-        if not isinstance(block, dict):
-            continue
         here = f"{where}.{index}"
-        if block.get("type") == "document":
-            blocks[index] = await _as_text(block, here, server, budget)
-        elif block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+        if isinstance(block, dict) and block.get("type") == "document":
+            replaced.extend(await _as_text(block, here, server, budget))
+            continue
+        if isinstance(block, dict) and block.get("type") == "tool_result" and isinstance(block.get("content"), list):
             await _blocks(block["content"], f"{here}.content", server, budget)
+        replaced.append(block)
+    blocks[:] = replaced
 
 
-async def _as_text(block: dict[str, Any], where: str, server: ServerConfig, budget: Budget) -> dict[str, Any]:
+async def _as_text(block: dict[str, Any], where: str, server: ServerConfig, budget: Budget) -> list[dict[str, Any]]:
+    """The document as a text block; a `content` document holding images as text blocks
+    with its images, as the client sent them, in their places."""
     try:
         document = msgspec.convert(block, anthropic.DocumentBlock)
     except msgspec.ValidationError as error:
@@ -58,11 +63,14 @@ async def _as_text(block: dict[str, Any], where: str, server: ServerConfig, budg
             budget=budget,
         )
         document = msgspec.structs.replace(document, source=source)
-    if isinstance(document.source, anthropic.Base64Source):  # a PDF: its text is extracted in a thread
-        body = await asyncio.to_thread(document_text, document, where)
+    source = document.source
+    if isinstance(source, anthropic.ContentSource) and isinstance(source.content, list) and any(map(is_image_item, source.content)):
+        kept = [item for item in source.content if is_image_item(item) or (isinstance(item, dict) and item.get("type") == "text")]
+        parts = [{"type": "text", "text": document_head(document)}, *kept, {"type": "text", "text": "</document>"}]
+    elif isinstance(source, anthropic.Base64Source):  # a PDF: its text is extracted in a thread
+        parts = [{"type": "text", "text": await asyncio.to_thread(document_text, document, where)}]
     else:
-        body = document_text(document, where)
-    text: dict[str, Any] = {"type": "text", "text": body}
-    if "cache_control" in block:  # a breakpoint on the document stays a breakpoint
-        text["cache_control"] = block["cache_control"]
-    return text
+        parts = [{"type": "text", "text": document_text(document, where)}]
+    if "cache_control" in block:  # a breakpoint on the document stays a breakpoint, on its last block
+        parts[-1] = {**parts[-1], "cache_control": block["cache_control"]}
+    return parts

@@ -97,10 +97,11 @@ def document_text(block: anthropic.DocumentBlock, where: str) -> str:
         )
     else:
         raise _no_file(source, where)
-    return f"{_document_head(block)}\n{body}\n</document>"
+    return f"{document_head(block)}\n{body}\n</document>"
 
 
-def _document_head(block: anthropic.DocumentBlock) -> str:
+def document_head(block: anthropic.DocumentBlock) -> str:
+    """The text that opens a document for the model: its title and context."""
     header = "<document"
     if block.title:
         header += f' title="{block.title}"'
@@ -108,7 +109,7 @@ def _document_head(block: anthropic.DocumentBlock) -> str:
     return header + (f"\n<context>{block.context}</context>" if block.context else "")
 
 
-def _is_image_item(item: Any) -> bool:
+def is_image_item(item: Any) -> bool:
     return isinstance(item, dict) and item.get("type") == "image"
 
 
@@ -117,14 +118,14 @@ def document_parts(block: anthropic.DocumentBlock, where: str, *, vision: bool |
     places, as image blocks would go (the text alone would drop them unsaid)."""
     source = block.source
     if not (isinstance(source, anthropic.ContentSource) and isinstance(source.content, list)
-            and any(_is_image_item(item) for item in source.content)):  # fmt: skip
+            and any(is_image_item(item) for item in source.content)):  # fmt: skip
         return [openai.TextPart(text=document_text(block, where))]
     if vision is False:
         raise InvalidRequest(f"{where}.source.content: this model does not accept images (it has no vision capability)")
-    parts: list[openai.Part] = [openai.TextPart(text=_document_head(block))]
+    parts: list[openai.Part] = [openai.TextPart(text=document_head(block))]
     for index, item in enumerate(source.content):
         here = f"{where}.source.content.{index}"
-        if _is_image_item(item):
+        if is_image_item(item):
             try:
                 image = msgspec.convert(item, anthropic.ImageBlock)
             except msgspec.ValidationError as error:
