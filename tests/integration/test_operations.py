@@ -7,6 +7,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import anthropic
 import httpx
@@ -45,6 +46,50 @@ def test_retry_after_beyond_the_budget_is_passed_to_the_client(make_gateway, ups
     assert response.status_code == 429
     assert response.headers["retry-after"] == "30"
     assert len(upstream.requests) == 1  # no pointless wait inside the gateway
+
+
+def _busy(status: int = 503) -> Reply:
+    return Reply(status=status, body={"error": {"message": "busy"}}, headers={"retry-after": "30"})
+
+
+@pytest.fixture
+def busy() -> Iterator[FakeUpstream]:
+    """An instance that answers every request 503 with `retry-after: 30`."""
+    fake = FakeUpstream().start()
+    fake.responder = lambda body: _busy()
+    yield fake
+    fake.stop()
+
+
+def test_a_replicas_retry_after_sends_the_request_to_another_at_once(make_gateway, upstream, busy):
+    gateway = make_gateway(url=busy.url, upstream={"replicas": [upstream.url], "max_retries": 2}, server={"default_model": "test-model"})
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=5)
+    upstream.responder = lambda body: Reply(chunks=text_stream("Hi", "!")) if body.get("stream") else None
+    for _ in range(5):  # round robin would give the busy one half of them
+        assert client.messages.create(**VALID).content[0].text == "Hello!"
+        with client.messages.stream(**VALID) as stream:
+            assert stream.get_final_text() == "Hi!"
+    assert len(busy.requests) <= 1  # passed over for its retry-after's 30 s
+    assert len(upstream.requests) == 10
+
+
+def test_a_single_instances_retry_after_beyond_the_budget_still_reaches_the_client(make_gateway, busy):
+    gateway = make_gateway(url=busy.url, upstream={"max_retries": 2}, server={"default_model": "test-model"})
+    for _ in range(2):
+        response = httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=5)
+        assert response.status_code == 529 and response.headers["retry-after"] == "30"
+    assert len(busy.requests) == 2  # neither waited for nor retried
+
+
+def test_when_every_replica_is_passed_over_the_retry_after_reaches_the_client(make_gateway, upstream, busy):
+    upstream.responder = lambda body: _busy(429)
+    gateway = make_gateway(url=busy.url, upstream={"replicas": [upstream.url], "max_retries": 2}, server={"default_model": "test-model"})
+    response = httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=5)
+    assert response.headers["retry-after"] == "30" and response.status_code in (429, 529)
+    assert len(busy.requests) == len(upstream.requests) == 1  # the other asked at once; then neither is free
+    response = httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=5)
+    assert response.headers["retry-after"] == "30" and response.status_code in (429, 529)
+    assert len(busy.requests) + len(upstream.requests) == 3
 
 
 def test_past_the_concurrency_cap_and_queue_requests_get_529(make_gateway, upstream):

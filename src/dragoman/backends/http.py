@@ -6,7 +6,9 @@ as much CPU per request (bench/clients.py measures both).
 Before any byte has gone to the client, a transient failure (connection refused or
 reset, 429, 502, 503, 504, 529) is retried with backoff and jitter, honouring
 `retry-after`, on another healthy replica when there is one, within a bounded
-budget. Non-2xx answers are mapped here, once, so callers see a 2xx response or a
+budget. A replica's `retry-after` speaks for that replica only: it is passed over
+for that long and the request goes at once to another one that is free.
+Non-2xx answers are mapped here, once, so callers see a 2xx response or a
 GatewayError (unless they ask for the raw response, as passthrough does).
 """
 
@@ -31,6 +33,7 @@ from dragoman.errors import GatewayError, UpstreamError, UpstreamTimeout, from_u
 MAX_ERROR_BODY = 64 * 1024
 RETRY_STATUSES = frozenset({429, 502, 503, 504, 529})
 UNHEALTHY_FOR = 5.0  # seconds a replica that refused a connection is passed over
+RETRY_AFTER_CAP = 60.0  # at most this long is a replica passed over for its own `retry-after`
 BACKOFF_BASE = 0.25
 HEDGE_AFTER = 1.0  # seconds a GET (a model list) waits on one instance before the next is asked too
 
@@ -185,6 +188,8 @@ class HttpClient:
                     return response
                 retryable = response.status in RETRY_STATUSES
                 wait = _retry_after(response.headers.get("retry-after"))
+                if retryable and wait and len(self.roots) > 1 and self._pass_over(root, wait):
+                    wait = 0.0  # another instance is free: no reason to wait for this one
                 if not retryable or not self._may_retry(attempt, budget_end, wait):
                     if raw:
                         return response
@@ -199,6 +204,13 @@ class HttpClient:
             if outcome is not None:
                 outcome.retries += 1
             await asyncio.sleep(self._delay(attempt, wait, budget_end))
+
+    def _pass_over(self, root: str, seconds: float) -> bool:
+        """Pass `root` over for the `retry-after` it sent (capped); whether another
+        instance is free to take the request meanwhile."""
+        now = time.monotonic()
+        self._unhealthy[root] = max(self._unhealthy.get(root, 0.0), now + min(seconds, RETRY_AFTER_CAP))
+        return any(self._unhealthy.get(other, 0.0) <= now for other in self.roots if other != root)
 
     def _may_retry(self, attempt: int, budget_end: float, retry_after: float | None) -> bool:
         if attempt >= self._upstream.max_retries:
