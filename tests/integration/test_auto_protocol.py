@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -85,3 +86,45 @@ def test_an_ambiguous_probe_answer_decides_nothing_and_is_asked_again(native, am
         assert gateway.app.gateway.backends["up"].path == "passthrough"
     finally:
         gateway.stop()
+
+
+@pytest.mark.parametrize("healthy", ["native", "openai"])
+def test_a_replica_that_never_answers_holds_neither_the_probe_nor_the_requests(native, upstream, healthy):
+    with socket.socket() as hung:  # connections are accepted (by the kernel), never answered
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        up = {"url": f"http://127.0.0.1:{hung.getsockname()[1]}", "replicas": [native.url if healthy == "native" else upstream.url],
+              "protocol": "auto", "max_retries": 0, "first_byte_timeout": 600}  # fmt: skip
+        config = from_dict({"server": {"default_model": "m"}, "upstreams": {"up": up},
+                            "models": [{"name": "m", "upstream": "up", "upstream_model": "test-model"}]})  # fmt: skip
+        gateway = GatewayServer(config).start()  # the probe asks the hung instance first (round robin starts there)
+        try:
+            client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=5)  # far below first_byte_timeout
+            for _ in range(3):  # the hung instance is passed over for a while after the probe found it silent
+                message = client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+                assert message.content[0].text == ("Hi" if healthy == "native" else "Hello!")
+            assert gateway.app.gateway.backends["up"].path == ("passthrough" if healthy == "native" else "translate")
+        finally:
+            gateway.stop()
+
+
+def test_a_probe_no_instance_answers_fails_in_its_own_time_and_decides_nothing(monkeypatch):
+    from dragoman.backends import auto
+
+    monkeypatch.setattr(auto, "PROBE_TIMEOUT", 0.3)
+    with socket.socket() as hung:  # connections are accepted (by the kernel), never answered
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)
+        config = from_dict({"server": {"default_model": "m"}, "upstreams": {"up": {"url": f"http://127.0.0.1:{hung.getsockname()[1]}",
+                            "protocol": "auto", "max_retries": 0, "first_byte_timeout": 600}},
+                            "models": [{"name": "m", "upstream": "up", "upstream_model": "test-model"}]})  # fmt: skip
+        gateway = GatewayServer(config).start()
+        try:
+            client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=5)  # far below first_byte_timeout
+            with pytest.raises(anthropic.APIStatusError) as caught:
+                client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+            assert caught.value.status_code == 504
+            assert "no instance answered the protocol probe within 0.3 s" in caught.value.body["error"]["message"]
+            assert gateway.app.gateway.backends["up"].path == "undecided"  # the next request probes again
+        finally:
+            gateway.stop()

@@ -4,6 +4,10 @@ The probe is one `POST /v1/messages` with an empty object, which no server runs
 inference for: a server with the route rejects the body (400, 422), a server
 without it answers 404 or 405. It runs once, at discovery or at the first
 request, and again only after it could not reach the upstream.
+
+Requests wait behind the probe, so it is bounded by PROBE_TIMEOUT, not by
+`first_byte_timeout`, and asks the upstream's instances as a model list does: one
+that hangs or answers something undecided does not decide, nor stall the upstream.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from dragoman.backends.anthropic import AnthropicBackend
 from dragoman.backends.base import Backend, Call, Reply, UpstreamModel
 from dragoman.backends.openai import OpenAIBackend
 from dragoman.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
-from dragoman.errors import UpstreamError
+from dragoman.errors import UpstreamError, UpstreamTimeout
 
 if TYPE_CHECKING:  # routing imports the backends
     from dragoman.routing import Route
@@ -30,6 +34,13 @@ NOT_SERVED = frozenset({404, 405, 501})
 # without `messages` with a JSON 500). 401, 403, 429, 502-504 and a 500 that is not JSON
 # (a proxy's page) say nothing about the route.
 SERVED = frozenset({200, 400, 413, 422, 500})
+PROBE_TIMEOUT = 10.0  # seconds for an answer from any instance; every request to the upstream waits for it
+
+
+def _judged(status: int, content_type: str) -> bool:
+    """Whether the answer tells if the route exists. A 500 that is not JSON is not the
+    server's own judgement of the body (a proxy's page)."""
+    return status in SERVED | NOT_SERVED and (status != 500 or "json" in content_type)
 
 
 class AutoBackend:
@@ -48,6 +59,9 @@ class AutoBackend:
             config,
         )  # fmt: skip
         self._passthrough = AnthropicBackend(name, AnthropicUpstream(url=root, replicas=replicas, documents=upstream.documents, **common), config)
+        # Both clients reach the same instances (the same roots): an instance the probe or one
+        # path passed over is passed over by the other too.
+        self._translate._http._unhealthy = self._passthrough._http._unhealthy
         self.chosen: Backend | None = None
         self._key = config.upstream_key(upstream)
         self._lock = asyncio.Lock()
@@ -63,12 +77,14 @@ class AutoBackend:
             if self.chosen is None:
                 # Both key styles: the server's auth must not decide which protocol it speaks.
                 headers = {"authorization": f"Bearer {self._key}"} if self._key else None
-                response = await self._passthrough._http.post("/messages", b"{}", raw=True, headers=headers)
-                status = response.status
-                # A 500 that is not JSON is not the server's own judgement of the body (a proxy's page).
-                judged = status in SERVED | NOT_SERVED and (status != 500 or "json" in response.content_type)
-                response.release()
-                if not judged:  # 401, 429, 5xx...: ask again next time
+                try:
+                    status, content_type, _ = await self._passthrough._http.first_answer(
+                        b"POST", "/messages", b"{}", headers=headers, timeout=PROBE_TIMEOUT, accept=_judged, pass_over_silent=True
+                    )
+                except UpstreamTimeout:  # every instance silent
+                    message = f"upstream {self.name}: no instance answered the protocol probe within {PROBE_TIMEOUT:g} s"
+                    raise UpstreamTimeout(message) from None
+                if not _judged(status, content_type):  # 401, 429, 5xx...: ask again next time
                     raise UpstreamError(f"upstream {self.name}: cannot tell its protocol, /v1/messages answered {status}"
                                         f"{'' if status != 500 else ' (not JSON)'}")  # fmt: skip
                 self.chosen = self._translate if status in NOT_SERVED else self._passthrough

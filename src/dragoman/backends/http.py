@@ -20,6 +20,7 @@ import random
 import ssl
 import time
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -226,27 +227,44 @@ class HttpClient:
         return max(0.0, min(delay, budget_end - time.monotonic()))
 
     async def get(self, path: str, *, timeout: float = 10.0, from_root: bool = False) -> tuple[int, bytes]:
-        """A GET (the model list) from the first instance that answers: the next one is asked
-        at once after a failure (no connection, a 5xx), or alongside one still silent after
-        HEDGE_AFTER seconds, so that one instance that hangs does not fail it. `timeout`
-        bounds the whole; the last failure is raised, or the last 5xx answer returned."""
+        """A GET (the model list): the first answer below 500 from any instance (`first_answer`)."""
+        status, _, body = await self.first_answer(b"GET", path, None, timeout=timeout, from_root=from_root, accept=_below_500)
+        return status, body
+
+    async def first_answer(
+        self, method: bytes, path: str, body: bytes | None, *, timeout: float, accept: Callable[[int, str], bool],
+        headers: dict[str, str] | None = None, from_root: bool = False, pass_over_silent: bool = False,
+    ) -> tuple[int, str, bytes]:
+        """(status, content type, body) of the first answer `accept` takes, for a request that
+        costs the server nothing (a model list, the protocol probe). The next instance is asked
+        at once after a failure (no connection, an answer not taken), or alongside one still
+        silent after HEDGE_AFTER seconds, so that one instance that hangs does not fail it; each
+        once. `timeout` bounds the whole; the last failure is raised, or the last answer returned.
+        `pass_over_silent`: instances still silent when one answered are passed over, as those
+        refusing connections are (the protocol probe: the requests that follow it avoid them)."""
         target = path if from_root else self.prefix + path
+        lines = self._header_lines(headers)
+        limit = None if method == b"GET" else MAX_ERROR_BODY
         first = self._pick(avoid=None)
         waiting = [first, *(root for root in self.roots if root != first)]
-        asking: dict[asyncio.Task[tuple[int, bytes]], str] = {}
-        failed: tuple[int, bytes] | GatewayError | None = None
+        asking: dict[asyncio.Task[tuple[int, str, bytes]], str] = {}
+        failed: tuple[int, str, bytes] | GatewayError | None = None
         try:
             with upstream_errors(self.name):
                 async with asyncio.timeout(timeout):
                     while waiting or asking:
                         if waiting:  # the first, or the next after a failure or a silence
                             root = waiting.pop(0)
-                            asking[asyncio.ensure_future(self._get_from(root, target))] = root
+                            asking[asyncio.ensure_future(self._ask(root, method, target, lines, body, limit))] = root
                         done, _ = await asyncio.wait(asking, timeout=HEDGE_AFTER if waiting else None, return_when=asyncio.FIRST_COMPLETED)
                         for task in done:
                             root = asking.pop(task)
                             error = task.exception()
-                            if error is None and task.result()[0] < 500:
+                            if error is None and accept(*task.result()[:2]):
+                                if pass_over_silent:
+                                    for other, silent in asking.items():
+                                        if not other.done():
+                                            self._unhealthy[silent] = time.monotonic() + UNHEALTHY_FOR
                                 return task.result()
                             if isinstance(error, UpstreamError):  # no connection: passed over, as for a POST
                                 self._unhealthy[root] = time.monotonic() + UNHEALTHY_FOR
@@ -263,10 +281,16 @@ class HttpClient:
         assert failed is not None
         return failed
 
-    async def _get_from(self, root: str, target: str) -> tuple[int, bytes]:
+    async def _ask(
+        self, root: str, method: bytes, target: str, lines: bytes, body: bytes | None, limit: int | None
+    ) -> tuple[int, str, bytes]:
         with upstream_errors(self.name):
-            response = await self._pool.request(root, b"GET", target, self._header_lines(None), None, idle_timeout=self._upstream.idle_timeout)
+            response = await self._pool.request(root, method, target, lines, body, idle_timeout=self._upstream.idle_timeout)
             try:
-                return response.status, await response.read()
+                return response.status, response.content_type, await response.read(limit)
             finally:
                 response.release()
+
+
+def _below_500(status: int, content_type: str) -> bool:
+    return status < 500
