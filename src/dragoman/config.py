@@ -159,6 +159,7 @@ class FilesConfig(_Config, frozen=True):
     dir: str | None = None  # where uploads are kept; default $XDG_DATA_HOME/dragoman/files
     max_bytes: int = 100 * 1024 * 1024  # per file
     max_total_bytes: int = 100 * 1024**3  # all of one owner's (API key's) files together, as Anthropic's per-organization storage
+    max_files: int = 10_000  # one owner's files: each costs inodes and disk blocks whatever its size, and lists read them all
 
 
 class Config(_Config, frozen=True):
@@ -262,7 +263,7 @@ def _check(config: Config) -> None:
     for key in ("max_request_bytes", "fetch_max_bytes", "fetch_timeout"):
         if getattr(config.server, key) <= 0:
             raise ConfigError(f"server.{key}: must be positive, got {getattr(config.server, key)}")
-    for key in ("max_bytes", "max_total_bytes"):
+    for key in ("max_bytes", "max_total_bytes", "max_files"):
         if getattr(config.files, key) <= 0:
             raise ConfigError(f"files.{key}: must be positive, got {getattr(config.files, key)}")
     for key in ("max_concurrent", "max_requests", "max_queued_requests", "expire_after", "retain_for"):

@@ -20,11 +20,13 @@ Each file belongs to the API key that uploaded it (its `owner`, a digest of the 
 keys, or with `server.share_between_keys`, every caller is the owner "". A file written
 before owners were recorded belongs to "".
 
-An owner's files together hold at most `files.max_total_bytes`: an upload that would pass it
-is refused (400) before anything is written. Usage is the sum of the owner's stored metadata,
-read at each upload, so a delete frees its space at once. Nothing is locked: uploads in
-flight at the same moment (in one process, or in several sharing the directory) may each
-pass the check, so the owner may overshoot the quota by at most their sizes.
+An owner's files together hold at most `files.max_total_bytes`, and number at most
+`files.max_files` (each file costs inodes and disk blocks whatever its size, and every list
+reads them all): an upload that would pass either is refused (400) before anything is written.
+Usage is the sum of the owner's stored metadata, read at each upload, so a delete frees its
+space at once. Nothing is locked: uploads in flight at the same moment (in one process, or in
+several sharing the directory) may each pass the check, so the owner may overshoot the quotas
+by at most those uploads.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class FileStore:
         self.dir = Path(config.dir).expanduser() if config.dir else data_dir("files")
         self.max_bytes = config.max_bytes
         self.max_total_bytes = config.max_total_bytes
+        self.max_files = config.max_files
         self._in_use = False
         self._gone: dict[tuple[str, str], str] = {}  # deleted here: (owner, id) -> created_at, so a cursor naming one still places
         self._seen: int | None = None  # the directory's mtime when last looked into
@@ -306,10 +309,13 @@ class FileStore:
         return owned
 
     def _write_within_quota(self, meta: StoredFile, data: bytes) -> None:
-        """`_write`, unless the owner's files would then pass `files.max_total_bytes`. Not
-        atomic across processes: see the module's docstring."""
-        used = 0
-        for file_id, stored in self._owned(meta.owner).items():
+        """`_write`, unless the owner's files would then pass `files.max_files` or
+        `files.max_total_bytes`. Not atomic across processes: see the module's docstring."""
+        used, owned = 0, self._owned(meta.owner)
+        if len(owned) >= self.max_files:  # expired ones too: their metadata stays until deleted
+            raise InvalidRequest(f"file: this upload would pass files.max_files: you already have {len(owned)} of "
+                                 f"{self.max_files} files; delete some to make room", error_code="storage_quota_exceeded")  # fmt: skip
+        for file_id, stored in owned.items():
             if stored.expired():  # its content is gone: it no longer takes space
                 self._path(file_id, "").unlink(missing_ok=True)
             else:

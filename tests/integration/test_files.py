@@ -407,6 +407,25 @@ def test_the_quota_is_per_key(start, files_dir):
         b.beta.files.upload(file=("more.bin", b"m", "application/octet-stream"))
 
 
+def test_uploads_past_max_files_are_refused_per_key_until_a_delete_makes_room(start, files_dir):
+    """Tiny files cost inodes and disk blocks that max_total_bytes does not count."""
+    gateway = start(server={"api_keys": ["sk-a", "sk-b"]}, files={"max_files": 2})
+    a, b = sdk(gateway, "sk-a"), sdk(gateway, "sk-b")
+    first, second = (a.beta.files.upload(file=(f"{n}.txt", b"x", "text/plain")) for n in (1, 2))
+    with pytest.raises(anthropic.types.StorageQuotaExceededError) as caught:
+        a.beta.files.upload(file=("3.txt", b"x", "text/plain"))
+    message = error_of(caught, 400, "invalid_request_error")
+    assert caught.value.error_code == "storage_quota_exceeded"
+    assert "files.max_files" in message and "2 of 2 files" in message, message
+    assert "sk-a" not in message and not any(c in message for c in ("owner", "digest"))  # nothing of the key
+    assert stored(files_dir) == {first.id, second.id}  # no trace of the refused upload
+
+    of_b = b.beta.files.upload(file=("b.txt", b"x", "text/plain"))  # A's files count only for A
+    a.beta.files.delete(first.id)
+    third = a.beta.files.upload(file=("3.txt", b"x", "text/plain"))
+    assert stored(files_dir) == {second.id, third.id, of_b.id}
+
+
 # -- file sources in /v1/messages: the translating path -----------------------------------------
 
 

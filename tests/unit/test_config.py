@@ -282,7 +282,12 @@ def test_files_max_total_bytes_defaults_to_100_gib_and_is_read() -> None:
     assert loaded.files.max_total_bytes == 5000 and loaded.files.max_bytes == 100 * 1024 * 1024
 
 
-@pytest.mark.parametrize("key", ["max_bytes", "max_total_bytes"])
+def test_files_max_files_defaults_to_10000_and_is_read() -> None:
+    assert config.from_dict({}).files.max_files == 10_000
+    assert config.from_dict(good(files={"max_files": 3})).files.max_files == 3
+
+
+@pytest.mark.parametrize("key", ["max_bytes", "max_total_bytes", "max_files"])
 @pytest.mark.parametrize("value", [0, -1])
 def test_file_sizes_must_be_positive(key: str, value: int) -> None:
     assert failure(good(files={key: value})) == f"files.{key}: must be positive, got {value}"
