@@ -213,6 +213,7 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         discovery = [asyncio.create_task(gateway.discover_all(gateway.backends))]
         discovery.append(asyncio.create_task(gateway.keep_registry_fresh()))
+        discovery.append(asyncio.create_task(gateway.files.adopt_flat()))  # files written flat by earlier versions
         await gateway.batches.start()
         try:
             yield

@@ -2,10 +2,13 @@
 
 Files are kept in a directory (`files.dir`), one content file and one metadata file per
 upload, written atomically, so they survive restarts and every `--workers` process (or
-replica sharing the directory) sees the same files. A request whose image or document
-block names a `file_id` has that source replaced by the file's content (base64 for
-images and PDFs, text for text files) before it is routed, so both the translating and
-the passthrough paths, token counting and batches get a request an upstream can read. A
+replica sharing the directory) sees the same files. Each owner's files are in a
+subdirectory of their own, so an upload or a list reads only the caller's files; files that
+earlier versions kept flat are moved there at start-up and served from either place (see
+`file_layout`). A request whose image or document block names a `file_id` has that source
+replaced by the file's content (base64 for images and PDFs, text for text files) before it is
+routed, so both the translating and the passthrough paths, token counting and batches get a
+request an upstream can read. A
 file id the gateway does not have is left as sent: the translating path answers it with a
 404, passthrough forwards it (an Anthropic upstream may know it). As on Anthropic,
 uploaded files cannot be downloaded again.
@@ -23,10 +26,10 @@ before owners were recorded belongs to "".
 An owner's files together hold at most `files.max_total_bytes`, and number at most
 `files.max_files` (each file costs inodes and disk blocks whatever its size, and every list
 reads them all): an upload that would pass either is refused (400) before anything is written.
-Usage is the sum of the owner's stored metadata, read at each upload, so a delete frees its
-space at once. Nothing is locked: uploads in flight at the same moment (in one process, or in
-several sharing the directory) may each pass the check, so the owner may overshoot the quotas
-by at most those uploads.
+Usage is the sum of the owner's stored metadata (its directory's), read at each upload, so a
+delete frees its space at once. Nothing is locked: uploads in flight at the same moment (in
+one process, or in several sharing the directory) may each pass the check, so the owner may
+overshoot the quotas by at most those uploads.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import codecs
+import logging
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -45,13 +49,13 @@ import msgspec
 from dragoman import ids
 from dragoman.config import FilesConfig, data_dir
 from dragoman.errors import InvalidRequest, NotFound, RequestTooLarge
+from dragoman.file_layout import Layout
 from dragoman.paging import list_param, page_of
-from dragoman.storage import write_atomically
 
+log = logging.getLogger("dragoman.files")
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 EXPIRES_IN = (3600, 7776000)  # the seconds an upload may ask to be kept, as on Anthropic (1 hour to 90 days)
 TEXT_TYPES = ("text/plain", "text/markdown", "text/csv", "text/html", "application/json")
-_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
 class FileMetadata(msgspec.Struct):
@@ -91,6 +95,7 @@ class DeletedFile(msgspec.Struct):
 class FileStore:
     def __init__(self, config: FilesConfig) -> None:
         self.dir = Path(config.dir).expanduser() if config.dir else data_dir("files")
+        self.layout = Layout(self.dir)
         self.max_bytes = config.max_bytes
         self.max_total_bytes = config.max_total_bytes
         self.max_files = config.max_files
@@ -113,12 +118,13 @@ class FileStore:
         if self._in_use:
             return True
         try:
-            mtime = os.stat(self.dir).st_mtime_ns  # changes with every file added or removed
+            mtime = os.stat(self.dir).st_mtime_ns  # changes as an owner's directory (made before its first file) or a flat file is added
+            if mtime != self._seen:
+                with os.scandir(self.dir) as entries:
+                    self._in_use = any(not entry.name.startswith(".") for entry in entries)  # not a temporary
+                self._seen = mtime
         except OSError:
             return False
-        if mtime != self._seen:
-            self._seen = mtime
-            self._in_use = next(self.dir.glob("file_*.json"), None) is not None
         return self._in_use
 
     # -- the API ----------------------------------------------------------------------------
@@ -143,19 +149,18 @@ class FileStore:
     async def content(self, file_id: str, *, owner: str) -> tuple[FileMetadata, bytes]:
         stored = self._load(file_id, owner)
         try:
-            return stored.public(), await asyncio.to_thread(self._path(file_id, "").read_bytes)
+            return stored.public(), await asyncio.to_thread(self.layout.read, file_id, owner, "")
         except FileNotFoundError:  # deleted meanwhile
             raise NotFound(f"file_id: no file {file_id!r}") from None
 
     def delete(self, file_id: str, *, owner: str) -> DeletedFile:
         stored = self._load(file_id, owner)  # 404 if unknown, or another owner's
         self._gone[(owner, file_id)] = stored.created_at
-        for suffix in (".json", ""):  # metadata first: a half-deleted file is not listed
-            self._path(file_id, suffix).unlink(missing_ok=True)
+        self.layout.remove(file_id, owner)
         return DeletedFile(id=file_id)
 
     async def page(self, query: Mapping[str, str], *, owner: str) -> dict[str, Any]:
-        """The list (see `_page`), read in a thread: it opens every metadata file."""
+        """The list (see `_page`), read in a thread: it opens every metadata file of the owner."""
         return await asyncio.to_thread(self._page, query, owner)
 
     def _page(self, query: Mapping[str, str], owner: str) -> dict[str, Any]:
@@ -253,11 +258,11 @@ class FileStore:
             except NotFound:
                 stored = None
             if stored is not None and stored.expired():  # ours, so never forwarded: its bytes are gone for good
-                self._path(file_id, "").unlink(missing_ok=True)
+                self.layout.remove(file_id, owner, content_only=True)
                 raise NotFound(f"{where}.source.file_id: {file_id} expired at {stored.expires_at}; its content is no longer "
                                "available", error_code="file_expired")  # fmt: skip
             try:
-                loaded[file_id] = (stored, self._path(file_id, "").read_bytes()) if stored is not None else None
+                loaded[file_id] = (stored, self.layout.read(file_id, owner, "")) if stored is not None else None
             except FileNotFoundError:  # deleted meanwhile
                 loaded[file_id] = None
         found = loaded[file_id]
@@ -286,27 +291,38 @@ class FileStore:
     def _load(self, file_id: str, owner: str) -> StoredFile:
         """The file's stored metadata; NotFound if it is absent or another owner's (the
         same answer: whether another key's file exists is not told)."""
-        path = self._path(file_id, ".json")
         try:
-            stored = msgspec.json.decode(path.read_bytes(), type=StoredFile)
-        except (OSError, msgspec.DecodeError):  # absent, or not a file of ours
+            stored = msgspec.json.decode(self.layout.read(file_id, owner, ".json"), type=StoredFile)
+        except (OSError, msgspec.DecodeError):  # absent (or not an id), or not a file of ours
             stored = None
         if stored is None or stored.owner != owner:
             raise NotFound(f"file_id: no file {file_id!r}")
         return stored
 
     def _owned(self, owner: str) -> dict[str, StoredFile]:
-        """The stored metadata of every file of `owner`, by id (opens every metadata file)."""
+        """The stored metadata of every file of `owner`, by id: it opens the metadata files
+        in the owner's directory (and any left in the flat layout), no other owner's."""
         owned = {}
-        if self.dir.is_dir():
-            for path in self.dir.glob("file_*.json"):
-                try:
-                    stored = msgspec.json.decode(path.read_bytes(), type=StoredFile)
-                except (OSError, msgspec.DecodeError):
-                    continue  # deleted meanwhile, or not ours
-                if stored.owner == owner:
-                    owned[path.stem] = stored
+        for file_id, path in self.layout.metadata_paths(owner).items():
+            try:
+                stored = msgspec.json.decode(path.read_bytes(), type=StoredFile)
+            except (OSError, msgspec.DecodeError):
+                continue  # deleted (or moved) meanwhile, or not ours
+            if stored.owner == owner:
+                owned[file_id] = stored
         return owned
+
+    async def adopt_flat(self) -> None:
+        """At start-up, in a thread: move the files earlier versions wrote flat into their
+        owners' directories (see `file_layout`). Safe while this and other processes serve
+        (they read both layouts) and do the same."""
+        try:
+            moved = await asyncio.to_thread(self.layout.adopt_flat, _owner_of)
+        except OSError as error:  # the flat files left are still served, and moved at the next start
+            log.warning("files: moving the flat layout's files into their owners' directories stopped: %s", error)
+        else:
+            if moved:
+                log.info("files: moved %d files of the flat layout into their owners' directories", moved)
 
     def _write_within_quota(self, meta: StoredFile, data: bytes) -> None:
         """`_write`, unless the owner's files would then pass `files.max_files` or
@@ -317,24 +333,22 @@ class FileStore:
                                  f"{self.max_files} files; delete some to make room", error_code="storage_quota_exceeded")  # fmt: skip
         for file_id, stored in owned.items():
             if stored.expired():  # its content is gone: it no longer takes space
-                self._path(file_id, "").unlink(missing_ok=True)
+                self.layout.remove(file_id, meta.owner, content_only=True)
             else:
                 used += stored.size_bytes
         if used + meta.size_bytes > self.max_total_bytes:  # the message names sizes only, never the owner (a digest of a key)
             raise InvalidRequest(f"file: this upload of {meta.size_bytes} bytes would pass files.max_total_bytes: your files "
                                  f"already use {used} of {self.max_total_bytes} bytes; delete some to make room",
                                  error_code="storage_quota_exceeded")  # fmt: skip
-        self._write(meta, data)
+        self.layout.write(meta.id, meta.owner, data, msgspec.json.encode(meta))
 
-    def _path(self, file_id: str, suffix: str) -> Path:
-        if not file_id.startswith("file_") or not set(file_id) <= _ID_CHARS:  # never a path outside the directory
-            raise NotFound(f"file_id: no file {file_id!r}")
-        return self.dir / (file_id + suffix)
 
-    def _write(self, meta: StoredFile, data: bytes) -> None:
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # uploads are the clients' data: not for other local users
-        for suffix, payload in (("", data), (".json", msgspec.json.encode(meta))):  # content first: listed only when whole
-            write_atomically(self._path(meta.id, suffix), payload)
+def _owner_of(metadata: bytes) -> str | None:
+    """A metadata file's owner; None if it is not a file of ours."""
+    try:
+        return msgspec.json.decode(metadata, type=StoredFile).owner
+    except msgspec.DecodeError:
+        return None
 
 
 EXTENSIONS = {"image/jpeg": ".jpg", "image/png": ".png", "image/gif": ".gif", "image/webp": ".webp", "application/pdf": ".pdf",

@@ -57,8 +57,20 @@ def ask(*blocks: dict[str, Any], text: str = "What is this?") -> list[dict[str, 
 
 
 def stored(files_dir: Path) -> set[str]:
-    """The file ids whose metadata is in the directory."""
-    return {path.stem for path in files_dir.glob("file_*.json")} if files_dir.is_dir() else set()
+    """The file ids whose metadata is in the directory (in an owner's directory, or flat)."""
+    return {path.stem for path in files_dir.rglob("file_*.json")}
+
+
+def on_disk(files_dir: Path) -> list[str]:
+    """The names of every file in the directory, owners' directories included."""
+    return sorted(path.name for path in files_dir.rglob("*") if path.is_file())
+
+
+def path_of(files_dir: Path, name: str) -> Path:
+    """Where a stored file's content (or, with .json, metadata) is: in its owner's directory."""
+    found = list(files_dir.glob(f"*/{name}"))
+    assert len(found) <= 1, found
+    return found[0] if found else files_dir / "nowhere" / name
 
 
 @pytest.fixture
@@ -106,7 +118,7 @@ def test_upload_returns_file_metadata_and_keeps_the_file(start, files_dir):
     assert before - timedelta(seconds=1) <= meta.created_at <= datetime.now(UTC) + timedelta(seconds=1)
     assert client.beta.files.retrieve_metadata(meta.id) == meta
     assert stored(files_dir) == {meta.id}
-    assert (files_dir / meta.id).read_bytes() == b"hello files"  # the bytes as uploaded, in files.dir
+    assert path_of(files_dir, meta.id).read_bytes() == b"hello files"  # the bytes as uploaded, in files.dir
 
 
     raw = httpx.get(f"{gateway.url}/v1/files/{meta.id}", headers={"x-api-key": KEY}, timeout=5)
@@ -118,7 +130,7 @@ def test_upload_returns_file_metadata_and_keeps_the_file(start, files_dir):
 
 def expire_now(files_dir: Path, file_id: str) -> None:
     """Move a stored file's expires_at into the past, as time would."""
-    path = files_dir / f"{file_id}.json"
+    path = path_of(files_dir, f"{file_id}.json")
     path.write_text(json.dumps({**json.loads(path.read_text()), "expires_at": "2020-01-01T00:00:00.000000Z"}))
 
 
@@ -145,7 +157,7 @@ def test_an_expired_file_is_a_file_expired_404_and_frees_its_space(start, files_
     with pytest.raises(anthropic.types.FileExpiredError) as caught:  # the SDK's class for error_code file_expired
         client.messages.create(model=MODEL, max_tokens=5, messages=ask(document_file(meta.id)))
     assert "expired" in error_of(caught, 404, "not_found_error") and caught.value.error_code == "file_expired"
-    assert not (files_dir / meta.id).exists()  # its bytes are gone
+    assert not path_of(files_dir, meta.id).exists()  # its bytes are gone
     with pytest.raises(anthropic.types.FileExpiredError):  # and it stays expired
         client.messages.count_tokens(model=MODEL, messages=ask(document_file(meta.id)))
     assert upstream.requests == []
@@ -174,7 +186,7 @@ def test_an_uploads_filename_keeps_its_last_component_and_an_empty_one_is_unname
 
     assert uploaded.status_code == 200, uploaded.text
     assert uploaded.json()["filename"] == kept  # as the SDK documents it
-    assert {path.name for path in files_dir.iterdir()} == {uploaded.json()["id"], uploaded.json()["id"] + ".json"}  # never a path of the client's
+    assert on_disk(files_dir) == sorted([uploaded.json()["id"], uploaded.json()["id"] + ".json"])  # never a path of the client's
 
 
 def test_a_file_larger_than_a_multipart_part_limit_uploads_whole(start, files_dir):
@@ -182,7 +194,7 @@ def test_a_file_larger_than_a_multipart_part_limit_uploads_whole(start, files_di
     data = bytes(range(256)) * (6 * 1024)  # 1.5 MiB, past any per-field limit of the form parser
     meta = client.beta.files.upload(file=("big.bin", data, "application/octet-stream"))
     assert meta.size_bytes == len(data)
-    assert (files_dir / meta.id).read_bytes() == data
+    assert path_of(files_dir, meta.id).read_bytes() == data
 
 
 def test_downloading_an_upload_is_refused_as_on_anthropic_with_its_error_code(start):
@@ -209,7 +221,7 @@ def test_delete_removes_the_file_everywhere(start, files_dir, upstream):
 
     assert (deleted.id, deleted.type) == (gone.id, "file_deleted")
     assert stored(files_dir) == {kept.id}
-    assert not (files_dir / gone.id).exists()  # the content too, not only its metadata
+    assert not path_of(files_dir, gone.id).exists()  # the content too, not only its metadata
     assert [f.id for f in client.beta.files.list().data] == [kept.id]
     for call in (client.beta.files.retrieve_metadata, client.beta.files.download, client.beta.files.delete):
         with pytest.raises(anthropic.NotFoundError) as caught:
@@ -368,7 +380,7 @@ def test_uploads_past_max_total_bytes_are_refused_with_their_error_code_until_a_
     assert "files.max_total_bytes" in message and "1000 of 1000" in message, message
     assert caught.value.response.headers["request-id"] == caught.value.body["request_id"]
     assert stored(files_dir) == {first.id, second.id}  # no trace of the refused upload
-    assert sorted(path.name for path in files_dir.iterdir()) == sorted([first.id, f"{first.id}.json", second.id, f"{second.id}.json"])
+    assert on_disk(files_dir) == sorted([first.id, f"{first.id}.json", second.id, f"{second.id}.json"])
     assert [f.id for f in client.beta.files.list().data] == [second.id, first.id]
 
     client.beta.files.delete(second.id)  # frees its 400 bytes at once
@@ -377,7 +389,7 @@ def test_uploads_past_max_total_bytes_are_refused_with_their_error_code_until_a_
     assert "600 of 1000" in error_of(caught, 400, "invalid_request_error")
     third = client.beta.files.upload(file=("third.bin", b"3" * 400, "application/octet-stream"))
     assert stored(files_dir) == {first.id, third.id}
-    assert (files_dir / third.id).read_bytes() == b"3" * 400
+    assert path_of(files_dir, third.id).read_bytes() == b"3" * 400
 
 
 def test_a_file_over_max_bytes_is_still_413_whatever_the_quota(start, files_dir):
@@ -828,6 +840,12 @@ def test_a_file_stored_before_owners_were_recorded_is_served_without_keys(start,
     (files_dir / "file_011Old").write_bytes(b"old one")
 
     client = sdk(start())
+    deadline = time.monotonic() + 10  # moved into the owner's directory at start-up, in the background; served meanwhile
+    while (files_dir / "file_011Old.json").exists():
+        assert [f.id for f in client.beta.files.list().data] == ["file_011Old"]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert on_disk(files_dir) == ["file_011Old", "file_011Old.json"] and path_of(files_dir, "file_011Old").parent.name == "shared"
     assert [f.id for f in client.beta.files.list().data] == ["file_011Old"]
     assert client.beta.files.retrieve_metadata("file_011Old").filename == "old.txt"
     client.messages.create(model=MODEL, max_tokens=10, messages=ask(document_file("file_011Old")))

@@ -37,7 +37,8 @@ def test_saved_files_are_listed_newest_first_and_deleted(tmp_path: Path) -> None
         with pytest.raises(NotFound):
             files.metadata(first.id, owner="")
         assert [f["id"] for f in (await files.page({}, owner=""))["data"]] == [second.id]
-        assert sorted(p.name for p in (tmp_path / "files").iterdir()) == [second.id, second.id + ".json"]  # no temporaries left
+        assert [p.name for p in (tmp_path / "files").iterdir()] == ["shared"]  # the owner "": no keys, or keys that share
+        assert sorted(p.name for p in (tmp_path / "files" / "shared").iterdir()) == [second.id, second.id + ".json"]  # no temporaries left
 
     asyncio.run(main())
 
@@ -156,9 +157,10 @@ def test_a_filename_keeps_only_its_last_component(tmp_path: Path) -> None:
 def test_uploads_are_private_to_the_gateway_user(tmp_path: Path) -> None:
     files = store(tmp_path)
     meta = asyncio.run(files.save("a.txt", "text/plain", b"secret", owner=""))
-    assert (tmp_path / "files").stat().st_mode & 0o777 == 0o700
-    assert (tmp_path / "files" / meta.id).stat().st_mode & 0o777 == 0o600
-    assert (tmp_path / "files" / (meta.id + ".json")).stat().st_mode & 0o777 == 0o600
+    for directory in (tmp_path / "files", tmp_path / "files" / "shared"):
+        assert directory.stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "files" / "shared" / meta.id).stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "files" / "shared" / (meta.id + ".json")).stat().st_mode & 0o777 == 0o600
 
 
 # -- owners: each file is seen only by the key that uploaded it ---------------------------------
@@ -196,7 +198,7 @@ def test_a_file_is_seen_only_by_its_owner(tmp_path: Path) -> None:
 def test_the_owner_is_stored_on_disk_but_never_answered(tmp_path: Path) -> None:
     files = store(tmp_path)
     meta = asyncio.run(files.save("a.txt", "text/plain", b"x", owner=A))
-    on_disk = json.loads((tmp_path / "files" / f"{meta.id}.json").read_text())
+    on_disk = json.loads((tmp_path / "files" / A / f"{meta.id}.json").read_text())  # in the owner's directory
     assert on_disk["owner"] == A
     answered = [msgspec.to_builtins(meta), msgspec.to_builtins(files.metadata(meta.id, owner=A)),
                 *asyncio.run(files.page({}, owner=A))["data"]]  # fmt: skip
@@ -270,3 +272,106 @@ def test_named_in_tells_bodies_that_may_name_a_stored_file_and_skips_the_stat_fo
     assert stats == []  # a small body without a file id costs no system call
     assert fresh.named_in(small_with)
     assert stats != []
+
+
+# -- the layout: one directory per owner; files of the flat layout (earlier versions) ---------------
+
+
+def test_an_upload_and_a_list_read_only_the_owners_own_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another key's files, however many, cost an owner's uploads and lists nothing."""
+    files = store(tmp_path)
+    asyncio.run(files.save("b.txt", "text/plain", b"of b", owner=B))
+    read: list[Path] = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda path: read.append(path) or real(path))
+
+    async def main() -> None:
+        mine = await files.save("a.txt", "text/plain", b"of a", owner=A)
+        assert [f["id"] for f in (await files.page({}, owner=A))["data"]] == [mine.id]
+        assert files.metadata(mine.id, owner=A) == mine
+
+    asyncio.run(main())
+    assert read and all(path.parent == tmp_path / "files" / A for path in read), read
+
+
+def flat(directory: Path, file_id: str, content: bytes | None, **fields: object) -> None:
+    """A file as earlier versions wrote it: content and metadata in `files.dir` itself."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    meta = {"id": file_id, "created_at": "2025-01-01T00:00:00.000000Z", "filename": f"{file_id}.txt",
+            "mime_type": "text/plain", "size_bytes": 3, "type": "file", "downloadable": False, **fields}  # fmt: skip
+    (directory / f"{file_id}.json").write_text(json.dumps(meta))
+    if content is not None:
+        (directory / file_id).write_bytes(content)
+
+
+def test_flat_files_are_served_before_and_after_being_moved_into_their_owners_directories(tmp_path: Path) -> None:
+    directory = tmp_path / "files"
+    flat(directory, "file_011Mine", b"one", owner=A)
+    flat(directory, "file_011Shared", b"two")  # written before owners were recorded: the owner ""
+    flat(directory, "file_011Gone", None, owner=A, expires_at="2020-01-01T00:00:00.000000Z")  # expired: no content
+    (directory / "file_011Foreign.json").write_text("{not json")
+    files = FileStore(FilesConfig(dir=str(directory), max_files=3))
+
+    def served(*uploaded: str) -> None:
+        assert sorted(f["id"] for f in asyncio.run(files.page({}, owner=A))["data"]) == sorted(["file_011Gone", "file_011Mine", *uploaded])
+        assert [f["id"] for f in asyncio.run(files.page({}, owner=""))["data"]] == ["file_011Shared"]
+        raw = body({"type": "document", "source": {"type": "file", "file_id": "file_011Mine"}})
+        assert "one" in asyncio.run(files.resolve(raw, 10**9, owner=A)).decode()
+        assert asyncio.run(files.content("file_011Shared", owner=""))[1] == b"two"
+        with pytest.raises(NotFound):
+            files.metadata("file_011Mine", owner=B)
+
+    served()
+    third = asyncio.run(files.save("a.txt", "text/plain", b"x", owner=A)).id  # the third of A's files: flat ones count
+    with pytest.raises(InvalidRequest, match="3 of 3 files"):
+        asyncio.run(files.save("a.txt", "text/plain", b"x", owner=A))
+
+    asyncio.run(files.adopt_flat())
+    assert sorted(p.name for p in directory.iterdir() if p.is_file()) == ["file_011Foreign.json"]  # not ours: left as it is
+    assert {p.name for p in (directory / A).iterdir()} >= {"file_011Mine", "file_011Mine.json", "file_011Gone.json"}
+    assert sorted(p.name for p in (directory / "shared").iterdir()) == ["file_011Shared", "file_011Shared.json"]
+    served(third)
+    files.delete("file_011Mine", owner=A)
+    assert not list(directory.rglob("file_011Mine*"))
+
+
+def test_two_processes_moving_the_flat_files_at_once_lose_and_double_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = tmp_path / "files"
+    for n in range(4):
+        flat(directory, f"file_011N{n}", f"content {n}".encode(), owner=(A, B)[n % 2])
+    one, other = store(tmp_path), store(tmp_path)
+    real = __import__("os").rename
+    renames: list[object] = []
+
+    def rename(source: Path, target: Path) -> None:  # the other process runs whole between this one's first two moves
+        renames.append(source)
+        if len(renames) == 2:
+            asyncio.run(other.adopt_flat())
+        real(source, target)
+
+    monkeypatch.setattr("dragoman.file_layout.os.rename", rename)
+    asyncio.run(one.adopt_flat())
+    assert not [p for p in directory.iterdir() if p.is_file()]
+    for n in range(4):
+        owner = (A, B)[n % 2]
+        assert [p.relative_to(directory) for p in directory.rglob(f"file_011N{n}*")] in (
+            [Path(owner, f"file_011N{n}"), Path(owner, f"file_011N{n}.json")], [Path(owner, f"file_011N{n}.json"), Path(owner, f"file_011N{n}")])
+        assert asyncio.run(one.content(f"file_011N{n}", owner=owner))[1] == f"content {n}".encode()
+
+
+def test_a_file_moved_while_it_is_looked_up_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files only move from flat to their owner's directory: the owner's is looked in again."""
+    directory = tmp_path / "files"
+    flat(directory, "file_011Moving", b"one", owner=A)
+    files, mover = store(tmp_path), store(tmp_path)
+    real, moved = Path.read_bytes, []
+
+    def read_bytes(path: Path) -> bytes:
+        if path == directory / "file_011Moving.json" and not moved:  # the owner's directory was looked in: now it moves there
+            moved.append(path)
+            asyncio.run(mover.adopt_flat())
+        return real(path)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    assert files.metadata("file_011Moving", owner=A).id == "file_011Moving" and moved
+    assert (directory / A / "file_011Moving.json").exists()
