@@ -10,6 +10,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 
 import anthropic
@@ -24,11 +25,11 @@ MODEL = DEFAULT_LOCAL_MODEL
 TIMEOUT = 120.0
 
 
-def _gateway(server: LlamaServer, protocol: str, **upstream: object) -> GatewayServer:
+def _gateway(server: LlamaServer, protocol: str, settings: dict[str, object] | None = None, **upstream: object) -> GatewayServer:
     url = server.base_url + ("/v1" if protocol in ("openai", "auto") else "")
     config = from_dict(
         {
-            "server": {"default_model": "served"},
+            "server": {"default_model": "served", **(settings or {})},
             "files": {"dir": tempfile.mkdtemp(prefix="dragoman-e2e-files-")},  # uploads never go to the home directory
             "upstreams": {"llama": {"url": url, "protocol": protocol, **upstream}},
             "models": [{"name": "served", "upstream": "llama", "upstream_model": MODEL, "aliases": ["claude-*"]}],
@@ -262,6 +263,25 @@ def test_client_disconnect_stops_generation(path, llama_server):
     while _processing(llama_server) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _processing(llama_server) == 0
+
+
+def test_a_passthrough_prefill_is_kept_alive_before_message_start(llama_server):
+    """llama-server answers 200 at once and sends `message_start` only when the prompt is
+    read; dragoman fills that silence with comment lines (Claude Code aborts a stream
+    that sends no bytes for 180 s). A fresh prompt of some thousand tokens takes far
+    longer to read than the 10 ms interval here."""
+    gateway = _gateway(llama_server, "anthropic", settings={"keepalive_interval": 0.01})
+    words = " ".join(f"word{n}" for n in range(600))
+    body = _ask(f"{uuid.uuid4()} {words}\nSay ok.", max_tokens=3, stream=True)  # a new start: no cached prefix
+    try:
+        with httpx.stream("POST", gateway.url + "/v1/messages", json=body, timeout=TIMEOUT) as response:
+            data = b"".join(response.iter_bytes())
+    finally:
+        gateway.stop()
+    head, found, rest = data.partition(b"event: message_start")
+    assert found and rest.rstrip().endswith(b'"message_stop"}'), data[-300:]
+    assert head.count(b": keep-alive\n\n") >= 1, data[:300]
+    assert all(line.startswith(b":") for line in head.splitlines() if line), head  # only comments before message_start
 
 
 def test_prefill_is_continued_not_repeated(translate):

@@ -181,6 +181,26 @@ def test_pings_fill_a_silent_stream_between_frames(native):
     assert data.endswith(event("message_stop", {"type": "message_stop"}))
 
 
+def test_keepalives_fill_the_silence_before_message_start(native):
+    """llama-server answers 200 at once and sends `message_start` only after the prefill:
+    that silence gets comment lines, or Claude Code aborts a long prefill (180 s without
+    a byte). Nothing of the stream has gone out yet, so a `ping` would come too early."""
+    server = GatewayServer(_config(native, keepalive_interval=0.2)).start()
+    try:
+        native.replies.append(NativeReply(events=[("sleep", 0.7), *text_events("late")]))
+        with httpx.stream(
+            "POST", server.url + "/v1/messages",
+            json={"model": "claude-test", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "Hi"}]},
+        ) as response:  # fmt: skip
+            data = b"".join(response.iter_bytes())
+    finally:
+        server.stop()
+    head, _, rest = data.partition(b"event: message_start")
+    assert head.count(b": keep-alive\n\n") >= 2 and head.replace(b": keep-alive\n\n", b"") == b"", data
+    assert b"event: ping" not in head
+    assert rest.endswith(event("message_stop", {"type": "message_stop"}))
+
+
 def test_client_disconnect_closes_the_upstream_stream(passthrough, native):
     events = text_events("x")
     native.replies.append(NativeReply(events=[events[0], *[("sleep", 0.05)] * 100, *events[1:]]))

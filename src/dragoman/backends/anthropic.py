@@ -34,7 +34,7 @@ from dragoman.backends.response import Response
 from dragoman.config import AnthropicUpstream, Config
 from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream, redact_bytes
 from dragoman.protocol import anthropic
-from dragoman.sse import PING
+from dragoman.sse import KEEPALIVE_COMMENT, PING
 
 if TYPE_CHECKING:  # routing imports the backends
     from dragoman.routing import Route
@@ -209,7 +209,8 @@ class AnthropicBackend:
     async def _relay(self, response: Response, call: Call, direct: DirectWrites | None = None) -> AsyncIterator[bytes]:
         """Forward stream events as they arrive, whole: an event cut by a read waits for
         its end, so that an upstream failing mid-event ends the client's stream with a
-        clean `error` event. Pings fill silences, never past the upstream's idle timeout.
+        clean `error` event. Silences get comment lines until `message_start` (a server may
+        answer 200 before its prefill), pings after it, never past the upstream's idle timeout.
         Once `message_start` has gone out, reads go straight to `direct`'s writer when
         there is one, from the connection's callback."""
         head: bytes | None = b""
@@ -245,7 +246,9 @@ class AnthropicBackend:
                     with upstream_errors(self.name):
                         chunk = await watch.read(response.readany())
                 except Silence:
-                    if events.at_boundary and head is None:
+                    if head is not None:  # nothing has gone out yet (llama-server's prefill): a ping would precede message_start
+                        yield KEEPALIVE_COMMENT
+                    elif events.at_boundary:
                         yield PING
                     continue
                 if not chunk:
