@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import codecs
 import logging
 import os
 from collections.abc import Mapping
@@ -47,6 +46,7 @@ from typing import Any, Literal
 import msgspec
 
 from dragoman import ids
+from dragoman.charsets import decode_text
 from dragoman.config import FilesConfig, data_dir
 from dragoman.errors import InvalidRequest, NotFound, RequestTooLarge
 from dragoman.file_layout import Layout
@@ -281,7 +281,7 @@ class FileStore:
         elif mime == "application/pdf":
             block["source"] = {"type": "base64", "media_type": mime, "data": base64.b64encode(data).decode()}
         elif mime.startswith("text/") or mime in TEXT_TYPES:
-            block["source"] = {"type": "text", "media_type": "text/plain", "data": data.decode(_charset(meta.mime_type), "replace")}
+            block["source"] = {"type": "text", "media_type": "text/plain", "data": decode_text(data, _charset(meta.mime_type))}
         else:
             raise InvalidRequest(f"{where}.source.file_id: {file_id} is {mime}; a document must be a PDF or text")
         return True
@@ -360,17 +360,14 @@ def _unnamed(mime_type: str) -> str:
     return "unnamed" + EXTENSIONS.get(mime_type.partition(";")[0].strip().lower(), "")
 
 
-def _charset(mime_type: str) -> str:
-    """The text encoding the upload declared (`text/csv; charset=windows-1252`), else UTF-8:
-    a declared one is honoured, not read as UTF-8 into replacement characters."""
+def _charset(mime_type: str) -> str | None:
+    """The text encoding the upload declared (`text/csv; charset=windows-1252`), if any: it is
+    honoured (charsets.decode_text), not read as UTF-8 into replacement characters."""
     for param in mime_type.split(";")[1:]:
         name, _, value = param.partition("=")
         if name.strip().lower() == "charset":
-            try:
-                return codecs.lookup(value.strip().strip('"')).name
-            except LookupError:
-                break
-    return "utf-8"
+            return value
+    return None
 
 
 def names_a_file(body: bytes) -> bool:

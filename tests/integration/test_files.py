@@ -497,6 +497,17 @@ def test_a_text_file_is_read_in_the_charset_it_was_uploaded_with(start, upstream
     assert content in json.dumps(upstream.requests[0]["messages"][0]["content"], ensure_ascii=False)
 
 
+@pytest.mark.parametrize("charset", ["base64", "zlib", "idna", "no-such-charset"])
+def test_a_declared_charset_that_is_no_text_encoding_reads_as_utf8(start, upstream, charset):
+    client = sdk(start())
+    content = "Café note"
+    meta = client.beta.files.upload(file=("memo.txt", content.encode(), f"text/plain; charset={charset}"))
+
+    client.messages.create(model=MODEL, max_tokens=20, messages=ask(document_file(meta.id)))  # not a 500
+
+    assert content in json.dumps(upstream.requests[0]["messages"][0]["content"], ensure_ascii=False)
+
+
 def test_the_sdks_beta_messages_with_the_files_beta(start, upstream):
     client = sdk(start())
     meta = client.beta.files.upload(file=("dot.png", PNG, "image/png"), betas=["files-api-2025-04-14"])

@@ -19,6 +19,7 @@ import aiohttp.abc
 from aiohttp.abc import ResolveResult
 from yarl import URL
 
+from dragoman.charsets import decode_text
 from dragoman.errors import InvalidRequest
 from dragoman.protocol import anthropic as a
 
@@ -146,7 +147,7 @@ async def _fetch(url: str, *, max_bytes: int, timeout: float, allow_private: boo
     if kind == "application/pdf" or data.startswith(b"%PDF-"):
         return a.Base64Source(media_type="application/pdf", data=base64.b64encode(data).decode())
     if kind.startswith("text/") or kind in ("application/json", "application/xml"):
-        return a.TextSource(data=data.decode(response.charset or "utf-8", "replace"))
+        return a.TextSource(data=decode_text(data, response.charset))
     raise InvalidRequest(f"document URL {url!r}: content type {kind!r} is not a PDF or text")
 
 
