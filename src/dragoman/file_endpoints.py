@@ -50,7 +50,8 @@ def _expires_in(field: object) -> int | None:
     if field is None:
         return None
     low, high = EXPIRES_IN
-    if not isinstance(field, str) or not field.strip().isdigit() or not low <= int(field) <= high:
+    # isdecimal, not isdigit: "3600²" is digits to isdigit and no number to int()
+    if not isinstance(field, str) or not field.strip().isdecimal() or not low <= int(field) <= high:
         raise InvalidRequest(f"expires_in_seconds: an integer from {low} to {high} (1 hour to 90 days), got {field!r}")
     return int(field)
 

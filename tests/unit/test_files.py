@@ -13,6 +13,7 @@ import pytest
 
 from dragoman.config import FilesConfig
 from dragoman.errors import InvalidRequest, NotFound
+from dragoman.file_endpoints import _expires_in
 from dragoman.files import FileStore, names_a_file
 
 
@@ -375,3 +376,14 @@ def test_a_file_moved_while_it_is_looked_up_is_found(tmp_path: Path, monkeypatch
     monkeypatch.setattr(Path, "read_bytes", read_bytes)
     assert files.metadata("file_011Moving", owner=A).id == "file_011Moving" and moved
     assert (directory / A / "file_011Moving.json").exists()
+
+
+@pytest.mark.parametrize("field", ["3600²", "①②③④", "", " ", "36OO", "-3600", "3600.0", "1e4"])
+def test_an_expiry_that_is_no_integer_is_a_400_naming_it(field: str) -> None:
+    with pytest.raises(InvalidRequest, match=r"^expires_in_seconds: an integer from 3600"):
+        _expires_in(field)
+
+
+@pytest.mark.parametrize(("field", "seconds"), [("3600", 3600), (" 7776000 ", 7776000)])
+def test_an_expiry_in_range_is_taken(field: str, seconds: int) -> None:
+    assert _expires_in(field) == seconds
