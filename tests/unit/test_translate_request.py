@@ -569,6 +569,16 @@ def test_a_bad_image_inside_a_content_document_is_a_400_naming_it() -> None:
     assert message.startswith("messages.0.content.0.source.content.1.source.media_type")
 
 
+def test_a_bad_document_in_a_tool_result_is_named_by_its_own_place() -> None:
+    bad = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "%%% not base64"}}
+    message = error(messages=[
+        user("Scan it"),
+        assistant([tool_use("toolu_scan", "scan", {})]),
+        user([tool_result("toolu_scan", [text("one"), text("two"), content_document(text("x"), bad)])]),
+    ])  # fmt: skip
+    assert message.startswith("messages.2.content.0.content.2.source.content.1.source.data")
+
+
 @pytest.mark.parametrize("vision", [None, False])
 def test_the_images_of_a_content_document_a_tool_returned_follow_its_tool_message(vision: bool | None) -> None:
     sent = messages(

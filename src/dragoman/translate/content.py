@@ -162,11 +162,12 @@ def search_result_text(block: anthropic.SearchResultBlock) -> str:
 
 
 def user_parts(
-    blocks: list[anthropic.ContentBlockParam], where: str, *, vision: bool | None
+    blocks: list[anthropic.ContentBlockParam], where: str, *, vision: bool | None, first_index: int = 0
 ) -> list[openai.Part]:
-    """Parts for the text, image, document and search-result blocks of a user turn."""
+    """Parts for the text, image, document and search-result blocks of a user turn
+    (`first_index`: where `blocks` begin in the list `where` names, for error messages)."""
     parts: list[openai.Part] = []
-    for index, block in enumerate(blocks):
+    for index, block in enumerate(blocks, first_index):
         here = f"{where}.{index}"
         if isinstance(block, anthropic.TextBlock):
             parts.append(openai.TextPart(text=block.text))

@@ -41,7 +41,7 @@ def tool_result_messages(
                         continue
                     parts: list[openai.Part] = [content.image_part(inner, f"{here}.{inner_index}")]
                 else:
-                    parts = content.user_parts([inner], here, vision=None)
+                    parts = content.user_parts([inner], here, vision=None, first_index=inner_index)
                 for part in parts:
                     if isinstance(part, openai.TextPart):
                         texts.append(part.text)
