@@ -156,6 +156,8 @@ def _inspection_options(command: Any) -> Any:
 
 
 def _gateway(command: str, config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> Gateway:
+    import msgspec
+
     from dragoman.gateway import Gateway
 
     try:
@@ -163,6 +165,9 @@ def _gateway(command: str, config_path: str | None, upstream: str | None, upstre
                               default_model=None, host=None, port=None, log_level=None)  # fmt: skip
         if not config.upstreams:  # `serve` would start the local model; there is nothing here to inspect
             raise ConfigError(f"no upstream configured: nothing to {command} (give --upstream URL, or --config FILE with [upstreams.NAME])")
+        # No client is served here: the clients' keys (`api_keys_env` may name a variable only
+        # the serving environment sets) do not matter, and must not stop a check of upstreams.
+        config = msgspec.structs.replace(config, server=msgspec.structs.replace(config.server, api_keys_env=None))
         return Gateway(config)  # also checks what only building it can (tokenizer files)
     except ConfigError as error:
         _fail(str(error))

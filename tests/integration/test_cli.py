@@ -168,6 +168,16 @@ def test_api_keys_env_naming_an_unset_variable_stops_serve_instead_of_serving_un
     assert len(lines) == 1 and "server.api_keys_env" in lines[0] and "DRAGOMAN_TEST_UNSET_KEYS" in lines[0], result.stderr
 
 
+@pytest.mark.parametrize("command", ["check", "models"])
+def test_check_and_models_run_without_the_client_keys_variable(tmp_path, upstream, command):
+    # they serve no client: a variable only the serving environment sets must not stop them
+    config = tmp_path / "dragoman.toml"
+    config.write_text(f'[server]\napi_keys_env = "DRAGOMAN_TEST_UNSET_KEYS"\n[upstreams.local]\nurl = "{upstream.url}"\n')
+    result = _run(tmp_path, command, "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert "test-model" in result.stdout
+
+
 def test_bad_upstream_flag(tmp_path):
     result = _run(tmp_path, "serve", "--upstream", "localhost:8000", "--port", str(free_port()))
     assert result.returncode == 2
