@@ -7,6 +7,7 @@ import anthropic
 import pytest
 
 from dragoman.config import from_dict
+from tests import servers
 from tests.fake_anthropic import FakeAnthropic
 from tests.fakes import FakeUpstream
 from tests.servers import GatewayServer, config_for, make_config
@@ -17,6 +18,13 @@ def private_data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
     """Files and batches a test's gateways keep go to a directory of the test's own: never
     the user's, and never one a later test's gateway would find (and take batches over from)."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data-home")))
+
+
+@pytest.fixture
+def dead_port() -> Iterator[int]:
+    """A loopback port where nothing listens (connections refused), held for the whole test."""
+    with servers.dead_port() as port:
+        yield port
 
 
 @pytest.fixture

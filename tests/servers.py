@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import socket
+import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import uvicorn
 
 from dragoman.app import create_app
@@ -16,9 +22,92 @@ from dragoman.serving import http_protocol
 
 
 def free_port() -> int:
+    """A port free a moment ago, for a server in another process (`dragoman serve --port`):
+    another test may take it before that server binds it, so start such servers in a way
+    that survives that (see tests/integration/test_cli.py `serving`). For a port where
+    nothing listens use `dead_port`; for an in-process gateway, GatewayServer binds its own."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def dead_port() -> Iterator[int]:
+    """A loopback port where nothing listens, for as long as the block runs: a socket bound
+    there but never listening holds it (connections are refused), so no other test (no
+    other pytest-xdist worker) can start a server on it in the meantime. No SO_REUSEADDR:
+    a server that asks for it cannot share the port either."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        yield holder.getsockname()[1]
+
+
+def server_socket() -> socket.socket:
+    """A loopback socket bound to a port of its own (listen() is left to the server), set
+    up as uvicorn sets up the sockets it binds itself."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def _holds_listener(pid: int, port: int) -> bool:
+    """Whether process `pid` holds the socket listening on loopback `port` (read from /proc;
+    True where /proc cannot tell). `dragoman serve` binds in its first process, `--workers` too."""
+    try:
+        inodes = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(table) as rows:
+                for row in list(rows)[1:]:
+                    fields = row.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                        inodes.add(f"socket:[{fields[9]}]")
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return True
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+    return False
+
+
+def _kill_server(process: subprocess.Popen[Any]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        if os.getpgid(process.pid) == process.pid:  # started in a session of its own: take its workers along
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
+    process.wait(5)
+
+
+def start_serving(start: Callable[[int], subprocess.Popen[Any]], output: Callable[[subprocess.Popen[Any]], str], *,
+                  path: str = "/health", timeout: float = 20, attempts: int = 3) -> tuple[subprocess.Popen[Any], str]:  # fmt: skip
+    """`start(port)` a server process (`dragoman serve --port PORT`) on a `free_port()`, until
+    it answers 200 on `path`; its process and base URL. The port is free when picked, but a
+    test in another pytest-xdist worker may bind it before this server does: a server that
+    exits saying so ("already in use") is started again on another port, and an answer counts
+    only once this process holds the port (not another test's server that took it).
+    `output(process)`: what an exited server printed, for that check and for the failure."""
+    for attempt in range(attempts):
+        port = free_port()
+        process = start(port)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout
+        while process.poll() is None:
+            try:
+                if httpx.get(url + path, timeout=1).status_code == 200 and _holds_listener(process.pid, port):
+                    return process, url
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                _kill_server(process)
+                raise AssertionError(f"the server did not answer within {timeout:.0f} s:\n{output(process)}")
+            time.sleep(0.05)
+        printed = output(process)
+        if "already in use" not in printed or attempt == attempts - 1:
+            raise AssertionError(f"the server exited with {process.returncode}:\n{printed}")
+    raise AssertionError("unreachable")
 
 
 class _Server(uvicorn.Server):
@@ -34,12 +123,15 @@ class GatewayServer:
         """`http`: uvicorn's protocol; by default the one `dragoman serve` runs. `timeout_keep_alive`:
         uvicorn's, 5 s as `dragoman serve` leaves it (a float: uvicorn types it int, but tests want less than 1 s)."""
         self.config = config
-        self.port = free_port()
+        # Bound here and handed to uvicorn: a port picked now and bound only once the server
+        # starts could be taken in between by a test in another pytest-xdist worker.
+        self._socket = server_socket()
+        self.port = self._socket.getsockname()[1]
         self.app = create_app(config)
         uv_config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, lifespan="on",
                                    http=http or http_protocol(), timeout_keep_alive=timeout_keep_alive)  # type: ignore[arg-type]  # fmt: skip
         self.server = _Server(uv_config)
-        self._thread = threading.Thread(target=self.server.run, daemon=True)
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._socket]}, daemon=True)
 
     @property
     def url(self) -> str:
@@ -50,13 +142,16 @@ class GatewayServer:
         deadline = time.monotonic() + 10
         while not self.server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
+                self.stop()
                 raise RuntimeError("gateway did not start")
             time.sleep(0.01)
         return self
 
     def stop(self) -> None:
         self.server.should_exit = True
-        self._thread.join(10)
+        if self._thread.is_alive():
+            self._thread.join(10)
+        self._socket.close()  # uvicorn closes it on shutdown; not if it never started
 
     def wait_discovered(self, timeout: float = 5.0) -> None:
         """Wait until model discovery has a list for every upstream without configured models."""

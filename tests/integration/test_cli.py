@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import anthropic
 import httpx
@@ -18,7 +19,7 @@ import pytest
 
 from dragoman import __version__
 from tests.fakes import completion, text_stream
-from tests.servers import free_port
+from tests.servers import free_port, start_serving
 
 USER = [{"role": "user", "content": "Hello"}]
 
@@ -43,37 +44,36 @@ def _error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
 @contextlib.contextmanager
 def serving(tmp_path: Path, *args: str, **env: str) -> Iterator[str]:
     """Run `dragoman serve ARGS --port P`; yield its base URL once it answers."""
-    port = free_port()
-    log = (tmp_path / f"serve-{port}.log").open("w+")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dragoman", "serve", *args, "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, env=_env(tmp_path, **env), cwd=tmp_path,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    logs: list[IO[str]] = []
+
+    def start(port: int) -> subprocess.Popen[str]:
+        logs.append((tmp_path / f"serve-{port}.log").open("w+"))
+        return subprocess.Popen(
+            [sys.executable, "-m", "dragoman", "serve", *args, "--port", str(port)],
+            stdout=logs[-1], stderr=subprocess.STDOUT, env=_env(tmp_path, **env), cwd=tmp_path,
+        )  # fmt: skip
+
+    def output(process: subprocess.Popen[str]) -> str:
+        logs[-1].seek(0)
+        return logs[-1].read()
+
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            if process.poll() is not None:
-                log.seek(0)
-                pytest.fail(f"dragoman serve exited with {process.returncode}:\n{log.read()}")
-            try:
-                if httpx.get(f"{url}/", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                log.seek(0)
-                pytest.fail(f"dragoman serve did not answer within 20 s:\n{log.read()}")
-            time.sleep(0.05)
-        yield url
-    finally:
-        process.terminate()
         try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-        log.close()
+            process, url = start_serving(start, output, path="/")
+        except AssertionError as error:
+            pytest.fail(f"dragoman serve: {error}")
+        try:
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+    finally:
+        for log in logs:
+            log.close()
 
 
 # -- informational ----------------------------------------------------------------------
@@ -201,9 +201,8 @@ def test_port_already_in_use(tmp_path):
 # -- serving ------------------------------------------------------------------------------
 
 
-def test_serve_with_the_upstream_down_starts_and_answers_clearly(tmp_path):
-    down = free_port()
-    with serving(tmp_path, "--upstream", f"http://127.0.0.1:{down}/v1", "--api-key", "cli-key") as url:
+def test_serve_with_the_upstream_down_starts_and_answers_clearly(tmp_path, dead_port):
+    with serving(tmp_path, "--upstream", f"http://127.0.0.1:{dead_port}/v1", "--api-key", "cli-key") as url:
         assert httpx.head(f"{url}/", timeout=5).status_code == 200
         client = anthropic.Anthropic(base_url=url, api_key="cli-key", max_retries=0)
         with pytest.raises(anthropic.InternalServerError) as caught:
@@ -285,7 +284,7 @@ def test_serve_with_a_default_model_the_upstream_does_not_list(tmp_path, upstrea
     """A Claude name sent to a default model the upstream lacks: the 404 names both models, and
     the log said so at discovery, before any request."""
     with serving(tmp_path, "--upstream", upstream.url, "--default-model", "qwen-missing") as url:
-        log = next(tmp_path.glob("serve-*.log"))
+        log = tmp_path / f"serve-{url.rsplit(':', 1)[1]}.log"  # the started server's (not one that found its port taken)
         deadline = time.monotonic() + 20  # discovery runs after start-up: wait for its word, bounded
         while "qwen-missing" not in log.read_text():
             assert time.monotonic() < deadline, log.read_text()

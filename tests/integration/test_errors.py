@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.fakes import Reply, chunk, completion, text_stream
-from tests.servers import free_port, sse_frames
+from tests.servers import sse_frames
 
 USER = [{"role": "user", "content": "Hello"}]
 VALID = {"model": "test-model", "max_tokens": 10, "messages": USER}
@@ -198,8 +198,8 @@ def test_deterministic_upstream_errors_are_not_retried(make_gateway, upstream):
     assert len(upstream.requests) == 1
 
 
-def test_upstream_unreachable_is_a_clear_api_error(make_gateway):
-    closed = free_port()  # nothing listens there
+def test_upstream_unreachable_is_a_clear_api_error(make_gateway, dead_port):
+    closed = dead_port  # nothing listens there
     gateway = make_gateway(url=f"http://127.0.0.1:{closed}/v1", upstream={"max_retries": 0})
     started = time.monotonic()
     message = _envelope(_post(gateway, VALID), 502, "api_error")

@@ -379,13 +379,13 @@ def test_a_reply_cut_at_a_limit_the_window_set_says_so_on_every_path(make_gatewa
         assert message.content[0].text == "Partial answ"
 
 
-def test_a_model_unknown_while_another_upstreams_list_is_unreadable_is_a_502_not_a_404(upstream):
+def test_a_model_unknown_while_another_upstreams_list_is_unreadable_is_a_502_not_a_404(upstream, dead_port):
     """Two upstreams without [[models]], one down at start: a name that may be its is not
     'not found' (final, not retried) but a 502 the SDKs retry; a name of the live one works."""
     from dragoman.config import from_dict
-    from tests.servers import GatewayServer, free_port
+    from tests.servers import GatewayServer
 
-    down = f"http://127.0.0.1:{free_port()}/v1"
+    down = f"http://127.0.0.1:{dead_port}/v1"
     config = from_dict({"upstreams": {"live": {"url": upstream.url, "max_retries": 0}, "down": {"url": down, "max_retries": 0}}})
     gateway = GatewayServer(config).start()
     try:

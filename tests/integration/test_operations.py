@@ -16,13 +16,12 @@ import pytest
 from dragoman import gateway as gateway_module
 from tests.fake_anthropic import FakeAnthropic
 from tests.fakes import FakeUpstream, Reply, completion, text_stream
-from tests.servers import free_port
 
 VALID = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "a secret question"}]}
 
 
-def test_a_dead_replica_is_skipped(make_gateway, upstream):
-    dead = f"http://127.0.0.1:{free_port()}/v1"
+def test_a_dead_replica_is_skipped(make_gateway, upstream, dead_port):
+    dead = f"http://127.0.0.1:{dead_port}/v1"
     gateway = make_gateway(url=dead, upstream={"replicas": [upstream.url], "max_retries": 2}, server={"default_model": "test-model"})
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
     for _ in range(4):  # round robin would hit the dead one at least once
@@ -30,8 +29,8 @@ def test_a_dead_replica_is_skipped(make_gateway, upstream):
     assert len(upstream.requests) == 4
 
 
-def test_connection_refused_without_replicas_is_a_clear_error(make_gateway):
-    gateway = make_gateway(url=f"http://127.0.0.1:{free_port()}/v1", upstream={"max_retries": 1}, server={"default_model": "x"})
+def test_connection_refused_without_replicas_is_a_clear_error(make_gateway, dead_port):
+    gateway = make_gateway(url=f"http://127.0.0.1:{dead_port}/v1", upstream={"max_retries": 1}, server={"default_model": "x"})
     response = httpx.post(gateway.url + "/v1/messages", json=VALID)
     assert response.status_code == 502
     body = response.json()
@@ -155,8 +154,8 @@ def test_metrics_count_requests_tokens_and_errors(gateway, upstream):
     assert "dragoman_streams_in_flight 0.0" in text
 
 
-def test_names_sent_on_to_an_upstream_whose_list_is_unknown_are_not_metrics_labels(make_gateway, caplog):
-    gateway = make_gateway(url=f"http://127.0.0.1:{free_port()}/v1", upstream={"max_retries": 0})  # down: its list is unknown
+def test_names_sent_on_to_an_upstream_whose_list_is_unknown_are_not_metrics_labels(make_gateway, caplog, dead_port):
+    gateway = make_gateway(url=f"http://127.0.0.1:{dead_port}/v1", upstream={"max_retries": 0})  # down: its list is unknown
     with caplog.at_level(logging.INFO, logger="dragoman.access"):
         for name in ("client-name-1", "client-name-2"):
             assert httpx.post(gateway.url + "/v1/messages", json={**VALID, "model": name}).status_code == 502
@@ -180,12 +179,12 @@ def test_one_json_log_line_per_request_without_contents(gateway, upstream, caplo
     assert "secret" not in lines[0]
 
 
-def test_health_and_ready(make_gateway, upstream):
+def test_health_and_ready(make_gateway, upstream, dead_port):
     gateway = make_gateway()
     assert httpx.get(gateway.url + "/health").json() == {"status": "ok"}
     ready = httpx.get(gateway.url + "/ready")
     assert ready.status_code == 200 and ready.json()["upstreams"] == ["default"]
-    down = make_gateway(url=f"http://127.0.0.1:{free_port()}/v1")
+    down = make_gateway(url=f"http://127.0.0.1:{dead_port}/v1")
     assert httpx.get(down.url + "/ready").status_code == 503
 
 

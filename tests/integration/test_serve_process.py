@@ -16,28 +16,23 @@ import httpx
 import pytest
 
 from tests.fakes import chunk, text_stream, usage_chunk
-from tests.servers import free_port, sse_frames
+from tests.servers import sse_frames, start_serving
 
 BODY = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "Hi"}]}
 
 
 def _start(upstream_url: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dragoman", "serve", "--upstream", upstream_url, "--port", str(port), *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "DRAGOMAN_CACHE_DIR": "/nonexistent"},
-        start_new_session=True,  # its own process group: killing it takes `--workers` children along
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return process, url
-        except httpx.TransportError:
-            time.sleep(0.1)
-    _kill(process)
-    raise AssertionError(f"dragoman did not start: {process.stderr.read().decode() if process.stderr else ''}")
+    def start(port: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "dragoman", "serve", "--upstream", upstream_url, "--port", str(port), *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "DRAGOMAN_CACHE_DIR": "/nonexistent"},
+            start_new_session=True,  # its own process group: killing it takes `--workers` children along
+        )  # fmt: skip
+
+    def output(process: subprocess.Popen[bytes]) -> str:
+        return process.stderr.read().decode() if process.stderr else ""
+
+    return start_serving(start, output, path="/health")
 
 
 @pytest.fixture
