@@ -17,26 +17,37 @@ TEXT = "The launch code is 1234."
 
 
 class _Handler(BaseHTTPRequestHandler):
-    lock = threading.Lock()
-    running = 0  # requests being answered now
-    most = 0  # the most at once
+    lock = threading.Condition()
+    running = 0  # /slow.txt requests held now
+    most = 0  # the most held at once
+    gave_up = False  # a hold ended without PARALLEL_FETCHES requests here at once: hold no more
     served = 0
 
     def do_GET(self) -> None:  # noqa: N802
         with _Handler.lock:
-            _Handler.running += 1
             _Handler.served += 1
+        if self.path == "/slow.txt":
+            self._hold()
+            self.path = "/doc.txt"
+        self._answer()
+
+    def _hold(self) -> None:
+        """Until PARALLEL_FETCHES requests were here at once (or, once, for up to 5 s), so fetches
+        the gateway runs at once are seen at once however slowly they come; then 0.1 s more, so
+        that more fetches at once than that would be seen too. A request counts until its
+        answer starts: a fetch counted is one whose slot the gateway still holds."""
+        with _Handler.lock:
+            _Handler.running += 1
             _Handler.most = max(_Handler.most, _Handler.running)
-        try:
-            self._answer()
-        finally:
-            with _Handler.lock:
-                _Handler.running -= 1
+            _Handler.lock.notify_all()
+            if not _Handler.lock.wait_for(lambda: _Handler.most >= PARALLEL_FETCHES or _Handler.gave_up, timeout=5):
+                _Handler.gave_up = True
+                _Handler.lock.notify_all()
+        time.sleep(0.1)
+        with _Handler.lock:
+            _Handler.running -= 1
 
     def _answer(self) -> None:
-        if self.path == "/slow.txt":  # held a while, so that fetches at once overlap
-            time.sleep(0.1)
-            self.path = "/doc.txt"
         if self.path == "/redirect":
             self.send_response(302)
             self.send_header("location", "/doc.txt")
@@ -67,6 +78,7 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def docs_server() -> Iterator[str]:
     _Handler.running = _Handler.most = _Handler.served = 0
+    _Handler.gave_up = False
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -116,7 +128,7 @@ def test_a_request_fetches_a_few_documents_at_a_time(make_gateway, upstream, doc
     response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/slow.txt", copies=12), timeout=30)
     assert response.status_code == 200, response.text
     assert _Handler.served == 12
-    assert _Handler.most <= PARALLEL_FETCHES
+    assert _Handler.most == PARALLEL_FETCHES  # never more at once, and not one after another
 
 
 def test_a_request_may_have_at_most_so_many_documents_fetched(make_gateway, upstream, docs_server):
