@@ -51,25 +51,54 @@ def server_socket() -> socket.socket:
     return sock
 
 
-def _holds_listener(pid: int, port: int) -> bool:
-    """Whether process `pid` holds the socket listening on loopback `port` (read from /proc;
-    True where /proc cannot tell). `dragoman serve` binds in its first process, `--workers` too."""
-    try:
-        inodes = set()
-        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-            with open(table) as rows:
-                for row in list(rows)[1:]:
-                    fields = row.split()
-                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                        inodes.add(f"socket:[{fields[9]}]")
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return True
-    for fd in fds:
+def _tcp_sockets(wanted: Callable[[int, int, str], bool]) -> set[str]:
+    """The loopback TCP sockets (as /proc/PID/fd links name them, `socket:[INODE]`) whose
+    (local port, remote port, state) are `wanted`; state as /proc/net/tcp gives it ("0A" LISTEN,
+    "01" ESTABLISHED). Raises OSError without /proc."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                local, remote = (int(address.rsplit(":", 1)[1], 16) for address in fields[1:3])
+                if wanted(local, remote, fields[3]):
+                    found.add(f"socket:[{fields[9]}]")
+    return found
+
+
+def _holds(pid: int, sockets: set[str]) -> bool:
+    """Whether process `pid` has one of `sockets` open."""
+    for fd in os.listdir(f"/proc/{pid}/fd"):
         with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in sockets:
                 return True
     return False
+
+
+def _holds_listener(pid: int, port: int) -> bool:
+    """Whether process `pid` holds the socket listening on loopback `port` (True where /proc
+    cannot tell). `dragoman serve` binds in its first process, with `--workers` too."""
+    try:
+        return _holds(pid, _tcp_sockets(lambda local, remote, state: local == port and state == "0A"))
+    except OSError:
+        return True
+
+
+def worker_serving(supervisor: int, server_port: int, client_port: int) -> int:
+    """The pid of the child of `supervisor` (a `dragoman serve --workers N`) holding the server
+    side of the open connection from loopback `client_port` to `server_port`; Linux (/proc) only."""
+    sockets = _tcp_sockets(lambda local, remote, state: (local, remote, state) == (server_port, client_port, "01"))
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat") as stat:
+                if int(stat.read().rsplit(")", 1)[1].split()[1]) == supervisor:  # the field after the state: ppid
+                    children.append(int(entry))
+    for child in children:
+        with contextlib.suppress(OSError):
+            if _holds(child, sockets):
+                return child
+    raise LookupError(f"no child of {supervisor} holds the connection from port {client_port} (children {children})")
 
 
 def _kill_server(process: subprocess.Popen[Any]) -> None:

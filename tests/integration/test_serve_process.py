@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import httpx
 import pytest
 
 from tests.fakes import chunk, text_stream, usage_chunk
-from tests.servers import sse_frames, start_serving
+from tests.servers import sse_frames, start_serving, worker_serving
 
 BODY = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "Hi"}]}
 
@@ -59,16 +60,33 @@ def test_several_workers_serve_one_port(upstream, stop_later):
         assert response.json()["content"][0]["text"] == "Hello!"
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="tells the workers apart through /proc")
 def test_every_worker_writes_the_access_log(upstream, stop_later):
     process, url = _start(upstream.url, "--workers", "2")
     stop_later(process)
-    for _ in range(4):  # a new connection each time: whichever worker answers logs the request
-        assert httpx.post(url + "/v1/messages", json=BODY, timeout=10).status_code == 200
+    port = int(url.rsplit(":", 1)[1])
+    answered: dict[int, list[str]] = {}  # worker pid: the request ids it answered
+    deadline = time.monotonic() + 20  # the second worker may still be starting
+    while len(answered) < 2 and time.monotonic() < deadline:  # a new connection each time, until both workers answered (the kernel picks)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            connection.request("POST", "/v1/messages", json.dumps(BODY), {"content-type": "application/json"})
+            response = connection.getresponse()
+            assert response.status == 200, response.read()
+            response.read()
+            worker = worker_serving(process.pid, port, connection.sock.getsockname()[1])  # while the connection is open
+            answered.setdefault(worker, []).append(response.headers["request-id"])
+        finally:
+            connection.close()
+    assert len(answered) == 2, answered
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=20)
-    access = [line for line in stderr.decode().splitlines() if " INFO dragoman.access: " in line]
-    assert len(access) == 4, stderr.decode()
-    assert all(json.loads(line.split(": ", 1)[1])["status"] == 200 for line in access)
+    access = [json.loads(line.split(": ", 1)[1]) for line in stderr.decode().splitlines() if " INFO dragoman.access: " in line]
+    assert all(entry["status"] == 200 for entry in access), stderr.decode()
+    logged = [entry["request_id"] for entry in access]
+    for worker, ids in answered.items():  # each worker logged each request it answered, once
+        assert all(logged.count(request_id) == 1 for request_id in ids), (worker, ids, stderr.decode())
+    assert len(logged) == sum(map(len, answered.values())), stderr.decode()
 
 
 def _stream_through_sigterm(process: subprocess.Popen[bytes], url: str) -> bytes:
