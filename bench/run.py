@@ -66,6 +66,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,58 +211,80 @@ def wait_ready(server: Server, probe_body: bytes, timeout: float) -> None:
     raise RuntimeError(f"{server.name} not ready after {timeout:.0f} s ({last}):\n{server.tail()}")
 
 
+def start_on_a_free_port(procs: Processes, name: str, launch: Callable[[int], tuple[list[str], str]], probe_body: bytes, timeout: float,
+                         **options: Any) -> Server:  # fmt: skip
+    """`launch(port)` gives the argv and URL of a server on `port`, a free_port(); started and
+    waited for (wait_ready). The port was free when picked, but another process (a test
+    running beside the smoke run, say) may bind it first: a server that exits saying its
+    address is in use is started again on another port."""
+    for attempt in range(3):
+        argv, url = launch(free_port())
+        server = procs.start(name, argv, url, **options)
+        try:
+            wait_ready(server, probe_body, timeout)
+            return server
+        except RuntimeError:
+            if attempt == 2 or server.process.poll() is None or "already in use" not in server.tail().lower():
+                raise
+            procs.started.remove(server)
+            log(f"{name}: its port was taken before it bound it; starting it again on another")
+    raise AssertionError("unreachable")
+
+
 def start_fake(procs: Processes, slow_delay_ms: float) -> Server:
-    port = free_port()
-    argv = [sys.executable, str(HERE / "fake_upstream.py"), "--port", str(port), "--tokens", "100000",
-            "--paced-delay-ms", "1", "--slow-delay-ms", str(slow_delay_ms)]  # fmt: skip
-    server = procs.start("fake", argv, f"http://127.0.0.1:{port}/v1", gateway=False)
-    wait_ready(server, b"", 15)
-    return server
+    def launch(port: int) -> tuple[list[str], str]:
+        argv = [sys.executable, str(HERE / "fake_upstream.py"), "--port", str(port), "--tokens", "100000",
+                "--paced-delay-ms", "1", "--slow-delay-ms", str(slow_delay_ms)]  # fmt: skip
+        return argv, f"http://127.0.0.1:{port}/v1"
+
+    return start_on_a_free_port(procs, "fake", launch, b"", 15, gateway=False)
 
 
 def start_relay(procs: Processes, fake: Server) -> Server:
     """bench/relay.py in front of the fake, pinned like a gateway (it stands in for one)."""
-    port = free_port()
     upstream_port = urllib.parse.urlsplit(fake.url).port
-    argv = [sys.executable, str(HERE / "relay.py"), "--port", str(port), "--upstream-port", str(upstream_port)]
-    server = procs.start(RELAY, argv, f"http://127.0.0.1:{port}/v1/chat/completions", gateway=True,
-                         headers={"authorization": "Bearer sk-fake-upstream"})  # fmt: skip
-    wait_ready(server, shapes.openai_body("tiny", model=MODEL, max_tokens=5, stream=False), 15)
-    return server
+
+    def launch(port: int) -> tuple[list[str], str]:
+        argv = [sys.executable, str(HERE / "relay.py"), "--port", str(port), "--upstream-port", str(upstream_port)]
+        return argv, f"http://127.0.0.1:{port}/v1/chat/completions"
+
+    return start_on_a_free_port(procs, RELAY, launch, shapes.openai_body("tiny", model=MODEL, max_tokens=5, stream=False), 15,
+                                gateway=True, headers={"authorization": "Bearer sk-fake-upstream"})  # fmt: skip
 
 
 def start_asgi_floor(procs: Processes, fake: Server) -> Server:
     """bench/asgi_floor.py in front of the fake's Anthropic-native /v1/messages, pinned like a gateway."""
-    port = free_port()
-    argv = [sys.executable, str(HERE / "asgi_floor.py"), "--port", str(port), "--upstream", fake.url.removesuffix("/v1")]
-    server = procs.start(FLOOR, argv, f"http://127.0.0.1:{port}/v1/messages", gateway=True,
-                         headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
-    wait_ready(server, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 15)
-    return server
+    def launch(port: int) -> tuple[list[str], str]:
+        argv = [sys.executable, str(HERE / "asgi_floor.py"), "--port", str(port), "--upstream", fake.url.removesuffix("/v1")]
+        return argv, f"http://127.0.0.1:{port}/v1/messages"
+
+    return start_on_a_free_port(procs, FLOOR, launch, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 15,
+                                gateway=True, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
 
 
 def start_translating(procs: Processes, fake: Server) -> Server:
-    port = free_port()
-    argv = [sys.executable, "-m", "dragoman", "serve", "--upstream", fake.url, "--port", str(port), "--log-level", "warning"]
-    server = procs.start("translating", argv, f"http://127.0.0.1:{port}/v1/messages", gateway=True,
-                         headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
-    wait_ready(server, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30)
-    return server
+    def launch(port: int) -> tuple[list[str], str]:
+        argv = [sys.executable, "-m", "dragoman", "serve", "--upstream", fake.url, "--port", str(port), "--log-level", "warning"]
+        return argv, f"http://127.0.0.1:{port}/v1/messages"
+
+    return start_on_a_free_port(procs, "translating", launch, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30,
+                                gateway=True, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
 
 
 def start_passthrough(procs: Processes, fake: Server) -> Server:
-    port = free_port()
     config = procs.workdir / "passthrough.toml"
     config.write_text(
         '[server]\nlog_level = "warning"\n\n'
         f'[upstreams.fake]\nurl = "{fake.url.removesuffix("/v1")}"\nprotocol = "anthropic"\n\n'
         + "".join(f'[[models]]\nname = "{m}"\nupstream = "fake"\n\n' for m in (MODEL, PACED_MODEL, SLOW_MODEL))
     )
-    argv = [sys.executable, "-m", "dragoman", "serve", "--config", str(config), "--port", str(port)]
-    server = procs.start("passthrough", argv, f"http://127.0.0.1:{port}/v1/messages", gateway=True,
-                         headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
-    wait_ready(server, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30)
-    return server
+
+    def launch(port: int) -> tuple[list[str], str]:
+        argv = [sys.executable, "-m", "dragoman", "serve", "--config", str(config), "--port", str(port)]
+        return argv, f"http://127.0.0.1:{port}/v1/messages"
+
+    return start_on_a_free_port(procs, "passthrough", launch, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30,
+                                gateway=True, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
 
 
 def litellm_executable() -> Path:
