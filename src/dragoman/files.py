@@ -38,6 +38,7 @@ import asyncio
 import base64
 import logging
 import os
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -56,6 +57,7 @@ log = logging.getLogger("dragoman.files")
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 EXPIRES_IN = (3600, 7776000)  # the seconds an upload may ask to be kept, as on Anthropic (1 hour to 90 days)
 TEXT_TYPES = ("text/plain", "text/markdown", "text/csv", "text/html", "application/json")
+RACY_NS = 2_000_000_000  # a directory's mtime this recent may yet stay the same through a change (a coarse tick: 2 s on FAT)
 
 
 class FileMetadata(msgspec.Struct):
@@ -114,7 +116,13 @@ class FileStore:
     def in_use(self) -> bool:
         """Whether any file has been uploaded to this directory (by any process): until
         then requests are not scanned for file ids (on an 80 KB request the scan costs
-        ~25 µs; this check, one stat). Once true, it stays true."""
+        ~25 µs; this check, one stat). Once true, it stays true.
+
+        "Empty" is remembered against the directory's mtime only once that mtime is older than
+        a timestamp tick (RACY_NS, as git judges a racily clean index): an owner's directory made
+        in the same tick as the look would leave the mtime as it was, and the first upload of a
+        new owner is the directory's last change until another new owner's, so a remembered
+        "empty" would stick and file ids go unresolved in this process."""
         if self._in_use:
             return True
         try:
@@ -122,7 +130,8 @@ class FileStore:
             if mtime != self._seen:
                 with os.scandir(self.dir) as entries:
                     self._in_use = any(not entry.name.startswith(".") for entry in entries)  # not a temporary
-                self._seen = mtime
+                if time.time_ns() - mtime >= RACY_NS:  # else looked into again next time
+                    self._seen = mtime
         except OSError:
             return False
         return self._in_use

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import msgspec
 import pytest
@@ -111,6 +113,39 @@ def test_requests_are_scanned_only_once_a_file_exists(tmp_path: Path) -> None:
     assert not mine.in_use() and not other.in_use()  # no directory yet
     asyncio.run(other.save("a.txt", "text/plain", b"x", owner=""))
     assert other.in_use() and mine.in_use()
+
+
+def test_an_owner_directory_made_in_the_tick_of_a_look_is_still_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A look into the empty directory, then a new owner's upload within the same mtime tick
+    (the mtime stays as it was, and no later change moves it): the upload is still seen."""
+    files, other = store(tmp_path), store(tmp_path)
+    root = tmp_path / "files"
+    root.mkdir()
+    tick = 1_700_000_000_000_000_000
+    os.utime(root, ns=(tick, tick))
+    monkeypatch.setattr("dragoman.files.time", SimpleNamespace(time_ns=lambda: tick + 1_000_000))  # the look, 1 ms later
+    assert not files.in_use()
+    asyncio.run(other.save("a.txt", "text/plain", b"x", owner=A))
+    os.utime(root, ns=(tick, tick))  # made in that same tick
+    assert files.in_use()
+
+
+def test_an_empty_directory_is_looked_into_once_its_mtime_is_old(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path stays one stat: an old mtime is trusted, and a change to it is seen."""
+    files = store(tmp_path)
+    root = tmp_path / "files"
+    root.mkdir()
+    tick = 1_700_000_000_000_000_000
+    os.utime(root, ns=(tick, tick))
+    monkeypatch.setattr("dragoman.files.time", SimpleNamespace(time_ns=lambda: tick + 60 * 10**9))
+    scans: list[object] = []
+    real_scandir = os.scandir
+    monkeypatch.setattr("dragoman.files.os.scandir", lambda path: scans.append(path) or real_scandir(path))
+    assert not files.in_use() and not files.in_use()
+    assert len(scans) == 1
+    (root / "shared").mkdir()
+    os.utime(root, ns=(tick + 1, tick + 1))
+    assert files.in_use()
 
 
 def test_a_file_id_the_gateway_does_not_have_is_left_as_sent(tmp_path: Path) -> None:
