@@ -239,7 +239,8 @@ class HttpClient:
         costs the server nothing (a model list, the protocol probe). The next instance is asked
         at once after a failure (no connection, an answer not taken), or alongside one still
         silent after HEDGE_AFTER seconds, so that one instance that hangs does not fail it; each
-        once. `timeout` bounds the whole; the last failure is raised, or the last answer returned.
+        once. `timeout` bounds the whole; the last failure is raised, or the last answer returned,
+        at the timeout too (an instance that answered 503 is told as such, not as a timeout).
         `pass_over_silent`: instances still silent when one answered are passed over, as those
         refusing connections are (the protocol probe: the requests that follow it avoid them)."""
         target = path if from_root else self.prefix + path
@@ -251,31 +252,38 @@ class HttpClient:
         failed: tuple[int, str, bytes] | GatewayError | None = None
         try:
             with upstream_errors(self.name):
-                async with asyncio.timeout(timeout):
-                    while waiting or asking:
-                        if waiting:  # the first, or the next after a failure or a silence
-                            root = waiting.pop(0)
-                            asking[asyncio.ensure_future(self._ask(root, method, target, lines, body, limit))] = root
-                        done, _ = await asyncio.wait(asking, timeout=HEDGE_AFTER if waiting else None, return_when=asyncio.FIRST_COMPLETED)
-                        for task in done:
-                            root = asking.pop(task)
-                            error = task.exception()
-                            if error is None and accept(*task.result()[:2]):
-                                if pass_over_silent:
-                                    for other, silent in asking.items():
-                                        if not other.done():
-                                            self._unhealthy[silent] = time.monotonic() + UNHEALTHY_FOR
-                                return task.result()
-                            if isinstance(error, UpstreamError):  # no connection: passed over, as for a POST
-                                self._unhealthy[root] = time.monotonic() + UNHEALTHY_FOR
-                            elif error is not None and not isinstance(error, GatewayError):
-                                raise error
-                            failed = task.result() if error is None else error
+                try:
+                    async with asyncio.timeout(timeout):
+                        while waiting or asking:
+                            if waiting:  # the first, or the next after a failure or a silence
+                                root = waiting.pop(0)
+                                asking[asyncio.ensure_future(self._ask(root, method, target, lines, body, limit))] = root
+                            done, _ = await asyncio.wait(asking, timeout=HEDGE_AFTER if waiting else None, return_when=asyncio.FIRST_COMPLETED)
+                            for task in done:
+                                root = asking.pop(task)
+                                error = task.exception()
+                                if error is None and accept(*task.result()[:2]):
+                                    if pass_over_silent:
+                                        for other, silent in asking.items():
+                                            if not other.done():
+                                                self._unhealthy[silent] = time.monotonic() + UNHEALTHY_FOR
+                                    return task.result()
+                                if isinstance(error, UpstreamError):  # no connection: passed over, as for a POST
+                                    self._unhealthy[root] = time.monotonic() + UNHEALTHY_FOR
+                                elif error is not None and not isinstance(error, GatewayError):
+                                    raise error
+                                failed = task.result() if error is None else error
+                except TimeoutError:
+                    if failed is None:  # no instance answered: the timeout is the news
+                        raise
         finally:
             for task in asking:
                 task.cancel()  # closes its connection: the instance stops working on it
             if asking:
                 await asyncio.wait(asking)
+                for task in asking:  # cancel() silences an error a task had already; not one it ends with as it is cancelled
+                    if not task.cancelled():
+                        task.exception()  # retrieved (of no interest), so never logged as "never retrieved"
         if isinstance(failed, GatewayError):
             raise failed
         assert failed is not None
