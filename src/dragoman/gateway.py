@@ -84,6 +84,14 @@ class Gateway:
         return self._translates_only
 
     async def close(self) -> None:
+        """Background discovery and a /ready round still running are cancelled and awaited
+        first: they use the backends closed here, and a task left pending is destroyed
+        (and logged) when the event loop closes."""
+        running = [task for task in (self._background, self._readiness) if task is not None and not task.done()]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running)
         await self.batches.close()
         for backend in self.backends.values():
             await backend.close()
