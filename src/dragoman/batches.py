@@ -24,7 +24,6 @@ import shutil
 import threading
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
 
@@ -36,6 +35,7 @@ from dragoman.batch_store import PREFIX, BatchDir, BatchStore, Ended, Record
 from dragoman.config import BatchesConfig, data_dir
 from dragoman.errors import GatewayError, InvalidRequest, NotFound, RateLimited
 from dragoman.paging import page_of
+from dragoman.protocol.anthropic import forwarded_headers, timestamp
 from dragoman.protocol.batches import BATCH_CREATE, DeletedBatch, MessageBatch, RequestCounts
 from dragoman.validation import decode_request
 
@@ -46,22 +46,7 @@ log = logging.getLogger("dragoman.batches")
 
 Status = Literal["in_progress", "canceling", "ended"]
 CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
-FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
 ADOPT_EVERY = 30.0  # seconds between sweeps when nothing else prompts one
-
-
-def _stamp(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def _forwarded(headers: Mapping[str, str]) -> dict[str, str]:
-    """The create request's headers each of its requests is sent with; `anthropic-beta` sent as
-    several headers is kept whole, as one (as `POST /v1/messages` forwards it)."""
-    kept = {k: headers[k] for k in FORWARDED_HEADERS if k in headers}
-    getlist = getattr(headers, "getlist", None)
-    if getlist is not None and "anthropic-beta" in kept:
-        kept["anthropic-beta"] = ",".join(getlist("anthropic-beta"))
-    return kept
 
 
 class Batches:
@@ -105,7 +90,7 @@ class Batches:
         now = time.time()
         record = Record(
             id=ids.new_id(PREFIX + "01"), owner=owner, created=now, expires=now + self._config.expire_after,
-            total=len(create.requests), headers=_forwarded(headers),
+            total=len(create.requests), headers=forwarded_headers(headers),
         )  # fmt: skip
         try:
             where = await asyncio.to_thread(self._store.create, record, body)
@@ -258,9 +243,9 @@ class Batches:
         counts = ended.counts if ended is not None else RequestCounts(processing=record.total)  # outcomes only at the end
         status: Status = "ended" if ended is not None else "canceling" if canceled is not None else "in_progress"
         return MessageBatch(
-            id=record.id, created_at=_stamp(record.created), expires_at=_stamp(record.expires), request_counts=counts,
-            processing_status=status, ended_at=_stamp(ended.at) if ended is not None else None,
-            cancel_initiated_at=_stamp(canceled) if canceled is not None else None,
+            id=record.id, created_at=timestamp(record.created), expires_at=timestamp(record.expires), request_counts=counts,
+            processing_status=status, ended_at=timestamp(ended.at) if ended is not None else None,
+            cancel_initiated_at=timestamp(canceled) if canceled is not None else None,
             results_url=f"{base_url}/v1/messages/batches/{record.id}/results" if ended is not None else None,
         )  # fmt: skip
 

@@ -52,6 +52,7 @@ from dragoman.config import FilesConfig, data_dir
 from dragoman.errors import InvalidRequest, NotFound, RequestTooLarge
 from dragoman.file_layout import Layout
 from dragoman.paging import list_param, page_of
+from dragoman.protocol.anthropic import timestamp
 
 log = logging.getLogger("dragoman.files")
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
@@ -69,10 +70,6 @@ class FileMetadata(msgspec.Struct):
     type: Literal["file"] = "file"
     downloadable: bool = False
     expires_at: str | msgspec.UnsetType = msgspec.UNSET  # only for an upload that asked to expire
-
-
-def _stamp(when: datetime) -> str:
-    return when.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 class StoredFile(FileMetadata):
@@ -143,8 +140,8 @@ class FileStore:
             raise InvalidRequest("file: the uploaded file is empty")
         now = datetime.now(UTC)
         stored = StoredFile(
-            id=ids.new_id("file_011"), created_at=_stamp(now),
-            expires_at=_stamp(now + timedelta(seconds=expires_in)) if expires_in is not None else msgspec.UNSET,
+            id=ids.new_id("file_011"), created_at=timestamp(now),
+            expires_at=timestamp(now + timedelta(seconds=expires_in)) if expires_in is not None else msgspec.UNSET,
             filename=filename.replace("\\", "/").rsplit("/", 1)[-1] or _unnamed(mime_type),  # the last path component, as the SDK does
             mime_type=mime_type or "application/octet-stream", size_bytes=len(data), owner=owner,
         )  # fmt: skip
@@ -154,13 +151,6 @@ class FileStore:
 
     def metadata(self, file_id: str, *, owner: str) -> FileMetadata:
         return self._load(file_id, owner).public()
-
-    async def content(self, file_id: str, *, owner: str) -> tuple[FileMetadata, bytes]:
-        stored = self._load(file_id, owner)
-        try:
-            return stored.public(), await asyncio.to_thread(self.layout.read, file_id, owner, "")
-        except FileNotFoundError:  # deleted meanwhile
-            raise NotFound(f"file_id: no file {file_id!r}") from None
 
     def delete(self, file_id: str, *, owner: str) -> DeletedFile:
         stored = self._load(file_id, owner)  # 404 if unknown, or another owner's

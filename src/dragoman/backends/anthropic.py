@@ -39,7 +39,6 @@ from dragoman.sse import KEEPALIVE_COMMENT, PING
 if TYPE_CHECKING:  # routing imports the backends
     from dragoman.routing import Route
 
-FORWARDED_REQUEST_HEADERS = ("anthropic-version", "anthropic-beta")
 HEAD_LIMIT = 64 * 1024  # how far into a stream the model name is looked for
 
 
@@ -137,10 +136,7 @@ class AnthropicBackend:
         return True
 
     async def _send(self, call: Call, path: str, body: bytes) -> Response:
-        headers = {k: call.headers[k] for k in FORWARDED_REQUEST_HEADERS if k in call.headers}
-        getlist = getattr(call.headers, "getlist", None)
-        if getlist is not None and "anthropic-beta" in headers:  # sent as several headers: all of them, as one
-            headers["anthropic-beta"] = ",".join(getlist("anthropic-beta"))
+        headers = anthropic.forwarded_headers(call.headers)
         return await self._http.post(path, body, headers=headers, raw=True, outcome=call.outcome)
 
     async def messages(self, call: Call, route: Route) -> Reply:

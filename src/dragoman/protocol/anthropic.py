@@ -8,10 +8,32 @@ names it, which is the one place where leniency would silently lose input.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
+
+FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")  # a client's headers an Anthropic upstream is sent
+
+
+def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The client's FORWARDED_HEADERS, to send on (a message, each request of a batch);
+    `anthropic-beta` sent as several headers is kept whole, as one."""
+    kept = {k: headers[k] for k in FORWARDED_HEADERS if k in headers}
+    getlist = getattr(headers, "getlist", None)
+    if getlist is not None and "anthropic-beta" in kept:
+        kept["anthropic-beta"] = ",".join(getlist("anthropic-beta"))
+    return kept
+
+
+def timestamp(when: datetime | float) -> str:
+    """A time as the API writes one (`created_at`...): RFC 3339 in UTC, to the microsecond,
+    with `Z`; a float is seconds since the epoch."""
+    if not isinstance(when, datetime):
+        when = datetime.fromtimestamp(when, UTC)
+    return when.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 class _In(Struct, kw_only=True, omit_defaults=True, gc=False):
