@@ -80,6 +80,14 @@ HOT_PATHS = {
 }
 
 
+def _handled() -> None:
+    """A cancellation of the current task answered rather than passed on: the task is no
+    longer marked as being cancelled, as what it runs next (an `asyncio.timeout`) expects."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        task.uncancel()
+
+
 class App:
     """The ASGI application: POST /v1/messages and count_tokens directly, the rest via Starlette."""
 
@@ -108,11 +116,15 @@ class App:
             # The server is stopping and this request outlived the grace period (a client that
             # left is answered 499 by `serve`): an error the SDKs retry, as a stream gets, not
             # uvicorn's plain-text 500.
+            _handled()
             stopping = Overloaded("the server is shutting down; send the request again")
             response = error_response(scope, self.gateway, stopping, with_id=True)
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                async with asyncio.timeout(1):
-                    await response(scope, receive, send)
+            try:
+                with contextlib.suppress(Exception):  # the client gone, or the second passed: nothing more to do
+                    async with asyncio.timeout(1):
+                        await response(scope, receive, send)
+            except asyncio.CancelledError:  # cancelled again while answering: the answer is given up
+                _handled()
             return
         except Exception as exc:
             log.exception("unhandled error on POST %s", scope["path"], exc_info=exc)
