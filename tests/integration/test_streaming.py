@@ -55,7 +55,9 @@ def test_sse_wire_format_and_exact_event_order(gateway, upstream):
     assert data[1] == {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
     assert [d["delta"] for d in data[2:4]] == [{"type": "text_delta", "text": "Hel"}, {"type": "text_delta", "text": "lo"}]
     assert all(d["index"] == 0 for d in data[1:5])
-    assert data[5]["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
+    # stop_details and container present, null: the TypeScript SDK's MessageStream copies
+    # delta.stop_details into finalMessage() as it is (absent, it was undefined, not null).
+    assert data[5]["delta"] == {"stop_reason": "end_turn", "stop_sequence": None, "stop_details": None, "container": None}
     assert data[5]["usage"]["output_tokens"] == 2 and data[5]["usage"]["input_tokens"] == 9
     assert data[6] == {"type": "message_stop"}
 
@@ -161,7 +163,7 @@ def test_stop_sequence_raw_events(gateway, upstream):
     text = "".join(d["delta"]["text"] for e, d in frames if e == "content_block_delta")
     assert text == "abcdef"
     delta = next(d for e, d in frames if e == "message_delta")
-    assert delta["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "</answer>"}
+    assert delta["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "</answer>", "stop_details": None, "container": None}
     assert [e for e, _ in frames][-1] == "message_stop"
 
 

@@ -502,7 +502,7 @@ def test_exact_event_sequence_for_a_text_stream() -> None:
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " there"}},
         {"type": "content_block_stop", "index": 0},
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None, "stop_details": None, "container": None},
          "usage": {"input_tokens": 7, "output_tokens": 2, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}},  # fmt: skip
         {"type": "message_stop"},
     ]
@@ -561,7 +561,7 @@ def test_done_after_a_stop_sequence_and_nothing_more_is_emitted() -> None:
     check_grammar(events)
     texts = [e["delta"]["text"] for e in as_dicts(events) if e["type"] == "content_block_delta"]
     assert "".join(texts) == "42"
-    assert as_dicts(events)[-2]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "</answer>"}
+    assert as_dicts(events)[-2]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "</answer>", "stop_details": None, "container": None}
 
 
 def test_possible_stop_prefix_is_held_back_until_resolved() -> None:

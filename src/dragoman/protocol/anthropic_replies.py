@@ -144,6 +144,11 @@ class ContentBlockStop(_Out, tag="content_block_stop", tag_field="type"):
 class MessageDeltaBody(_Out):
     stop_reason: StopReason | None
     stop_sequence: str | None
+    # Present, null, as the SDKs type them: the TypeScript SDK's MessageStream copies
+    # delta.stop_details into its message whatever it is, so an absent one left
+    # finalMessage().stop_details undefined (not null, as Message's is).
+    stop_details: dict[str, Any] | None = None
+    container: dict[str, Any] | None = None
 
 
 class MessageDeltaUsage(_Out):
