@@ -3,8 +3,11 @@ of the caller's key (see `endpoints.owner`)."""
 
 from __future__ import annotations
 
+from contextlib import aclosing
+
+from python_multipart.multipart import parse_options_header
 from starlette.datastructures import UploadFile
-from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive
@@ -27,9 +30,10 @@ async def upload(request: Request) -> Response:
         raise InvalidRequest("file: upload the file as multipart/form-data, in a part named `file`")
     limit = store.max_bytes + MULTIPART_OVERHEAD
     try:
-        form = await Request(request.scope, _bounded(request.receive, limit)).form(max_files=1, max_fields=8, max_part_size=1024 * 1024)
-    except HTTPException as error:  # Starlette's word for a multipart body it cannot parse
-        raise InvalidRequest(f"file: the multipart body cannot be read ({error.detail})") from None
+        async with aclosing(Request(request.scope, _bounded(request.receive, limit)).stream()) as body:
+            form = await _UploadParser(request.headers, body, max_files=1, max_fields=8, max_part_size=1024 * 1024).parse()
+    except MultiPartException as error:  # a multipart body Starlette's parser cannot read
+        raise InvalidRequest(f"file: the multipart body cannot be read ({error.message})") from None
     try:
         part = form.get("file")
         if not isinstance(part, UploadFile):
@@ -42,6 +46,23 @@ async def upload(request: Request) -> Response:
     finally:
         await form.close()  # the spooled temporary file
     return struct_response(meta)
+
+
+class _UploadParser(MultiPartParser):
+    """Starlette's multipart parser, reading a typed `file` part as a file even without a
+    `filename`: the TypeScript SDK sends a Blob, or a file made with toFile(bytes) and no
+    name, with a Content-Type and no filename (undici writes none for an empty name).
+    Anthropic names such an upload `unnamed` (the SDK's FileUploadParams); read as a form
+    field it was a 400 here. A part without a Content-Type stays a plain field."""
+
+    def on_headers_finished(self) -> None:
+        part = self._current_part
+        if part.content_disposition is not None:
+            _, options = parse_options_header(part.content_disposition)
+            typed = any(name == b"content-type" for name, _ in part.item_headers)  # a plain field has no type
+            if options.get(b"name") == b"file" and b"filename" not in options and typed:
+                part.content_disposition += b'; filename=""'
+        super().on_headers_finished()
 
 
 def _expires_in(field: object) -> int | None:

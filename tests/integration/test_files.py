@@ -189,6 +189,22 @@ def test_an_uploads_filename_keeps_its_last_component_and_an_empty_one_is_unname
     assert on_disk(files_dir) == sorted([uploaded.json()["id"], uploaded.json()["id"] + ".json"])  # never a path of the client's
 
 
+def test_a_file_part_without_a_filename_is_an_unnamed_upload(start):
+    """The TypeScript SDK sends a Blob, or toFile(bytes) with no name, as a part with a
+    Content-Type and no filename at all: Anthropic names it `unnamed` (the SDK documents
+    it). It was read as a plain form field: a 400 asking for the file."""
+    gateway = start()
+    form = (b'--XX\r\nContent-Disposition: form-data; name="file"\r\nContent-Type: image/png\r\n\r\n' + PNG +
+            b'\r\n--XX\r\nContent-Disposition: form-data; name="expires_in_seconds"\r\n\r\n3600\r\n--XX--\r\n')  # fmt: skip
+    headers = {"x-api-key": KEY, "content-type": "multipart/form-data; boundary=XX"}
+    uploaded = httpx.post(f"{gateway.url}/v1/files", content=form, headers=headers, timeout=5)
+
+    assert uploaded.status_code == 200, uploaded.text
+    meta = uploaded.json()
+    assert (meta["filename"], meta["mime_type"], meta["size_bytes"]) == ("unnamed.png", "image/png", len(PNG))
+    assert "expires_at" in meta
+
+
 def test_a_file_larger_than_a_multipart_part_limit_uploads_whole(start, files_dir):
     client = sdk(start())
     data = bytes(range(256)) * (6 * 1024)  # 1.5 MiB, past any per-field limit of the form parser
