@@ -53,15 +53,20 @@ class _UploadParser(MultiPartParser):
     `filename`: the TypeScript SDK sends a Blob, or a file made with toFile(bytes) and no
     name, with a Content-Type and no filename (undici writes none for an empty name).
     Anthropic names such an upload `unnamed` (the SDK's FileUploadParams); read as a form
-    field it was a 400 here. A part without a Content-Type stays a plain field."""
+    field it was a 400 here. A part without a Content-Type stays a plain field.
+
+    It reads the parser's current part, which is Starlette's own state: should a release
+    move it, such uploads are refused again as before (never a 500), and the upload test
+    of a part without a filename fails to say so."""
 
     def on_headers_finished(self) -> None:
-        part = self._current_part
-        if part.content_disposition is not None:
-            _, options = parse_options_header(part.content_disposition)
-            typed = any(name == b"content-type" for name, _ in part.item_headers)  # a plain field has no type
+        part = getattr(self, "_current_part", None)
+        disposition = getattr(part, "content_disposition", None)
+        if isinstance(disposition, bytes):
+            _, options = parse_options_header(disposition)
+            typed = any(name == b"content-type" for name, _ in getattr(part, "item_headers", ()))  # a plain field has no type
             if options.get(b"name") == b"file" and b"filename" not in options and typed:
-                part.content_disposition += b'; filename=""'
+                part.content_disposition = disposition + b'; filename=""'  # type: ignore[union-attr]
         super().on_headers_finished()
 
 
