@@ -34,7 +34,7 @@ from dragoman.batch_runs import Run, Runner
 from dragoman.batch_store import PREFIX, BatchDir, BatchStore, Ended, Record
 from dragoman.config import BatchesConfig, data_dir
 from dragoman.errors import GatewayError, InvalidRequest, NotFound, RateLimited
-from dragoman.paging import page_of
+from dragoman.paging import page_of, remember_deleted
 from dragoman.protocol.anthropic import forwarded_headers, timestamp
 from dragoman.protocol.batches import BATCH_CREATE, DeletedBatch, MessageBatch, RequestCounts
 from dragoman.validation import decode_request
@@ -53,8 +53,9 @@ class Batches:
     def __init__(self, gateway: Gateway, config: BatchesConfig) -> None:
         self._config = config
         self._store = BatchStore(Path(config.dir).expanduser() if config.dir else data_dir("batches"))
-        self._records: dict[str, Record] = {}  # never change once written
+        self._records: dict[str, Record] = {}  # never change once written; of batches on disk (the sweep drops the others)
         self._ended: dict[str, Ended] = {}  # nor do these
+        self._deleted: dict[str, Record] = {}  # the latest deleted here, so that a cursor naming one still places
         self._runner = Runner(gateway, config, self._ended.__setitem__, self._wake_keeper)
         self._keeper: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
@@ -123,7 +124,7 @@ class Batches:
         views = {record.id: (where, record) for where, record in listed}
 
         def position(gone: str) -> int | None:  # a deleted batch of this key: after every newer one
-            record = self._records.get(gone)
+            record = self._records.get(gone) or self._deleted.get(gone)
             if record is None or record.owner != owner:
                 return None  # another key's batch is not told apart from no batch
             return sum(1 for _, r in listed if (r.created, r.id) > (record.created, record.id))
@@ -151,7 +152,9 @@ class Batches:
         if self._ended_of(where, record) is None:
             raise InvalidRequest(f"message_batch_id: batch {batch_id} is still processing; cancel it and wait for it to end first")
         gone = self._store.hide(batch_id)
-        self._ended.pop(batch_id, None)  # the record stays: a cursor naming the batch still places
+        self._ended.pop(batch_id, None)
+        self._records.pop(batch_id, None)
+        remember_deleted(self._deleted, batch_id, record)  # a cursor naming the batch still places
         if gone is not None:
             await asyncio.to_thread(shutil.rmtree, gone, True)
         return DeletedBatch(id=batch_id)
@@ -281,7 +284,10 @@ class Batches:
         now = time.time()
         cutoff = now - self._config.retain_for
         waiting: list[tuple[BatchDir, Record]] = []
-        for batch_id in self._store.ids():
+        known = list(self._records)  # before the listing: a batch created since is not taken for gone
+        on_disk = self._store.ids()
+        self._forget(set(known).difference(on_disk))
+        for batch_id in on_disk:
             if self._runner.holds(batch_id) or self._runner.resting.get(batch_id, 0.0) > now:
                 continue
             where, record = self._load(batch_id)
@@ -297,6 +303,13 @@ class Batches:
             except OSError as error:  # this batch cannot be read or locked: the others still can
                 log.error("batch %s cannot be run: %s", record.id, error)
         return next_expiry - time.time()
+
+    def _forget(self, gone: set[str]) -> None:
+        """(In the sweep thread.) Drop what is kept of batches no longer on disk (another
+        process deleted them): kept, a process's memory grew with every delete elsewhere."""
+        for batch_id in gone:
+            self._records.pop(batch_id, None)
+            self._ended.pop(batch_id, None)
 
     def _consider(self, where: BatchDir, record: Record, now: float, loop: asyncio.AbstractEventLoop) -> float:
         """(In the sweep thread.) Start a waiting batch if there is room, or end it if it is

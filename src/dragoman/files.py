@@ -51,7 +51,7 @@ from dragoman.charsets import decode_text
 from dragoman.config import FilesConfig, data_dir
 from dragoman.errors import InvalidRequest, NotFound, RequestTooLarge
 from dragoman.file_layout import Layout
-from dragoman.paging import list_param, page_of
+from dragoman.paging import list_param, page_of, remember_deleted
 from dragoman.protocol.anthropic import timestamp
 
 log = logging.getLogger("dragoman.files")
@@ -99,7 +99,7 @@ class FileStore:
         self.max_total_bytes = config.max_total_bytes
         self.max_files = config.max_files
         self._in_use = False
-        self._gone: dict[tuple[str, str], str] = {}  # deleted here: (owner, id) -> created_at, so a cursor naming one still places
+        self._gone: dict[tuple[str, str], str] = {}  # deleted here (the latest): (owner, id) -> created_at, so a cursor naming one still places
         self._seen: int | None = None  # the directory's mtime when last looked into
 
     def named_in(self, body: bytes) -> bool:
@@ -154,7 +154,7 @@ class FileStore:
 
     def delete(self, file_id: str, *, owner: str) -> DeletedFile:
         stored = self._load(file_id, owner)  # 404 if unknown, or another owner's
-        self._gone[(owner, file_id)] = stored.created_at
+        remember_deleted(self._gone, (owner, file_id), stored.created_at)
         self.layout.remove(file_id, owner)
         return DeletedFile(id=file_id)
 

@@ -4,9 +4,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from dragoman.errors import InvalidRequest
+
+K = TypeVar("K")
+V = TypeVar("V")
+# Deleted ids remembered (per process, per list) so that a cursor naming one still places:
+# the most recent ones, as a cleanup loop pages and deletes; kept without a bound, every
+# delete of a process that runs for weeks stayed in its memory.
+DELETED_KEPT = 1024
 
 
 def page_of(
@@ -56,3 +63,11 @@ def list_param(query: Mapping[str, str], name: str) -> list[str]:
     getlist = getattr(query, "getlist", None)
     values = [*getlist(name), *getlist(f"{name}[]")] if getlist else [query.get(name, ""), query.get(f"{name}[]", "")]
     return [item for value in values for item in value.split(",") if item]
+
+
+def remember_deleted(gone: dict[K, V], key: K, place: V) -> None:
+    """Remember a deleted id's `place` for `position`, forgetting the oldest past DELETED_KEPT."""
+    gone.pop(key, None)
+    gone[key] = place
+    while len(gone) > DELETED_KEPT:
+        del gone[next(iter(gone))]

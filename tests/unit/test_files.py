@@ -428,3 +428,25 @@ def test_an_expiry_that_is_no_integer_is_a_400_naming_it(field: str) -> None:
 @pytest.mark.parametrize(("field", "seconds"), [("3600", 3600), (" 7776000 ", 7776000)])
 def test_an_expiry_in_range_is_taken(field: str, seconds: int) -> None:
     assert _expires_in(field) == seconds
+
+
+def test_deleted_files_are_remembered_within_a_bound_and_a_cursor_naming_a_recent_one_still_places(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every delete was remembered for the life of the process (a cursor naming the file
+    must still place): a cleanup loop's deletes grew its memory for weeks."""
+    from dragoman import paging
+
+    monkeypatch.setattr(paging, "DELETED_KEPT", 2)
+    files = store(tmp_path)
+
+    async def main() -> list[str]:
+        return [(await files.save(f"{i}.txt", "text/plain", b"x", owner="")).id for i in range(5)]
+
+    made = asyncio.run(main())
+    for file_id in made[:4]:
+        files.delete(file_id, owner="")
+    assert len(files._gone) == 2
+    asyncio.run(files.page({"after_id": made[3]}, owner=""))  # the latest deleted still places: not an unknown id
+    with pytest.raises(InvalidRequest):  # forgotten: an unknown id, as after a restart
+        asyncio.run(files.page({"after_id": made[0]}, owner=""))
