@@ -301,7 +301,8 @@ class Batches:
             try:
                 next_expiry = min(next_expiry, self._consider(where, record, now, loop))
             except OSError as error:  # this batch cannot be read or locked: the others still can
-                log.error("batch %s cannot be run: %s", record.id, error)
+                if where.path.exists():  # else deleted since the listing: nothing to run, nothing wrong
+                    log.error("batch %s cannot be run: %s", record.id, error)
         return next_expiry - time.time()
 
     def _forget(self, gone: set[str]) -> None:

@@ -272,3 +272,28 @@ def test_a_sweep_drops_what_it_kept_of_batches_another_process_deleted(tmp_path:
     BatchStore(root).hide(deleted)  # as another process's delete does
     _swept(batches)
     assert list(batches._records) == [kept]
+
+
+def test_a_batch_deleted_while_the_sweep_looks_at_it_is_passed_by_without_an_error(tmp_path: Path, caplog) -> None:
+    """Deleted between the sweep's listing and its claim: nothing to run and nothing wrong,
+    so no ERROR line (one that cannot be locked while it exists still gets one)."""
+    import logging
+    import shutil
+
+    root = tmp_path / "batches"
+    gone, good, bad = (_batch(root, name, 1)[1].id for name in ("gone", "good", "bad"))
+    (root / bad / "lock").mkdir()  # os.open(..., O_RDWR) fails on it
+    batches = _batches(root)
+    batches._store.ids = lambda: [gone, bad, good]  # type: ignore[method-assign]
+    consider = batches._consider
+
+    def deleted_first(where, record, now, loop):  # type: ignore[no-untyped-def]
+        if record.id == gone:
+            shutil.rmtree(where.path)  # another process deleted it just now
+        return consider(where, record, now, loop)
+
+    batches._consider = deleted_first  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="dragoman.batches"):
+        assert [run.record.id for run in _swept(batches)] == [good]
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and bad in errors[0]
