@@ -164,18 +164,24 @@ def test_count_tokens_forwarded(sdk, native):
     assert native.requests[0][0] == "/v1/messages/count_tokens"
 
 
-def test_pings_fill_a_silent_stream_between_frames(native):
+def _streamed_with_a_silence(native, events: list) -> bytes:
+    """The client's bytes of a stream whose upstream events hold a 0.7 s silence, through a
+    gateway that fills silences every 0.2 s."""
     server = GatewayServer(_config(native, keepalive_interval=0.2)).start()
     try:
-        events = text_events("late")
-        native.replies.append(NativeReply(events=[events[0], ("sleep", 0.7), *events[1:]]))
+        native.replies.append(NativeReply(events=events))
         with httpx.stream(
             "POST", server.url + "/v1/messages",
             json={"model": "claude-test", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "Hi"}]},
         ) as response:  # fmt: skip
-            data = b"".join(response.iter_bytes())
+            return b"".join(response.iter_bytes())
     finally:
         server.stop()
+
+
+def test_pings_fill_a_silent_stream_between_frames(native):
+    events = text_events("late")
+    data = _streamed_with_a_silence(native, [events[0], ("sleep", 0.7), *events[1:]])
     assert data.count(b"event: ping") >= 2
     assert data.startswith(b"event: message_start")
     assert data.endswith(event("message_stop", {"type": "message_stop"}))
@@ -185,16 +191,7 @@ def test_keepalives_fill_the_silence_before_message_start(native):
     """llama-server answers 200 at once and sends `message_start` only after the prefill:
     that silence gets comment lines, or Claude Code aborts a long prefill (180 s without
     a byte). Nothing of the stream has gone out yet, so a `ping` would come too early."""
-    server = GatewayServer(_config(native, keepalive_interval=0.2)).start()
-    try:
-        native.replies.append(NativeReply(events=[("sleep", 0.7), *text_events("late")]))
-        with httpx.stream(
-            "POST", server.url + "/v1/messages",
-            json={"model": "claude-test", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "Hi"}]},
-        ) as response:  # fmt: skip
-            data = b"".join(response.iter_bytes())
-    finally:
-        server.stop()
+    data = _streamed_with_a_silence(native, [("sleep", 0.7), *text_events("late")])
     head, _, rest = data.partition(b"event: message_start")
     assert head.count(b": keep-alive\n\n") >= 2 and head.replace(b": keep-alive\n\n", b"") == b"", data
     assert b"event: ping" not in head
