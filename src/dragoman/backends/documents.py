@@ -21,7 +21,7 @@ from dragoman.backends.fetch import Budget, fetch_document
 from dragoman.config import ServerConfig
 from dragoman.errors import InvalidRequest
 from dragoman.protocol import anthropic
-from dragoman.translate.content import document_head, document_text, is_image_item
+from dragoman.translate.content import content_with_images, document_head, document_text
 
 
 async def documents_as_text(data: dict[str, Any], server: ServerConfig) -> None:
@@ -63,11 +63,10 @@ async def _as_text(block: dict[str, Any], where: str, server: ServerConfig, budg
             budget=budget,
         )
         document = msgspec.structs.replace(document, source=source)
-    source = document.source
-    if isinstance(source, anthropic.ContentSource) and isinstance(source.content, list) and any(map(is_image_item, source.content)):
-        kept = [item for item in source.content if is_image_item(item) or (isinstance(item, dict) and item.get("type") == "text")]
-        parts = [{"type": "text", "text": document_head(document)}, *kept, {"type": "text", "text": "</document>"}]
-    elif isinstance(source, anthropic.Base64Source):  # a PDF: its text is extracted in a thread
+    items = content_with_images(document)
+    if items is not None:
+        parts = [{"type": "text", "text": document_head(document)}, *(item for _, item in items), {"type": "text", "text": "</document>"}]
+    elif isinstance(document.source, anthropic.Base64Source):  # a PDF: its text is extracted in a thread
         parts = [{"type": "text", "text": await asyncio.to_thread(document_text, document, where)}]
     else:
         parts = [{"type": "text", "text": document_text(document, where)}]

@@ -84,7 +84,7 @@ def document_text(block: anthropic.DocumentBlock, where: str) -> str:
         if isinstance(source.content, str):
             body = source.content
         else:
-            texts = [item.get("text", "") for item in source.content if isinstance(item, dict) and item.get("type") == "text"]
+            texts = [item.get("text", "") for item in source.content if _is_item(item, "text")]
             body = "\n".join(texts)
     elif isinstance(source, anthropic.Base64Source):
         if source.media_type != "application/pdf":
@@ -109,29 +109,38 @@ def document_head(block: anthropic.DocumentBlock) -> str:
     return header + (f"\n<context>{block.context}</context>" if block.context else "")
 
 
-def is_image_item(item: Any) -> bool:
-    return isinstance(item, dict) and item.get("type") == "image"
+def _is_item(item: Any, kind: str) -> bool:
+    return isinstance(item, dict) and item.get("type") == kind
+
+
+def content_with_images(block: anthropic.DocumentBlock) -> list[tuple[int, dict[str, Any]]] | None:
+    """The text and image items of a `content` document that holds images, with their
+    places; None for any other document, which goes to a model as text alone."""
+    source = block.source
+    if not (isinstance(source, anthropic.ContentSource) and isinstance(source.content, list)
+            and any(_is_item(item, "image") for item in source.content)):  # fmt: skip
+        return None
+    return [(index, item) for index, item in enumerate(source.content) if _is_item(item, "image") or _is_item(item, "text")]
 
 
 def document_parts(block: anthropic.DocumentBlock, where: str, *, vision: bool | None) -> list[openai.Part]:
     """A document as parts: its text, and the images a `content` source holds in their
     places, as image blocks would go (the text alone would drop them unsaid)."""
-    source = block.source
-    if not (isinstance(source, anthropic.ContentSource) and isinstance(source.content, list)
-            and any(is_image_item(item) for item in source.content)):  # fmt: skip
+    items = content_with_images(block)
+    if items is None:
         return [openai.TextPart(text=document_text(block, where))]
     if vision is False:
         raise InvalidRequest(f"{where}.source.content: this model does not accept images (it has no vision capability)")
     parts: list[openai.Part] = [openai.TextPart(text=document_head(block))]
-    for index, item in enumerate(source.content):
+    for index, item in items:
         here = f"{where}.source.content.{index}"
-        if is_image_item(item):
+        if item["type"] == "image":
             try:
                 image = msgspec.convert(item, anthropic.ImageBlock)
             except msgspec.ValidationError as error:
                 raise InvalidRequest(f"{here}: {error}") from None
             parts.append(image_part(image, here))
-        elif isinstance(item, dict) and item.get("type") == "text":
+        else:
             parts.append(openai.TextPart(text=item.get("text", "")))
     parts.append(openai.TextPart(text="</document>"))
     return parts
