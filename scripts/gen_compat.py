@@ -240,7 +240,9 @@ def main() -> None:
         "paths, in token counting and in batches. Uploaded files cannot be downloaded, as on Anthropic.",
         "Files have no `scope` (sessions are not served), so a list filtered by `scope_id` is empty.",
         "An upload's `expires_in_seconds` is honoured: `expires_at` is reported, and an expired file is a",
-        "404 `file_expired` when a request names it.",
+        "404 `file_expired` when a request names it. An upload with no filename (or an empty one) is",
+        "named `unnamed` plus its type's extension, as on Anthropic; a text file is read in the charset",
+        "its upload declared (UTF-8 when none, or when the charset is no text encoding).",
         "",
     ]
     print("\n".join(parts))
