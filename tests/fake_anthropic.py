@@ -53,6 +53,7 @@ class FakeAnthropic:
         self.disconnects = 0
         self.owned_by: str | None = None  # in the model list: llama-server says "llamacpp"
         self.models_down = False  # the model list answers 503 (a server still starting)
+        self.no_model_list = False  # the model list answers 404 (a server without one)
         self.model_lists = 0  # model lists asked for
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -99,6 +100,8 @@ class FakeAnthropic:
         self.model_lists += 1
         if self.models_down:
             return web.json_response({"type": "error", "error": {"type": "overloaded_error", "message": "starting"}}, status=503)
+        if self.no_model_list:
+            return web.json_response({"type": "error", "error": {"type": "not_found_error", "message": "Not Found"}}, status=404)
         model = {"type": "model", "id": "native-model", "display_name": "Native"}
         if self.owned_by is not None:
             model["owned_by"] = self.owned_by

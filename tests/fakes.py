@@ -77,6 +77,7 @@ class FakeUpstream:
         self.tokenize_requests: list[dict] = []
         self.abandoned = 0  # requests the gateway closed while the fake was still "thinking"
         self.completed = 0  # streams written out to the end
+        self.no_model_list = False  # GET /v1/models answers 404, as on a server without one
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -158,6 +159,8 @@ class FakeUpstream:
         return web.json_response(self.show[model])
 
     async def _models(self, request: web.Request) -> web.Response:
+        if self.no_model_list:
+            return web.json_response({"error": {"message": "Not Found", "type": "invalid_request_error"}}, status=404)
         return web.json_response({"object": "list", "data": self.models})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:

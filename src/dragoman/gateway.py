@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dragoman.backends import build
-from dragoman.backends.base import Backend
+from dragoman.backends.base import Backend, NoModelList
 from dragoman.batches import Batches
 from dragoman.capabilities import (
     Registry,
@@ -115,6 +115,10 @@ class Gateway:
                 models = await self.backends[upstream].list_models()
         except TimeoutError:  # its str() is empty
             log.warning("model discovery on upstream %s failed: no answer within %g s", upstream, DISCOVERY_TIMEOUT)
+        except NoModelList as error:  # said once: it will answer the same at every rediscovery
+            if self.router.set_listless(upstream):
+                log.warning("%s: names that no other upstream lists go to it (a 404 instead when several upstreams "
+                            "have no list: give their models [[models]] entries)", error.message)  # fmt: skip
         except GatewayError as error:
             log.warning("model discovery on upstream %s failed: %s", upstream, error.message)
         else:
@@ -191,6 +195,8 @@ class Gateway:
             try:
                 async with asyncio.timeout(DISCOVERY_TIMEOUT):
                     await self.backends[name].list_models()
+                return name
+            except NoModelList:  # it answered: a server without a list is up all the same
                 return name
             except (GatewayError, TimeoutError):
                 return None

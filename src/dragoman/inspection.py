@@ -3,7 +3,7 @@ upstreams and models, as lines for an operator."""
 
 from __future__ import annotations
 
-from dragoman.backends.base import UpstreamModel
+from dragoman.backends.base import NoModelList, UpstreamModel
 from dragoman.errors import GatewayError
 from dragoman.gateway import Gateway
 
@@ -34,10 +34,16 @@ async def check_upstreams(gateway: Gateway) -> tuple[list[str], int]:
     windows), and how many could not be reached."""
     lines: dict[str, str] = {}
     listed: dict[str, list[UpstreamModel]] = {}
+    reached = 0  # answered without a model list
     try:
         for name, backend in gateway.backends.items():
             try:
                 listed[name] = await backend.list_models()
+            except NoModelList as error:  # it answered: reachable, its models named by configuration
+                lines[name] = f"{name}\tpath={getattr(backend, 'path', '?')}\t{error.message}"
+                gateway.router.set_listless(name)
+                reached += 1
+                continue
             except GatewayError as error:
                 lines[name] = f"{name}\tunreachable\t{error.message}"
                 continue
@@ -51,7 +57,7 @@ async def check_upstreams(gateway: Gateway) -> tuple[list[str], int]:
             lines[name] = f"{name}\tpath={getattr(backend, 'path', '?')}{kind}\t{windows}"
     finally:
         await gateway.close()
-    return [lines[name] for name in gateway.backends], len(gateway.backends) - len(listed)
+    return [lines[name] for name in gateway.backends], len(gateway.backends) - len(listed) - reached
 
 
 def _listed_model(upstream: str, model: UpstreamModel, shadowed: dict[str, tuple[str, list[str]]]) -> str:

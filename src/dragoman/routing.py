@@ -3,7 +3,8 @@ capabilities. The one capability lookup of the gateway.
 
 Order: a configured name, a configured alias (exact, then `*` wildcards), a model
 the upstream itself lists (for upstreams without configured models), then the
-default model. Anything else is a 404 that lists what is served.
+default model. Anything else goes to the one upstream without a model list, if there
+is one, or is a 404 that lists what is served.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class Router:
         # Upstreams without configured models serve every model they list.
         self.discovering = [name for name in config.upstreams if name not in configured]
         self._discovered: dict[str, list[UpstreamModel]] = {}
+        self._listless: set[str] = set()  # upstreams that answered without a model list
         self._routes: dict[str, Route] = {}
 
     def _configured(self, name: str) -> ModelConfig | None:
@@ -162,13 +164,20 @@ class Router:
                 raise UpstreamError(f"model: {name!r} goes to the default model {default!r} (server.default_model), "
                                     f"but {error.message.removeprefix('model: ')}") from None  # fmt: skip
         if len(self.discovering) == 1 and not self.discovered.get(self.discovering[0]):
-            # The upstream's list is not known (it was down): let the upstream judge the name.
+            # The upstream's list is not known (it was down, or it has none): let the upstream judge the name.
             return self._route_upstream_model(self.discovering[0], name, listed=False)
-        unlisted = [upstream for upstream in self.discovering if upstream not in self.discovered]
+        unlisted = [u for u in self.discovering if u not in self.discovered and u not in self._listless]
         if unlisted:  # the name may be one of theirs: a 502 the client retries, not a final 404
             raise UpstreamError(f"model: {name!r} is not among the models known here, and the model list of upstream "
                                 f"{', '.join(unlisted)} could not be read yet (is it down?)")  # fmt: skip
-        raise NotFound(f"model: {name!r} is not served here; available models: {', '.join(self.names()) or 'none'}")
+        listless = [u for u in self.discovering if u in self._listless]
+        if len(listless) == 1:  # every list is in and none has it: the one upstream without a list judges it
+            return self._route_upstream_model(listless[0], name, listed=False)
+        available = ", ".join(self.names()) or "none"
+        if listless:  # which of them could it be? Guessing would send a typo to a random server
+            raise NotFound(f"model: {name!r} is not listed by any upstream, and upstreams {', '.join(listless)} have no "
+                           f"model list: give their models [[models]] entries; available models: {available}")  # fmt: skip
+        raise NotFound(f"model: {name!r} is not served here; available models: {available}")
 
     @property
     def discovered(self) -> dict[str, list[UpstreamModel]]:
@@ -176,7 +185,17 @@ class Router:
 
     def set_discovered(self, upstream: str, models: list[UpstreamModel]) -> None:
         self._discovered[upstream] = models
+        self._listless.discard(upstream)
         self._routes.clear()  # windows and served names may have changed
+
+    def set_listless(self, upstream: str) -> bool:
+        """Note an upstream that answered without a model list; whether that is news."""
+        self._discovered.pop(upstream, None)
+        if upstream in self._listless:
+            return False
+        self._listless.add(upstream)
+        self._routes.clear()  # a name may now go to it (or no longer be a 502)
+        return True
 
     def shadowed(self) -> dict[str, tuple[str, list[str]]]:
         """Model ids that several upstreams without `[[models]]` list: {id: (the upstream that

@@ -300,3 +300,38 @@ def test_serve_with_a_default_model_the_upstream_does_not_list(tmp_path, upstrea
         assert upstream.requests == []
     warnings = [line for line in log.read_text().splitlines() if "WARNING" in line and "qwen-missing" in line]
     assert len(warnings) == 1 and "server.default_model" in warnings[0], log.read_text()
+
+
+def test_an_upstream_without_a_model_list_is_reachable_and_judges_the_names_no_list_has(tmp_path):
+    """Two upstreams, the second without `GET /v1/models` (404): `check` shows it reachable
+    (exit 0), and through the gateway a name the first lists goes to the first while any other
+    goes to the second, whose own 404 reaches the SDK as a 404 (it was a 502, retried)."""
+    from tests.fakes import FakeUpstream
+
+    listing = FakeUpstream([{"id": "m1", "object": "model", "owned_by": "vllm"}]).start()
+    listless = FakeUpstream().start()
+    listless.no_model_list = True
+    try:
+        config = tmp_path / "dragoman.toml"
+        config.write_text(f'[upstreams.first]\nurl = "{listing.url}"\n[upstreams.hosted]\nurl = "{listless.url}"\n')
+        checked = _run(tmp_path, "check", "--config", str(config))
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        lines = {line.split("\t")[0]: line for line in checked.stdout.splitlines()}
+        assert lines["hosted"].endswith("\tupstream hosted has no model list (GET /v1/models answered 404)"), lines
+        assert "unreachable" not in checked.stdout
+
+        with serving(tmp_path, "--config", str(config)) as url:
+            client = anthropic.Anthropic(base_url=url, api_key="any", max_retries=0)
+            assert client.messages.create(model="m1", max_tokens=5, messages=USER).content[0].text == "Hello!"
+            assert [r["model"] for r in listing.requests] == ["m1"]
+            assert client.messages.create(model="hosted-model", max_tokens=5, messages=USER).content[0].text == "Hello!"
+            assert [r["model"] for r in listless.requests] == ["hosted-model"]
+
+            listless.json_reply({"error": {"message": "The model `hosted-typo` does not exist.", "type": "invalid_request_error"}}, status=404)
+            with pytest.raises(anthropic.NotFoundError) as caught:
+                client.messages.create(model="hosted-typo", max_tokens=5, messages=USER)
+            assert caught.value.body["error"]["type"] == "not_found_error"
+            assert "hosted-typo" in caught.value.body["error"]["message"]
+    finally:
+        listing.stop()
+        listless.stop()

@@ -188,6 +188,17 @@ def test_health_and_ready(make_gateway, upstream, dead_port):
     assert httpx.get(down.url + "/ready").status_code == 503
 
 
+def test_an_upstream_without_a_model_list_is_ready(make_gateway, upstream):
+    """A hosted server without `GET /models` (404) answers: it is up, and it serves."""
+    upstream.no_model_list = True
+    gateway = make_gateway()
+    ready = httpx.get(gateway.url + "/ready")
+    assert ready.status_code == 200 and ready.json()["upstreams"] == ["default"]
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="test-key", max_retries=0)
+    assert client.messages.create(model="any-name", max_tokens=5, messages=[{"role": "user", "content": "Hi"}]).content
+    assert [r["model"] for r in upstream.requests] == ["any-name"]
+
+
 def test_a_replica_that_never_answers_leaves_the_upstream_ready(make_gateway, upstream, monkeypatch):
     monkeypatch.setattr(gateway_module, "READY_REUSE", 0.0)  # each probe its own round
     with socket.socket() as silent:  # connections are accepted (by the kernel), never answered

@@ -218,3 +218,16 @@ def test_non_stream_usage_in_metrics(sdk, native, passthrough):
     metrics = httpx.get(passthrough.url + "/metrics").text
     assert 'dragoman_tokens_total{direction="output",model="native-model"} 4.0' in metrics  # by served model
     assert 'path="passthrough"' in metrics
+
+
+def test_a_native_upstream_without_a_model_list_judges_the_names_no_other_upstream_lists(native, upstream, gateway_from):
+    """Beside a translating upstream that lists its models, a passthrough upstream whose
+    `GET /v1/models` is a 404 gets every other name (as the one upstream without a list)."""
+    native.no_model_list = True
+    gateway = gateway_from({"upstreams": {"vllm": {"url": upstream.url},
+                                          "hosted": {"url": native.url, "protocol": "anthropic"}}})  # fmt: skip
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    assert client.messages.create(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "Hi"}]).content
+    assert [r["model"] for r in upstream.requests] == ["test-model"]
+    client.messages.create(model="claude-hosted", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
+    assert [(path, body["model"]) for path, body, _ in native.requests] == [("/v1/messages", "claude-hosted")]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.backends.base import UpstreamModel
+from dragoman.backends.base import NoModelList, UpstreamModel
 from dragoman.config import from_dict
 from dragoman.errors import NotFound, UpstreamError
 from dragoman.gateway import Gateway
@@ -117,3 +117,66 @@ def test_a_default_model_on_an_upstream_not_read_yet_is_a_502_naming_both(caplog
         gateway.router.resolve("claude-sonnet-4-5")
     message = caught.value.message
     assert message.startswith("model: 'claude-sonnet-4-5' ") and "default model 'qwen'" in message and "upstream b" in message
+
+
+# -- an upstream without a model list ----------------------------------------------------------
+
+
+class _Listless(_Listing):
+    """A backend whose server has no `GET /models` (it answers 404)."""
+
+    async def list_models(self) -> list[UpstreamModel]:
+        raise NoModelList(self.name, 404)
+
+
+def _gateway_with_listless(lists: dict[str, list[str] | None], server: dict[str, Any] | None = None) -> Gateway:
+    gateway = _gateway({name: ids or [] for name, ids in lists.items()}, server)
+    for name, ids in lists.items():
+        if ids is None:
+            gateway.backends[name] = _Listless(name)  # type: ignore[assignment]
+    return gateway
+
+
+def test_a_name_no_list_has_goes_to_the_one_upstream_without_a_list(caplog):
+    gateway = _gateway_with_listless({"a": ["m1"], "b": None})
+    with caplog.at_level(logging.INFO, logger="dragoman"):
+        _discover_all(gateway)
+        _discover_all(gateway)  # it will answer the same every time: said once
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1 and warnings[0].startswith("upstream b has no model list (GET /v1/models answered 404)"), warnings
+    assert gateway.router.resolve("m1").upstream == "a"
+    route = gateway.router.resolve("qwen3-typo")  # b judges it: its 404 is the client's, not a 502 retried again and again
+    assert (route.upstream, route.upstream_model, route.listed) == ("b", "qwen3-typo", False)
+
+
+def test_with_several_upstreams_without_a_list_an_unknown_name_is_a_404_saying_what_to_configure():
+    gateway = _gateway_with_listless({"a": ["m1"], "b": None, "c": None})
+    _discover_all(gateway)
+    with pytest.raises(NotFound) as caught:
+        gateway.router.resolve("qwen3")
+    message = caught.value.message
+    assert message.startswith("model: 'qwen3' is not listed by any upstream, and upstreams b, c have no model list")
+    assert "[[models]]" in message and "available models: m1" in message
+    assert gateway.router.resolve("m1").upstream == "a"
+
+
+def test_an_upstream_without_a_list_does_not_take_names_while_another_list_is_unread():
+    gateway = _gateway_with_listless({"a": ["m1"], "b": None})
+    asyncio.run(gateway.discover_all(["b"]))  # a was down: the name may be a's
+    with pytest.raises(UpstreamError) as caught:
+        gateway.router.resolve("m1")
+    assert "upstream a could not be read yet" in caught.value.message
+    asyncio.run(gateway.discover_all(["a"]))
+    assert gateway.router.resolve("m1").upstream == "a"
+    assert gateway.router.resolve("other").upstream == "b"
+
+
+def test_an_upstream_that_gets_a_model_list_serves_what_it_lists_and_no_longer_every_name():
+    gateway = _gateway_with_listless({"a": ["m1"], "b": None})
+    _discover_all(gateway)
+    assert gateway.router.resolve("m2").upstream == "b"
+    gateway.backends["b"] = _Listing("b", "m2")  # type: ignore[assignment]  # restarted on a server that lists
+    _discover_all(gateway)
+    assert gateway.router.resolve("m2").upstream == "b"
+    with pytest.raises(NotFound):
+        gateway.router.resolve("m3")

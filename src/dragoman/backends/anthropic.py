@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from dragoman.backends.base import (
+    NO_MODEL_LIST_STATUSES,
     Call,
     Completed,
     DirectWrites,
+    NoModelList,
     Reply,
     Streaming,
     UpstreamModel,
@@ -94,6 +96,8 @@ class AnthropicBackend:
 
     async def list_models(self) -> list[UpstreamModel]:
         status, body = await self._http.get("/models")
+        if status in NO_MODEL_LIST_STATUSES:
+            raise NoModelList(self.name, status)
         if status != 200:
             raise UpstreamError(f"upstream {self.name} answered {status} to GET /v1/models")
         try:

@@ -78,6 +78,19 @@ class UpstreamModel:
     context_window: int | None = None
 
 
+# What `GET /models` answers on a server that has no model list at all, as opposed to one
+# that is down or refuses the key (asking again later would find the same).
+NO_MODEL_LIST_STATUSES = frozenset({404, 405, 501})
+
+
+class NoModelList(UpstreamError):
+    """The upstream answered, but has no model list: its models are named only by
+    configuration, or reached by names that nothing else serves (see `routing`)."""
+
+    def __init__(self, upstream: str, status: int) -> None:
+        super().__init__(f"upstream {upstream} has no model list (GET /v1/models answered {status})")
+
+
 class Backend(Protocol):
     name: str
 

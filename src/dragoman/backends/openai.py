@@ -12,9 +12,11 @@ import msgspec
 
 from dragoman import ids, sse
 from dragoman.backends.base import (
+    NO_MODEL_LIST_STATUSES,
     Call,
     Completed,
     DirectWrites,
+    NoModelList,
     Reply,
     Streaming,
     UpstreamModel,
@@ -84,6 +86,8 @@ class OpenAIBackend:
 
     async def list_models(self) -> list[UpstreamModel]:
         status, body = await self._http.get("/models")
+        if status in NO_MODEL_LIST_STATUSES:
+            raise NoModelList(self.name, status)
         if status != 200:
             raise from_upstream(status, body, upstream=self.name)
         try:
