@@ -157,14 +157,14 @@ class Gateway:
         stale = [
             u
             for u in candidates
-            if (even_if_known or not self.router.discovered.get(u)) and now - self._last_attempt.get(u, -1e9) > REDISCOVER_AFTER
+            if (even_if_known or not self.router.answered(u)) and now - self._last_attempt.get(u, -1e9) > REDISCOVER_AFTER
         ]
         if stale:
             async with self._lock:
                 await self.discover_all(stale)
 
     async def route(self, model: str) -> Route:
-        known = sum(1 for name in self.backends if self.router.discovered.get(name))
+        known = sum(1 for name in self.backends if self.router.answered(name))
         if known < len(self.backends) and self._background is None:
             # Some upstream was down when last asked: ask again without holding this request.
             self._background = asyncio.ensure_future(self.discover_if_stale())

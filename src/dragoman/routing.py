@@ -188,6 +188,10 @@ class Router:
         self._listless.discard(upstream)
         self._routes.clear()  # windows and served names may have changed
 
+    def answered(self, upstream: str) -> bool:
+        """Whether the upstream's models are known: a list with models in it, or no list at all."""
+        return bool(self._discovered.get(upstream)) or upstream in self._listless
+
     def set_listless(self, upstream: str) -> bool:
         """Note an upstream that answered without a model list; whether that is news."""
         self._discovered.pop(upstream, None)

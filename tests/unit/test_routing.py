@@ -125,7 +125,10 @@ def test_a_default_model_on_an_upstream_not_read_yet_is_a_502_naming_both(caplog
 class _Listless(_Listing):
     """A backend whose server has no `GET /models` (it answers 404)."""
 
+    asked = 0
+
     async def list_models(self) -> list[UpstreamModel]:
+        self.asked += 1
         raise NoModelList(self.name, 404)
 
 
@@ -180,3 +183,23 @@ def test_an_upstream_that_gets_a_model_list_serves_what_it_lists_and_no_longer_e
     assert gateway.router.resolve("m2").upstream == "b"
     with pytest.raises(NotFound):
         gateway.router.resolve("m3")
+
+
+def test_an_upstream_without_a_list_is_not_asked_again_and_again(monkeypatch):
+    """It will answer the same: only a miss asks it again (as it asks every upstream then)."""
+    import dragoman.gateway as gateway_module
+
+    monkeypatch.setattr(gateway_module, "REDISCOVER_AFTER", 0.0)
+    gateway = _gateway_with_listless({"a": ["m1"], "b": None})
+    _discover_all(gateway)
+    listless = gateway.backends["b"]
+    assert listless.asked == 1  # type: ignore[attr-defined]
+
+    async def requests() -> None:
+        for name in ("m1", "other", "m1"):
+            await gateway.route(name)
+            await asyncio.sleep(0)  # a background rediscovery, if one was started, runs now
+        await gateway.discover_if_stale()  # as GET /v1/models does
+
+    asyncio.run(requests())
+    assert listless.asked == 1  # type: ignore[attr-defined]
