@@ -19,8 +19,9 @@ import pytest
 from dragoman.errors import GatewayError, InvalidRequest, UpstreamError
 from dragoman.protocol import anthropic as a
 from dragoman.translate.fold import fold
+from dragoman.translate.reply import stop_reason_of
 from dragoman.translate.response import to_message
-from dragoman.translate.stream import StreamTranslator, stop_reason_of
+from dragoman.translate.stream import StreamTranslator
 from tests.helpers import (
     as_dicts,
     check_grammar,

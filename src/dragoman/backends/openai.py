@@ -39,9 +39,10 @@ from dragoman.tokens import completion_estimate, count_estimate
 from dragoman.translate.compaction import summarizing, summary_of
 from dragoman.translate.content import has_pdf
 from dragoman.translate.fold import events_of, fold
+from dragoman.translate.reply import ReplySettings
 from dragoman.translate.request import Options, Translated, to_chat_request
 from dragoman.translate.response import to_message
-from dragoman.translate.stream import ReplySettings, StreamTranslator
+from dragoman.translate.stream import StreamTranslator
 from dragoman.validation import decode_request
 
 if TYPE_CHECKING:  # routing and observe import the backends

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dragoman.errors import UpstreamError
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
+from dragoman.translate.reply import reasoning_as_answer, stop_reason_of, usage_of
 from dragoman.translate.stops import StopMatcher
-from dragoman.translate.stream import reasoning_as_answer, stop_reason_of, usage_of
 from dragoman.translate.thinking import signature_for
 from dragoman.translate.tool_args import parse_arguments
 from dragoman.translate.tool_ids import client_tool_id
