@@ -165,6 +165,30 @@ def test_parallel_tool_calls_streaming(client, upstream):
     assert final.stop_reason == "tool_use"
 
 
+def test_parallel_tool_calls_whose_fragments_interleave_streaming(client, upstream):
+    """A server that introduces both calls in one chunk, then alternates their fragments."""
+    fragments = [(0, '{"city"'), (1, '{"city"'), (0, ': "Paris"}'), (1, ': "Tokyo"}')]
+    upstream.stream_reply([
+        chunk({"role": "assistant", "content": None}),
+        chunk({"tool_calls": [{"index": 0, "id": "call_i1", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
+                              {"index": 1, "id": "call_i2", "type": "function", "function": {"name": "get_time", "arguments": ""}}]}),
+        *[chunk({"tool_calls": [{"index": i, "function": {"arguments": f}}]}) for i, f in fragments],
+        chunk({}, "tool_calls"), usage_chunk(20, 9),
+    ])  # fmt: skip
+    with client.messages.stream(model="test-model", max_tokens=100, messages=ASK, tools=[WEATHER, TIME]) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+
+    order = [(e.type, e.index) for e in events if e.type in ("content_block_start", "content_block_delta", "content_block_stop")]
+    assert order == [("content_block_start", 0), ("content_block_delta", 0), ("content_block_delta", 0), ("content_block_stop", 0),
+                     ("content_block_start", 1), ("content_block_delta", 1), ("content_block_delta", 1), ("content_block_stop", 1)]  # fmt: skip
+    assert [(b.type, b.id, b.name, b.input) for b in final.content] == [
+        ("tool_use", "call_i1", "get_weather", {"city": "Paris"}),
+        ("tool_use", "call_i2", "get_time", {"city": "Tokyo"}),
+    ]
+    assert final.stop_reason == "tool_use"
+
+
 def test_missing_upstream_tool_ids_are_generated_and_then_kept(client, upstream):
     # Some servers (older Ollama, llama.cpp templates) send tool calls without ids.
     upstream.stream_reply(_tool_stream((None, "get_weather", ['{"city": "Oslo"}'])))

@@ -80,6 +80,7 @@ class Case:
     usage: dict[str, int] = field(default_factory=no_usage)
     stop_sequence: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    blocks: list[tuple] | None = None  # the exact block events, when the case is about them (see block_events)
 
 
 def tc(index: int | None = None, id: str | None = None, name: str | None = None, arguments: Any = None) -> dict[str, Any]:
@@ -102,6 +103,29 @@ def tc(index: int | None = None, id: str | None = None, name: str | None = None,
 
 def calls(*entries: dict[str, Any], **delta: Any) -> dict[str, Any]:
     return chunk({"tool_calls": list(entries), **delta})
+
+
+def block_events(events: list[a.StreamEvent]) -> list[tuple]:
+    """The content block events, compactly: ("start", i, id, name) for a tool block,
+    ("start", i, "text") for a text block, ("json", i, partial) and ("text", i, text)
+    for deltas, ("stop", i)."""
+    out: list[tuple] = []
+    for event in events:
+        if isinstance(event, a.ContentBlockStart):
+            block = event.content_block
+            if isinstance(block, a.OutToolUseBlock):
+                out.append(("start", event.index, block.id, block.name))
+            else:
+                out.append(("start", event.index, block.__struct_config__.tag))
+        elif isinstance(event, a.ContentBlockDelta):
+            delta = event.delta
+            if isinstance(delta, a.InputJSONDelta):
+                out.append(("json", event.index, delta.partial_json))
+            else:
+                out.append(("text", event.index, getattr(delta, "text", delta)))
+        elif isinstance(event, a.ContentBlockStop):
+            out.append(("stop", event.index))
+    return out
 
 
 CASES = [
@@ -414,6 +438,142 @@ CASES = [
         [tool_block("toolu_b64_ZnVuY3Rpb25zLmdldF93ZWF0aGVyOjA", "get_weather", {"city": "Paris"})],
         "tool_use",
     ),
+    # Parallel calls whose fragments interleave (servers that introduce several calls in one
+    # chunk, then send their arguments by index): one block at a time, in the order the calls
+    # began; a call waits, its fragments gathered, until the live one's arguments are whole.
+    Case(
+        "interleaved-two-calls-introduced-together-then-continued",
+        [
+            calls(tc(0, "call_a", "get_weather", ""), tc(1, "call_b", "get_time", "")),
+            calls(tc(0, arguments='{"city": '), tc(1, arguments='{"tz": ')),
+            calls(tc(0, arguments='"Paris"}'), tc(1, arguments='"CET"}')),
+            chunk({}, "tool_calls"),
+        ],
+        [tool_block("call_a", "get_weather", {"city": "Paris"}), tool_block("call_b", "get_time", {"tz": "CET"})],
+        "tool_use",
+        blocks=[("start", 0, "call_a", "get_weather"), ("json", 0, '{"city": '), ("json", 0, '"Paris"}'), ("stop", 0),
+                ("start", 1, "call_b", "get_time"), ("json", 1, '{"tz": '), ("json", 1, '"CET"}'), ("stop", 1)],  # fmt: skip
+    ),
+    Case(
+        "interleaved-alternating-fragments",
+        [
+            calls(tc(0, "call_a", "get_weather", "")),
+            calls(tc(1, "call_b", "get_weather", "")),
+            calls(tc(0, arguments='{"city"')),
+            calls(tc(1, arguments='{"city"')),
+            calls(tc(0, arguments=': "Paris"}')),
+            calls(tc(1, arguments=': "Rome"}')),
+            chunk({}, "tool_calls"),
+            usage_chunk(30, 12),
+        ],
+        [tool_block("call_a", "get_weather", {"city": "Paris"}), tool_block("call_b", "get_weather", {"city": "Rome"})],
+        "tool_use",
+        tokens(30, 12),
+        blocks=[("start", 0, "call_a", "get_weather"), ("json", 0, '{"city"'), ("json", 0, ': "Paris"}'), ("stop", 0),
+                ("start", 1, "call_b", "get_weather"), ("json", 1, '{"city"'), ("json", 1, ': "Rome"}'), ("stop", 1)],  # fmt: skip
+    ),
+    Case(
+        "interleaved-three-calls",
+        [
+            calls(tc(0, "call_a", "f", ""), tc(1, "call_b", "g", ""), tc(2, "call_c", "h", "")),
+            calls(tc(2, arguments='{"c": 3}')),
+            calls(tc(1, arguments='{"b": ')),
+            calls(tc(0, arguments='{"a": ')),
+            calls(tc(0, arguments="1}")),
+            calls(tc(1, arguments="2}")),
+            chunk({}, "tool_calls"),
+        ],
+        [tool_block("call_a", "f", {"a": 1}), tool_block("call_b", "g", {"b": 2}), tool_block("call_c", "h", {"c": 3})],
+        "tool_use",
+        blocks=[("start", 0, "call_a", "f"), ("json", 0, '{"a": '), ("json", 0, "1}"), ("stop", 0),
+                ("start", 1, "call_b", "g"), ("json", 1, '{"b": '), ("json", 1, "2}"), ("stop", 1),
+                ("start", 2, "call_c", "h"), ("json", 2, '{"c": 3}'), ("stop", 2)],  # fmt: skip
+    ),
+    Case(
+        # A call without arguments is never whole: the next one waits for the end.
+        "interleaved-first-call-with-empty-arguments",
+        [
+            calls(tc(0, "call_a", "list_files", ""), tc(1, "call_b", "get_time", "")),
+            calls(tc(1, arguments='{"tz": ')),
+            calls(tc(1, arguments='"CET"}')),
+            chunk({}, "tool_calls"),
+        ],
+        [tool_block("call_a", "list_files", {}), tool_block("call_b", "get_time", {"tz": "CET"})],
+        "tool_use",
+        blocks=[("start", 0, "call_a", "list_files"), ("stop", 0), ("start", 1, "call_b", "get_time"), ("json", 1, '{"tz": "CET"}'), ("stop", 1)],
+    ),
+    Case(
+        "interleaved-second-call-with-empty-arguments",
+        [
+            calls(tc(0, "call_a", "get_time", ""), tc(1, "call_b", "list_files", "")),
+            calls(tc(0, arguments='{"tz": ')),
+            calls(tc(0, arguments='"CET"}')),
+            chunk({}, "tool_calls"),
+        ],
+        [tool_block("call_a", "get_time", {"tz": "CET"}), tool_block("call_b", "list_files", {})],
+        "tool_use",
+        blocks=[("start", 0, "call_a", "get_time"), ("json", 0, '{"tz": '), ("json", 0, '"CET"}'), ("stop", 0),
+                ("start", 1, "call_b", "list_files"), ("stop", 1)],  # fmt: skip
+    ),
+    Case(
+        "interleaved-one-tool-call-asked",
+        [
+            calls(tc(0, "call_a", "get_weather", ""), tc(1, "call_b", "get_time", "")),
+            calls(tc(0, arguments='{"city": '), tc(1, arguments='{"tz": ')),
+            calls(tc(1, arguments='"CET"}')),
+            calls(tc(0, arguments='"Paris"}')),
+            chunk({}, "tool_calls"),
+        ],
+        [tool_block("call_a", "get_weather", {"city": "Paris"})],
+        "tool_use",
+        options={"single_tool_call": True},
+        blocks=[("start", 0, "call_a", "get_weather"), ("json", 0, '{"city": '), ("json", 0, '"Paris"}'), ("stop", 0)],
+    ),
+    Case(
+        # max_tokens cut both: each is closed into an object when its block ends.
+        "interleaved-cut-by-max-tokens",
+        [
+            calls(tc(0, "call_a", "write_file", '{"path": "a.txt"'), tc(1, "call_b", "write_file", '{"path": "b.txt", "text": "Once')),
+            calls(tc(0, arguments=', "text": "Hel')),
+            chunk({}, "length"),
+        ],
+        [tool_block("call_a", "write_file", {"path": "a.txt", "text": "Hel"}), tool_block("call_b", "write_file", {"path": "b.txt", "text": "Once"})],
+        "max_tokens",
+        blocks=[("start", 0, "call_a", "write_file"), ("json", 0, '{"path": "a.txt"'), ("json", 0, ', "text": "Hel'), ("json", 0, '"}'), ("stop", 0),
+                ("start", 1, "call_b", "write_file"), ("json", 1, '{"path": "b.txt", "text": "Once'), ("json", 1, '"}'), ("stop", 1)],  # fmt: skip
+    ),
+    Case(
+        # A waiting call's name (mapped), its id after the name, and Ollama-style object
+        # arguments; the server's ids that Anthropic refuses are encoded.
+        "interleaved-waiting-call-gets-its-id-late",
+        [
+            calls(tc(0, "functions.f:0", "mcp__srv__short_1f2e3d4c", "")),
+            calls(tc(1, name="g")),
+            calls(tc(1, "functions.g:1", arguments={"b": 2})),
+            calls(tc(0, arguments='{"a": 1}')),
+            chunk({}, "tool_calls"),
+        ],
+        [tool_block("toolu_b64_ZnVuY3Rpb25zLmY6MA", "mcp__srv__long_name", {"a": 1}), tool_block("toolu_b64_ZnVuY3Rpb25zLmc6MQ", "g", {"b": 2})],
+        "tool_use",
+        options={"tool_names": {"mcp__srv__short_1f2e3d4c": "mcp__srv__long_name"}},
+        blocks=[("start", 0, "toolu_b64_ZnVuY3Rpb25zLmY6MA", "mcp__srv__long_name"), ("json", 0, '{"a": 1}'), ("stop", 0),
+                ("start", 1, "toolu_b64_ZnVuY3Rpb25zLmc6MQ", "g"), ("json", 1, '{"b":2}'), ("stop", 1)],  # fmt: skip
+    ),
+    Case(
+        # Whitespace after a call's whole arguments, once its block has closed, is dropped.
+        "whitespace-after-a-closed-call",
+        [
+            calls(tc(0, "call_a", "f", '{"a": 1}')),
+            calls(tc(1, "call_b", "g", '{"b": ')),
+            calls(tc(0, arguments="\n")),
+            calls(tc(1, arguments="2}")),
+            chunk({}, "tool_calls"),
+        ],
+        [tool_block("call_a", "f", {"a": 1}), tool_block("call_b", "g", {"b": 2})],
+        "tool_use",
+        blocks=[("start", 0, "call_a", "f"), ("json", 0, '{"a": 1}'), ("stop", 0), ("start", 1, "call_b", "g"), ("json", 1, '{"b": '),
+                ("json", 1, "2}"), ("stop", 1)],  # fmt: skip
+    ),
     Case(
         "stop-sequence-split-across-chunks",
         [chunk({"content": "Hello wor"}), chunk({"content": "ld! ST"}), chunk({"content": "OP and more"}), chunk({"content": " text"}),
@@ -470,6 +630,15 @@ def test_stream_invariants(case: Case) -> None:
     assert by_fold == expected
     assert by_sdk == expected
     assert by_message == expected
+
+
+BLOCK_CASES = [c for c in CASES if c.blocks is not None]
+
+
+@pytest.mark.parametrize("case", BLOCK_CASES, ids=[c.id for c in BLOCK_CASES])
+def test_block_events(case: Case) -> None:
+    """One start and one stop per call, each call's deltas between them, calls in the order begun."""
+    assert block_events(run(case.chunks, **case.options)) == case.blocks
 
 
 @pytest.mark.parametrize(
@@ -584,13 +753,58 @@ def test_usage_only_after_finish_reaches_the_message_delta() -> None:
     assert delta["usage"]["input_tokens"] == 60 and delta["usage"]["cache_read_input_tokens"] == 40 and delta["usage"]["output_tokens"] == 1
 
 
-def test_interleaved_parallel_tool_calls_are_an_error_not_a_corrupt_block() -> None:
+def test_interleaved_tool_calls_stream_the_live_call_as_its_fragments_arrive() -> None:
     t = translator()
     t.start()
-    t.feed(decode_chunk(calls(tc(0, "call_a", "f", '{"a": '))))
-    t.feed(decode_chunk(calls(tc(1, "call_b", "g", '{"b": 1}'))))
-    with pytest.raises(UpstreamError):
-        t.feed(decode_chunk(calls(tc(0, arguments="1}"))))
+
+    def feed(body: dict[str, Any]) -> list[tuple]:
+        return block_events(t.feed(decode_chunk(body)))
+
+    assert feed(calls(tc(0, "call_a", "f", ""), tc(1, "call_b", "g", ""))) == [("start", 0, "call_a", "f")]
+    assert feed(calls(tc(1, arguments='{"b": '))) == []  # call_b waits behind call_a
+    assert feed(calls(tc(0, arguments='{"a": '))) == [("json", 0, '{"a": ')]
+    assert feed(calls(tc(0, arguments="1}"))) == [("json", 0, "1}"), ("stop", 0), ("start", 1, "call_b", "g"), ("json", 1, '{"b": ')]
+    assert feed(calls(tc(1, arguments="2}"))) == [("json", 1, "2}")]
+    assert block_events(t.finish()) == [("stop", 1)]
+
+
+def test_text_after_interleaved_calls_follows_them_all() -> None:
+    """Text closes the live call and brings out the one waiting behind it first. (No
+    non-streaming completion says this order: its text comes before its calls.)"""
+    chunks = [
+        calls(tc(0, "call_a", "list_files", ""), tc(1, "call_b", "get_time", "")),
+        calls(tc(1, arguments='{"tz": "CET"}')),
+        chunk({"content": "Checking."}),
+        chunk({}, "tool_calls"),
+    ]
+    events = run(chunks)
+    check_grammar(events)
+    assert block_events(events) == [
+        ("start", 0, "call_a", "list_files"), ("stop", 0),
+        ("start", 1, "call_b", "get_time"), ("json", 1, '{"tz": "CET"}'), ("stop", 1),
+        ("start", 2, "text"), ("text", 2, "Checking."), ("stop", 2),
+    ]  # fmt: skip
+    content = [tool_block("call_a", "list_files", {}), tool_block("call_b", "get_time", {"tz": "CET"}), text_block("Checking.")]
+    assert summary(sdk_fold(events))["content"] == content
+    assert summary(fold(events))["content"] == content
+
+
+@pytest.mark.parametrize(
+    "late",
+    [
+        [calls(tc(0, "call_a", "f", '{"a": ')), chunk({"content": "x"}), calls(tc(0, arguments="1}"))],  # text closed the call
+        [calls(tc(0, "call_a", "f", '{"a": 1}')), calls(tc(1, "call_b", "g", "{}")), calls(tc(0, arguments=', "b": 2}'))],  # more after a whole call
+        [calls(tc(0, "call_a", "f", "")), chunk({"content": "x"}), calls(tc(0, arguments=" "))],  # whitespace, but the call had no arguments
+    ],
+    ids=["after-text", "after-whole-arguments", "whitespace-after-empty-arguments"],
+)
+def test_a_fragment_for_a_call_already_closed_is_an_error_not_a_corrupt_block(late: list) -> None:
+    t = translator()
+    t.start()
+    for body in late[:-1]:
+        t.feed(decode_chunk(body))
+    with pytest.raises(UpstreamError, match="tool call 0 after the call had ended"):
+        t.feed(decode_chunk(late[-1]))
 
 
 @pytest.mark.parametrize(
@@ -611,8 +825,20 @@ def test_interleaved_parallel_tool_calls_are_an_error_not_a_corrupt_block() -> N
             [calls(tc(name="f", arguments='{"x": 1}')), calls(tc(id="call_b", name="g", arguments='{"y": 2}')), chunk({}, "tool_calls")],
             [tool_block("toolu_test1", "f", {"x": 1}), tool_block("call_b", "g", {"y": 2})],
         ),
+        # no indices, the id on every fragment, the fragments interleaved
+        (
+            [calls(tc(id="call_a", name="f", arguments='{"a": '), tc(id="call_b", name="g", arguments='{"b": ')),
+             calls(tc(id="call_b", arguments="2}")), calls(tc(id="call_a", arguments="1}")), chunk({}, "tool_calls")],  # fmt: skip
+            [tool_block("call_a", "f", {"a": 1}), tool_block("call_b", "g", {"b": 2})],
+        ),
+        # older Ollama's index 0 for every call, the id on every fragment, interleaved
+        (
+            [calls(tc(0, "call_a", "f", '{"a": ')), calls(tc(0, "call_b", "g", '{"b": ')), calls(tc(0, "call_a", arguments="1}")),
+             calls(tc(0, "call_b", arguments="2}")), chunk({}, "tool_calls")],  # fmt: skip
+            [tool_block("call_a", "f", {"a": 1}), tool_block("call_b", "g", {"b": 2})],
+        ),
     ],
-    ids=["no-index", "same-index-new-id", "no-index-first-without-id"],
+    ids=["no-index", "same-index-new-id", "no-index-first-without-id", "no-index-interleaved", "same-index-interleaved"],
 )
 def test_tool_calls_told_apart_by_id(chunks: list, content: list) -> None:
     events = run(chunks)

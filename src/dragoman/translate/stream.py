@@ -7,7 +7,8 @@ shell then closes the upstream so the backend stops generating.
 
 Blocks are emitted strictly one after another (the SDKs append blocks in order
 and attribute deltas to the last one), reasoning first, then text and tool calls
-in the order they arrive.
+in the order they arrive. Tool calls whose argument fragments interleave come out one
+after another too, in the order they began (see `_tool_call`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dragoman.translate.reply import reasoning_as_answer, stop_reason_of, usage_
 from dragoman.translate.stops import PrefillEcho, StopMatcher
 from dragoman.translate.thinking import signature_for
 from dragoman.translate.tool_args import completion_suffix
+from dragoman.translate.tool_calls import ToolCall, arguments_complete, open_call_for
 from dragoman.translate.tool_ids import client_tool_id
 
 
@@ -56,17 +58,16 @@ class StreamTranslator:
         self._upstream = upstream
         self._open: str | None = None  # "thinking" | "text" | "tool"
         self._index = -1
-        self._tool_key: int | str | None = None  # identifies the open tool call (index, else id)
-        self._tool_key_index: int | None = None  # its upstream tool_calls[].index
-        self._tool_id: str | None = None  # its upstream id
-        self._tool_name = ""
-        self._tool_args = ""
-        self._tool_waiting = False  # a call begun whose block waits for its name (and id, or arguments)
+        # The call begun last, open or not: a fragment without index or id continues it, and
+        # the next call is told from it. At first none (a key no call has).
+        self._tool = ToolCall(key="", index=None, id=None)
+        self._live: ToolCall | None = None  # the call whose block is open, or waits for its name (and id, or arguments)
+        self._queued: list[ToolCall] = []  # calls begun while the live one's arguments were incomplete, in order
         self._single_tool_call = single_tool_call
         self._window_bound = window_bound
         self._dropping = False  # the fragments of calls after the first, when only one may come back
         self._dropped_index: int | None = None  # the index of the call being dropped
-        self._closed_tools: set[int | str] = set()
+        self._closed_tools: dict[int | str, bool] = {}  # the keys of closed calls: were their arguments complete
         self._answered = False  # a text or tool_use block was emitted
         self._saw_tool = False
         self._saw_content = False
@@ -154,8 +155,6 @@ class StreamTranslator:
         rest = self._stops.flush()
         if rest:
             self._emit_text(rest, events)
-        if self._tool_waiting:
-            self._start_tool(events)  # the block goes out with the name and id it has
         if not self._answered:
             # No text or tool call: the reasoning is the answer, if the model ended the reply
             # itself; otherwise a thinking block alone, or an empty text block. Content that
@@ -192,7 +191,14 @@ class StreamTranslator:
         events.append(a.ContentBlockStart(index=self._index, content_block=block))
 
     def _close(self, events: list[a.StreamEvent]) -> None:
-        if self._tool_waiting:
+        """Close the open block; tool calls that wait behind it come out after it, each whole."""
+        self._close_block(events)
+        while self._queued:
+            self._promote(events)
+            self._close_block(events)
+
+    def _close_block(self, events: list[a.StreamEvent]) -> None:
+        if self._live is not None and not self._live.started:
             self._start_tool(events)  # other output follows a call that never got its name
         if self._open is None:
             return
@@ -235,29 +241,36 @@ class StreamTranslator:
         events.append(a.ContentBlockDelta(index=self._index, delta=a.TextDelta(text=text)))
 
     def _tool_call(self, call: openai.ResponseToolCall, events: list[a.StreamEvent]) -> None:
-        """A fragment continues the current call unless it names another call: a new
+        """A fragment continues the call it names unless it names another call: a new
         `index`, or (for servers that omit or reuse indices) an `id` other than the
         call's. A call's block starts once its name and its id (or its first arguments)
-        are known: some servers send the id first, others the name before the id."""
+        are known: some servers send the id first, others the name before the id.
+
+        Calls come one after another from most servers, and each call's block streams as
+        its fragments arrive. Some introduce several calls at once and then interleave
+        their fragments; a call begun while the live one's arguments are not yet a whole
+        JSON object waits (queued, its fragments gathered) until they are, or until other
+        output or the end comes: then the live block closes and the next call comes out,
+        its arguments so far as one delta, and streams from there."""
         function = call.function or openai.ResponseFunction()
-        current = self._open == "tool" or self._tool_waiting
+        # The call this fragment is told against: the one begun last, or, with calls waiting,
+        # the open call it names.
+        target = self._tool if not self._queued else self._open_call_named(call)
         # An id other than the call's, or, for a call whose id has not come, an id that comes
         # with a name while the call has its name (a server without indices: the next call).
-        other_id = call.id is not None and (
-            call.id != self._tool_id if self._tool_id is not None else bool(function.name and self._tool_name)
-        )
+        other_id = call.id is not None and (call.id != target.id if target.id is not None else bool(function.name and target.name))
         if self._dropping:
-            kept = call.id == self._tool_id if call.id is not None else (
-                call.index is not None and call.index == self._tool_key_index and call.index != self._dropped_index
+            kept = call.id == target.id if call.id is not None else (
+                call.index is not None and call.index == target.index and call.index != self._dropped_index
             )  # fmt: skip
             if not kept:
                 return  # a fragment of a call after the first
             self._dropping = False
-        if current and not other_id and (call.index is None or call.index == self._tool_key_index):
-            if self._tool_id is None:
-                self._tool_id = call.id  # the upstream's id came after the name (the block has ours)
+        if self._live is not None and not other_id and (call.index is None or call.index == target.index):
+            if target.id is None:
+                target.id = call.id  # the upstream's id came after the name (the block has ours)
         else:
-            key = call.id if (other_id and (call.index is None or call.index == self._tool_key_index)) else call.index
+            key = call.id if (other_id and (call.index is None or call.index == target.index)) else call.index
             if key is None:
                 key = call.id or f"call-{len(self._closed_tools)}"
             if self._single_tool_call and self._saw_tool:
@@ -265,43 +278,79 @@ class StreamTranslator:
                 self._dropped_index = call.index
                 return
             if key in self._closed_tools:
-                raise UpstreamError(f"upstream {self._upstream} interleaved the arguments of parallel tool calls")
-            self._close(events)
-            self._tool_key, self._tool_key_index, self._tool_id = key, call.index, call.id
-            self._tool_name, self._tool_args = "", ""
-            self._tool_waiting = True
+                if self._closed_tools[key] and not isinstance(function.arguments, dict) and not (function.arguments or "").strip():
+                    return  # whitespace after a call's whole arguments: nothing the client needs
+                raise UpstreamError(f"upstream {self._upstream} sent more of tool call {key!r} after the call had ended")
+            target = self._tool = ToolCall(key=key, index=call.index, id=call.id)
             self._answered = self._saw_tool = True
-        if self._tool_waiting and function.name and not self._tool_name:
-            self._tool_name = self._tool_names.get(function.name, function.name)
+            if self._live is None:
+                self._close(events)
+                self._live = target
+            else:
+                self._queued.append(target)
+                self._advance(events)  # the live call may be whole (the common case: calls one after another)
+        if not target.started and function.name and not target.name:
+            target.name = self._tool_names.get(function.name, function.name)
         arguments = function.arguments
         if isinstance(arguments, dict):  # Ollama-style: a whole object instead of JSON text
             arguments = openai.ENCODER.encode(arguments).decode()
-        if arguments and not self._tool_args:
+        if arguments and not target.args:
             arguments = arguments.lstrip()  # the SDKs parse every prefix: one of only whitespace fails
         if arguments:
-            self._tool_args += arguments
-            if not self._tool_waiting:
+            target.args += arguments
+            if target.started:
                 events.append(a.ContentBlockDelta(index=self._index, delta=a.InputJSONDelta(partial_json=arguments)))
-        if self._tool_waiting and self._tool_name and (self._tool_id is not None or self._tool_args):
+        if not target.started and target is self._live:
+            self._start_when_ready(events)
+        # With calls waiting, the live call's arguments may have just become whole (an object's
+        # last fragment ends with its brace: only then is it worth decoding them).
+        if self._queued and target is self._live and arguments and arguments.rstrip().endswith("}"):
+            self._advance(events)
+
+    def _open_call_named(self, call: openai.ResponseToolCall) -> ToolCall:
+        assert self._live is not None  # calls wait only behind a live one
+        return open_call_for(call.index, call.id, [self._live, *self._queued])
+
+    def _start_when_ready(self, events: list[a.StreamEvent]) -> None:
+        live = self._live
+        assert live is not None
+        if live.name and (live.id is not None or live.args):
             self._start_tool(events)  # an id still missing once arguments flow will not come: ours
 
+    def _advance(self, events: list[a.StreamEvent]) -> None:
+        """Close the live call once its arguments are whole, and bring out the calls waiting
+        behind it (each one whole already closes at once)."""
+        while self._queued and self._live is not None and arguments_complete(self._live.args):
+            self._close_block(events)
+            self._promote(events)
+
+    def _promote(self, events: list[a.StreamEvent]) -> None:
+        """The first waiting call becomes the live one (no block is open)."""
+        self._live = self._queued.pop(0)
+        self._start_when_ready(events)
+
     def _start_tool(self, events: list[a.StreamEvent]) -> None:
-        """The current call's block, with the arguments that came before its name."""
-        self._tool_waiting = False
+        """The live call's block, with the arguments that came before it started."""
+        live = self._live
+        assert live is not None
+        live.started = True
         self._index += 1
         self._open = "tool"
-        tool_id = client_tool_id(self._tool_id, self._taken_ids) if self._tool_id else self._new_tool_id()
-        block = a.OutToolUseBlock(id=tool_id, name=self._tool_name, input={})
+        tool_id = client_tool_id(live.id, self._taken_ids) if live.id else self._new_tool_id()
+        block = a.OutToolUseBlock(id=tool_id, name=live.name, input={})
         events.append(a.ContentBlockStart(index=self._index, content_block=block))
-        if self._tool_args:
-            events.append(a.ContentBlockDelta(index=self._index, delta=a.InputJSONDelta(partial_json=self._tool_args)))
+        if live.args:
+            events.append(a.ContentBlockDelta(index=self._index, delta=a.InputJSONDelta(partial_json=live.args)))
 
     def _finish_tool_arguments(self, events: list[a.StreamEvent]) -> None:
-        if self._tool_key is not None:
-            self._closed_tools.add(self._tool_key)
-        text = self._tool_args.strip()
-        if not text:
-            return  # no delta: the SDKs keep the block's `input: {}`
+        live = self._live
+        assert live is not None
+        self._live = None
+        complete = arguments_complete(live.args)
+        self._closed_tools[live.key] = complete
+        text = live.args.strip()
+        if complete or not text:
+            return  # no delta: whole already, or none (the SDKs keep the block's `input: {}`)
         suffix = completion_suffix(text)
         if suffix is None:
             # Not JSON: the model's words stand as it wrote them. Claude Code answers the model
