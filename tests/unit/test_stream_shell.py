@@ -109,3 +109,36 @@ def test_a_chunk_with_invalid_utf8_is_read_with_a_replacement_character() -> Non
     events, _ = asyncio.run(collect([broken, rest], lambda batch: batch))
     texts = [e.delta.text for batch in events for e in batch if getattr(getattr(e, "delta", None), "text", None)]
     assert "".join(texts) == "caf\ufffd ok"
+
+
+class OpenBody(Response):
+    """A server that keeps its body open after `[DONE]`: the reads after it never come."""
+
+    @property
+    def ended(self) -> bool:
+        return False
+
+    async def readany(self) -> bytes:
+        if self._reads:
+            return await super().readany()
+        await asyncio.Event().wait()  # forever
+        return b""
+
+
+def test_a_body_kept_open_after_done_ends_the_reply_at_once_and_its_connection_is_closed_later(monkeypatch: Any) -> None:
+    monkeypatch.setattr("dragoman.backends.keepalive.AFTER_END_GRACE", 0.01)
+
+    async def run() -> tuple[list[Any], OpenBody, tuple[bool, bool]]:
+        response = OpenBody([chunk(content="a") + FINISH + USAGE + DONE])
+        batches = [batch async for batch in backend()._translated(response, translator(), None, _as_events)]  # type: ignore[arg-type]
+        at_the_end = (response.released, response.closed)  # the reply is whole; the body is still being read
+        for _ in range(200):
+            if response.closed:
+                break
+            await asyncio.sleep(0.01)
+        return batches, response, at_the_end
+
+    batches, response, at_the_end = asyncio.run(run())
+    assert kinds(batches[-1]) == ["ContentBlockStop", "MessageDelta", "MessageStop"]
+    assert at_the_end == (False, False)
+    assert response.closed and not response.released  # not reused: what it would send next belongs to no reply

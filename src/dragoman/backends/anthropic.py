@@ -29,7 +29,7 @@ from dragoman.backends.base import (
     upstream_errors,
 )
 from dragoman.backends.http import MAX_ERROR_BODY, HttpClient
-from dragoman.backends.keepalive import ReadWatch, Silence, head_or_task, late_start, read_past_end
+from dragoman.backends.keepalive import ReadWatch, Silence, end_body, head_or_task, late_start
 from dragoman.backends.anthropic_events import Events, note_usage, with_start
 from dragoman.backends.documents import documents_as_text
 from dragoman.backends.response import Response
@@ -268,11 +268,9 @@ class AnthropicBackend:
                     yield whole
             if not events.complete():
                 raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
-            await read_past_end(response)  # what follows the stream's end is only the body's
             finished = True
+            end_body(response)  # the client's reply ends now, not when the server ends its body
         finally:
             watch.close()
-            if finished:
-                response.release()
-            else:
+            if not finished:
                 response.close()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TypeVar
 import msgspec
 
 from dragoman.backends.base import DirectWrites, upstream_errors
-from dragoman.backends.keepalive import ReadWatch, Silence, read_past_end
+from dragoman.backends.keepalive import ReadWatch, Silence, end_body
 from dragoman.backends.response import Response
 from dragoman.config import OpenAIUpstream
 from dragoman.errors import GatewayError, UpstreamError, from_stream_error, upstream_message
@@ -48,7 +48,7 @@ class ChatStreams:
         `direct`'s writer when there is one (SSE only), from the connection's callback.
         Raises GatewayError after yielding what came before the failure; always closes
         or releases the upstream response."""
-        finished = False
+        finished = handed_over = False
         watch: ReadWatch | None = None
         try:
             if response.content_type == "application/json":  # the upstream ignored `stream: true`
@@ -137,13 +137,16 @@ class ChatStreams:
             final = translator.finish()
             note_usage(outcome, translator.usage)
             yield encode(final)
-            if translator.upstream_ended and not translator.done:
-                await read_past_end(response)  # the client has its whole reply meanwhile
             finished = not translator.done
+            if finished and translator.upstream_ended:
+                handed_over = True
+                end_body(response)  # the client's reply ends now, not when the server ends its body
         finally:
             if watch is not None:
                 watch.close()
-            if finished:
+            if handed_over:
+                pass
+            elif finished:
                 response.release()  # read to the end: the connection can be reused
             else:
                 response.close()  # stops the backend's generation
