@@ -90,12 +90,12 @@ def test_an_ambiguous_probe_answer_decides_nothing_and_is_asked_again(native, am
 
 @pytest.mark.parametrize("healthy", ["native", "openai"])
 def test_a_replica_that_never_answers_holds_neither_the_probe_nor_the_requests(native, upstream, healthy, monkeypatch):
-    from dragoman.backends import http
+    from dragoman.backends import replicas
 
-    # Passed over for the whole test, not the 5 s it is in production: on a loaded machine the
+    # Passed over for the whole test, not the 30 s it is in production: on a loaded machine the
     # three requests may take longer than that, and one sent to the hung instance after the
     # window waits for it (as it should: the test is about the probe and the requests behind it).
-    monkeypatch.setattr(http, "UNHEALTHY_FOR", 600.0)
+    monkeypatch.setattr(replicas, "COOL_DOWNS", replicas.CoolDowns(silent=600.0))
     with socket.socket() as hung:  # connections are accepted (by the kernel), never answered
         hung.bind(("127.0.0.1", 0))
         hung.listen(16)

@@ -13,6 +13,7 @@ import pytest
 
 from dragoman.backends import http
 from dragoman.backends.http import HttpClient
+from dragoman.backends.replicas import Replicas
 from dragoman.config import OpenAIUpstream
 from dragoman.errors import UpstreamError
 
@@ -91,7 +92,7 @@ def test_answers_not_taken_are_retrieved_never_logged_later(monkeypatch: pytest.
 
             asked_in_turn(up, *((slow, refused) if scenario == "same round" else (fails_as_cancelled, answered)))
             assert await up.get("/models") == (200, b'{"data": []}')
-            up._unhealthy.clear()
+            up.replicas = Replicas("up", up.roots, trial_for=600)  # none passed over
         gc.collect()
         await up.close()
 

@@ -61,7 +61,7 @@ class AutoBackend:
         self._passthrough = AnthropicBackend(name, AnthropicUpstream(url=root, replicas=replicas, documents=upstream.documents, **common), config)
         # Both clients reach the same instances (the same roots): an instance the probe or one
         # path passed over is passed over by the other too.
-        self._translate._http._unhealthy = self._passthrough._http._unhealthy
+        self._translate._http.replicas = self._passthrough._http.replicas
         self.chosen: Backend | None = None
         self._key = config.upstream_key(upstream)
         self._lock = asyncio.Lock()

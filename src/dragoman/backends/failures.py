@@ -8,6 +8,10 @@ class ConnectFailed(ConnectionError):
     """No connection: refused, unresolvable, timed out, TLS or proxy refusal. Nothing was sent."""
 
 
+class ConnectTimeout(ConnectFailed):
+    """No connection within connect_timeout: the instance (or an address) drops connections."""
+
+
 class Disconnected(ConnectionError):
     """The upstream closed the connection before its reply was complete."""
 

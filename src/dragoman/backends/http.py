@@ -4,18 +4,18 @@ Connections are dragoman's own (`dragoman.backends.pool`): aiohttp cost three ti
 as much CPU per request (bench/clients.py measures both).
 
 Before any byte has gone to the client, a transient failure (connection refused or
-reset, 429, 502, 503, 504, 529) is retried with backoff and jitter, honouring
-`retry-after`, on another healthy replica when there is one, within a bounded
-budget. A replica's `retry-after` speaks for that replica only: it is passed over
-for that long and the request goes at once to another one that is free.
-Non-2xx answers are mapped here, once, so callers see a 2xx response or a
-GatewayError (unless they ask for the raw response, as passthrough does).
+reset, no connection in time, 429, 502, 503, 504, 529) is retried with backoff and
+jitter, honouring `retry-after`, within a bounded budget. A replica that failed, or
+sent `retry-after`, is passed over for a while (`dragoman.backends.replicas`) and the
+request goes at once to another one that is free. No first byte within
+`first_byte_timeout` is retried too, once, and only on another free replica: each such
+wait costs the whole timeout. Non-2xx answers are mapped here, once, so callers see a
+2xx response or a GatewayError (unless they ask for the raw response, as passthrough does).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import random
 import ssl
 import time
@@ -26,15 +26,15 @@ from urllib.parse import urlsplit
 
 from dragoman import __version__
 from dragoman.backends.base import upstream_errors
+from dragoman.backends.failures import ConnectTimeout, HeadTimeout
 from dragoman.backends.pool import Pool
+from dragoman.backends.replicas import Replicas
 from dragoman.backends.response import Response
 from dragoman.config import ConfigError, UpstreamConfig
 from dragoman.errors import GatewayError, UpstreamError, UpstreamTimeout, from_upstream, register_secret
 
 MAX_ERROR_BODY = 64 * 1024
 RETRY_STATUSES = frozenset({429, 502, 503, 504, 529})
-UNHEALTHY_FOR = 5.0  # seconds a replica that refused a connection is passed over
-RETRY_AFTER_CAP = 60.0  # at most this long is a replica passed over for its own `retry-after`
 BACKOFF_BASE = 0.25
 HEDGE_AFTER = 1.0  # seconds a GET (a model list) waits on one instance before the next is asked too
 
@@ -96,9 +96,9 @@ class HttpClient:
             roots.append(url[: -len(prefix)] if prefix and url.endswith(prefix) else url)
         self.roots = roots
         self.prefix = prefix
-        self._unhealthy: dict[str, float] = {}
+        # A trial request to a silent replica takes at most a connection and a first byte.
+        self.replicas = Replicas(name, roots, trial_for=upstream.connect_timeout + upstream.first_byte_timeout)
         self._proxies = {root: _proxy_for(root, upstream.proxy) for root in roots}
-        self._turn = itertools.cycle(range(len(roots)))
         try:
             self._encoded = _encode_headers(self.headers)
             self._encoded_with: dict[tuple[tuple[str, str], ...], bytes] = {}
@@ -136,19 +136,6 @@ class HttpClient:
     async def close(self) -> None:
         await self._pool.close()
 
-    def _pick(self, avoid: str | None) -> str:
-        now = time.monotonic()
-        healthy = [r for r in self.roots if self._unhealthy.get(r, 0.0) <= now and r != avoid]
-        if not healthy:
-            healthy = [r for r in self.roots if r != avoid] or self.roots
-        if len(healthy) == 1:
-            return healthy[0]
-        for _ in range(len(self.roots)):
-            candidate = self.roots[next(self._turn)]
-            if candidate in healthy:
-                return candidate
-        return healthy[0]
-
     def url(self, path: str, *, from_root: bool = False, root: str | None = None) -> str:
         return (root or self.roots[0]) + ("" if from_root else self.prefix) + path
 
@@ -169,29 +156,36 @@ class HttpClient:
         lines = self._header_lines(headers)
         target = path if from_root else self.prefix + path
         budget_end = time.monotonic() + self._upstream.retry_budget
+        replicas = self.replicas
         root: str | None = None
         attempt = 0
+        timed_out = False
         while True:
-            root = self._pick(avoid=root)
-            wait: float | None = None
+            root = replicas.pick(avoid=root)
+            wait: float | None = None  # before the retry: None for backoff
+            elsewhere = False  # the retry goes at once to another instance, which is free
             try:
                 with upstream_errors(self.name):
-                    response = await self._pool.request(root, b"POST", target, lines, body, head_timeout=self._upstream.first_byte_timeout,
-                                                        idle_timeout=self._upstream.idle_timeout)  # fmt: skip
+                    response = await self._send(root, target, lines, body)
             except UpstreamTimeout:
-                raise  # a slow upstream is not helped by asking again
+                # No first byte: nothing has reached the client, so another instance may take
+                # the request. Once, and only if one is free: each such wait costs the timeout.
+                elsewhere = not timed_out and replicas.others_free(root)
+                timed_out = True
+                if not elsewhere or not self._may_retry(attempt, budget_end, None, elsewhere):
+                    raise
             except UpstreamError:
-                self._unhealthy[root] = time.monotonic() + UNHEALTHY_FOR
-                if not self._may_retry(attempt, budget_end, None):
+                elsewhere = replicas.others_free(root)  # it is passed over (by _send): no reason to wait for it
+                if not self._may_retry(attempt, budget_end, None, elsewhere):
                     raise
             else:
                 if response.status < 300:
                     return response
                 retryable = response.status in RETRY_STATUSES
                 wait = _retry_after(response.headers.get("retry-after"))
-                if retryable and wait and len(self.roots) > 1 and self._pass_over(root, wait):
-                    wait = 0.0  # another instance is free: no reason to wait for this one
-                if not retryable or not self._may_retry(attempt, budget_end, wait):
+                if retryable and wait and len(self.roots) > 1:
+                    elsewhere = replicas.pass_over(root, wait)  # another instance free: no reason to wait for this one
+                if not retryable or not self._may_retry(attempt, budget_end, wait, elsewhere):
                     if raw:
                         return response
                     try:
@@ -204,20 +198,37 @@ class HttpClient:
             attempt += 1
             if outcome is not None:
                 outcome.retries += 1
-            await asyncio.sleep(self._delay(attempt, wait, budget_end))
+            if not elsewhere:
+                await asyncio.sleep(self._delay(attempt, wait, budget_end))
 
-    def _pass_over(self, root: str, seconds: float) -> bool:
-        """Pass `root` over for the `retry-after` it sent (capped); whether another
-        instance is free to take the request meanwhile."""
-        now = time.monotonic()
-        self._unhealthy[root] = max(self._unhealthy.get(root, 0.0), now + min(seconds, RETRY_AFTER_CAP))
-        return any(self._unhealthy.get(other, 0.0) <= now for other in self.roots if other != root)
+    async def _send(self, root: str, target: str, lines: bytes, body: bytes) -> Response:
+        """POST to `root` and wait for the head; how it went decides when `root` is asked again."""
+        replicas = self.replicas
+        try:
+            response = await self._pool.request(root, b"POST", target, lines, body, head_timeout=self._upstream.first_byte_timeout,
+                                                idle_timeout=self._upstream.idle_timeout)  # fmt: skip
+        except (ConnectTimeout, HeadTimeout):
+            replicas.failed(root, silent=True)
+            raise
+        except ConnectionError:
+            replicas.failed(root, silent=False)
+            raise
+        except BaseException:
+            replicas.abandoned(root)  # the client left, say: no verdict on the instance
+            raise
+        replicas.answered(root)
+        return response
 
-    def _may_retry(self, attempt: int, budget_end: float, retry_after: float | None) -> bool:
+    def _may_retry(self, attempt: int, budget_end: float, wait: float | None, elsewhere: bool) -> bool:
+        """Within max_retries; a retry that waits (backoff, `retry-after`) only within the
+        budget, which is time spent waiting: one sent at once to another instance (`elsewhere`)
+        waits for nothing (a connect timeout may have used the whole budget by then)."""
         if attempt >= self._upstream.max_retries:
             return False
+        if elsewhere:
+            return True
         remaining = budget_end - time.monotonic()
-        return remaining > 0 and (retry_after is None or retry_after <= remaining)
+        return remaining > 0 and (wait is None or wait <= remaining)
 
     def _delay(self, attempt: int, retry_after: float | None, budget_end: float) -> float:
         if retry_after is not None:
@@ -241,13 +252,13 @@ class HttpClient:
         silent after HEDGE_AFTER seconds, so that one instance that hangs does not fail it; each
         once. `timeout` bounds the whole; the last failure is raised, or the last answer returned,
         at the timeout too (an instance that answered 503 is told as such, not as a timeout).
-        `pass_over_silent`: instances still silent when one answered are passed over, as those
-        refusing connections are (the protocol probe: the requests that follow it avoid them)."""
+        `pass_over_silent`: instances still silent when one answered are passed over as silent
+        (the protocol probe: the requests that follow it avoid them). Answers do not end a
+        replica's cool-down: a server may list its models while its engine hangs."""
         target = path if from_root else self.prefix + path
         lines = self._header_lines(headers)
         limit = None if method == b"GET" else MAX_ERROR_BODY
-        first = self._pick(avoid=None)
-        waiting = [first, *(root for root in self.roots if root != first)]
+        waiting = self.replicas.order()
         asking: dict[asyncio.Task[tuple[int, str, bytes]], str] = {}
         failed: tuple[int, str, bytes] | GatewayError | None = None
         try:
@@ -266,11 +277,9 @@ class HttpClient:
                                     if pass_over_silent:
                                         for other, silent in asking.items():
                                             if not other.done():
-                                                self._unhealthy[silent] = time.monotonic() + UNHEALTHY_FOR
+                                                self.replicas.failed(silent, silent=True)
                                     return task.result()
-                                if isinstance(error, UpstreamError):  # no connection: passed over, as for a POST
-                                    self._unhealthy[root] = time.monotonic() + UNHEALTHY_FOR
-                                elif error is not None and not isinstance(error, GatewayError):
+                                if error is not None and not isinstance(error, GatewayError):
                                     raise error
                                 failed = task.result() if error is None else error
                 except TimeoutError:
@@ -293,11 +302,15 @@ class HttpClient:
         self, root: str, method: bytes, target: str, lines: bytes, body: bytes | None, limit: int | None
     ) -> tuple[int, str, bytes]:
         with upstream_errors(self.name):
-            response = await self._pool.request(root, method, target, lines, body, idle_timeout=self._upstream.idle_timeout)
             try:
-                return response.status, response.content_type, await response.read(limit)
-            finally:
-                response.release()
+                response = await self._pool.request(root, method, target, lines, body, idle_timeout=self._upstream.idle_timeout)
+                try:
+                    return response.status, response.content_type, await response.read(limit)
+                finally:
+                    response.release()
+            except ConnectionError as error:  # no connection, or it failed: passed over, as for a POST
+                self.replicas.failed(root, silent=isinstance(error, ConnectTimeout))
+                raise
 
 
 def _below_500(status: int, content_type: str) -> bool:

@@ -24,7 +24,7 @@ from urllib.parse import quote, unquote, urlsplit
 import aiohappyeyeballs
 
 from dragoman.backends.connection import Connection
-from dragoman.backends.failures import ConnectFailed, StaleConnection
+from dragoman.backends.failures import ConnectFailed, ConnectTimeout, StaleConnection
 from dragoman.backends.response import Response
 
 T = TypeVar("T")
@@ -239,7 +239,7 @@ class Pool:
         except ConnectFailed:
             raise
         except TimeoutError:
-            raise ConnectFailed(f"connecting to {origin.where} timed out after {self._connect_timeout:g} s") from None
+            raise ConnectTimeout(f"connecting to {origin.where} timed out after {self._connect_timeout:g} s") from None
         except ssl.SSLError as error:
             raise ConnectFailed(f"TLS with {origin.where} failed: {error}") from None
         except OSError as error:
