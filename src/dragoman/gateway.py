@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from dragoman.backends import build
+from dragoman.backends.auto import PROBE_TIMEOUT
 from dragoman.backends.base import Backend, NoModelList
+from dragoman.backends.http import MODEL_LIST_TIMEOUT
 from dragoman.batches import Batches
 from dragoman.capabilities import (
     Registry,
@@ -35,7 +37,10 @@ log = logging.getLogger("dragoman")
 
 REDISCOVER_AFTER = 10.0
 REGISTRY_CHECK_EVERY = 3600.0  # the cache itself is refreshed once it is a day old
-DISCOVERY_TIMEOUT = 5.0
+# A backstop only: a model list (MODEL_LIST_TIMEOUT) and the `auto` probe before it
+# (PROBE_TIMEOUT) end in their own time with what they saw, and that is what is logged
+# (one instance's 503 while another hangs, not "no answer").
+DISCOVERY_TIMEOUT = PROBE_TIMEOUT + MODEL_LIST_TIMEOUT + 1.0
 READY_REUSE = 1.0  # seconds a /ready round's answer is reused: the probe is open to anyone
 EPOCH = "1970-01-01T00:00:00Z"
 

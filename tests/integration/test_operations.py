@@ -224,6 +224,33 @@ def test_a_discovery_that_times_out_says_so_in_the_log(make_gateway, caplog, mon
     assert lines == ["model discovery on upstream default failed: no answer within 0.2 s"]
 
 
+@pytest.mark.parametrize("starting", [True, False], ids=["one-answers-503", "none-answers"])
+def test_discovery_logs_what_the_model_list_saw(gateway_from, monkeypatch, caplog, starting):
+    """One instance hangs, the other answers its model list 503 (still starting): the log says
+    503, not that nothing answered (discovery's own 5 s used to cut the model list's 10 s short).
+    With no other instance, it is the model list's own limit that the log names."""
+    from dragoman.backends import http
+
+    monkeypatch.setattr(http, "MODEL_LIST_TIMEOUT", 0.5, raising=False)
+    monkeypatch.setattr(http, "HEDGE_AFTER", 0.05)
+    other = FakeAnthropic().start()
+    other.models_down = True
+    with socket.socket() as silent, caplog.at_level(logging.WARNING, logger="dragoman"):  # accepted by the kernel, never answered
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        replicas = [other.url] if starting else []
+        try:
+            gateway_from({"upstreams": {"n": {"url": f"http://127.0.0.1:{silent.getsockname()[1]}", "replicas": replicas, "protocol": "anthropic"}}})
+            deadline = time.monotonic() + 20
+            while not any("model discovery" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            other.stop()
+    lines = [r.getMessage() for r in caplog.records if "model discovery" in r.getMessage()]
+    expected = "upstream n answered 503 to GET /v1/models" if starting else "upstream n timed out (no instance answered within 0.5 s)"
+    assert lines == [f"model discovery on upstream n failed: {expected}"]
+
+
 def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native, monkeypatch):
     monkeypatch.setattr(gateway_module, "READY_REUSE", 0.0)  # each probe its own round
     starting = FakeAnthropic().start()

@@ -71,7 +71,6 @@ def _not_a_stream(upstream: str, content_type: str) -> UpstreamError:
     return UpstreamError(f"upstream {upstream} answered a stream request without a stream ({content_type or 'no content type'})")
 
 
-LIST_TIMEOUT = 5.0  # seconds to ask a passthrough server its model list before a request with documents
 LIST_EVERY = 60.0  # seconds between such look-ups while the list cannot be read
 
 
@@ -113,9 +112,8 @@ class AnthropicBackend:
     async def _body(self, call: Call) -> bytes:
         """The body as the client sent it, unless the model is renamed or documents go as text."""
         if self._documents == "auto" and not self._listed and self._may_ask_list() and b'"document"' in call.body:
-            with contextlib.suppress(GatewayError, TimeoutError):  # what server is it? (not known yet: it was down at start)
-                async with asyncio.timeout(LIST_TIMEOUT):
-                    await self.list_models()
+            with contextlib.suppress(GatewayError):  # what server is it? (not known yet: it was down at start)
+                await self.list_models()  # within the model list's own time (http.MODEL_LIST_TIMEOUT)
         as_text = self._documents_as_text and b'"document"' in call.body
         if call.upstream_model == call.model and not as_text:
             return call.body

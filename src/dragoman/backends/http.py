@@ -37,6 +37,9 @@ MAX_ERROR_BODY = 64 * 1024
 RETRY_STATUSES = frozenset({429, 502, 503, 504, 529})
 BACKOFF_BASE = 0.25
 HEDGE_AFTER = 1.0  # seconds a GET (a model list) waits on one instance before the next is asked too
+# Seconds a model list may take, every instance together (the hedged GET): what /ready,
+# discovery and `dragoman check` report is what it saw by then (a 503, or no answer).
+MODEL_LIST_TIMEOUT = 5.0
 
 
 def _encode_headers(headers: dict[str, str]) -> bytes:
@@ -237,8 +240,10 @@ class HttpClient:
             delay = BACKOFF_BASE * 2 ** (attempt - 1) * random.uniform(0.75, 1.25)
         return max(0.0, min(delay, budget_end - time.monotonic()))
 
-    async def get(self, path: str, *, timeout: float = 10.0, from_root: bool = False) -> tuple[int, bytes]:
-        """A GET (the model list): the first answer below 500 from any instance (`first_answer`)."""
+    async def get(self, path: str, *, timeout: float | None = None, from_root: bool = False) -> tuple[int, bytes]:
+        """A GET (the model list): the first answer below 500 from any instance (`first_answer`),
+        within MODEL_LIST_TIMEOUT unless told otherwise."""
+        timeout = MODEL_LIST_TIMEOUT if timeout is None else timeout
         status, _, body = await self.first_answer(b"GET", path, None, timeout=timeout, from_root=from_root, accept=_below_500)
         return status, body
 
@@ -284,7 +289,7 @@ class HttpClient:
                                 failed = task.result() if error is None else error
                 except TimeoutError:
                     if failed is None:  # no instance answered: the timeout is the news
-                        raise
+                        raise TimeoutError(f"no instance answered within {timeout:g} s") from None
         finally:
             for task in asking:
                 task.cancel()  # closes its connection: the instance stops working on it
