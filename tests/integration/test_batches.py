@@ -667,3 +667,29 @@ def test_a_batch_waits_for_a_full_upstream_instead_of_erroring(start, upstream):
     batch = client.messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"r{i}")} for i in range(4)])
     ended = wait_ended(client, batch.id)
     assert (ended.request_counts.succeeded, ended.request_counts.errored) == (4, 0)
+
+
+def test_a_thinking_budget_is_checked_per_request_with_the_create_requests_betas(start, upstream):
+    """As on POST /v1/messages: each request's thinking checked when it runs; the beta header
+    of the create request applies to every request of the batch."""
+    answer_per_marker(upstream)
+    client = sdk(start())
+    requests = [
+        {"custom_id": "low", "params": params("low", max_tokens=4000, thinking={"type": "enabled", "budget_tokens": 512})},
+        {"custom_id": "past-max", "params": params("past", max_tokens=2000, thinking={"type": "enabled", "budget_tokens": 4000})},
+        {"custom_id": "ok", "params": params("ok", max_tokens=4000, thinking={"type": "enabled", "budget_tokens": 2048})},
+    ]
+    plain = wait_ended(client, client.messages.batches.create(requests=requests).id)
+    interleaved = client.beta.messages.batches.create(requests=requests, betas=["interleaved-thinking-2025-05-14"])
+    with_beta = wait_ended(client, interleaved.id)
+
+    assert counts(plain) == {"processing": 0, "succeeded": 1, "errored": 2, "canceled": 0, "expired": 0}
+    results = results_of(client, plain.id)
+    for custom_id, message in (("low", "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
+                               ("past-max", "`max_tokens` must be greater than `thinking.budget_tokens`.")):  # fmt: skip
+        assert results[custom_id].type == "errored"
+        assert results[custom_id].error.error.type == "invalid_request_error"
+        assert results[custom_id].error.error.message.startswith(message)
+    assert counts(with_beta) == {"processing": 0, "succeeded": 2, "errored": 1, "canceled": 0, "expired": 0}
+    assert results_of(client, with_beta.id)["past-max"].type == "succeeded"
+    assert sorted(marker_of(body) for body in upstream.requests) == ["ok", "ok", "past"]

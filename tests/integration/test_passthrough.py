@@ -52,6 +52,15 @@ def test_body_forwarded_with_only_the_model_renamed(sdk, native):
     assert reply.content[0].text == "Hi"
 
 
+def test_thinking_the_gateway_would_refuse_is_the_servers_to_judge(sdk, native):
+    """The translating path checks `thinking.budget_tokens` as Anthropic does; passthrough
+    forwards the request unchanged, and the server decides."""
+    thinking = {"type": "enabled", "budget_tokens": 100}  # below 1024 and not below max_tokens
+    sdk.messages.create(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}], thinking=thinking)
+    _, body, _ = native.requests[0]
+    assert body["thinking"] == thinking and body["max_tokens"] == 10
+
+
 def test_stream_bytes_forwarded_with_model_renamed(passthrough, native):
     native.replies.append(NativeReply(events=text_events("Hello"), headers={"anthropic-ratelimit-requests-remaining": "41"}))
     with httpx.stream(

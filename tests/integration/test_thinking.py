@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from dragoman import capabilities
@@ -203,7 +204,7 @@ def _shape(events: list) -> list[tuple[str, ...]]:
 
 
 def _stream(client: anthropic.Anthropic, **kw: Any) -> tuple[list, anthropic.types.Message]:
-    kw.setdefault("max_tokens", 1000)
+    kw.setdefault("max_tokens", 8000)
     kw.setdefault("messages", USER)
     with client.messages.stream(**kw) as stream:
         events = [e for e in stream if e.type in RAW_EVENTS]
@@ -260,7 +261,7 @@ def test_non_streamed_reasoning_becomes_a_leading_signed_thinking_block(gw, fake
     client = gw(FLAVORS[backend])
     fake.json_reply(COMPLETIONS[backend]())
 
-    message = client.messages.create(model="thinker", max_tokens=1000, messages=USER, thinking=THINK)
+    message = client.messages.create(model="thinker", max_tokens=8000, messages=USER, thinking=THINK)
 
     assert [b.type for b in message.content] == ["thinking", "text"]
     assert message.content[0].thinking == REASONING and message.content[0].signature
@@ -275,7 +276,7 @@ def test_streaming_and_non_streaming_agree(gw, fake, backend):
     fake.json_reply(COMPLETIONS[backend]())
 
     _, streamed = _stream(client, model="thinker", thinking={"type": "adaptive"})
-    plain = client.messages.create(model="thinker", max_tokens=1000, messages=USER, thinking={"type": "adaptive"})
+    plain = client.messages.create(model="thinker", max_tokens=8000, messages=USER, thinking={"type": "adaptive"})
 
     assert _blocks(streamed) == _blocks(plain)
     assert (streamed.stop_reason, streamed.usage.output_tokens) == (plain.stop_reason, plain.usage.output_tokens)
@@ -290,7 +291,7 @@ def test_reasoning_is_hidden_when_thinking_was_not_requested(gw, fake, backend, 
     extra = {"thinking": thinking} if thinking else {}
 
     events, streamed = _stream(client, model="thinker", **extra)
-    plain = client.messages.create(model="thinker", max_tokens=1000, messages=USER, **extra)
+    plain = client.messages.create(model="thinker", max_tokens=8000, messages=USER, **extra)
 
     assert ("content_block_start", "thinking") not in _shape(events)
     assert not any(e.type == "content_block_delta" and e.delta.type in ("thinking_delta", "signature_delta") for e in events)
@@ -319,12 +320,12 @@ def test_an_answer_that_is_all_reasoning_comes_back_as_text(gw, fake, field):
 
     # Thinking not requested: an ordinary text block, in both modes.
     _, streamed = _stream(client, model="thinker")
-    plain = client.messages.create(model="thinker", max_tokens=1000, messages=USER)
+    plain = client.messages.create(model="thinker", max_tokens=8000, messages=USER)
     assert _blocks(streamed) == _blocks(plain) == [{"type": "text", "text": REASONING}]
 
     # Thinking requested: the thinking block, and still a text block with the answer.
     _, streamed = _stream(client, model="thinker", thinking=THINK)
-    plain = client.messages.create(model="thinker", max_tokens=1000, messages=USER, thinking=THINK)
+    plain = client.messages.create(model="thinker", max_tokens=8000, messages=USER, thinking=THINK)
     assert _blocks(streamed) == _blocks(plain)
     assert [b.type for b in plain.content] == ["thinking", "text"]
     assert plain.content[0].thinking == REASONING and plain.content[0].signature
@@ -373,7 +374,7 @@ def test_reasoning_then_a_tool_call(gw, fake, variant):
     fake.json_reply(completion(None, finish="tool_calls", tool_calls=[call], **{field: "I need the weather. Calling the tool."}))
 
     events, streamed = _stream(client, model="thinker", thinking=THINK, tools=[WEATHER_TOOL])
-    plain = client.messages.create(model="thinker", max_tokens=1000, messages=USER, thinking=THINK, tools=[WEATHER_TOOL])
+    plain = client.messages.create(model="thinker", max_tokens=8000, messages=USER, thinking=THINK, tools=[WEATHER_TOOL])
 
     assert _shape(events) == [
         ("message_start",),
@@ -438,7 +439,7 @@ def test_reasoning_survives_the_stop_sequence_path(gw, fake):
             usage_chunk(10, 7),
         ]
     )
-    message = client.messages.create(model="thinker", max_tokens=1000, messages=USER, thinking=THINK, stop_sequences=["END"])
+    message = client.messages.create(model="thinker", max_tokens=8000, messages=USER, thinking=THINK, stop_sequences=["END"])
     assert fake.requests[-1]["stream"] is True
     assert [b.type for b in message.content] == ["thinking", "text"]
     assert message.content[0].thinking == REASONING and message.content[0].signature
@@ -463,7 +464,7 @@ def test_hidden_reasoning_does_not_become_the_answer_when_a_stop_sequence_cuts_i
     if stream:
         _, message = _stream(client, model="thinker", stop_sequences=["END"])
     else:
-        message = client.messages.create(model="thinker", max_tokens=1000, messages=USER, stop_sequences=["END"])
+        message = client.messages.create(model="thinker", max_tokens=8000, messages=USER, stop_sequences=["END"])
     assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "END")
     assert "secret plan" not in json.dumps(_blocks(message))
 
@@ -489,7 +490,7 @@ def test_output_tokens_include_reasoning_tokens(gw, fake):
     fake.json_reply(body)
 
     events, streamed = _stream(client, model="thinker", thinking=THINK)
-    plain = client.messages.create(model="thinker", max_tokens=1000, messages=USER, thinking=THINK)
+    plain = client.messages.create(model="thinker", max_tokens=8000, messages=USER, thinking=THINK)
 
     delta = next(e for e in events if e.type == "message_delta")
     assert delta.usage.output_tokens == 150
@@ -505,7 +506,7 @@ def test_a_backend_without_reasoning_text_still_applies_the_effort(gw, fake):
     fake.json_reply(body)
 
     raw = client.messages.with_raw_response.create(
-        model="thinker", max_tokens=1000, messages=USER, thinking={"type": "enabled", "budget_tokens": 20000}
+        model="thinker", max_tokens=20000, messages=USER, thinking={"type": "enabled", "budget_tokens": 16000}
     )
     message = raw.parse()
     assert raw.headers.get("x-reasoning-effort") == "high"
@@ -530,7 +531,7 @@ def test_a_backend_without_reasoning_text_still_applies_the_effort(gw, fake):
         ({}, None),
         ({"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}}, "high"),  # what Claude Code sends
         ({"thinking": {"type": "adaptive"}, "output_config": {"effort": "max"}}, "high"),
-        ({"thinking": {"type": "enabled", "budget_tokens": 32000}, "output_config": {"effort": "low"}}, "low"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 16000}, "output_config": {"effort": "low"}}, "low"),
         ({"output_config": {"effort": "high"}, "extra_body": {"reasoning_effort": "low"}}, "low"),
         ({"extra_body": {"reasoning_effort": "medium"}}, "medium"),
     ],
@@ -538,7 +539,7 @@ def test_a_backend_without_reasoning_text_still_applies_the_effort(gw, fake):
 def test_effort_goes_upstream_and_comes_back_in_a_header(gw, fake, fields, effort):
     client = gw()
     fake.json_reply(completion(ANSWER))
-    raw = client.messages.with_raw_response.create(model="thinker", max_tokens=1000, messages=USER, **fields)
+    raw = client.messages.with_raw_response.create(model="thinker", max_tokens=20000, messages=USER, **fields)
     raw.parse()
     sent = fake.requests[-1]
     assert sent.get("reasoning_effort") == effort
@@ -549,7 +550,7 @@ def test_effort_header_on_a_stream(gw, fake):
     client = gw()
     fake.stream_reply(vllm_new())
     raw = client.messages.with_raw_response.create(
-        model="thinker", max_tokens=1000, messages=USER, stream=True, thinking={"type": "enabled", "budget_tokens": 1024}
+        model="thinker", max_tokens=8000, messages=USER, stream=True, thinking={"type": "enabled", "budget_tokens": 1024}
     )
     assert raw.headers.get("x-reasoning-effort") == "low"
     events = list(raw.parse())
@@ -558,17 +559,17 @@ def test_effort_header_on_a_stream(gw, fake):
 
 
 def test_budget_thresholds_from_the_server_config(gw, fake):
-    client = gw(effort_budgets=[100, 200])
-    for budget, effort in ((50, "low"), (100, "low"), (101, "medium"), (200, "medium"), (201, "high"), (1024, "high")):
+    client = gw(effort_budgets=[2000, 4000])
+    for budget, effort in ((1024, "low"), (2000, "low"), (2001, "medium"), (4000, "medium"), (4001, "high"), (8000, "high")):
         fake.json_reply(completion(ANSWER))
-        client.messages.create(model="thinker", max_tokens=2000, messages=USER, thinking={"type": "enabled", "budget_tokens": budget})
+        client.messages.create(model="thinker", max_tokens=16000, messages=USER, thinking={"type": "enabled", "budget_tokens": budget})
         assert fake.requests[-1]["reasoning_effort"] == effort
 
 
 def test_max_means_the_models_highest_configured_effort(gw, fake):
     client = gw()
     fake.json_reply(completion(ANSWER))
-    raw = client.messages.with_raw_response.create(model="thinker-xhigh", max_tokens=1000, messages=USER, output_config={"effort": "max"})
+    raw = client.messages.with_raw_response.create(model="thinker-xhigh", max_tokens=8000, messages=USER, output_config={"effort": "max"})
     assert raw.headers.get("x-reasoning-effort") == "xhigh"
     assert fake.requests[-1]["reasoning_effort"] == "xhigh"
 
@@ -589,7 +590,7 @@ def test_unsupported_effort_is_a_400_naming_output_config_effort(gw, fake, strea
         if stream:
             _stream(client, model="thinker-lowhigh", output_config={"effort": "medium"})
         else:
-            client.messages.create(model="thinker-lowhigh", max_tokens=1000, messages=USER, output_config={"effort": "medium"})
+            client.messages.create(model="thinker-lowhigh", max_tokens=8000, messages=USER, output_config={"effort": "medium"})
     assert caught.value.status_code == 400
     message = _error(caught)
     assert "output_config.effort" in message and "'medium'" in message
@@ -601,7 +602,7 @@ def test_unsupported_reasoning_effort_is_a_400_naming_reasoning_effort(gw, fake)
     client = gw()
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(
-            model="thinker", max_tokens=1000, messages=USER, output_config={"effort": "low"}, extra_body={"reasoning_effort": "ultra"}
+            model="thinker", max_tokens=8000, messages=USER, output_config={"effort": "low"}, extra_body={"reasoning_effort": "ultra"}
         )
     message = _error(caught)
     assert message.startswith("reasoning_effort:") and "'ultra'" in message
@@ -615,7 +616,7 @@ def test_claude_codes_controls_are_ignored_on_a_model_that_does_not_reason(gw, f
     fake.stream_reply(vllm_old())
     cc = {"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}}
 
-    raw = client.messages.with_raw_response.create(model="plain", max_tokens=1000, messages=USER, **cc)
+    raw = client.messages.with_raw_response.create(model="plain", max_tokens=8000, messages=USER, **cc)
     plain = raw.parse()
     _, streamed = _stream(client, model="plain", **cc)
 
@@ -639,7 +640,7 @@ def test_strict_thinking_rejects_thinking_on_a_model_that_does_not_reason(gw, fa
         if stream:
             _stream(client, model=model, thinking=thinking)
         else:
-            client.messages.create(model=model, max_tokens=100, messages=USER, thinking=thinking)
+            client.messages.create(model=model, max_tokens=8000, messages=USER, thinking=thinking)
     message = _error(caught)
     assert "Failed to process thinking request" in message and repr(model) in message
     assert fake.requests == []
@@ -722,7 +723,7 @@ def test_openai_reasoning_model_gets_max_completion_tokens(gw, fake, stream):
 def test_openai_reasoning_model_output_cap_lowers_max_completion_tokens(gw, fake):
     client = gw("openai")
     fake.json_reply(completion(ANSWER))
-    raw = client.messages.with_raw_response.create(model="thinker-capped", max_tokens=4000, messages=USER, thinking=THINK)
+    raw = client.messages.with_raw_response.create(model="thinker-capped", max_tokens=8000, messages=USER, thinking=THINK)
     raw.parse()
     sent = fake.requests[-1]
     assert sent["max_completion_tokens"] == 500 and "max_tokens" not in sent
@@ -734,8 +735,8 @@ def test_openai_reasoning_model_output_cap_lowers_max_completion_tokens(gw, fake
 def test_other_flavors_keep_max_tokens_for_reasoning_models(gw, fake, flavor):
     client = gw(flavor)
     fake.json_reply(completion(ANSWER))
-    client.messages.create(model="thinker", max_tokens=321, messages=USER, thinking=THINK)
-    assert fake.requests[-1]["max_tokens"] == 321 and "max_completion_tokens" not in fake.requests[-1]
+    client.messages.create(model="thinker", max_tokens=5321, messages=USER, thinking=THINK)
+    assert fake.requests[-1]["max_tokens"] == 5321 and "max_completion_tokens" not in fake.requests[-1]
 
 
 # -- reasoning replay -----------------------------------------------------------------------------
@@ -766,7 +767,7 @@ def test_replay_sends_echoed_thinking_back_in_the_profiles_field(gw, fake, flavo
         {"role": "assistant", "content": [{"type": "text", "text": "Plain answer, no thinking."}]},
         {"role": "user", "content": "Thanks"},
     ]  # fmt: skip
-    client.messages.create(model="thinker-replay", max_tokens=100, messages=messages, thinking=THINK, tools=[WEATHER_TOOL])
+    client.messages.create(model="thinker-replay", max_tokens=8000, messages=messages, thinking=THINK, tools=[WEATHER_TOOL])
 
     first, with_call, plain_turn = _assistant_messages(fake.requests[-1])
     assert first[field] == "First thought." and first["content"] == "Hello!"
@@ -791,7 +792,7 @@ def test_without_replay_echoed_thinking_is_dropped(gw, fake, flavor):
         ]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "sunny"}]},
     ]  # fmt: skip
-    client.messages.create(model="thinker", max_tokens=100, messages=messages, thinking=THINK, tools=[WEATHER_TOOL])
+    client.messages.create(model="thinker", max_tokens=8000, messages=messages, thinking=THINK, tools=[WEATHER_TOOL])
     sent = fake.requests[-1]
     (assistant,) = _assistant_messages(sent)
     assert "reasoning" not in assistant and "reasoning_content" not in assistant
@@ -882,7 +883,7 @@ def test_a_model_the_fetched_registry_lists_as_reasoning_gets_reasoning_controls
 
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
     upstream.json_reply(completion(ANSWER, reasoning=REASONING))
-    raw = client.messages.with_raw_response.create(model="house-model", max_tokens=100, messages=USER, thinking=THINK)
+    raw = client.messages.with_raw_response.create(model="house-model", max_tokens=8000, messages=USER, thinking=THINK)
     message = raw.parse()
     assert upstream.requests[-1]["reasoning_effort"] == "medium"
     assert raw.headers.get("x-reasoning-effort") == "medium"
@@ -904,7 +905,7 @@ def test_an_unanswering_registry_does_not_slow_requests(make_gateway, upstream, 
         client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
         upstream.json_reply(completion(ANSWER))
         started = time.monotonic()
-        client.messages.create(model="Qwen/Qwen3-8B", max_tokens=100, messages=USER, thinking={"type": "enabled", "budget_tokens": 1024})
+        client.messages.create(model="Qwen/Qwen3-8B", max_tokens=2000, messages=USER, thinking={"type": "enabled", "budget_tokens": 1024})
         assert time.monotonic() - started < 1.0
         assert upstream.requests[-1]["reasoning_effort"] == "low"  # Qwen3: reasoning by name
         assert not (tmp_path / "empty" / "models.dev.json").exists()
@@ -991,7 +992,7 @@ def test_omitted_thinking_carries_its_reasoning_back_to_a_replay_model(gw, fake,
     else:
         tool_call = {"id": "call_w", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
         fake.json_reply(completion(None, finish="tool_calls", tool_calls=[tool_call], reasoning_content="I need the weather. Calling the tool."))
-        first = client.messages.create(model="thinker-replay", max_tokens=1000, messages=USER, thinking=omitted, tools=[WEATHER_TOOL])
+        first = client.messages.create(model="thinker-replay", max_tokens=8000, messages=USER, thinking=omitted, tools=[WEATHER_TOOL])
     thinking, tool = first.content[0], first.content[1]
     assert thinking.type == "thinking" and thinking.thinking == ""  # not shown, as asked
     fake.stream_reply(vllm_old())
@@ -1000,3 +1001,67 @@ def test_omitted_thinking_carries_its_reasoning_back_to_a_replay_model(gw, fake,
     _stream(client, model="thinker-replay", thinking=omitted, tools=[WEATHER_TOOL], messages=history)
     (assistant,) = _assistant_messages(fake.requests[-1])
     assert assistant["reasoning_content"] == "I need the weather. Calling the tool."
+
+
+# -- thinking.budget_tokens: Anthropic's checks ---------------------------------------------------
+
+INTERLEAVED = "interleaved-thinking-2025-05-14"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("max_tokens", "thinking", "extra", "message"),
+    [
+        (8000, {"type": "enabled", "budget_tokens": 1000}, {}, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
+        (4096, THINK, {}, "`max_tokens` must be greater than `thinking.budget_tokens`."),
+        (8000, THINK, {"tools": [WEATHER_TOOL], "tool_choice": {"type": "any"}}, "Thinking may not be enabled when tool_choice forces tool use."),
+    ],
+    ids=["below-1024", "not-below-max-tokens", "forced-tool-use"],
+)  # fmt: skip
+def test_a_thinking_budget_anthropic_refuses_is_a_400_before_the_upstream(gw, fake, stream, max_tokens, thinking, extra, message):
+    client = gw()
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        if stream:
+            _stream(client, model="thinker", max_tokens=max_tokens, thinking=thinking, **extra)
+        else:
+            client.messages.create(model="thinker", max_tokens=max_tokens, messages=USER, thinking=thinking, **extra)
+    assert caught.value.status_code == 400
+    assert _error(caught).startswith(message)
+    assert fake.requests == []
+
+
+def test_the_interleaved_thinking_beta_lets_the_budget_pass_max_tokens(gw, fake):
+    client = gw()
+    fake.json_reply(completion(ANSWER))
+    message = client.beta.messages.create(
+        model="thinker", max_tokens=2000, messages=USER, thinking={"type": "enabled", "budget_tokens": 16000},
+        betas=["claude-code-20250219", INTERLEAVED],  # sent comma-separated
+    )  # fmt: skip
+    assert message.content[-1].text == ANSWER
+    assert fake.requests[-1]["max_tokens"] == 2000  # still the client's cap
+
+    # The SDK joins betas into one header; clients may also repeat the header.
+    body = {"model": "thinker", "max_tokens": 2000, "messages": USER, "thinking": {"type": "enabled", "budget_tokens": 16000}}
+    base = str(client.base_url).rstrip("/")
+    fake.json_reply(completion(ANSWER))
+    headers = [("x-api-key", "test-key"), ("anthropic-version", "2023-06-01"), ("anthropic-beta", "claude-code-20250219"),
+               ("anthropic-beta", INTERLEAVED)]  # fmt: skip
+    repeated = httpx.post(f"{base}/v1/messages", json=body, headers=headers, timeout=10)
+    assert repeated.status_code == 200, repeated.text
+    fake.json_reply(completion(ANSWER))
+    without = httpx.post(f"{base}/v1/messages", json=body, headers=headers[:3], timeout=10)
+    assert without.status_code == 400 and without.json()["error"]["message"].startswith("`max_tokens` must be greater")
+
+
+def test_what_claude_code_sends_for_thinking_still_passes(gw, fake):
+    """Claude Code's legacy models: budget max_tokens - 1 (or MAX_THINKING_TOKENS), with the
+    interleaved beta; its newer ones: adaptive; with thinking off: disabled."""
+    client = gw()
+    betas = ["claude-code-20250219", INTERLEAVED, "context-management-2025-06-27"]
+    for thinking in ({"type": "enabled", "budget_tokens": 31999}, {"type": "enabled", "budget_tokens": 8000},
+                     {"type": "adaptive"}, {"type": "adaptive", "display": "omitted"}, {"type": "disabled"}):  # fmt: skip
+        fake.stream_reply(vllm_new())
+        with client.beta.messages.stream(model="thinker", max_tokens=32000, messages=USER, thinking=thinking, betas=betas) as stream:
+            final = stream.get_final_message()
+        assert final.content[-1].text == ANSWER, thinking
+    assert len(fake.requests) == 5

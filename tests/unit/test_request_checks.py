@@ -60,3 +60,75 @@ def test_refused_with_the_field_named(fields: dict[str, Any], message: str) -> N
 )  # fmt: skip
 def test_well_placed_requests_pass(fields: dict[str, Any]) -> None:
     _translate(**fields)
+
+
+# -- extended thinking: Anthropic's checks, with its words ------------------------------------
+
+INTERLEAVED = frozenset({"claude-code-20250219", "interleaved-thinking-2025-05-14"})
+
+
+def _think(max_tokens: int, thinking: dict[str, Any], betas: frozenset[str] = frozenset(), **fields: Any) -> None:
+    body = {"model": "m", "max_tokens": max_tokens, "messages": [{"role": "user", "content": "hi"}], "thinking": thinking, **fields}
+    request = msgspec.json.decode(msgspec.json.encode(body), type=anthropic.MessagesRequest)
+    to_chat_request(request, upstream_model="m", profile=PROFILES["generic"], stream=False, betas=betas)
+
+
+def _enabled(budget: int) -> dict[str, Any]:
+    return {"type": "enabled", "budget_tokens": budget}
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "thinking", "betas", "fields", "message"),
+    [
+        (32000, _enabled(1023), frozenset(), {}, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
+        (32000, _enabled(0), INTERLEAVED, {}, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
+        (32000, {"type": "enabled"}, frozenset(), {}, "thinking.enabled.budget_tokens: Field required"),
+        (2000, _enabled(2000), frozenset(), {}, "`max_tokens` must be greater than `thinking.budget_tokens`."),
+        (2000, _enabled(4000), frozenset({"other-beta"}), {}, "`max_tokens` must be greater than `thinking.budget_tokens`."),
+        (0, _enabled(1024), frozenset(), {}, "`max_tokens` must be greater than `thinking.budget_tokens`."),
+        (32000, _enabled(4096), frozenset(), {"tools": [TOOL], "tool_choice": {"type": "any"}},
+         "Thinking may not be enabled when tool_choice forces tool use."),
+        (32000, _enabled(4096), INTERLEAVED, {"tools": [TOOL], "tool_choice": {"type": "tool", "name": "get_weather"}},
+         "Thinking may not be enabled when tool_choice forces tool use."),
+    ],
+    ids=["below-1024", "below-1024-interleaved", "no-budget", "budget-equals-max", "budget-above-max-other-beta",
+         "max-tokens-0", "forced-any", "forced-tool"],
+)  # fmt: skip
+def test_thinking_budget_refused_as_anthropic_does(
+    max_tokens: int, thinking: dict[str, Any], betas: frozenset[str], fields: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        _think(max_tokens, thinking, betas, **fields)
+    assert caught.value.message.startswith(message)
+    assert caught.value.status == 400 and caught.value.type == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "thinking", "betas", "fields"),
+    [
+        (32000, _enabled(31999), INTERLEAVED, {}),  # what Claude Code sends for its older models
+        (32000, _enabled(31999), frozenset(), {}),
+        (32000, _enabled(8000), INTERLEAVED, {}),  # ... with MAX_THINKING_TOKENS=8000
+        (1025, _enabled(1024), frozenset(), {}),
+        (2000, _enabled(64000), INTERLEAVED, {}),  # interleaved: the budget spans the turn's thinking, past max_tokens
+        (10, {"type": "adaptive"}, frozenset(), {}),
+        (10, {"type": "adaptive", "display": "omitted"}, INTERLEAVED, {}),
+        (10, {"type": "disabled"}, frozenset(), {}),
+        (32000, _enabled(4096), frozenset(), {"tools": [TOOL], "tool_choice": {"type": "auto"}}),
+        (32000, _enabled(4096), frozenset(), {"tools": [TOOL], "tool_choice": {"type": "none"}}),
+        (10, {"type": "disabled"}, frozenset(), {"tools": [TOOL], "tool_choice": {"type": "any"}}),
+    ],
+    ids=["claude-code-legacy", "claude-code-legacy-no-beta", "claude-code-max-thinking-tokens", "just-below-max",
+         "interleaved-past-max", "adaptive", "adaptive-omitted", "disabled", "enabled-auto", "enabled-none", "disabled-forced"],
+)  # fmt: skip
+def test_thinking_anthropic_accepts_passes(max_tokens: int, thinking: dict[str, Any], betas: frozenset[str], fields: dict[str, Any]) -> None:
+    _think(max_tokens, thinking, betas, **fields)
+
+
+def test_betas_are_read_comma_separated_and_from_repeated_headers() -> None:
+    from starlette.datastructures import Headers
+
+    repeated = Headers(raw=[(b"anthropic-beta", b"a-beta, interleaved-thinking-2025-05-14"), (b"anthropic-beta", b"b-beta,")])
+    assert anthropic.betas(repeated) == {"a-beta", "interleaved-thinking-2025-05-14", "b-beta"}
+    assert anthropic.betas({"anthropic-beta": "x ,y"}) == {"x", "y"}  # a batch's stored headers: a plain dict
+    assert anthropic.betas({}) == frozenset()

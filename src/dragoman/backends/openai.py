@@ -104,17 +104,20 @@ class OpenAIBackend:
 
     # -- messages ------------------------------------------------------------------
 
-    def _translate(self, request: anthropic.MessagesRequest, route: Route, stream: bool) -> Translated:
+    def _translate(self, request: anthropic.MessagesRequest, route: Route, stream: bool, betas: frozenset[str]) -> Translated:
         return to_chat_request(
-            request, upstream_model=route.upstream_model, profile=self.profile, caps=route.caps, options=self._options, stream=stream
-        )
+            request, upstream_model=route.upstream_model, profile=self.profile, caps=route.caps, options=self._options, stream=stream,
+            betas=betas,
+        )  # fmt: skip
 
-    async def _translate_call(self, request: anthropic.MessagesRequest, route: Route, stream: bool) -> Translated:
+    async def _translate_call(
+        self, request: anthropic.MessagesRequest, route: Route, stream: bool, betas: frozenset[str] = frozenset()
+    ) -> Translated:
         """Translated in a thread when a PDF's text is to be extracted (about a second per MB
         with pypdf: the event loop keeps serving meanwhile), else here."""
         if has_pdf(request.messages):  # fetched URL documents included: they are base64 by now
-            return await asyncio.to_thread(self._translate, request, route, stream)
-        return self._translate(request, route, stream)
+            return await asyncio.to_thread(self._translate, request, route, stream, betas)
+        return self._translate(request, route, stream, betas)
 
     async def messages(self, call: Call, route: Route) -> Reply:
         request = call.request or decode_request(call.body, anthropic.MESSAGES_REQUEST)
@@ -146,7 +149,7 @@ class OpenAIBackend:
         # Stop sequences are matched here over the streamed text, so a request that has
         # them reads the upstream as a stream even when the client did not ask for one.
         upstream_stream = request.stream or bool(request.stop_sequences) or self.profile.stream_upstream
-        translated = await self._translate_call(request, route, upstream_stream)
+        translated = await self._translate_call(request, route, upstream_stream, anthropic.betas(call.headers))
         fitted = await fitted_body(translated.chat, route, request.max_tokens, lambda chat: self._count(chat, route, estimate=0))
         post = self._http.post("/chat/completions", fitted.body, outcome=call.outcome)
         reply: ReplySettings = {

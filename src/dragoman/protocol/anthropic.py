@@ -28,6 +28,13 @@ def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return kept
 
 
+def betas(headers: Mapping[str, str]) -> frozenset[str]:
+    """The betas a request asks for: `anthropic-beta` is comma-separated, and may be sent
+    as several headers."""
+    joined = forwarded_headers(headers).get("anthropic-beta", "")
+    return frozenset(name for name in (part.strip() for part in joined.split(",")) if name)
+
+
 def timestamp(when: datetime | float) -> str:
     """A time as the API writes one (`created_at`...): RFC 3339 in UTC, to the microsecond,
     with `Z`; a float is seconds since the epoch."""

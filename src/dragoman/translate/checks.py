@@ -13,8 +13,19 @@ MISPLACED: dict[str, tuple[type, ...]] = {
 }
 URL_SCHEMES = ("http://", "https://")
 
+# Extended thinking (`thinking.type: "enabled"`), as Anthropic checks it, with its words.
+MIN_THINKING_BUDGET = 1024
+# With this beta the budget spans all the thinking blocks of a turn, so it may exceed max_tokens.
+INTERLEAVED_THINKING = "interleaved-thinking-2025-05-14"
+BUDGET_NOT_BELOW_MAX_TOKENS = (
+    "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation at "
+    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking#max-tokens-and-context-window-size"
+)
+FORCED_TOOL_USE = "Thinking may not be enabled when tool_choice forces tool use."
 
-def check_request(request: anthropic.MessagesRequest) -> None:
+
+def check_request(request: anthropic.MessagesRequest, betas: frozenset[str] = frozenset()) -> None:
+    """`betas`: the request's `anthropic-beta` names (some relax a check)."""
     if not request.messages:
         raise InvalidRequest("messages: at least one message is required")
     if request.max_tokens < 0:
@@ -29,6 +40,7 @@ def check_request(request: anthropic.MessagesRequest) -> None:
         if not stop:
             raise InvalidRequest(f"stop_sequences.{index}: must not be empty")
     _check_tools(request)
+    _check_thinking(request, betas)
     _check_blocks(request.messages)
 
 
@@ -43,6 +55,22 @@ def _check_tools(request: anthropic.MessagesRequest) -> None:
     choice = request.tool_choice
     if choice is not None and choice.type in ("any", "tool") and not request.tools:
         raise InvalidRequest(f"tool_choice: type {choice.type!r} needs tools; the request has none")
+
+
+def _check_thinking(request: anthropic.MessagesRequest, betas: frozenset[str]) -> None:
+    """Only `enabled` has a budget; `adaptive` and `disabled` pass (Claude Code sends all three)."""
+    thinking = request.thinking
+    if thinking is None or thinking.type != "enabled":
+        return
+    budget = thinking.budget_tokens
+    if budget is None:
+        raise InvalidRequest("thinking.enabled.budget_tokens: Field required")
+    if budget < MIN_THINKING_BUDGET:
+        raise InvalidRequest(f"thinking.enabled.budget_tokens: Input should be greater than or equal to {MIN_THINKING_BUDGET}")
+    if budget >= request.max_tokens and INTERLEAVED_THINKING not in betas:
+        raise InvalidRequest(BUDGET_NOT_BELOW_MAX_TOKENS)
+    if request.tool_choice is not None and request.tool_choice.type in ("any", "tool"):
+        raise InvalidRequest(FORCED_TOOL_USE)
 
 
 def _check_blocks(messages: list[anthropic.MessageParam]) -> None:

@@ -272,8 +272,9 @@ def to_chat_request(
     caps: ModelCaps = ModelCaps(),
     options: Options = Options(),
     stream: bool,
+    betas: frozenset[str] = frozenset(),
 ) -> Translated:
-    check_request(request)
+    check_request(request, betas)
     system = _system_text(request.system, options)
     turns = _normalise_turns(request, system)
     if not turns:
