@@ -69,7 +69,7 @@ IGNORED_NOTES = {
 
 BLOCK_NOTES = {
     "text": "user text parts; assistant text",
-    "image": "base64 and URL sources become `image_url` parts (jpeg, png, gif, webp); a model without vision gets a 400; base64 data whose first bytes are no such image is a 400 naming `source.data`, and a mislabelled image (a JPEG sent as `image/png`) is sent with the type its bytes show, where Anthropic answers 400; `file` sources (Files API) are replaced by the uploaded image",
+    "image": "base64 and URL sources become `image_url` parts (jpeg, png, gif, webp); a model without vision gets a 400; base64 data that is not padded base64 throughout (a 400 in Anthropic's words, `invalid base64 data`) or whose first bytes are no such image is a 400 naming `source.data`, and a mislabelled image (a JPEG sent as `image/png`) is sent with the type its bytes show, where Anthropic answers 400; `file` sources (Files API) are replaced by the uploaded image",
     "document": "plain-text, content and base64 PDF sources become text with title and context (the images of a content source go in their places as images; a model without vision gets a 400, or, in a tool result, a note that an image was left out); URL sources are fetched when the operator enables it (public addresses only), else a 400; `file` sources (Files API) are replaced by the uploaded PDF or text",
     "search_result": "text with its source and title",
     "tool_use": "assistant `tool_calls`, ids preserved; a server's id outside Anthropic's `[a-zA-Z0-9_-]`, or one already used in the conversation or the reply (servers that name every call `0` or `call_0`), reaches the client encoded and unique (`toolu_b64…`) and goes back to the server as it was",

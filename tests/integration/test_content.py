@@ -7,6 +7,7 @@ import base64
 import anthropic
 import pytest
 
+from dragoman.translate import content
 from tests.fakes import completion
 from tests.samples import pdf_bytes
 
@@ -76,6 +77,46 @@ def test_image_data_that_is_no_image_is_refused_before_inference(make_gateway, u
         _client(gateway).messages.create(model="eyes", max_tokens=20, messages=[{"role": "user", "content": [text_as_image]}])
     assert caught.value.body["error"]["message"].startswith("messages.0.content.0.source.data: not a JPEG, PNG, GIF or WebP image")
     assert upstream.requests == []
+
+
+def _png_of(chars: int) -> str:
+    """Base64 of `chars` characters that starts as a PNG (the head is all the gateway sniffs)."""
+    head = base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHD").decode()  # 15 bytes: no padding
+    return head + "A" * (chars - len(head))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_image_data_that_is_not_base64_past_its_head_is_refused_before_inference(make_gateway, upstream, stream):
+    gateway = make_gateway(models=_models(vision=True))
+    data = _png_of(400_000)
+    broken = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data[:300_000] + "\n" + data[300_001:]}}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        if stream:
+            with _client(gateway).messages.stream(model="eyes", max_tokens=20, messages=[{"role": "user", "content": [broken]}]) as events:
+                events.get_final_message()
+        else:
+            _client(gateway).messages.create(model="eyes", max_tokens=20, messages=[{"role": "user", "content": [broken]}])
+    assert caught.value.status_code == 400
+    assert caught.value.body["error"] == {"type": "invalid_request_error", "message": "messages.0.content.0.source.data: invalid base64 data"}
+    assert upstream.requests == []
+
+
+def test_screenshots_past_what_is_checked_inline_are_checked_all_the_same(make_gateway, upstream, monkeypatch):
+    """More than INLINE_IMAGE_CHARS of images: the request is translated in a thread, with the same checks."""
+    monkeypatch.setattr(content, "INLINE_IMAGE_CHARS", 100_000)  # the fake upstream takes bodies up to 1 MiB
+    gateway = make_gateway(models=_models(vision=True))
+    data = _png_of(60_000)
+    shot = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+    broken = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data[:-8] + "AA=A" + data[-4:]}}
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        _client(gateway).messages.create(model="eyes", max_tokens=20, tools=TOOLS, messages=_tool_turns([shot, broken]))
+    assert caught.value.body["error"]["message"] == "messages.2.content.0.content.1.source.data: invalid base64 data"
+    assert upstream.requests == []
+
+    upstream.json_reply(completion("two screenshots"))
+    message = _client(gateway).messages.create(model="eyes", max_tokens=20, tools=TOOLS, messages=_tool_turns([shot, shot]))
+    assert message.content[0].text == "two screenshots"
+    assert len(upstream.requests) == 1
 
 
 def test_a_png_labelled_jpeg_in_a_tool_result_reaches_the_model_as_png(make_gateway, upstream):

@@ -499,16 +499,32 @@ def test_a_mislabelled_image_is_sent_with_the_type_its_bytes_show(declared: str,
 @pytest.mark.parametrize(
     ("data", "complaint"),
     [
-        ("%%% not base64 at all %%%", "not valid base64"),
+        ("%%% not base64 at all %%%", "invalid base64 data"),
+        (IMAGE_HEADS["image/png"] + "AAAA" * 50_000 + "AA%A" + "AAAA", "invalid base64 data"),  # the head is fine
+        (IMAGE_HEADS["image/png"] + "AAAA\nAAAA", "invalid base64 data"),
+        (IMAGE_HEADS["image/png"][:-1], "invalid base64 data"),  # padding cut off
         (base64.b64encode(b"just some text, not an image").decode(), "not a JPEG, PNG, GIF or WebP image"),
         ("", "not a JPEG, PNG, GIF or WebP image"),
         ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUg==", "without a 'data:' URL prefix"),
     ],
-    ids=["bad-base64", "not-an-image", "empty", "data-url"],
+    ids=["bad-base64", "bad-past-the-head", "line-break", "unpadded", "not-an-image", "empty", "data-url"],
 )
 def test_image_data_that_is_no_image_is_rejected_naming_the_field(data: str, complaint: str) -> None:
     message = error(messages=[user([text("look"), image("image/png", data)])])
     assert message.startswith("messages.0.content.1.source.data") and complaint in message
+
+
+def test_a_tool_results_image_with_bad_base64_is_rejected_naming_it() -> None:
+    screenshot = image("image/png", IMAGE_HEADS["image/png"] + "AAAA" * 1000 + "AAA=" + "AAAA")  # padding inside
+    message = error(messages=[user("q"), assistant([tool_use("toolu_shot", "computer", {})]),
+                              user([tool_result("toolu_shot", [text("Screenshot taken."), screenshot])])])  # fmt: skip
+    assert message == "messages.2.content.0.content.1.source.data: invalid base64 data"
+
+
+def test_a_pdf_with_bad_base64_is_rejected_naming_it() -> None:
+    data = base64.b64encode(pdf_bytes("hello")).decode()
+    document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": data[:-8] + "!!!!" + data[-4:]}}
+    assert error(messages=[user([document])]) == "messages.0.content.0.source.data: invalid base64 data"
 
 
 @pytest.mark.parametrize("media_type", ["image/bmp", "image/svg+xml", "application/pdf", "text/plain"])

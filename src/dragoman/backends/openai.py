@@ -37,7 +37,7 @@ from dragoman.sse import encode_all
 from dragoman.tokenizer import TokenizerError
 from dragoman.tokens import completion_estimate, count_estimate
 from dragoman.translate.compaction import summarizing, summary_of
-from dragoman.translate.content import has_pdf
+from dragoman.translate.content import slow_to_translate
 from dragoman.translate.fold import events_of, fold
 from dragoman.translate.reply import ReplySettings
 from dragoman.translate.request import Options, Translated, to_chat_request
@@ -113,9 +113,9 @@ class OpenAIBackend:
     async def _translate_call(
         self, request: anthropic.MessagesRequest, route: Route, stream: bool, betas: frozenset[str] = frozenset()
     ) -> Translated:
-        """Translated in a thread when a PDF's text is to be extracted (about a second per MB
-        with pypdf: the event loop keeps serving meanwhile), else here."""
-        if has_pdf(request.messages):  # fetched URL documents included: they are base64 by now
+        """Translated in a thread when that is slow (a PDF's text to extract, many MB of images
+        to check: `slow_to_translate`), so that the event loop keeps serving meanwhile, else here."""
+        if slow_to_translate(request.messages):  # fetched URL documents included: they are base64 by now
             return await asyncio.to_thread(self._translate, request, route, stream, betas)
         return self._translate(request, route, stream, betas)
 
