@@ -13,9 +13,11 @@ from aiohttp import web
 
 
 def message(text: str = "Hi", model: str = "native-model", **usage: int) -> dict:
+    """A reply with every field the SDKs type (the gateway passes it unchanged)."""
     return {
         "id": "msg_native", "type": "message", "role": "assistant", "model": model,
         "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+        "stop_details": None, "container": None, "diagnostics": None,
         "usage": {"input_tokens": usage.get("input_tokens", 7), "output_tokens": usage.get("output_tokens", 2)},
     }  # fmt: skip
 
@@ -32,7 +34,8 @@ def text_events(text: str = "Hello", model: str = "native-model") -> list[bytes]
         event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
         event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
         event("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 3}}),
+        event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None, "stop_details": None,
+                                                                   "container": None}, "usage": {"output_tokens": 3}}),
         event("message_stop", {"type": "message_stop"}),
     ]
 

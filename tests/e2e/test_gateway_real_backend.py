@@ -7,6 +7,7 @@ promises: shapes, stop reasons, usage, counts, errors, cancellation.
 
 from __future__ import annotations
 
+import json
 import tempfile
 import threading
 import time
@@ -78,6 +79,20 @@ def test_streamed_answer_matches_its_final_message(path):
         final = stream.get_final_message()
     assert text and final.content[0].text == text
     assert final.usage.output_tokens > 0
+
+
+def test_the_null_fields_the_sdks_type_are_on_the_wire(path):
+    """llama-server's own /v1/messages leaves out stop_details and container; the TypeScript
+    SDK's finalMessage() then had them undefined where its types say null."""
+    _, gateway = path
+    nulls = {"stop_details": None, "container": None}
+    reply = httpx.post(f"{gateway.url}/v1/messages", json=_ask("Say hello."), timeout=TIMEOUT).json()
+    assert {name: reply.get(name, "absent") for name in (*nulls, "diagnostics")} == {**nulls, "diagnostics": None}
+    with httpx.stream("POST", f"{gateway.url}/v1/messages", json=_ask("Say hello.", stream=True), timeout=TIMEOUT) as response:
+        data = [json.loads(line[5:]) for line in response.iter_lines() if line.startswith("data:")]
+    start, delta = data[0]["message"], next(d for d in data if d["type"] == "message_delta")["delta"]
+    assert {name: start.get(name, "absent") for name in (*nulls, "diagnostics")} == {**nulls, "diagnostics": None}
+    assert {name: delta.get(name, "absent") for name in nulls} == nulls
 
 
 def test_a_reply_that_starts_with_an_emoji_streams_whole(path):

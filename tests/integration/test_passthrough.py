@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
@@ -79,6 +80,49 @@ def test_sdk_stream_through_passthrough(sdk, native):
         final = stream.get_final_message()
     assert final.content[0].text == "Streamed"
     assert final.model == "claude-test"
+
+
+# What llama-server's own /v1/messages sends: no stop_details, container or diagnostics.
+_NULLS = ("stop_details", "container", "diagnostics")
+
+
+def _bare(data: dict) -> dict:
+    return {k: (_bare(v) if isinstance(v, dict) else v) for k, v in data.items() if k not in _NULLS}
+
+
+def _bare_events(text: str) -> list[bytes]:
+    return [event(name, _bare(data)) for name, data in (_parse(e) for e in text_events(text))]
+
+
+def _parse(raw: bytes) -> tuple[str, dict]:
+    name, data = raw.decode().strip().split("\n")
+    return name.removeprefix("event: "), json.loads(data.removeprefix("data: "))
+
+
+def test_a_stream_without_the_null_fields_the_sdks_type_gets_them(passthrough, native):
+    """The TypeScript SDK's finalMessage().stop_details was undefined (not null, as typed)
+    behind a server that leaves the field out."""
+    native.replies.append(NativeReply(events=_bare_events("Hello")))
+    assert b"stop_details" not in b"".join(native.replies[0].events)
+    with httpx.stream(
+        "POST", passthrough.url + "/v1/messages", headers={"x-api-key": "client-key"},
+        json={"model": "claude-test", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "Hi"}]},
+    ) as response:  # fmt: skip
+        events = [_parse(raw + b"\n\n") for raw in b"".join(response.iter_bytes()).split(b"\n\n") if raw]
+    start, delta = events[0][1]["message"], events[-2][1]["delta"]
+    assert {name: start[name] for name in _NULLS} == dict.fromkeys(_NULLS)
+    assert start["model"] == "claude-test"
+    assert delta == {"stop_reason": "end_turn", "stop_sequence": None, "stop_details": None, "container": None}
+    assert [e for e in events[1:-2]] == [_parse(e) for e in text_events("Hello")[1:-2]]  # content unchanged
+
+
+def test_a_reply_without_the_null_fields_the_sdks_type_gets_them(sdk, native):
+    native.replies.append(NativeReply(body=_bare(message("Hi"))))
+    raw = sdk.messages.with_raw_response.create(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    reply = json.loads(raw.http_response.text)
+    assert {name: reply[name] for name in _NULLS} == dict.fromkeys(_NULLS)
+    assert reply["model"] == "claude-test" and reply["content"] == [{"type": "text", "text": "Hi"}]
+    assert raw.parse().stop_details is None
 
 
 def test_sdk_stream_of_a_server_that_sent_no_message_start(sdk, native):

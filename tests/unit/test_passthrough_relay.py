@@ -4,6 +4,7 @@ the head, and token counts read for the metrics without decoding the stream."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -15,17 +16,18 @@ from dragoman.errors import GatewayError
 from dragoman.observe import Outcome
 from tests.unit.test_stream_shell import Response
 
+# A server that sends every field the SDKs type: its events go through unchanged.
 START = (
     b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant",'
-    b'"model":"served","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":31,"output_tokens":1,'
-    b'"cache_read_input_tokens":7}}}\n\n'
+    b'"model":"served","content":[],"stop_reason":null,"stop_sequence":null,"stop_details":null,"container":null,'
+    b'"diagnostics":null,"usage":{"input_tokens":31,"output_tokens":1,"cache_read_input_tokens":7}}}\n\n'
 )
 BLOCK = b'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n'
 DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}\n\n'
 STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
 END = (
-    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},'
-    b'"usage":{"output_tokens":12}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n'
+    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null,'
+    b'"stop_details":null,"container":null},"usage":{"output_tokens":12}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n'
 )
 
 
@@ -197,3 +199,101 @@ def test_a_stream_that_starts_with_message_start_or_a_ping_gets_none_added() -> 
     body, _, _ = relay([ping, START, BLOCK, DELTA, STOP, END])
     assert [name for name, _ in events_of(body)].count("message_start") == 1
     assert body.startswith(ping)
+
+
+# -- the null fields the SDKs type, put in where a server (llama-server) leaves them out -------
+
+BARE_START = START.replace(b'"stop_details":null,"container":null,"diagnostics":null,', b"")
+BARE_END = END.replace(b',"stop_details":null,"container":null', b"")
+MESSAGE_NULLS = {"stop_details": None, "container": None, "diagnostics": None}
+
+
+def _split(stream: bytes, size: int) -> list[bytes]:
+    return [stream[i : i + size] for i in range(0, len(stream), size)]
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        [BARE_START, BLOCK, DELTA, STOP, BARE_END],
+        [BARE_START + BLOCK + DELTA * 20 + STOP + BARE_END],  # all of it in the head
+        _split(BARE_START + BLOCK + DELTA * 20 + STOP + BARE_END, 37),
+        _split((BARE_START + BLOCK + DELTA + STOP + BARE_END).replace(b"\n", b"\r\n"), 50),
+    ],
+    ids=["event-by-event", "one-read", "cut-anywhere", "crlf"],
+)
+def test_a_server_leaving_out_the_null_fields_gets_them_put_in(reads: list[bytes]) -> None:
+    body, outcome, response = relay(reads)
+    found = events_of(body)
+    start, delta = found[0][1], found[-2][1]
+    assert {name: start["message"][name] for name in MESSAGE_NULLS} == MESSAGE_NULLS
+    assert start["message"]["model"] == "client-name" and start["message"]["usage"]["input_tokens"] == 31
+    assert delta["delta"] == {"stop_reason": "end_turn", "stop_sequence": None, "stop_details": None, "container": None}
+    assert delta["usage"] == {"output_tokens": 12}
+    assert [name for name, _ in found].count("content_block_delta") == body.count(b'"text_delta"')
+    assert DELTA.replace(b"\n", b"\r\n") in body or DELTA in body  # content events unchanged
+    assert (outcome.input_tokens, outcome.output_tokens, outcome.cache_read_tokens) == (31, 12, 7) and response.released
+
+
+def test_only_the_missing_fields_are_put_in_and_a_servers_own_are_kept() -> None:
+    refusal = b'"stop_details":{"type":"refusal","category":"cyber","explanation":null}'
+    end = BARE_END.replace(b'"stop_reason":"end_turn"', b'"stop_reason":"refusal",' + refusal)
+    body, _, _ = relay([START, BLOCK, DELTA, STOP, end])
+    delta = events_of(body)[-2][1]["delta"]
+    assert delta["stop_details"] == {"type": "refusal", "category": "cyber", "explanation": None} and delta["container"] is None
+
+
+def test_a_text_that_names_the_events_is_not_rewritten() -> None:
+    sly = DELTA.replace(b'"text":"hi"', b'"text":"\\"message_delta\\" and message_start"')
+    stream = BARE_START.replace(b'"content":[]', b'"content":[],"note":"message_delta"') + BLOCK + sly + STOP + END
+    body, _, _ = relay([stream[: len(BARE_START) + 20], stream[len(BARE_START) + 20 :]])
+    assert sly in body and body.endswith(STOP + END)
+
+
+def test_no_json_is_decoded_for_content_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hot path: of a stream's events, only message_start and message_delta may be
+    decoded (and only when a field is missing), never a content_block_delta."""
+    from dragoman.backends import anthropic_events
+
+    decoded: list[bytes] = []
+    real = anthropic_events.msgspec.json.decode
+
+    def counting(data: bytes, *args: Any, **kwargs: Any) -> Any:
+        decoded.append(bytes(data))
+        return real(data, *args, **kwargs)
+
+    monkeypatch.setattr(anthropic_events.msgspec.json, "decode", counting)
+    relay([BARE_START, BLOCK, *[DELTA] * 100, STOP, BARE_END])
+    assert [b'"message_start"' in data for data in decoded] == [True, False]
+    assert b'"message_delta"' in decoded[1]
+    decoded.clear()
+    relay([START, BLOCK, *[DELTA] * 100, STOP, END])  # a server that sends them all: nothing decoded
+    assert decoded == []
+
+
+BARE_MESSAGE = b'{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}'
+
+
+@pytest.mark.parametrize(
+    ("body", "added"),
+    [
+        (BARE_MESSAGE, MESSAGE_NULLS),
+        (BARE_MESSAGE.replace(b'"content":[]', b'"content":[],"container":{"id":"c","expires_at":"x"}'),
+         {"stop_details": None, "diagnostics": None}),
+        (BARE_MESSAGE.replace(b'"content":[]', b'"content":[],"stop_details":null,"container":null,"diagnostics":null'), {}),
+        (b'{"type":"error","error":{"type":"api_error","message":"x"}}', {}),
+        (b"[1, 2]", {}),
+        (b"{not json", {}),
+    ],
+    ids=["bare", "has-container", "complete", "not-a-message", "not-an-object", "not-json"],
+)  # fmt: skip
+def test_a_non_streamed_reply_gets_the_missing_null_fields(body: bytes, added: dict) -> None:
+    from dragoman.backends.anthropic_events import completed_message
+
+    out = completed_message(body)
+    if not added:
+        assert out is body  # not even encoded again
+        return
+    reply = json.loads(out)
+    assert {name: reply[name] for name in added} == added
+    assert {k: v for k, v in reply.items() if k not in added} == json.loads(body)

@@ -3,8 +3,9 @@
 The body goes upstream unchanged but for the model name; the reply comes back as
 the upstream sent it (status, error body, `anthropic-*` and rate-limit headers),
 stream bytes forwarded as they arrive. Only the model name in the reply is put
-back to the client's, within a bounded look-ahead at the start of the stream, and
-a stream that starts without `message_start` gets one.
+back to the client's, within a bounded look-ahead at the start of the stream, a
+stream that starts without `message_start` gets one, and the reply's null fields a
+server left out (`stop_details`...: anthropic_events.MESSAGE_NULLS) are put in.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dragoman.backends.base import (
 )
 from dragoman.backends.http import MAX_ERROR_BODY, HttpClient
 from dragoman.backends.keepalive import ReadWatch, Silence, end_body, head_or_task, late_start
-from dragoman.backends.anthropic_events import Events, note_usage, with_start
+from dragoman.backends.anthropic_events import Events, completed_message, completed_start, note_usage, with_start
 from dragoman.backends.documents import documents_as_text
 from dragoman.backends.response import Response
 from dragoman.config import AnthropicUpstream, Config
@@ -188,7 +189,7 @@ class AnthropicBackend:
                 raise _not_a_stream(self.name, response.content_type)
             if "json" not in response.content_type:  # an HTML page from a proxy, or a stream
                 raise UpstreamError(f"upstream {self.name} answered 200 with {response.content_type or 'no content type'}, not a message")
-            body = self._rename(body, call)
+            body = completed_message(self._rename(body, call))
             note_usage(call, body)
             return Completed(body, status=200, headers=headers)
         if response.status in (401, 403) or not _is_error_envelope(body):
@@ -203,6 +204,11 @@ class AnthropicBackend:
         old = msgspec.json.encode(call.upstream_model)
         new = msgspec.json.encode(call.model)
         return data.replace(b'"model":' + old, b'"model":' + new, 1).replace(b'"model": ' + old, b'"model": ' + new, 1)
+
+    def _head(self, head: bytes, call: Call) -> bytes:
+        """The stream's first events, once: the client's model name, a `message_start`
+        (supplied if missing) with the null fields the SDKs type."""
+        return completed_start(with_start(self._rename(head, call), call))
 
     async def _relay(self, response: Response, call: Call, direct: DirectWrites | None = None) -> AsyncIterator[bytes]:
         """Forward stream events as they arrive, whole: an event cut by a read waits for
@@ -255,13 +261,13 @@ class AnthropicBackend:
                     head += chunk
                     if b"\n\n" not in head and b"\n\r\n" not in head and len(head) < HEAD_LIMIT:
                         continue
-                    chunk, head = with_start(self._rename(head, call), call), None
+                    chunk, head = self._head(head, call), None
                     note_usage(call, chunk[: chunk.find(b"\n\n")])  # message_start: the input tokens
                 whole = events.take(chunk)
                 if whole:
                     yield whole
             if head:
-                whole = events.take(with_start(self._rename(head, call), call))
+                whole = events.take(self._head(head, call))
                 if whole:
                     yield whole
             if not events.complete():

@@ -1,9 +1,13 @@
 """A passthrough stream's events: relayed whole, the stream's end found by the event's own
-type, token counts noted for the metrics, and a missing `message_start` supplied."""
+type, token counts noted for the metrics, a missing `message_start` supplied, and the
+null fields a server left out of `message_start` and `message_delta` put in."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+
+import msgspec
 
 from dragoman.backends.base import Call
 from dragoman.errors import redact_bytes
@@ -47,6 +51,70 @@ def with_start(head: bytes, call: Call) -> bytes:
     return encode(anthropic.MessageStart(message=message)) + head
 
 
+# Fields the official SDKs type as nullable, and the TypeScript SDK as always there
+# (`Message`'s; the `delta` of `message_delta`), which servers other than Anthropic's, such
+# as llama-server, leave out: the TypeScript SDK's MessageStream then gives
+# finalMessage().stop_details undefined where its types say null (it copies delta.stop_details,
+# or keeps message_start's). The translating path sends them all, null (protocol.anthropic_replies).
+MESSAGE_NULLS = ("stop_details", "container", "diagnostics")
+DELTA_NULLS = ("stop_details", "container")
+
+
+def _lacks(data: bytes, names: Iterable[str]) -> bool:
+    """Whether a name is not even in the bytes: only then is the JSON decoded."""
+    return any(f'"{name}"'.encode() not in data for name in names)
+
+
+def _put_nulls(target: object, names: Iterable[str]) -> bool:
+    """`names` missing from `target` set to null; whether any was."""
+    if not isinstance(target, dict):
+        return False
+    missing = [name for name in names if name not in target]
+    for name in missing:
+        target[name] = None
+    return bool(missing)
+
+
+def completed_message(body: bytes) -> bytes:
+    """A non-streamed reply with MESSAGE_NULLS, decoded and encoded again only when one
+    is missing."""
+    if not _lacks(body, MESSAGE_NULLS):
+        return body
+    try:
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return body
+    if not isinstance(data, dict) or data.get("type") != "message" or not _put_nulls(data, MESSAGE_NULLS):
+        return body
+    return msgspec.json.encode(data)
+
+
+def _completed_event(chunk: bytes, at: int, kind: str, field: str, names: tuple[str, ...]) -> bytes:
+    """`chunk` with the `data:` line holding byte `at` rewritten if it is a `kind` event
+    whose `field` object lacks some of `names`; else `chunk` as it is (a text that only
+    names the event, a server that sends them all)."""
+    start = chunk.rfind(b"\n", 0, at) + 1
+    end = chunk.find(b"\n", at)
+    end = len(chunk) if end < 0 else end
+    line = chunk[start:end]
+    if not line.startswith(b"data:") or not _lacks(line, names):
+        return chunk
+    try:
+        data = msgspec.json.decode(line[5:])  # JSON allows the space and \r around it
+    except msgspec.DecodeError:
+        return chunk
+    if not isinstance(data, dict) or data.get("type") != kind or not _put_nulls(data.get(field), names):
+        return chunk
+    cr = b"\r" if line.endswith(b"\r") else b""
+    return chunk[:start] + b"data: " + msgspec.json.encode(data) + cr + chunk[end:]
+
+
+def completed_start(head: bytes) -> bytes:
+    """The stream's head with MESSAGE_NULLS in `message_start`'s message (once per stream)."""
+    at = head.find(b'"message_start"')  # the event's JSON, not its `event:` line
+    return head if at < 0 else _completed_event(head, at, "message_start", "message", MESSAGE_NULLS)
+
+
 MAX_HELD_EVENT = 1024 * 1024  # an event larger than this goes out in pieces rather than wait whole
 
 
@@ -77,7 +145,7 @@ _ERROR_TYPE = re.compile(rb'"error": ?\{[^{}]*?"type": ?"([a-z_]+)"')
 class Events:
     """A passthrough stream cut at event boundaries: `take` gives the whole events so
     far and holds a cut one back. Also notes the token counts of `message_delta` for
-    the metrics, and whether the stream ended as Anthropic ends one (`message_stop` or
+    the metrics, puts DELTA_NULLS in its delta, and whether the stream ended as Anthropic ends one (`message_stop` or
     an `error` event); nothing after that end is relayed."""
 
     __slots__ = ("_call", "_held", "_ended", "_cut_sent")
@@ -122,6 +190,7 @@ class Events:
             at = chunk.rfind(b"message_delta")
             if at >= 0:  # the counts follow the event's name; not the whole burst is searched
                 note_usage(self._call, chunk[at:])
+                chunk = _completed_event(chunk, at, "message_delta", "delta", DELTA_NULLS)
             if b'"message_stop"' in chunk or b'"error"' in chunk:  # only then the closer look
                 chunk = self._end(chunk)
         return chunk
