@@ -251,6 +251,16 @@ def test_keepalives_fill_the_silence_before_message_start(native):
     assert rest.endswith(event("message_stop", {"type": "message_stop"}))
 
 
+def test_a_servers_own_comments_before_a_silent_prefill_are_no_message_start(native):
+    """llama-server sends `:` lines of its own while it reads a long prompt: they go on, and
+    the silence after them still gets comments, not pings (nothing of the stream has gone out)."""
+    data = _streamed_with_a_silence(native, [b":\n\n", ("sleep", 0.7), *text_events("late")])
+    head, found, rest = data.partition(b"event: message_start")
+    assert found and head.startswith(b":\n\n") and all(line.startswith(b":") for line in head.splitlines() if line), data
+    assert head.count(b": keep-alive\n\n") >= 2
+    assert rest.endswith(event("message_stop", {"type": "message_stop"}))
+
+
 def test_client_disconnect_closes_the_upstream_stream(passthrough, native):
     events = text_events("x")
     native.replies.append(NativeReply(events=[events[0], *[("sleep", 0.05)] * 100, *events[1:]]))

@@ -297,3 +297,16 @@ def test_a_non_streamed_reply_gets_the_missing_null_fields(body: bytes, added: d
     reply = json.loads(out)
     assert {name: reply[name] for name in added} == added
     assert {k: v for k, v in reply.items() if k not in added} == json.loads(body)
+
+
+@pytest.mark.parametrize("comments", [[b":\n\n"], [b":\n\n", b": still reading\r\n\r\n"], [b":", b"\n\n:\n\n"]],
+                         ids=["one", "two-crlf", "cut"])  # fmt: skip
+def test_a_servers_own_comments_before_message_start_go_on_and_the_head_is_still_the_head(comments: list[bytes]) -> None:
+    # llama-server sends `:` lines while it reads a long prompt; the head is the event after them.
+    body, outcome, _ = relay([*comments, START, BLOCK, DELTA, STOP, END])
+    sent = b"".join(comments)
+    assert body.startswith(sent)
+    found = events_of(body[len(sent) :])
+    assert [name for name, _ in found][0] == "message_start"
+    assert found[0][1]["message"]["model"] == "client-name"  # renamed, as a head is
+    assert outcome.input_tokens == 31

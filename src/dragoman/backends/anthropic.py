@@ -31,7 +31,7 @@ from dragoman.backends.base import (
 )
 from dragoman.backends.http import MAX_ERROR_BODY, HttpClient
 from dragoman.backends.keepalive import ReadWatch, Silence, end_body, head_or_task, late_start
-from dragoman.backends.anthropic_events import Events, completed_message, completed_start, note_usage, with_start
+from dragoman.backends.anthropic_events import Events, completed_message, completed_start, leading_comments, note_usage, with_start
 from dragoman.backends.documents import documents_as_text
 from dragoman.backends.response import Response
 from dragoman.config import AnthropicUpstream, Config
@@ -259,6 +259,10 @@ class AnthropicBackend:
                     break
                 if head is not None:
                     head += chunk
+                    skip = leading_comments(head)
+                    if skip:  # the server's own keep-alives: comments before message_start, as ours are
+                        yield head[:skip]
+                        head = head[skip:]
                     if b"\n\n" not in head and b"\n\r\n" not in head and len(head) < HEAD_LIMIT:
                         continue
                     chunk, head = self._head(head, call), None

@@ -32,6 +32,19 @@ def note_usage(call: Call, data: bytes) -> None:
             outcome.cache_read_tokens = int(value)
 
 
+def leading_comments(head: bytes) -> int:
+    """How many bytes at the start of a stream's head are comment and blank lines only:
+    llama-server sends `:` lines of its own while it reads a long prompt, before
+    `message_start`. They are not the head (the event that names the model), and go on as
+    comments. An unfinished line is left for the next read."""
+    at = 0
+    while True:
+        end = head.find(b"\n", at)
+        if end < 0 or (end > at and head[at] != 58 and head[at:end] != b"\r"):  # 58: ':'
+            return at
+        at = end + 1
+
+
 _FIRST_EVENT = re.compile(rb"^event: ?([a-z_]+)", re.MULTILINE)
 # Events that come only after `message_start`: a stream that begins with one of them lacks it.
 _AFTER_START = frozenset({b"content_block_start", b"content_block_delta", b"content_block_stop", b"message_delta", b"message_stop"})
