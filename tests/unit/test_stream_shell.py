@@ -30,6 +30,7 @@ class Response:
     """An upstream response whose body arrives in the given reads."""
 
     content_type = "text/event-stream"
+    opening = None  # its body has begun (HttpClient's Opening is not in play here)
 
     def __init__(self, reads: list[bytes]) -> None:
         self._reads = list(reads)

@@ -138,13 +138,13 @@ class AnthropicBackend:
         self._list_asked = now
         return True
 
-    async def _send(self, call: Call, path: str, body: bytes) -> Response:
+    async def _send(self, call: Call, path: str, body: bytes, *, stream: bool = False) -> Response:
         headers = anthropic.forwarded_headers(call.headers)
-        return await self._http.post(path, body, headers=headers, raw=True, outcome=call.outcome)
+        return await self._http.post(path, body, headers=headers, raw=True, outcome=call.outcome, stream=stream)
 
     async def messages(self, call: Call, route: Route) -> Reply:
         # The body first: a document that cannot become text is a 400, before a stream is committed.
-        send = self._send(call, "/messages", await self._body(call))
+        send = self._send(call, "/messages", await self._body(call), stream=call.stream)
         if not call.stream:
             response = await send
             return await self._complete(response, call, _reply_headers(response.headers))
@@ -222,6 +222,7 @@ class AnthropicBackend:
         events = Events(call)
         watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
         writes = direct if direct is not None else DirectWrites()
+        opening = response.opening  # a stream's head alone is no answer: until its body begins
 
         def relay_to_client(chunk: bytes) -> bool:  # Response.drain_to's sink
             writer = writes.writer
@@ -236,6 +237,13 @@ class AnthropicBackend:
             return True
 
         try:
+            while opening is not None:  # until the body begins: it may come from another instance (only comments have gone out)
+                try:
+                    with upstream_errors(self.name):
+                        response = await opening.begun(response, watch)
+                    break
+                except Silence:
+                    yield KEEPALIVE_COMMENT
             while not events.ended:
                 if head is None and writes.writer is not None:
                     try:
@@ -280,5 +288,7 @@ class AnthropicBackend:
             end_body(response)  # the client's reply ends now, not when the server ends its body
         finally:
             watch.close()
+            if opening is not None:
+                opening.close()
             if not finished:
                 response.close()

@@ -99,6 +99,17 @@ class Body:
                 self._conn.transport.resume_reading()
         return data
 
+    async def readable(self) -> bool:
+        """Wait until `readany` has something to return: bytes (True), or the body's end or
+        failure (False). A stream's first bytes are left for `readany`. Safe to cancel and call again."""
+        while not (self._chunks or self._pending or self._error is not None or self._complete):
+            waiter = self._waiter = self._conn.loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        return bool(self._chunks or self._pending)
+
     async def drain_to(self, sink: Callable[[bytes], bool]) -> None:
         """Hand the body to `sink` piece by piece, as the parser yields it, from the
         connection's callback, until the sink declines a piece (it returns False: the

@@ -9,7 +9,8 @@ jitter, honouring `retry-after`, within a bounded budget. A replica that failed,
 sent `retry-after`, is passed over for a while (`dragoman.backends.replicas`) and the
 request goes at once to another one that is free. No first byte within
 `first_byte_timeout` is retried too, once, and only on another free replica: each such
-wait costs the whole timeout. Non-2xx answers are mapped here, once, so callers see a
+wait costs the whole timeout. For a stream, the first byte is the first of its body, not
+its head (`dragoman.backends.opening`). Non-2xx answers are mapped here, once, so callers see a
 2xx response or a GatewayError (unless they ask for the raw response, as passthrough does).
 """
 
@@ -27,6 +28,7 @@ from urllib.parse import urlsplit
 from dragoman import __version__
 from dragoman.backends.base import upstream_errors
 from dragoman.backends.failures import ConnectTimeout, HeadTimeout
+from dragoman.backends.opening import Opening, Sending
 from dragoman.backends.pool import Pool
 from dragoman.backends.replicas import Replicas
 from dragoman.backends.response import Response
@@ -151,44 +153,48 @@ class HttpClient:
         from_root: bool = False,
         raw: bool = False,
         outcome: Any = None,
+        stream: bool = False,
     ) -> Response:
         """POST and wait for the response head, retrying transient failures.
 
         Raises the mapped GatewayError for a non-2xx (with `raw`, returns the last
-        response whatever its status, for passthrough to relay)."""
-        lines = self._header_lines(headers)
-        target = path if from_root else self.prefix + path
-        budget_end = time.monotonic() + self._upstream.retry_budget
+        response whatever its status, for passthrough to relay). With `stream`, a
+        `200 text/event-stream` head is no answer yet: the response's `opening` waits
+        for its first body bytes (`dragoman.backends.opening`), and may send it again."""
+        request = Sending(path if from_root else self.prefix + path, self._header_lines(headers), body, outcome, stream,
+                          time.monotonic() + self._upstream.retry_budget)  # fmt: skip
+        return await self._post(request, raw)
+
+    async def _post(self, request: Sending, raw: bool) -> Response:
         replicas = self.replicas
-        root: str | None = None
-        attempt = 0
-        timed_out = False
         while True:
-            root = replicas.pick(avoid=root)
+            root = request.root = replicas.pick(avoid=request.root)
             wait: float | None = None  # before the retry: None for backoff
             elsewhere = False  # the retry goes at once to another instance, which is free
             try:
                 with upstream_errors(self.name):
-                    response = await self._send(root, target, lines, body)
+                    response = await self._send(root, request)
             except UpstreamTimeout:
                 # No first byte: nothing has reached the client, so another instance may take
                 # the request. Once, and only if one is free: each such wait costs the timeout.
-                elsewhere = not timed_out and replicas.others_free(root)
-                timed_out = True
-                if not elsewhere or not self._may_retry(attempt, budget_end, None, elsewhere):
+                elsewhere = self.resends_silent(request, root)
+                if not elsewhere:
                     raise
             except UpstreamError:
                 elsewhere = replicas.others_free(root)  # it is passed over (by _send): no reason to wait for it
-                if not self._may_retry(attempt, budget_end, None, elsewhere):
+                if not self._may_retry(request.attempt, request.budget_end, None, elsewhere):
                     raise
             else:
                 if response.status < 300:
+                    if response.opening is None:
+                        replicas.answered(root)
                     return response
+                replicas.answered(root)  # a refusal is an answer
                 retryable = response.status in RETRY_STATUSES
                 wait = _retry_after(response.headers.get("retry-after"))
                 if retryable and wait and len(self.roots) > 1:
                     elsewhere = replicas.pass_over(root, wait)  # another instance free: no reason to wait for this one
-                if not retryable or not self._may_retry(attempt, budget_end, wait, elsewhere):
+                if not retryable or not self._may_retry(request.attempt, request.budget_end, wait, elsewhere):
                     if raw:
                         return response
                     try:
@@ -198,17 +204,17 @@ class HttpClient:
                         response.release()
                     raise from_upstream(response.status, error_body, upstream=self.name, retry_after=response.headers.get("retry-after"))
                 response.release()
-            attempt += 1
-            if outcome is not None:
-                outcome.retries += 1
+            self._count_retry(request)
             if not elsewhere:
-                await asyncio.sleep(self._delay(attempt, wait, budget_end))
+                await asyncio.sleep(self._delay(request.attempt, wait, request.budget_end))
 
-    async def _send(self, root: str, target: str, lines: bytes, body: bytes) -> Response:
-        """POST to `root` and wait for the head; how it went decides when `root` is asked again."""
+    async def _send(self, root: str, request: Sending) -> Response:
+        """POST to `root` and wait for the head; a failure decides when `root` is asked again
+        (an answer is for `_post` to note: a stream's head alone is none)."""
         replicas = self.replicas
         try:
-            response = await self._pool.request(root, b"POST", target, lines, body, head_timeout=self._upstream.first_byte_timeout,
+            response = await self._pool.request(root, b"POST", request.target, request.lines, request.body,
+                                                head_timeout=self._upstream.first_byte_timeout,
                                                 idle_timeout=self._upstream.idle_timeout)  # fmt: skip
         except (ConnectTimeout, HeadTimeout):
             replicas.failed(root, silent=True)
@@ -219,8 +225,28 @@ class HttpClient:
         except BaseException:
             replicas.abandoned(root)  # the client left, say: no verdict on the instance
             raise
-        replicas.answered(root)
+        if request.stream and response.status == 200 and response.content_type == "text/event-stream":
+            response.opening = Opening(self, request, root, self._upstream.first_byte_timeout)
         return response
+
+    def resends_silent(self, request: Sending, root: str) -> bool:
+        """Whether `request`, which `root` left without an answer within first_byte_timeout,
+        goes once more, at once, to another instance: only once per request, and only if
+        another is free (each such wait costs the whole timeout), within max_retries."""
+        elsewhere = not request.timed_out and self.replicas.others_free(root)
+        request.timed_out = True
+        return elsewhere and self._may_retry(request.attempt, request.budget_end, None, elsewhere)
+
+    async def resend(self, request: Sending) -> Response:
+        """`request` again, after `resends_silent` said so (the stream's opening asks)."""
+        self._count_retry(request)
+        return await self._post(request, raw=False)  # a refusal now can only be an error event: mapped here
+
+    @staticmethod
+    def _count_retry(request: Sending) -> None:
+        request.attempt += 1
+        if request.outcome is not None:
+            request.outcome.retries += 1
 
     def _may_retry(self, attempt: int, budget_end: float, wait: float | None, elsewhere: bool) -> bool:
         """Within max_retries; a retry that waits (backoff, `retry-after`) only within the

@@ -98,6 +98,15 @@ class ReadWatch:
             self._handle = None
             self._arm(now)
 
+    def expect_by(self, deadline: float) -> None:
+        """The next data is due by `deadline` (the loop's clock), not `first_byte_timeout` from
+        now: a stream's first body bytes, due within first_byte_timeout of its request."""
+        self._deadline = deadline
+        if self._handle is not None and self._due() < self._armed_at:
+            self._handle.cancel()
+            self._handle = None
+        self._arm(self._loop.time())
+
     def _due(self) -> float:
         return min(self._quiet_since + self._interval, self._deadline)
 

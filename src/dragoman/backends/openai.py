@@ -151,7 +151,7 @@ class OpenAIBackend:
         upstream_stream = request.stream or bool(request.stop_sequences) or self.profile.stream_upstream
         translated = await self._translate_call(request, route, upstream_stream, anthropic.betas(call.headers))
         fitted = await fitted_body(translated.chat, route, request.max_tokens, lambda chat: self._count(chat, route, estimate=0))
-        post = self._http.post("/chat/completions", fitted.body, outcome=call.outcome)
+        post = self._http.post("/chat/completions", fitted.body, outcome=call.outcome, stream=upstream_stream)
         reply: ReplySettings = {
             "model": call.model,
             "message_id": ids.message_id(),

@@ -50,6 +50,7 @@ class ChatStreams:
         or releases the upstream response."""
         finished = handed_over = False
         watch: ReadWatch | None = None
+        opening = response.opening  # a stream's head alone is no answer: until its body begins
         try:
             if response.content_type == "application/json":  # the upstream ignored `stream: true`
                 with upstream_errors(self.name):
@@ -70,6 +71,13 @@ class ChatStreams:
             yield encode(translator.start())
             decoder = DataDecoder()
             watch = reads = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
+            while opening is not None:  # until the body begins: it may come from another instance (no content block has gone out)
+                try:
+                    with upstream_errors(self.name):
+                        response = await opening.begun(response, reads)
+                    break
+                except Silence:
+                    yield encode(PINGS)
             started = False
             writes = direct if direct is not None else DirectWrites()
             failed: list[BaseException] = []  # what a direct read raised, re-raised here
@@ -144,6 +152,8 @@ class ChatStreams:
         finally:
             if watch is not None:
                 watch.close()
+            if opening is not None:
+                opening.close()
             if handed_over:
                 pass
             elif finished:

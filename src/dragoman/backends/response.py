@@ -16,6 +16,7 @@ from dragoman.backends.inflate import CODINGS, Inflater
 
 if TYPE_CHECKING:
     from dragoman.backends.connection import Connection
+    from dragoman.backends.opening import Opening
     from dragoman.backends.pool import Pool
 
 MAX_HEAD = 64 * 1024  # bytes of response headers accepted
@@ -43,6 +44,7 @@ class Response(Body):
         "_reused",
         "_sent_at",
         "headers",
+        "opening",
         "status",
     )  # fmt: skip
 
@@ -61,6 +63,8 @@ class Response(Body):
         self._keep_alive = False
         self._head_size = 0
         self._sent_at = 0.0  # when the request was written (mark_sent)
+        # A stream's head alone is no answer: until its first body bytes, what decides (HttpClient.post).
+        self.opening: Opening | None = None
         conn.response = self
         if conn.lost:  # lost before this response was attached (a close right after connecting)
             self.connection_lost(None)
@@ -76,6 +80,11 @@ class Response(Body):
 
     def mark_sent(self) -> None:
         self._sent_at = self._conn.loop.time()
+
+    @property
+    def sent_at(self) -> float:
+        """When the request was written (the loop's clock): what first_byte_timeout is measured from."""
+        return self._sent_at
 
     def head_timed_out(self, timeout: float) -> None:
         """The deadline for the head passed (a timer, cheaper than a timeout scope per request)."""
