@@ -52,7 +52,7 @@ class Sending:
 class Opening:
     """A stream request whose head came from `root` and whose body has not begun yet."""
 
-    __slots__ = ("_begun", "_client", "_request", "_resending", "_resent", "_timeout", "_watched", "root")
+    __slots__ = ("_begun", "_client", "_request", "_resending", "_resent", "_settled", "_timeout", "_watched", "root")
 
     def __init__(self, client: HttpClient, request: Sending, root: str, timeout: float) -> None:
         self._client = client
@@ -63,6 +63,7 @@ class Opening:
         self._resent: Response | None = None  # its response, once its head came
         self._watched: Response | None = None  # the response whose first bytes the watch's deadline is for
         self._begun = False
+        self._settled = False  # the replicas were told how `root` did
 
     async def begun(self, first: Response, watch: ReadWatch) -> Response:
         """The response to read, once its body has begun: `first`, or the one of another
@@ -77,6 +78,7 @@ class Opening:
                 self._resending = None
                 self._resent = self._stream_of(resending.result())
                 self.root = self._request.root or self.root
+                self._settled = False
             response = self._resent or first
             if self._watched is not response:
                 watch.expect_by(response.sent_at + self._timeout)
@@ -87,7 +89,7 @@ class Opening:
                 self._silent(response, watch)
                 continue
             break
-        self._begun = True
+        self._begun = self._settled = True
         if has_bytes:
             client.replicas.answered(self.root)
         else:  # it closed or broke the stream before a byte of it: the loop's read says how
@@ -97,6 +99,7 @@ class Opening:
     def _silent(self, response: Response, watch: ReadWatch) -> None:
         client = self._client
         client.replicas.failed(self.root, silent=True)
+        self._settled = True
         response.close()  # the instance stops working on it
         if not client.resends_silent(self._request, self.root):
             raise UpstreamTimeout(f"upstream {client.name} timed out (no response within {self._timeout:g} s: "
@@ -119,9 +122,11 @@ class Opening:
         resending = self._resending
         if resending is not None:
             if not resending.done():
-                resending.cancel()  # closes its connection: the instance stops working on it
+                resending.cancel()  # closes its connection, and its instance's trial ends (HttpClient._send)
             elif not resending.cancelled() and resending.exception() is None:
                 resending.result().close()
+            return
         if self._resent is not None:
             self._resent.close()
-        self._client.replicas.abandoned(self.root)
+        if not self._settled:
+            self._client.replicas.abandoned(self.root)
