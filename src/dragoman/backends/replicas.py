@@ -6,7 +6,8 @@ that long, at most `retry_after_cap`. When every instance is passed over, one is
 asked anyway: cool-downs alone never refuse traffic.
 
 An instance that was silent (no connection within `connect_timeout`, or no first byte
-within `first_byte_timeout`: it accepts connections, or drops them, and never answers)
+within `first_byte_timeout`, a stream's head alone not counting: it accepts connections,
+or drops them, and never answers)
 costs a whole timeout to find out about again. So once its cool-down is over it gets one
 request at a time, a trial, until it answers: otherwise every request sent to it while
 the first waits out its timeout would wait too. A trial that answers puts the instance
@@ -99,7 +100,8 @@ class Replicas:
         return any(self._until.get(other, 0.0) <= now for other in self.roots if other != root)
 
     def answered(self, root: str) -> None:
-        """`root` answered a request (its response head came): a silent instance is back."""
+        """`root` answered a request (its response head came; for a stream, the first bytes of
+        its body: `dragoman.backends.opening`): a silent instance is back."""
         if root in self._silent:
             self._silent.discard(root)
             self._on_trial.discard(root)
