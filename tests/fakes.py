@@ -26,6 +26,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     done: bool = True  # send data: [DONE]
     hang: float = 0.0  # seconds to wait before answering
+    hold: threading.Event | None = None  # answer only once the test sets it: "in flight until X happened", with no timing to guess
     drop: bool = False  # stream: abort the TCP connection after the chunks (no [DONE], no end of body)
 
 
@@ -169,10 +170,10 @@ class FakeUpstream:
         self.headers.append(dict(request.headers))
         reply = self.replies.popleft() if self.replies else (self.responder(body) if self.responder else None)
         reply = reply or Reply(body=completion())
-        if reply.hang:
+        if reply.hang or reply.hold is not None:
             loop = asyncio.get_running_loop()
             end = loop.time() + reply.hang
-            while loop.time() < end:  # notice a gateway that gave up on us
+            while loop.time() < end or (reply.hold is not None and not reply.hold.is_set()):  # notice a gateway that gave up on us
                 if request.transport is None or request.transport.is_closing():
                     self.abandoned += 1
                     raise ConnectionResetError("the gateway closed the connection")

@@ -6,6 +6,7 @@ without running a settled request again, and each API key sees only its own batc
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,6 +45,16 @@ def hang_on(upstream: FakeUpstream, slow: str) -> None:
     def respond(body: dict) -> Reply:
         marker = marker_of(body)
         return Reply(body=completion(f"answer to {marker}", prompt=11, completion_tokens=4), hang=30.0 if marker == slow else 0.0)
+
+    upstream.responder = respond
+
+
+def hold_until(upstream: FakeUpstream, release: threading.Event, slow: str) -> None:
+    """Answer every marker at once, except `slow`, which is answered only once `release` is set."""
+
+    def respond(body: dict) -> Reply:
+        marker = marker_of(body)
+        return Reply(body=completion(f"answer to {marker}", prompt=11, completion_tokens=4), hold=release if marker == slow else None)
 
     upstream.responder = respond
 
@@ -87,7 +98,8 @@ def test_a_batch_interrupted_by_shutdown_resumes_at_the_next_start_without_rerun
 
 
 def test_every_gateway_on_the_directory_sees_a_batch_and_can_cancel_it(start, upstream):
-    answer_per_marker(upstream, hang=0.5)
+    cancel_stored = threading.Event()
+    hold_until(upstream, cancel_stored, slow="m0")  # r0 stays in flight until the cancel is on disk, however loaded the machine
     runner, other = start(batches={"max_concurrent": 1}), start()
     created = sdk(runner).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)])
     seen = sdk(other).messages.batches.retrieve(created.id)
@@ -97,7 +109,8 @@ def test_every_gateway_on_the_directory_sees_a_batch_and_can_cancel_it(start, up
 
     canceling = sdk(other).messages.batches.cancel(created.id)  # not the process running it
     assert canceling.processing_status == "canceling"
-    assert sdk(runner).messages.batches.retrieve(created.id).processing_status in ("canceling", "ended")
+    assert sdk(runner).messages.batches.retrieve(created.id).processing_status == "canceling"
+    cancel_stored.set()  # r0 settles; the runner's next start finds the cancel and runs nothing more
 
     ended = wait_ended(sdk(other), created.id)
     assert counts(ended) == {"processing": 0, "succeeded": 1, "errored": 0, "canceled": 3, "expired": 0}
