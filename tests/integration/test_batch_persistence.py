@@ -49,16 +49,6 @@ def hang_on(upstream: FakeUpstream, slow: str) -> None:
     upstream.responder = respond
 
 
-def hold_until(upstream: FakeUpstream, release: threading.Event, slow: str) -> None:
-    """Answer every marker at once, except `slow`, which is answered only once `release` is set."""
-
-    def respond(body: dict) -> Reply:
-        marker = marker_of(body)
-        return Reply(body=completion(f"answer to {marker}", prompt=11, completion_tokens=4), hold=release if marker == slow else None)
-
-    upstream.responder = respond
-
-
 def test_an_ended_batch_outlives_the_gateway_that_ran_it(start, upstream, tmp_path):
     answer_per_marker(upstream)
     first = start()
@@ -99,7 +89,7 @@ def test_a_batch_interrupted_by_shutdown_resumes_at_the_next_start_without_rerun
 
 def test_every_gateway_on_the_directory_sees_a_batch_and_can_cancel_it(start, upstream):
     cancel_stored = threading.Event()
-    hold_until(upstream, cancel_stored, slow="m0")  # r0 stays in flight until the cancel is on disk, however loaded the machine
+    answer_per_marker(upstream, hold=cancel_stored)  # r0 stays in flight until the cancel is on disk, however loaded the machine
     runner, other = start(batches={"max_concurrent": 1}), start()
     created = sdk(runner).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)])
     seen = sdk(other).messages.batches.retrieve(created.id)
@@ -228,7 +218,8 @@ def test_a_key_with_too_many_requests_queued_is_told_to_wait(start, upstream):
     """batches.max_queued_requests bounds the requests in one key's batches still processing:
     past it a create is a 429 naming the setting; other keys are not held back, and the
     key may create again once its batches end."""
-    answer_per_marker(upstream, hang=0.5)
+    checked = threading.Event()
+    answer_per_marker(upstream, hold=checked)  # the first batch is processing until the limit has been checked
     gateway = start(server={"api_keys": KEYS}, batches={"max_queued_requests": 3, "max_concurrent": 1})
     mine, theirs = sdk(gateway, "key-a"), sdk(gateway, "key-b")
     first = mine.messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)])
@@ -240,6 +231,7 @@ def test_a_key_with_too_many_requests_queued_is_told_to_wait(start, upstream):
     assert [b.id for b in mine.messages.batches.list().data] == [first.id]  # nothing stored
     theirs.messages.batches.create(requests=[{"custom_id": "t", "params": params()}])  # another key's queue
     mine.messages.batches.create(requests=[{"custom_id": "one", "params": params()}])  # fits: 2 + 1
+    checked.set()
     wait_ended(mine, first.id)
     mine.messages.batches.create(requests=[{"custom_id": f"u{i}", "params": params()} for i in range(2)])
 

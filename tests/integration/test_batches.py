@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,14 +35,16 @@ def marker_of(body: dict) -> str:
     return found.group(1)
 
 
-def answer_per_marker(upstream: FakeUpstream, *, hang: float = 0.0, fail: tuple[str, ...] = ()) -> None:
-    """Answer each request with `answer to <marker>` (after `hang` seconds), or a 500 for markers in `fail`."""
+def answer_per_marker(upstream: FakeUpstream, *, hang: float = 0.0, fail: tuple[str, ...] = (), hold: threading.Event | None = None) -> None:
+    """Answer each request with `answer to <marker>` (after `hang` seconds, and not before
+    `hold` is set), or a 500 for markers in `fail`. A test that needs a request still in
+    flight while it does something holds it: a `hang` is only a bet on how fast it is."""
 
     def respond(body: dict) -> Reply:
         marker = marker_of(body)
         if marker in fail:
-            return Reply(status=500, body={"error": {"message": f"boom for {marker}", "type": "server_error"}}, hang=hang)
-        return Reply(body=completion(f"answer to {marker}", prompt=11, completion_tokens=4), hang=hang)
+            return Reply(status=500, body={"error": {"message": f"boom for {marker}", "type": "server_error"}}, hang=hang, hold=hold)
+        return Reply(body=completion(f"answer to {marker}", prompt=11, completion_tokens=4), hang=hang, hold=hold)
 
     upstream.responder = respond
 
@@ -227,7 +230,8 @@ def test_list_is_newest_first_and_paginates(start, upstream):
 
 
 def test_cancel_ends_unstarted_requests_as_canceled_and_lets_the_running_one_finish(start, upstream):
-    answer_per_marker(upstream, hang=0.4)
+    canceled = threading.Event()
+    answer_per_marker(upstream, hold=canceled)  # the first request is in flight until the cancel is made
     client = sdk(start(batches={"max_concurrent": 1}))
     created = client.messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)])
     wait_until(lambda: len(upstream.requests) == 1)  # one running, three waiting
@@ -238,6 +242,7 @@ def test_cancel_ends_unstarted_requests_as_canceled_and_lets_the_running_one_fin
     assert canceling.cancel_initiated_at is not None and canceling.ended_at is None and canceling.results_url is None
     assert counts(canceling)["processing"] == 4
     assert client.messages.batches.retrieve(created.id).processing_status == "canceling"
+    canceled.set()
 
     ended = wait_ended(client, created.id)
     assert counts(ended) == {"processing": 0, "succeeded": 1, "errored": 0, "canceled": 3, "expired": 0}
@@ -254,7 +259,8 @@ def test_cancel_ends_unstarted_requests_as_canceled_and_lets_the_running_one_fin
 
 
 def test_results_and_delete_are_refused_while_the_batch_is_processing(start, upstream):
-    answer_per_marker(upstream, hang=0.6)
+    checked = threading.Event()
+    answer_per_marker(upstream, hold=checked)  # processing until every refusal below has been seen
     gateway = start()
     client = sdk(gateway)
     created = client.messages.batches.create(requests=[{"custom_id": "slow", "params": params()}])
@@ -271,6 +277,7 @@ def test_results_and_delete_are_refused_while_the_batch_is_processing(start, ups
     with pytest.raises(anthropic.BadRequestError) as caught:  # canceling is not ended either
         client.messages.batches.delete(created.id)
     error_of(caught, 400, "invalid_request_error")
+    checked.set()
 
     ended = wait_ended(client, created.id)  # the refused delete did not remove it
     assert counts(ended)["succeeded"] == 1
@@ -393,10 +400,15 @@ def test_malformed_create_body_is_refused(start, upstream, body, named):
 
 
 def test_requests_not_started_before_expiry_end_as_expired(start, upstream):
-    answer_per_marker(upstream, hang=0.4)
-    client = sdk(start(batches={"max_concurrent": 1, "expire_after": 0.2}))
+    expired = threading.Event()
+    answer_per_marker(upstream, hold=expired)  # the first request is in flight until the batch has expired
+    client = sdk(start(batches={"max_concurrent": 1, "expire_after": 2.0}))  # room for the first to start on a loaded machine
     created = client.messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)])
-    assert abs((created.expires_at - created.created_at).total_seconds() - 0.2) < 0.01
+    expires_by = time.time() + 2.0
+    assert abs((created.expires_at - created.created_at).total_seconds() - 2.0) < 0.01
+    wait_until(lambda: len(upstream.requests) == 1)
+    time.sleep(max(0.0, expires_by - time.time()))  # not a guess: the expiry is the event this test is about
+    expired.set()
 
     ended = wait_ended(client, created.id)
     assert counts(ended) == {"processing": 0, "succeeded": 1, "errored": 0, "canceled": 0, "expired": 2}
@@ -417,11 +429,11 @@ def test_a_batch_past_its_expiry_before_it_starts_is_all_expired(start, upstream
 
 
 def test_ended_batches_are_forgotten_after_retain_for(start, upstream):
-    client = sdk(start(batches={"retain_for": 0.3}))
+    client = sdk(start(batches={"retain_for": 2.0}))  # long enough to list it after the end on a loaded machine
     created = client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
-    wait_ended(client, created.id)
+    ended = wait_ended(client, created.id)
     assert [b.id for b in client.messages.batches.list().data] == [created.id]  # still kept just after the end
-    time.sleep(0.4)
+    time.sleep(max(0.0, ended.ended_at.timestamp() + 2.0 - time.time()) + 0.01)  # not a guess: retain_for is the event
     assert client.messages.batches.list().data == []  # listing forgets it
     with pytest.raises(anthropic.NotFoundError):
         client.messages.batches.retrieve(created.id)
@@ -467,20 +479,21 @@ def test_at_most_max_concurrent_batch_requests_in_flight_across_batches(start, c
 
 
 def test_interactive_requests_are_not_held_behind_batch_slots(start, upstream):
+    answered = threading.Event()
+
     def respond(body: dict) -> Reply:
         marker = marker_of(body)
-        return Reply(body=completion(f"answer to {marker}"), hang=0.6 if marker.startswith("batch") else 0.0)
+        return Reply(body=completion(f"answer to {marker}"), hold=answered if marker.startswith("batch") else None)
 
     upstream.responder = respond
     client = sdk(start(batches={"max_concurrent": 1}))
     created = client.messages.batches.create(requests=[{"custom_id": "b0", "params": params("batch0")}])
-    wait_until(lambda: len(upstream.requests) == 1)  # the only batch slot is taken
+    wait_until(lambda: len(upstream.requests) == 1)  # the only batch slot is taken, until the interactive request is answered
 
-    began = time.monotonic()
-    reply = client.messages.create(**params("interactive"))
-    assert time.monotonic() - began < 0.5
+    reply = client.messages.create(**params("interactive"))  # held behind the slot, it would never be answered (the SDK gives up)
     assert reply.content[0].text == "answer to interactive"
     assert client.messages.batches.retrieve(created.id).processing_status == "in_progress"
+    answered.set()
     assert counts(wait_ended(client, created.id))["succeeded"] == 1
 
 
@@ -591,37 +604,35 @@ def test_a_beta_header_sent_several_times_reaches_each_request_whole(start, nati
 # -- cancel and expiry do not wait for other batches' slots ------------------------------------
 
 
-def _behind_a_busy_batch(start, upstream, **batches: Any) -> tuple[anthropic.Anthropic, Any]:
-    """With one batch slot, held by batch A's slow requests: batch B, none of its requests started."""
-    answer_per_marker(upstream, hang=0.5)
+def _behind_a_busy_batch(start, upstream, release: threading.Event, **batches: Any) -> tuple[anthropic.Anthropic, Any, Any]:
+    """With one batch slot, held by batch A's request until `release` is set: A, and batch B,
+    none of its requests started."""
+    answer_per_marker(upstream, hold=release)
     client = sdk(start(batches={"max_concurrent": 1, **batches}))
-    client.messages.batches.create(requests=[{"custom_id": f"a{i}", "params": params(f"a{i}")} for i in range(2)])
+    busy = client.messages.batches.create(requests=[{"custom_id": f"a{i}", "params": params(f"a{i}")} for i in range(2)])
     wait_until(lambda: len(upstream.requests) == 1)
     waiting = client.messages.batches.create(requests=[{"custom_id": f"b{i}", "params": params(f"b{i}")} for i in range(2)])
-    return client, waiting
-
-
-def _ends_within(client: anthropic.Anthropic, batch_id: str, seconds: float) -> Any:
-    deadline = time.monotonic() + seconds
-    while (batch := client.messages.batches.retrieve(batch_id)).processing_status != "ended":
-        if time.monotonic() > deadline:
-            pytest.fail(f"still {batch.processing_status} after {seconds} s with none of its requests running")
-        time.sleep(0.02)
-    return batch
+    return client, busy, waiting
 
 
 def test_a_canceled_batch_with_nothing_running_ends_without_waiting_for_other_batches(start, upstream):
-    client, waiting = _behind_a_busy_batch(start, upstream)
+    release = threading.Event()
+    client, busy, waiting = _behind_a_busy_batch(start, upstream, release)
     client.messages.batches.cancel(waiting.id)
-    ended = _ends_within(client, waiting.id, 0.3)  # A's requests hold the slot for 0.5 s each
+    ended = wait_ended(client, waiting.id)  # waiting for A's slot, it would not end before A's request is released
+    assert client.messages.batches.retrieve(busy.id).processing_status == "in_progress"  # A still holds the slot
     assert counts(ended) == {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 2, "expired": 0}
     assert not any(marker_of(body).startswith("b") for body in upstream.requests)
+    release.set()
 
 
 def test_a_batch_past_expiry_with_nothing_running_ends_without_waiting_for_other_batches(start, upstream):
-    client, waiting = _behind_a_busy_batch(start, upstream, expire_after=0.15)
-    ended = _ends_within(client, waiting.id, 0.35)  # B expires at 0.15 s; A's request holds the slot until 0.5 s
+    release = threading.Event()
+    client, busy, waiting = _behind_a_busy_batch(start, upstream, release, expire_after=2.0)  # room for A's request to start first
+    ended = wait_ended(client, waiting.id)  # waiting for A's slot, it would not end before A's request is released
+    assert client.messages.batches.retrieve(busy.id).processing_status == "in_progress"  # A still holds the slot
     assert counts(ended) == {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 2}
+    release.set()
 
 
 def test_the_results_url_is_the_gateway_as_the_asking_client_reached_it(start):
