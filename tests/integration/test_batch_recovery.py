@@ -116,10 +116,15 @@ def test_a_batch_whose_results_cannot_be_stored_rests_before_it_runs_again(start
 
     monkeypatch.setattr(batch_runs.Run, "settle", settle)
     answer_per_marker(upstream)
+    answer = upstream.responder
+    assert answer is not None
+    arrivals: list[float] = []
+    upstream.responder = lambda body: (arrivals.append(time.monotonic()), answer(body))[1]
     client = sdk(start(batches={"max_concurrent": 1}))
     created = client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
-    time.sleep(1.2)
-    assert 2 <= len(upstream.requests) <= 4  # one run, then one per rest: not one per sweep
+    wait_until(lambda: len(arrivals) >= 3, timeout=10)  # one run, then one per rest
+    gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
+    assert all(gap >= 0.5 - 0.01 for gap in gaps), gaps  # each run after a whole rest: not one per sweep (0.02 s)
     assert client.messages.batches.retrieve(created.id).processing_status == "in_progress"
 
 
