@@ -90,12 +90,13 @@ def test_a_batch_interrupted_by_shutdown_resumes_at_the_next_start_without_rerun
 def test_every_gateway_on_the_directory_sees_a_batch_and_can_cancel_it(start, upstream):
     cancel_stored = threading.Event()
     answer_per_marker(upstream, hold=cancel_stored)  # r0 stays in flight until the cancel is on disk, however loaded the machine
-    runner, other = start(batches={"max_concurrent": 1}), start()
+    runner = start(batches={"max_concurrent": 1})
     created = sdk(runner).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)])
+    wait_until(lambda: len(upstream.requests) == 1)
+    other = start()  # only now: started before, its first sweep could lock the batch before `runner` (any process may run it)
     seen = sdk(other).messages.batches.retrieve(created.id)
     assert seen.processing_status == "in_progress" and counts(seen)["processing"] == 4
     assert [b.id for b in sdk(other).messages.batches.list().data] == [created.id]
-    wait_until(lambda: len(upstream.requests) == 1)
 
     canceling = sdk(other).messages.batches.cancel(created.id)  # not the process running it
     assert canceling.processing_status == "canceling"
@@ -112,9 +113,10 @@ def test_every_gateway_on_the_directory_sees_a_batch_and_can_cancel_it(start, up
 def test_a_live_gateway_takes_over_a_batch_whose_gateway_stopped(start, upstream, monkeypatch):
     monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.1)
     hang_on(upstream, slow="m0")
-    first, second = start(batches={"max_concurrent": 1}), start()
+    first = start(batches={"max_concurrent": 1})
     created = sdk(first).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)])
     wait_until(lambda: len(upstream.requests) == 1)
+    second = start()  # only now: started before, a sweep of its own could lock the batch before `first` (any process may run it)
     answer_per_marker(upstream)
     first.stop()
 
