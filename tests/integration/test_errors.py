@@ -236,13 +236,11 @@ def test_upstream_context_overflow_is_prompt_is_too_long(gateway, upstream, upst
 
 def test_upstream_timeout_before_the_response(make_gateway, upstream):
     gateway = make_gateway(upstream={"first_byte_timeout": 0.3, "idle_timeout": 0.3})
-    upstream.queue(Reply(body=completion(), hang=1.0))
-    started = time.monotonic()
+    upstream.queue(Reply(body=completion(), hang=30.0))  # a gateway that waited for it would get a 200, or the client's 10 s timeout
     message = _envelope(_post(gateway, VALID), 504, "timeout_error")
     assert "timed out" in message
-    assert time.monotonic() - started < 0.9
 
-    upstream.queue(Reply(chunks=text_stream("late"), hang=1.0))
+    upstream.queue(Reply(chunks=text_stream("late"), hang=30.0))
     with pytest.raises(anthropic.InternalServerError) as caught:
         with _sdk(gateway).messages.stream(**VALID) as stream:
             stream.get_final_message()

@@ -250,10 +250,8 @@ def test_refresh_with_the_network_unreachable_returns_none_and_leaves_the_cache(
         old = time.time() - 10 * capabilities.REFRESH_AFTER
         os.utime(path, (old, old))
         before = path.stat().st_mtime
-    started = time.monotonic()
-    result = asyncio.run(refresh_registry(path, timeout=2.0))
+    result = asyncio.run(asyncio.wait_for(refresh_registry(path, timeout=60), 10))  # refused at once: no wait for the timeout
     assert result is None
-    assert time.monotonic() - started < 2.0
     if existing is None:
         assert not path.exists() and not path.with_suffix(".tmp").exists()
     else:
@@ -266,9 +264,7 @@ def test_refresh_against_a_silent_server_gives_up_within_its_timeout(monkeypatch
     try:
         monkeypatch.setattr(capabilities, "REGISTRY_URL", f"http://127.0.0.1:{listener.getsockname()[1]}/api.json")
         path = tmp_path / "models.dev.json"
-        started = time.monotonic()
-        assert asyncio.run(refresh_registry(path, timeout=0.3)) is None
-        assert time.monotonic() - started < 2.0
+        assert asyncio.run(asyncio.wait_for(refresh_registry(path, timeout=0.3), 10)) is None  # None: its own timeout, not wait_for's
         assert not path.exists()
     finally:
         listener.close()

@@ -807,9 +807,7 @@ def test_cancelling_a_request_waiting_for_its_head_closes_the_connection() -> No
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            started = time.monotonic()
-            await asyncio.wait_for(server.peers[0].eof.wait(), 2)
-            assert time.monotonic() - started < 1.0
+            await asyncio.wait_for(server.peers[0].eof.wait(), 4)  # closed by the cancel: the peer itself gives up only at 5 s
             await pool.close()
 
     run(main)
@@ -911,9 +909,9 @@ def test_a_proxy_that_never_answers_connect_times_out() -> None:
             root = "https://127.0.0.1:9"  # never reached
             pool = new_pool(root, proxies={root: proxy.url}, tls=ssl.create_default_context(), connect_timeout=0.3)
             started = time.monotonic()
-            with pytest.raises(ConnectFailed, match="timed out"):
-                await pool.request(root, b"GET", "/", b"", None)
-            assert 0.25 < time.monotonic() - started < 2.0
+            with pytest.raises(ConnectFailed, match="timed out"):  # the connect timeout's error, not wait_for's
+                await asyncio.wait_for(pool.request(root, b"GET", "/", b"", None), 10)
+            assert time.monotonic() - started > 0.25
             assert [s.line for s in proxy.connects] == ["CONNECT 127.0.0.1:9 HTTP/1.1"]
         finally:
             await proxy.stop()
