@@ -214,7 +214,9 @@ class Batches:
 
     def _ended_of(self, where: BatchDir, record: Record) -> Ended | None:
         ended = self._ended.get(record.id)
-        if ended is None and record.id not in self._runner.runs:  # a batch running here has not ended
+        # Read from disk even for a batch running here: once its outcome is written every other
+        # process says `ended`, and so must this one, before the run's own `on_end` catches up.
+        if ended is None:
             try:
                 ended = where.ended()
             except OSError:

@@ -13,6 +13,7 @@ from pathlib import Path
 import anthropic
 import pytest
 
+from dragoman import batch_store
 from dragoman import batches as batches_module
 from tests.fakes import FakeUpstream, Reply, completion
 from tests.integration.test_batches import answer_per_marker, counts, marker_of, params, results_of, wait_ended, wait_until
@@ -108,6 +109,31 @@ def test_every_gateway_on_the_directory_sees_a_batch_and_can_cancel_it(start, up
     assert ended.cancel_initiated_at == canceling.cancel_initiated_at
     assert sorted(r.type for r in results_of(sdk(other), created.id).values()) == ["canceled"] * 3 + ["succeeded"]
     assert len(upstream.requests) == 1
+
+
+def test_the_gateway_running_a_batch_says_ended_as_soon_as_the_others_do(start, upstream, monkeypatch):
+    """Once the outcome is on disk every other gateway says `ended`; the one that ran the
+    batch must too, not `in_progress` until its own bookkeeping catches up (a client whose
+    requests go to several `--workers` would see the batch end and then un-end)."""
+    answer_per_marker(upstream)
+    written, finish = threading.Event(), threading.Event()
+    real_end = batch_store.BatchDir.end
+
+    def end(self: batch_store.BatchDir, ended: batch_store.Ended) -> None:
+        real_end(self, ended)
+        written.set()
+        finish.wait(10)  # the running gateway's bookkeeping after the write, held back
+
+    monkeypatch.setattr(batch_store.BatchDir, "end", end)
+    runner = start()
+    created = sdk(runner).messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
+    assert written.wait(10)
+    try:
+        assert sdk(start()).messages.batches.retrieve(created.id).processing_status == "ended"  # another gateway
+        assert sdk(runner).messages.batches.retrieve(created.id).processing_status == "ended"
+        assert [r.type for r in results_of(sdk(runner), created.id).values()] == ["succeeded"]
+    finally:
+        finish.set()
 
 
 def test_a_live_gateway_takes_over_a_batch_whose_gateway_stopped(start, upstream, monkeypatch):
