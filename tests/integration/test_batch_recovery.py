@@ -8,6 +8,7 @@ key nothing about another key's batches."""
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import threading
@@ -123,7 +124,7 @@ def test_a_batch_whose_results_cannot_be_stored_rests_before_it_runs_again(start
     client = sdk(start(batches={"max_concurrent": 1}))
     created = client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
     wait_until(lambda: len(arrivals) >= 3, timeout=10)  # one run, then one per rest
-    gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
     assert all(gap >= 0.5 - 0.01 for gap in gaps), gaps  # each run after a whole rest: not one per sweep (0.02 s)
     assert client.messages.batches.retrieve(created.id).processing_status == "in_progress"
 
