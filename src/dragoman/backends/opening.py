@@ -90,6 +90,10 @@ class Opening:
                 continue
             break
         self._begun = self._settled = True
+        # What refers back to a response goes: a Response holds its Opening, and the cycle
+        # would keep the request's body (80 KB from Claude Code) until the garbage collector runs.
+        self._watched = self._resent = None
+        first.opening = response.opening = None
         if has_bytes:
             client.replicas.answered(self.root)
         else:  # it closed or broke the stream before a byte of it: the loop's read says how
@@ -119,6 +123,7 @@ class Opening:
         sent again is cancelled, its response closed, and a trial of the instance ends."""
         if self._begun:
             return
+        self._watched = None  # no cycle back to a response (see `begun`)
         resending = self._resending
         if resending is not None:
             if not resending.done():
