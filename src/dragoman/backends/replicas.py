@@ -69,6 +69,8 @@ class Replicas:
         """The next instance that is not passed over (nor `avoid`, the one a retry leaves);
         if there is none, the next of the others anyway. With `trial`, a silent instance
         picked is held for this request alone until `answered`, `failed` or `abandoned`."""
+        if not self._until and avoid is None:  # none ever passed over (a silent one has a time here): the next in turn
+            return self.roots[next(self._turn)] if len(self.roots) > 1 else self.roots[0]
         now = self._clock()
         candidates = [root for root in self.roots if root != avoid and self._until.get(root, 0.0) <= now]
         if not candidates:  # every other instance is passed over: one is still asked
