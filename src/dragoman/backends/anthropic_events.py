@@ -73,9 +73,12 @@ MESSAGE_NULLS = ("stop_details", "container", "diagnostics")
 DELTA_NULLS = ("stop_details", "container")
 
 
+_QUOTED = {name: f'"{name}"'.encode() for name in MESSAGE_NULLS + DELTA_NULLS}
+
+
 def _lacks(data: bytes, names: Iterable[str]) -> bool:
     """Whether a name is not even in the bytes: only then is the JSON decoded."""
-    return any(f'"{name}"'.encode() not in data for name in names)
+    return any(_QUOTED[name] not in data for name in names)
 
 
 def _put_nulls(target: object, names: Iterable[str]) -> bool:
