@@ -12,7 +12,10 @@ from typing import Any
 
 from dragoman import ids
 from dragoman.backends.openai import OpenAIBackend, _as_events, _sse
+from dragoman.backends.openai_stream import FIRST_PIECE
 from dragoman.config import from_dict
+from dragoman.errors import GatewayError, UpstreamError
+from dragoman.sse import DataDecoder
 from dragoman.translate.stream import StreamTranslator
 
 
@@ -74,23 +77,91 @@ def test_a_burst_in_one_read_sends_its_first_token_alone_then_the_rest() -> None
     burst = chunk(role="assistant", content="") + chunk(content="a") + chunk(content="b") + chunk(content="c") + FINISH + USAGE + DONE
     batches, response = asyncio.run(collect([burst], _as_events))
     assert [kinds(b) for b in batches] == [
-        ["MessageStart"],
-        ["ContentBlockStart", "ContentBlockDelta"],  # the first token, before b and c are decoded
+        ["MessageStart", "ContentBlockStart", "ContentBlockDelta"],  # the first token, before b and c are decoded
         ["ContentBlockDelta", "ContentBlockDelta"],
         ["ContentBlockStop", "MessageDelta", "MessageStop"],
     ]
     assert response.released and not response.closed  # read to the end: the connection is reused
 
 
+def test_a_large_burst_is_split_into_events_only_in_part_before_its_first_token(monkeypatch: Any) -> None:
+    fed: list[int] = []
+
+    class CountingDecoder(DataDecoder):
+        def feed(self, chunk: bytes) -> list[bytes]:
+            fed.append(len(chunk))
+            return super().feed(chunk)
+
+    monkeypatch.setattr("dragoman.backends.openai_stream.DataDecoder", CountingDecoder)
+    tokens = [f"token {i} " for i in range(80)]
+    burst = chunk(role="assistant", content="") + b"".join(chunk(content=t) for t in tokens) + FINISH + USAGE + DONE
+    assert len(burst) > 4 * FIRST_PIECE
+
+    async def run() -> tuple[list[Any], int]:
+        batches, fed_at_first = [], 0
+        async for batch in backend()._translated(Response([burst]), translator(), None, _as_events):  # type: ignore[arg-type]
+            if not batches:
+                fed_at_first = sum(fed)
+            batches.append(batch)
+        return batches, fed_at_first
+
+    batches, fed_at_first = asyncio.run(run())
+    assert kinds(batches[0]) == ["MessageStart", "ContentBlockStart", "ContentBlockDelta"]
+    assert fed_at_first <= FIRST_PIECE  # the rest of the read was split after the first token went out
+    assert sum(fed) == len(burst)
+    texts = [e.delta.text for batch in batches for e in batch if getattr(getattr(e, "delta", None), "text", None)]
+    assert texts == tokens  # an event cut where the read is split is whole all the same
+
+
 def test_one_token_per_read_is_one_batch_per_read() -> None:
     reads = [chunk(content="a"), chunk(content="b"), FINISH, USAGE, DONE]
     batches, _ = asyncio.run(collect(reads, _as_events))
     assert [kinds(b) for b in batches] == [
-        ["MessageStart"],
-        ["ContentBlockStart", "ContentBlockDelta"],
+        ["MessageStart", "ContentBlockStart", "ContentBlockDelta"],  # one write before the first token, not two
         ["ContentBlockDelta"],
         ["ContentBlockStop", "MessageDelta", "MessageStop"],
     ]
+
+
+class SlowStart(Response):
+    """A server that takes a while before its first token (a long prompt)."""
+
+    waited = False
+
+    async def readany(self) -> bytes:
+        if not self.waited:
+            self.waited = True
+            await asyncio.sleep(0.3)
+        return await super().readany()
+
+
+def test_a_ping_before_the_first_token_follows_message_start() -> None:
+    config = from_dict({"server": {"keepalive_interval": 0.05}, "upstreams": {"up": {"url": "http://127.0.0.1:9/v1"}}})
+    slow = OpenAIBackend("up", config.upstreams["up"], config)  # type: ignore[arg-type]
+    response = SlowStart([chunk(content="a"), FINISH + USAGE + DONE])
+
+    async def run() -> list[Any]:
+        return [batch async for batch in slow._translated(response, translator(), None, _as_events)]  # type: ignore[arg-type]
+
+    batches = [kinds(b) for b in asyncio.run(run())]
+    assert batches[0] == ["MessageStart", "Ping"]  # message_start first, as Anthropic orders them
+    assert all(b == ["Ping"] for b in batches[1:-2])
+    assert batches[-2:] == [["ContentBlockStart", "ContentBlockDelta"], ["ContentBlockStop", "MessageDelta", "MessageStop"]]
+
+
+def test_a_stream_cut_before_its_first_token_sends_message_start_before_the_error() -> None:
+    async def run() -> tuple[list[Any], BaseException | None]:
+        batches: list[Any] = []
+        try:
+            async for batch in backend()._translated(Response([chunk(role="assistant", content="")]), translator(), None, _as_events):  # type: ignore[arg-type]
+                batches.append(batch)
+        except GatewayError as error:
+            return batches, error
+        return batches, None
+
+    batches, error = asyncio.run(run())
+    assert [kinds(b) for b in batches] == [["MessageStart"]]
+    assert isinstance(error, UpstreamError) and "closed the stream before the reply was complete" in error.message
 
 
 def test_sse_encoding_of_the_batches_is_the_client_stream() -> None:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # observe imports the backends
 T = TypeVar("T")
 Batch = list[anthropic.StreamEvent]
 PINGS: Batch = [anthropic.Ping()]
+FIRST_PIECE = 2048  # bytes of a stream's first read split into events before its first token goes out
 
 
 class ChatStreams:
@@ -51,6 +52,7 @@ class ChatStreams:
         finished = handed_over = False
         watch: ReadWatch | None = None
         opening = response.opening  # a stream's head alone is no answer: until its body begins
+        opening_events: Batch = []
         try:
             if response.content_type == "application/json":  # the upstream ignored `stream: true`
                 with upstream_errors(self.name):
@@ -68,7 +70,16 @@ class ChatStreams:
                 finished = True
                 yield encode(events)
                 return
-            yield encode(translator.start())
+            # `message_start` goes out with what comes first (the first token, a ping, the end):
+            # one write fewer before the first token, whose time clients see.
+            opening_events = translator.start()
+
+            def with_start(batch: Batch) -> T:
+                nonlocal opening_events
+                if opening_events:
+                    batch, opening_events = opening_events + batch, []
+                return encode(batch)
+
             decoder = DataDecoder()
             watch = reads = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
             while opening is not None:  # until the body begins: it may come from another instance (no content block has gone out)
@@ -77,7 +88,7 @@ class ChatStreams:
                         response = await opening.begun(response, reads)
                     break
                 except Silence:
-                    yield encode(PINGS)
+                    yield with_start(PINGS)
             started = False
             writes = direct if direct is not None else DirectWrites()
             failed: list[BaseException] = []  # what a direct read raised, re-raised here
@@ -116,23 +127,30 @@ class ChatStreams:
                     with upstream_errors(self.name):
                         raw = await reads.read(response.readany())
                 except Silence:
-                    yield encode(PINGS)
+                    yield with_start(PINGS)
                     continue
                 if not raw:
                     break
                 out: list[anthropic.StreamEvent] = []
                 try:
-                    payloads = decoder.feed(raw)
-                    used = self._feed(translator, payloads, out, first_alone=not started)
-                    if out and not started:
-                        # A read can hold a whole burst: the first token goes out before the rest is translated.
-                        started = True
-                        yield encode(out)
-                        out = []
-                    self._feed(translator, payloads[used:], out)
+                    if started:
+                        self._feed(translator, decoder.feed(raw), out)
+                    else:
+                        # A read can hold a whole burst: the first token goes out before the rest is
+                        # translated, and before most of the read is even split into events.
+                        for piece in (raw,) if len(raw) <= FIRST_PIECE else (raw[:FIRST_PIECE], raw[FIRST_PIECE:]):
+                            if translator.done or translator.upstream_ended:
+                                break
+                            payloads = decoder.feed(piece)
+                            used = self._feed(translator, payloads, out, first_alone=not started)
+                            if out and not started:
+                                started = True
+                                yield with_start(out)
+                                out = []
+                            self._feed(translator, payloads[used:], out)
                 except GatewayError:
                     if out:
-                        yield encode(out)  # what came before the failure still reaches the client
+                        yield with_start(out)  # what came before the failure still reaches the client
                     raise
                 if out:
                     yield encode(out)
@@ -144,11 +162,15 @@ class ChatStreams:
                 translator.assume_usage(await prompt_tokens())
             final = translator.finish()
             note_usage(outcome, translator.usage)
-            yield encode(final)
+            yield with_start(final)
             finished = not translator.done
             if finished and translator.upstream_ended:
                 handed_over = True
                 end_body(response)  # the client's reply ends now, not when the server ends its body
+        except GatewayError:
+            if opening_events:  # a failure before anything was sent: its error event follows `message_start`, as before
+                yield encode(opening_events)
+            raise
         finally:
             if watch is not None:
                 watch.close()
