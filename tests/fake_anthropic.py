@@ -44,7 +44,8 @@ def text_events(text: str = "Hello", model: str = "native-model") -> list[bytes]
 class NativeReply:
     status: int = 200
     body: Any = None
-    events: list[Any] | None = None  # bytes, ("sleep", seconds), or "drop" (the connection breaks)
+    # bytes, ("sleep", seconds), "drop" (the connection breaks) or "close" (it is closed, a FIN, after what was written: the head at least)
+    events: list[Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     hang: float = 0.0  # seconds to wait before answering
 
@@ -126,6 +127,11 @@ class FakeAnthropic:
                 if item == "drop":  # the connection breaks here
                     assert request.transport is not None
                     request.transport.abort()
+                    return response
+                if item == "close":
+                    await response.write(b"")  # the head, if no event sent it (aiohttp holds it until the first)
+                    assert request.transport is not None
+                    request.transport.close()
                     return response
                 if isinstance(item, tuple):
                     await self._sleep_watching(request, item[1])

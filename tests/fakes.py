@@ -28,6 +28,7 @@ class Reply:
     hang: float = 0.0  # seconds to wait before answering
     hold: threading.Event | None = None  # answer only once the test sets it: "in flight until X happened", with no timing to guess
     drop: bool = False  # stream: abort the TCP connection after the chunks (no [DONE], no end of body)
+    cut: bool = False  # stream: close the connection (a FIN) after the chunks, its head sent even with none (a replica restarting)
 
 
 def completion(content: str | None = "Hello!", *, finish: str = "stop", tool_calls: list | None = None,
@@ -193,6 +194,11 @@ class FakeUpstream:
             if reply.drop:
                 assert request.transport is not None
                 request.transport.abort()
+                return response
+            if reply.cut:
+                await response.write(b"")  # the head, if no chunk sent it (aiohttp holds it until the first)
+                assert request.transport is not None
+                request.transport.close()  # what was written goes first
                 return response
             if reply.done:
                 await response.write(b"data: [DONE]\n\n")
