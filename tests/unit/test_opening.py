@@ -1,6 +1,7 @@
 """A stream's response until its body begins (backends.opening): the instance answers with
 the first body bytes, not the head; none within first_byte_timeout of the request makes it
-silent, and the request is sent again when the client (HttpClient.resends_silent) says so.
+silent, and the request is sent again when the client (HttpClient.resends_silent) says so; one
+that ends before a byte is sent again when HttpClient.resends_broken says so.
 Responses and the client are stand-ins; waits are ended by events, never by the clock."""
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ class Client:
         self.cancelled = False
 
     def resends_silent(self, request: Sending, root: str) -> bool:
+        return self.resends
+
+    def resends_broken(self, request: Sending, root: str) -> bool:
         return self.resends
 
     async def resend(self, request: Sending) -> Head:
@@ -204,14 +208,30 @@ def test_a_resend_answered_without_an_event_stream_is_an_upstream_error() -> Non
     asyncio.run(main())
 
 
-def test_a_body_that_ends_or_breaks_before_a_byte_is_no_answer() -> None:
-    """The loop's read reports how it ended; the instance is passed over as unreachable."""
+def test_a_body_that_ends_or_breaks_before_a_byte_is_no_answer_and_the_request_is_sent_again() -> None:
+    """The instance is passed over as unreachable (test_reopening: through the real client)."""
     async def main() -> None:
-        client, first = Client(), Head(has_bytes=False)
+        client, first, second = Client(), Head(has_bytes=False), Head()
         first.begin.set()
+        second.begin.set()
+        client.next.set_result(second)
         response, _ = await begun(opening_for(client), first, watch())
-        assert response is first
-        assert client.replicas.said == [("failed", A)]
+        assert response is second and first.closed and client.resent == 1
+        assert client.replicas.said == [("failed", A), ("answered", B)]
+
+    asyncio.run(main())
+
+
+def test_a_body_that_ends_or_breaks_before_a_byte_not_sent_again_is_read_as_it_ended() -> None:
+    """The loop's read reports how it ended (an `error` event)."""
+    async def main() -> None:
+        client, first = Client(resends=False), Head(has_bytes=False)
+        first.begin.set()
+        opening = opening_for(client)
+        response, _ = await begun(opening, first, watch())
+        assert response is first and not first.closed and client.resent == 0
+        opening.close()
+        assert client.replicas.said == [("failed", A)]  # not "abandoned" as well
 
     asyncio.run(main())
 

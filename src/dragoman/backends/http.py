@@ -233,12 +233,24 @@ class HttpClient:
         """Whether `request`, which `root` left without an answer within first_byte_timeout,
         goes once more, at once, to another instance: only once per request, and only if
         another is free (each such wait costs the whole timeout), within max_retries."""
-        elsewhere = not request.timed_out and self.replicas.others_free(root)
-        request.timed_out = True
+        once, request.timed_out = not request.timed_out, True
+        return once and self._resends_elsewhere(request, root)
+
+    def resends_broken(self, request: Sending, root: str) -> bool:
+        """Whether a stream request whose connection `root` closed or reset after the head, before
+        a byte of the body, goes once more, at once, to another instance: as for a silence, only
+        once per request (the request itself may be what brings a server down: it is not passed
+        round the fleet) and only if another is free (waiting out a restart would be all the
+        backoff could do), within max_retries."""
+        once, request.broke = not request.broke, True
+        return once and self._resends_elsewhere(request, root)
+
+    def _resends_elsewhere(self, request: Sending, root: str) -> bool:
+        elsewhere = self.replicas.others_free(root)
         return elsewhere and self._may_retry(request.attempt, request.budget_end, None, elsewhere)
 
     async def resend(self, request: Sending) -> Response:
-        """`request` again, after `resends_silent` said so (the stream's opening asks)."""
+        """`request` again, after `resends_silent` or `resends_broken` said so (the stream's opening asks)."""
         self._count_retry(request)
         return await self._post(request, raw=False)  # a refusal now can only be an error event: mapped here
 

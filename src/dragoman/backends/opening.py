@@ -6,7 +6,11 @@ nothing. So for a stream the head is no answer: the instance answers
 (`Replicas.answered`) with the first body bytes, due within `first_byte_timeout` of the
 request, as a head is. One that sends none in time is silent (`Replicas.failed(root,
 silent=True)`): passed over, and the request goes once more, at once, to another free
-instance, by the rule for a head that never came (`HttpClient.resends_silent`).
+instance, by the rule for a head that never came (`HttpClient.resends_silent`). One whose
+body ends or fails before a byte (it closed or reset the connection after the head: it
+restarts, or crashed) failed as one that closed before its head did (`Replicas.failed(root,
+silent=False)`), and the request goes once more to another free instance too
+(`HttpClient.resends_broken`).
 
 That retry is invisible to the client, whichever stream loop reads the response: before
 the first body bytes, passthrough has sent only keep-alive comments (SSE comments, which
@@ -46,6 +50,7 @@ class Sending:
     budget_end: float  # time.monotonic() past which no retry waits
     attempt: int = 0
     timed_out: bool = False  # an instance was silent: a second silence is not retried
+    broke: bool = False  # an instance closed a stream before its body began: a second such close is not retried
     root: str | None = None  # the instance of the latest attempt
 
 
@@ -88,7 +93,8 @@ class Opening:
             except UpstreamTimeout:
                 self._silent(response, watch)
                 continue
-            break
+            if has_bytes or not self._broken(response, watch):
+                break
         self._begun = self._settled = True
         # What refers back to a response goes: a Response holds its Opening, and the cycle
         # would keep the request's body (80 KB from Claude Code) until the garbage collector runs.
@@ -96,9 +102,20 @@ class Opening:
         first.opening = response.opening = None
         if has_bytes:
             client.replicas.answered(self.root)
-        else:  # it closed or broke the stream before a byte of it: the loop's read says how
-            client.replicas.failed(self.root, silent=False)
-        return response
+        return response  # else it broke (`_broken`), and is not sent again: the loop's read says how
+
+    def _broken(self, response: Response, watch: ReadWatch) -> bool:
+        """`response` ended or failed before a byte of its body (its instance closed or reset the
+        connection: it restarts, say). Whether the request is sent again, as for a silence."""
+        client = self._client
+        client.replicas.failed(self.root, silent=False)
+        self._settled = True
+        if not client.resends_broken(self._request, self.root):
+            return False
+        response.close()
+        self._resending = asyncio.ensure_future(client.resend(self._request))
+        watch.expect_by(math.inf)
+        return True
 
     def _silent(self, response: Response, watch: ReadWatch) -> None:
         client = self._client

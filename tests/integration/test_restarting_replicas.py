@@ -1,0 +1,87 @@
+"""A replica that closes a stream's connection after its `200 text/event-stream` head and before
+a byte of its body (it restarts, or crashes, as it takes the request) is no answer: the stream
+goes once more, at once, to another free replica, and the client, through the official SDK,
+gets a complete, normal message. Cool-downs are longer than any test, never waited for."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anthropic
+import httpx
+import pytest
+
+from dragoman.backends import replicas as replicas_module
+from dragoman.backends.replicas import CoolDowns
+from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
+from tests.fakes import FakeUpstream, Reply, text_stream
+from tests.servers import sse_frames
+
+VALID = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
+NATIVE = {"model": "native-model", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
+FLEET = {"max_retries": 2}
+STREAMS = 3  # round robin over two replicas: at least one goes to the one that closes
+
+
+@pytest.fixture
+def long_cool_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica that closed a connection stays passed over for longer than any test."""
+    monkeypatch.setattr(replicas_module, "COOL_DOWNS", CoolDowns(unreachable=3600.0))
+
+
+@pytest.fixture
+def closing() -> Iterator[FakeUpstream]:
+    """A replica that sends every stream's head and then closes its connection."""
+    fake = FakeUpstream().start()
+    fake.responder = lambda body: Reply(chunks=[], cut=True, done=False) if body.get("stream") else None
+    yield fake
+    fake.stop()
+
+
+def _client(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=30)
+
+
+def test_a_translated_stream_closed_after_its_head_is_answered_by_another_replica(make_gateway, upstream, closing, long_cool_down):
+    upstream.responder = lambda body: Reply(chunks=text_stream("Hi", "!")) if body.get("stream") else None
+    gateway = make_gateway(url=closing.url, upstream={"replicas": [upstream.url], **FLEET}, server={"default_model": "test-model"})
+    client = _client(gateway.url)
+    for _ in range(STREAMS):
+        with client.messages.stream(**VALID) as stream:
+            assert stream.get_final_text() == "Hi!"
+            assert stream.get_final_message().stop_reason == "end_turn"
+    assert len(closing.requests) == 1  # the one that found it closing: then passed over
+    assert len(upstream.requests) == STREAMS
+
+
+def test_a_passthrough_stream_closed_after_its_head_is_answered_by_another_replica(gateway_from, native, long_cool_down):
+    """The client's response head went out with the first replica's head (before its body could
+    begin): its `anthropic-*` headers are that replica's, not those of the one that answered."""
+    closes = FakeAnthropic().start()
+    closes.replies.extend(NativeReply(events=["close"], headers={"anthropic-organization-id": "closed"}) for _ in range(STREAMS))
+    native.replies.extend(NativeReply(events=text_events("Hi"), headers={"anthropic-organization-id": "answered"})
+                          for _ in range(STREAMS))  # fmt: skip
+    try:
+        gateway = gateway_from({"server": {"default_model": "native-model"},
+                                "upstreams": {"n": {"url": closes.url, "replicas": [native.url], "protocol": "anthropic", **FLEET}}})  # fmt: skip
+        client = _client(gateway.url)
+        heads = []
+        for _ in range(STREAMS):
+            with client.messages.stream(**NATIVE) as stream:
+                assert stream.get_final_text() == "Hi"
+                assert stream.get_final_message().stop_reason == "end_turn"
+                heads.append(stream.response.headers["anthropic-organization-id"])
+        assert len(closes.requests) == 1
+        assert len(native.requests) == STREAMS
+        assert sorted(heads) == ["answered"] * (STREAMS - 1) + ["closed"]
+    finally:
+        closes.stop()
+
+
+def test_with_no_other_replica_a_stream_closed_after_its_head_ends_with_an_error_event(make_gateway, closing):
+    gateway = make_gateway(url=closing.url, upstream=FLEET, server={"default_model": "test-model"})
+    response = httpx.post(gateway.url + "/v1/messages", json={**VALID, "stream": True}, timeout=30)
+    frames = sse_frames(response.text)
+    assert frames[-1][0] == "error" and frames[-1][1]["error"]["type"] == "api_error"
+    assert "closed the connection" in frames[-1][1]["error"]["message"]
+    assert len(closing.requests) == 1
