@@ -24,11 +24,11 @@ from dragoman import ids
 from dragoman.backends.base import Call, Completed
 from dragoman.batch_store import BatchDir, Ended, Record
 from dragoman.config import BatchesConfig
-from dragoman.errors import GatewayError, InvalidRequest, UpstreamError
+from dragoman.errors import GatewayError, InvalidRequest, NotFound, RequestTooLarge, UpstreamError
 from dragoman.observe import Outcome
 from dragoman.protocol import anthropic
 from dragoman.protocol.batches import BatchRequest, RequestCounts
-from dragoman.validation import decode_request
+from dragoman.validation import decode_request, within
 
 if TYPE_CHECKING:
     from dragoman.gateway import Gateway
@@ -37,6 +37,9 @@ log = logging.getLogger("dragoman.batches")
 
 CANCEL_POLL = 0.5  # seconds between looks for a cancel made by another process
 REST_AFTER_FAILURE = 30.0  # seconds before this process runs again a batch whose results it could not store
+# What the gateway finds wrong with a request's params (not its upstream's answer, not a limit):
+# the message names the field as the batch request holds it, `requests.3.params.<field>`.
+ABOUT_THE_PARAMS = (InvalidRequest, NotFound, RequestTooLarge)
 
 
 def _line(custom_id: str, result: bytes) -> bytes:
@@ -66,7 +69,7 @@ class Run:
         self.canceling_since: float | None = None  # read by `open` (no I/O here: a claim must not fail half-way)
         self.stopping = asyncio.Event()  # canceled or expired: start nothing more
         self.task: asyncio.Task[None] | None = None
-        self.todo: list[BatchRequest] = []
+        self.todo: list[tuple[int, BatchRequest]] = []  # (its index in the batch's requests, the request)
         self._results = -1
         self._size = 0
 
@@ -79,7 +82,7 @@ class Run:
             settled = _SETTLED.decode(line)
             done.add(settled.custom_id)
             self._count(settled.result.type)
-        self.todo = [r for r in requests if r.custom_id not in done]
+        self.todo = [(index, r) for index, r in enumerate(requests) if r.custom_id not in done]
         self._results = self.dir.open_results()
         self._size = os.fstat(self._results).st_size
 
@@ -164,7 +167,7 @@ class Runner:
         without a result gets `outcome`; no worker, no event loop. The batch is let go."""
         try:
             run.open(requests)
-            for request in run.todo:
+            for _, request in run.todo:
                 run.settle_unrun(request.custom_id, outcome)
             end = Ended(at=time.time(), counts=run.counts)
             run.dir.end(end)
@@ -188,8 +191,8 @@ class Runner:
         pending = iter(run.todo)
 
         async def worker() -> None:
-            for request in pending:  # shared: each request is taken by one worker
-                await self._settle(run, request)
+            for index, request in pending:  # shared: each request is taken by one worker
+                await self._settle(run, index, request)
 
         workers = [loop.create_task(worker()) for _ in range(min(self._config.max_concurrent, len(run.todo)))]
         try:
@@ -226,13 +229,13 @@ class Runner:
         while not run.stopped():
             await asyncio.sleep(CANCEL_POLL)
 
-    async def _settle(self, run: Run, request: BatchRequest) -> None:
+    async def _settle(self, run: Run, index: int, request: BatchRequest) -> None:
         if not await self._slot(run):  # canceled or expired before it could start
             run.settle_unrun(request.custom_id, "canceled" if run.canceling_since is not None else "expired")
             return
         assert self._slots is not None
         try:
-            succeeded, payload = await self._message(run.record, request)
+            succeeded, payload = await self._message(run.record, index, request)
         except Exception:  # a bug: that request errors, the batch goes on
             log.exception("batch %s, request %s failed", run.record.id, request.custom_id)
             succeeded, payload = False, UpstreamError("internal error while running the request").body(None)
@@ -277,24 +280,21 @@ class Runner:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _message(self, record: Record, item: BatchRequest) -> tuple[bool, bytes]:
+    async def _message(self, record: Record, index: int, item: BatchRequest) -> tuple[bool, bytes]:
         """One request, run as POST /v1/messages would run it: (True, the message's JSON)
-        or (False, the error's JSON, Anthropic's envelope)."""
+        or (False, the error's JSON, Anthropic's envelope). `index`: its place in the batch."""
         gateway = self._gateway
         body = bytes(item.params)
         outcome = Outcome(request_id=ids.request_id(), endpoint="batch")
         try:
             if gateway.files.named_in(body):
                 body = await gateway.files.resolve(body, gateway.config.server.max_request_bytes, owner=record.owner)
-            try:
-                request = decode_request(body, anthropic.MESSAGES_REQUEST)
-            except InvalidRequest as error:  # named from the batch request: its `params`
-                raise InvalidRequest("params" + ("." if ":" in error.message.split(" ", 1)[0] else ": ") + error.message) from None
+            request = decode_request(body, anthropic.MESSAGES_REQUEST)
             outcome.model = request.model
             if request.stream:
-                raise InvalidRequest("params.stream: streaming is not available in a batch")
+                raise InvalidRequest("stream: streaming is not available in a batch")
             if request.thread is not None:
-                raise InvalidRequest("params.thread: message threads are not available in a batch; send the whole conversation")
+                raise InvalidRequest("thread: message threads are not available in a batch; send the whole conversation")
             route = await gateway.route(request.model)
             outcome.routed(route)
             limiter = gateway.limiters.get(route.upstream)
@@ -321,6 +321,8 @@ class Runner:
                 return False, reply.body
             raise UpstreamError(f"the upstream answered {reply.status}")
         except GatewayError as error:
+            if isinstance(error, ABOUT_THE_PARAMS) and not error.is_upstream:  # the one place item errors are named
+                error.message = within(f"requests.{index}.params", error.message)
             outcome.status, outcome.error_type, outcome.upstream_failed = (
                 error.status,
                 error.type,

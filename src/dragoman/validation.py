@@ -18,6 +18,7 @@ T = TypeVar("T")
 _AT = re.compile(r" - at `\$\.?(.*)`$")
 _MISSING = re.compile(r"^Object missing required field `(.+)`$")
 _TAG = re.compile(r"^Invalid value '(.*)'$")
+_FIELD_FIRST = re.compile(r"[\w.\[\]-]+: ")  # `thinking.enabled.budget_tokens: ...`: a message that names its field
 
 
 def field_path(text: str) -> tuple[str, str]:
@@ -39,6 +40,16 @@ def describe(error: msgspec.ValidationError) -> str:
         if tag is not None and path.endswith(".type"):  # an unknown block or source type
             text = f"unsupported type {tag.group(1)!r}"
     return f"{path}: {text}" if path else text
+
+
+def within(where: str, message: str) -> str:
+    """A message about a request that is part of a larger one, naming the field as the client
+    sent it: within `requests.3.params`, `thinking.enabled.budget_tokens: ...` becomes
+    `requests.3.params.thinking.enabled.budget_tokens: ...`, and a message that names no field
+    (Anthropic words some checks so) is about the part as a whole, `requests.3.params: ...`."""
+    if _FIELD_FIRST.match(message):
+        return f"{where}.{message}"
+    return f"{where}: {message}"
 
 
 _LONE_SURROGATE = re.compile(

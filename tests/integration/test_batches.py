@@ -174,10 +174,10 @@ def test_mixed_outcomes_are_validated_when_run_not_at_create(start, upstream):
         assert result.error.error.type == error_type, result.error
         return result.error.error.message
 
-    assert "max_tokens" in errored("no-max-tokens", "invalid_request_error")
-    assert "no-such-model" in errored("unknown-model", "not_found_error")
-    assert "stream" in errored("streaming", "invalid_request_error")
-    assert errored("threaded", "invalid_request_error").startswith("params.thread:")
+    assert errored("no-max-tokens", "invalid_request_error").startswith("requests.1.params.max_tokens: ")
+    assert errored("unknown-model", "not_found_error").startswith("requests.2.params.model: 'no-such-model'")
+    assert errored("streaming", "invalid_request_error").startswith("requests.3.params.stream: ")
+    assert errored("threaded", "invalid_request_error").startswith("requests.4.params.thread:")
     errored("upstream-fails", "api_error")
     # Only the requests that were valid reached the upstream.
     assert sorted(marker_of(body) for body in upstream.requests) == ["ok", "upstream500"]
@@ -647,7 +647,7 @@ def test_the_results_url_is_the_gateway_as_the_asking_client_reached_it(start):
     assert [r.custom_id for r in reader.messages.batches.results(batch.id)] == ["a"]
 
 
-def test_an_unreadable_params_is_named_as_params(start):
+def test_an_unreadable_params_is_named_where_the_batch_request_holds_it(start):
     client = sdk(start())
     batch = client.messages.batches.create(requests=[
         {"custom_id": "int", "params": 5},
@@ -655,7 +655,7 @@ def test_an_unreadable_params_is_named_as_params(start):
     ])  # fmt: skip
     wait_ended(client, batch.id)
     errors = {r.custom_id: r.result.error.error.message for r in client.messages.batches.results(batch.id)}
-    assert errors["int"].startswith("params: ") and errors["nokey"].startswith("params.max_tokens: ")
+    assert errors["int"].startswith("requests.0.params: ") and errors["nokey"].startswith("requests.1.params.max_tokens: ")
 
 
 def test_deleting_while_paging_through_the_list_reaches_every_batch(start):
@@ -681,8 +681,9 @@ def test_a_batch_waits_for_a_full_upstream_instead_of_erroring(start, upstream):
 
 
 def test_a_thinking_budget_is_checked_per_request_with_the_create_requests_betas(start, upstream):
-    """As on POST /v1/messages: each request's thinking checked when it runs; the beta header
-    of the create request applies to every request of the batch."""
+    """As on POST /v1/messages: each request's thinking checked when it runs, the error naming
+    the field where the batch request holds it; the beta header of the create request applies
+    to every request of the batch."""
     answer_per_marker(upstream)
     client = sdk(start())
     requests = [
@@ -696,11 +697,26 @@ def test_a_thinking_budget_is_checked_per_request_with_the_create_requests_betas
 
     assert counts(plain) == {"processing": 0, "succeeded": 1, "errored": 2, "canceled": 0, "expired": 0}
     results = results_of(client, plain.id)
-    for custom_id, message in (("low", "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
-                               ("past-max", "`max_tokens` must be greater than `thinking.budget_tokens`.")):  # fmt: skip
+    for custom_id, message in (
+        ("low", "requests.0.params.thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
+        ("past-max", "requests.1.params: `max_tokens` must be greater than `thinking.budget_tokens`."),  # Anthropic's words name no field
+    ):
         assert results[custom_id].type == "errored"
         assert results[custom_id].error.error.type == "invalid_request_error"
         assert results[custom_id].error.error.message.startswith(message)
     assert counts(with_beta) == {"processing": 0, "succeeded": 2, "errored": 1, "canceled": 0, "expired": 0}
     assert results_of(client, with_beta.id)["past-max"].type == "succeeded"
     assert sorted(marker_of(body) for body in upstream.requests) == ["ok", "ok", "past"]
+
+
+def test_an_upstreams_refusal_keeps_its_own_words(start, upstream):
+    """Only what the gateway finds wrong with the params is named from the batch request;
+    an upstream's 400 is reported as the upstream said it."""
+    upstream.responder = lambda body: Reply(status=400, body={"error": {"message": "prompt refused", "type": "invalid_request_error"}})
+    client = sdk(start())
+    batch = client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
+    wait_ended(client, batch.id)
+    [line] = client.messages.batches.results(batch.id)
+    assert line.result.type == "errored" and line.result.error.error.type == "invalid_request_error"
+    message = line.result.error.error.message
+    assert message.startswith("upstream default answered 400: ") and message.endswith("prompt refused"), message

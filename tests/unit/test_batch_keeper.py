@@ -70,7 +70,7 @@ def test_a_storage_failure_does_not_leak_a_request_slot_of_the_process(tmp_path:
     async def main() -> int:
         events = {key: make() for key, make in gates.items()}
 
-        async def message(record: Record, item) -> tuple[bool, bytes]:
+        async def message(record: Record, index: int, item) -> tuple[bool, bytes]:
             event = events.get((record.id, item.custom_id))
             if event is not None:
                 await event.wait()
