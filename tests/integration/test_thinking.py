@@ -1007,8 +1007,7 @@ def test_omitted_thinking_carries_its_reasoning_back_to_a_replay_model(gw, fake,
 INTERLEAVED = "interleaved-thinking-2025-05-14"
 
 
-@pytest.mark.parametrize("stream", [False, True])
-@pytest.mark.parametrize(
+REFUSED_BUDGETS = pytest.mark.parametrize(
     ("max_tokens", "thinking", "extra", "message"),
     [
         (8000, {"type": "enabled", "budget_tokens": 1000}, {}, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
@@ -1017,6 +1016,10 @@ INTERLEAVED = "interleaved-thinking-2025-05-14"
     ],
     ids=["below-1024", "not-below-max-tokens", "forced-tool-use"],
 )  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@REFUSED_BUDGETS
 def test_a_thinking_budget_anthropic_refuses_is_a_400_before_the_upstream(gw, fake, stream, max_tokens, thinking, extra, message):
     client = gw()
     with pytest.raises(anthropic.BadRequestError) as caught:
@@ -1027,6 +1030,31 @@ def test_a_thinking_budget_anthropic_refuses_is_a_400_before_the_upstream(gw, fa
     assert caught.value.status_code == 400
     assert _error(caught).startswith(message)
     assert fake.requests == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@REFUSED_BUDGETS
+def test_a_compaction_request_gets_the_same_thinking_checks(gw, fake, stream, max_tokens, thinking, extra, message):
+    """The summary is asked for without thinking or tools, but the request as sent is checked
+    as any other: Anthropic answers it the same 400."""
+    client = gw()
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.beta.messages.create(model="thinker", max_tokens=max_tokens, messages=USER, thinking=thinking,
+                                    compaction={"type": "summarize"}, stream=stream, **extra)  # fmt: skip
+    assert caught.value.status_code == 400
+    assert _error(caught).startswith(message)
+    assert fake.requests == []
+
+
+def test_a_compaction_request_with_the_interleaved_beta_may_pass_max_tokens(gw, fake):
+    client = gw()
+    fake.json_reply(completion("They said hello."))
+    compacted = client.beta.messages.create(
+        model="thinker", max_tokens=2000, messages=USER, thinking={"type": "enabled", "budget_tokens": 16000},
+        compaction={"type": "summarize"}, betas=[INTERLEAVED],
+    )  # fmt: skip
+    assert compacted.stop_reason == "compaction" and compacted.content[0].content == "They said hello."
+    assert len(fake.requests) == 1
 
 
 def test_the_interleaved_thinking_beta_lets_the_budget_pass_max_tokens(gw, fake):

@@ -1,12 +1,16 @@
-"""translate.compaction: the summarizing request, and compaction blocks sent back."""
+"""translate.compaction: the summarizing request (checked as sent, as any request is), and
+compaction blocks sent back."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import msgspec
+import pytest
 
+from dragoman.errors import InvalidRequest
 from dragoman.protocol import anthropic
+from dragoman.translate.checks import check_request
 from dragoman.translate.compaction import INSTRUCTIONS, SUMMARY_INTRO, summarizing, summary_of, with_summaries
 
 
@@ -46,3 +50,53 @@ def test_the_reply_is_one_compaction_block() -> None:
     assert compacted.stop_reason == "compaction" and compacted.content == [anthropic.OutCompactionBlock(content="Summary.")]
     empty = summary_of(msgspec.structs.replace(message, content=[]))
     assert empty.content == [anthropic.OutCompactionBlock(content=None)]  # a failed compaction, as the API marks it
+
+
+TOOL = {"name": "f", "input_schema": {"type": "object"}}
+INTERLEAVED = frozenset({"interleaved-thinking-2025-05-14"})
+
+
+@pytest.mark.parametrize(
+    ("fields", "betas", "message"),
+    [
+        ({"thinking": {"type": "enabled", "budget_tokens": 100}, "max_tokens": 4000}, frozenset(),
+         "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
+        ({"thinking": {"type": "enabled"}, "max_tokens": 4000}, frozenset(), "thinking.enabled.budget_tokens: Field required"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 4000}, "max_tokens": 4000}, frozenset(),
+         "`max_tokens` must be greater than `thinking.budget_tokens`."),
+        ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 4000, "tools": [TOOL], "tool_choice": {"type": "any"}},
+         frozenset(), "Thinking may not be enabled when tool_choice forces tool use."),
+        ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 4000, "tools": [TOOL],
+          "tool_choice": {"type": "tool", "name": "f"}}, INTERLEAVED, "Thinking may not be enabled when tool_choice forces tool use."),
+        ({"tools": [TOOL, TOOL]}, frozenset(), "tools.1.name: 'f' is the name of an earlier tool"),
+        ({"tool_choice": {"type": "any"}}, frozenset(), "tool_choice: type 'any' needs tools"),
+    ],
+    ids=["below-1024", "no-budget", "not-below-max-tokens", "forced-any", "forced-tool-interleaved", "duplicate-tool", "any-without-tools"],
+)  # fmt: skip
+def test_a_compaction_request_is_refused_as_the_same_request_without_compaction_is(
+    fields: dict[str, Any], betas: frozenset[str], message: str
+) -> None:
+    """The summary's request drops thinking and tools: the request as sent is checked first,
+    with the very message an ordinary request gets."""
+    ordinary = _request([{"role": "user", "content": "hi"}], **fields)
+    with pytest.raises(InvalidRequest) as plain:
+        check_request(ordinary, betas)
+    with pytest.raises(InvalidRequest) as compacting:
+        summarizing(msgspec.structs.replace(ordinary, compaction=anthropic.CompactionConfig(type="summarize")), betas)
+    assert compacting.value.message == plain.value.message and compacting.value.message.startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("fields", "betas"),
+    [
+        ({"thinking": {"type": "enabled", "budget_tokens": 16000}, "max_tokens": 2000}, INTERLEAVED),
+        ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2000, "tools": [TOOL], "tool_choice": {"type": "auto"}},
+         frozenset()),
+        ({"thinking": {"type": "adaptive"}, "max_tokens": 2000, "tools": [TOOL], "tool_choice": {"type": "any"}}, frozenset()),
+    ],
+    ids=["interleaved-past-max-tokens", "auto-tool-choice", "adaptive-forced"],
+)  # fmt: skip
+def test_a_compaction_request_anthropic_takes_is_summarized(fields: dict[str, Any], betas: frozenset[str]) -> None:
+    request = _request([{"role": "user", "content": "hi"}], compaction={"type": "summarize"}, **fields)
+    asked = summarizing(request, betas)
+    assert asked.thinking is None and asked.tools is None and asked.messages[-1].content == INSTRUCTIONS

@@ -130,7 +130,7 @@ class OpenAIBackend:
 
     async def _compact(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
         """The conversation summarized, as a `compaction` block (see translate.compaction)."""
-        reply = await self._respond(call, route, summarizing(request))
+        reply = await self._respond(call, route, summarizing(request, anthropic.betas(call.headers)))
         assert isinstance(reply, Completed)
         message = summary_of(msgspec.json.decode(reply.body, type=anthropic.Message))
         if request.stream:

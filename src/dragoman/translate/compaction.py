@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import msgspec
 
 from dragoman.protocol import anthropic
+from dragoman.translate.checks import check_request
 
 INSTRUCTIONS = (
     "Write a summary of the conversation so far that lets it go on from the summary alone, without the messages "
@@ -20,9 +21,13 @@ INSTRUCTIONS = (
 SUMMARY_INTRO = "A summary of the earlier conversation, which it replaces:\n\n"
 
 
-def summarizing(request: anthropic.MessagesRequest) -> anthropic.MessagesRequest:
+def summarizing(request: anthropic.MessagesRequest, betas: frozenset[str] = frozenset()) -> anthropic.MessagesRequest:
     """The request that asks the model for the summary: the conversation, then the
-    instructions, with no tools to call and nothing to stop early."""
+    instructions, with no tools to call and nothing to stop early. The request as sent is
+    checked first, as any other is (Anthropic refuses a bad thinking budget or tool list on a
+    compaction request too): the summary's request no longer has the fields those checks see.
+    `betas`: the request's `anthropic-beta` names."""
+    check_request(request, betas)
     instructions = (request.compaction.instructions or "").strip() if request.compaction else ""
     ask = anthropic.MessageParam(role="user", content=instructions or INSTRUCTIONS)
     return msgspec.structs.replace(
