@@ -84,6 +84,11 @@ async def _read_body(request: Request, limit: int) -> bytes:
 class EventStreamResponse(StreamingResponse):
     """An SSE reply: sent chunk by chunk, observed, and ended well whatever happens.
 
+    - The head goes out with the stream's first chunk (its first event, or a keep-alive
+      after `keepalive_interval`), in the same turn of the loop: a failure before it is
+      an HTTP error in Anthropic's envelope, with its status (which the SDKs retry, and
+      an `error` event is not), and the headers are the reply's as they are then (a
+      passthrough stream sent to another instance carries that instance's).
     - A client leaving is noticed at once, not at the next write: during a long
       prefill nothing is written for a while, and the backend would keep generating
       for nobody. Cancelling the stream closes the upstream request.
@@ -95,8 +100,11 @@ class EventStreamResponse(StreamingResponse):
 
     def __init__(self, chunks: AsyncIterator[bytes], *, headers: Mapping[str, str], status_code: int,
                  outcome: Outcome, metrics: Metrics, on_close: Callable[[], None] | None = None,
-                 direct: DirectWrites | None = None) -> None:  # fmt: skip
-        super().__init__(chunks, status_code=status_code, headers=headers, media_type="text/event-stream")
+                 direct: DirectWrites | None = None, request_id: str | None = None) -> None:  # fmt: skip
+        super().__init__(chunks, status_code=status_code, media_type="text/event-stream")
+        self.headers_of_reply = headers  # read when the head goes out: the stream may change them until then
+        self.request_id = request_id
+        self.head_sent = False
         self.outcome = outcome
         self.metrics = metrics
         self.on_close = on_close
@@ -112,10 +120,8 @@ class EventStreamResponse(StreamingResponse):
             self.direct.writer = _NotingWriter(body, outcome)  # type: ignore[union-attr]
         try:
             try:
-                await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
                 await self._relay(send, outcome)
                 finished = True
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
             except asyncio.CancelledError:
                 watch.absorb()  # ClientLeft when the watch cancelled us: the client is gone
                 # Not the client: the server is stopping and this stream outlived the grace
@@ -123,11 +129,14 @@ class EventStreamResponse(StreamingResponse):
                 if self.direct is not None:
                     self.direct.writer = None
                 stopping = Overloaded("the server is shutting down; send the request again")
-                outcome.error_type = stopping.type
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     async with asyncio.timeout(1):
-                        await send({"type": "http.response.body", "body": stopping.event(), "more_body": True})
-                        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                        if not self.head_sent:
+                            await self._refuse(send, outcome, stopping)
+                        else:
+                            outcome.error_type = stopping.type
+                            await send({"type": "http.response.body", "body": stopping.event(), "more_body": True})
+                            await send({"type": "http.response.body", "body": b"", "more_body": False})
                         finished = True
         except (ClientLeft, OSError):
             pass
@@ -143,13 +152,36 @@ class EventStreamResponse(StreamingResponse):
             metrics.record(outcome)
 
     async def _relay(self, send: Send, outcome: Outcome) -> None:
+        """The head with the first chunk, the chunks that are not written directly, the end."""
         chunks = self.body_iterator.__aiter__()
+        try:
+            first = await chunks.__anext__()
+        except StopAsyncIteration:
+            first = b""
+        except GatewayError as error:
+            log.warning("stream from %s failed before it began: %s", outcome.upstream, error.message)
+            await self._refuse(send, outcome, error)
+            return
+        except Exception:  # a bug
+            log.exception("stream from %s failed before it began", outcome.upstream)
+            await self._refuse(send, outcome, GatewayError("internal error in the gateway"))  # as any request's bug
+            return
+        self.init_headers({**SSE_HEADERS, **self.headers_of_reply, "request-id": self.request_id} if self.request_id
+                          else {**SSE_HEADERS, **self.headers_of_reply})  # fmt: skip
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        self.head_sent = True
+        if first:
+            if first is PING or first is KEEPALIVE_COMMENT:
+                outcome.keepalives += 1
+            else:
+                _note_first_token(outcome, cast(bytes, first))  # the backends' streams are bytes
+            await send({"type": "http.response.body", "body": first, "more_body": True})
         failed = False
         while not failed:
             try:
                 chunk = await chunks.__anext__()
             except StopAsyncIteration:
-                return
+                break
             except GatewayError as error:
                 log.warning("stream from %s failed: %s", outcome.upstream, error.message)
                 outcome.error_type, outcome.upstream_failed = error.type, error.is_upstream
@@ -164,6 +196,19 @@ class EventStreamResponse(StreamingResponse):
                 elif outcome.first_byte is None:
                     _note_first_token(outcome, cast(bytes, chunk))  # the backends' streams are bytes
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _refuse(self, send: Send, outcome: Outcome, error: GatewayError) -> None:
+        """The whole answer to a stream that failed before its head went out: the error's
+        status and envelope, as a request that fails before its stream would get."""
+        outcome.status, outcome.error_type, outcome.upstream_failed = error.status, error.type, error.is_upstream
+        headers = error.headers()
+        if self.request_id:
+            headers["request-id"] = self.request_id
+        self.head_sent = True
+        answer = Response(error.body(self.request_id), status_code=error.status, headers=headers, media_type="application/json")
+        await send({"type": "http.response.start", "status": answer.status_code, "headers": answer.raw_headers})
+        await send({"type": "http.response.body", "body": answer.body, "more_body": False})
 
 
 def _note_first_token(outcome: Outcome, chunk: bytes) -> None:
@@ -196,9 +241,8 @@ def render(reply: Reply, request_id: str, outcome: Outcome, metrics: Metrics) ->
     if isinstance(reply, Completed):
         headers = {**reply.headers, "request-id": request_id}
         return Response(reply.body, status_code=reply.status, headers=headers, media_type="application/json")
-    headers = {**SSE_HEADERS, **reply.headers, "request-id": request_id}
-    return EventStreamResponse(reply.chunks, status_code=reply.status, headers=headers, outcome=outcome, metrics=metrics,
-                               on_close=reply.on_close, direct=reply.direct)  # fmt: skip
+    return EventStreamResponse(reply.chunks, status_code=reply.status, headers=reply.headers, outcome=outcome, metrics=metrics,
+                               on_close=reply.on_close, direct=reply.direct, request_id=request_id)  # fmt: skip
 
 
 async def _call(gateway: Gateway, request: Request, endpoint: str) -> tuple[Call, Route, Outcome, Turn | None]:

@@ -290,10 +290,26 @@ def test_error_chunk_mid_stream_ends_with_an_error_event(gateway, upstream):
     assert caught.value.body["error"]["type"] == "api_error" and "boom" in caught.value.body["error"]["message"]
 
 
-def test_context_overflow_reported_mid_stream(gateway, upstream):
+def test_context_overflow_reported_as_a_streams_first_event_is_a_400(gateway, upstream):
+    """Before anything of the stream went out, the client gets the status Anthropic answers a
+    prompt that is too long with, not a 200 and an error event."""
     upstream.stream_reply(
         [{"error": {"message": "input (5000 tokens) is longer than the model's context length (4096 tokens)"}}], done=False
     )
+    message = _envelope(_post(gateway, {**VALID, "stream": True}), 400, "invalid_request_error")
+    assert message.startswith("prompt is too long: 5000 tokens > 4096 maximum")
+    with pytest.raises(anthropic.BadRequestError):
+        upstream.stream_reply([{"error": {"message": "input (5000 tokens) is longer than the model's context length (4096 tokens)"}}], done=False)
+        with _sdk(gateway).messages.stream(**VALID) as stream:
+            stream.get_final_message()
+
+
+def test_context_overflow_reported_mid_stream(gateway, upstream):
+    upstream.stream_reply(
+        [chunk({"role": "assistant", "content": "a"}), ("sleep", 0.05),
+         {"error": {"message": "input (5000 tokens) is longer than the model's context length (4096 tokens)"}}],
+        done=False,
+    )  # fmt: skip
     frames = _stream_frames(gateway)
     error = frames[-1][1]["error"]
     assert frames[-1][0] == "error"
@@ -333,10 +349,10 @@ def test_stream_closed_without_done_or_finish_reason_still_ends_cleanly(gateway,
 
 
 def test_first_chunk_later_than_first_byte_timeout(make_gateway, upstream):
+    """Nothing of the stream went out: a 504, which the SDKs retry (an error event they do not)."""
     gateway = make_gateway(upstream={"first_byte_timeout": 0.3, "idle_timeout": 0.3})
     upstream.stream_reply([("sleep", 1.0), *text_stream("late")])
-    frames = _stream_frames(gateway, timeout=5)
-    assert frames[-1][0] == "error" and frames[-1][1]["error"]["type"] == "timeout_error"
+    _envelope(_post(gateway, {**VALID, "stream": True}, timeout=5), 504, "timeout_error")
 
 
 def test_upstream_going_silent_mid_stream(make_gateway, upstream):

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from dragoman.endpoints import EventStreamResponse
-from dragoman.errors import UpstreamTimeout
+from dragoman.errors import UpstreamError, UpstreamTimeout
 from dragoman.observe import Metrics, Outcome
 from dragoman.sse import KEEPALIVE_COMMENT, PING
 
@@ -120,16 +120,16 @@ def test_a_client_gone_stops_the_stream_and_closes_it() -> None:
     assert closed == [True] and outcome.disconnected and metrics.recorded == [outcome]
 
 
-def test_on_close_runs_even_when_the_stream_never_started() -> None:
-    """A client gone before the response head is sent: the chunk generator never ran, so
-    its own clean-up never will; `on_close` still closes the upstream response."""
+def test_on_close_runs_when_the_client_is_gone_before_the_head() -> None:
+    """The head goes out with the first chunk, and the client is gone by then: the stream's
+    own clean-up runs, and `on_close` closes the upstream response as well."""
     closed: list[str] = []
 
     async def chunks() -> AsyncIterator[bytes]:
         try:
             yield DELTA
         finally:
-            closed.append("generator")  # never reached: the generator never started
+            closed.append("generator")
 
     outcome = Outcome(request_id="req_1", endpoint="messages", upstream="up")
     response = EventStreamResponse(chunks(), headers={}, status_code=200, outcome=outcome, metrics=Recorder(),
@@ -143,5 +143,62 @@ def test_on_close_runs_even_when_the_stream_never_started() -> None:
         raise OSError("the client is gone")
 
     asyncio.run(response({"type": "http"}, receive, send))  # type: ignore[arg-type]
-    assert closed == ["on_close"]
+    assert closed == ["generator", "on_close"]
     assert outcome.disconnected
+
+
+def test_the_head_goes_out_with_the_first_chunk_and_the_reply_headers_as_they_are_then() -> None:
+    headers = {"anthropic-ratelimit-requests-remaining": "9"}
+    order: list[str] = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        order.append("first chunk made")
+        headers["anthropic-ratelimit-requests-remaining"] = "8"  # the stream went to another instance
+        yield DELTA
+
+    outcome = Outcome(request_id="req_1", endpoint="messages", upstream="up")
+    response = EventStreamResponse(chunks(), headers=headers, status_code=200, outcome=outcome, metrics=Recorder(),
+                                   request_id="req_1")  # fmt: skip
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(10)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        order.append(message["type"])
+        sent.append(message)
+
+    asyncio.run(response({"type": "http"}, receive, send))  # type: ignore[arg-type]
+    assert order[:3] == ["first chunk made", "http.response.start", "http.response.body"]
+    head = dict(sent[0]["headers"])
+    assert head[b"anthropic-ratelimit-requests-remaining"] == b"8"
+    assert head[b"request-id"] == b"req_1" and head[b"content-type"].startswith(b"text/event-stream")
+    assert bodies(sent) == [DELTA, b""]
+
+
+def test_a_gateway_error_before_the_first_chunk_is_an_http_error_with_its_status() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        raise UpstreamError("upstream up failed: the upstream closed the connection mid-reply")
+        yield DELTA  # an async generator
+
+    sent, outcome, metrics = serve(chunks())
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert sent[0]["status"] == 502
+    assert dict(sent[0]["headers"])[b"content-type"] == b"application/json"
+    envelope = json.loads(sent[1]["body"])
+    assert envelope["type"] == "error" and envelope["error"]["type"] == "api_error"
+    assert "closed the connection mid-reply" in envelope["error"]["message"]
+    assert outcome.status == 502 and outcome.error_type == "api_error" and not outcome.disconnected
+    assert metrics.recorded == [outcome]
+
+
+def test_a_bug_before_the_first_chunk_is_a_500_in_anthropics_envelope() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        raise RuntimeError("a bug")
+        yield DELTA  # an async generator
+
+    sent, outcome, metrics = serve(chunks())
+    assert sent[0]["status"] == 500
+    assert json.loads(sent[1]["body"])["error"]["type"] == "api_error"
+    assert outcome.status == 500 and metrics.recorded == [outcome]

@@ -155,7 +155,7 @@ class AnthropicBackend:
             return Streaming(late_start(head, self._keepalive, lambda r: self._late_relay(r, call, direct)), direct=direct)
         headers = _reply_headers(head.headers)
         if head.content_type == "text/event-stream" and head.status == 200:
-            return Streaming(self._relay(head, call, direct), headers=headers, on_close=head.close, direct=direct)
+            return Streaming(self._relay(head, call, direct, headers), headers=headers, on_close=head.close, direct=direct)
         return await self._complete(head, call, headers)
 
     async def _late_relay(self, response: Response, call: Call, direct: DirectWrites) -> AsyncIterator[bytes]:
@@ -210,13 +210,16 @@ class AnthropicBackend:
         (supplied if missing) with the null fields the SDKs type."""
         return completed_start(with_start(self._rename(head, call), call))
 
-    async def _relay(self, response: Response, call: Call, direct: DirectWrites | None = None) -> AsyncIterator[bytes]:
+    async def _relay(
+        self, response: Response, call: Call, direct: DirectWrites | None = None, headers: dict[str, str] | None = None
+    ) -> AsyncIterator[bytes]:
         """Forward stream events as they arrive, whole: an event cut by a read waits for
         its end, so that an upstream failing mid-event ends the client's stream with a
         clean `error` event. Silences get comment lines until `message_start` (a server may
         answer 200 before its prefill), pings after it, never past the upstream's idle timeout.
         Once `message_start` has gone out, reads go straight to `direct`'s writer when
-        there is one, from the connection's callback."""
+        there is one, from the connection's callback. `headers`, the reply's (not sent before
+        the first chunk), become those of the instance the stream came from in the end."""
         head: bytes | None = b""
         finished = False
         events = Events(call)
@@ -240,7 +243,11 @@ class AnthropicBackend:
             while opening is not None:  # until the body begins: it may come from another instance (only comments have gone out)
                 try:
                     with upstream_errors(self.name):
-                        response = await opening.begun(response, watch)
+                        begun = await opening.begun(response, watch)
+                    if begun is not response and headers is not None:  # sent again, to another instance
+                        headers.clear()
+                        headers.update(_reply_headers(begun.headers))
+                    response = begun
                     break
                 except Silence:
                     yield KEEPALIVE_COMMENT

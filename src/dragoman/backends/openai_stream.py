@@ -52,7 +52,6 @@ class ChatStreams:
         finished = handed_over = False
         watch: ReadWatch | None = None
         opening = response.opening  # a stream's head alone is no answer: until its body begins
-        opening_events: Batch = []
         try:
             if response.content_type == "application/json":  # the upstream ignored `stream: true`
                 with upstream_errors(self.name):
@@ -167,10 +166,6 @@ class ChatStreams:
             if finished and translator.upstream_ended:
                 handed_over = True
                 end_body(response)  # the client's reply ends now, not when the server ends its body
-        except GatewayError:
-            if opening_events:  # a failure before anything was sent: its error event follows `message_start`, as before
-                yield encode(opening_events)
-            raise
         finally:
             if watch is not None:
                 watch.close()
