@@ -35,8 +35,9 @@ REQUEST_NOTES = {
     "cut at a limit the remaining context set has `stop_reason: \"model_context_window_exceeded\"`",
     "system": "string or text blocks; Claude Code's per-session billing-header block is dropped (setting `keep_billing_header`)",
     "stop_sequences": "any number, matched by the gateway over the streamed text; the matched sequence is reported exactly; the upstream is then hung up on, and usage is the prompt as counted plus a token per chunk received",
-    "stream": "Anthropic's SSE event sequence; `message_start` as soon as the upstream accepts, so on the translating path its "
-    "`usage.input_tokens` is 0: the count comes with `message_delta` (the SDKs' accumulators take it from there)",
+    "stream": "Anthropic's SSE event sequence; the response head and `message_start` go out with the first token (or, after "
+    "`keepalive_interval` without one, with a `ping`), so a failure before then is an HTTP error with its status; on the translating "
+    "path `message_start`'s `usage.input_tokens` is 0: the count comes with `message_delta` (the SDKs' accumulators take it from there)",
     "temperature": "passed on (0 to 1)",
     "top_p": "passed on",
     "top_k": "passed on where the backend takes it (not to OpenAI)",
@@ -169,7 +170,7 @@ def stream_events() -> list[str]:
         tag = _block_tag(cls)
         lines.append(_row(f"`{tag}`", "sent" if tag in ours_events else "not sent"))
     lines.append(_row("`ping`", "sent" if "ping" in ours_events else "not sent"))
-    lines.append(_row("`error`", "sent when a started stream fails"))
+    lines.append(_row("`error`", "sent when a started stream fails (one that fails before its first event is an HTTP error)"))
     for cls in _union_types(typing.get_args(sdk.RawContentBlockDelta)[0]):
         tag = _block_tag(cls)
         lines.append(_row(f"delta `{tag}`", "sent" if tag in ours_deltas else "not sent"))
