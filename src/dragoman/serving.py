@@ -6,11 +6,12 @@ on the benchmark machine (docs/performance.md). With the writer this module puts
 each request's scope, a stream's tokens are written to the client from the upstream
 connection's own callback instead (see `backends.body.Body.drain_to`).
 
-The protocol reads seven attributes of uvicorn's request cycle, one of its flow
+The protocol reads ten attributes of uvicorn's request cycle, one of its flow
 control and four of the protocol's own. `http_protocol()` checks them once; if uvicorn
 changed them, or httptools is missing, the server is uvicorn's own and streams take the
-ASGI path, which works the same, a little slower (without the connection limits below). Direct writes bypass any wrapper around ASGI `send`: only the
-hot endpoints use them, which `app.App` serves without middleware.
+ASGI path, which works the same, a little slower (without the connection limits below,
+and with chunked streams to HTTP/1.0 clients). Direct writes bypass any wrapper around
+ASGI `send`: only the hot endpoints use them, which `app.App` serves without middleware.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ else:
     _Base = object
 
 DIRECT_BODY = "dragoman.direct_body"  # the scope extension's name
-_CYCLE_ATTRIBUTES = ("scope", "transport", "flow", "disconnected", "response_complete", "chunked_encoding", "message_event")
+_CYCLE_ATTRIBUTES = ("scope", "transport", "flow", "disconnected", "response_started", "response_complete", "chunked_encoding",
+                     "expected_content_length", "keep_alive", "message_event")  # fmt: skip
 _PROTOCOL_ATTRIBUTES = ("scope", "cycle", "headers", "timeout_keep_alive")
 
 
@@ -61,6 +63,36 @@ class DirectBody:
             self._cycle.transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
         except Exception:  # noqa: BLE001 - uvloop raises RuntimeError for a closed handle
             self._broken = True
+
+
+if TYPE_CHECKING or HTTPTOOLS:
+
+    class CloseDelimitedCycle(httptools_impl.RequestResponseCycle):
+        """uvicorn's request cycle for an HTTP/1.0 request, whose response is never chunked.
+
+        uvicorn chunks any body without a content-length, whatever the request's version,
+        and a 1.0 client cannot read chunked framing (RFC 9112 §7.1): nginx's `proxy_pass`
+        speaks 1.0 to its upstream unless told otherwise. Such a body (a stream) is written
+        as it is, and its end is the connection's close (`connection: close` in its head),
+        whatever keep-alive the client asked for. A body with a content-length is uvicorn's
+        as before. Its work per body message: telling uvicorn's length check that the
+        message is the rest of the body, so that uvicorn writes it unframed and, after the
+        last, completes the response and closes the connection, as for any response it
+        does not keep alive."""
+
+        close_delimited = False
+
+        async def send(self, message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                if not any(name.lower() == b"content-length" for name, _ in headers):
+                    self.close_delimited = True
+                    self.chunked_encoding = False  # uvicorn adds transfer-encoding only while this is None
+                    self.keep_alive = False  # uvicorn then adds `connection: close` and closes after the body
+                    message = {**message, "headers": [(n, v) for n, v in headers if n.lower() != b"transfer-encoding"]}
+            elif self.close_delimited and message["type"] == "http.response.body":
+                self.expected_content_length = len(message.get("body", b""))
+            await super().send(message)
 
 
 READ_IDLE_TIMEOUT = 60.0  # seconds without a byte of a request that has begun: the client is answered 408
@@ -97,7 +129,9 @@ class DirectBodyProtocol(_Base):
       the headers uvicorn has parsed of it), so a head that fits in one read costs
       nothing, and none passes the limit by more than two reads (a read is at most
       256 KiB) before it is refused. The read that completes a head may also hold a
-      body, so it is not counted.
+      body, so it is not counted;
+    - an HTTP/1.0 request's response is never chunked (`CloseDelimitedCycle`): a stream
+      to it is written unframed and ended by the close. Its stream has no direct writer.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -192,7 +226,13 @@ class DirectBodyProtocol(_Base):
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # not an upgrade
             scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # uvicorn types extensions narrowly
-            scope["extensions"] = {**scope.get("extensions", {}), DIRECT_BODY: DirectBody(cycle)}
+            if scope["http_version"] == "1.0":
+                # Before the request's task first runs (uvicorn creates it with `loop.create_task`),
+                # so the app gets this class's `send`. No direct writer: they write chunks, and a
+                # 1.0 stream goes through `send` (its DirectBody would never be ready anyway).
+                cycle.__class__ = CloseDelimitedCycle
+            else:
+                scope["extensions"] = {**scope.get("extensions", {}), DIRECT_BODY: DirectBody(cycle)}
             self._answering = [*(c for c in self._answering if not c.response_complete), cycle]
 
     def connection_lost(self, exc: Exception | None) -> None:
