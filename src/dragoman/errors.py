@@ -21,7 +21,7 @@ that maps a backend's error response.
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import msgspec
 
@@ -311,6 +311,22 @@ def from_upstream(status: int, raw: bytes, *, upstream: str, retry_after: str | 
     error = kind(f"upstream {upstream} answered {status}: {text}", retry_after=retry_after, should_retry=should_retry)
     error.upstream = upstream
     return error
+
+
+class _AnthropicEnvelope(msgspec.Struct):
+    type: Literal["error"]  # required: OpenAI's `{"error": {"type", "message"}}` is not Anthropic's envelope
+    error: anthropic.ErrorDetail
+
+
+_ANTHROPIC_ENVELOPE = msgspec.json.Decoder(_AnthropicEnvelope)
+
+
+def anthropic_envelope(raw: bytes) -> _AnthropicEnvelope | None:
+    """The error in Anthropic's envelope (`{"type": "error", "error": {type, message}}`), or None."""
+    try:
+        return _ANTHROPIC_ENVELOPE.decode(raw)
+    except msgspec.DecodeError:  # ValidationError included
+        return None
 
 
 def from_stream_error(text: str, *, upstream: str) -> GatewayError:

@@ -192,14 +192,24 @@ def test_prompt_longer_than_the_context_is_a_clear_400(llama_server_small_ctx):
     assert int(tokens) > int(limit) == 512
 
 
-def test_upstream_overflow_error_is_mapped_on_passthrough(llama_server_small_ctx):
+@pytest.mark.parametrize("stream", [False, True], ids=["message", "stream"])
+def test_upstream_overflow_error_is_mapped_on_passthrough(llama_server_small_ctx, stream):
+    # llama-server answers both with its OpenAI-shaped JSON 400 (exceed_context_size_error):
+    # the client gets Anthropic's envelope and wording, on which Claude Code compacts.
     gateway = _gateway(llama_server_small_ctx, "anthropic")
     try:
-        response = httpx.post(gateway.url + "/v1/messages", json=_ask("hello " * 1000), timeout=TIMEOUT)
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            if stream:
+                with _client(gateway).messages.stream(**_ask("hello " * 1000)) as s:
+                    s.get_final_message()
+            else:
+                _client(gateway).messages.create(**_ask("hello " * 1000))
     finally:
         gateway.stop()
-    assert response.status_code == 400  # the backend's own status and body reach the client
-    assert "context" in response.text
+    assert caught.value.body["type"] == "error" and caught.value.body["error"]["type"] == "invalid_request_error"
+    message = caught.value.body["error"]["message"]
+    tokens, limit = message.removeprefix("prompt is too long: ").split(" maximum")[0].split(" tokens > ")
+    assert int(tokens) > int(limit) == 512
 
 
 def test_max_tokens_is_fitted_to_the_context(translate):
@@ -404,11 +414,13 @@ def test_passthrough_sends_documents_as_text_when_asked(llama_server):
         as_text.stop()
 
 
-def test_an_image_to_a_model_without_vision_is_a_400_not_a_retried_502(translate):
-    # SmolLM2 has no vision projector: llama-server answers 500 "image input is not supported".
+def test_an_image_to_a_model_without_vision_is_a_400_not_a_retried_502(path):
+    # SmolLM2 has no vision projector: llama-server answers 500 "image input is not supported",
+    # in OpenAI's shape on its own /v1/messages too.
+    _, gateway = path
     png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
     with pytest.raises(anthropic.BadRequestError) as caught:
-        _client(translate).messages.create(**_ask("x") | {"messages": [{"role": "user", "content": [image, {"type": "text", "text": "What is it?"}]}]})
+        _client(gateway).messages.create(**_ask("x") | {"messages": [{"role": "user", "content": [image, {"type": "text", "text": "What is it?"}]}]})
     assert "does not accept images" in caught.value.body["error"]["message"]
     assert caught.value.response.headers.get("x-should-retry") == "false"

@@ -271,3 +271,24 @@ def test_keys_are_redacted_longest_first_and_a_header_schemes_token_alone() -> N
     assert redact("saw shortkey-12345-and-a-longer-tail") == "saw [redacted]"
     register_secret("Basic dXNlcjpwYXNzd29yZA==")
     assert redact("credentials dXNlcjpwYXNzd29yZA== refused") == "credentials [redacted] refused"
+
+
+@pytest.mark.parametrize(
+    ("body", "is_anthropic"),
+    [
+        (b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}', True),
+        (b'{"type":"error","error":{"type":"BadRequestError","message":"vLLM says"},"request_id":"req_1"}', True),
+        # OpenAI's and llama-server's shape: `error.type` and `error.message`, no `"type": "error"`.
+        ((b'{"error":{"code":400,"message":"request (5 tokens) exceeds the available context size (4 tokens)",'
+          b'"type":"exceed_context_size_error","n_prompt_tokens":5,"n_ctx":4}}'), False),
+        (b'{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}', False),
+        (b'{"type":"message","error":{"type":"api_error","message":"x"}}', False),
+        (b'{"type":"error","error":{"message":"no type"}}', False),
+        (b"<html>502</html>", False),
+    ],
+    ids=["anthropic", "vllm", "llama", "openai", "not-error-type", "no-error-type", "html"],
+)  # fmt: skip
+def test_anthropics_envelope_is_told_from_other_servers_shapes(body: bytes, is_anthropic: bool) -> None:
+    from dragoman.errors import anthropic_envelope
+
+    assert (anthropic_envelope(body) is not None) is is_anthropic

@@ -35,7 +35,7 @@ from dragoman.backends.anthropic_events import Events, completed_message, comple
 from dragoman.backends.documents import documents_as_text
 from dragoman.backends.response import Response
 from dragoman.config import AnthropicUpstream, Config
-from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, from_upstream, redact_bytes
+from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, anthropic_envelope, from_upstream, redact_bytes
 from dragoman.protocol import anthropic
 from dragoman.sse import KEEPALIVE_COMMENT, PING
 
@@ -54,18 +54,6 @@ def _reply_headers(headers: Mapping[str, str]) -> dict[str, str]:
         elif lower in ("request-id", "x-request-id"):  # the gateway sends its own request-id
             keep["upstream-request-id"] = value
     return keep
-
-
-_ERROR_ENVELOPE = msgspec.json.Decoder(anthropic.ErrorResponse)
-
-
-def _is_error_envelope(body: bytes) -> bool:
-    """Whether an error body is Anthropic's envelope, which the client gets as the server sent it."""
-    try:
-        _ERROR_ENVELOPE.decode(body)
-    except msgspec.DecodeError:  # ValidationError included
-        return False
-    return True
 
 
 def _not_a_stream(upstream: str, content_type: str) -> UpstreamError:
@@ -192,7 +180,7 @@ class AnthropicBackend:
             body = completed_message(self._rename(body, call))
             note_usage(call, body)
             return Completed(body, status=200, headers=headers)
-        if response.status in (401, 403) or not _is_error_envelope(body):
+        if response.status in (401, 403) or anthropic_envelope(body) is None:
             # Not Anthropic's envelope (a proxy's page, another server's shape), or the server
             # refusing the gateway's own key, which the client cannot fix: dragoman's error.
             raise from_upstream(response.status, body, upstream=self.name, retry_after=headers.get("retry-after"))
