@@ -15,7 +15,8 @@
 
 Statuses are chosen for the SDKs' retry logic: they retry 408, 409, 429 and >= 500,
 so a deterministic failure must never be a 5xx. `from_upstream` is the one place
-that maps a backend's error response.
+that maps a backend's error response, and `from_error_event` the `error` event a passthrough
+stream begins with (by its type, or through `from_upstream`).
 """
 
 from __future__ import annotations
@@ -313,12 +314,21 @@ def from_upstream(status: int, raw: bytes, *, upstream: str, retry_after: str | 
     return error
 
 
+# Anthropic's status for each error type, by the class that has it (the error types table of
+# its API reference): what a server that sends the error in a stream would have answered.
+_BY_TYPE: dict[str, type[GatewayError]] = {
+    kind.type: kind
+    for kind in (GatewayError, InvalidRequest, Unauthorized, PermissionDenied, NotFound, RequestTooLarge, RateLimited, UpstreamTimeout, Overloaded)
+}
+
+
 class _AnthropicEnvelope(msgspec.Struct):
     type: Literal["error"]  # required: OpenAI's `{"error": {"type", "message"}}` is not Anthropic's envelope
     error: anthropic.ErrorDetail
 
 
 _ANTHROPIC_ENVELOPE = msgspec.json.Decoder(_AnthropicEnvelope)
+_BARE_ERROR = msgspec.json.Decoder(_UpstreamErrorBody)
 
 
 def anthropic_envelope(raw: bytes) -> _AnthropicEnvelope | None:
@@ -327,6 +337,53 @@ def anthropic_envelope(raw: bytes) -> _AnthropicEnvelope | None:
         return _ANTHROPIC_ENVELOPE.decode(raw)
     except msgspec.DecodeError:  # ValidationError included
         return None
+
+
+def from_error_event(data: bytes, *, upstream: str, retry_after: str | None = None) -> GatewayError:
+    """The HTTP error for an `error` event a passthrough server sent as its stream's first
+    event, before anything reached the client: what the server would have answered.
+
+    Anthropic's envelope keeps its type and message, with Anthropic's status for the type, as
+    such an error body is relayed; the server refusing the gateway's key (authentication or
+    permission error) and other shapes (llama-server's `{"code": 400, "message", "type"}`, OpenAI's
+    `{"error": {...}}`) are mapped as such a body with that status is (`from_upstream`)."""
+    envelope = anthropic_envelope(data)
+    if envelope is not None:
+        kind = _BY_TYPE.get(envelope.error.type)
+        message = redact(envelope.error.message)
+        if kind in (Unauthorized, PermissionDenied):
+            return from_upstream(kind.status, data, upstream=upstream, retry_after=retry_after)
+        if kind is None:  # a type with no status here (billing_error, vLLM's BadRequestError): not known to pass
+            error: GatewayError = UpstreamError(f"upstream {upstream} sent {envelope.error.type}: {message}",
+                                                retry_after=retry_after, should_retry=False)  # fmt: skip
+        else:
+            error = kind(message, retry_after=retry_after, error_code=(envelope.error.details or {}).get("error_code"))
+        error.upstream = upstream
+        return error
+    body, data = _error_body(data)
+    if body is None:  # no error object: a text, or `{"error": "..."}`
+        status = 500
+    elif isinstance(body.code, int) and 400 <= body.code < 600:
+        status = body.code
+    else:
+        status = _BY_TYPE.get(body.type or "", UpstreamError).status
+    return from_upstream(status, data, upstream=upstream, retry_after=retry_after)
+
+
+def _error_body(data: bytes) -> tuple[_UpstreamErrorBody | None, bytes]:
+    """The error object of `{"error": {...}}`, or the object itself (llama-server's stream
+    errors), with the data as an error body holding it."""
+    try:
+        envelope = _ENVELOPE.decode(data)
+    except msgspec.DecodeError:
+        return None, data
+    if isinstance(envelope.error, _UpstreamErrorBody):
+        return envelope.error, data
+    try:
+        body = _BARE_ERROR.decode(data)
+    except msgspec.DecodeError:
+        return None, data
+    return (body, b'{"error":' + data + b"}") if body.message is not None else (None, data)
 
 
 def from_stream_error(text: str, *, upstream: str) -> GatewayError:

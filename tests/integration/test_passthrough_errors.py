@@ -1,14 +1,19 @@
 """A passthrough server's error reaches the SDK in Anthropic's envelope: llama-server's
-OpenAI-shaped error bodies become it."""
+OpenAI-shaped error bodies become it. An error event that begins a stream, before anything
+reached the client, is the HTTP error the server would have answered: the SDKs (and Claude
+Code) retry a 529 or a 500, not an `error` event after a 200. An error after the stream
+began is still an `error` event."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import anthropic
+import httpx
 import pytest
 
-from tests.fake_anthropic import FakeAnthropic, NativeReply
+from tests.fake_anthropic import FakeAnthropic, NativeReply, event, text_events
 from tests.integration.test_passthrough import ASK, _config
 from tests.servers import GatewayServer
 
@@ -24,11 +29,81 @@ def sdk(server: GatewayServer, retries: int = 0) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=server.url, api_key="client-key", max_retries=retries)
 
 
+def error_event(kind: str, message: str) -> bytes:
+    return event("error", {"type": "error", "error": {"type": kind, "message": message}})
+
+
 # llama-server's own words for a prompt longer than its context (observed, -c 512).
 LLAMA_OVERFLOW = {
     "code": 400, "message": "request (1031 tokens) exceeds the available context size (512 tokens), try increasing it",
     "type": "exceed_context_size_error", "n_prompt_tokens": 1031, "n_ctx": 512,
 }  # fmt: skip
+
+
+def test_a_stream_that_begins_with_overloaded_error_is_a_529_with_the_servers_retry_after(passthrough, native):
+    native.replies.append(NativeReply(events=[error_event("overloaded_error", "Overloaded")], headers={"retry-after": "4"}))
+    with pytest.raises(anthropic.InternalServerError) as caught:
+        with sdk(passthrough).messages.stream(**ASK) as stream:
+            stream.get_final_message()
+    assert caught.value.status_code == 529
+    assert caught.value.body == {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"},
+                                 "request_id": caught.value.response.headers["request-id"]}  # fmt: skip
+    assert caught.value.response.headers["retry-after"] == "4"
+    assert caught.value.response.headers["content-type"].startswith("application/json")
+    metrics = httpx.get(passthrough.url + "/metrics").text.splitlines()  # recorded as the upstream's failure, with its status
+    assert 'dragoman_upstream_errors_total{type="overloaded_error",upstream="native"} 1.0' in metrics
+    assert any(row.startswith("dragoman_requests_total{") and 'status="529"' in row for row in metrics)
+
+
+def test_a_stream_that_begins_with_invalid_request_error_is_a_400(passthrough, native):
+    too_long = "prompt is too long: 208656 tokens > 200000 maximum"
+    native.replies.append(NativeReply(events=[error_event("invalid_request_error", too_long)]))
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        with sdk(passthrough).messages.stream(**ASK) as stream:
+            stream.get_final_message()
+    assert caught.value.body["error"] == {"type": "invalid_request_error", "message": too_long}  # Claude Code compacts on these words
+
+
+def test_the_sdks_own_retry_gets_the_message_after_an_opening_overloaded_error(passthrough, native):
+    native.replies.append(NativeReply(events=[error_event("overloaded_error", "Overloaded")]))
+    native.replies.append(NativeReply(events=text_events("Second time")))
+    with sdk(passthrough, retries=1).messages.stream(**ASK) as stream:
+        final = stream.get_final_message()
+    assert final.content[0].text == "Second time"
+    assert len(native.requests) == 2
+
+
+def test_an_error_event_after_message_start_is_still_an_error_event(passthrough, native):
+    failing = error_event("overloaded_error", "Overloaded")
+    native.replies.append(NativeReply(events=[*text_events("Hi")[:3], failing]))
+    with httpx.stream("POST", passthrough.url + "/v1/messages", headers={"x-api-key": "client-key"}, json={**ASK, "stream": True}) as response:
+        body = b"".join(response.iter_bytes())
+    assert response.status_code == 200
+    assert body.startswith(b"event: message_start") and body.endswith(failing)
+
+    native.replies.append(NativeReply(events=[*text_events("Hi")[:3], failing]))
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        with sdk(passthrough).messages.stream(**ASK) as stream:
+            stream.get_final_message()
+    assert caught.value.body["error"]["type"] == "overloaded_error"  # raised from the event, after the 200
+
+
+def test_an_error_event_after_the_servers_own_comment_line_is_an_error_event(passthrough, native):
+    # llama-server's `:` lines during a prefill go on at once: the 200 is out with the first.
+    failing = error_event("overloaded_error", "Overloaded")
+    native.replies.append(NativeReply(events=[b":\n\n", failing]))
+    with httpx.stream("POST", passthrough.url + "/v1/messages", headers={"x-api-key": "client-key"}, json={**ASK, "stream": True}) as response:
+        body = b"".join(response.iter_bytes())
+    assert response.status_code == 200 and body == b":\n\n" + failing
+
+
+def test_llama_servers_error_as_the_first_event_is_anthropics_400(passthrough, native):
+    # llama-server's /v1/messages writes a stream's error as `event: error` with its bare error object.
+    native.replies.append(NativeReply(events=[f"event: error\ndata: {json.dumps(LLAMA_OVERFLOW)}\n\n".encode()]))
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        with sdk(passthrough).messages.stream(**ASK) as stream:
+            stream.get_final_message()
+    assert caught.value.body["error"]["message"].startswith("prompt is too long: 1031 tokens > 512 maximum")
 
 
 LLAMA_NO_VISION = {"code": 500, "message": "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj",

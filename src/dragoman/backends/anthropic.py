@@ -31,11 +31,19 @@ from dragoman.backends.base import (
 )
 from dragoman.backends.http import MAX_ERROR_BODY, HttpClient
 from dragoman.backends.keepalive import ReadWatch, Silence, end_body, head_or_task, late_start
-from dragoman.backends.anthropic_events import Events, completed_message, completed_start, leading_comments, note_usage, with_start
+from dragoman.backends.anthropic_events import (
+    Events,
+    completed_message,
+    completed_start,
+    leading_comments,
+    note_usage,
+    opening_error,
+    with_start,
+)
 from dragoman.backends.documents import documents_as_text
 from dragoman.backends.response import Response
 from dragoman.config import AnthropicUpstream, Config
-from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, anthropic_envelope, from_upstream, redact_bytes
+from dragoman.errors import GatewayError, InvalidRequest, UpstreamError, anthropic_envelope, from_error_event, from_upstream, redact_bytes
 from dragoman.protocol import anthropic
 from dragoman.sse import KEEPALIVE_COMMENT, PING
 
@@ -148,7 +156,9 @@ class AnthropicBackend:
 
     async def _late_relay(self, response: Response, call: Call, direct: DirectWrites) -> AsyncIterator[bytes]:
         if response.status == 200 and response.content_type == "text/event-stream":
-            async for chunk in self._relay(response, call, direct):
+            # late_start has sent comment lines: the client's 200 is out (unless the answer came
+            # as the wait ended, before the first: then an error event, rather than the HTTP error)
+            async for chunk in self._relay(response, call, direct, committed=True):
                 yield chunk
             return
         with upstream_errors(self.name):
@@ -186,6 +196,13 @@ class AnthropicBackend:
             raise from_upstream(response.status, body, upstream=self.name, retry_after=headers.get("retry-after"))
         return Completed(redact_bytes(body), status=response.status, headers=headers)
 
+    def _refuse_opening_error(self, head: bytes, headers: Mapping[str, str] | None) -> None:
+        """Raise the error the stream's first event is, if it is one (nothing of the stream has gone out)."""
+        data = opening_error(head)
+        if data is not None:
+            retry_after = headers.get("retry-after") if headers is not None else None
+            raise from_error_event(data, upstream=self.name, retry_after=retry_after)
+
     def _rename(self, data: bytes, call: Call) -> bytes:
         if call.upstream_model == call.model:
             return data
@@ -199,15 +216,20 @@ class AnthropicBackend:
         return completed_start(with_start(self._rename(head, call), call))
 
     async def _relay(
-        self, response: Response, call: Call, direct: DirectWrites | None = None, headers: dict[str, str] | None = None
-    ) -> AsyncIterator[bytes]:
+        self, response: Response, call: Call, direct: DirectWrites | None = None, headers: dict[str, str] | None = None,
+        *, committed: bool = False,
+    ) -> AsyncIterator[bytes]:  # fmt: skip
         """Forward stream events as they arrive, whole: an event cut by a read waits for
         its end, so that an upstream failing mid-event ends the client's stream with a
         clean `error` event. Silences get comment lines until `message_start` (a server may
         answer 200 before its prefill), pings after it, never past the upstream's idle timeout.
         Once `message_start` has gone out, reads go straight to `direct`'s writer when
         there is one, from the connection's callback. `headers`, the reply's (not sent before
-        the first chunk), become those of the instance the stream came from in the end."""
+        the first chunk), become those of the instance the stream came from in the end.
+
+        A stream whose first event is an `error`, while nothing has been sent (`committed`: the
+        client's 200 went out with a comment line), raises it as the HTTP error the server would
+        have answered (errors.from_error_event): the SDKs retry that, and not an error event."""
         head: bytes | None = b""
         finished = False
         events = Events(call)
@@ -238,6 +260,7 @@ class AnthropicBackend:
                     response = begun
                     break
                 except Silence:
+                    committed = True
                     yield KEEPALIVE_COMMENT
             while not events.ended:
                 if head is None and writes.writer is not None:
@@ -254,6 +277,7 @@ class AnthropicBackend:
                         chunk = await watch.read(response.readany())
                 except Silence:
                     if head is not None:  # nothing has gone out yet (llama-server's prefill): a ping would precede message_start
+                        committed = True
                         yield KEEPALIVE_COMMENT
                     elif events.at_boundary:
                         yield PING
@@ -264,16 +288,21 @@ class AnthropicBackend:
                     head += chunk
                     skip = leading_comments(head)
                     if skip:  # the server's own keep-alives: comments before message_start, as ours are
+                        committed = True
                         yield head[:skip]
                         head = head[skip:]
                     if b"\n\n" not in head and b"\n\r\n" not in head and len(head) < HEAD_LIMIT:
                         continue
+                    if not committed:
+                        self._refuse_opening_error(head, headers)
                     chunk, head = self._head(head, call), None
                     note_usage(call, chunk[: chunk.find(b"\n\n")])  # message_start: the input tokens
                 whole = events.take(chunk)
                 if whole:
                     yield whole
             if head:
+                if not committed:
+                    self._refuse_opening_error(head, headers)
                 whole = events.take(self._head(head, call))
                 if whole:
                     yield whole

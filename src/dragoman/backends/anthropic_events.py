@@ -64,6 +64,35 @@ def with_start(head: bytes, call: Call) -> bytes:
     return encode(anthropic.MessageStart(message=message)) + head
 
 
+def opening_error(head: bytes) -> bytes | None:
+    """The data of the stream's first event (`head` begins with it) if that event is an error:
+    `event: error`, or an unnamed event whose data is one (`{"type": "error", ...}`,
+    OpenAI's `{"error": ...}`). Read once per stream, and only if the head says "error"."""
+    if b"error" not in head:
+        return None
+    end = head.find(b"\n\n")
+    crlf_end = head.find(b"\n\r\n")
+    if end < 0 or 0 <= crlf_end < end:
+        end = crlf_end
+    name = None
+    data = []
+    for line in (head if end < 0 else head[:end]).splitlines():
+        if line.startswith(b"event:"):
+            name = line[6:].strip()
+        elif line.startswith(b"data:"):
+            data.append(line[5:].strip())
+    payload = b"\n".join(data)
+    if name == b"error":
+        return payload
+    if name is not None or not payload.startswith(b"{"):
+        return None
+    try:
+        value = msgspec.json.decode(payload)
+    except msgspec.DecodeError:
+        return None
+    return payload if isinstance(value, dict) and (value.get("type") == "error" or value.get("error")) else None
+
+
 # Fields the official SDKs type as nullable, and the TypeScript SDK as always there
 # (`Message`'s; the `delta` of `message_delta`), which servers other than Anthropic's, such
 # as llama-server, leave out: the TypeScript SDK's MessageStream then gives
