@@ -2,7 +2,7 @@
 OpenAI-shaped error bodies become it. An error event that begins a stream, before anything
 reached the client, is the HTTP error the server would have answered: the SDKs (and Claude
 Code) retry a 529 or a 500, not an `error` event after a 200. An error after the stream
-began is still an `error` event."""
+began is still an `error` event, in Anthropic's envelope whatever shape the server wrote it in."""
 
 from __future__ import annotations
 
@@ -86,6 +86,33 @@ def test_an_error_event_after_message_start_is_still_an_error_event(passthrough,
         with sdk(passthrough).messages.stream(**ASK) as stream:
             stream.get_final_message()
     assert caught.value.body["error"]["type"] == "overloaded_error"  # raised from the event, after the 200
+
+
+LLAMA_MIDSTREAM = {"code": 500, "message": "failed to decode the batch", "type": "server_error"}
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (LLAMA_MIDSTREAM, {"type": "api_error", "message": "upstream native answered 500: server_error: failed to decode the batch"}),
+        (LLAMA_OVERFLOW, {"type": "invalid_request_error",
+                          "message": "prompt is too long: 1031 tokens > 512 maximum (capability_rejected: prompt_too_long)"}),
+    ],
+    ids=["server-error", "overflow"],
+)  # fmt: skip
+def test_llama_servers_bare_error_event_mid_stream_reaches_the_sdk_in_anthropics_envelope(passthrough, native, error, expected):
+    # llama-server writes an error after message_start as `event: error` with its bare object.
+    native.replies.append(NativeReply(events=[*text_events("Partial")[:3], f"event: error\ndata: {json.dumps(error)}\n\n".encode()]))
+    said = []
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        with sdk(passthrough).messages.stream(**ASK) as stream:
+            for text in stream.text_stream:
+                said.append(text)
+    assert said == ["Partial"]  # what came before the error reached the client
+    assert caught.value.status_code == 200  # raised from the event, after the 200
+    assert caught.value.body == {"type": "error", "error": expected}
+    metrics = httpx.get(passthrough.url + "/metrics").text.splitlines()
+    assert f'dragoman_upstream_errors_total{{type="{expected["type"]}",upstream="native"}} 1.0' in metrics
 
 
 def test_an_error_event_after_the_servers_own_comment_line_is_an_error_event(passthrough, native):

@@ -232,7 +232,7 @@ class AnthropicBackend:
         have answered (errors.from_error_event): the SDKs retry that, and not an error event."""
         head: bytes | None = b""
         finished = False
-        events = Events(call)
+        events = Events(call, self.name)
         watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
         writes = direct if direct is not None else DirectWrites()
         opening = response.opening  # a stream's head alone is no answer: until its body begins

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import msgspec
 
 from dragoman.backends.base import Call
-from dragoman.errors import redact_bytes
+from dragoman.errors import anthropic_envelope, from_error_event, redact_bytes
 from dragoman.ids import message_id
 from dragoman.protocol import anthropic
 from dragoman.sse import encode
@@ -65,9 +65,10 @@ def with_start(head: bytes, call: Call) -> bytes:
 
 
 def opening_error(head: bytes) -> bytes | None:
-    """The data of the stream's first event (`head` begins with it) if that event is an error:
-    `event: error`, or an unnamed event whose data is one (`{"type": "error", ...}`,
-    OpenAI's `{"error": ...}`). Read once per stream, and only if the head says "error"."""
+    """The data of the first event in `head` (the stream's, or the error event that ends it:
+    Events) if that event is an error: `event: error`, or an unnamed event whose data is one
+    (`{"type": "error", ...}`, OpenAI's `{"error": ...}`). Read once per stream, and only if
+    the bytes say "error"."""
     if b"error" not in head:
         return None
     end = head.find(b"\n\n")
@@ -191,12 +192,14 @@ class Events:
     """A passthrough stream cut at event boundaries: `take` gives the whole events so
     far and holds a cut one back. Also notes the token counts of `message_delta` for
     the metrics, puts DELTA_NULLS in its delta, and whether the stream ended as Anthropic ends one (`message_stop` or
-    an `error` event); nothing after that end is relayed."""
+    an `error` event); nothing after that end is relayed. An `error` event not in Anthropic's
+    envelope (llama-server's bare `{"code", "message", "type"}`) is put in it."""
 
-    __slots__ = ("_call", "_held", "_ended", "_cut_sent")
+    __slots__ = ("_call", "_upstream", "_held", "_ended", "_cut_sent")
 
-    def __init__(self, call: Call) -> None:
+    def __init__(self, call: Call, upstream: str) -> None:
         self._call = call
+        self._upstream = upstream  # the server's name, for the messages of the errors it sends
         self._held = b""
         self._ended = False
         self._cut_sent = False  # part of an oversized event went out
@@ -236,7 +239,11 @@ class Events:
             if at >= 0:  # the counts follow the event's name; not the whole burst is searched
                 note_usage(self._call, chunk[at:])
                 chunk = _completed_event(chunk, at, "message_delta", "delta", DELTA_NULLS)
-            if b'"message_stop"' in chunk or b'"error"' in chunk:  # only then the closer look
+            # Only then the closer look. "error", not '"error"': llama-server's bare error object
+            # says it only in its `event: error` line. Still these two searches per read, the
+            # second's word only shorter; a text that says "error" pays for the look (_end_event),
+            # which finds no end there.
+            if b'"message_stop"' in chunk or b"error" in chunk:
                 chunk = self._end(chunk)
         return chunk
 
@@ -255,13 +262,33 @@ class Events:
         if end >= 0:
             chunk = chunk[: end + width]
         if (found.group(1) or found.group(2)) == b"error":
+            chunk, kind = self._in_envelope(chunk, found.start())
             chunk = redact_bytes(chunk)  # a server may quote the gateway's key back
             outcome = self._call.outcome
             if outcome is not None:  # counted as the upstream's error, as on the translating path
-                kind = _ERROR_TYPE.search(chunk)
-                outcome.error_type = kind.group(1).decode() if kind else "api_error"
+                if kind is None:
+                    named = _ERROR_TYPE.search(chunk)
+                    kind = named.group(1).decode() if named else "api_error"
+                outcome.error_type = kind
                 outcome.upstream_failed = True
         return chunk
+
+    def _in_envelope(self, chunk: bytes, at: int) -> tuple[bytes, str | None]:
+        """`chunk`, ending with the `error` event whose line begins at `at`, with that event in
+        Anthropic's envelope, and the error's type if it was put there. Anthropic's envelope
+        goes as it came; another shape (llama-server's `{"code": 500, "message", "type"}`,
+        OpenAI's `{"error": {...}}`) is mapped as the same error opening the stream is
+        (errors.from_error_event), so the SDKs' exception has Anthropic's `.body`."""
+        lf, crlf = chunk.rfind(b"\n\n", 0, at), chunk.rfind(b"\n\r\n", 0, at)
+        start = max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)  # the event's first line
+        data = opening_error(chunk[start:])
+        if data is None or anthropic_envelope(data) is not None:
+            return chunk, None
+        error = from_error_event(data, upstream=self._upstream)
+        event = error.event()
+        if chunk.endswith(b"\r\n"):  # the server's line ends, as the rest of its stream has them
+            event = event.replace(b"\n", b"\r\n")
+        return chunk[:start] + event, error.type
 
     def complete(self) -> bool:
         return self._ended and not self._cut_sent

@@ -1,0 +1,109 @@
+"""A passthrough stream's `error` event after `message_start`: it goes out in Anthropic's
+envelope whatever shape the server wrote it in (llama-server writes its bare
+`{"code", "message", "type"}`), mapped as the same error opening the stream is
+(errors.from_error_event), and the metrics record the mapped type. Anthropic's own
+envelope goes out as it came (the gateway's key redacted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dragoman.errors import register_secret
+from tests.unit.test_passthrough_relay import BLOCK, DELTA, START, events_of, relay
+
+
+def error_event(data: bytes) -> bytes:
+    return b"event: error\ndata: " + data + b"\n\n"
+
+
+def envelope(kind: str, message: str) -> dict:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+LLAMA_500 = b'{"code":500,"message":"boom","type":"server_error"}'
+LLAMA_503 = b'{"code":503,"message":"Loading model","type":"unavailable_error"}'
+LLAMA_OVERFLOW = (
+    b'{"code":400,"message":"request (1031 tokens) exceeds the available context size (512 tokens), try increasing it",'
+    b'"type":"exceed_context_size_error","n_prompt_tokens":1031,"n_ctx":512}'
+)
+OPENAI_SERVER = b'{"error":{"message":"boom","type":"server_error"}}'
+OPENAI_INVALID = b'{"error":{"message":"bad field","type":"invalid_request_error","code":null}}'
+BEFORE = [START, BLOCK, DELTA]  # message_start and a text: the client's 200 and its first words are out
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (LLAMA_500, envelope("api_error", "upstream native answered 500: server_error: boom")),
+        (LLAMA_503, envelope("overloaded_error", "upstream native answered 503: unavailable_error: Loading model")),
+        (LLAMA_OVERFLOW, envelope("invalid_request_error",
+                                  "prompt is too long: 1031 tokens > 512 maximum (capability_rejected: prompt_too_long)")),
+        (OPENAI_SERVER, envelope("api_error", "upstream native answered 502: server_error: boom")),
+        (OPENAI_INVALID, envelope("invalid_request_error", "upstream native answered 400: invalid_request_error: bad field")),
+        (b"something broke", envelope("api_error", "upstream native answered 500: something broke")),
+    ],
+    ids=["llama-500", "llama-503", "llama-overflow", "openai-server", "openai-invalid", "text"],
+)  # fmt: skip
+def test_an_error_event_in_another_shape_goes_out_in_anthropics_envelope(data: bytes, expected: dict) -> None:
+    body, outcome, response = relay([*BEFORE, error_event(data)])
+    found = events_of(body)
+    assert [name for name, _ in found] == ["message_start", "content_block_start", "content_block_delta", "error"]
+    assert found[-1][1] == expected
+    assert outcome.error_type == expected["error"]["type"] and outcome.upstream_failed
+    assert response.released  # a complete end: no "closed before the reply was complete" after it
+
+
+def test_anthropics_envelope_goes_out_as_it_came() -> None:
+    # Spaces, its key order, and a field dragoman does not know: the server's bytes, not dragoman's encoding of them.
+    sent = error_event(b'{"type": "error", "error": {"message": "Overloaded", "type": "overloaded_error"}, "request_id": "req_up"}')
+    body, outcome, _ = relay([*BEFORE, sent])
+    assert body.endswith(sent) and body.count(b"event: error") == 1
+    assert outcome.error_type == "overloaded_error" and outcome.upstream_failed
+
+
+def test_the_gateways_key_is_redacted_in_either_shape() -> None:
+    register_secret("midstream-secret-key")
+    anthropic_shape = error_event(json.dumps(envelope("api_error", "key midstream-secret-key")).encode())
+    body, _, _ = relay([*BEFORE, anthropic_shape])
+    assert body.endswith(anthropic_shape.replace(b"midstream-secret-key", b"[redacted]"))
+    body, _, _ = relay([*BEFORE, error_event(b'{"code":500,"message":"key midstream-secret-key","type":"server_error"}')])
+    assert b"midstream-secret-key" not in body and events_of(body)[-1][1]["error"]["message"].endswith("key [redacted]")
+
+
+LLAMA = error_event(LLAMA_500)
+REWRITTEN = error_event(json.dumps(envelope("api_error", "upstream native answered 500: server_error: boom"), separators=(",", ":")).encode())
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        [*BEFORE, LLAMA[:9], LLAMA[9:]],  # inside `event: error`
+        [*BEFORE, LLAMA[:30], LLAMA[30:]],  # inside its data
+        [*BEFORE, LLAMA[:-1], LLAMA[-1:]],  # before the blank line
+        [*BEFORE, *(LLAMA[i : i + 1] for i in range(len(LLAMA)))],  # a byte at a time
+        [b"".join(BEFORE) + LLAMA],  # one read: message_start and the error in the stream's head
+        [*BEFORE, LLAMA + b"data: [DONE]\n\n"],  # what a proxy adds after the end is dropped, as after message_stop
+    ],
+    ids=["cut-in-name", "cut-in-data", "cut-before-blank-line", "byte-by-byte", "one-read", "junk-after"],
+)
+def test_an_error_event_cut_across_reads_or_sharing_one_is_put_in_the_envelope_whole(reads: list[bytes]) -> None:
+    body, outcome, response = relay(reads)
+    assert body.endswith(b'"text":"hi"}}\n\n' + REWRITTEN)
+    assert outcome.error_type == "api_error" and response.released
+
+
+def test_crlf_line_ends_are_kept_in_the_rewritten_event() -> None:
+    reads = [event.replace(b"\n", b"\r\n") for event in [*BEFORE, LLAMA]]
+    body, outcome, _ = relay([*reads[:-1], reads[-1][:12], reads[-1][12:]])  # cut after `event: error\r`
+    assert body.endswith(b'"text":"hi"}}\r\n\r\n' + REWRITTEN.replace(b"\n", b"\r\n"))
+    assert events_of(body)[-1][1]["error"]["type"] == "api_error" and outcome.error_type == "api_error"
+
+
+def test_a_text_saying_error_is_not_an_error_event() -> None:
+    # The word alone now sends a read to the closer look: it finds no end there.
+    said = [DELTA.replace(b'"hi"', text) for text in (b'" error"', b'"event: error"', b'"server_error"')]
+    body, outcome, _ = relay([START, BLOCK, *said, LLAMA])
+    assert [name for name, _ in events_of(body)].count("error") == 1 and body.endswith(REWRITTEN)
+    assert outcome.error_type == "api_error"
