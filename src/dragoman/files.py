@@ -6,12 +6,12 @@ replica sharing the directory) sees the same files. Each owner's files are in a
 subdirectory of their own, so an upload or a list reads only the caller's files; files that
 earlier versions kept flat are moved there at start-up and served from either place (see
 `file_layout`). A request whose image or document block names a `file_id` has that source
-replaced by the file's content (base64 for images and PDFs, text for text files) before it is
-routed, so both the translating and the passthrough paths, token counting and batches get a
-request an upstream can read. A
-file id the gateway does not have is left as sent: the translating path answers it with a
-404, passthrough forwards it (an Anthropic upstream may know it). As on Anthropic,
-uploaded files cannot be downloaded again.
+replaced by the file's content (base64 for images and PDFs, text for text files; by the type
+its first bytes show where the declared one is no help, see `sniff`) before it is routed, so
+both the translating and the passthrough paths, token counting and batches get a request an
+upstream can read. A file id the gateway does not have is left as sent: the translating path
+answers it with a 404, passthrough forwards it (an Anthropic upstream may know it). As on
+Anthropic, uploaded files cannot be downloaded again.
 
 An upload may ask to expire (`expires_in_seconds`, 1 hour to 90 days, as on Anthropic): past its
 `expires_at` the metadata stays (listed, retrievable, deletable) but the content is gone: naming
@@ -53,11 +53,10 @@ from dragoman.errors import InvalidRequest, NotFound, RequestTooLarge
 from dragoman.file_layout import Layout
 from dragoman.paging import list_param, page_of, remember_deleted
 from dragoman.protocol.anthropic import timestamp
+from dragoman.sniff import IMAGE_TYPES, PDF, is_text, usable_type
 
 log = logging.getLogger("dragoman.files")
-IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 EXPIRES_IN = (3600, 7776000)  # the seconds an upload may ask to be kept, as on Anthropic (1 hour to 90 days)
-TEXT_TYPES = ("text/plain", "text/markdown", "text/csv", "text/html", "application/json")
 RACY_NS = 2_000_000_000  # a directory's mtime this recent may yet stay the same through a change (a coarse tick: 2 s on FAT)
 
 
@@ -272,15 +271,16 @@ class FileStore:
         if budget[0] < 0:
             raise RequestTooLarge(f"{where}.source.file_id: with the files it names filled in, the request would pass "
                                   "server.max_request_bytes")  # fmt: skip
-        mime = meta.mime_type.partition(";")[0].strip().lower()
+        usable = usable_type(meta.mime_type, data)  # what its first bytes show, where the declared type does not fit them
+        mime = usable.partition(";")[0].strip().lower()
         if block["type"] == "image":
             if mime not in IMAGE_TYPES:
                 raise InvalidRequest(f"{where}.source.file_id: {file_id} is {mime}, not an image ({', '.join(IMAGE_TYPES)})")
             block["source"] = {"type": "base64", "media_type": mime, "data": base64.b64encode(data).decode()}
-        elif mime == "application/pdf":
+        elif mime == PDF:
             block["source"] = {"type": "base64", "media_type": mime, "data": base64.b64encode(data).decode()}
-        elif mime.startswith("text/") or mime in TEXT_TYPES:
-            block["source"] = {"type": "text", "media_type": "text/plain", "data": decode_text(data, _charset(meta.mime_type))}
+        elif is_text(mime):
+            block["source"] = {"type": "text", "media_type": "text/plain", "data": decode_text(data, _charset(usable))}
         else:
             raise InvalidRequest(f"{where}.source.file_id: {file_id} is {mime}; a document must be a PDF or text")
         return True

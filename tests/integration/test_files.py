@@ -627,6 +627,68 @@ def test_count_tokens_counts_the_files_content(start, upstream):
     assert "messages.0.content.0.source.file_id" in error_of(caught, 404, "not_found_error")
 
 
+# -- uploads of raw bytes, without a name or a type: used as what their bytes show -----------------
+
+RAW_TEXT = "Raw notes: the launch code is 1234. Ünïcode kept.\n"
+
+
+def test_raw_byte_uploads_reach_the_model_as_what_their_bytes_show(start, upstream):
+    """`files.upload(file=bytes)` sends no filename and `application/octet-stream`: a PDF, a
+    text or an image uploaded so is used as it would be had it been typed. Its metadata says
+    what was uploaded, as on Anthropic."""
+    client = sdk(start())
+    pdf = client.beta.files.upload(file=pdf_bytes("Sniffed revenue rose"))
+    text = client.beta.files.upload(file=RAW_TEXT.encode("utf-16"))  # with its byte order mark
+    jsonl = client.beta.files.upload(file=("rows.jsonl", b'{"code": 1234}\n'))  # an extension mimetypes does not know
+    image = client.beta.files.upload(file=PNG)
+    assert (pdf.filename, pdf.mime_type) == ("unnamed", "application/octet-stream")
+    assert (jsonl.filename, jsonl.mime_type) == ("rows.jsonl", "application/octet-stream")
+    upstream.json_reply(completion("read"))
+
+    client.messages.create(model=MODEL, max_tokens=20, messages=ask(document_file(pdf.id, title="Report"), document_file(text.id),
+                                                                    document_file(jsonl.id), image_file(image.id)))  # fmt: skip
+
+    parts = upstream.requests[0]["messages"][0]["content"]
+    sent = "\n".join(part["text"] for part in parts if part["type"] == "text")
+    assert "Sniffed revenue rose" in sent and 'title="Report"' in sent
+    assert RAW_TEXT.strip() in sent and '{"code": 1234}' in sent
+    assert {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(PNG)}"}} in parts
+    assert "file_" not in json.dumps(upstream.requests[0])
+
+
+def test_passthrough_gets_raw_byte_uploads_as_it_gets_typed_ones(start, native):
+    client = sdk(start(native=native))
+    pdf, jpeg = pdf_bytes("Native raw report"), b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(32)
+    blocks = []
+    for data, typed, block in [(pdf, "application/pdf", document_file), (RAW_TEXT.encode(), "text/plain", document_file),
+                               (PNG, "image/png", image_file), (jpeg, "image/jpeg", image_file), (GIF, "image/gif", image_file)]:  # fmt: skip
+        raw = client.beta.files.upload(file=data)
+        named = client.beta.files.upload(file=("named", data, typed))
+        blocks += [block(raw.id), block(named.id)]
+
+    client.messages.create(model="claude-test", max_tokens=10, messages=ask(*blocks))
+
+    sent = native.requests[0][1]["messages"][0]["content"]
+    for raw_block, typed_block in zip(sent[0:-1:2], sent[1:-1:2], strict=True):
+        assert raw_block == typed_block  # the upstream cannot tell them apart
+    assert [block["source"].get("media_type") for block in sent[0:-1:2]] == ["application/pdf", "text/plain", "image/png",
+                                                                                "image/jpeg", "image/gif"]  # fmt: skip
+    assert sent[2]["source"] == {"type": "text", "media_type": "text/plain", "data": RAW_TEXT}
+
+
+def test_raw_bytes_that_show_no_usable_type_are_still_refused(start, upstream):
+    client = sdk(start())
+    archive = client.beta.files.upload(file=b"PK\x03\x04\x14\x00\x00\x00\x08\x00")
+    text = client.beta.files.upload(file=RAW_TEXT.encode())
+    for block, words in [(document_file(archive.id), "application/octet-stream; a document must be a PDF or text"),
+                         (image_file(text.id), "is text/plain, not an image")]:  # fmt: skip
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            client.messages.create(model=MODEL, max_tokens=10, messages=ask(block))
+        message = error_of(caught, 400, "invalid_request_error")
+        assert message.startswith("messages.0.content.0.source.file_id") and words in message
+    assert upstream.requests == []
+
+
 # -- the passthrough path -------------------------------------------------------------------------
 
 

@@ -106,7 +106,7 @@ def test_a_file_source_that_cannot_be_used_names_the_field(tmp_path: Path, block
 
     async def main() -> None:
         text = await files.save("a.txt", "text/plain", b"x", owner="")
-        binary = await files.save("a.bin", "application/octet-stream", b"x", owner="")
+        binary = await files.save("a.bin", "application/octet-stream", b"\x00\x01", owner="")  # bytes that show no type
         source = block["source"]
         source["file_id"] = {"TEXT": text.id, "BIN": binary.id}.get(source["file_id"], source["file_id"])
         await files.resolve(body(block), 10**9, owner="")
