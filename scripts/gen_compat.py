@@ -71,8 +71,8 @@ IGNORED_NOTES = {
 
 BLOCK_NOTES = {
     "text": "user text parts; assistant text",
-    "image": "base64 and URL sources become `image_url` parts (jpeg, png, gif, webp); a model without vision gets a 400; base64 data that is not padded base64 throughout (a 400 in Anthropic's words, `invalid base64 data`) or whose first bytes are no such image is a 400 naming `source.data`, and a mislabelled image (a JPEG sent as `image/png`) is sent with the type its bytes show, where Anthropic answers 400; `file` sources (Files API) are replaced by the uploaded image",
-    "document": "plain-text, content and base64 PDF sources become text with title and context (the images of a content source go in their places as images; a model without vision gets a 400, or, in a tool result, a note that an image was left out); URL sources are fetched when the operator enables it (public addresses only), else a 400; `file` sources (Files API) are replaced by the uploaded PDF or text",
+    "image": "base64 and URL sources become `image_url` parts (jpeg, png, gif, webp); a model without vision gets a 400; base64 data that is not padded base64 throughout (a 400 in Anthropic's words, `invalid base64 data`) or whose first bytes are no such image is a 400 naming `source.data`, and a mislabelled image (a JPEG sent as `image/png`) is sent with the type its bytes show, where Anthropic answers 400; `file` sources (Files API) are replaced by the uploaded image, typed by its bytes where its upload gave no image type or another one",
+    "document": "plain-text, content and base64 PDF sources become text with title and context (the images of a content source go in their places as images; a model without vision gets a 400, or, in a tool result, a note that an image was left out); URL sources are fetched when the operator enables it (public addresses only), else a 400; `file` sources (Files API) are replaced by the uploaded PDF or text, recognised by its first bytes when its upload was typed `application/octet-stream` (raw bytes sent without a name or type) or with a type the bytes contradict",
     "search_result": "text with its source and title",
     "tool_use": "assistant `tool_calls`, ids preserved; a server's id outside Anthropic's `[a-zA-Z0-9_-]`, or one already used in the conversation or the reply (servers that name every call `0` or `call_0`), reaches the client encoded and unique (`toolu_b64…`) and goes back to the server as it was",
     "tool_result": "tool messages, in order, before the turn's other content; `is_error` carried; images moved to a following user message",
@@ -250,7 +250,12 @@ def main() -> None:
         "An upload's `expires_in_seconds` is honoured: `expires_at` is reported, and an expired file is a",
         "404 `file_expired` when a request names it. An upload with no filename (or an empty one) is",
         "named `unnamed` plus its type's extension, as on Anthropic; a text file is read in the charset",
-        "its upload declared (UTF-8 when none, or when the charset is no text encoding).",
+        "its upload declared (if none, or no text encoding: as its byte order mark says, else UTF-8).",
+        "A file is used as what its first bytes show (a PDF, a JPEG, PNG, GIF or WebP image, or UTF-8 or",
+        "UTF-16 text) where its declared type is no help: `application/octet-stream` (raw bytes uploaded",
+        "without a name or type, or a name `mimetypes` does not know, like `.jsonl`) or a type the bytes",
+        "contradict; its metadata keeps the type it was uploaded with. Anthropic refuses such a file as a",
+        "document (`Unsupported document file format: application/octet-stream`).",
         "",
     ]
     print("\n".join(parts))
