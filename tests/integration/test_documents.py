@@ -64,6 +64,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(0.05)
             return
+        if self.path in ("/raw-text", "/raw-binary"):  # a server that labels everything octet-stream
+            raw = TEXT.encode() if self.path == "/raw-text" else b"PK\x03\x04\x00\x01\x02" * 10
+            self.send_response(200)
+            self.send_header("content-type", "application/octet-stream")
+            self.send_header("content-length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+            return
         body = TEXT.encode() if self.path == "/doc.txt" else b"x" * 5000
         self.send_response(200)
         self.send_header("content-type", "text/plain; charset=utf-8")
@@ -113,6 +121,17 @@ def test_fetched_documents_reach_the_model_as_text(make_gateway, upstream, docs_
     assert response.status_code == 200, response.text
     sent = upstream.requests[0]["messages"][0]["content"]
     assert TEXT in sent and 'title="Memo"' in sent
+
+
+def test_a_text_document_served_as_octet_stream_is_read_by_its_bytes(make_gateway, upstream, docs_server):
+    gateway = make_gateway(server={"fetch_documents": True, "fetch_allow_private": True})
+    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/raw-text"))
+    assert response.status_code == 200, response.text
+    assert TEXT in upstream.requests[0]["messages"][0]["content"]
+
+    refused = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/raw-binary"))
+    assert refused.status_code == 400
+    assert "application/octet-stream' is not a PDF or text" in refused.json()["error"]["message"]
 
 
 def test_a_document_that_arrives_in_pieces_is_fetched_whole(make_gateway, upstream, docs_server):

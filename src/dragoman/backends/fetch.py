@@ -22,6 +22,7 @@ from yarl import URL
 from dragoman.charsets import decode_text
 from dragoman.errors import InvalidRequest
 from dragoman.protocol import anthropic as a
+from dragoman.sniff import is_text, usable_type
 
 MAX_REDIRECTS = 3
 MAX_DOCUMENTS = 100  # URL documents fetched for one request
@@ -144,9 +145,10 @@ async def _fetch(url: str, *, max_bytes: int, timeout: float, allow_private: boo
         raise InvalidRequest(f"document URL {url!r}: could not be fetched: {error}") from None
     except aiohttp.ClientError as error:
         raise InvalidRequest(f"document URL {url!r}: could not be fetched: {error}") from None
-    if kind == "application/pdf" or data.startswith(b"%PDF-"):
+    kind = usable_type(kind, data).partition(";")[0]  # what its bytes show, if its type says otherwise or nothing
+    if kind == "application/pdf":
         return a.Base64Source(media_type="application/pdf", data=base64.b64encode(data).decode())
-    if kind.startswith("text/") or kind in ("application/json", "application/xml"):
+    if is_text(kind):
         return a.TextSource(data=decode_text(data, response.charset))
     raise InvalidRequest(f"document URL {url!r}: content type {kind!r} is not a PDF or text")
 
