@@ -156,3 +156,25 @@ def test_llama_servers_openai_shaped_error_body_is_anthropics_envelope(passthrou
     assert caught.value.body["type"] == "error"
     assert caught.value.body["error"]["type"] == "invalid_request_error"
     assert caught.value.body["error"]["message"].startswith(said)
+
+
+@pytest.mark.parametrize(
+    ("last", "expected"),
+    [
+        # OpenAI's shape as an unnamed event (no `event: error` line): the stream's end all the same.
+        (b'data: {"error": {"message": "failed to decode the batch", "type": "server_error"}}\n\n',
+         {"type": "api_error", "message": "upstream native answered 502: server_error: failed to decode the batch"}),
+    ],
+    ids=["unnamed-openai"],
+)  # fmt: skip
+def test_an_error_event_cut_off_or_unnamed_mid_stream_reaches_the_sdk_as_the_servers_error(passthrough, native, last, expected):
+    native.replies.append(NativeReply(events=[*text_events("Partial")[:3], last]))
+    said = []
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        with sdk(passthrough).messages.stream(**ASK) as stream:
+            for text in stream.text_stream:
+                said.append(text)
+    assert said == ["Partial"]
+    assert caught.value.body == {"type": "error", "error": expected}  # the server's error, not "closed the stream before ..."
+    metrics = httpx.get(passthrough.url + "/metrics").text.splitlines()
+    assert f'dragoman_upstream_errors_total{{type="{expected["type"]}",upstream="native"}} 1.0' in metrics

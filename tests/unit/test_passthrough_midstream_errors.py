@@ -107,3 +107,39 @@ def test_a_text_saying_error_is_not_an_error_event() -> None:
     body, outcome, _ = relay([START, BLOCK, *said, LLAMA])
     assert [name for name, _ in events_of(body)].count("error") == 1 and body.endswith(REWRITTEN)
     assert outcome.error_type == "api_error"
+
+
+def crlf(reads: list[bytes]) -> list[bytes]:
+    return [read.replace(b"\n", b"\r\n") for read in reads]
+
+
+# OpenAI's shape unnamed, `data: {"error": {...}}` with no `event:` line, mid-stream: the
+# stream's end, as `{"type": "error", ...}` unnamed is, and rewritten into Anthropic's envelope.
+OPENAI_UNNAMED = b"data: " + OPENAI_SERVER + b"\n\n"
+OPENAI_REWRITTEN = error_event(json.dumps(envelope("api_error", "upstream native answered 502: server_error: boom"), separators=(",", ":")).encode())
+
+
+@pytest.mark.parametrize("line_ends", [lambda reads: reads, crlf], ids=["lf", "crlf"])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        [OPENAI_UNNAMED],
+        [OPENAI_UNNAMED[:8], OPENAI_UNNAMED[8:]],  # inside `"error"`
+        [OPENAI_UNNAMED[:30], OPENAI_UNNAMED[30:]],  # inside its object
+        [OPENAI_UNNAMED + b"data: [DONE]\n\n"],  # what a proxy adds after the end is dropped
+        [OPENAI_UNNAMED.replace(b'{"error":{', b'{"error": {')],  # a space after the colon
+    ],
+    ids=["whole", "cut-in-name", "cut-in-object", "done-after", "spaced"],
+)
+def test_an_unnamed_openai_error_mid_stream_is_the_streams_end_in_anthropics_envelope(line_ends, tail: list[bytes]) -> None:
+    body, outcome, response = relay(line_ends([*BEFORE, *tail]))
+    assert body.endswith(line_ends([b'"text":"hi"}}\n\n' + OPENAI_REWRITTEN])[0])
+    assert body.count(b"error") == OPENAI_REWRITTEN.count(b"error") and b"[DONE]" not in body
+    assert outcome.error_type == "api_error" and outcome.upstream_failed and response.released
+
+
+def test_a_data_line_saying_error_later_in_its_object_is_no_end() -> None:
+    # Only the data's first key: a content event with an "error" field further in is content.
+    odd = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"},"error":{}}\n\n'
+    body, _, _ = relay([START, BLOCK, odd, LLAMA])
+    assert body.count(b"event: error") == 1 and body.endswith(REWRITTEN)

@@ -165,8 +165,10 @@ MAX_HELD_EVENT = 1024 * 1024  # an event larger than this goes out in pieces rat
 
 
 # The event that ends a stream, by its own type at the start of a line: a text can be
-# "message_stop" or "error" too, but JSON strings cannot hold a raw newline.
-_END_LINE = re.compile(rb'event: ?(message_stop|error)\r?\n|data: ?\{"type": ?"(message_stop|error)"')
+# "message_stop" or "error" too, but JSON strings cannot hold a raw newline. An unnamed event
+# says it in its data: `{"type": "error", ...}`, or OpenAI's `{"error": {...}}`. The group
+# that matched (the match's last) names the end.
+_END_LINE = re.compile(rb'event: ?(message_stop|error)\r?\n|data: ?\{"(?:type": ?"(message_stop|error)"|(error)": ?\{)')
 
 
 def _end_event(chunk: bytes) -> re.Match[bytes] | None:
@@ -192,8 +194,9 @@ class Events:
     """A passthrough stream cut at event boundaries: `take` gives the whole events so
     far and holds a cut one back. Also notes the token counts of `message_delta` for
     the metrics, puts DELTA_NULLS in its delta, and whether the stream ended as Anthropic ends one (`message_stop` or
-    an `error` event); nothing after that end is relayed. An `error` event not in Anthropic's
-    envelope (llama-server's bare `{"code", "message", "type"}`) is put in it."""
+    an `error` event, named or unnamed); nothing after that end is relayed. An `error` event not
+    in Anthropic's envelope (llama-server's bare `{"code", "message", "type"}`, OpenAI's
+    `{"error": {...}}`) is put in it."""
 
     __slots__ = ("_call", "_upstream", "_held", "_ended", "_cut_sent")
 
@@ -261,7 +264,7 @@ class Events:
             width = 2
         if end >= 0:
             chunk = chunk[: end + width]
-        if (found.group(1) or found.group(2)) == b"error":
+        if found[found.lastindex or 0] == b"error":
             chunk, kind = self._in_envelope(chunk, found.start())
             chunk = redact_bytes(chunk)  # a server may quote the gateway's key back
             outcome = self._call.outcome
