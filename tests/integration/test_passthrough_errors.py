@@ -161,11 +161,15 @@ def test_llama_servers_openai_shaped_error_body_is_anthropics_envelope(passthrou
 @pytest.mark.parametrize(
     ("last", "expected"),
     [
+        # A server that writes its error event and closes without the blank line that ends it.
+        (error_event("overloaded_error", "Overloaded")[:-2], {"type": "overloaded_error", "message": "Overloaded"}),
+        (f"event: error\ndata: {json.dumps(LLAMA_MIDSTREAM)}\n".encode(),
+         {"type": "api_error", "message": "upstream native answered 500: server_error: failed to decode the batch"}),
         # OpenAI's shape as an unnamed event (no `event: error` line): the stream's end all the same.
         (b'data: {"error": {"message": "failed to decode the batch", "type": "server_error"}}\n\n',
          {"type": "api_error", "message": "upstream native answered 502: server_error: failed to decode the batch"}),
     ],
-    ids=["unnamed-openai"],
+    ids=["anthropic-no-blank-line", "llama-no-blank-line", "unnamed-openai"],
 )  # fmt: skip
 def test_an_error_event_cut_off_or_unnamed_mid_stream_reaches_the_sdk_as_the_servers_error(passthrough, native, last, expected):
     native.replies.append(NativeReply(events=[*text_events("Partial")[:3], last]))

@@ -113,6 +113,58 @@ def crlf(reads: list[bytes]) -> list[bytes]:
     return [read.replace(b"\n", b"\r\n") for read in reads]
 
 
+# An error event the server closed its stream on without the blank line that ends an event:
+# completed and taken as the stream's end, not dragoman's "closed the stream before the reply
+# was complete".
+GENERIC = b"closed the stream before the reply was complete"
+ANTHROPIC_OVERLOADED = b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
+
+
+@pytest.mark.parametrize("line_ends", [lambda reads: reads, crlf], ids=["lf", "crlf"])
+@pytest.mark.parametrize(
+    ("tail", "expected"),
+    [
+        (b"event: error\ndata: " + LLAMA_500, envelope("api_error", "upstream native answered 500: server_error: boom")),
+        (b"event: error\ndata: " + LLAMA_500 + b"\n", envelope("api_error", "upstream native answered 500: server_error: boom")),
+        (b"event: error\ndata: " + ANTHROPIC_OVERLOADED, envelope("overloaded_error", "Overloaded")),
+        (b"data: " + OPENAI_SERVER, envelope("api_error", "upstream native answered 502: server_error: boom")),
+        (b"event: error\ndata: something broke\n", envelope("api_error", "upstream native answered 500: something broke")),
+    ],
+    ids=["llama-no-line-end", "llama-no-blank-line", "anthropic", "unnamed-openai", "text-line-ended"],
+)  # fmt: skip
+@pytest.mark.parametrize("cut", [None, 9, 25], ids=["one-read", "cut-in-name", "cut-in-data"])
+def test_an_error_event_cut_off_by_the_streams_end_is_its_end(line_ends, tail: bytes, expected: dict, cut: int | None) -> None:
+    reads = line_ends([*BEFORE, tail])
+    if cut is not None:
+        reads[-1:] = [reads[-1][:cut], reads[-1][cut:]]
+    body, outcome, response = relay(reads)
+    found = events_of(body)
+    assert [name for name, _ in found] == ["message_start", "content_block_start", "content_block_delta", "error"]
+    assert found[-1][1] == expected and GENERIC not in body
+    # The server's line ends (an event cut in its only line, unnamed OpenAI's, has none to go by: \n).
+    assert body.endswith(b"\r\n\r\n" if b"\r" in line_ends([tail])[0] else b"}\n\n")
+    assert outcome.error_type == expected["error"]["type"] and outcome.upstream_failed
+    assert response.released  # a complete end
+
+
+def test_anthropics_envelope_cut_off_by_the_streams_end_goes_out_as_it_came_but_for_its_blank_line() -> None:
+    body, _, _ = relay([*BEFORE, b"event: error\ndata: " + ANTHROPIC_OVERLOADED])
+    assert body.endswith(b'"hi"}}\n\nevent: error\ndata: ' + ANTHROPIC_OVERLOADED + b"\n\n")
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b"event: error\ndata: " + LLAMA_500[:20], b"data: " + OPENAI_SERVER[:-1], b"event: error", b"event: error\n",
+     DELTA.replace(b'"hi"', b'"an error"').rstrip()],
+    ids=["cut-in-data", "unnamed-cut-in-data", "no-data", "no-data-line-ended", "not-an-error"],
+)  # fmt: skip
+def test_an_event_cut_off_that_is_no_whole_error_leaves_the_stream_incomplete(tail: bytes) -> None:
+    body, _, _ = relay([*BEFORE, tail])
+    found = events_of(body)
+    assert [name for name, _ in found] == ["message_start", "content_block_start", "content_block_delta", "error"]
+    assert found[-1][1]["error"]["type"] == "api_error" and body.endswith(GENERIC + b'"}}\n\n')
+
+
 # OpenAI's shape unnamed, `data: {"error": {...}}` with no `event:` line, mid-stream: the
 # stream's end, as `{"type": "error", ...}` unnamed is, and rewritten into Anthropic's envelope.
 OPENAI_UNNAMED = b"data: " + OPENAI_SERVER + b"\n\n"

@@ -156,3 +156,18 @@ def test_an_error_event_after_anything_went_out_is_relayed_as_it_came(reads: lis
     assert error is None
     assert sent.endswith(OVERLOADED) and sent.count(b"event: error") == 1
     assert outcome.error_type == "overloaded_error" and outcome.upstream_failed
+
+
+@pytest.mark.parametrize("crlf", [False, True], ids=["lf", "crlf"])
+@pytest.mark.parametrize(
+    ("reads", "committed"),
+    [([b":\n\n", OVERLOADED[:-1]], False), ([OVERLOADED[:-2]], True), ([OVERLOADED[:20], OVERLOADED[20:-1]], True)],
+    ids=["after-a-servers-comment", "after-our-comments", "after-our-comments-cut"],
+)
+def test_an_error_event_closed_on_without_its_blank_line_after_anything_went_out_is_the_streams_end(reads, committed, crlf) -> None:
+    # Nothing but comments went out, and the 200 with them: the event, completed, ends the stream (no HTTP error now).
+    line_ends = (lambda b: b.replace(b"\n", b"\r\n")) if crlf else (lambda b: b)
+    sent, error, outcome = relay([line_ends(read) for read in reads], committed=committed)
+    assert error is None  # not dragoman's "closed the stream before the reply was complete"
+    assert sent.endswith(line_ends(OVERLOADED)) and sent.count(b"event: error") == 1
+    assert outcome.error_type == "overloaded_error" and outcome.upstream_failed

@@ -306,6 +306,9 @@ class AnthropicBackend:
                 whole = events.take(self._head(head, call))
                 if whole:
                     yield whole
+            whole = events.finish()  # an error event the server closed on without its blank line
+            if whole:
+                yield whole
             if not events.complete():
                 raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
             finished = True

@@ -187,6 +187,21 @@ def _end_event(chunk: bytes) -> re.Match[bytes] | None:
     return found
 
 
+def _whole_error(held: bytes) -> bool:
+    """Whether an event cut off by the stream's end is an `error` event whole but for its
+    blank line: it has data, and its data is whole JSON or its last line was ended (a text)."""
+    data = opening_error(held)  # the one event held: no blank line in it
+    if not data:
+        return False
+    if held.endswith((b"\n", b"\r")):
+        return True
+    try:
+        msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return False  # cut in its data: what came is not the server's whole error
+    return True
+
+
 _ERROR_TYPE = re.compile(rb'"error": ?\{[^{}]*?"type": ?"([a-z_]+)"')
 
 
@@ -196,7 +211,8 @@ class Events:
     the metrics, puts DELTA_NULLS in its delta, and whether the stream ended as Anthropic ends one (`message_stop` or
     an `error` event, named or unnamed); nothing after that end is relayed. An `error` event not
     in Anthropic's envelope (llama-server's bare `{"code", "message", "type"}`, OpenAI's
-    `{"error": {...}}`) is put in it."""
+    `{"error": {...}}`) is put in it. `finish`, at the stream's end, takes an error event the
+    server closed on without its blank line."""
 
     __slots__ = ("_call", "_upstream", "_held", "_ended", "_cut_sent")
 
@@ -292,6 +308,22 @@ class Events:
         if chunk.endswith(b"\r\n"):  # the server's line ends, as the rest of its stream has them
             event = event.replace(b"\n", b"\r\n")
         return chunk[:start] + event, error.type
+
+    def finish(self) -> bytes:
+        """At the stream's end, once: the held event if it is a whole `error` event but for its
+        blank line (a server that wrote it and closed), completed and taken as any error event
+        is (the stream's end, in Anthropic's envelope); else nothing, and the stream is
+        incomplete as it was. Nothing of this is done per read."""
+        held = self._held
+        if self._ended or not _whole_error(held):
+            return b""
+        self._held = b""
+        line_end = b"\r\n" if b"\r" in held else b"\n"  # the server's (an event cut in its first line: \n)
+        if held.endswith(b"\r"):
+            held += b"\n"
+        elif not held.endswith(b"\n"):
+            held += line_end
+        return self.take(held + line_end)
 
     def complete(self) -> bool:
         return self._ended and not self._cut_sent
