@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from tests.threaded_site import ThreadedSite
 
 
 def message(text: str = "Hi", model: str = "native-model", **usage: int) -> dict:
@@ -59,9 +60,11 @@ class FakeAnthropic:
         self.models_down = False  # the model list answers 503 (a server still starting)
         self.no_model_list = False  # the model list answers 404 (a server without one)
         self.model_lists = 0  # model lists asked for
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
+        app = web.Application()
+        app.router.add_post("/v1/messages", self._handle)
+        app.router.add_post("/v1/messages/count_tokens", self._handle)
+        app.router.add_get("/v1/models", self._models)
+        self._site = ThreadedSite(app)
         self.port = 0
 
     @property
@@ -69,27 +72,11 @@ class FakeAnthropic:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> FakeAnthropic:
-        self._thread.start()
-        self._ready.wait(10)
+        self.port = self._site.start()
         return self
 
     def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        app = web.Application()
-        app.router.add_post("/v1/messages", self._handle)
-        app.router.add_post("/v1/messages/count_tokens", self._handle)
-        app.router.add_get("/v1/models", self._models)
-        runner = web.AppRunner(app, access_log=None)
-        self._loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._ready.set()
-        self._loop.run_forever()
+        self._site.stop()
 
     async def _sleep_watching(self, request: web.Request, seconds: float) -> None:
         """Sleep, but notice at once when the gateway closes the connection."""

@@ -17,6 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.threaded_site import ThreadedSite
+
 
 @dataclass
 class Reply:
@@ -80,10 +82,12 @@ class FakeUpstream:
         self.abandoned = 0  # requests the gateway closed while the fake was still "thinking"
         self.completed = 0  # streams written out to the end
         self.no_model_list = False  # GET /v1/models answers 404, as on a server without one
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._runner: web.AppRunner | None = None
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/api/show", self._show)
+        app.router.add_post("/tokenize", self._tokenize)
+        self._site = ThreadedSite(app, ssl_context)
         self.port = 0
 
     @property
@@ -109,41 +113,11 @@ class FakeUpstream:
         return True
 
     def start(self) -> FakeUpstream:
-        self._thread.start()
-        self._ready.wait(10)
+        self.port = self._site.start()
         return self
 
     def stop(self) -> None:
-        if self._runner is not None:  # close connections and pending handlers, quietly
-            try:
-                asyncio.run_coroutine_threadsafe(self._shutdown(self._runner), self._loop).result(5)
-            except Exception:  # noqa: BLE001 - best effort at teardown
-                pass
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-    @staticmethod
-    async def _shutdown(runner: web.AppRunner) -> None:
-        await runner.cleanup()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in tasks:  # handlers still sleeping in a scripted hang
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        app = web.Application()
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_post("/api/show", self._show)
-        app.router.add_post("/tokenize", self._tokenize)
-        runner = self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        self._loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=self._ssl)
-        self._loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._ready.set()
-        self._loop.run_forever()
+        self._site.stop()
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         """vLLM's chat-form /tokenize: one token per whitespace-separated word here."""
