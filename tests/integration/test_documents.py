@@ -92,6 +92,7 @@ def docs_server() -> Iterator[str]:
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+    server.server_close()  # the listening socket: shutdown() only ends serve_forever
 
 
 def _body(url: str, copies: int = 1) -> dict:

@@ -177,6 +177,7 @@ def slow_docs() -> Iterator[str]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+    server.server_close()  # the listening socket: shutdown() only ends serve_forever
 
 
 def _broken_pdf() -> bytes:
