@@ -152,11 +152,11 @@ class GatewayServer:
         """`http`: uvicorn's protocol; by default the one `dragoman serve` runs. `timeout_keep_alive`:
         uvicorn's, 5 s as `dragoman serve` leaves it (a float: uvicorn types it int, but tests want less than 1 s)."""
         self.config = config
+        self.app = create_app(config)  # first: a config it refuses leaves no socket bound
         # Bound here and handed to uvicorn: a port picked now and bound only once the server
         # starts could be taken in between by a test in another pytest-xdist worker.
         self._socket = server_socket()
         self.port = self._socket.getsockname()[1]
-        self.app = create_app(config)
         uv_config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, lifespan="on",
                                    http=http or http_protocol(), timeout_keep_alive=timeout_keep_alive)  # type: ignore[arg-type]  # fmt: skip
         self.server = _Server(uv_config)
