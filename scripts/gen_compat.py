@@ -52,8 +52,8 @@ REQUEST_NOTES = {
     "reasoning_effort": "not Anthropic's: an explicit effort, validated against the model's efforts",
     "compaction": "`summarize`: the model is asked for a summary of the conversation (`instructions`, or the gateway's own), with no "
     "tools; the reply is one `compaction` block with `stop_reason: \"compaction\"`, streamed or not (translating path; passthrough "
-    "forwards the field). The request as sent gets the checks any request gets first: a thinking budget or tool list Anthropic "
-    "refuses is the same 400",
+    "forwards the field). The request as sent gets every check any request gets first: a thinking budget, tool list, "
+    "`tool_choice` or effort Anthropic refuses is the same 400",
     "thread": "message threads: the gateway holds each conversation (system, tools, messages, reply) in memory under the reply's id; "
     "`continue` sends only new messages; an unknown or evicted id is `thread_not_found` (404), upon which the SDKs resend the whole "
     "conversation; each reply can be continued once (`thread_already_continued`); held per API key (tenant), 256 MiB and 24 h at most",

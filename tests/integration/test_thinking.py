@@ -1046,6 +1046,26 @@ def test_a_compaction_request_gets_the_same_thinking_checks(gw, fake, stream, ma
     assert fake.requests == []
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"tools": [{"name": "read", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool", "name": "write"}},
+         "tool_choice.name: no tool named 'write' in tools"),
+        ({"tools": [{"name": "read", "input_schema": "not a schema"}]}, "tools.0.input_schema"),
+    ],
+)
+def test_a_compaction_request_gets_every_check_of_an_ordinary_request(gw, fake, extra, message):
+    """The summary's request has no tools, but the request as sent is checked as any other."""
+    client = gw()
+    with pytest.raises(anthropic.BadRequestError) as ordinary:
+        client.messages.create(model="thinker", max_tokens=2000, messages=USER, **extra)
+    with pytest.raises(anthropic.BadRequestError) as compacting:
+        client.beta.messages.create(model="thinker", max_tokens=2000, messages=USER, compaction={"type": "summarize"}, **extra)
+    assert _error(ordinary).startswith(message)
+    assert _error(compacting) == _error(ordinary)
+    assert fake.requests == []
+
+
 def test_a_compaction_request_with_the_interleaved_beta_may_pass_max_tokens(gw, fake):
     client = gw()
     fake.json_reply(completion("They said hello."))

@@ -129,8 +129,13 @@ class OpenAIBackend:
         return await self._respond(call, route, request)
 
     async def _compact(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
-        """The conversation summarized, as a `compaction` block (see translate.compaction)."""
-        reply = await self._respond(call, route, summarizing(request, anthropic.betas(call.headers)))
+        """The conversation summarized, as a `compaction` block (see translate.compaction).
+        The request as sent is translated first, and the result dropped: it gets every check
+        an ordinary request gets (a `tool_choice` naming no tool, an effort the model lacks),
+        which the summary's own request, without its tools and thinking, would skip."""
+        betas = anthropic.betas(call.headers)
+        await self._translate_call(request, route, stream=False, betas=betas)
+        reply = await self._respond(call, route, summarizing(request, betas))
         assert isinstance(reply, Completed)
         message = summary_of(msgspec.json.decode(reply.body, type=anthropic.Message))
         if request.stream:
