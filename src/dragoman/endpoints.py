@@ -166,8 +166,10 @@ class EventStreamResponse(StreamingResponse):
             log.exception("stream from %s failed before it began", outcome.upstream)
             await self._refuse(send, outcome, GatewayError("internal error in the gateway"))  # as any request's bug
             return
-        self.init_headers({**SSE_HEADERS, **self.headers_of_reply, "request-id": self.request_id} if self.request_id
-                          else {**SSE_HEADERS, **self.headers_of_reply})  # fmt: skip
+        headers = {**SSE_HEADERS, **self.headers_of_reply}
+        if self.request_id:
+            headers["request-id"] = self.request_id
+        self.init_headers(headers)
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         self.head_sent = True
         if first:

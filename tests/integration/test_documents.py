@@ -65,16 +65,13 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(0.05)
             return
         if self.path in ("/raw-text", "/raw-binary"):  # a server that labels everything octet-stream
-            raw = TEXT.encode() if self.path == "/raw-text" else b"PK\x03\x04\x00\x01\x02" * 10
-            self.send_response(200)
-            self.send_header("content-type", "application/octet-stream")
-            self.send_header("content-length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+            self._send(TEXT.encode() if self.path == "/raw-text" else b"PK\x03\x04\x00\x01\x02" * 10, "application/octet-stream")
             return
-        body = TEXT.encode() if self.path == "/doc.txt" else b"x" * 5000
+        self._send(TEXT.encode() if self.path == "/doc.txt" else b"x" * 5000, "text/plain; charset=utf-8")
+
+    def _send(self, body: bytes, content_type: str) -> None:
         self.send_response(200)
-        self.send_header("content-type", "text/plain; charset=utf-8")
+        self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

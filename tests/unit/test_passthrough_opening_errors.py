@@ -11,7 +11,7 @@ import json
 import pytest
 
 from dragoman.backends.anthropic import AnthropicBackend
-from dragoman.backends.anthropic_events import opening_error
+from dragoman.backends.anthropic_events import error_event_data
 from dragoman.backends.base import Call
 from dragoman.config import from_dict
 from dragoman.errors import GatewayError, from_error_event, register_secret
@@ -108,7 +108,7 @@ def test_an_opening_error_keeps_its_error_code_and_never_the_gateways_key() -> N
          "text-says-error", "unnamed-not-error", "unnamed-not-json"],
 )  # fmt: skip
 def test_the_first_event_of_a_head_is_an_error_or_not(head: bytes, found: bytes | None) -> None:
-    assert opening_error(head) == found
+    assert error_event_data(head) == found
 
 
 def relay(reads: list[bytes], headers: dict[str, str] | None = None, committed: bool = False) -> tuple[bytes, GatewayError | None, Outcome]:

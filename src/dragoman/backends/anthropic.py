@@ -37,7 +37,7 @@ from dragoman.backends.anthropic_events import (
     completed_start,
     leading_comments,
     note_usage,
-    opening_error,
+    error_event_data,
     with_start,
 )
 from dragoman.backends.documents import documents_as_text
@@ -198,7 +198,7 @@ class AnthropicBackend:
 
     def _refuse_opening_error(self, head: bytes, headers: Mapping[str, str] | None) -> None:
         """Raise the error the stream's first event is, if it is one (nothing of the stream has gone out)."""
-        data = opening_error(head)
+        data = error_event_data(head)
         if data is not None:
             retry_after = headers.get("retry-after") if headers is not None else None
             raise from_error_event(data, upstream=self.name, retry_after=retry_after)

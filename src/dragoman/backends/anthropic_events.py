@@ -64,20 +64,20 @@ def with_start(head: bytes, call: Call) -> bytes:
     return encode(anthropic.MessageStart(message=message)) + head
 
 
-def opening_error(head: bytes) -> bytes | None:
-    """The data of the first event in `head` (the stream's, or the error event that ends it:
-    Events) if that event is an error: `event: error`, or an unnamed event whose data is one
-    (`{"type": "error", ...}`, OpenAI's `{"error": ...}`). Read once per stream, and only if
-    the bytes say "error"."""
-    if b"error" not in head:
+def error_event_data(events: bytes) -> bytes | None:
+    """The data of the first event in `events` if that event is an error: `event: error`, or an
+    unnamed event whose data is one (`{"type": "error", ...}`, OpenAI's `{"error": ...}`). Read
+    for a stream's head, and for the event that ends a stream (Events), only if the bytes say
+    "error"."""
+    if b"error" not in events:
         return None
-    end = head.find(b"\n\n")
-    crlf_end = head.find(b"\n\r\n")
+    end = events.find(b"\n\n")
+    crlf_end = events.find(b"\n\r\n")
     if end < 0 or 0 <= crlf_end < end:
         end = crlf_end
     name = None
     data = []
-    for line in (head if end < 0 else head[:end]).splitlines():
+    for line in (events if end < 0 else events[:end]).splitlines():
         if line.startswith(b"event:"):
             name = line[6:].strip()
         elif line.startswith(b"data:"):
@@ -190,7 +190,7 @@ def _end_event(chunk: bytes) -> re.Match[bytes] | None:
 def _whole_error(held: bytes) -> bool:
     """Whether an event cut off by the stream's end is an `error` event whole but for its
     blank line: it has data, and its data is whole JSON or its last line was ended (a text)."""
-    data = opening_error(held)  # the one event held: no blank line in it
+    data = error_event_data(held)  # the one event held: no blank line in it
     if not data:
         return False
     if held.endswith((b"\n", b"\r")):
@@ -300,7 +300,7 @@ class Events:
         (errors.from_error_event), so the SDKs' exception has Anthropic's `.body`."""
         lf, crlf = chunk.rfind(b"\n\n", 0, at), chunk.rfind(b"\n\r\n", 0, at)
         start = max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)  # the event's first line
-        data = opening_error(chunk[start:])
+        data = error_event_data(chunk[start:])
         if data is None or anthropic_envelope(data) is not None:
             return chunk, None
         error = from_error_event(data, upstream=self._upstream)

@@ -171,11 +171,9 @@ class ChatStreams:
                 watch.close()
             if opening is not None:
                 opening.close()
-            if handed_over:
-                pass
-            elif finished:
+            if finished and not handed_over:
                 response.release()  # read to the end: the connection can be reused
-            else:
+            elif not finished:
                 response.close()  # stops the backend's generation
 
     def _feed(self, translator: StreamTranslator, payloads: list[bytes], out: list[anthropic.StreamEvent], *,
