@@ -1,7 +1,7 @@
 """The least an ASGI proxy on dragoman's stack can do: the floor under its figures.
 
 dragoman serves with uvicorn (httptools, uvloop) and calls upstreams through its own
-connection pool (`dragoman.backends.pool`: asyncio Protocols with httptools). That
+connection pool (`dragoman.upstream.transport.pool`: asyncio Protocols with httptools). That
 stack has fixed costs of its own: uvicorn's HTTP parsing and one ASGI task per
 request, one upstream request and response per call, one `send` per streamed chunk.
 This is a raw ASGI app (no Starlette, no routing, no validation, no JSON, no retries
@@ -24,7 +24,7 @@ from typing import Any
 
 import uvicorn
 
-from dragoman.backends.pool import Pool
+from dragoman.upstream.transport.pool import Pool
 
 PASSED = (b"x-api-key", b"anthropic-version")  # client headers sent on to the upstream
 

@@ -1,5 +1,5 @@
 """Which HTTP client to call upstreams with, measured: aiohttp, httpx, and dragoman's
-own (dragoman.backends.http on asyncio Protocols with httptools, the one it uses).
+own (dragoman.upstream.client on asyncio Protocols with httptools, the one it uses).
 
 Starts the fake upstream, then drives it with each client as dragoman would (one
 pooled client, a small JSON POST to /v1/chat/completions, the body read whole),
@@ -74,8 +74,8 @@ async def _httpx(url: str, concurrency: int, seconds: float) -> tuple[float, flo
 
 
 async def _dragoman(url: str, concurrency: int, seconds: float) -> tuple[float, float]:
-    from dragoman.backends.http import HttpClient
-    from dragoman.config import from_dict
+    from dragoman.core.config import from_dict
+    from dragoman.upstream.client import HttpClient
 
     upstream = from_dict({"upstreams": {"fake": {"url": url.removesuffix("/chat/completions")}}}).upstreams["fake"]
     client = HttpClient("fake", upstream, None, prefix="/v1")

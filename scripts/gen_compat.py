@@ -187,7 +187,7 @@ def batch_fields() -> list[str]:
     for name in MessageBatch.model_fields:
         lines.append(_row(f"`{name}`", "sent" if name in ours_fields else "not sent"))
     union = typing.get_args(MessageBatchResult)[0]  # Annotated[Union[...], discriminator]
-    produced = ("succeeded", "errored", "canceled", "expired")  # dragoman.batches writes these
+    produced = ("succeeded", "errored", "canceled", "expired")  # dragoman.batches.service writes these
     for tag in (_block_tag(cls) for cls in _union_types(union)):
         lines.append(_row(f"result `{tag}`", "produced" if tag in produced else "not produced"))
     return lines

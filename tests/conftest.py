@@ -6,7 +6,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from dragoman.config import from_dict
+from dragoman.core.config import from_dict
 from tests import servers
 from tests.fake_anthropic import FakeAnthropic
 from tests.fakes import FakeUpstream

@@ -11,10 +11,9 @@ from typing import Any
 
 import msgspec
 
-from dragoman import sse
-from dragoman.profiles import PROFILES, Profile
+from dragoman.core.profiles import PROFILES, Profile
 from dragoman.protocol import anthropic as a
-from dragoman.protocol import openai
+from dragoman.protocol import openai, sse
 from dragoman.translate.request import ModelCaps, Options, Translated, to_chat_request
 
 # -- requests ---------------------------------------------------------------------

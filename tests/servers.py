@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import uvicorn
 
-from dragoman.app import create_app
-from dragoman.config import Config, from_dict
-from dragoman.serving import http_protocol
+from dragoman.core.config import Config, from_dict
+from dragoman.server.app import create_app
+from dragoman.server.serving import http_protocol
 
 
 def free_port() -> int:

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dragoman import __version__
-from dragoman.config import Config, ConfigError, from_dict, load
+from dragoman.core.config import Config, ConfigError, from_dict, load
 
 if TYPE_CHECKING:
-    from dragoman.gateway import Gateway
+    from dragoman.core.gateway import Gateway
 
 
 def _fail(message: str) -> None:
@@ -106,7 +106,7 @@ def run_local(config: Config) -> None:
     """The embedded default: a local llama-server with SmolLM2-135M, built on first use."""
     import msgspec
 
-    from dragoman.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
+    from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
 
     click.echo("dragoman: no upstream configured; starting the local model (the first run builds llama-server, about 4 minutes)", err=True)
     try:
@@ -158,7 +158,7 @@ def _inspection_options(command: Any) -> Any:
 def _gateway(command: str, config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> Gateway:
     import msgspec
 
-    from dragoman.gateway import Gateway
+    from dragoman.core.gateway import Gateway
 
     try:
         config = build_config(config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=(),
@@ -180,7 +180,7 @@ def models(config_path: str | None, upstream: str | None, upstream_api_key: str 
     """Show each served model, its upstream, and whether (and why) it counts as reasoning."""
     import asyncio
 
-    from dragoman.inspection import describe_models
+    from dragoman.core.inspection import describe_models
 
     for line in asyncio.run(describe_models(_gateway("list", config_path, upstream, upstream_api_key))):
         click.echo(line)
@@ -192,7 +192,7 @@ def check(config_path: str | None, upstream: str | None, upstream_api_key: str |
     """Ask every upstream for its models; show the path chosen for each (translate or passthrough)."""
     import asyncio
 
-    from dragoman.inspection import check_upstreams
+    from dragoman.core.inspection import check_upstreams
 
     lines, failures = asyncio.run(check_upstreams(_gateway("check", config_path, upstream, upstream_api_key)))
     for line in lines:
@@ -207,9 +207,9 @@ def run(config: Config, *, workers: int = 1) -> None:
     import msgspec
     import uvicorn
 
-    from dragoman.app import CONFIG_ENV, create_app, settle_garbage_collector
-    from dragoman.observe import configure_logging
-    from dragoman.serving import http_protocol
+    from dragoman.core.observe import configure_logging
+    from dragoman.server.app import CONFIG_ENV, create_app, settle_garbage_collector
+    from dragoman.server.serving import http_protocol
 
     server = config.server
     configure_logging(server.log_level)
@@ -222,7 +222,7 @@ def run(config: Config, *, workers: int = 1) -> None:
         _fail(str(error))
     if workers > 1:  # each worker process builds its app from the config in the environment
         os.environ[CONFIG_ENV] = msgspec.json.encode(config).decode()
-        app = "dragoman.app:app_from_environment"
+        app = "dragoman.server.app:app_from_environment"
     else:
         settle_garbage_collector()
     uvicorn.run(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dragoman.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
+from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
 
 E2E_DIR = Path(__file__).parent
 

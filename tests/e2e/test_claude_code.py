@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dragoman.localmodel import cache_dir
+from dragoman_local.localmodel import cache_dir
 from tests.fakes import FakeUpstream, Reply, chunk, completion, text_stream, usage_chunk
 from tests.servers import GatewayServer, config_for, make_config
 

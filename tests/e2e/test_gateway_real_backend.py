@@ -18,8 +18,8 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.config import from_dict
-from dragoman.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
+from dragoman.core.config import from_dict
+from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
 from tests.servers import GatewayServer
 
 MODEL = DEFAULT_LOCAL_MODEL

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from dragoman.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
+from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
 
 # The machine may be busy (2 cores shared with other jobs): generous timeouts.
 TIMEOUT = httpx.Timeout(120.0)

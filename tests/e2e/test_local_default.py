@@ -15,7 +15,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.localmodel import DEFAULT_LOCAL_MODEL
+from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL
 
 
 def _free_port() -> int:

@@ -10,7 +10,7 @@ import time
 import anthropic
 import pytest
 
-from dragoman.config import from_dict
+from dragoman.core.config import from_dict
 from tests.fakes import completion
 from tests.servers import GatewayServer
 
@@ -90,7 +90,7 @@ def test_an_ambiguous_probe_answer_decides_nothing_and_is_asked_again(native, am
 
 @pytest.mark.parametrize("healthy", ["native", "openai"])
 def test_a_replica_that_never_answers_holds_neither_the_probe_nor_the_requests(native, upstream, healthy, monkeypatch):
-    from dragoman.backends import replicas
+    from dragoman.upstream import replicas
 
     # Passed over for the whole test, not the 30 s it is in production: on a loaded machine the
     # three requests may take longer than that, and one sent to the hung instance after the

@@ -13,10 +13,18 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from dragoman import batch_store
-from dragoman import batches as batches_module
+from dragoman.batches import service as batches_module
+from dragoman.batches import store as batch_store
 from tests.fakes import FakeUpstream, Reply, completion
-from tests.integration.test_batches import answer_per_marker, counts, marker_of, params, results_of, wait_ended, wait_until
+from tests.integration.test_batches import (
+    answer_per_marker,
+    counts,
+    marker_of,
+    params,
+    results_of,
+    wait_ended,
+    wait_until,
+)
 from tests.servers import GatewayServer
 
 KEYS = ["key-a", "key-b"]
@@ -284,7 +292,7 @@ def test_keys_of_one_tenant_share_batches_and_files(start, upstream):
 
 
 def test_a_cancel_that_raced_the_end_of_its_batch_is_not_shown_after_the_end(start, upstream, tmp_path):
-    from dragoman.batch_store import BatchDir
+    from dragoman.batches.store import BatchDir
 
     answer_per_marker(upstream)
     client = sdk(start())

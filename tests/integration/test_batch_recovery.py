@@ -21,9 +21,10 @@ import httpx
 import pytest
 import uvicorn.config
 
-from dragoman import batch_runs, batch_store
-from dragoman import batches as batches_module
-from dragoman.batch_store import BatchStore, Record
+from dragoman.batches import runs as batch_runs
+from dragoman.batches import service as batches_module
+from dragoman.batches import store as batch_store
+from dragoman.batches.store import BatchStore, Record
 from tests.fakes import FakeUpstream, Reply, completion
 from tests.integration import test_batch_persistence as persistence
 from tests.integration.test_batch_persistence import KEYS, sdk

@@ -16,9 +16,9 @@ import anthropic
 import httpx
 import pytest
 
+from tests.envelopes import error_of, raw_error
 from tests.fake_anthropic import NativeReply, message
 from tests.fakes import FakeUpstream, Reply, completion
-from tests.envelopes import error_of, raw_error
 from tests.servers import GatewayServer
 
 KEY = "test-key"
@@ -697,13 +697,13 @@ def test_a_thinking_budget_is_checked_per_request_with_the_create_requests_betas
 
     assert counts(plain) == {"processing": 0, "succeeded": 1, "errored": 2, "canceled": 0, "expired": 0}
     results = results_of(client, plain.id)
-    for custom_id, message in (
+    for custom_id, expected in (
         ("low", "requests.0.params.thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
         ("past-max", "requests.1.params: `max_tokens` must be greater than `thinking.budget_tokens`."),  # Anthropic's words name no field
     ):
         assert results[custom_id].type == "errored"
         assert results[custom_id].error.error.type == "invalid_request_error"
-        assert results[custom_id].error.error.message.startswith(message)
+        assert results[custom_id].error.error.message.startswith(expected)
     assert counts(with_beta) == {"processing": 0, "succeeded": 2, "errored": 1, "canceled": 0, "expired": 0}
     assert results_of(client, with_beta.id)["past-max"].type == "succeeded"
     assert sorted(marker_of(body) for body in upstream.requests) == ["ok", "ok", "past"]

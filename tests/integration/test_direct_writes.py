@@ -17,7 +17,12 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.serving import DIRECT_BODY, DirectBody, DirectBodyProtocol, http_protocol
+from dragoman.server.serving import (
+    DIRECT_BODY,
+    DirectBody,
+    DirectBodyProtocol,
+    http_protocol,
+)
 from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
 from tests.fakes import FakeUpstream, Reply, chunk, text_stream, usage_chunk
 from tests.servers import GatewayServer, make_config, sse_frames
@@ -149,7 +154,7 @@ def test_upstream_dropping_mid_stream_ends_with_an_error_event(upstream: FakeUps
 def test_a_server_keeping_its_body_open_after_done_still_gives_a_whole_reply(upstream: FakeUpstream, start: Any, mode: str,
                                                                             writes: Writes, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     # The client's reply ends at once, not after the grace the gateway gives the body's end (more than the client's timeout here).
-    monkeypatch.setattr("dragoman.backends.keepalive.AFTER_END_GRACE", 60)
+    monkeypatch.setattr("dragoman.upstream.keepalive.AFTER_END_GRACE", 60)
     chunks = [*_paced(*text_stream("a", "b", "c")), b"data: [DONE]\n\n", ("sleep", 30)]
     upstream.queue(Reply(chunks=chunks, done=False))
     gateway = start(upstream.url, upstream={"idle_timeout": 60})
@@ -163,7 +168,7 @@ def test_a_server_keeping_its_body_open_after_done_still_gives_a_whole_reply(ups
 def test_passthrough_server_keeping_its_body_open_after_message_stop_still_gives_a_whole_reply(
     native: FakeAnthropic, start: Any, mode: str, writes: Writes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("dragoman.backends.keepalive.AFTER_END_GRACE", 60)  # the reply ends at once all the same
+    monkeypatch.setattr("dragoman.upstream.keepalive.AFTER_END_GRACE", 60)  # the reply ends at once all the same
     events = text_events("Hello")
     native.replies.append(NativeReply(events=[*_paced(*events), ("sleep", 30)]))
     gateway = start(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
@@ -458,9 +463,9 @@ def _rows(gateway: GatewayServer, prefix: str) -> list[str]:
 def test_a_client_that_stops_sending_its_request_gets_a_408_and_the_connection_closes(
     upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch, sent: bytes
 ) -> None:
-    import dragoman.serving
+    import dragoman.server.serving
 
-    monkeypatch.setattr(dragoman.serving, "READ_IDLE_TIMEOUT", 0.3)
+    monkeypatch.setattr(dragoman.server.serving, "READ_IDLE_TIMEOUT", 0.3)
     gateway = GatewayServer(make_config(upstream.url)).start()
     try:
         with socket.create_connection(("127.0.0.1", gateway.port)) as client:

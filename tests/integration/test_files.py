@@ -24,10 +24,10 @@ import anthropic
 import httpx
 import pytest
 
+from tests.envelopes import error_of, raw_error
 from tests.fake_anthropic import FakeAnthropic
 from tests.fakes import FakeUpstream, completion
 from tests.samples import pdf_bytes
-from tests.envelopes import error_of, raw_error
 from tests.servers import GatewayServer
 
 KEY = "test-key"

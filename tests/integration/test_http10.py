@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.serving import DirectBody
+from dragoman.server.serving import DirectBody
 from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
 from tests.fakes import FakeUpstream, completion, text_stream
 from tests.servers import GatewayServer, make_config, sse_frames

@@ -14,8 +14,8 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.backends import replicas as replicas_module
-from dragoman.backends.replicas import CoolDowns, Replicas
+from dragoman.upstream import replicas as replicas_module
+from dragoman.upstream.replicas import CoolDowns, Replicas
 from tests.envelopes import error_of
 from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
 from tests.fakes import FakeUpstream, Reply, chunk, text_stream
@@ -157,8 +157,8 @@ def test_a_connect_timeout_is_retried_on_another_replica_though_it_used_the_retr
     retry the documentation promises; a retry sent at once to another instance waits for nothing."""
     import asyncio
 
-    from dragoman.backends.http import HttpClient
-    from dragoman.config import OpenAIUpstream
+    from dragoman.core.config import OpenAIUpstream
+    from dragoman.upstream.client import HttpClient
 
     hole = socket.socket()
     hole.bind(("127.0.0.1", 0))

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from dragoman.config import ConfigError
+from dragoman.core.config import ConfigError
 from tests.servers import GatewayServer, make_config
 
 CHATML = (

@@ -13,7 +13,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman import gateway as gateway_module
+from dragoman.core import gateway as gateway_module
 from tests.fake_anthropic import FakeAnthropic
 from tests.fakes import FakeUpstream, Reply, completion, text_stream
 
@@ -229,7 +229,7 @@ def test_discovery_logs_what_the_model_list_saw(gateway_from, monkeypatch, caplo
     """One instance hangs, the other answers its model list 503 (still starting): the log says
     503, not that nothing answered (discovery's own 5 s used to cut the model list's 10 s short).
     With no other instance, it is the model list's own limit that the log names."""
-    from dragoman.backends import http
+    from dragoman.upstream import client as http
 
     monkeypatch.setattr(http, "MODEL_LIST_TIMEOUT", 0.5, raising=False)
     monkeypatch.setattr(http, "HEDGE_AFTER", 0.05)
@@ -266,7 +266,7 @@ def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native
 
 def test_ready_probes_are_shared_so_nobody_can_multiply_upstream_calls(gateway_from, native, monkeypatch):
     # /ready is open to anyone, and each round asks every upstream its model list (an authenticated call)
-    monkeypatch.setattr("dragoman.gateway.READY_REUSE", 3600.0)
+    monkeypatch.setattr("dragoman.core.gateway.READY_REUSE", 3600.0)
     gateway = gateway_from({"upstreams": {"native": {"url": native.url, "protocol": "anthropic"}}})
     gateway.wait_discovered()
     before = native.model_lists

@@ -10,7 +10,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.config import from_dict
+from dragoman.core.config import from_dict
 from tests.fake_anthropic import FakeAnthropic, NativeReply, event, message, text_events
 from tests.servers import GatewayServer
 

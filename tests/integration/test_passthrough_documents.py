@@ -9,15 +9,15 @@ import asyncio
 import base64
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import anthropic
 import httpx
 import pytest
 
-from dragoman.config import from_dict
+from dragoman.core.config import from_dict
 from tests.fake_anthropic import FakeAnthropic
 from tests.samples import pdf_bytes
 from tests.servers import GatewayServer

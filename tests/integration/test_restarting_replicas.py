@@ -11,8 +11,8 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.backends import replicas as replicas_module
-from dragoman.backends.replicas import CoolDowns
+from dragoman.upstream import replicas as replicas_module
+from dragoman.upstream.replicas import CoolDowns
 from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
 from tests.fakes import FakeUpstream, Reply, text_stream
 

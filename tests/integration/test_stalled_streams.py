@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import anthropic
 import pytest
 
-from dragoman.backends import replicas as replicas_module
-from dragoman.backends.replicas import CoolDowns
+from dragoman.upstream import replicas as replicas_module
+from dragoman.upstream.replicas import CoolDowns
 from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
 from tests.fakes import FakeUpstream, Reply, chunk, text_stream
 

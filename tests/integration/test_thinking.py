@@ -23,7 +23,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman import capabilities
+from dragoman.core import capabilities
 from tests.fakes import FakeUpstream, chunk, completion, usage_chunk
 from tests.servers import GatewayServer, make_config
 

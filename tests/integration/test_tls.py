@@ -76,7 +76,7 @@ def test_client_certificates(make_gateway, certs):
 
 
 def test_a_missing_ca_bundle_is_a_startup_error(upstream, tmp_path):
-    from dragoman.config import ConfigError
+    from dragoman.core.config import ConfigError
     from tests.servers import make_config
 
     with pytest.raises(ConfigError, match=r"upstreams\.default\.ca_bundle: no such file"):

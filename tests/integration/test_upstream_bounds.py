@@ -10,8 +10,8 @@ import json
 import httpx
 import pytest
 
-from dragoman.backends import inflate
-from dragoman.config import from_dict
+from dragoman.core.config import from_dict
+from dragoman.upstream.transport import inflate
 from tests.fake_anthropic import FakeAnthropic, NativeReply
 from tests.fakes import Reply, chunk, completion
 from tests.samples import MiB, gzip_bomb

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from dragoman import app as app_module
-from dragoman.app import App
-from dragoman.observe import Metrics
+from dragoman.core.observe import Metrics
+from dragoman.server import app as app_module
+from dragoman.server.app import App
 
 
 @pytest.mark.parametrize("again_while_answering", [False, True])

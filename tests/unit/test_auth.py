@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from dragoman import auth
+from dragoman.server import auth
 
 KEYS = frozenset({"sk-one", "sk-two"})
 

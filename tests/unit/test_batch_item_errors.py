@@ -14,13 +14,13 @@ from typing import Any
 import msgspec
 import pytest
 
-from dragoman.batch_runs import Runner
-from dragoman.batch_store import Record
-from dragoman.config import from_dict
-from dragoman.errors import UpstreamError
-from dragoman.gateway import Gateway
+from dragoman.batches.runs import Runner
+from dragoman.batches.store import Record
+from dragoman.core.config import from_dict
+from dragoman.core.errors import UpstreamError
+from dragoman.core.gateway import Gateway
+from dragoman.core.validation import within
 from dragoman.protocol.batches import BatchRequest
-from dragoman.validation import within
 
 TOOL = {"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}
 BUDGET_NOT_BELOW_MAX_TOKENS = "`max_tokens` must be greater than `thinking.budget_tokens`."
@@ -92,7 +92,7 @@ def runner(tmp_path: Path) -> Any:
     def run(items: list[Any]) -> list[tuple[str, str]]:
         async def main() -> list[tuple[str, str]]:
             gateway = Gateway(config)
-            runner = Runner(gateway, config.batches, lambda *_: None, lambda: None)
+            runner = Runner(gateway.pipeline, gateway.metrics, config.batches, lambda *_: None, lambda: None)
             record = Record(id="msgbatch_01t", owner="", created=time.time(), expires=time.time() + 60, total=len(items), headers={})
             try:
                 errors = []

@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
-from dragoman import batch_runs, paging
-from dragoman.batch_runs import Run, Runner
-from dragoman.batch_store import BatchStore, Record
-from dragoman.batches import Batches
-from dragoman.config import BatchesConfig, from_dict
-from dragoman.errors import InvalidRequest
-from dragoman.gateway import Gateway
+from dragoman.batches import runs as batch_runs
+from dragoman.batches.runs import Run, Runner
+from dragoman.batches.service import Batches
+from dragoman.batches.store import BatchStore, Record
+from dragoman.core import paging
+from dragoman.core.config import BatchesConfig, from_dict
+from dragoman.core.errors import InvalidRequest
+from dragoman.core.gateway import Gateway
 
 
 def _batch(root: Path, name: str, n: int, created: float | None = None, expires_in: float = 3600) -> tuple[Path, Record]:
@@ -35,7 +36,7 @@ def _batch(root: Path, name: str, n: int, created: float | None = None, expires_
 
 
 def _claim(runner: Runner, root: Path, record: Record) -> Run:
-    from dragoman.batch_store import BatchDir
+    from dragoman.batches.store import BatchDir
 
     where = BatchDir(root / record.id)
     run = runner.claim(where, record)
@@ -53,7 +54,7 @@ def test_a_storage_failure_does_not_leak_a_request_slot_of_the_process(tmp_path:
     _, x_record = _batch(root, "x", 2)
     _, a_record = _batch(root, "a", 2)
     config = BatchesConfig(max_concurrent=2, dir=str(root))
-    runner = Runner(None, config, lambda *_: None, lambda: None)  # type: ignore[arg-type]
+    runner = Runner(None, None, config, lambda *_: None, lambda: None)  # type: ignore[arg-type]
     gates = {("msgbatch_01x", "r0"): asyncio.Event, ("msgbatch_01x", "r1"): asyncio.Event}
     failed: list[str] = []
     real_settle = Run.settle
@@ -117,7 +118,7 @@ def _swept(batches: Batches) -> list[Run]:
 
 
 def _batches(root: Path, **config: Any) -> Batches:
-    return Batches(None, BatchesConfig(dir=str(root), **config))  # type: ignore[arg-type]
+    return Batches(None, None, BatchesConfig(dir=str(root), **config))  # type: ignore[arg-type]
 
 
 def test_a_claim_that_fails_after_locking_does_not_keep_the_batch_forever(tmp_path: Path) -> None:
@@ -129,7 +130,7 @@ def test_a_claim_that_fails_after_locking_does_not_keep_the_batch_forever(tmp_pa
     (path / "canceled").mkdir()
     batches = _batches(root, max_concurrent=2)
     started = _swept(batches)
-    from dragoman.batch_store import BatchDir
+    from dragoman.batches.store import BatchDir
 
     other = BatchDir(path).try_lock()  # what another process's sweep would do
     if other is not None:
@@ -193,7 +194,7 @@ def test_one_batch_whose_lock_cannot_be_opened_does_not_stop_the_others_being_ta
     root = tmp_path / "batches"
     good, bad = _batch(root, "good", 2)[1].id, _batch(root, "bad", 2)[1].id
     (root / bad / "lock").mkdir()  # os.open(..., O_RDWR) fails on it
-    batches = Batches(None, BatchesConfig(dir=str(root)))  # type: ignore[arg-type]  # a sweep never touches the gateway
+    batches = Batches(None, None, BatchesConfig(dir=str(root)))  # type: ignore[arg-type]  # a sweep never touches the gateway
     batches._store.ids = lambda: [bad, good]  # type: ignore[method-assign]  # the order scandir happened to give
     assert [run.record.id for run in _swept(batches)] == [good]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dragoman.batch_store import BatchStore, Ended, Record
+from dragoman.batches.store import BatchStore, Ended, Record
 from dragoman.protocol.batches import RequestCounts
 
 BODY = json.dumps({"requests": [{"custom_id": "a", "params": {"model": "m"}}, {"custom_id": "b", "params": {"model": "m"}}]}).encode()

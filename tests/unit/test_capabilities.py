@@ -14,10 +14,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from dragoman import capabilities
-from dragoman.capabilities import Decision, Registry, decide, needs_refresh, refresh_registry, registry_path
-from dragoman.config import from_dict
-from dragoman.routing import Router
+from dragoman.core import capabilities
+from dragoman.core.capabilities import (
+    Decision,
+    Registry,
+    decide,
+    needs_refresh,
+    refresh_registry,
+    registry_path,
+)
+from dragoman.core.config import from_dict
+from dragoman.core.routing import Router
 
 # A small registry shaped like https://models.dev/api.json: providers -> models -> flags.
 MODELS_DEV = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dragoman.charsets import decode_text
+from dragoman.files.charsets import decode_text
 
 
 @pytest.mark.parametrize(

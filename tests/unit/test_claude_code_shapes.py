@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.profiles import PROFILES
+from dragoman.core.profiles import PROFILES
 from dragoman.protocol import anthropic as a
 from dragoman.translate.request import BILLING_PREFIX, ModelCaps, to_chat_request
 from dragoman.translate.thinking import ReasoningCaps

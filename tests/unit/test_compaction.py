@@ -8,10 +8,16 @@ from typing import Any
 import msgspec
 import pytest
 
-from dragoman.errors import InvalidRequest
+from dragoman.core.errors import InvalidRequest
 from dragoman.protocol import anthropic
 from dragoman.translate.checks import check_request
-from dragoman.translate.compaction import INSTRUCTIONS, SUMMARY_INTRO, summarizing, summary_of, with_summaries
+from dragoman.translate.compaction import (
+    INSTRUCTIONS,
+    SUMMARY_INTRO,
+    summarizing,
+    summary_of,
+    with_summaries,
+)
 
 
 def _request(messages: list[dict[str, Any]], **fields: Any) -> anthropic.MessagesRequest:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from dragoman import config
-from dragoman.config import AnthropicUpstream, ConfigError, OpenAIUpstream
+from dragoman.core import config
+from dragoman.core.config import AnthropicUpstream, ConfigError, OpenAIUpstream
 
 
 def good(**overrides: Any) -> dict[str, Any]:
@@ -166,7 +166,7 @@ def test_zero_queue_and_retries_are_allowed() -> None:
 def test_effort_budgets_must_be_two_increasing_numbers():
     import pytest
 
-    from dragoman.config import ConfigError, from_dict
+    from dragoman.core.config import ConfigError, from_dict
 
     for budgets in ([8192, 2048], [4096], [0, 10]):
         with pytest.raises(ConfigError, match="server.effort_budgets"):
@@ -197,7 +197,7 @@ def test_upstream_headers_cannot_smuggle_lines(headers: dict[str, str]) -> None:
 
 
 def test_a_proxy_from_the_environment_that_is_not_http_is_a_startup_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dragoman.backends.http import HttpClient
+    from dragoman.upstream.client import HttpClient
 
     for name in ("no_proxy", "NO_PROXY", "http_proxy", "HTTP_PROXY"):
         monkeypatch.delenv(name, raising=False)
@@ -244,7 +244,7 @@ def test_a_config_file_that_is_not_utf8_or_not_readable_is_a_config_error(tmp_pa
 
 
 def test_a_proxy_password_with_a_slash_is_not_printed() -> None:
-    from dragoman.backends.http import HttpClient
+    from dragoman.upstream.client import HttpClient
 
     upstream = config.from_dict(good(upstreams={"local": {"url": "http://10.1.2.3:8000/v1", "proxy": "http://alice:s3c/ret@proxy:3128"}}))
     with pytest.raises(ConfigError) as caught:
@@ -253,7 +253,7 @@ def test_a_proxy_password_with_a_slash_is_not_printed() -> None:
 
 
 def test_an_api_key_with_a_line_break_is_a_startup_error() -> None:
-    from dragoman.backends.http import HttpClient
+    from dragoman.upstream.client import HttpClient
 
     upstream = config.from_dict(good()).upstreams["local"]
     with pytest.raises(ConfigError) as caught:

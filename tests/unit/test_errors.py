@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from dragoman.errors import (
+from dragoman.core.errors import (
     GatewayError,
     InvalidRequest,
     NotFound,
@@ -254,7 +254,7 @@ def test_error_body_and_event_use_anthropics_envelope() -> None:
 
 
 def test_a_registered_key_is_redacted_even_where_the_message_is_shortened() -> None:
-    from dragoman.errors import register_secret
+    from dragoman.core.errors import register_secret
 
     key = "gsk_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123"
     register_secret(key)
@@ -264,7 +264,7 @@ def test_a_registered_key_is_redacted_even_where_the_message_is_shortened() -> N
 
 
 def test_keys_are_redacted_longest_first_and_a_header_schemes_token_alone() -> None:
-    from dragoman.errors import redact, register_secret
+    from dragoman.core.errors import redact, register_secret
 
     register_secret("shortkey-12345")
     register_secret("shortkey-12345-and-a-longer-tail")
@@ -289,6 +289,6 @@ def test_keys_are_redacted_longest_first_and_a_header_schemes_token_alone() -> N
     ids=["anthropic", "vllm", "llama", "openai", "not-error-type", "no-error-type", "html"],
 )  # fmt: skip
 def test_anthropics_envelope_is_told_from_other_servers_shapes(body: bytes, is_anthropic: bool) -> None:
-    from dragoman.errors import anthropic_envelope
+    from dragoman.core.errors import anthropic_envelope
 
     assert (anthropic_envelope(body) is not None) is is_anthropic

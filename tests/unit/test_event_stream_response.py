@@ -8,10 +8,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from dragoman.endpoints import EventStreamResponse
-from dragoman.errors import UpstreamError, UpstreamTimeout
-from dragoman.observe import Metrics, Outcome
-from dragoman.sse import KEEPALIVE_COMMENT, PING
+from dragoman.core.errors import UpstreamError, UpstreamTimeout
+from dragoman.core.observe import Metrics
+from dragoman.core.types import Outcome
+from dragoman.protocol.sse import KEEPALIVE_COMMENT, PING
+from dragoman.server.endpoints import EventStreamResponse
 
 DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta"}\n\n'
 

@@ -1,7 +1,7 @@
 import pytest
 
 from dragoman.backends.fetch import _checked, _public, has_url_documents
-from dragoman.errors import InvalidRequest
+from dragoman.core.errors import InvalidRequest
 
 
 @pytest.mark.parametrize(

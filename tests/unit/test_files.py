@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import msgspec
 import pytest
 
-from dragoman.config import FilesConfig
-from dragoman.errors import InvalidRequest, NotFound
-from dragoman.file_endpoints import _expires_in
-from dragoman.files import FileStore, names_a_file
+from dragoman.core.config import FilesConfig
+from dragoman.core.errors import InvalidRequest, NotFound
+from dragoman.files.store import FileStore, names_a_file
+from dragoman.server.file_endpoints import _expires_in
 
 
 def store(tmp_path: Path) -> FileStore:
@@ -131,7 +131,7 @@ def test_an_owner_directory_made_in_the_tick_of_a_look_is_still_seen(tmp_path: P
     root.mkdir()
     tick = 1_700_000_000_000_000_000
     os.utime(root, ns=(tick, tick))
-    monkeypatch.setattr("dragoman.files.time", SimpleNamespace(time_ns=lambda: tick + 1_000_000))  # the look, 1 ms later
+    monkeypatch.setattr("dragoman.files.store.time", SimpleNamespace(time_ns=lambda: tick + 1_000_000))  # the look, 1 ms later
     assert not files.in_use()
     asyncio.run(other.save("a.txt", "text/plain", b"x", owner=A))
     os.utime(root, ns=(tick, tick))  # made in that same tick
@@ -145,10 +145,10 @@ def test_an_empty_directory_is_looked_into_once_its_mtime_is_old(tmp_path: Path,
     root.mkdir()
     tick = 1_700_000_000_000_000_000
     os.utime(root, ns=(tick, tick))
-    monkeypatch.setattr("dragoman.files.time", SimpleNamespace(time_ns=lambda: tick + 60 * 10**9))
+    monkeypatch.setattr("dragoman.files.store.time", SimpleNamespace(time_ns=lambda: tick + 60 * 10**9))
     scans: list[object] = []
     real_scandir = os.scandir
-    monkeypatch.setattr("dragoman.files.os.scandir", lambda path: scans.append(path) or real_scandir(path))
+    monkeypatch.setattr("dragoman.files.store.os.scandir", lambda path: scans.append(path) or real_scandir(path))
     assert not files.in_use() and not files.in_use()
     assert len(scans) == 1
     (root / "shared").mkdir()
@@ -163,7 +163,7 @@ def test_a_file_id_the_gateway_does_not_have_is_left_as_sent(tmp_path: Path) -> 
 
 
 def test_a_small_request_naming_a_large_file_many_times_is_refused_not_grown(tmp_path: Path) -> None:
-    from dragoman.errors import RequestTooLarge
+    from dragoman.core.errors import RequestTooLarge
 
     files = store(tmp_path)
 
@@ -309,7 +309,7 @@ def test_named_in_tells_bodies_that_may_name_a_stored_file_and_skips_the_stat_fo
     fresh = store(tmp_path)  # another process: it learns of uploads from the directory
     stats: list[object] = []
     real_stat = __import__("os").stat
-    monkeypatch.setattr("dragoman.files.os.stat", lambda path, *a, **k: stats.append(path) or real_stat(path, *a, **k))
+    monkeypatch.setattr("dragoman.files.store.os.stat", lambda path, *a, **k: stats.append(path) or real_stat(path, *a, **k))
     assert not fresh.named_in(small_without)
     assert stats == []  # a small body without a file id costs no system call
     assert fresh.named_in(small_with)
@@ -391,7 +391,7 @@ def test_two_processes_moving_the_flat_files_at_once_lose_and_double_none(tmp_pa
             asyncio.run(other.adopt_flat())
         real(source, target)
 
-    monkeypatch.setattr("dragoman.file_layout.os.rename", rename)
+    monkeypatch.setattr("dragoman.files.layout.os.rename", rename)
     asyncio.run(one.adopt_flat())
     assert not [p for p in directory.iterdir() if p.is_file()]
     for n in range(4):
@@ -435,7 +435,7 @@ def test_deleted_files_are_remembered_within_a_bound_and_a_cursor_naming_a_recen
 ) -> None:
     """Every delete was remembered for the life of the process (a cursor naming the file
     must still place): a cleanup loop's deletes grew its memory for weeks."""
-    from dragoman import paging
+    from dragoman.core import paging
 
     monkeypatch.setattr(paging, "DELETED_KEPT", 2)
     files = store(tmp_path)

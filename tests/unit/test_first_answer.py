@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from dragoman.backends import http
-from dragoman.backends.http import HttpClient
-from dragoman.backends.replicas import Replicas
-from dragoman.config import OpenAIUpstream
-from dragoman.errors import UpstreamError
+from dragoman.core.config import OpenAIUpstream
+from dragoman.core.errors import UpstreamError
+from dragoman.upstream import client as http
+from dragoman.upstream.client import HttpClient
+from dragoman.upstream.replicas import Replicas
 
 Answer = tuple[int, str, bytes]
 

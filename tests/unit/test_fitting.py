@@ -8,9 +8,9 @@ from typing import Any, cast
 import msgspec
 import pytest
 
-from dragoman.backends.fitting import fitted_body
+from dragoman.backends.openai.fitting import fitted_body
+from dragoman.core.types import Route
 from dragoman.protocol import openai
-from dragoman.routing import Route
 from dragoman.translate.request import ModelCaps
 
 WINDOW = 1000

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from dragoman.backends.base import UpstreamModel
-from dragoman.config import from_dict
-from dragoman.gateway import Gateway
+from dragoman.core.config import from_dict
+from dragoman.core.gateway import Gateway
+from dragoman.core.types import UpstreamModel
 
 
 class _Hung:

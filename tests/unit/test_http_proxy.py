@@ -1,4 +1,4 @@
-from dragoman.backends.http import _proxy_for
+from dragoman.upstream.client import _proxy_for
 
 
 def test_configured_proxy_wins(monkeypatch):

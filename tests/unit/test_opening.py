@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from dragoman.backends.keepalive import ReadWatch, Silence
-from dragoman.backends.opening import Opening, Sending
-from dragoman.errors import UpstreamError, UpstreamTimeout
+from dragoman.core.errors import UpstreamError, UpstreamTimeout
+from dragoman.upstream.keepalive import ReadWatch, Silence
+from dragoman.upstream.opening import Opening, Sending
 from tests.unit.test_upstream_connection import Peer, Script, new_pool
 
 A, B = "http://a:8000", "http://b:8000"

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from dragoman.errors import register_secret
+from dragoman.core.errors import register_secret
 from tests.unit.test_passthrough_relay import BLOCK, DELTA, START, events_of, relay
 
 

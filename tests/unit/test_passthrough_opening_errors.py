@@ -10,12 +10,11 @@ import json
 
 import pytest
 
-from dragoman.backends.anthropic import AnthropicBackend
-from dragoman.backends.anthropic_events import error_event_data
-from dragoman.backends.base import Call
-from dragoman.config import from_dict
-from dragoman.errors import GatewayError, from_error_event, register_secret
-from dragoman.observe import Outcome
+from dragoman.backends.anthropic.backend import AnthropicBackend
+from dragoman.backends.anthropic.events import error_event_data
+from dragoman.core.config import from_dict
+from dragoman.core.errors import GatewayError, from_error_event, register_secret
+from dragoman.core.types import Call, Outcome
 from tests.unit.test_passthrough_relay import BLOCK, DELTA, START
 from tests.unit.test_stream_shell import Response
 

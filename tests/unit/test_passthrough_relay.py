@@ -9,11 +9,10 @@ from typing import Any
 
 import pytest
 
-from dragoman.backends.anthropic import AnthropicBackend
-from dragoman.backends.base import Call
-from dragoman.config import from_dict
-from dragoman.errors import GatewayError
-from dragoman.observe import Outcome
+from dragoman.backends.anthropic.backend import AnthropicBackend
+from dragoman.core.config import from_dict
+from dragoman.core.errors import GatewayError
+from dragoman.core.types import Call, Outcome
 from tests.unit.test_stream_shell import Response
 
 # A server that sends every field the SDKs type: its events go through unchanged.
@@ -253,7 +252,7 @@ def test_a_text_that_names_the_events_is_not_rewritten() -> None:
 def test_no_json_is_decoded_for_content_events(monkeypatch: pytest.MonkeyPatch) -> None:
     """The hot path: of a stream's events, only message_start and message_delta may be
     decoded (and only when a field is missing), never a content_block_delta."""
-    from dragoman.backends import anthropic_events
+    from dragoman.backends.anthropic import events as anthropic_events
 
     decoded: list[bytes] = []
     real = anthropic_events.msgspec.json.decode
@@ -288,7 +287,7 @@ BARE_MESSAGE = b'{"id":"msg_1","type":"message","role":"assistant","model":"m","
     ids=["bare", "has-container", "complete", "not-a-message", "not-an-object", "not-json"],
 )  # fmt: skip
 def test_a_non_streamed_reply_gets_the_missing_null_fields(body: bytes, added: dict) -> None:
-    from dragoman.backends.anthropic_events import completed_message
+    from dragoman.backends.anthropic.events import completed_message
 
     out = completed_message(body)
     if not added:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from dragoman.backends.keepalive import CLOCK_SLACK, ReadWatch, Silence
-from dragoman.errors import UpstreamTimeout
+from dragoman.core.errors import UpstreamTimeout
+from dragoman.upstream.keepalive import CLOCK_SLACK, ReadWatch, Silence
 
 
 class Feed:
@@ -189,7 +189,7 @@ def test_close_stops_the_timer() -> None:
 
 
 def test_head_or_task_returns_a_quick_head_and_hands_over_a_slow_one() -> None:
-    from dragoman.backends.keepalive import head_or_task
+    from dragoman.upstream.keepalive import head_or_task
 
     async def head(delay: float) -> str:
         await asyncio.sleep(delay)
@@ -205,7 +205,7 @@ def test_head_or_task_returns_a_quick_head_and_hands_over_a_slow_one() -> None:
 
 
 def test_head_or_task_cancelled_cancels_the_upstream_request() -> None:
-    from dragoman.backends.keepalive import head_or_task
+    from dragoman.upstream.keepalive import head_or_task
 
     started: list[asyncio.Task[object]] = []
 
@@ -227,7 +227,7 @@ def test_head_or_task_cancelled_cancels_the_upstream_request() -> None:
 
 
 def test_head_or_task_raises_the_upstream_error() -> None:
-    from dragoman.backends.keepalive import head_or_task
+    from dragoman.upstream.keepalive import head_or_task
 
     async def refused() -> str:
         raise UpstreamTimeout("no")

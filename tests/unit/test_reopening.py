@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from dragoman.backends.failures import Disconnected
-from dragoman.backends.http import HttpClient
-from dragoman.backends.keepalive import ReadWatch, Silence
-from dragoman.backends.response import Response
-from dragoman.config import OpenAIUpstream
+from dragoman.core.config import OpenAIUpstream
+from dragoman.upstream.client import HttpClient
+from dragoman.upstream.keepalive import ReadWatch, Silence
+from dragoman.upstream.transport.failures import Disconnected
+from dragoman.upstream.transport.response import Response
 from tests.unit.test_upstream_connection import Peer, Script
 
 STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"

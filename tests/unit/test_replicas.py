@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from dragoman.backends.replicas import CoolDowns, Replicas
+from dragoman.upstream.replicas import CoolDowns, Replicas
 
 A, B, C = "http://a:8000", "http://b:8000", "http://c:8000"
 COOL = CoolDowns(unreachable=5.0, silent=30.0, retry_after_cap=60.0)

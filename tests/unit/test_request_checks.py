@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from dragoman.errors import InvalidRequest
-from dragoman.profiles import PROFILES
+from dragoman.core.errors import InvalidRequest
+from dragoman.core.profiles import PROFILES
 from dragoman.protocol import anthropic
 from dragoman.translate.request import ModelCaps, to_chat_request
 

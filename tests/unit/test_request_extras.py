@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from dragoman.profiles import PROFILES
+from dragoman.core.profiles import PROFILES
 from dragoman.protocol import anthropic, openai
 from dragoman.translate.request import ModelCaps, to_chat_request
 from dragoman.translate.stream import StreamTranslator

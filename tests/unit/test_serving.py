@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from uvicorn.protocols.http import httptools_impl
 
-from dragoman import serving
+from dragoman.server import serving
 
 
 def test_the_installed_uvicorn_gets_the_direct_writer() -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from dragoman.charsets import decode_text
-from dragoman.config import FilesConfig
-from dragoman.errors import InvalidRequest
-from dragoman.files import FileStore
-from dragoman.sniff import HEAD, image_type, sniffed_type, usable_type
+from dragoman.core.config import FilesConfig
+from dragoman.core.errors import InvalidRequest
+from dragoman.files.charsets import decode_text
+from dragoman.files.sniff import HEAD, image_type, sniffed_type, usable_type
+from dragoman.files.store import FileStore
 from tests.samples import pdf_bytes
 
 PNG = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + b"\0" * 16

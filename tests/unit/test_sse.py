@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from dragoman import sse
 from dragoman.protocol import anthropic as a
-from dragoman.sse import DataDecoder
+from dragoman.protocol import sse
+from dragoman.protocol.sse import DataDecoder
 
 CHUNK_1 = {"id": "c1", "choices": [{"index": 0, "delta": {"content": "héllo 世界 🙂"}, "finish_reason": None}]}
 CHUNK_2 = {"id": "c1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
@@ -136,8 +136,8 @@ def test_a_line_arriving_in_many_pieces_is_whole_and_each_piece_is_kept_not_reco
 
 
 def test_a_line_longer_than_the_limit_is_the_upstreams_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dragoman import sse
-    from dragoman.errors import UpstreamError
+    from dragoman.core.errors import UpstreamError
+    from dragoman.protocol import sse
 
     monkeypatch.setattr(sse, "MAX_LINE", 1000)
     decoder = DataDecoder()

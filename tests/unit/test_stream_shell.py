@@ -10,12 +10,12 @@ import asyncio
 import json
 from typing import Any
 
-from dragoman import ids
-from dragoman.backends.openai import OpenAIBackend, _as_events, _sse
-from dragoman.backends.openai_stream import FIRST_PIECE
-from dragoman.config import from_dict
-from dragoman.errors import GatewayError, UpstreamError
-from dragoman.sse import DataDecoder
+from dragoman.backends.openai.backend import OpenAIBackend, _as_events, _sse
+from dragoman.backends.openai.stream import FIRST_PIECE
+from dragoman.core import ids
+from dragoman.core.config import from_dict
+from dragoman.core.errors import GatewayError, UpstreamError
+from dragoman.protocol.sse import DataDecoder
 from dragoman.translate.stream import StreamTranslator
 
 
@@ -92,7 +92,7 @@ def test_a_large_burst_is_split_into_events_only_in_part_before_its_first_token(
             fed.append(len(chunk))
             return super().feed(chunk)
 
-    monkeypatch.setattr("dragoman.backends.openai_stream.DataDecoder", CountingDecoder)
+    monkeypatch.setattr("dragoman.backends.openai.stream.DataDecoder", CountingDecoder)
     tokens = [f"token {i} " for i in range(80)]
     burst = chunk(role="assistant", content="") + b"".join(chunk(content=t) for t in tokens) + FINISH + USAGE + DONE
     assert len(burst) > 4 * FIRST_PIECE
@@ -201,7 +201,7 @@ class OpenBody(Response):
 
 
 def test_a_body_kept_open_after_done_ends_the_reply_at_once_and_its_connection_is_closed_later(monkeypatch: Any) -> None:
-    monkeypatch.setattr("dragoman.backends.keepalive.AFTER_END_GRACE", 0.01)
+    monkeypatch.setattr("dragoman.upstream.keepalive.AFTER_END_GRACE", 0.01)
 
     async def run() -> tuple[list[Any], OpenBody, tuple[bool, bool]]:
         response = OpenBody([chunk(content="a") + FINISH + USAGE + DONE])

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.errors import InvalidRequest
+from dragoman.core.errors import InvalidRequest
 from dragoman.translate.thinking import ReasoningCaps, ReasoningPlan, plan
 from tests.helpers import request
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.threads import ThreadError, ThreadNotFound, ThreadStore
+from dragoman.core.threads import ThreadError, ThreadNotFound, ThreadStore
 
 
 class Clock:

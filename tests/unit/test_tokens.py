@@ -6,7 +6,12 @@ import struct
 import pytest
 
 from dragoman.protocol import openai
-from dragoman.tokens import IMAGE_TOKENS_MAX, count_estimate, image_size, image_tokens
+from dragoman.tokens.estimate import (
+    IMAGE_TOKENS_MAX,
+    count_estimate,
+    image_size,
+    image_tokens,
+)
 
 
 def _png(width: int, height: int) -> bytes:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.errors import UpstreamError
+from dragoman.core.errors import UpstreamError
 from dragoman.translate.tool_args import completion_suffix, parse_arguments
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from dragoman.errors import InvalidRequest
+from dragoman.core.errors import InvalidRequest
 from dragoman.protocol import anthropic
 from dragoman.translate.tool_changes import tools_in_force
 

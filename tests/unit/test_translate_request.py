@@ -11,10 +11,19 @@ from typing import Any
 
 import pytest
 
-from dragoman.errors import InvalidRequest, NotFound
-from dragoman.profiles import PROFILES
+from dragoman.core.errors import InvalidRequest, NotFound
+from dragoman.core.profiles import PROFILES
 from dragoman.translate.request import MAX_TOOL_NAME, ModelCaps, Options
-from tests.helpers import assistant, image, text, tool_result, tool_use, translate, user, wire
+from tests.helpers import (
+    assistant,
+    image,
+    text,
+    tool_result,
+    tool_use,
+    translate,
+    user,
+    wire,
+)
 from tests.samples import pdf_bytes
 
 TOOL = {"name": "get_weather", "description": "Weather for a city", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -631,7 +640,7 @@ def test_unreadable_documents_are_400s_naming_the_block(source: dict, fragment: 
 
 @pytest.mark.parametrize("kind", ["document", "image"])
 def test_a_file_source_left_for_the_translator_names_no_known_file(kind: str) -> None:
-    """The gateway fills in every file it has before translating (dragoman.files): one
+    """The gateway fills in every file it has before translating (dragoman.files.store): one
     still here names no file it has, a 404 naming the field."""
     with pytest.raises(NotFound, match=r"^messages\.0\.content\.1\.source\.file_id: no file 'file_123'"):
         messages(messages=[user([text("read this"), {"type": kind, "source": {"type": "file", "file_id": "file_123"}}])])

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.errors import UpstreamError
+from dragoman.core.errors import UpstreamError
 from dragoman.translate.response import to_message
 from tests.helpers import completion, decode_completion, summary, tool_ids, usage
 

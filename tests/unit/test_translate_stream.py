@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.errors import GatewayError, InvalidRequest, UpstreamError
+from dragoman.core.errors import GatewayError, InvalidRequest, UpstreamError
 from dragoman.protocol import anthropic as a
 from dragoman.translate.fold import fold
 from dragoman.translate.reply import stop_reason_of
@@ -923,7 +923,7 @@ def test_reasoning_tokens_the_server_counted_reach_output_tokens_details_streame
 
 
 def test_without_reasoning_tokens_message_delta_leaves_output_tokens_details_out() -> None:
-    from dragoman.sse import encode
+    from dragoman.protocol.sse import encode
 
     events = run([chunk({"content": "4"}), chunk({}, "stop"), usage_chunk(3, 1)])
     delta = next(event for event in events if isinstance(event, a.MessageDelta))

@@ -11,15 +11,15 @@ import zlib
 
 import pytest
 
-from dragoman.backends import connection
-from dragoman.backends.base import _mapped
-from dragoman.backends.connection import (
+from dragoman.core.errors import UpstreamError, UpstreamTimeout
+from dragoman.upstream.errors import _mapped
+from dragoman.upstream.transport import connection
+from dragoman.upstream.transport.connection import (
     HIGH_WATER,
     INFLATE_PIECE,
     BadResponse,
     BodyTimeout,
 )
-from dragoman.errors import UpstreamError, UpstreamTimeout
 from tests.samples import MiB, gzip_bomb
 from tests.unit.test_upstream_connection import (  # noqa: F401 (loop_kind: the fixture)
     Peer,
@@ -96,7 +96,7 @@ def test_a_streamed_bomb_stays_within_high_water_and_fails_past_max_inflated(mon
     """Read as a stream, a slow reader never has more than a step waiting, and the body
     fails once MAX_INFLATED bytes came out of it (made small here: the real bound is the
     same code, 256 MiB)."""
-    monkeypatch.setattr("dragoman.backends.inflate.MAX_INFLATED", 8 * MiB)
+    monkeypatch.setattr("dragoman.upstream.transport.inflate.MAX_INFLATED", 8 * MiB)
 
     async def handler(peer: Peer) -> None:
         await peer.request()
@@ -189,7 +189,7 @@ def test_a_corrupt_stream_found_in_a_later_step_is_a_bad_response() -> None:
 
 
 def test_a_body_read_whole_fails_past_max_body_naming_the_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dragoman.backends.body.MAX_BODY", 1 * MiB)
+    monkeypatch.setattr("dragoman.upstream.transport.body.MAX_BODY", 1 * MiB)
 
     async def handler(peer: Peer) -> None:
         await peer.request()
@@ -215,7 +215,7 @@ def test_a_body_read_whole_fails_past_max_body_naming_the_size(monkeypatch: pyte
 
 
 def test_a_body_up_to_max_body_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dragoman.backends.body.MAX_BODY", 1 * MiB)
+    monkeypatch.setattr("dragoman.upstream.transport.body.MAX_BODY", 1 * MiB)
 
     async def main() -> None:
         response = await fed(ok(b"x" * MiB))
@@ -279,8 +279,8 @@ def test_without_an_idle_timeout_read_sets_no_timer() -> None:
 
 
 def test_the_idle_timeout_reaches_the_response_from_the_upstreams_config() -> None:
-    from dragoman.backends.http import HttpClient
-    from dragoman.config import OpenAIUpstream
+    from dragoman.core.config import OpenAIUpstream
+    from dragoman.upstream.client import HttpClient
 
     async def handler(peer: Peer) -> None:
         await peer.request()

@@ -11,11 +11,15 @@ import zlib
 
 import pytest
 
-from dragoman.backends import pool as pool_module
-from dragoman.backends.base import _mapped
-from dragoman.backends.connection import STALE_WINDOW, Disconnected, HeadTimeout
-from dragoman.backends.keepalive import head_or_task
-from dragoman.backends.pool import Origin, Pool
+from dragoman.upstream.errors import _mapped
+from dragoman.upstream.keepalive import head_or_task
+from dragoman.upstream.transport import pool as pool_module
+from dragoman.upstream.transport.connection import (
+    STALE_WINDOW,
+    Disconnected,
+    HeadTimeout,
+)
+from dragoman.upstream.transport.pool import Origin, Pool
 from tests.unit.test_upstream_connection import (  # noqa: F401 (loop_kind: the fixture)
     Peer,
     Script,

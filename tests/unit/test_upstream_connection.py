@@ -18,12 +18,20 @@ from typing import Any, Self
 
 import pytest
 
-from dragoman.backends import pool as pool_module
-from dragoman.backends.base import _mapped
-from dragoman.backends.connection import HIGH_WATER, BadResponse, ConnectFailed, Connection, Disconnected, Response, StaleConnection
-from dragoman.backends.http import _encode_headers
-from dragoman.backends.pool import Origin, Pool
-from dragoman.errors import UpstreamError, UpstreamTimeout
+from dragoman.core.errors import UpstreamError, UpstreamTimeout
+from dragoman.upstream.client import _encode_headers
+from dragoman.upstream.errors import _mapped
+from dragoman.upstream.transport import pool as pool_module
+from dragoman.upstream.transport.connection import (
+    HIGH_WATER,
+    BadResponse,
+    ConnectFailed,
+    Connection,
+    Disconnected,
+    Response,
+    StaleConnection,
+)
+from dragoman.upstream.transport.pool import Origin, Pool
 from tests.forward_proxy import ForwardProxy
 from tests.samples import self_signed
 

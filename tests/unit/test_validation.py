@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from dragoman.errors import InvalidRequest
+from dragoman.core.errors import InvalidRequest
+from dragoman.core.validation import decode_request
 from dragoman.protocol import anthropic as a
-from dragoman.validation import decode_request
 from tests.helpers import translate
 
 
@@ -106,9 +106,9 @@ def test_count_tokens_request() -> None:
 def test_hostile_nesting_is_a_400_not_a_crash():
     import pytest
 
-    from dragoman.errors import InvalidRequest
+    from dragoman.core.errors import InvalidRequest
+    from dragoman.core.validation import decode_request
     from dragoman.protocol import anthropic
-    from dragoman.validation import decode_request
 
     deep = b'{"model":"m","max_tokens":1,"messages":[],"x":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
     for decoder in (anthropic.ENVELOPE, anthropic.MESSAGES_REQUEST):
@@ -140,9 +140,9 @@ def test_a_tool_without_a_schema_is_refused_when_translated() -> None:
 
 @pytest.mark.parametrize(("text", "named"), [(rb"\ud800", rb"\ud800"), (rb"\ud83d\ude00 then \udbff!", rb"\udbff")], ids=["alone", "after-a-pair"])
 def test_half_a_surrogate_pair_is_named_not_called_truncated(text: bytes, named: bytes) -> None:
-    from dragoman.errors import InvalidRequest
+    from dragoman.core.errors import InvalidRequest
+    from dragoman.core.validation import decode_request
     from dragoman.protocol import anthropic
-    from dragoman.validation import decode_request
 
     body = b'{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"' + text + b'"}]}'
     with pytest.raises(InvalidRequest) as caught:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from dragoman.backends.anthropic import AnthropicBackend
+from dragoman.backends.anthropic.backend import AnthropicBackend
 from dragoman.backends.auto import AutoBackend
-from dragoman.backends.base import Backend
-from dragoman.backends.openai import OpenAIBackend
-from dragoman.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
+from dragoman.backends.openai.backend import OpenAIBackend
+from dragoman.core.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
+from dragoman.core.types import Backend
 
 
 def build(config: Config) -> dict[str, Backend]:

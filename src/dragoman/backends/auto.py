@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from dragoman.backends.anthropic import AnthropicBackend
-from dragoman.backends.base import Backend, Call, Reply, UpstreamModel
-from dragoman.backends.openai import OpenAIBackend
-from dragoman.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
-from dragoman.errors import UpstreamError, UpstreamTimeout
+from dragoman.backends.anthropic.backend import AnthropicBackend
+from dragoman.backends.openai.backend import OpenAIBackend
+from dragoman.core.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
+from dragoman.core.errors import UpstreamError, UpstreamTimeout
+from dragoman.core.types import Backend, Call, Reply, UpstreamModel
 
 if TYPE_CHECKING:  # routing imports the backends
-    from dragoman.routing import Route
+    from dragoman.core.types import Route
 
 log = logging.getLogger("dragoman.upstream")
 

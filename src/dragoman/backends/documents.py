@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 
 from dragoman.backends.fetch import Budget, fetch_document
-from dragoman.config import ServerConfig
-from dragoman.errors import InvalidRequest
+from dragoman.core.config import ServerConfig
+from dragoman.core.errors import InvalidRequest
 from dragoman.protocol import anthropic
 from dragoman.translate.content import content_with_images, document_head, document_text
 

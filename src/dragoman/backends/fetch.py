@@ -19,10 +19,10 @@ import aiohttp.abc
 from aiohttp.abc import ResolveResult
 from yarl import URL
 
-from dragoman.charsets import decode_text
-from dragoman.errors import InvalidRequest
+from dragoman.core.errors import InvalidRequest
+from dragoman.files.charsets import decode_text
+from dragoman.files.sniff import is_text, usable_type
 from dragoman.protocol import anthropic as a
-from dragoman.sniff import is_text, usable_type
 
 MAX_REDIRECTS = 3
 MAX_DOCUMENTS = 100  # URL documents fetched for one request

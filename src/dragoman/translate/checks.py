@@ -3,7 +3,7 @@ each a 400 naming the field, instead of a request the model sees differently."""
 
 from __future__ import annotations
 
-from dragoman.errors import InvalidRequest
+from dragoman.core.errors import InvalidRequest
 from dragoman.protocol import anthropic
 
 # Blocks a turn of this role cannot hold: translated, they would vanish or become an empty prefill.

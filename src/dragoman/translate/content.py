@@ -14,9 +14,9 @@ from typing import Any
 
 import msgspec
 
-from dragoman.errors import InvalidRequest, NotFound
+from dragoman.core.errors import InvalidRequest, NotFound
+from dragoman.files.sniff import IMAGE_TYPES, image_type
 from dragoman.protocol import anthropic, openai
-from dragoman.sniff import IMAGE_TYPES, image_type
 
 _BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _BASE64_SLICE = 1 << 16  # a slice stays in the CPU cache: twice as fast as the whole string at once
@@ -222,6 +222,6 @@ def collapse(parts: list[openai.Part]) -> str | list[openai.Part]:
 
 def _no_file(source: object, where: str) -> NotFound:
     """A file source still here: the gateway fills in every file it has before translating
-    (dragoman.files), so this one names no file it has."""
+    (dragoman.files.store), so this one names no file it has."""
     file_id = getattr(source, "file_id", "")
     return NotFound(f"{where}.source.file_id: no file {file_id!r}")

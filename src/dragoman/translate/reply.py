@@ -9,7 +9,6 @@ from typing import TypedDict
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
 
-
 FINISH_REASONS: dict[str, a.StopReason] = {
     "stop": "end_turn",
     "length": "max_tokens",

@@ -13,22 +13,22 @@ from typing import Any
 
 import msgspec
 
-from dragoman.errors import InvalidRequest
-from dragoman.profiles import Profile
+from dragoman.core.errors import InvalidRequest
+from dragoman.core.profiles import Profile
 from dragoman.protocol import anthropic, openai
 from dragoman.translate import content
-from dragoman.translate.checks import check_request
-from dragoman.translate.compaction import with_summaries
-from dragoman.translate.tool_changes import CHANGES, tools_in_force
-from dragoman.translate.tool_ids import upstream_tool_id
-from dragoman.translate.tool_results import tool_result_messages
 from dragoman.translate.builtin_tools import (
     CLIENT_TOOL_FAMILIES,
     SERVER_TOOL_FAMILIES,
     builtin_schema,
     known_builtin_types,
 )
+from dragoman.translate.checks import check_request
+from dragoman.translate.compaction import with_summaries
 from dragoman.translate.thinking import ReasoningCaps, plan, replayed_reasoning
+from dragoman.translate.tool_changes import CHANGES, tools_in_force
+from dragoman.translate.tool_ids import upstream_tool_id
+from dragoman.translate.tool_results import tool_result_messages
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
 MAX_TOOL_NAME = 64

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dragoman.errors import UpstreamError
+from dragoman.core.errors import UpstreamError
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
 from dragoman.translate.reply import reasoning_as_answer, stop_reason_of, usage_of

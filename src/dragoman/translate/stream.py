@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from msgspec import UNSET
 
-from dragoman.errors import UpstreamError, from_stream_error
+from dragoman.core.errors import UpstreamError, from_stream_error
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
 from dragoman.translate.reply import reasoning_as_answer, stop_reason_of, usage_of

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from dragoman.errors import InvalidRequest
+from dragoman.core.errors import InvalidRequest
 from dragoman.protocol import anthropic
 
 ThinkingOff = Literal["enable_thinking", "lowest_effort"]

@@ -13,8 +13,7 @@ from typing import Any
 
 import msgspec
 
-from dragoman.errors import UpstreamError
-
+from dragoman.core.errors import UpstreamError
 
 _LITERALS = ("true", "false", "null")
 

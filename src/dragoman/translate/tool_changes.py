@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from dragoman.errors import InvalidRequest
+from dragoman.core.errors import InvalidRequest
 from dragoman.protocol import anthropic
 
 CHANGES = (anthropic.ToolAdditionBlock, anthropic.ToolRemovalBlock)

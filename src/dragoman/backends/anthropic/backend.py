@@ -1,0 +1,335 @@
+"""The passthrough backend: upstreams that speak /v1/messages themselves.
+
+The body goes upstream unchanged but for the model name; the reply comes back as
+the upstream sent it (status, error body, `anthropic-*` and rate-limit headers),
+stream bytes forwarded as they arrive. Only the model name in the reply is put
+back to the client's, within a bounded look-ahead at the start of the stream, a
+stream that starts without `message_start` gets one, and the reply's null fields a
+server left out (`stop_details`...: anthropic_events.MESSAGE_NULLS) are put in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from dragoman.backends.anthropic.events import (
+    Events,
+    completed_message,
+    completed_start,
+    error_event_data,
+    leading_comments,
+    note_usage,
+    with_start,
+)
+from dragoman.backends.documents import documents_as_text
+from dragoman.core.config import AnthropicUpstream, Config
+from dragoman.core.errors import (
+    GatewayError,
+    InvalidRequest,
+    UpstreamError,
+    anthropic_envelope,
+    from_error_event,
+    from_upstream,
+    redact_bytes,
+)
+from dragoman.core.types import (
+    NO_MODEL_LIST_STATUSES,
+    Call,
+    Completed,
+    DirectWrites,
+    NoModelList,
+    Reply,
+    Streaming,
+    UpstreamModel,
+)
+from dragoman.protocol import anthropic
+from dragoman.protocol.sse import KEEPALIVE_COMMENT, PING
+from dragoman.upstream.client import MAX_ERROR_BODY, HttpClient
+from dragoman.upstream.errors import upstream_errors
+from dragoman.upstream.keepalive import (
+    ReadWatch,
+    Silence,
+    end_body,
+    head_or_task,
+    late_start,
+)
+from dragoman.upstream.transport.response import Response
+
+if TYPE_CHECKING:  # routing imports the backends
+    from dragoman.core.types import Route
+
+HEAD_LIMIT = 64 * 1024  # how far into a stream the model name is looked for
+
+
+def _reply_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    keep = {}
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower.startswith("anthropic-") or lower in ("retry-after", "x-should-retry"):
+            keep[lower] = value
+        elif lower in ("request-id", "x-request-id"):  # the gateway sends its own request-id
+            keep["upstream-request-id"] = value
+    return keep
+
+
+def _not_a_stream(upstream: str, content_type: str) -> UpstreamError:
+    return UpstreamError(f"upstream {upstream} answered a stream request without a stream ({content_type or 'no content type'})")
+
+
+LIST_EVERY = 60.0  # seconds between such look-ups while the list cannot be read
+
+
+class AnthropicBackend:
+    path = "passthrough"
+
+    def __init__(self, name: str, upstream: AnthropicUpstream, config: Config) -> None:
+        self.name = name
+        self._upstream = upstream
+        # The url is the SDK's base URL, without /v1; a trailing /v1 is tolerated.
+        self._http = HttpClient(name, upstream, config.upstream_key(upstream), auth_header="x-api-key", prefix="/v1",
+                                defaults={"anthropic-version": "2023-06-01"})  # fmt: skip
+        self._keepalive = config.server.keepalive_interval
+        self._server = config.server
+        self._documents = upstream.documents
+        self._documents_as_text = upstream.documents == "as_text"  # "auto": decided by the model list
+        self._listed = False
+        self._list_asked = -LIST_EVERY
+
+    async def close(self) -> None:
+        await self._http.close()
+
+    async def list_models(self) -> list[UpstreamModel]:
+        status, body = await self._http.get("/models")
+        if status in NO_MODEL_LIST_STATUSES:
+            raise NoModelList(self.name, status)
+        if status != 200:
+            raise UpstreamError(f"upstream {self.name} answered {status} to GET /v1/models")
+        try:
+            data = msgspec.json.decode(body).get("data", [])
+        except (msgspec.DecodeError, AttributeError):
+            raise UpstreamError(f"upstream {self.name} sent an unreadable model list") from None
+        models = [UpstreamModel(str(m["id"]), m.get("owned_by")) for m in data if isinstance(m, dict) and "id" in m]
+        if self._documents == "auto":  # llama-server's own /v1/messages ignores document blocks
+            self._documents_as_text = any(m.owned_by == "llamacpp" for m in models)
+        self._listed = True
+        return models
+
+    async def _body(self, call: Call) -> bytes:
+        """The body as the client sent it, unless the model is renamed or documents go as text."""
+        if self._documents == "auto" and not self._listed and self._may_ask_list() and b'"document"' in call.body:
+            with contextlib.suppress(GatewayError):  # what server is it? (not known yet: it was down at start)
+                await self.list_models()  # within the model list's own time (http.MODEL_LIST_TIMEOUT)
+        as_text = self._documents_as_text and b'"document"' in call.body
+        if call.upstream_model == call.model and not as_text:
+            return call.body
+        try:
+            data = msgspec.json.decode(call.body)
+        except msgspec.DecodeError as error:
+            raise InvalidRequest(f"the request body is not valid JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise InvalidRequest("the request body must be a JSON object")
+        data["model"] = call.upstream_model
+        if as_text:
+            await documents_as_text(data, self._server)
+        return msgspec.json.encode(data)
+
+    def _may_ask_list(self) -> bool:
+        """At most one look-up of the model list per LIST_EVERY seconds from requests: a server
+        without one costs no time, nor a search of every body, after the first."""
+        now = time.monotonic()
+        if now - self._list_asked < LIST_EVERY:
+            return False
+        self._list_asked = now
+        return True
+
+    async def _send(self, call: Call, path: str, body: bytes, *, stream: bool = False) -> Response:
+        headers = anthropic.forwarded_headers(call.headers)
+        return await self._http.post(path, body, headers=headers, raw=True, outcome=call.outcome, stream=stream)
+
+    async def messages(self, call: Call, route: Route) -> Reply:
+        # The body first: a document that cannot become text is a 400, before a stream is committed.
+        send = self._send(call, "/messages", await self._body(call), stream=call.stream)
+        if not call.stream:
+            response = await send
+            return await self._complete(response, call, _reply_headers(response.headers))
+        head = await head_or_task(send, self._keepalive)
+        direct = DirectWrites()
+        if isinstance(head, asyncio.Task):
+            # Committed to 200 before the upstream answered: its refusal becomes an error event.
+            return Streaming(late_start(head, self._keepalive, lambda r: self._late_relay(r, call, direct)), direct=direct)
+        headers = _reply_headers(head.headers)
+        if head.content_type == "text/event-stream" and head.status == 200:
+            return Streaming(self._relay(head, call, direct, headers), headers=headers, on_close=head.close, direct=direct)
+        return await self._complete(head, call, headers)
+
+    async def _late_relay(self, response: Response, call: Call, direct: DirectWrites) -> AsyncIterator[bytes]:
+        if response.status == 200 and response.content_type == "text/event-stream":
+            # late_start has sent comment lines: the client's 200 is out (unless the answer came
+            # as the wait ended, before the first: then an error event, rather than the HTTP error)
+            async for chunk in self._relay(response, call, direct, committed=True):
+                yield chunk
+            return
+        with upstream_errors(self.name):
+            try:
+                raw = await response.read(MAX_ERROR_BODY)
+            finally:
+                response.release()
+        if response.status == 200:  # a non-streaming answer to a streaming request
+            raise _not_a_stream(self.name, response.content_type)
+        raise from_upstream(response.status, raw, upstream=self.name)
+
+    async def count_tokens(self, call: Call, route: Route) -> Reply:
+        response = await self._send(call, "/messages/count_tokens", await self._body(call))
+        headers = _reply_headers(response.headers)
+        headers["x-token-count-method"] = "upstream"
+        return await self._complete(response, call, headers)
+
+    async def _complete(self, response: Response, call: Call, headers: dict[str, str]) -> Completed:
+        with upstream_errors(self.name):
+            try:
+                body = await response.read()
+            finally:
+                response.release()
+        if response.status == 200:
+            if call.stream:
+                raise _not_a_stream(self.name, response.content_type)
+            if "json" not in response.content_type:  # an HTML page from a proxy, or a stream
+                raise UpstreamError(f"upstream {self.name} answered 200 with {response.content_type or 'no content type'}, not a message")
+            body = completed_message(self._rename(body, call))
+            note_usage(call, body)
+            return Completed(body, status=200, headers=headers)
+        if response.status in (401, 403) or anthropic_envelope(body) is None:
+            # Not Anthropic's envelope (a proxy's page, another server's shape), or the server
+            # refusing the gateway's own key, which the client cannot fix: dragoman's error.
+            raise from_upstream(response.status, body, upstream=self.name, retry_after=headers.get("retry-after"))
+        return Completed(redact_bytes(body), status=response.status, headers=headers)
+
+    def _refuse_opening_error(self, head: bytes, headers: Mapping[str, str] | None) -> None:
+        """Raise the error the stream's first event is, if it is one (nothing of the stream has gone out)."""
+        data = error_event_data(head)
+        if data is not None:
+            retry_after = headers.get("retry-after") if headers is not None else None
+            raise from_error_event(data, upstream=self.name, retry_after=retry_after)
+
+    def _rename(self, data: bytes, call: Call) -> bytes:
+        if call.upstream_model == call.model:
+            return data
+        old = msgspec.json.encode(call.upstream_model)
+        new = msgspec.json.encode(call.model)
+        return data.replace(b'"model":' + old, b'"model":' + new, 1).replace(b'"model": ' + old, b'"model": ' + new, 1)
+
+    def _head(self, head: bytes, call: Call) -> bytes:
+        """The stream's first events, once: the client's model name, a `message_start`
+        (supplied if missing) with the null fields the SDKs type."""
+        return completed_start(with_start(self._rename(head, call), call))
+
+    async def _relay(
+        self, response: Response, call: Call, direct: DirectWrites | None = None, headers: dict[str, str] | None = None,
+        *, committed: bool = False,
+    ) -> AsyncIterator[bytes]:  # fmt: skip
+        """Forward stream events as they arrive, whole: an event cut by a read waits for
+        its end, so that an upstream failing mid-event ends the client's stream with a
+        clean `error` event. Silences get comment lines until `message_start` (a server may
+        answer 200 before its prefill), pings after it, never past the upstream's idle timeout.
+        Once `message_start` has gone out, reads go straight to `direct`'s writer when
+        there is one, from the connection's callback. `headers`, the reply's (not sent before
+        the first chunk), become those of the instance the stream came from in the end.
+
+        A stream whose first event is an `error`, while nothing has been sent (`committed`: the
+        client's 200 went out with a comment line), raises it as the HTTP error the server would
+        have answered (errors.from_error_event): the SDKs retry that, and not an error event."""
+        head: bytes | None = b""
+        finished = False
+        events = Events(call, self.name)
+        watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
+        writes = direct if direct is not None else DirectWrites()
+        opening = response.opening  # a stream's head alone is no answer: until its body begins
+
+        def relay_to_client(chunk: bytes) -> bool:  # Response.drain_to's sink
+            writer = writes.writer
+            if writer is None or not writer.ready():
+                return False  # the client is slow: this read goes through `readany`, and `send` waits
+            watch.touch()
+            whole = events.take(chunk)
+            if whole:
+                writer.write(whole)
+            if events.ended:
+                response.stop_sink()
+            return True
+
+        try:
+            while opening is not None:  # until the body begins: it may come from another instance (only comments have gone out)
+                try:
+                    with upstream_errors(self.name):
+                        begun = await opening.begun(response, watch)
+                    if begun is not response and headers is not None:  # sent again, to another instance
+                        headers.clear()
+                        headers.update(_reply_headers(begun.headers))
+                    response = begun
+                    break
+                except Silence:
+                    committed = True
+                    yield KEEPALIVE_COMMENT
+            while not events.ended:
+                if head is None and writes.writer is not None:
+                    try:
+                        await watch.read(response.drain_to(relay_to_client))
+                    except Silence:
+                        if events.at_boundary:
+                            yield PING
+                        continue
+                    if events.ended:
+                        break
+                try:
+                    with upstream_errors(self.name):
+                        chunk = await watch.read(response.readany())
+                except Silence:
+                    if head is not None:  # nothing has gone out yet (llama-server's prefill): a ping would precede message_start
+                        committed = True
+                        yield KEEPALIVE_COMMENT
+                    elif events.at_boundary:
+                        yield PING
+                    continue
+                if not chunk:
+                    break
+                if head is not None:
+                    head += chunk
+                    skip = leading_comments(head)
+                    if skip:  # the server's own keep-alives: comments before message_start, as ours are
+                        committed = True
+                        yield head[:skip]
+                        head = head[skip:]
+                    if b"\n\n" not in head and b"\n\r\n" not in head and len(head) < HEAD_LIMIT:
+                        continue
+                    if not committed:
+                        self._refuse_opening_error(head, headers)
+                    chunk, head = self._head(head, call), None
+                    note_usage(call, chunk[: chunk.find(b"\n\n")])  # message_start: the input tokens
+                whole = events.take(chunk)
+                if whole:
+                    yield whole
+            if head:
+                if not committed:
+                    self._refuse_opening_error(head, headers)
+                whole = events.take(self._head(head, call))
+                if whole:
+                    yield whole
+            whole = events.finish()  # an error event the server closed on without its blank line
+            if whole:
+                yield whole
+            if not events.complete():
+                raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
+            finished = True
+            end_body(response)  # the client's reply ends now, not when the server ends its body
+        finally:
+            watch.close()
+            if opening is not None:
+                opening.close()
+            if not finished:
+                response.close()

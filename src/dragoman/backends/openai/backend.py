@@ -1,0 +1,289 @@
+"""The translating backend: Anthropic in, Chat Completions to an OpenAI-compatible
+server, Anthropic back out. The async shell around the pure translators."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+
+import msgspec
+
+from dragoman.backends.fetch import has_url_documents, resolve_url_documents
+from dragoman.backends.openai.counting import CountCache, count_prompt, ollama_context
+from dragoman.backends.openai.fitting import fitted_body
+from dragoman.backends.openai.stream import (
+    PINGS,
+    Batch,
+    ChatStreams,
+    completion_of,
+    note_usage,
+)
+from dragoman.core import ids
+from dragoman.core.config import Config, OpenAIUpstream
+from dragoman.core.errors import GatewayError, UpstreamError, from_upstream
+from dragoman.core.profiles import PROFILES, Profile, profile_for
+from dragoman.core.types import (
+    NO_MODEL_LIST_STATUSES,
+    Call,
+    Completed,
+    DirectWrites,
+    NoModelList,
+    Reply,
+    Streaming,
+    UpstreamModel,
+)
+from dragoman.core.validation import decode_request
+from dragoman.protocol import anthropic, openai, sse
+from dragoman.protocol.sse import encode_all
+from dragoman.tokens.estimate import completion_estimate, count_estimate
+from dragoman.tokens.tokenizer import TokenizerError
+from dragoman.translate.compaction import summarizing, summary_of
+from dragoman.translate.content import slow_to_translate
+from dragoman.translate.fold import events_of, fold
+from dragoman.translate.reply import ReplySettings
+from dragoman.translate.request import Options, Translated, to_chat_request
+from dragoman.translate.response import to_message
+from dragoman.translate.stream import StreamTranslator
+from dragoman.upstream.client import HttpClient
+from dragoman.upstream.errors import upstream_errors
+from dragoman.upstream.keepalive import head_or_task, late_start
+from dragoman.upstream.transport.response import Response
+
+if TYPE_CHECKING:  # routing and observe import the backends
+    from dragoman.core.types import Outcome, Route
+
+log = logging.getLogger("dragoman.upstream")
+
+T = TypeVar("T")
+
+
+def _sse(batch: Batch) -> bytes:
+    return sse.PING if batch is PINGS else encode_all(batch)  # the shared constant: counted as a keep-alive
+
+
+def _as_events(batch: Batch) -> Batch:
+    return batch
+
+
+
+class OpenAIBackend:
+    path = "translate"
+
+    def __init__(self, name: str, upstream: OpenAIUpstream, config: Config) -> None:
+        self.name = name
+        self._upstream = upstream
+        self._http = HttpClient(name, upstream, config.upstream_key(upstream), prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "")
+        self._options = Options(
+            keep_billing_header=config.server.keep_billing_header,
+            drop_server_tools=config.server.server_tools == "drop",
+        )
+        self.profile: Profile = profile_for(upstream) if upstream.flavor != "auto" else PROFILES["generic"]
+        self._counts = CountCache()
+        self._keepalive = config.server.keepalive_interval
+        self._streams = ChatStreams(name, upstream, self._keepalive)
+        self._server = config.server
+
+    async def close(self) -> None:
+        await self._http.close()
+
+    # -- discovery ---------------------------------------------------------------
+
+    async def list_models(self) -> list[UpstreamModel]:
+        status, body = await self._http.get("/models")
+        if status in NO_MODEL_LIST_STATUSES:
+            raise NoModelList(self.name, status)
+        if status != 200:
+            raise from_upstream(status, body, upstream=self.name)
+        try:
+            models = openai.MODEL_LIST.decode(body).data
+        except msgspec.DecodeError as error:
+            raise UpstreamError(f"upstream {self.name} sent an unreadable model list: {error}") from None
+        if models and self._upstream.flavor == "auto":
+            self.profile = profile_for(self._upstream, models[0].owned_by)
+        windows = [m.context_window for m in models]
+        if self.profile.context_probe == "ollama_show":
+            windows = await asyncio.gather(*(ollama_context(self._http, m.id) for m in models))
+        return [UpstreamModel(m.id, m.owned_by, window) for m, window in zip(models, windows)]
+
+    # -- messages ------------------------------------------------------------------
+
+    def _translate(self, request: anthropic.MessagesRequest, route: Route, stream: bool, betas: frozenset[str]) -> Translated:
+        return to_chat_request(
+            request, upstream_model=route.upstream_model, profile=self.profile, caps=route.caps, options=self._options, stream=stream,
+            betas=betas,
+        )  # fmt: skip
+
+    async def _translate_call(
+        self, request: anthropic.MessagesRequest, route: Route, stream: bool, betas: frozenset[str] = frozenset()
+    ) -> Translated:
+        """Translated in a thread when that is slow (a PDF's text to extract, many MB of images
+        to check: `slow_to_translate`), so that the event loop keeps serving meanwhile, else here."""
+        if slow_to_translate(request.messages):  # fetched URL documents included: they are base64 by now
+            return await asyncio.to_thread(self._translate, request, route, stream, betas)
+        return self._translate(request, route, stream, betas)
+
+    async def messages(self, call: Call, route: Route) -> Reply:
+        request = call.request or decode_request(call.body, anthropic.MESSAGES_REQUEST)
+        await self._fetch_documents(call, request)
+        if request.max_tokens == 0:
+            return await self._warm_cache(call, route, request)
+        if request.compaction is not None:
+            return await self._compact(call, route, request)
+        return await self._respond(call, route, request)
+
+    async def _compact(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
+        """The conversation summarized, as a `compaction` block (see translate.compaction).
+        The request as sent is translated first, and the result dropped: it gets every check
+        an ordinary request gets (a `tool_choice` naming no tool, an effort the model lacks),
+        which the summary's own request, without its tools and thinking, would skip."""
+        betas = anthropic.betas(call.headers)
+        await self._translate_call(request, route, stream=False, betas=betas)
+        reply = await self._respond(call, route, summarizing(request, betas))
+        assert isinstance(reply, Completed)
+        message = summary_of(msgspec.json.decode(reply.body, type=anthropic.Message))
+        if request.stream:
+            return Streaming(_once(encode_all(events_of(message))), headers=reply.headers)
+        return Completed(msgspec.json.encode(message), headers=reply.headers)
+
+    async def _fetch_documents(self, call: Call, request: anthropic.MessagesRequest) -> None:
+        server = self._server
+        if server.fetch_documents and has_url_documents(call.body):
+            await resolve_url_documents(
+                request, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout, allow_private=server.fetch_allow_private,
+                total_bytes=server.max_request_bytes,
+            )
+
+    async def _respond(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
+        # Stop sequences are matched here over the streamed text, so a request that has
+        # them reads the upstream as a stream even when the client did not ask for one.
+        upstream_stream = request.stream or bool(request.stop_sequences) or self.profile.stream_upstream
+        translated = await self._translate_call(request, route, upstream_stream, anthropic.betas(call.headers))
+        fitted = await fitted_body(translated.chat, route, request.max_tokens, lambda chat: self._count(chat, route, estimate=0))
+        post = self._http.post("/chat/completions", fitted.body, outcome=call.outcome, stream=upstream_stream)
+        reply: ReplySettings = {
+            "model": call.model,
+            "message_id": ids.message_id(),
+            "new_tool_id": ids.tool_use_id,
+            "tool_names": translated.tool_names,
+            "taken_tool_ids": translated.tool_ids,
+            "stop_sequences": translated.stop_sequences,
+            "surface_thinking": translated.surface_thinking,
+            "omit_thinking_text": translated.omit_thinking_text,
+            "single_tool_call": translated.single_tool_call,
+            # A cut at a limit the window set is `model_context_window_exceeded` (stop_reason_of).
+            # Every reply is built here, batches' included; compaction's summary says
+            # `compaction` and max_tokens 0's warm-up `max_tokens` whatever the cut.
+            "window_bound": fitted.window_bound,
+            # Servers asked to continue explicitly never repeat the prefill; native ones may.
+            "prefill": translated.prefill if self.profile.prefill == "native" else "",
+            "upstream": self.name,
+        }
+
+        async def prompt_tokens() -> int:  # for a reply without the upstream's usage
+            return (await self._count(translated.chat, route, estimate=count_estimate(translated.chat)))[0]
+
+        counted = prompt_tokens
+        if request.stream:
+            translator = StreamTranslator(**reply)
+            direct = DirectWrites()
+            head = await head_or_task(post, self._keepalive)
+            if isinstance(head, asyncio.Task):
+                chunks = late_start(
+                    head, self._keepalive, lambda response: self._translated(response, translator, call.outcome, _sse, counted, direct)
+                )
+                return Streaming(chunks, headers=_headers(translated), direct=direct)
+            chunks = self._translated(head, translator, call.outcome, _sse, counted, direct)
+            return Streaming(chunks, headers=_headers(translated), on_close=head.close, direct=direct)
+        response = await post
+        if not upstream_stream:
+            with upstream_errors(self.name):
+                try:
+                    body = await response.read()
+                finally:
+                    response.release()
+            completion = completion_of(body, self.name)
+            message = to_message(completion, **reply)
+            if completion.usage is None and completion.choices:  # a server that reports none: counted here
+                message.usage.input_tokens = await prompt_tokens()
+                message.usage.output_tokens = completion_estimate(completion.choices[0].message)
+            note_usage(call.outcome, message.usage)
+            return Completed(msgspec.json.encode(message), headers=_headers(translated))
+        events: list[anthropic.StreamEvent] = []
+        async for batch in self._translated(response, StreamTranslator(**reply), call.outcome, _as_events, counted):
+            events.extend(batch)
+        return Completed(msgspec.json.encode(fold(events)), headers=_headers(translated))
+
+    async def _warm_cache(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
+        """max_tokens 0: run the prompt (so the backend caches it), return nothing generated."""
+        warm = msgspec.structs.replace(request, stream=False, stop_sequences=None)  # sent with max_tokens 1
+        reply = await self._respond(call, route, warm)
+        assert isinstance(reply, Completed)
+        message = msgspec.json.decode(reply.body, type=anthropic.Message)
+        message.content = [anthropic.OutTextBlock(text="")]
+        message.stop_reason, message.stop_sequence = "max_tokens", None
+        message.usage.output_tokens = 0
+        if call.outcome is not None:
+            call.outcome.output_tokens = 0
+        if request.stream:
+            return Streaming(_once(encode_all(events_of(message))), headers=reply.headers)
+        return Completed(msgspec.json.encode(message), headers=reply.headers)
+
+    def _translated(
+        self, response: Response, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T],
+        prompt_tokens: Callable[[], Awaitable[int]] | None = None, direct: DirectWrites | None = None,
+    ) -> AsyncGenerator[T, None]:
+        """The upstream stream as batches of Anthropic events (`ChatStreams.translated`)."""
+        return self._streams.translated(response, translator, outcome, encode, prompt_tokens, direct)
+
+    # -- token counting and limits -------------------------------------------------
+
+    async def _count(self, chat: openai.ChatRequest, route: Route, estimate: int) -> tuple[int, str]:
+        """(prompt tokens, method), best first: the upstream's own count, the model's
+        tokenizer configured here, else the estimate."""
+        key = (chat.model, openai.ENCODER.encode(chat.messages) + openai.ENCODER.encode(chat.tools))
+        cached = self._counts.get(key)
+        if cached is not None:
+            return cached
+        result: tuple[int, str] | None = None
+        if self.profile.token_counter is not None:
+            try:
+                result = (await count_prompt(self._http, self.profile.token_counter, chat), "upstream")
+            except GatewayError as error:
+                log.info("upstream %s could not count tokens (%s)", self.name, error.message)
+        if result is None and route.counter is not None:
+            try:
+                result = (route.counter.count(chat), "tokenizer")
+            except TokenizerError as error:
+                log.info("the tokenizer of %s could not count (%s)", route.upstream_model, error)
+        if result is None:
+            return estimate, "estimate"
+        self._counts.put(key, result)
+        return result
+
+    async def count_tokens(self, call: Call, route: Route) -> Reply:
+        counted = decode_request(call.body, anthropic.COUNT_TOKENS_REQUEST)
+        request = anthropic.MessagesRequest(
+            model=counted.model, messages=counted.messages, max_tokens=1, system=counted.system,
+            tools=counted.tools, tool_choice=counted.tool_choice,
+        )  # fmt: skip
+        await self._fetch_documents(call, request)
+        translated = await self._translate_call(request, route, stream=False)
+        tokens, method = await self._count(translated.chat, route, estimate=count_estimate(translated.chat))
+        body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=tokens))
+        return Completed(body, headers={"x-token-count-method": method})
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+def _headers(translated: Translated) -> dict[str, str]:
+    """Response headers that say what the gateway applied."""
+    headers = {}
+    if translated.effort:
+        headers["x-reasoning-effort"] = translated.effort
+    applied = translated.chat.max_completion_tokens or translated.chat.max_tokens
+    if applied is not None:
+        headers["x-max-tokens-applied"] = str(applied)
+    return headers

@@ -1,0 +1,249 @@
+"""The gateway's runtime state: config, backends, router, and model discovery.
+
+Discovery never blocks startup and never breaks a request: an upstream that is
+down is asked again later, at most every `REDISCOVER_AFTER` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from dragoman.backends import build
+from dragoman.backends.auto import PROBE_TIMEOUT
+from dragoman.batches.service import Batches
+from dragoman.core.backpressure import Limiter
+from dragoman.core.capabilities import (
+    Registry,
+    needs_refresh,
+    refresh_registry,
+    registry_path,
+)
+from dragoman.core.config import Config, key_tenants, server_api_keys
+from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
+from dragoman.core.observe import Metrics
+from dragoman.core.paging import list_param, page_of
+from dragoman.core.pipeline import Pipeline
+from dragoman.core.routing import Router
+from dragoman.core.threads import ThreadStore
+from dragoman.core.types import Backend, NoModelList, Route
+from dragoman.files.store import FileStore
+from dragoman.upstream.client import MODEL_LIST_TIMEOUT
+
+log = logging.getLogger("dragoman")
+
+REDISCOVER_AFTER = 10.0
+REGISTRY_CHECK_EVERY = 3600.0  # the cache itself is refreshed once it is a day old
+# A backstop only: a model list (MODEL_LIST_TIMEOUT) and the `auto` probe before it
+# (PROBE_TIMEOUT) end in their own time with what they saw, and that is what is logged
+# (one instance's 503 while another hangs, not "no answer").
+DISCOVERY_TIMEOUT = PROBE_TIMEOUT + MODEL_LIST_TIMEOUT + 1.0
+READY_REUSE = 1.0  # seconds a /ready round's answer is reused: the probe is open to anyone
+EPOCH = "1970-01-01T00:00:00Z"
+
+
+LIFECYCLES = frozenset({"active", "deprecated", "retired"})
+
+
+class Gateway:
+    def __init__(self, config: Config, backends: dict[str, Backend] | None = None, metrics: Metrics | None = None) -> None:
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self.backends = backends if backends is not None else build(config)
+        cache = config.server.registry_cache
+        self.registry_file: Path | None = None if cache == "" else Path(cache).expanduser() if cache else registry_path()
+        registry = Registry.load(self.registry_file) if self.registry_file else Registry()
+        self.router = Router(config, self.backends, registry)
+        self.api_keys = server_api_keys(config)
+        self.tenants = key_tenants(config)
+        self.limiters = {
+            name: Limiter(name, upstream.max_concurrent, upstream.max_queue)
+            for name, upstream in config.upstreams.items()
+            if upstream.max_concurrent is not None
+        }
+        self._last_attempt: dict[str, float] = {}
+        self._asked: set[str] = set()  # upstreams asked for their models at least once
+        self._warned: set[str] = set()  # routing warnings logged and still true
+        self._lock = asyncio.Lock()
+        self._translates_only: bool | None = None
+        self._background: asyncio.Future[None] | None = None
+        self._readiness: asyncio.Future[list[str]] | None = None  # the latest /ready round
+        self._ready_at = 0.0  # when it ended
+        self.files = FileStore(config.files)
+        self.threads = ThreadStore()
+        self.pipeline = Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,
+                                 max_request_bytes=config.server.max_request_bytes,
+                                 decode_whole=lambda: self.translates_only)  # fmt: skip
+        self.batches = Batches(self.pipeline, self.metrics, config.batches)
+
+    @property
+    def translates_only(self) -> bool:
+        """Every upstream is served by translation, so the core can decode a request whole
+        at once instead of its routing envelope first and the rest again in the backend.
+        Known for good once no `auto` upstream is still undecided."""
+        if self._translates_only is None:
+            paths = {backend.path for backend in self.backends.values()}
+            if "undecided" in paths:
+                return False
+            self._translates_only = paths == {"translate"}
+        return self._translates_only
+
+    async def close(self) -> None:
+        """Background discovery and a /ready round still running are cancelled and awaited
+        first: they use the backends closed here, and a task left pending is destroyed
+        (and logged) when the event loop closes."""
+        running = [task for task in (self._background, self._readiness) if task is not None and not task.done()]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running)
+        await self.batches.close()
+        for backend in self.backends.values():
+            await backend.close()
+
+    async def refresh_registry(self) -> None:
+        if self.registry_file is not None and needs_refresh(self.registry_file):
+            registry = await refresh_registry(self.registry_file)
+            if registry is not None:
+                self.router.registry = registry
+
+    async def keep_registry_fresh(self) -> None:
+        """Refresh the models.dev cache now and then, for a gateway that runs for weeks."""
+        while True:
+            await self.refresh_registry()
+            await asyncio.sleep(REGISTRY_CHECK_EVERY)
+
+    async def discover(self, upstream: str) -> None:
+        self._last_attempt[upstream] = time.monotonic()
+        try:
+            async with asyncio.timeout(DISCOVERY_TIMEOUT):
+                models = await self.backends[upstream].list_models()
+        except TimeoutError:  # its str() is empty
+            log.warning("model discovery on upstream %s failed: no answer within %g s", upstream, DISCOVERY_TIMEOUT)
+        except NoModelList as error:  # said once: it will answer the same at every rediscovery
+            if self.router.set_listless(upstream):
+                log.warning("%s: names that no other upstream lists go to it (a 404 instead when several upstreams "
+                            "have no list: give their models [[models]] entries)", error.message)  # fmt: skip
+        except GatewayError as error:
+            log.warning("model discovery on upstream %s failed: %s", upstream, error.message)
+        else:
+            self.router.set_discovered(upstream, models)
+            log.info("upstream %s serves: %s", upstream, ", ".join(m.id for m in models) or "no models")
+        self._asked.add(upstream)
+
+    async def discover_all(self, upstreams: Iterable[str]) -> None:
+        """Ask these upstreams at once; then judge the lists as a whole (a warning about two
+        lists is due once both are in, not on a half-updated view)."""
+        await asyncio.gather(*(self.discover(u) for u in upstreams))
+        if len(self._asked) == len(self.backends):
+            self._warn_about_routing()
+
+    def _warn_about_routing(self) -> None:
+        """Log what the model lists make surprising, once when it appears: not again at each
+        rediscovery (every miss may ask), nor per request."""
+        warnings = set()
+        for model, (serving, others) in self.router.shadowed().items():
+            warnings.add(f"model {model!r} is listed by more than one upstream: {serving} serves it (first in the "
+                         f"configuration); its requests never reach {', '.join(others)}")  # fmt: skip
+        if self.router.default_unlisted():
+            warnings.add(f"default model {self.config.server.default_model!r} (server.default_model) is not listed by any "
+                         "upstream: a name nothing else serves (claude-*, say) gets 404 until an upstream lists it")  # fmt: skip
+        for warning in sorted(warnings - self._warned):
+            log.warning("%s", warning)
+        self._warned = warnings
+
+    async def discover_if_stale(self, *, even_if_known: bool = False) -> None:
+        """Ask upstreams for their models again: those with no list yet (an upstream that
+        was down at startup still tells its server kind and context windows once up), or,
+        after a miss, those serving what they list (one may have been restarted with
+        other models)."""
+        now = time.monotonic()
+        candidates = self.router.discovering if even_if_known else list(self.backends)
+        stale = [
+            u
+            for u in candidates
+            if (even_if_known or not self.router.answered(u)) and now - self._last_attempt.get(u, -1e9) > REDISCOVER_AFTER
+        ]
+        if stale:
+            async with self._lock:
+                await self.discover_all(stale)
+
+    async def route(self, model: str) -> Route:
+        known = sum(1 for name in self.backends if self.router.answered(name))
+        if known < len(self.backends) and self._background is None:
+            # Some upstream was down when last asked: ask again without holding this request.
+            self._background = asyncio.ensure_future(self.discover_if_stale())
+            self._background.add_done_callback(self._background_done)
+        try:
+            return self.router.resolve(model)
+        except NotFound:
+            await self.discover_if_stale(even_if_known=True)
+            return self.router.resolve(model)
+
+    def _background_done(self, future: asyncio.Future[None]) -> None:
+        self._background = None
+        if not future.cancelled() and future.exception() is not None:
+            log.warning("background model discovery failed: %s", future.exception())
+
+    async def reachable_upstreams(self) -> list[str]:
+        """The upstreams that answer their model list. /ready is unauthenticated, and each
+        round asks every upstream (an authenticated call to a hosted one): probes at the same
+        moment share one round, and its answer is reused for READY_REUSE seconds, so that
+        nobody can multiply calls to the upstreams by asking /ready."""
+        latest = self._readiness
+        if latest is None or (latest.done() and time.monotonic() - self._ready_at >= READY_REUSE):
+            latest = self._readiness = asyncio.ensure_future(self._probe_upstreams())
+        return list(await asyncio.shield(latest))  # a caller that leaves does not cancel the others' round
+
+    async def _probe_upstreams(self) -> list[str]:
+        async def probe(name: str) -> str | None:
+            try:
+                async with asyncio.timeout(DISCOVERY_TIMEOUT):
+                    await self.backends[name].list_models()
+                return name
+            except NoModelList:  # it answered: a server without a list is up all the same
+                return name
+            except (GatewayError, TimeoutError):
+                return None
+
+        try:
+            results = await asyncio.gather(*(probe(n) for n in self.backends))
+        finally:
+            self._ready_at = time.monotonic()
+        return [r for r in results if r]
+
+    # -- models API ----------------------------------------------------------------
+
+    def _info(self, name: str) -> dict[str, Any]:
+        route = self.router.resolve(name)
+        return {
+            "type": "model",
+            "id": name,
+            "display_name": name if route.upstream_model == name else f"{name} ({route.upstream_model})",
+            "created_at": EPOCH,
+            "max_input_tokens": route.context_window,
+            "max_tokens": route.caps.max_output_tokens,
+            # What the API reports of Anthropic's own models: none of it applies here, but the
+            # TypeScript SDK types every one as present, and lists filter on `lifecycle`.
+            "capabilities": None,
+            "lifecycle": "active",
+            "deprecated_at": None,
+            "retires_at": None,
+            "line": None,
+        }
+
+    def model_info(self, name: str) -> dict[str, Any]:
+        """Any name that /v1/messages serves, listed or not (a wildcard alias such as
+        `claude-*`, or `default_model`), as Anthropic's API answers for its aliases."""
+        return self._info(name)  # resolving an unserved name is the 404
+
+    def models_page(self, query: Mapping[str, str]) -> dict[str, Any]:
+        stages = set(list_param(query, "lifecycle"))
+        if stages - LIFECYCLES:
+            raise InvalidRequest(f"lifecycle: {sorted(stages - LIFECYCLES)[0]!r} is not one of active, deprecated, retired")
+        names = self.router.names() if not stages or "active" in stages else []  # every model served here is active
+        return page_of(names, query, self._info, "model")

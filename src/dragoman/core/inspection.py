@@ -1,0 +1,67 @@
+"""What `dragoman models` and `dragoman check` report: the gateway's view of its
+upstreams and models, as lines for an operator."""
+
+from __future__ import annotations
+
+from dragoman.core.errors import GatewayError
+from dragoman.core.gateway import Gateway
+from dragoman.core.types import NoModelList, UpstreamModel
+
+
+async def describe_models(gateway: Gateway) -> list[str]:
+    """One line per served model: its upstream, upstream id, and whether (and why) it reasons."""
+    await gateway.refresh_registry()
+    await gateway.discover_all(gateway.backends)
+    lines = []
+    shadowed = gateway.router.shadowed()
+    try:
+        for name in gateway.router.names():
+            route = gateway.router.resolve(name)
+            configured = next((m.reasoning for m in gateway.config.models if m.name == name or name in m.aliases), None)
+            decision = gateway.router.decision(route.upstream_model, configured)
+            kind = "reasoning" if decision.reasoning else "not reasoning"
+            line = f"{name}\tupstream={route.upstream}\tmodel={route.upstream_model}\t{kind} ({decision.why})"
+            if name in shadowed and route.upstream == shadowed[name][0]:
+                line += f"\talso listed by {', '.join(shadowed[name][1])} (shadowed)"
+            lines.append(line)
+    finally:
+        await gateway.close()
+    return lines
+
+
+async def check_upstreams(gateway: Gateway) -> tuple[list[str], int]:
+    """One line per upstream (the path chosen, the server kind, models and context
+    windows), and how many could not be reached."""
+    lines: dict[str, str] = {}
+    listed: dict[str, list[UpstreamModel]] = {}
+    reached = 0  # answered without a model list
+    try:
+        for name, backend in gateway.backends.items():
+            try:
+                listed[name] = await backend.list_models()
+            except NoModelList as error:  # it answered: reachable, its models named by configuration
+                lines[name] = f"{name}\tpath={getattr(backend, 'path', '?')}\t{error.message}"
+                gateway.router.set_listless(name)
+                reached += 1
+                continue
+            except GatewayError as error:
+                lines[name] = f"{name}\tunreachable\t{error.message}"
+                continue
+            gateway.router.set_discovered(name, listed[name])
+        shadowed = gateway.router.shadowed()  # known once every list is in
+        for name, models in listed.items():
+            backend = gateway.backends[name]
+            profile = getattr(getattr(backend, "chosen", backend), "profile", None)
+            kind = f"\tserver={profile.name}" if profile is not None else ""
+            windows = ", ".join(_listed_model(name, m, shadowed) for m in models) or "no models"
+            lines[name] = f"{name}\tpath={getattr(backend, 'path', '?')}{kind}\t{windows}"
+    finally:
+        await gateway.close()
+    return [lines[name] for name in gateway.backends], len(gateway.backends) - len(listed) - reached
+
+
+def _listed_model(upstream: str, model: UpstreamModel, shadowed: dict[str, tuple[str, list[str]]]) -> str:
+    """`id (N tokens)`, and who serves it instead when an earlier upstream lists it too."""
+    serving, others = shadowed.get(model.id, (upstream, []))
+    note = f", shadowed by {serving}" if upstream in others else ""
+    return f"{model.id} ({model.context_window or '?'} tokens{note})"

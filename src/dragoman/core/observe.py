@@ -1,0 +1,107 @@
+"""What operators see: Prometheus metrics and one JSON log line per request.
+
+Backends note what happened on the request's `Outcome` (tokens, keep-alives,
+retries); `observe` wraps the reply so the line and the metrics are written once
+the last byte has gone out, or the client has left. Message contents and keys are
+never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from dragoman.core.types import Completed, Outcome, Reply
+
+log = logging.getLogger("dragoman.access")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(level: str) -> None:
+    """stderr, at the configured level: in `dragoman serve` and in each `--workers` process
+    (a spawned worker inherits no logging set-up from its parent)."""
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("dragoman_requests", "Requests served", ["endpoint", "model", "upstream", "path", "status"], registry=r)
+        self.latency = Histogram("dragoman_request_duration_seconds", "Time to the last byte", ["endpoint", "path"], buckets=LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("dragoman_time_to_first_token_seconds", "Time to the first streamed byte after message_start", ["path"], buckets=LATENCY_BUCKETS, registry=r)
+        self.tokens = Counter("dragoman_tokens", "Tokens, by direction", ["model", "direction"], registry=r)
+        self.upstream_errors = Counter("dragoman_upstream_errors", "Errors answered on behalf of an upstream", ["upstream", "type"], registry=r)
+        self.retries = Counter("dragoman_upstream_retries", "Upstream retries", ["upstream"], registry=r)
+        self.streams = Gauge("dragoman_streams_in_flight", "Streams being served", registry=r)
+        self.keepalives = Counter("dragoman_keepalives", "Keep-alive comments and pings sent", registry=r)
+        self.disconnects = Counter("dragoman_client_disconnects", "Clients that left before the end", registry=r)
+        self._cache: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def record(self, outcome: Outcome) -> None:
+        outcome.finish()
+        duration = time.perf_counter() - outcome.started
+        # Labelled by the served model: client-chosen names would make series without bound.
+        model = (outcome.served_model if outcome.served_model_listed else "unlisted") or "unknown"
+        self._series(self.requests, outcome.endpoint, model, outcome.upstream, outcome.path, str(outcome.status)).inc()
+        self._series(self.latency, outcome.endpoint, outcome.path).observe(duration)
+        if outcome.first_byte is not None:
+            self._series(self.ttft, outcome.path).observe(outcome.first_byte - outcome.started)
+        if outcome.input_tokens:
+            self._series(self.tokens, model, "input").inc(outcome.input_tokens + (outcome.cache_read_tokens or 0))
+        if outcome.output_tokens:
+            self._series(self.tokens, model, "output").inc(outcome.output_tokens)
+        if outcome.upstream_failed:
+            self.upstream_errors.labels(outcome.upstream, outcome.error_type or "api_error").inc()
+        if outcome.retries:
+            self.retries.labels(outcome.upstream).inc(outcome.retries)
+        if outcome.keepalives:
+            self.keepalives.inc(outcome.keepalives)
+        if outcome.disconnected:
+            self.disconnects.inc()
+        if log.isEnabledFor(logging.INFO):  # the line is built only when someone reads it
+            log.info(_line(outcome, duration))
+
+    def _series(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, looked up once per label set (it takes a lock)."""
+        key = (id(metric), labels)
+        series = self._cache.get(key)
+        if series is None:
+            series = self._cache[key] = metric.labels(*labels)
+        return series
+
+
+def _line(outcome: Outcome, duration: float) -> str:
+    fields = {
+        "request_id": outcome.request_id,
+        "endpoint": outcome.endpoint,
+        "model": outcome.model,
+        "served_model": outcome.served_model,
+        "upstream": outcome.upstream,
+        "path": outcome.path,
+        "status": outcome.status,
+        "input_tokens": outcome.input_tokens,
+        "output_tokens": outcome.output_tokens,
+        "cache_read_input_tokens": outcome.cache_read_tokens,
+        "ttft_ms": None if outcome.first_byte is None else round((outcome.first_byte - outcome.started) * 1000, 1),
+        "duration_ms": round(duration * 1000, 1),
+        "error": outcome.error_type,
+        "client_disconnected": outcome.disconnected or None,
+    }
+    return json.dumps({k: v for k, v in fields.items() if v is not None and v != ""}, separators=(",", ":"))
+
+
+def observe(reply: Reply, outcome: Outcome, metrics: Metrics) -> Reply:
+    """Record the outcome of a complete reply now; a stream's is recorded at its end
+    (see endpoints.EventStreamResponse)."""
+    outcome.status = reply.status
+    if isinstance(reply, Completed):
+        metrics.record(outcome)
+    return reply

@@ -1,0 +1,122 @@
+"""The one request pipeline: every Messages request, whoever sent it (an HTTP client,
+`count_tokens`, the batch runner), goes through `Pipeline.prepare` and `Pipeline.send`.
+
+    body ──prepare──▶ files resolved ▶ decoded ▶ routed ▶ thread opened ▶ Call
+    Call ──send─────▶ upstream slot (back-pressure) ▶ backend.messages / count_tokens ▶ Reply
+
+A per-request rule (limits, accounting, routing) belongs in one of these two steps, and
+then holds for every entry point. Authentication, reading the body and rendering the
+reply stay with the entry point (`server.endpoints`, `batches.runs`), which alone knows
+its transport. Compaction and the turns of a message thread are parts of a request
+body, resolved here (threads) or by the backend that serves it (compaction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from dragoman.core.backpressure import Limiter
+from dragoman.core.errors import InvalidRequest
+from dragoman.core.threads import ThreadStore, Turn
+from dragoman.core.types import Call, Outcome, Reply, Route
+from dragoman.core.validation import decode_request
+from dragoman.files.store import FileStore
+from dragoman.protocol import anthropic
+
+Endpoint = Literal["messages", "count_tokens", "batch"]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request, as its entry point authenticated it."""
+
+    owner: str  # whose files, batches and threads it may name (see `server.auth.owner`)
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A request ready to send: what goes to the backend, where, and its thread's turn."""
+
+    call: Call
+    route: Route
+    turn: Turn | None = None
+
+
+class Pipeline:
+    """The steps every request takes between its entry point and its backend."""
+
+    def __init__(
+        self,
+        *,
+        route: Callable[[str], Awaitable[Route]],
+        files: FileStore,
+        threads: ThreadStore,
+        limiters: Mapping[str, Limiter],
+        max_request_bytes: int,
+        decode_whole: Callable[[], bool],
+    ) -> None:
+        self._route = route
+        self._files = files
+        self._threads = threads
+        self._limiters = limiters
+        self._max_bytes = max_request_bytes
+        self._decode_whole = decode_whole  # every upstream translates: decode the body once, here
+
+    async def prepare(self, body: bytes, *, endpoint: Endpoint, headers: Mapping[str, str], caller: Caller,
+                      outcome: Outcome) -> Prepared:  # fmt: skip
+        """Resolve, decode and route one request body. A batch's request must be whole
+        (no stream, no thread); the others may hold a thread, opened here."""
+        if self._files.named_in(body):
+            body = await self._files.resolve(body, self._max_bytes, owner=caller.owner)
+        whole: anthropic.MessagesRequest | None = None
+        envelope: anthropic.MessagesRequest | anthropic.Envelope
+        if endpoint == "batch" or (endpoint == "messages" and self._decode_whole()):
+            envelope = whole = decode_request(body, anthropic.MESSAGES_REQUEST)  # decoded once (a large body costs)
+        else:
+            envelope = decode_request(body, anthropic.ENVELOPE)
+        outcome.model = envelope.model
+        if endpoint == "batch":
+            _check_batchable(envelope)
+        route = await self._route(envelope.model)
+        outcome.routed(route)
+        turn = None
+        if endpoint == "messages" and envelope.thread is not None:  # the held conversation first, no `thread` upstream
+            turn = self._threads.open(body, caller.owner)
+            body = turn.body
+            try:
+                if whole is not None:
+                    envelope = whole = decode_request(body, anthropic.MESSAGES_REQUEST)
+            except BaseException:
+                turn.answered(None)
+                raise
+        call = Call(body=body, model=envelope.model, upstream_model=route.upstream_model, headers=headers,
+                    request_id=outcome.request_id, stream=envelope.stream, outcome=outcome, request=whole)  # fmt: skip
+        return Prepared(call, route, turn)
+
+    async def send(self, prepared: Prepared, *, endpoint: Endpoint) -> Reply:
+        """The backend's reply, once the upstream has a slot for it. An interactive request
+        finds a full queue a 529 at once; a batch's waits its turn (it has a day)."""
+        call, route = prepared.call, prepared.route
+        outcome = call.outcome
+        assert outcome is not None
+        limiter = self._limiters.get(route.upstream)
+        try:
+            if limiter is not None:
+                await limiter.acquire(queue=endpoint != "batch")
+                outcome.release = limiter.release  # at the reply's last byte, see observe()
+            handler = route.backend.count_tokens if endpoint == "count_tokens" else route.backend.messages
+            reply = await handler(call, route)
+        except BaseException:
+            outcome.finish()
+            raise
+        outcome.path = route.path  # an `auto` upstream knows its path only after its probe
+        return reply
+
+
+def _check_batchable(request: anthropic.MessagesRequest | anthropic.Envelope) -> None:
+    if request.stream:
+        raise InvalidRequest("stream: streaming is not available in a batch")
+    if request.thread is not None:
+        raise InvalidRequest("thread: message threads are not available in a batch; send the whole conversation")

@@ -1,0 +1,252 @@
+"""Message threads: conversations the gateway holds between turns.
+
+A request with `thread: {"type": "create"}` asks the server to hold its conversation
+under the reply's id; `{"type": "continue", "previous_message_id": ...}` sends only the
+new turn's messages (and no `system` or `tools`), which the gateway puts after the held
+ones before the request goes on as usual. The official SDKs' tool runners and threads
+send these on their own, so a gateway that ignored the field would lose the history.
+
+Threads live in this process's memory, bounded in bytes and time. One that is gone (a
+restart, another worker, eviction) is answered `thread_not_found`, upon which the SDKs
+send the whole conversation again under a new thread: losing one costs a longer
+request, never a wrong answer. Each reply can be continued once, as on Anthropic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from dragoman.core.errors import InvalidRequest, NotFound
+from dragoman.protocol.sse import DataDecoder
+
+MAX_HELD_BYTES = 256 * 1024 * 1024  # held conversations, as JSON, in all
+HELD_FOR = 24 * 3600.0  # seconds since a thread's last turn
+CREATE_ONLY = ("system", "tools")  # sent with `create`, held for every later turn
+ENTRY_BYTES = 200  # what an entry costs beside its JSON: a continued one, kept to say so, costs this much
+
+
+class ThreadError(InvalidRequest):
+    """A thread request the gateway cannot continue; `error_code` says why (the SDKs act on it)."""
+
+    def __init__(self, message: str, error_code: str) -> None:
+        super().__init__(message)
+        self.details = {"error_code": error_code}
+
+
+class ThreadNotFound(NotFound):
+    def __init__(self, message_id: str) -> None:
+        super().__init__(f"thread.previous_message_id: no conversation is held for {message_id!r}; "
+                         'send the whole conversation with thread: {"type": "create"}')  # fmt: skip
+        self.details = {"error_code": "thread_not_found"}
+
+
+@dataclass(slots=True)
+class Held:
+    fields: bytes  # the create-only fields, a JSON object
+    messages: bytes  # the conversation so far, reply included: a JSON array
+    used: float
+    continued: bool = False
+    in_flight: bool = False
+
+    @property
+    def size(self) -> int:
+        return len(self.fields) + len(self.messages) + ENTRY_BYTES
+
+
+class ThreadStore:
+    def __init__(self, *, max_bytes: int = MAX_HELD_BYTES, held_for: float = HELD_FOR,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self._held: OrderedDict[tuple[str, str], Held] = OrderedDict()
+        self._bytes = 0
+        self._max_bytes = max_bytes
+        self._held_for = held_for
+        self._clock = clock
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def open(self, body: bytes, owner: str) -> Turn:
+        """The turn a threaded request body makes: its full body (held messages first,
+        no `thread` field), and where its reply is to be held. Raises ThreadError or
+        ThreadNotFound for a continuation that cannot go on."""
+        request = msgspec.json.decode(body)
+        thread = request.pop("thread")
+        previous: tuple[str, str] | None = None
+        fields: dict[str, Any] = {name: request[name] for name in CREATE_ONLY if name in request}
+        if thread["type"] == "continue":
+            message_id = thread.get("previous_message_id")
+            if not isinstance(message_id, str) or not message_id:
+                raise InvalidRequest('thread.previous_message_id: required with thread: {"type": "continue"}')
+            previous = (owner, message_id)
+            held = self._find(previous)
+            if held is None:
+                raise ThreadNotFound(message_id)
+            if held.continued:
+                raise ThreadError(f"thread.previous_message_id: {message_id!r} was already continued; continue from the "
+                                  "thread's latest reply", "thread_already_continued")  # fmt: skip
+            if held.in_flight:
+                raise ThreadError(f"thread.previous_message_id: another request is continuing from {message_id!r}",
+                                  "thread_continue_in_flight")  # fmt: skip
+            stored = msgspec.json.decode(held.fields)
+            changed = [name for name in CREATE_ONLY if name in fields and fields[name] != stored.get(name)]
+            if changed:
+                raise ThreadError(f"{', '.join(changed)}: differs from the value held with the thread; send the held "
+                                  'value, or the whole conversation with thread: {"type": "create"}',
+                                  "thread_fingerprint_mismatch")  # fmt: skip
+            fields = stored
+            request.update(stored)
+            request["messages"] = [*msgspec.json.decode(held.messages), *request.get("messages", [])]
+            held.in_flight = True
+        return Turn(self, owner, previous, msgspec.json.encode(fields), request.get("messages", []), msgspec.json.encode(request))
+
+    def _find(self, key: tuple[str, str]) -> Held | None:
+        held = self._held.get(key)
+        if held is not None and self._clock() - held.used > self._held_for:
+            self._drop(key)
+            return None
+        return held
+
+    def hold(self, key: tuple[str, str], fields: bytes, messages: bytes) -> None:
+        held = Held(fields, messages, self._clock())
+        if key in self._held:
+            self._drop(key)
+        self._held[key] = held
+        self._bytes += held.size
+        # Oldest first (entries are in the order they were held): the expired, then any over the budget.
+        while self._held:
+            oldest = next(iter(self._held))
+            if self._bytes <= self._max_bytes and held.used - self._held[oldest].used <= self._held_for:
+                break
+            self._drop(oldest)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        held = self._held.pop(key)
+        self._bytes -= held.size
+
+    def ended(self, previous: tuple[str, str] | None, *, continued: bool) -> None:
+        if previous is None:
+            return
+        held = self._held.get(previous)
+        if held is None:
+            return
+        held.in_flight = False
+        if continued:  # the conversation lives on under the new reply: keep only the mark
+            held.continued = True
+            self._bytes -= held.size
+            held.fields = held.messages = b""
+            self._bytes += held.size
+
+
+class Turn:
+    """One threaded request: its full body, and holding its reply once it is whole."""
+
+    __slots__ = ("_store", "_owner", "_previous", "_fields", "_messages", "body", "_ended")
+
+    def __init__(self, store: ThreadStore, owner: str, previous: tuple[str, str] | None, fields: bytes,
+                 messages: list[Any], body: bytes) -> None:  # fmt: skip
+        self._store = store
+        self._owner = owner
+        self._previous = previous
+        self._fields = fields
+        self._messages = messages
+        self.body = body
+        self._ended = False
+
+    def answered(self, reply: dict[str, Any] | None) -> None:
+        """The reply (a Message as JSON), or None if there is no whole one: the turn ends."""
+        if self._ended:
+            return
+        self._ended = True
+        message_id = reply.get("id") if reply is not None else None
+        if reply is None or not isinstance(message_id, str):
+            self._store.ended(self._previous, continued=False)
+            return
+        assistant = {"role": "assistant", "content": reply.get("content", [])}
+        messages = msgspec.json.encode([*self._messages, assistant])
+        self._store.hold((self._owner, message_id), self._fields, messages)
+        self._store.ended(self._previous, continued=True)
+
+    def answered_json(self, status: int, body: bytes) -> None:
+        reply = None
+        if status == 200:
+            try:
+                decoded = msgspec.json.decode(body)
+            except msgspec.DecodeError:
+                decoded = None
+            reply = decoded if isinstance(decoded, dict) and decoded.get("type") == "message" else None
+        self.answered(reply)
+
+    async def watch(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """`chunks` unchanged; the message they carry is held once `message_stop` went by."""
+        fold = _Fold()
+        try:
+            async for chunk in chunks:
+                fold.feed(chunk)
+                yield chunk
+        finally:
+            self.answered(fold.message())
+
+
+class _Fold:
+    """The message of an SSE reply, folded from its events as plain JSON."""
+
+    __slots__ = ("_decoder", "_message", "_blocks", "_json", "_stopped", "_broken")
+
+    def __init__(self) -> None:
+        self._decoder = DataDecoder()
+        self._message: dict[str, Any] | None = None
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, str] = {}
+        self._stopped = False
+        self._broken = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self._broken or self._stopped:
+            return
+        for payload in self._decoder.feed(chunk):
+            try:
+                event = msgspec.json.decode(payload)
+                self._apply(event)
+            except (msgspec.DecodeError, KeyError, TypeError, ValueError, AttributeError):
+                self._broken = True  # not a stream this can fold: nothing is held
+                return
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "message_start":
+            self._message = dict(event["message"])
+        elif kind == "content_block_start":
+            self._blocks[int(event["index"])] = dict(event["content_block"])
+        elif kind == "content_block_delta":
+            index, delta = int(event["index"]), event["delta"]
+            block = self._blocks[index]
+            if delta["type"] == "text_delta":
+                block["text"] = block.get("text", "") + delta["text"]
+            elif delta["type"] == "thinking_delta":
+                block["thinking"] = block.get("thinking", "") + delta["thinking"]
+            elif delta["type"] == "signature_delta":
+                block["signature"] = delta["signature"]
+            elif delta["type"] == "input_json_delta":
+                self._json[index] = self._json.get(index, "") + delta["partial_json"]
+            elif delta["type"] == "citations_delta":
+                block["citations"] = [*(block.get("citations") or []), delta["citation"]]
+        elif kind == "message_stop":
+            self._stopped = True
+        elif kind == "error":
+            self._broken = True
+
+    def message(self) -> dict[str, Any] | None:
+        if not self._stopped or self._broken or self._message is None:
+            return None
+        try:
+            for index, text in self._json.items():
+                self._blocks[index]["input"] = msgspec.json.decode(text) if text.strip() else {}
+        except (msgspec.DecodeError, KeyError):
+            return None
+        return {**self._message, "content": [self._blocks[i] for i in sorted(self._blocks)]}

@@ -1,0 +1,161 @@
+"""The types every layer shares: what a request is (`Call`), what the core learned
+while serving it (`Outcome`), where it goes (`Route`), what comes back (`Reply`), and
+the `Backend` interface. A leaf: it imports nothing of dragoman's but wire types,
+errors and the translators' capability records, so that any module may import it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from dragoman.core.errors import UpstreamError
+from dragoman.protocol.anthropic import MessagesRequest
+from dragoman.tokens.tokenizer import LocalCounter, TiktokenCounter
+from dragoman.translate.request import ModelCaps
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One client request, as the gateway core saw it."""
+
+    body: bytes  # the client's JSON body, untouched
+    model: str  # the name the client asked for
+    upstream_model: str
+    headers: Mapping[str, str]  # the client's request headers
+    request_id: str
+    stream: bool = False
+    outcome: Outcome | None = None  # what the backend saw: tokens, keep-alives, retries
+    request: MessagesRequest | None = None  # the body decoded whole, when the core already did
+
+
+@dataclass(slots=True)
+class Completed:
+    body: bytes
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class ClientWriter(Protocol):
+    """Writes a stream's bytes to the client synchronously, from the upstream
+    connection's callback (see `dragoman.server.serving.DirectBody`)."""
+
+    def ready(self) -> bool:
+        """Whether `write` may be called now (else: yield the bytes to the endpoint)."""
+        ...
+
+    def write(self, chunk: bytes) -> None: ...
+
+
+@dataclass(slots=True)
+class DirectWrites:
+    """Where a stream finds the client's writer: set by the endpoint before the stream's
+    first chunk is asked for, if the server offers one; else the stream yields every chunk."""
+
+    writer: ClientWriter | None = None
+
+
+@dataclass(slots=True)
+class Streaming:
+    chunks: AsyncIterator[bytes]
+    headers: dict[str, str] = field(default_factory=dict)
+    status: int = 200
+    # Called once the stream is over, however it ended: closes the upstream response even
+    # if `chunks` never started (a generator's own clean-up runs only once it has).
+    on_close: Callable[[], None] | None = None
+    # Chunks may bypass `chunks` (written straight to the client) once this has a writer.
+    direct: DirectWrites | None = None
+
+
+Reply = Completed | Streaming
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamModel:
+    id: str
+    owned_by: str | None = None
+    context_window: int | None = None
+
+
+# What `GET /models` answers on a server that has no model list at all, as opposed to one
+# that is down or refuses the key (asking again later would find the same).
+NO_MODEL_LIST_STATUSES = frozenset({404, 405, 501})
+
+
+class NoModelList(UpstreamError):
+    """The upstream answered, but has no model list: its models are named only by
+    configuration, or reached by names that nothing else serves (see `routing`)."""
+
+    def __init__(self, upstream: str, status: int) -> None:
+        super().__init__(f"upstream {upstream} has no model list (GET /v1/models answered {status})")
+
+
+class Backend(Protocol):
+    name: str
+
+    @property
+    def path(self) -> str:
+        """ "translate" or "passthrough" (for metrics and the log)."""
+        ...
+
+    async def messages(self, call: Call, route: Route) -> Reply: ...
+
+    async def count_tokens(self, call: Call, route: Route) -> Reply: ...
+
+    async def list_models(self) -> list[UpstreamModel]: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class Outcome:
+    """Filled in by the endpoint and the backend while a request is served."""
+
+    request_id: str
+    endpoint: str
+    model: str = ""
+    served_model: str = ""
+    served_model_listed: bool = True  # False: served_model is a client's name the upstream has not listed
+    upstream: str = ""
+    path: str = ""  # "translate" or "passthrough"
+    status: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    keepalives: int = 0
+    retries: int = 0
+    error_type: str | None = None
+    upstream_failed: bool = False  # the error came from the upstream, not the client or gateway
+    disconnected: bool = False
+    started: float = field(default_factory=time.perf_counter)
+    first_byte: float | None = None
+    release: Callable[[], None] | None = None  # frees the request's concurrency slot
+
+    def routed(self, route: Route) -> None:
+        self.upstream, self.served_model, self.path = route.upstream, route.upstream_model, route.path
+        self.served_model_listed = route.listed
+
+    def finish(self) -> None:
+        """Frees what the request held; safe to call more than once."""
+        if self.release is not None:
+            release, self.release = self.release, None
+            release()
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    backend: Backend
+    upstream: str
+    upstream_model: str
+    caps: ModelCaps
+    context_window: int | None = None
+    counter: LocalCounter | TiktokenCounter | None = None  # the model's own tokenizer, when configured
+    # False: `upstream_model` is the client's name, passed on unchecked while the upstream's
+    # model list is unknown (so it is no metrics label: clients choose it).
+    listed: bool = True
+
+    @property
+    def path(self) -> str:
+        return self.backend.path

@@ -1,0 +1,48 @@
+"""Client authentication: `x-api-key` or `Authorization: Bearer`, as the SDKs send them."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+
+from starlette.requests import Request
+
+from dragoman.core.errors import Unauthorized
+
+OPEN_PATHS = frozenset({"/", "/health", "/ready", "/metrics"})
+
+
+def presented_key(request: Request) -> str | None:
+    key = request.headers.get("x-api-key")
+    if key:
+        return key
+    authorization = request.headers.get("authorization", "")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() == "bearer" and token:
+        return token.strip()
+    return None
+
+
+def check(request: Request, keys: frozenset[str]) -> None:
+    if not keys or request.url.path in OPEN_PATHS:
+        return
+    key = presented_key(request)
+    if key is None:
+        raise Unauthorized("x-api-key header is required")
+    if len(request.headers.getlist("x-api-key")) > 1:
+        raise Unauthorized("x-api-key: the header is sent more than once; send one key")
+    if not any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
+        raise Unauthorized("invalid x-api-key" if request.headers.get("x-api-key") else "invalid API key in the authorization header")
+
+
+def owner(request: Request, keys: frozenset[str], *, shared: bool, tenants: Mapping[str, str] | None = None) -> str:
+    """Whose files and batches a request may see and makes: a digest of its key's tenant
+    (`server.tenants`) or of the key itself (the key is never stored), or "" for everyone
+    when no keys are set or `shared` is on. Call after `check`, which has vouched for the key."""
+    if shared or not keys:
+        return ""
+    key = presented_key(request) or ""
+    tenant = (tenants or {}).get(key)
+    basis = f"tenant\0{tenant}" if tenant is not None else f"key\0{key}"
+    return hashlib.sha256(basis.encode()).hexdigest()[:32]

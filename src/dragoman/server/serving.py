@@ -1,0 +1,272 @@
+"""The HTTP server protocol: uvicorn's httptools protocol, plus a direct body writer.
+
+A streamed token costs an event-loop wake-up of the request's task and an ASGI `send`
+when it goes through the ASGI interface: about 3 µs of the 20 a translated token costs
+on the benchmark machine (docs/performance.md). With the writer this module puts in
+each request's scope, a stream's tokens are written to the client from the upstream
+connection's own callback instead (see `backends.body.Body.drain_to`).
+
+The protocol reads ten attributes of uvicorn's request cycle, one of its flow
+control and four of the protocol's own. `http_protocol()` checks them once; if uvicorn
+changed them, or httptools is missing, the server is uvicorn's own and streams take the
+ASGI path, which works the same, a little slower (without the connection limits below,
+and with chunked streams to HTTP/1.0 clients). Direct writes bypass any wrapper around
+ASGI `send`: only the hot endpoints use them, which `app.App` serves without middleware.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+from dragoman.core.errors import InvalidRequest, RequestHeadersTooLarge, RequestTimeout
+
+HTTPTOOLS = importlib.util.find_spec("httptools") is not None  # uvicorn[standard] brings it where wheels exist
+if TYPE_CHECKING or HTTPTOOLS:
+    from uvicorn.protocols.http import flow_control, httptools_impl
+
+    _Base = httptools_impl.HttpToolsProtocol
+else:
+    _Base = object
+
+DIRECT_BODY = "dragoman.direct_body"  # the scope extension's name
+_CYCLE_ATTRIBUTES = ("scope", "transport", "flow", "disconnected", "response_started", "response_complete", "chunked_encoding",
+                     "expected_content_length", "keep_alive", "message_event")  # fmt: skip
+_PROTOCOL_ATTRIBUTES = ("scope", "cycle", "headers", "timeout_keep_alive")
+
+
+class DirectBody:
+    """Writes chunks of a response body that uvicorn has started, bypassing `send`.
+
+    Only for a chunked body whose head has gone out: `ready()` is false otherwise, and
+    while the client's socket is full (flow control) or gone, so that the caller goes
+    back to `send`, which waits for the client as usual."""
+
+    __slots__ = ("_cycle", "_broken")
+
+    def __init__(self, cycle: Any) -> None:
+        self._cycle = cycle
+        self._broken = False
+
+    def ready(self) -> bool:
+        cycle = self._cycle
+        return (cycle.chunked_encoding is True and not cycle.flow.write_paused and not cycle.disconnected
+                and not cycle.response_complete and not self._broken and not cycle.transport.is_closing())  # fmt: skip
+
+    def write(self, chunk: bytes) -> None:
+        """One chunk of the body; call `ready()` first. Never raises: a write the transport
+        refuses (the client's connection is closing) is dropped, and `ready()` is false
+        from then on, so the stream goes back to `send`, which ends it as uvicorn does."""
+        if not chunk:
+            return  # an empty chunk would end the body
+        try:
+            self._cycle.transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        except Exception:  # noqa: BLE001 - uvloop raises RuntimeError for a closed handle
+            self._broken = True
+
+
+if TYPE_CHECKING or HTTPTOOLS:
+
+    class CloseDelimitedCycle(httptools_impl.RequestResponseCycle):
+        """uvicorn's request cycle for an HTTP/1.0 request, whose response is never chunked.
+
+        uvicorn chunks any body without a content-length, whatever the request's version,
+        and a 1.0 client cannot read chunked framing (RFC 9112 §7.1): nginx's `proxy_pass`
+        speaks 1.0 to its upstream unless told otherwise. Such a body (a stream) is written
+        as it is, and its end is the connection's close (`connection: close` in its head),
+        whatever keep-alive the client asked for. A body with a content-length is uvicorn's
+        as before. Its work per body message: telling uvicorn's length check that the
+        message is the rest of the body, so that uvicorn writes it unframed and, after the
+        last, completes the response and closes the connection, as for any response it
+        does not keep alive."""
+
+        close_delimited = False
+
+        async def send(self, message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                if not any(name.lower() == b"content-length" for name, _ in headers):
+                    self.close_delimited = True
+                    self.chunked_encoding = False  # uvicorn adds transfer-encoding only while this is None
+                    self.keep_alive = False  # uvicorn then adds `connection: close` and closes after the body
+                    message = {**message, "headers": [(n, v) for n, v in headers if n.lower() != b"transfer-encoding"]}
+            elif self.close_delimited and message["type"] == "http.response.body":
+                self.expected_content_length = len(message.get("body", b""))
+            await super().send(message)
+
+
+READ_IDLE_TIMEOUT = 60.0  # seconds without a byte of a request that has begun: the client is answered 408
+_TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s")
+_NOT_HTTP = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+LINGER = 2.0  # seconds a refused client's remaining bytes are read and dropped before the close
+MAX_HEAD_BYTES = 64 * 1024  # a request's line and headers: past it the client is answered 431
+_HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                   b"content-length: %d\r\n\r\n%s")  # fmt: skip
+
+
+class DirectBodyProtocol(_Base):
+    """uvicorn's httptools protocol; each request's scope carries a `DirectBody`.
+
+    Also:
+    - when the connection is lost, every request still answering on it is marked
+      disconnected. uvicorn marks only the newest, so a client that pipelined a second
+      request behind a stream and then went away left the stream writing to a closed
+      transport (an exception per write, and the upstream generating for nobody);
+    - a request whose bytes stop coming for `READ_IDLE_TIMEOUT` (part of its headers or
+      of its body) is answered 408 and its connection closed. uvicorn waits forever, so
+      a few stalled clients could hold as many connections as they liked. A request
+      that arrives in one read costs no timer;
+    - a connection that has not begun a request within uvicorn's keep-alive timeout
+      (`timeout_keep_alive`, 5 s by default: what an idle connection gets between
+      requests) is closed, without a response. uvicorn arms that timeout only after a
+      response, so connections that sent nothing stayed open until the client left, and
+      enough of them used up the process's file descriptors. The one timer a connection
+      costs is not cancelled: when it fires, it does nothing if a request has begun;
+    - a request whose line and headers pass `MAX_HEAD_BYTES` is answered 431 and its
+      connection closed. uvicorn and httptools keep a head whole, however long, so one
+      200 MB header took 200 MB of memory. Only a head that arrives in more than one
+      read is counted, by whole reads after which it is still incomplete (the first by
+      the headers uvicorn has parsed of it), so a head that fits in one read costs
+      nothing, and none passes the limit by more than two reads (a read is at most
+      256 KiB) before it is refused. The read that completes a head may also hold a
+      body, so it is not counted;
+    - an HTTP/1.0 request's response is never chunked (`CloseDelimitedCycle`): a stream
+      to it is written unframed and ended by the close. Its stream has no direct writer.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._answering: list[Any] = []  # request cycles whose response is not complete
+        self._receiving = False  # between the first byte of a request and its end
+        self._last_byte = 0.0
+        self._read_timer: Any = None
+        self._idle_timer: Any = None
+        self._refused = False  # answered 400 or 431: what else comes is dropped until the close
+        self._head_of: Any = None  # the scope of the request whose head is being counted
+        self._head_bytes = 0
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._idle_timer = self.loop.call_later(self.timeout_keep_alive, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        self._idle_timer = None
+        if self.scope is None and not self.transport.is_closing():  # uvicorn makes a scope when a request begins
+            self.transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._receiving = True
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._receiving = False
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # the rest of a refused request: read, so that the refusal is not lost to a reset
+        super().data_received(data)
+        if self._receiving:  # a request arriving in pieces
+            self._last_byte = self.loop.time()
+            if self._read_timer is None:
+                self._read_timer = self.loop.call_later(READ_IDLE_TIMEOUT, self._check_read)
+            cycle = self.cycle
+            if cycle is None or cycle.scope is not self.scope:  # its head is incomplete (uvicorn makes the cycle after it)
+                if self._head_of is not self.scope:  # its first piece: what uvicorn has parsed of it
+                    self._head_of = self.scope
+                    self._head_bytes = sum(len(name) + len(value) + 4 for name, value in self.headers)
+                else:
+                    self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEAD_BYTES:
+                    self._refuse_head()
+
+    def _refuse_head(self) -> None:
+        if self.transport.is_closing():  # uvicorn answered 400 (a malformed request)
+            return
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:  # not while answering an earlier request on the connection
+            body = RequestHeadersTooLarge(f"request headers larger than {MAX_HEAD_BYTES // 1024} KiB").body(None)
+            self._refuse(_HEAD_TOO_LARGE % (len(body), body))
+        else:
+            self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes that are not HTTP, in Anthropic's envelope (uvicorn's own is plain text)."""
+        if self._refused:
+            return
+        body = InvalidRequest("the request is not valid HTTP/1.1 (malformed request line or headers)").body(None)
+        self._refuse(_NOT_HTTP % (len(body), body))
+
+    def _refuse(self, response: bytes) -> None:
+        """Answer a client that may still be sending, then close: closing at once with its bytes
+        unread would reset the connection, and the client would never read the answer. Its
+        bytes are read and dropped for LINGER seconds, after the end of the answer is sent."""
+        self._refused = True
+        self.transport.write(response)
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER, self.transport.close)
+
+    def _check_read(self) -> None:
+        self._read_timer = None
+        if not self._receiving or self.transport.is_closing():
+            return
+        idle = self.loop.time() - self._last_byte
+        if idle < READ_IDLE_TIMEOUT:
+            self._read_timer = self.loop.call_later(READ_IDLE_TIMEOUT - idle, self._check_read)
+            return
+        cycle = self.cycle
+        if cycle is None or not cycle.response_started:
+            body = RequestTimeout(f"no byte of the request for {READ_IDLE_TIMEOUT:g} s; send it whole").body(None)
+            self.transport.write(_TIMED_OUT % (len(body), body))
+        self.transport.close()
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # not an upgrade
+            scope: dict[str, Any] = self.scope  # type: ignore[assignment]  # uvicorn types extensions narrowly
+            if scope["http_version"] == "1.0":
+                # Before the request's task first runs (uvicorn creates it with `loop.create_task`),
+                # so the app gets this class's `send`. No direct writer: they write chunks, and a
+                # 1.0 stream goes through `send` (its DirectBody would never be ready anyway).
+                cycle.__class__ = CloseDelimitedCycle
+            else:
+                scope["extensions"] = {**scope.get("extensions", {}), DIRECT_BODY: DirectBody(cycle)}
+            self._answering = [*(c for c in self._answering if not c.response_complete), cycle]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+        super().connection_lost(exc)
+        for cycle in self._answering:
+            if not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()  # wakes a `receive()`: the app hears http.disconnect
+        self._answering = []
+
+
+def http_protocol() -> Any:
+    """What to pass to uvicorn as `http`: the protocol with the direct writer, or
+    uvicorn's own choice when that cannot work here."""
+    if not HTTPTOOLS:
+        return "h11"
+    if not (_sets(httptools_impl.RequestResponseCycle, _CYCLE_ATTRIBUTES) and _sets(flow_control.FlowControl, ("write_paused",))
+            and _sets(httptools_impl.HttpToolsProtocol, _PROTOCOL_ATTRIBUTES)):  # fmt: skip
+        return "httptools"  # uvicorn changed what the protocol reads
+    return DirectBodyProtocol
+
+
+def _sets(cls: type, names: tuple[str, ...]) -> bool:
+    """Whether `cls.__init__` assigns each of `names` to its instance."""
+    init = getattr(cls.__dict__.get("__init__"), "__code__", None)
+    if init is None:
+        return False
+    import dis
+
+    stored = {i.argval for i in dis.get_instructions(init) if i.opname == "STORE_ATTR"}
+    return all(name in stored for name in names)

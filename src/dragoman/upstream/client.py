@@ -1,0 +1,366 @@
+"""One pooled HTTP client per upstream: its replicas, key, headers, timeouts, retries.
+
+Connections are dragoman's own (`dragoman.upstream.transport.pool`): aiohttp cost three times
+as much CPU per request (bench/clients.py measures both).
+
+Before any byte has gone to the client, a transient failure (connection refused or
+reset, no connection in time, 429, 502, 503, 504, 529) is retried with backoff and
+jitter, honouring `retry-after`, within a bounded budget. A replica that failed, or
+sent `retry-after`, is passed over for a while (`dragoman.upstream.replicas`) and the
+request goes at once to another one that is free. No first byte within
+`first_byte_timeout` is retried too, once, and only on another free replica: each such
+wait costs the whole timeout. For a stream, the first byte is the first of its body, not
+its head (`dragoman.upstream.opening`). Non-2xx answers are mapped here, once, so callers see a
+2xx response or a GatewayError (unless they ask for the raw response, as passthrough does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import ssl
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from dragoman import __version__
+from dragoman.core.config import ConfigError, UpstreamConfig
+from dragoman.core.errors import (
+    GatewayError,
+    UpstreamError,
+    UpstreamTimeout,
+    from_upstream,
+    register_secret,
+)
+from dragoman.upstream.errors import upstream_errors
+from dragoman.upstream.opening import Opening, Sending
+from dragoman.upstream.replicas import Replicas
+from dragoman.upstream.transport.failures import ConnectTimeout, HeadTimeout
+from dragoman.upstream.transport.pool import Pool
+from dragoman.upstream.transport.response import Response
+
+MAX_ERROR_BODY = 64 * 1024
+RETRY_STATUSES = frozenset({429, 502, 503, 504, 529})
+BACKOFF_BASE = 0.25
+HEDGE_AFTER = 1.0  # seconds a GET (a model list) waits on one instance before the next is asked too
+# Seconds a model list may take, every instance together (the hedged GET): what /ready,
+# discovery and `dragoman check` report is what it saw by then (a 503, or no answer).
+MODEL_LIST_TIMEOUT = 5.0
+
+
+def _encode_headers(headers: dict[str, str]) -> bytes:
+    lines = []
+    for name, value in headers.items():
+        if name.lower() in _OWN_HEADERS:
+            continue
+        line = f"{name}: {value}\r\n"
+        if line.count("\n") != 1 or "\r" in line[:-2] or "\0" in line:
+            raise ValueError(f"header {name!r}: a name or value holds a line break or NUL")
+        lines.append(line.encode("latin-1"))
+    return b"".join(lines)
+
+
+_OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})  # set by the pool
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: fall back to backoff
+
+
+def _proxy_for(root: str, configured: str | None) -> str | None:
+    """The proxy for a replica: the upstream's own setting, else HTTP(S)_PROXY unless
+    NO_PROXY exempts the host (read once, at startup)."""
+    if configured:
+        return configured
+    parts = urlsplit(root)
+    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
+
+
+class HttpClient:
+    def __init__(
+        self, name: str, upstream: UpstreamConfig, api_key: str | None, *, auth_header: str = "authorization", prefix: str = "",
+        defaults: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self._upstream = upstream
+        self.headers = {
+            "content-type": "application/json", "accept": "*/*", "accept-encoding": "gzip", "user-agent": f"dragoman/{__version__}",
+            **(defaults or {}), **{name.lower(): value for name, value in upstream.headers.items()},
+        }  # fmt: skip
+        if api_key:
+            self.headers[auth_header] = f"Bearer {api_key}" if auth_header == "authorization" else api_key
+        register_secret(api_key)
+        for header, value in upstream.headers.items():  # credentials set as plain headers
+            if any(word in header.lower() for word in ("key", "auth", "token", "secret")):
+                register_secret(value)
+        # Each replica as a server root; `prefix` is the API path under it (e.g. /v1).
+        roots = []
+        for url in [upstream.url, *upstream.replicas]:
+            url = url.rstrip("/")
+            roots.append(url[: -len(prefix)] if prefix and url.endswith(prefix) else url)
+        self.roots = roots
+        self.prefix = prefix
+        # A trial request to a silent replica takes at most a connection and a first byte.
+        self.replicas = Replicas(name, roots, trial_for=upstream.connect_timeout + upstream.first_byte_timeout)
+        self._proxies = {root: _proxy_for(root, upstream.proxy) for root in roots}
+        try:
+            self._encoded = _encode_headers(self.headers)
+            self._encoded_with: dict[tuple[tuple[str, str], ...], bytes] = {}
+            self._pool = Pool(roots, connect_timeout=upstream.connect_timeout, tls=self._tls(), proxies=self._proxies,
+                              host=self.headers.get("host"))  # fmt: skip
+        except (ValueError, OSError) as error:  # a proxy from HTTP(S)_PROXY that is not http://, unreadable TLS files, a bad key
+            raise ConfigError(f"upstreams.{name}: {error}") from None
+
+    def _header_lines(self, extra: dict[str, str] | None) -> bytes:
+        """The request's header lines; the client's own are encoded once, at start-up."""
+        if extra is None:
+            return self._encoded
+        key = tuple(extra.items())
+        lines = self._encoded_with.get(key)
+        if lines is None:
+            lines = _encode_headers({**self.headers, **extra})
+            if len(self._encoded_with) < 64:  # client headers passed on (anthropic-version, -beta): a few combinations
+                self._encoded_with[key] = lines
+        return lines
+
+    def _tls(self) -> ssl.SSLContext | None:
+        """The TLS settings of every https:// replica (None when there is none)."""
+        if not any(root.startswith("https:") for root in self.roots):
+            return None
+        upstream = self._upstream
+        context = ssl.create_default_context(cafile=upstream.ca_bundle)
+        context.set_alpn_protocols(["http/1.1"])
+        if not upstream.tls_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if upstream.client_cert:  # presented whether or not the server's certificate is checked
+            context.load_cert_chain(upstream.client_cert, upstream.client_key)
+        return context
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    def url(self, path: str, *, from_root: bool = False, root: str | None = None) -> str:
+        return (root or self.roots[0]) + ("" if from_root else self.prefix) + path
+
+    async def post(
+        self,
+        path: str,
+        body: bytes,
+        *,
+        headers: dict[str, str] | None = None,
+        from_root: bool = False,
+        raw: bool = False,
+        outcome: Any = None,
+        stream: bool = False,
+    ) -> Response:
+        """POST and wait for the response head, retrying transient failures.
+
+        Raises the mapped GatewayError for a non-2xx (with `raw`, returns the last
+        response whatever its status, for passthrough to relay). With `stream`, a
+        `200 text/event-stream` head is no answer yet: the response's `opening` waits
+        for its first body bytes (`dragoman.upstream.opening`), and may send it again."""
+        request = Sending(path if from_root else self.prefix + path, self._header_lines(headers), body, outcome, stream,
+                          time.monotonic() + self._upstream.retry_budget)  # fmt: skip
+        return await self._post(request, raw)
+
+    async def _post(self, request: Sending, raw: bool) -> Response:
+        replicas = self.replicas
+        while True:
+            root = request.root = replicas.pick(avoid=request.root)
+            wait: float | None = None  # before the retry: None for backoff
+            elsewhere = False  # the retry goes at once to another instance, which is free
+            try:
+                with upstream_errors(self.name):
+                    response = await self._send(root, request)
+            except UpstreamTimeout:
+                # No first byte: nothing has reached the client, so another instance may take
+                # the request. Once, and only if one is free: each such wait costs the timeout.
+                elsewhere = self.resends_silent(request, root)
+                if not elsewhere:
+                    raise
+            except UpstreamError:
+                elsewhere = replicas.others_free(root)  # it is passed over (by _send): no reason to wait for it
+                if not self._may_retry(request.attempt, request.budget_end, None, elsewhere):
+                    raise
+            else:
+                if response.status < 300:
+                    if response.opening is None:
+                        replicas.answered(root)
+                    return response
+                replicas.answered(root)  # a refusal is an answer
+                retryable = response.status in RETRY_STATUSES
+                wait = _retry_after(response.headers.get("retry-after"))
+                if retryable and wait and len(self.roots) > 1:
+                    elsewhere = replicas.pass_over(root, wait)  # another instance free: no reason to wait for this one
+                if not retryable or not self._may_retry(request.attempt, request.budget_end, wait, elsewhere):
+                    if raw:
+                        return response
+                    try:
+                        with upstream_errors(self.name):
+                            error_body = await response.read(MAX_ERROR_BODY)
+                    finally:
+                        response.release()
+                    raise from_upstream(response.status, error_body, upstream=self.name, retry_after=response.headers.get("retry-after"))
+                response.release()
+            self._count_retry(request)
+            if not elsewhere:
+                await asyncio.sleep(self._delay(request.attempt, wait, request.budget_end))
+
+    async def _send(self, root: str, request: Sending) -> Response:
+        """POST to `root` and wait for the head; a failure decides when `root` is asked again
+        (an answer is for `_post` to note: a stream's head alone is none)."""
+        replicas = self.replicas
+        try:
+            response = await self._pool.request(root, b"POST", request.target, request.lines, request.body,
+                                                head_timeout=self._upstream.first_byte_timeout,
+                                                idle_timeout=self._upstream.idle_timeout)  # fmt: skip
+        except (ConnectTimeout, HeadTimeout):
+            replicas.failed(root, silent=True)
+            raise
+        except ConnectionError:
+            replicas.failed(root, silent=False)
+            raise
+        except BaseException:
+            replicas.abandoned(root)  # the client left, say: no verdict on the instance
+            raise
+        if request.stream and response.status == 200 and response.content_type == "text/event-stream":
+            response.opening = Opening(self, request, root, self._upstream.first_byte_timeout)
+        return response
+
+    def resends_silent(self, request: Sending, root: str) -> bool:
+        """Whether `request`, which `root` left without an answer within first_byte_timeout,
+        goes once more, at once, to another instance: only once per request, and only if
+        another is free (each such wait costs the whole timeout), within max_retries."""
+        once, request.timed_out = not request.timed_out, True
+        return once and self._resends_elsewhere(request, root)
+
+    def resends_broken(self, request: Sending, root: str) -> bool:
+        """Whether a stream request whose connection `root` closed or reset after the head, before
+        a byte of the body, goes once more, at once, to another instance: as for a silence, only
+        once per request (the request itself may be what brings a server down: it is not passed
+        round the fleet) and only if another is free (waiting out a restart would be all the
+        backoff could do), within max_retries."""
+        once, request.broke = not request.broke, True
+        return once and self._resends_elsewhere(request, root)
+
+    def _resends_elsewhere(self, request: Sending, root: str) -> bool:
+        elsewhere = self.replicas.others_free(root)
+        return elsewhere and self._may_retry(request.attempt, request.budget_end, None, elsewhere)
+
+    async def resend(self, request: Sending) -> Response:
+        """`request` again, after `resends_silent` or `resends_broken` said so (the stream's opening asks)."""
+        self._count_retry(request)
+        return await self._post(request, raw=False)  # a refusal now can only be an error event: mapped here
+
+    @staticmethod
+    def _count_retry(request: Sending) -> None:
+        request.attempt += 1
+        if request.outcome is not None:
+            request.outcome.retries += 1
+
+    def _may_retry(self, attempt: int, budget_end: float, wait: float | None, elsewhere: bool) -> bool:
+        """Within max_retries; a retry that waits (backoff, `retry-after`) only within the
+        budget, which is time spent waiting: one sent at once to another instance (`elsewhere`)
+        waits for nothing (a connect timeout may have used the whole budget by then)."""
+        if attempt >= self._upstream.max_retries:
+            return False
+        if elsewhere:
+            return True
+        remaining = budget_end - time.monotonic()
+        return remaining > 0 and (wait is None or wait <= remaining)
+
+    def _delay(self, attempt: int, retry_after: float | None, budget_end: float) -> float:
+        if retry_after is not None:
+            delay = retry_after
+        else:
+            delay = BACKOFF_BASE * 2 ** (attempt - 1) * random.uniform(0.75, 1.25)
+        return max(0.0, min(delay, budget_end - time.monotonic()))
+
+    async def get(self, path: str, *, timeout: float | None = None, from_root: bool = False) -> tuple[int, bytes]:
+        """A GET (the model list): the first answer below 500 from any instance (`first_answer`),
+        within MODEL_LIST_TIMEOUT unless told otherwise."""
+        timeout = MODEL_LIST_TIMEOUT if timeout is None else timeout
+        status, _, body = await self.first_answer(b"GET", path, None, timeout=timeout, from_root=from_root, accept=_below_500)
+        return status, body
+
+    async def first_answer(
+        self, method: bytes, path: str, body: bytes | None, *, timeout: float, accept: Callable[[int, str], bool],
+        headers: dict[str, str] | None = None, from_root: bool = False, pass_over_silent: bool = False,
+    ) -> tuple[int, str, bytes]:
+        """(status, content type, body) of the first answer `accept` takes, for a request that
+        costs the server nothing (a model list, the protocol probe). The next instance is asked
+        at once after a failure (no connection, an answer not taken), or alongside one still
+        silent after HEDGE_AFTER seconds, so that one instance that hangs does not fail it; each
+        once. `timeout` bounds the whole; the last failure is raised, or the last answer returned,
+        at the timeout too (an instance that answered 503 is told as such, not as a timeout).
+        `pass_over_silent`: instances still silent when one answered are passed over as silent
+        (the protocol probe: the requests that follow it avoid them). Answers do not end a
+        replica's cool-down: a server may list its models while its engine hangs."""
+        target = path if from_root else self.prefix + path
+        lines = self._header_lines(headers)
+        limit = None if method == b"GET" else MAX_ERROR_BODY
+        waiting = self.replicas.order()
+        asking: dict[asyncio.Task[tuple[int, str, bytes]], str] = {}
+        failed: tuple[int, str, bytes] | GatewayError | None = None
+        try:
+            with upstream_errors(self.name):
+                try:
+                    async with asyncio.timeout(timeout):
+                        while waiting or asking:
+                            if waiting:  # the first, or the next after a failure or a silence
+                                root = waiting.pop(0)
+                                asking[asyncio.ensure_future(self._ask(root, method, target, lines, body, limit))] = root
+                            done, _ = await asyncio.wait(asking, timeout=HEDGE_AFTER if waiting else None, return_when=asyncio.FIRST_COMPLETED)
+                            for task in done:
+                                root = asking.pop(task)
+                                error = task.exception()
+                                if error is None and accept(*task.result()[:2]):
+                                    if pass_over_silent:
+                                        for other, silent in asking.items():
+                                            if not other.done():
+                                                self.replicas.failed(silent, silent=True)
+                                    return task.result()
+                                if error is not None and not isinstance(error, GatewayError):
+                                    raise error
+                                failed = task.result() if error is None else error
+                except TimeoutError:
+                    if failed is None:  # no instance answered: the timeout is the news
+                        raise TimeoutError(f"no instance answered within {timeout:g} s") from None
+        finally:
+            for task in asking:
+                task.cancel()  # closes its connection: the instance stops working on it
+            if asking:
+                await asyncio.wait(asking)
+                for task in asking:  # cancel() silences an error a task had already; not one it ends with as it is cancelled
+                    if not task.cancelled():
+                        task.exception()  # retrieved (of no interest), so never logged as "never retrieved"
+        if isinstance(failed, GatewayError):
+            raise failed
+        assert failed is not None
+        return failed
+
+    async def _ask(
+        self, root: str, method: bytes, target: str, lines: bytes, body: bytes | None, limit: int | None
+    ) -> tuple[int, str, bytes]:
+        with upstream_errors(self.name):
+            try:
+                response = await self._pool.request(root, method, target, lines, body, idle_timeout=self._upstream.idle_timeout)
+                try:
+                    return response.status, response.content_type, await response.read(limit)
+                finally:
+                    response.release()
+            except ConnectionError as error:  # no connection, or it failed: passed over, as for a POST
+                self.replicas.failed(root, silent=isinstance(error, ConnectTimeout))
+                raise
+
+
+def _below_500(status: int, content_type: str) -> bool:
+    return status < 500
