@@ -62,7 +62,13 @@ def make_app(upstream: str) -> Any:
         try:
             content_type = response.headers.get("content-type", "application/json").encode()
             if content_type.startswith(b"text/event-stream"):
-                await send({"type": "http.response.start", "status": response.status, "headers": [(b"content-type", content_type)]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": response.status,
+                        "headers": [(b"content-type", content_type)],
+                    }
+                )
                 while chunk := await response.readany():
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 await send({"type": "http.response.body", "body": b""})
@@ -78,7 +84,9 @@ def make_app(upstream: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="A minimal ASGI proxy on dragoman's stack, on 127.0.0.1 (the stack's floor).")
+    parser = argparse.ArgumentParser(
+        description="A minimal ASGI proxy on dragoman's stack, on 127.0.0.1 (the stack's floor)."
+    )
     parser.add_argument("--port", type=int, required=True, help="where clients connect")
     parser.add_argument("--upstream", required=True, help="e.g. http://127.0.0.1:9000 (the request's path is appended)")
     args = parser.parse_args(argv)

@@ -95,7 +95,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     args = parser.parse_args()
-    fake = subprocess.Popen([sys.executable, str(HERE / "fake_upstream.py"), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    fake = subprocess.Popen(
+        [sys.executable, str(HERE / "fake_upstream.py"), "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert fake.stdout is not None
         port = int(fake.stdout.readline().split()[1])
@@ -106,7 +108,9 @@ def main() -> int:
             uvloop.install()
         except ImportError:
             pass
-        print(f"{'client':8} {'conc':>4} {'req/s':>8} {'CPU µs/req':>11}   (python {sys.version.split()[0]}, pid {os.getpid()})")
+        print(
+            f"{'client':8} {'conc':>4} {'req/s':>8} {'CPU µs/req':>11}   (python {sys.version.split()[0]}, pid {os.getpid()})"
+        )
         for name, run in (("aiohttp", _aiohttp), ("httpx", _httpx), ("dragoman", _dragoman)):
             for concurrency in (1, 32):
                 rate, cpu = asyncio.run(run(url, concurrency, args.seconds))

@@ -302,7 +302,11 @@ class Conn(asyncio.Protocol):
         try:
             self.handle(self.parser.get_method(), self.url.split(b"?", 1)[0], b"".join(self.body))
         except Exception as error:  # a broken request must not kill the fake
-            self.reply(_json_reply(_json({"error": {"message": str(error), "type": "fake_error"}}), b"500 Internal Server Error"))
+            self.reply(
+                _json_reply(
+                    _json({"error": {"message": str(error), "type": "fake_error"}}), b"500 Internal Server Error"
+                )
+            )
 
     # -- routing -----------------------------------------------------------------
 
@@ -359,12 +363,16 @@ class Conn(asyncio.Protocol):
             return
         transport.write(_SSE_HEAD + head)
         transport.pause_reading()  # one request at a time per connection
-        self.stream = Stream(self, canned.oa_tokens if openai else canned.an_tokens, n, tail, asyncio.get_running_loop().time())
+        self.stream = Stream(
+            self, canned.oa_tokens if openai else canned.an_tokens, n, tail, asyncio.get_running_loop().time()
+        )
         self.ticker = server.ticker(delay)
         self.ticker.add(self.stream)
 
 
-async def serve(host: str, port: int, tokens: int, delay_ms: float, paced_delay_ms: float, slow_delay_ms: float) -> None:
+async def serve(
+    host: str, port: int, tokens: int, delay_ms: float, paced_delay_ms: float, slow_delay_ms: float
+) -> None:
     loop = asyncio.get_running_loop()
     server = Server(tokens, delay_ms, paced_delay_ms, slow_delay_ms)
     listener = await loop.create_server(lambda: Conn(server), host, port, backlog=4096, reuse_address=True)

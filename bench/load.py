@@ -160,7 +160,9 @@ class Result:
             "client_cpu_s": round(self.client_cpu, 2),
         }
         if self.ttft:
-            out.update(ttft_p50_ms=round(self.ms(50, True), 3), ttft_p99_ms=round(self.ms(99, True), 3), deltas=self.deltas)
+            out.update(
+                ttft_p50_ms=round(self.ms(50, True), 3), ttft_p99_ms=round(self.ms(99, True), 3), deltas=self.deltas
+            )
         if self.cpu is not None:
             out["server_cpu_s"] = round(self.cpu, 3)
             out["cpu_ms_per_request"] = round(self.cpu_per_request_ms or 0, 4)
@@ -280,7 +282,7 @@ async def run_load(
             issued += 1
             try:
                 latency, ttft, deltas = await _one(session, url, body, send_headers, stream, openai)
-            except (_Failure, aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
+            except (TimeoutError, _Failure, aiohttp.ClientError, OSError) as error:
                 result.errors += 1
                 if result.first_error is None:
                     result.first_error = f"{type(error).__name__}: {error}"[:500]
@@ -311,18 +313,22 @@ async def run_load(
             progress.clear()
             try:
                 await asyncio.wait_for(progress.wait(), min(remaining, 0.05))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
         t0 = time.perf_counter()
         tasks = [asyncio.create_task(worker(i, session)) for i in range(concurrency)]
         if warmup > 0:
-            await wait_until(lambda: time.perf_counter() >= t0 + warmup and all(finished_one), t0 + max(warmup, max_window), tasks)
+            await wait_until(
+                lambda: time.perf_counter() >= t0 + warmup and all(finished_one), t0 + max(warmup, max_window), tasks
+            )
         take("a")
         counting = True
         t_a = time.perf_counter()
-        await wait_until(lambda: time.perf_counter() >= t_a + duration and result.requests >= min_requests, t_a + max_window, tasks)
+        await wait_until(
+            lambda: time.perf_counter() >= t_a + duration and result.requests >= min_requests, t_a + max_window, tasks
+        )
         counting = False
         stop = True
         take("b")
@@ -331,7 +337,9 @@ async def run_load(
             task.cancel()
         if pending:
             result.errors += len(pending)
-            result.first_error = result.first_error or f"{len(pending)} requests still running {drain_timeout:.0f} s after the window"
+            result.first_error = (
+                result.first_error or f"{len(pending)} requests still running {drain_timeout:.0f} s after the window"
+            )
 
     result.window = float(snapshot["bt"]) - float(snapshot["at"])
     result.client_cpu = float(snapshot["bself"]) - float(snapshot["aself"])
@@ -377,7 +385,7 @@ async def hold_streams(url: str, body: bytes, *, headers: dict[str, str] | None 
         tasks = [asyncio.create_task(one(session)) for _ in range(count)]
         try:
             await asyncio.wait_for(all_open.wait(), open_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             errors.append(f"only {opened} of {count} streams open after {open_timeout:.0f} s")
         opened_in = time.perf_counter() - start
         await asyncio.sleep(0.5)
@@ -412,13 +420,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=5.0, help="seconds of measurement after the warm-up")
     parser.add_argument("--warmup", type=float, default=0.5)
     parser.add_argument("--requests", type=int, default=None, help="stop after this many requests")
-    parser.add_argument("--min-requests", type=int, default=0, help="extend the window until this many replies finished")
+    parser.add_argument(
+        "--min-requests", type=int, default=0, help="extend the window until this many replies finished"
+    )
     parser.add_argument("--pid", type=int, default=None, help="server process to read CPU and RSS from")
     parser.add_argument("--api-key", default="bench-key")
     args = parser.parse_args(argv)
     make = shapes.openai_body if args.openai else shapes.anthropic_body
     body = make(args.shape, model=args.model, max_tokens=args.tokens, stream=args.stream)
-    headers = {"authorization": f"Bearer {args.api_key}"} if args.openai else {"x-api-key": args.api_key, "anthropic-version": "2023-06-01"}
+    headers = (
+        {"authorization": f"Bearer {args.api_key}"}
+        if args.openai
+        else {"x-api-key": args.api_key, "anthropic-version": "2023-06-01"}
+    )
     coro = run_load(args.url, body, headers=headers, concurrency=args.concurrency, duration=args.duration,
                     max_requests=args.requests, min_requests=args.min_requests, warmup=args.warmup, stream=args.stream, openai=args.openai, pid=args.pid)  # fmt: skip
     try:

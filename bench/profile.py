@@ -83,7 +83,9 @@ def summarise(raw: Path, top: int) -> str:
     return "\n".join(out)
 
 
-async def profile_case(gateway: bench.Server, fake: bench.Server, shape: str, mode: str, args: argparse.Namespace) -> None:
+async def profile_case(
+    gateway: bench.Server, fake: bench.Server, shape: str, mode: str, args: argparse.Namespace
+) -> None:
     stream, tokens, model = bench.MODES[mode]
     body = shapes.anthropic_body(shape, model=model, max_tokens=tokens, stream=stream)
     raw = Path(args.out) / f"{args.path}-{shape}-{mode}-c{args.concurrency}.txt"
@@ -96,7 +98,9 @@ async def profile_case(gateway: bench.Server, fake: bench.Server, shape: str, mo
     if args.nonblocking:
         argv.append("--nonblocking")
     # Warm the gateway up, then sample while the load runs.
-    await load.run_load(gateway.url, body, headers=gateway.headers, concurrency=args.concurrency, duration=1, warmup=0, stream=stream)
+    await load.run_load(
+        gateway.url, body, headers=gateway.headers, concurrency=args.concurrency, duration=1, warmup=0, stream=stream
+    )
     spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     result = await load.run_load(gateway.url, body, headers=gateway.headers, concurrency=args.concurrency,
                                  duration=args.seconds + 1, warmup=0.5, stream=stream, pid=gateway.pid)  # fmt: skip

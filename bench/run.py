@@ -181,7 +181,9 @@ class Processes:
                 server.process.wait(5)
 
 
-def http(url: str, body: bytes | None = None, headers: dict[str, str] | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
+def http(
+    url: str, body: bytes | None = None, headers: dict[str, str] | None = None, timeout: float = 5.0
+) -> tuple[int, bytes]:
     request = urllib.request.Request(url, data=body, headers={"content-type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -254,8 +256,16 @@ def start_relay(procs: Processes, fake: Server) -> Server:
 
 def start_asgi_floor(procs: Processes, fake: Server) -> Server:
     """bench/asgi_floor.py in front of the fake's Anthropic-native /v1/messages, pinned like a gateway."""
+
     def launch(port: int) -> tuple[list[str], str]:
-        argv = [sys.executable, str(HERE / "asgi_floor.py"), "--port", str(port), "--upstream", fake.url.removesuffix("/v1")]
+        argv = [
+            sys.executable,
+            str(HERE / "asgi_floor.py"),
+            "--port",
+            str(port),
+            "--upstream",
+            fake.url.removesuffix("/v1"),
+        ]
         return argv, f"http://127.0.0.1:{port}/v1/messages"
 
     return start_on_a_free_port(procs, FLOOR, launch, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 15,
@@ -264,7 +274,18 @@ def start_asgi_floor(procs: Processes, fake: Server) -> Server:
 
 def start_translating(procs: Processes, fake: Server) -> Server:
     def launch(port: int) -> tuple[list[str], str]:
-        argv = [sys.executable, "-m", "dragoman", "serve", "--upstream", fake.url, "--port", str(port), "--log-level", "warning"]
+        argv = [
+            sys.executable,
+            "-m",
+            "dragoman",
+            "serve",
+            "--upstream",
+            fake.url,
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ]
         return argv, f"http://127.0.0.1:{port}/v1/messages"
 
     return start_on_a_free_port(procs, "translating", launch, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30,
@@ -367,7 +388,11 @@ async def measure(target: str, server: Server, fake: Server, case: Case, args: a
     body = make(case.shape, model=model, max_tokens=tokens, stream=stream)
     if target.startswith("direct"):
         url = fake.url + ("/chat/completions" if openai else "/messages")
-        headers = {"authorization": "Bearer sk-fake-upstream"} if openai else {"x-api-key": "bench", "anthropic-version": "2023-06-01"}
+        headers = (
+            {"authorization": "Bearer sk-fake-upstream"}
+            if openai
+            else {"x-api-key": "bench", "anthropic-version": "2023-06-01"}
+        )
         pid = None
     else:
         url, headers, pid = server.url, server.headers, server.pid
@@ -501,10 +526,21 @@ def target_checks(results: dict[tuple[Case, str], load.Result], idle: dict[str, 
         if check(f"{target}, tiny, c=1, added p50", added("tiny", "json", 1, target, 50), 0.5, "ms") and under:
             floor_reference("tiny", "json")
         check(f"{target}, tiny, c=1, added p99", added("tiny", "json", 1, target, 99), 1, "ms")
-        if check(f"{target}, claude-code, c=1, added p50", added("claude-code", "json", 1, target, 50), 2, "ms") and under:
+        if (
+            check(f"{target}, claude-code, c=1, added p50", added("claude-code", "json", 1, target, 50), 2, "ms")
+            and under
+        ):
             floor_reference("claude-code", "json")
         for shape in shapes.SHAPES:
-            if check(f"{target}, {shape}, stream 100, c=1, added time to last byte (p50)", added(shape, "stream100", 1, target, 50), 2, "ms") and under:
+            if (
+                check(
+                    f"{target}, {shape}, stream 100, c=1, added time to last byte (p50)",
+                    added(shape, "stream100", 1, target, 50),
+                    2,
+                    "ms",
+                )
+                and under
+            ):
                 floor_reference(shape, "stream100")
             if check(f"{target}, {shape}, stream 100, c=1, added time to first token (p50)",
                      added(shape, "stream100", 1, target, 50, True), 1, "ms") and under:  # fmt: skip
@@ -521,7 +557,12 @@ def target_checks(results: dict[tuple[Case, str], load.Result], idle: dict[str, 
             marginal = None
             if long and short and long.cpu_per_request_ms is not None and short.cpu_per_request_ms is not None:
                 marginal = (long.cpu_per_request_ms - short.cpu_per_request_ms) * 1000 / 400
-            check(f"{target}, {shape}, c=1, CPU per streamed chunk (marginal: 500 vs 100 tokens, bursts)", marginal, 15, "µs")
+            check(
+                f"{target}, {shape}, c=1, CPU per streamed chunk (marginal: 500 vs 100 tokens, bursts)",
+                marginal,
+                15,
+                "µs",
+            )
             # ... and when tokens arrive one by one (1 ms apart, as from a model: stricter than
             # the issue asks), each chunk pays a whole read-translate-write trip: against the
             # same reply unstreamed.
@@ -569,8 +610,12 @@ def ours_seconds(procs: Processes) -> float:
 def revision() -> str:
     root = HERE.parent
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=root, capture_output=True, text=True, timeout=5).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "src"], cwd=root, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return f"{head}{' + uncommitted changes in src/' if dirty else ''}" if head else "unknown"
@@ -627,7 +672,9 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
             log(f"{name}: could not start: {error}")
             failed = True
     targets = [t for t in wanted if t in servers]
-    log(f"servers up in {time.monotonic() - t_start:.1f} s: {', '.join(f'{n} pid {s.pid}' for n, s in servers.items() if not n.startswith('direct'))}")
+    log(
+        f"servers up in {time.monotonic() - t_start:.1f} s: {', '.join(f'{n} pid {s.pid}' for n, s in servers.items() if not n.startswith('direct'))}"
+    )
 
     if not args.smoke:
         # A server just started runs its first requests slower (imports, caches, the
@@ -637,11 +684,15 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
             if target.startswith("direct") or target in SINGLE_ROUND:
                 continue
             for shape in shapes.SHAPES:
-                await measure(target, servers[target], fake, Case(shape, "json", 4), args, rounds=max(1, int(args.duration)))
+                await measure(
+                    target, servers[target], fake, Case(shape, "json", 4), args, rounds=max(1, int(args.duration))
+                )
         log("servers warmed up")
 
     results: dict[tuple[Case, str], load.Result] = {}
-    by_round: dict[tuple[Case, str], list[load.Result]] = {}  # when more than one round: each round's own figures (JSON)
+    by_round: dict[
+        tuple[Case, str], list[load.Result]
+    ] = {}  # when more than one round: each round's own figures (JSON)
     order = [c for c in cases(args.smoke) if c.shape in args.shapes and c.mode in args.modes]
     for case in order:
         cell = [t for t in targets
@@ -654,7 +705,9 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
                 if round_ < args.rounds - own:
                     continue
                 t0 = time.monotonic()
-                result = await measure(target, servers[target], fake, case, args, rounds=own, first=round_ == args.rounds - own)
+                result = await measure(
+                    target, servers[target], fake, case, args, rounds=own, first=round_ == args.rounds - own
+                )
                 rounds[target].append(result)
                 spent[target] += time.monotonic() - t0
         for target in cell:
@@ -696,8 +749,15 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
         table(results, order, targets),
     ]
     if idle:
-        text += ["", "| idle streams | streams | RSS before MB | RSS with streams open MB | added MB | opened in s |", "|---|---|---|---|---|---|"]
-        text += [f"| {t} | {f['streams']} | {f['rss_before_mb']} | {f['rss_open_mb']} | {f['added_mb']} | {f['open_s']} |" for t, f in idle.items()]
+        text += [
+            "",
+            "| idle streams | streams | RSS before MB | RSS with streams open MB | added MB | opened in s |",
+            "|---|---|---|---|---|---|",
+        ]
+        text += [
+            f"| {t} | {f['streams']} | {f['rss_before_mb']} | {f['rss_open_mb']} | {f['added_mb']} | {f['open_s']} |"
+            for t, f in idle.items()
+        ]
     if not args.smoke:
         text += ["", "Targets (issue 8):", *target_checks(results, idle)]
     report = "\n".join(text)
@@ -752,15 +812,21 @@ def main(argv: list[str] | None = None) -> int:
                              f"DURATION/N s (warm-up --warmup in the first round, {LATER_WARMUP:g} s in the others), figures over "
                              "all rounds merged (default 2; smoke 1, where each round sends --smoke-requests); "
                              "LiteLLM runs once per cell, in the last round, with the whole window")  # fmt: skip
-    parser.add_argument("--idle-streams", type=int, default=None, help="idle streams to hold open (default 1000; smoke 20; 0 skips)")
+    parser.add_argument(
+        "--idle-streams", type=int, default=None, help="idle streams to hold open (default 1000; smoke 20; 0 skips)"
+    )
     parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset of: " + ", ".join(TARGETS))
     parser.add_argument("--shapes", default=",".join(shapes.SHAPES))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--wait-quiet", type=float, default=None,
                         help="wait up to this many seconds for other work on the machine to stop (default 60; smoke 0)")  # fmt: skip
-    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True, help="pin gateways to the last CPU")
+    parser.add_argument(
+        "--pin", action=argparse.BooleanOptionalAction, default=True, help="pin gateways to the last CPU"
+    )
     parser.add_argument("--markdown", help="also write the report here")
-    parser.add_argument("--json", help="write the raw figures here (merged over the rounds, and each round's under by_round)")
+    parser.add_argument(
+        "--json", help="write the raw figures here (merged over the rounds, and each round's under by_round)"
+    )
     args = parser.parse_args(argv)
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     args.shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]

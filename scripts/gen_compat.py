@@ -32,7 +32,7 @@ REQUEST_NOTES = {
     "model": "mapped through names, aliases (`*` wildcards), discovered upstream models and the default model; the response carries the client's name",
     "messages": "user/assistant turns; consecutive same-role turns merged; `system`, `ctx` and `msg` roles folded; a final assistant turn is a prefill",
     "max_tokens": "required; lowered visibly (header `X-Max-Tokens-Applied`) to the model's output limit and remaining context; a reply "
-    "cut at a limit the remaining context set has `stop_reason: \"model_context_window_exceeded\"`",
+    'cut at a limit the remaining context set has `stop_reason: "model_context_window_exceeded"`',
     "system": "string or text blocks; Claude Code's per-session billing-header block is dropped (setting `keep_billing_header`)",
     "stop_sequences": "any number, matched by the gateway over the streamed text; the matched sequence is reported exactly; the upstream is then hung up on, and usage is the prompt as counted plus a token per chunk received",
     "stream": "Anthropic's SSE event sequence; the response head and `message_start` go out with the first token (or, after "
@@ -51,7 +51,7 @@ REQUEST_NOTES = {
     "output_format": "older spelling of `output_config.format`",
     "reasoning_effort": "not Anthropic's: an explicit effort, validated against the model's efforts",
     "compaction": "`summarize`: the model is asked for a summary of the conversation (`instructions`, or the gateway's own), with no "
-    "tools; the reply is one `compaction` block with `stop_reason: \"compaction\"`, streamed or not (translating path; passthrough "
+    'tools; the reply is one `compaction` block with `stop_reason: "compaction"`, streamed or not (translating path; passthrough '
     "forwards the field). The request as sent gets every check any request gets first: a thinking budget, tool list, "
     "`tool_choice` or effort Anthropic refuses is the same 400",
     "thread": "message threads: the gateway holds each conversation (system, tools, messages, reply) in memory under the reply's id; "
@@ -136,18 +136,34 @@ def content_blocks() -> list[str]:
         if tag in supported:
             lines.append(_row(f"`{tag}`", SUPPORTED, BLOCK_NOTES.get(tag, "")))
         else:
-            lines.append(_row(f"`{tag}`", REJECTED, "a result of a server tool, which cannot run here; the message names the type"))
+            lines.append(
+                _row(
+                    f"`{tag}`", REJECTED, "a result of a server tool, which cannot run here; the message names the type"
+                )
+            )
     return lines
 
 
 def tools() -> list[str]:
     lines = [_row("tool", "status", "notes"), _row("---", "---", "---")]
-    lines.append(_row("custom (`type` absent or `custom`)", SUPPORTED, "function tool with `input_schema`; names over 64 characters shortened reversibly; names are not held to Anthropic's pattern `^[a-zA-Z0-9_-]{1,128}$` (a name it would refuse reaches the server as written)"))
+    lines.append(
+        _row(
+            "custom (`type` absent or `custom`)",
+            SUPPORTED,
+            "function tool with `input_schema`; names over 64 characters shortened reversibly; names are not held to Anthropic's pattern `^[a-zA-Z0-9_-]{1,128}$` (a name it would refuse reaches the server as written)",
+        )
+    )
     for kind in sorted(_BUILTIN):
         lines.append(_row(f"`{kind}`", SUPPORTED, "function tool with the documented input schema"))
     for family in SERVER_TOOL_FAMILIES:
         lines.append(_row(f"`{family}*`", REJECTED, 'server tool; `server.server_tools = "drop"` removes it instead'))
-    lines.append(_row("other versions of `bash_`, `text_editor_`, `computer_`, `memory_`", REJECTED, "the message names the unknown version"))
+    lines.append(
+        _row(
+            "other versions of `bash_`, `text_editor_`, `computer_`, `memory_`",
+            REJECTED,
+            "the message names the unknown version",
+        )
+    )
     return lines
 
 
@@ -170,7 +186,9 @@ def stream_events() -> list[str]:
         tag = _block_tag(cls)
         lines.append(_row(f"`{tag}`", "sent" if tag in ours_events else "not sent"))
     lines.append(_row("`ping`", "sent" if "ping" in ours_events else "not sent"))
-    lines.append(_row("`error`", "sent when a started stream fails (one that fails before its first event is an HTTP error)"))
+    lines.append(
+        _row("`error`", "sent when a started stream fails (one that fails before its first event is an HTTP error)")
+    )
     for cls in _union_types(typing.get_args(sdk.RawContentBlockDelta)[0]):
         tag = _block_tag(cls)
         lines.append(_row(f"delta `{tag}`", "sent" if tag in ours_deltas else "not sent"))
@@ -243,7 +261,7 @@ def main() -> None:
         "## Files (`/v1/files`)",
         "",
         "Upload (multipart), list, retrieve metadata and delete are served; files are kept in a",
-        "directory (`files.dir`). An image or document block whose source is `{\"type\": \"file\"}`",
+        'directory (`files.dir`). An image or document block whose source is `{"type": "file"}`',
         "gets the file's content in its place (base64 for images and PDFs, text for text files) on both",
         "paths, in token counting and in batches. Uploaded files cannot be downloaded, as on Anthropic.",
         "Files have no `scope` (sessions are not served), so a list filtered by `scope_id` is empty.",

@@ -7,10 +7,10 @@ import anthropic
 import pytest
 
 from dragoman.core.config import from_dict
-from tests import servers
-from tests.fake_anthropic import FakeAnthropic
-from tests.fakes import FakeUpstream
-from tests.servers import GatewayServer, config_for, make_config
+from tests.support import servers
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fakes import FakeUpstream
+from tests.support.servers import GatewayServer, config_for, make_config
 
 
 @pytest.fixture(autouse=True)

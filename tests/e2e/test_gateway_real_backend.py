@@ -20,13 +20,15 @@ import pytest
 
 from dragoman.core.config import from_dict
 from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
-from tests.servers import GatewayServer
+from tests.support.servers import GatewayServer
 
 MODEL = DEFAULT_LOCAL_MODEL
 TIMEOUT = 120.0
 
 
-def _gateway(server: LlamaServer, protocol: str, settings: dict[str, object] | None = None, **upstream: object) -> GatewayServer:
+def _gateway(
+    server: LlamaServer, protocol: str, settings: dict[str, object] | None = None, **upstream: object
+) -> GatewayServer:
     url = server.base_url + ("/v1" if protocol in ("openai", "auto") else "")
     config = from_dict(
         {
@@ -88,7 +90,9 @@ def test_the_null_fields_the_sdks_type_are_on_the_wire(path):
     nulls = {"stop_details": None, "container": None}
     reply = httpx.post(f"{gateway.url}/v1/messages", json=_ask("Say hello."), timeout=TIMEOUT).json()
     assert {name: reply.get(name, "absent") for name in (*nulls, "diagnostics")} == {**nulls, "diagnostics": None}
-    with httpx.stream("POST", f"{gateway.url}/v1/messages", json=_ask("Say hello.", stream=True), timeout=TIMEOUT) as response:
+    with httpx.stream(
+        "POST", f"{gateway.url}/v1/messages", json=_ask("Say hello.", stream=True), timeout=TIMEOUT
+    ) as response:
         data = [json.loads(line[5:]) for line in response.iter_lines() if line.startswith("data:")]
     start, delta = data[0]["message"], next(d for d in data if d["type"] == "message_delta")["delta"]
     assert {name: start.get(name, "absent") for name in (*nulls, "diagnostics")} == {**nulls, "diagnostics": None}
@@ -99,7 +103,9 @@ def test_a_reply_that_starts_with_an_emoji_streams_whole(path):
     # llama-server's own stream has no message_start when the first token is part of a
     # character; the SDK refuses such a stream unless the gateway puts one in.
     _, gateway = path
-    with _client(gateway).messages.stream(**_ask("Reply with only an emoji.", max_tokens=8, extra_body={"temperature": 0})) as stream:
+    with _client(gateway).messages.stream(
+        **_ask("Reply with only an emoji.", max_tokens=8, extra_body={"temperature": 0})
+    ) as stream:
         final = stream.get_final_message()
     assert final.content and final.content[0].type == "text"
     assert not final.content[0].text.isascii()  # the emoji the test is about
@@ -117,7 +123,12 @@ def test_stop_sequence_hit_and_reported(translate):
     # The model counts reliably; the gateway must cut at the stop and name it.
     client = _client(translate)
     for stream in (False, True):
-        request = _ask("Count from 1 to 20, separated by commas.", max_tokens=80, stop_sequences=["7", "never-seen"], extra_body={"temperature": 0})
+        request = _ask(
+            "Count from 1 to 20, separated by commas.",
+            max_tokens=80,
+            stop_sequences=["7", "never-seen"],
+            extra_body={"temperature": 0},
+        )
         if stream:
             with client.messages.stream(**request) as s:
                 message = s.get_final_message()
@@ -152,7 +163,10 @@ TOOLS = [
 ]
 HISTORY = [
     {"role": "user", "content": "What is the weather in Paris?"},
-    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}}]},
+    {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}}],
+    },
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": "Sunny, 21 degrees."}]},
 ]
 
@@ -174,7 +188,9 @@ def test_count_tokens_through_passthrough(path):
     kind, gateway = path
     if kind != "anthropic":
         pytest.skip("the translating path is covered above")
-    result = _client(gateway).messages.with_raw_response.count_tokens(model="served", messages=[{"role": "user", "content": "Hello"}])
+    result = _client(gateway).messages.with_raw_response.count_tokens(
+        model="served", messages=[{"role": "user", "content": "Hello"}]
+    )
     assert result.parse().input_tokens > 0
     assert result.headers["x-token-count-method"] == "upstream"
 
@@ -234,7 +250,9 @@ def test_a_reply_cut_at_the_limit_the_window_set_says_the_window_stopped_it(llam
         filler = 0
         for _ in range(4):  # a filler word is about a token: converge on a prompt that leaves 6
             system = "You are a careful assistant. " + "Be thorough. " * filler
-            counted = client.messages.count_tokens(model=request["model"], system=system, messages=request["messages"]).input_tokens
+            counted = client.messages.count_tokens(
+                model=request["model"], system=system, messages=request["messages"]
+            ).input_tokens
             filler += (window - 6 - counted) // 3  # "Be thorough. " is about three tokens
         room = window - counted
         assert 0 < room < 40, (window, counted)
@@ -315,7 +333,9 @@ def test_prefill_is_continued_not_repeated(translate):
     client = _client(translate)
     message = client.messages.create(model="served", max_tokens=8, messages=messages, extra_body={"temperature": 0})
     assert not message.content[0].text.startswith("The fruit is")
-    with client.messages.stream(model="served", max_tokens=8, messages=messages, extra_body={"temperature": 0}) as stream:
+    with client.messages.stream(
+        model="served", max_tokens=8, messages=messages, extra_body={"temperature": 0}
+    ) as stream:
         streamed = stream.get_final_message()
     assert not streamed.content[0].text.startswith("The fruit is")
 
@@ -376,6 +396,7 @@ def test_an_uploaded_text_file_is_read_as_a_document(translate):
             {"type": "text", "text": "What is the courier's password?"},
         ]
         with_file = client.messages.create(**asked)
+
         def prompt(message: anthropic.types.Message) -> int:  # a prefix cached by an earlier test counts too
             return message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
 
@@ -393,7 +414,12 @@ def test_passthrough_sends_documents_as_text_when_asked(llama_server):
     document = {"type": "document", "title": "Note", "source": {"type": "text", "media_type": "text/plain",
                 "data": "The courier's password is tangerine. " * 20}}  # fmt: skip
     asked = _ask("What is the courier's password?", max_tokens=8)
-    with_document = {**asked, "messages": [{"role": "user", "content": [document, {"type": "text", "text": "What is the courier's password?"}]}]}
+    with_document = {
+        **asked,
+        "messages": [
+            {"role": "user", "content": [document, {"type": "text", "text": "What is the courier's password?"}]}
+        ],
+    }
 
     def prompt(message: anthropic.types.Message) -> int:
         return message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
@@ -421,6 +447,8 @@ def test_an_image_to_a_model_without_vision_is_a_400_not_a_retried_502(path):
     png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
     with pytest.raises(anthropic.BadRequestError) as caught:
-        _client(gateway).messages.create(**_ask("x") | {"messages": [{"role": "user", "content": [image, {"type": "text", "text": "What is it?"}]}]})
+        _client(gateway).messages.create(
+            **_ask("x") | {"messages": [{"role": "user", "content": [image, {"type": "text", "text": "What is it?"}]}]}
+        )
     assert "does not accept images" in caught.value.body["error"]["message"]
     assert caught.value.response.headers.get("x-should-retry") == "false"

@@ -25,8 +25,12 @@ LONG_GENERATION = {"max_tokens": 2000, "ignore_eos": True}
 
 
 def chat(content: str, **options: Any) -> dict[str, Any]:
-    return {"model": DEFAULT_LOCAL_MODEL, "messages": [{"role": "user", "content": content}],
-            "temperature": 0, **options}
+    return {
+        "model": DEFAULT_LOCAL_MODEL,
+        "messages": [{"role": "user", "content": content}],
+        "temperature": 0,
+        **options,
+    }
 
 
 def post(server: LlamaServer, path: str, body: dict[str, Any]) -> httpx.Response:
@@ -91,8 +95,9 @@ def test_stream_usage_comes_in_a_separate_final_chunk(llama_server: LlamaServer)
     # content chunks, a finish chunk (finish_reason set, delta {}, no usage),
     # then a chunk with "choices": [] carrying "usage" (and llama.cpp "timings"),
     # then data: [DONE].
-    chunks = stream_chunks(llama_server, chat("Say hello.", max_tokens=5, stream=True,
-                                              stream_options={"include_usage": True}))
+    chunks = stream_chunks(
+        llama_server, chat("Say hello.", max_tokens=5, stream=True, stream_options={"include_usage": True})
+    )
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     finish, usage_chunk = chunks[-2], chunks[-1]
     assert finish["choices"][0]["finish_reason"] == "length" and "usage" not in finish
@@ -112,10 +117,15 @@ def test_repeated_prefix_reports_cached_tokens(llama_server: LlamaServer) -> Non
     # system prompt but asking something else reported 249 of 259 cached.
     system = "You are a terse assistant who answers in one word. " * 20
     usages = [
-        post(llama_server, "/v1/chat/completions", {
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
-            "max_tokens": 3, "temperature": 0,
-        }).json()["usage"]
+        post(
+            llama_server,
+            "/v1/chat/completions",
+            {
+                "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+                "max_tokens": 3,
+                "temperature": 0,
+            },
+        ).json()["usage"]
         for question in ("What is 2+2?", "Name a colour.")
     ]
     assert usages[1]["prompt_tokens_details"]["cached_tokens"] > usages[1]["prompt_tokens"] // 2
@@ -145,11 +155,16 @@ def test_tokenize_and_apply_template(llama_server: LlamaServer) -> None:
     assert tokens == [19556, 905]  # SmolLM2 vocabulary
     pieces = post(llama_server, "/tokenize", {"content": "Hello world", "with_pieces": True}).json()["tokens"]
     assert pieces == [{"id": 19556, "piece": "Hello"}, {"id": 905, "piece": " world"}]
-    prompt = post(llama_server, "/apply-template", {
-        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
-    }).json()["prompt"]
-    assert prompt == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                      "<|im_start|>assistant\n")
+    prompt = post(
+        llama_server,
+        "/apply-template",
+        {
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        },
+    ).json()["prompt"]
+    assert prompt == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_over_long_prompt_is_a_400_exceed_context_size_error(llama_server_small_ctx: LlamaServer) -> None:
@@ -161,8 +176,9 @@ def test_over_long_prompt_is_a_400_exceed_context_size_error(llama_server_small_
     # A prompt that fits but whose generation would overflow is NOT an error:
     # it answers 200 with finish_reason "length" at prompt+completion == n_ctx.
     for stream in (False, True):
-        response = post(llama_server_small_ctx, "/v1/chat/completions",
-                        chat("hello " * 600, max_tokens=5, stream=stream))
+        response = post(
+            llama_server_small_ctx, "/v1/chat/completions", chat("hello " * 600, max_tokens=5, stream=stream)
+        )
         assert response.status_code == 400
         assert response.headers["content-type"].startswith("application/json")
         error = response.json()["error"]
@@ -181,8 +197,11 @@ def test_slots_show_a_stream_in_progress_and_its_cancellation(llama_server: Llam
     # having generated only a few dozen of the 2000 tokens.
     predicted_before = metric(llama_server, "tokens_predicted_total")
     with httpx.Client(timeout=TIMEOUT) as client:
-        request = client.build_request("POST", llama_server.base_url + "/v1/chat/completions",
-                                       json=chat("Tell me a long story.", stream=True, **LONG_GENERATION))
+        request = client.build_request(
+            "POST",
+            llama_server.base_url + "/v1/chat/completions",
+            json=chat("Tell me a long story.", stream=True, **LONG_GENERATION),
+        )
         response = client.send(request, stream=True)
         events = sse_events(response)
         for _ in range(10):
@@ -207,8 +226,11 @@ def test_non_streaming_request_is_cancelled_when_the_client_leaves(llama_server:
     # should talk to llama-server with stream=true.
     predicted_before = metric(llama_server, "tokens_predicted_total")
     try:
-        httpx.post(llama_server.base_url + "/v1/chat/completions", timeout=2.0,
-                   json=chat("Tell me a long story.", **LONG_GENERATION))
+        httpx.post(
+            llama_server.base_url + "/v1/chat/completions",
+            timeout=2.0,
+            json=chat("Tell me a long story.", **LONG_GENERATION),
+        )
         raise AssertionError("a 2000-token generation should not finish in 2 s")
     except httpx.ReadTimeout:
         pass  # the client gives up and closes the connection
@@ -221,9 +243,14 @@ def test_non_streaming_request_is_cancelled_when_the_client_leaves(llama_server:
 def test_four_concurrent_streams_run_in_parallel(llama_server: LlamaServer) -> None:
     with httpx.Client(timeout=TIMEOUT) as client:
         responses = [
-            client.send(client.build_request("POST", llama_server.base_url + "/v1/chat/completions",
-                                             json=chat(f"Story number {n}.", stream=True, **LONG_GENERATION)),
-                        stream=True)
+            client.send(
+                client.build_request(
+                    "POST",
+                    llama_server.base_url + "/v1/chat/completions",
+                    json=chat(f"Story number {n}.", stream=True, **LONG_GENERATION),
+                ),
+                stream=True,
+            )
             for n in range(4)
         ]
         try:

@@ -63,7 +63,9 @@ def test_the_local_model_answers_and_stops_with_the_gateway(tmp_path: Path, stop
         assert len(llama) == 1
 
         client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="unused", max_retries=0)
-        with client.messages.stream(model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "Hi"}]) as stream:
+        with client.messages.stream(
+            model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "Hi"}]
+        ) as stream:
             message = stream.get_final_message()
         assert message.model == "claude-sonnet-4-6" and message.usage.output_tokens > 0  # served by the default model
         assert message.stop_reason in ("end_turn", "max_tokens")

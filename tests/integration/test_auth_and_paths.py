@@ -8,7 +8,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests.fakes import completion, text_stream
+from tests.support.fakes import completion, text_stream
 
 USER = [{"role": "user", "content": "Hello"}]
 VALID = {"model": "test-model", "max_tokens": 10, "messages": USER}
@@ -36,7 +36,9 @@ def test_missing_key_is_401(keyed, upstream):
     assert "x-api-key" in message
     assert response.headers.get("x-should-retry") == "false"
     _assert_error(httpx.get(f"{keyed.url}/v1/models", timeout=5), 401, "authentication_error")
-    _assert_error(httpx.post(f"{keyed.url}/v1/messages/count_tokens", json=VALID, timeout=5), 401, "authentication_error")
+    _assert_error(
+        httpx.post(f"{keyed.url}/v1/messages/count_tokens", json=VALID, timeout=5), 401, "authentication_error"
+    )
     assert upstream.requests == []
 
 
@@ -49,7 +51,9 @@ def test_wrong_key_is_401(keyed, upstream):
     bearer = anthropic.Anthropic(base_url=keyed.url, api_key=None, auth_token="sk-wrong", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError) as by_bearer:
         bearer.messages.create(**VALID)
-    assert by_bearer.value.body["error"]["message"] == "invalid API key in the authorization header"  # the header it came in
+    assert (
+        by_bearer.value.body["error"]["message"] == "invalid API key in the authorization header"
+    )  # the header it came in
     by_header = httpx.post(f"{keyed.url}/v1/messages", json=VALID, headers={"x-api-key": "sk-wrong"}, timeout=5)
     assert _assert_error(by_header, 401, "authentication_error") == "invalid x-api-key"
     # Auth is checked before the body is even read.
@@ -61,7 +65,9 @@ def test_wrong_key_is_401(keyed, upstream):
 def test_two_x_api_key_headers_are_refused_whichever_is_right(keyed, upstream):
     for keys in (["sk-good-1", "sk-wrong"], ["sk-wrong", "sk-good-1"], ["sk-good-1", "sk-good-1"]):
         headers = [("x-api-key", key) for key in keys] + [("content-type", "application/json")]
-        response = httpx.post(f"{keyed.url}/v1/messages", content=json.dumps(VALID).encode(), headers=headers, timeout=5)
+        response = httpx.post(
+            f"{keyed.url}/v1/messages", content=json.dumps(VALID).encode(), headers=headers, timeout=5
+        )
         assert "more than once" in _assert_error(response, 401, "authentication_error")
     assert upstream.requests == []
 
@@ -173,7 +179,8 @@ def test_models_list_in_anthropic_shape(three_models, upstream):
         assert info["created_at"].endswith("Z")
         assert info["lifecycle"] == "active"  # the fields the TypeScript SDK types as present
         assert {k: info[k] for k in ("capabilities", "deprecated_at", "retires_at", "line")} == dict.fromkeys(
-            ("capabilities", "deprecated_at", "retires_at", "line"))
+            ("capabilities", "deprecated_at", "retires_at", "line")
+        )
 
 
 @pytest.mark.parametrize(("query", "ids"), [("lifecycle=retired", []), ("lifecycle=deprecated,retired", []),
@@ -229,8 +236,15 @@ def test_model_ids_with_slashes(upstream, make_gateway):
 
 def test_configured_models_and_aliases_are_listed(make_gateway):
     gateway = make_gateway(
-        models=[{"name": "claude-sonnet-4-6", "upstream": "default", "upstream_model": "test-model", "aliases": ["sonnet", "claude-*"],
-                 "context_window": 32768}]  # fmt: skip
+        models=[
+            {
+                "name": "claude-sonnet-4-6",
+                "upstream": "default",
+                "upstream_model": "test-model",
+                "aliases": ["sonnet", "claude-*"],
+                "context_window": 32768,
+            }
+        ]  # fmt: skip
     )
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
     ids = [m.id for m in client.models.list()]
@@ -241,7 +255,9 @@ def test_configured_models_and_aliases_are_listed(make_gateway):
 
 @pytest.mark.parametrize("name", ["claude-3-5-haiku-latest", "claude-opus-4-1-20250805"])
 def test_a_name_served_by_a_wildcard_alias_is_retrieved_though_not_listed(make_gateway, name):
-    gateway = make_gateway(models=[{"name": "coder", "upstream": "default", "upstream_model": "test-model", "aliases": ["claude-*"]}])
+    gateway = make_gateway(
+        models=[{"name": "coder", "upstream": "default", "upstream_model": "test-model", "aliases": ["claude-*"]}]
+    )
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
     assert name not in [m.id for m in client.models.list(limit=1000)]
     info = client.models.retrieve(name)

@@ -11,8 +11,8 @@ import anthropic
 import pytest
 
 from dragoman.core.config import from_dict
-from tests.fakes import completion
-from tests.servers import GatewayServer
+from tests.support.fakes import completion
+from tests.support.servers import GatewayServer
 
 
 def _auto(url: str) -> GatewayServer:
@@ -54,7 +54,9 @@ def test_dragoman_check_shows_the_chosen_path(tmp_path, upstream, native):
         f'[upstreams.native]\nurl = "{native.url}"\nprotocol = "auto"\n'
         '[upstreams.down]\nurl = "http://127.0.0.1:9/v1"\nmax_retries = 0\n'
     )
-    result = subprocess.run([sys.executable, "-m", "dragoman", "check", "--config", str(config)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "dragoman", "check", "--config", str(config)], capture_output=True, text=True, timeout=60
+    )
     lines = {line.split("\t")[0]: line for line in result.stdout.splitlines()}
     assert "path=translate" in lines["openai_only"] and "server=vllm" in lines["openai_only"]
     assert "path=passthrough" in lines["native"]
@@ -64,13 +66,17 @@ def test_dragoman_check_shows_the_chosen_path(tmp_path, upstream, native):
 
 @pytest.mark.parametrize("ambiguous", ["401", "500-html"])
 def test_an_ambiguous_probe_answer_decides_nothing_and_is_asked_again(native, ambiguous):
-    from tests.fake_anthropic import NativeReply
+    from tests.support.fake_anthropic import NativeReply
 
     for _ in range(2):  # the startup probe, then the first request's
         if ambiguous == "401":
             native.replies.append(NativeReply(status=401, body={"error": "bad key"}))
         else:  # a proxy's error page in front of the server
-            native.replies.append(NativeReply(status=500, body=b"<html>Internal Server Error</html>", headers={"content-type": "text/html"}))
+            native.replies.append(
+                NativeReply(
+                    status=500, body=b"<html>Internal Server Error</html>", headers={"content-type": "text/html"}
+                )
+            )
     gateway = _auto(native.url)
     try:
         deadline = time.monotonic() + 5
@@ -80,7 +86,9 @@ def test_an_ambiguous_probe_answer_decides_nothing_and_is_asked_again(native, am
         with pytest.raises(anthropic.APIStatusError) as caught:
             client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
         assert "cannot tell its protocol" in caught.value.body["error"]["message"]
-        assert ("answered 500 (not JSON)" if ambiguous == "500-html" else "answered 401") in caught.value.body["error"]["message"]
+        assert ("answered 500 (not JSON)" if ambiguous == "500-html" else "answered 401") in caught.value.body["error"][
+            "message"
+        ]
         message = client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
         assert message.content[0].text == "Hi"
         assert gateway.app.gateway.backends["up"].path == "passthrough"
@@ -105,7 +113,9 @@ def test_a_replica_that_never_answers_holds_neither_the_probe_nor_the_requests(n
                             "models": [{"name": "m", "upstream": "up", "upstream_model": "test-model"}]})  # fmt: skip
         gateway = GatewayServer(config).start()  # the probe asks the hung instance first (round robin starts there)
         try:
-            client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=8)  # below PROBE_TIMEOUT, far below first_byte_timeout
+            client = anthropic.Anthropic(
+                base_url=gateway.url, api_key="k", max_retries=0, timeout=8
+            )  # below PROBE_TIMEOUT, far below first_byte_timeout
             for _ in range(3):  # the hung instance is passed over for a while after the probe found it silent
                 message = client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
                 assert message.content[0].text == ("Hi" if healthy == "native" else "Hello!")
@@ -126,7 +136,9 @@ def test_a_probe_no_instance_answers_fails_in_its_own_time_and_decides_nothing(m
                             "models": [{"name": "m", "upstream": "up", "upstream_model": "test-model"}]})  # fmt: skip
         gateway = GatewayServer(config).start()
         try:
-            client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=5)  # far below first_byte_timeout
+            client = anthropic.Anthropic(
+                base_url=gateway.url, api_key="k", max_retries=0, timeout=5
+            )  # far below first_byte_timeout
             with pytest.raises(anthropic.APIStatusError) as caught:
                 client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
             assert caught.value.status_code == 504

@@ -15,7 +15,6 @@ import pytest
 
 from dragoman.batches import service as batches_module
 from dragoman.batches import store as batch_store
-from tests.fakes import FakeUpstream, Reply, completion
 from tests.integration.test_batches import (
     answer_per_marker,
     counts,
@@ -25,13 +24,16 @@ from tests.integration.test_batches import (
     wait_ended,
     wait_until,
 )
-from tests.servers import GatewayServer
+from tests.support.fakes import FakeUpstream, Reply, completion
+from tests.support.servers import GatewayServer
 
 KEYS = ["key-a", "key-b"]
 
 
 @pytest.fixture
-def start(upstream: FakeUpstream, tmp_path: Path, gateway_from: Callable[[dict], GatewayServer]) -> Callable[..., GatewayServer]:
+def start(
+    upstream: FakeUpstream, tmp_path: Path, gateway_from: Callable[[dict], GatewayServer]
+) -> Callable[..., GatewayServer]:
     """`start(batches=..., server=...)`: a gateway keeping its batches in this test's directory."""
 
     def run(*, batches: dict | None = None, server: dict | None = None) -> GatewayServer:
@@ -53,7 +55,9 @@ def hang_on(upstream: FakeUpstream, slow: str) -> None:
 
     def respond(body: dict) -> Reply:
         marker = marker_of(body)
-        return Reply(body=completion(f"answer to {marker}", prompt=11, completion_tokens=4), hang=30.0 if marker == slow else 0.0)
+        return Reply(
+            body=completion(f"answer to {marker}", prompt=11, completion_tokens=4), hang=30.0 if marker == slow else 0.0
+        )
 
     upstream.responder = respond
 
@@ -61,7 +65,9 @@ def hang_on(upstream: FakeUpstream, slow: str) -> None:
 def test_an_ended_batch_outlives_the_gateway_that_ran_it(start, upstream, tmp_path):
     answer_per_marker(upstream)
     first = start()
-    created = sdk(first).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)])
+    created = sdk(first).messages.batches.create(
+        requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)]
+    )
     ended = wait_ended(sdk(first), created.id)
     before = results_of(sdk(first), created.id)
     first.stop()
@@ -74,7 +80,9 @@ def test_an_ended_batch_outlives_the_gateway_that_ran_it(start, upstream, tmp_pa
     assert again.ended_at == ended.ended_at and again.created_at == created.created_at
     assert [b.id for b in client.messages.batches.list().data] == [created.id]
     after = results_of(client, created.id)
-    assert {cid: r.message.content[0].text for cid, r in after.items()} == {cid: r.message.content[0].text for cid, r in before.items()}
+    assert {cid: r.message.content[0].text for cid, r in after.items()} == {
+        cid: r.message.content[0].text for cid, r in before.items()
+    }
     assert len(upstream.requests) == 3  # nothing ran again
     assert not (tmp_path / "batches" / created.id / "requests.json").exists()  # the results stand for them now
 
@@ -82,7 +90,9 @@ def test_an_ended_batch_outlives_the_gateway_that_ran_it(start, upstream, tmp_pa
 def test_a_batch_interrupted_by_shutdown_resumes_at_the_next_start_without_rerunning_settled_requests(start, upstream):
     hang_on(upstream, slow="m1")
     first = start(batches={"max_concurrent": 1})
-    created = sdk(first).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)])
+    created = sdk(first).messages.batches.create(
+        requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)]
+    )
     wait_until(lambda: [marker_of(b) for b in upstream.requests] == ["m0", "m1"])  # r0 settled, r1 in flight
     first.stop()
     assert [marker_of(b) for b in upstream.requests] == ["m0", "m1"]  # stopping ran nothing more
@@ -92,17 +102,31 @@ def test_a_batch_interrupted_by_shutdown_resumes_at_the_next_start_without_rerun
     ended = wait_ended(client, created.id)
     assert counts(ended)["succeeded"] == 4
     results = results_of(client, created.id)
-    assert {cid: r.message.content[0].text for cid, r in results.items()} == {f"r{i}": f"answer to m{i}" for i in range(4)}
-    assert sorted(marker_of(b) for b in upstream.requests) == ["m0", "m1", "m1", "m2", "m3"]  # only the one in flight ran twice
+    assert {cid: r.message.content[0].text for cid, r in results.items()} == {
+        f"r{i}": f"answer to m{i}" for i in range(4)
+    }
+    assert sorted(marker_of(b) for b in upstream.requests) == [
+        "m0",
+        "m1",
+        "m1",
+        "m2",
+        "m3",
+    ]  # only the one in flight ran twice
 
 
 def test_every_gateway_on_the_directory_sees_a_batch_and_can_cancel_it(start, upstream):
     cancel_stored = threading.Event()
-    answer_per_marker(upstream, hold=cancel_stored)  # r0 stays in flight until the cancel is on disk, however loaded the machine
+    answer_per_marker(
+        upstream, hold=cancel_stored
+    )  # r0 stays in flight until the cancel is on disk, however loaded the machine
     runner = start(batches={"max_concurrent": 1})
-    created = sdk(runner).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)])
+    created = sdk(runner).messages.batches.create(
+        requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)]
+    )
     wait_until(lambda: len(upstream.requests) == 1)
-    other = start()  # only now: started before, its first sweep could lock the batch before `runner` (any process may run it)
+    other = (
+        start()
+    )  # only now: started before, its first sweep could lock the batch before `runner` (any process may run it)
     seen = sdk(other).messages.batches.retrieve(created.id)
     assert seen.processing_status == "in_progress" and counts(seen)["processing"] == 4
     assert [b.id for b in sdk(other).messages.batches.list().data] == [created.id]
@@ -148,9 +172,13 @@ def test_a_live_gateway_takes_over_a_batch_whose_gateway_stopped(start, upstream
     monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.1)
     hang_on(upstream, slow="m0")
     first = start(batches={"max_concurrent": 1})
-    created = sdk(first).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)])
+    created = sdk(first).messages.batches.create(
+        requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)]
+    )
     wait_until(lambda: len(upstream.requests) == 1)
-    second = start()  # only now: started before, a sweep of its own could lock the batch before `first` (any process may run it)
+    second = (
+        start()
+    )  # only now: started before, a sweep of its own could lock the batch before `first` (any process may run it)
     answer_per_marker(upstream)
     first.stop()
 
@@ -163,7 +191,9 @@ def test_only_one_of_two_gateways_takes_over_a_batch(start, upstream, monkeypatc
     monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.05)
     hang_on(upstream, slow="m0")
     first = start(batches={"max_concurrent": 1})
-    created = sdk(first).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)])
+    created = sdk(first).messages.batches.create(
+        requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)]
+    )
     wait_until(lambda: len(upstream.requests) == 1)
     first.stop()
     answer_per_marker(upstream, hang=0.05)
@@ -178,7 +208,9 @@ def test_only_one_of_two_gateways_takes_over_a_batch(start, upstream, monkeypatc
 def test_a_result_line_cut_short_by_a_crash_is_run_again(start, upstream, tmp_path):
     hang_on(upstream, slow="m1")
     first = start(batches={"max_concurrent": 1})
-    created = sdk(first).messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)])
+    created = sdk(first).messages.batches.create(
+        requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)]
+    )
     wait_until(lambda: len(upstream.requests) == 2)
     first.stop()
     results = tmp_path / "batches" / created.id / "results.jsonl"

@@ -25,7 +25,6 @@ from dragoman.batches import runs as batch_runs
 from dragoman.batches import service as batches_module
 from dragoman.batches import store as batch_store
 from dragoman.batches.store import BatchStore, Record
-from tests.fakes import FakeUpstream, Reply, completion
 from tests.integration import test_batch_persistence as persistence
 from tests.integration.test_batch_persistence import KEYS, sdk
 from tests.integration.test_batches import (
@@ -36,11 +35,10 @@ from tests.integration.test_batches import (
     wait_ended,
     wait_until,
 )
+from tests.support.fakes import FakeUpstream, Reply, completion
 
 EPOCH_STAMP = "1970-01-01T00:00:00.000000Z"
-start = (
-    persistence.start
-)  # the fixture: a gateway keeping its batches in the test's directory
+start = persistence.start  # the fixture: a gateway keeping its batches in the test's directory
 
 
 # -- a storage error while settling: the run lets go of the batch with requests still running ----
@@ -59,9 +57,7 @@ def test_a_storage_error_on_one_result_stops_the_other_requests_before_the_batch
     failed_once = threading.Event()
     real_settle, real_release = batch_runs.Run.settle, batch_runs.Run.release
 
-    def settle(
-        self: batch_runs.Run, custom_id: str, outcome: str, result: bytes
-    ) -> None:
+    def settle(self: batch_runs.Run, custom_id: str, outcome: str, result: bytes) -> None:
         if id(self) in released:
             late.append(custom_id)
         if not failed_once.is_set():
@@ -78,13 +74,9 @@ def test_a_storage_error_on_one_result_stops_the_other_requests_before_the_batch
 
     def respond(
         body: dict,
-    ) -> (
-        Reply
-    ):  # r0 settles at once (and fails to be stored); r1 is in flight for 0.5 s
+    ) -> Reply:  # r0 settles at once (and fails to be stored); r1 is in flight for 0.5 s
         marker = marker_of(body)
-        return Reply(
-            body=completion(f"answer to {marker}"), hang=0.5 if marker == "m1" else 0.0
-        )
+        return Reply(body=completion(f"answer to {marker}"), hang=0.5 if marker == "m1" else 0.0)
 
     upstream.responder = respond
     client = sdk(start(batches={"max_concurrent": 2}))
@@ -96,9 +88,7 @@ def test_a_storage_error_on_one_result_stops_the_other_requests_before_the_batch
     wait_ended(client, created.id)
     lines = [
         json.loads(line)["custom_id"]
-        for line in (tmp_path / "batches" / created.id / "results.jsonl")
-        .read_bytes()
-        .splitlines()
+        for line in (tmp_path / "batches" / created.id / "results.jsonl").read_bytes().splitlines()
     ]
     assert late == [], f"settled after the run released the batch: {late}"
     assert sorted(lines) == [
@@ -150,9 +140,7 @@ class _ShortFirstWrite:
         return os.write(fd, data)
 
 
-def test_a_result_line_written_short_does_not_corrupt_the_results(
-    start, upstream, monkeypatch, tmp_path
-):
+def test_a_result_line_written_short_does_not_corrupt_the_results(start, upstream, monkeypatch, tmp_path):
     monkeypatch.setattr(batch_runs, "os", _ShortFirstWrite())
     monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.05)
     monkeypatch.setattr(batch_runs, "REST_AFTER_FAILURE", 0.05)
@@ -162,9 +150,7 @@ def test_a_result_line_written_short_does_not_corrupt_the_results(
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)]
     )
     wait_ended(client, created.id)
-    lines = (
-        (tmp_path / "batches" / created.id / "results.jsonl").read_bytes().splitlines()
-    )
+    lines = (tmp_path / "batches" / created.id / "results.jsonl").read_bytes().splitlines()
     for line in lines:
         json.loads(line)  # every line of the results is one whole JSON object
     assert len(lines) == 3
@@ -175,13 +161,7 @@ def test_a_result_line_written_short_does_not_corrupt_the_results(
 
 def _write_batch(root: Path, *, expires: float, n: int = 3, owner: str = "") -> str:
     """A batch on disk as a process that died left it: created, nothing settled, unlocked."""
-    body = json.dumps(
-        {
-            "requests": [
-                {"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(n)
-            ]
-        }
-    ).encode()
+    body = json.dumps({"requests": [{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(n)]}).encode()
     now = time.time()
     record = Record(id="msgbatch_01review" + str(int(now * 1000)), owner=owner, created=now - 100, expires=expires, total=n,
                     headers={"anthropic-version": "2023-06-01"})  # fmt: skip
@@ -189,18 +169,12 @@ def _write_batch(root: Path, *, expires: float, n: int = 3, owner: str = "") -> 
     return record.id
 
 
-def test_a_batch_taken_over_after_it_expired_runs_none_of_its_requests(
-    start, upstream, tmp_path, monkeypatch
-):
+def test_a_batch_taken_over_after_it_expired_runs_none_of_its_requests(start, upstream, tmp_path, monkeypatch):
     """On asyncio's own loop too (where a 0 s timer fires after the workers' first steps), a
     batch past its expiry when taken over sends nothing upstream."""
-    monkeypatch.setitem(
-        uvicorn.config.LOOP_FACTORIES, "auto", uvicorn.config.LOOP_FACTORIES["asyncio"]
-    )
+    monkeypatch.setitem(uvicorn.config.LOOP_FACTORIES, "auto", uvicorn.config.LOOP_FACTORIES["asyncio"])
     answer_per_marker(upstream)
-    batch_id = _write_batch(
-        tmp_path / "batches", expires=time.time() - 3600
-    )  # expired an hour ago
+    batch_id = _write_batch(tmp_path / "batches", expires=time.time() - 3600)  # expired an hour ago
     client = sdk(start(batches={"max_concurrent": 4}))
     ended = wait_ended(client, batch_id)
     assert counts(ended) == {
@@ -221,23 +195,17 @@ def test_another_keys_batch_id_as_a_list_cursor_is_an_unknown_id(start, upstream
     answer_per_marker(upstream)
     gateway = start(server={"api_keys": KEYS})
     mine, theirs = sdk(gateway, "key-a"), sdk(gateway, "key-b")
-    created = mine.messages.batches.create(
-        requests=[{"custom_id": "a", "params": params()}]
-    )
+    created = mine.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
     with pytest.raises(anthropic.BadRequestError):
         theirs.messages.batches.list(after_id="msgbatch_01doesnotexist")
-    with pytest.raises(
-        anthropic.BadRequestError
-    ):  # the same answer as for an id that does not exist
+    with pytest.raises(anthropic.BadRequestError):  # the same answer as for an id that does not exist
         theirs.messages.batches.list(after_id=created.id)
 
 
 # -- an ended.json that did not reach the disk whole ---------------------------------------------------
 
 
-def test_an_unreadable_ended_file_does_not_leave_the_batch_in_progress_forever(
-    start, upstream, tmp_path, monkeypatch
-):
+def test_an_unreadable_ended_file_does_not_leave_the_batch_in_progress_forever(start, upstream, tmp_path, monkeypatch):
     """An outcome file left empty (a power loss) with every result stored: the next process
     rebuilds the outcome from the results; the batch does not stay in progress forever."""
     monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.05)
@@ -248,9 +216,7 @@ def test_an_unreadable_ended_file_does_not_leave_the_batch_in_progress_forever(
     )
     wait_ended(sdk(first), created.id)
     first.stop()
-    (tmp_path / "batches" / created.id / "ended.json").write_bytes(
-        b""
-    )  # its data never reached the disk
+    (tmp_path / "batches" / created.id / "ended.json").write_bytes(b"")  # its data never reached the disk
 
     client = sdk(start())
     ended = wait_ended(client, created.id, timeout=3)
@@ -265,22 +231,16 @@ def _open_descriptors() -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
-def test_batches_waiting_for_a_slot_hold_no_file_descriptors(
-    start, upstream: FakeUpstream
-):
+def test_batches_waiting_for_a_slot_hold_no_file_descriptors(start, upstream: FakeUpstream):
     """40 batches waiting behind a running one hold no descriptors (no lock, no results file):
     a long queue cannot exhaust the process's descriptor limit."""
     answer_per_marker(upstream, hang=5.0)
     client = sdk(start(batches={"max_concurrent": 1}))
-    client.messages.batches.create(
-        requests=[{"custom_id": "first", "params": params("m")}]
-    )
+    client.messages.batches.create(requests=[{"custom_id": "first", "params": params("m")}])
     wait_until(lambda: len(upstream.requests) == 1)
     before = _open_descriptors()
     for _ in range(40):  # all waiting behind the first
-        client.messages.batches.create(
-            requests=[{"custom_id": "a", "params": params("m")}]
-        )
+        client.messages.batches.create(requests=[{"custom_id": "a", "params": params("m")}])
     grown = _open_descriptors() - before
     assert grown < 20, f"{grown} descriptors held by 40 waiting batches"
 
@@ -314,9 +274,7 @@ def test_an_overlong_batch_id_is_a_404_not_a_500(start, upstream, method, suffix
 # -- a create that fails after the batch is stored ---------------------------------------------------------
 
 
-def test_a_create_that_fails_after_storing_the_batch_leaves_no_batch_that_never_runs(
-    start, upstream, monkeypatch
-):
+def test_a_create_that_fails_after_storing_the_batch_leaves_no_batch_that_never_runs(start, upstream, monkeypatch):
     """The results file cannot be opened when the batch first runs (EMFILE under load): the
     create still answers, and the batch runs once the keeper tries again."""
     monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.05)

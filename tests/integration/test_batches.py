@@ -16,17 +16,22 @@ import anthropic
 import httpx
 import pytest
 
-from tests.envelopes import error_of, raw_error
-from tests.fake_anthropic import NativeReply, message
-from tests.fakes import FakeUpstream, Reply, completion
-from tests.servers import GatewayServer
+from tests.support.envelopes import error_of, raw_error
+from tests.support.fake_anthropic import NativeReply, message
+from tests.support.fakes import FakeUpstream, Reply, completion
+from tests.support.servers import GatewayServer
 
 KEY = "test-key"
 MARKER = re.compile(r"<<(\w+)>>")  # the marker a request's text carries, so the fake can answer per request
 
 
 def params(marker: str = "plain", **over: Any) -> dict[str, Any]:
-    return {"model": "test-model", "max_tokens": 16, "messages": [{"role": "user", "content": f"say <<{marker}>>"}], **over}
+    return {
+        "model": "test-model",
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": f"say <<{marker}>>"}],
+        **over,
+    }
 
 
 def marker_of(body: dict) -> str:
@@ -35,7 +40,9 @@ def marker_of(body: dict) -> str:
     return found.group(1)
 
 
-def answer_per_marker(upstream: FakeUpstream, *, hang: float = 0.0, fail: tuple[str, ...] = (), hold: threading.Event | None = None) -> None:
+def answer_per_marker(
+    upstream: FakeUpstream, *, hang: float = 0.0, fail: tuple[str, ...] = (), hold: threading.Event | None = None
+) -> None:
     """Answer each request with `answer to <marker>` (after `hang` seconds, and not before
     `hold` is set), or a 500 for markers in `fail`. A test that needs a request still in
     flight while it does something holds it: a `hang` is only a bet on how fast it is."""
@@ -43,7 +50,12 @@ def answer_per_marker(upstream: FakeUpstream, *, hang: float = 0.0, fail: tuple[
     def respond(body: dict) -> Reply:
         marker = marker_of(body)
         if marker in fail:
-            return Reply(status=500, body={"error": {"message": f"boom for {marker}", "type": "server_error"}}, hang=hang, hold=hold)
+            return Reply(
+                status=500,
+                body={"error": {"message": f"boom for {marker}", "type": "server_error"}},
+                hang=hang,
+                hold=hold,
+            )
         return Reply(body=completion(f"answer to {marker}", prompt=11, completion_tokens=4), hang=hang, hold=hold)
 
     upstream.responder = respond
@@ -56,7 +68,9 @@ def wait_ended(client: anthropic.Anthropic, batch_id: str, timeout: float = 10.0
         if batch.processing_status == "ended":
             return batch
         if time.monotonic() > deadline:
-            pytest.fail(f"batch {batch_id} did not end within {timeout} s: {batch.processing_status}, {batch.request_counts}")
+            pytest.fail(
+                f"batch {batch_id} did not end within {timeout} s: {batch.processing_status}, {batch.request_counts}"
+            )
         time.sleep(0.02)
 
 
@@ -83,7 +97,13 @@ def counts(batch: Any) -> dict[str, int]:
 def start(upstream: FakeUpstream, gateway_from: Callable[[dict], GatewayServer]) -> Callable[..., GatewayServer]:
     """`start(batches={...}, server={...}, upstreams=..., models=...)`: a gateway in front of the fake upstream."""
 
-    def run(*, batches: dict | None = None, server: dict | None = None, upstreams: dict | None = None, models: list | None = None) -> GatewayServer:
+    def run(
+        *,
+        batches: dict | None = None,
+        server: dict | None = None,
+        upstreams: dict | None = None,
+        models: list | None = None,
+    ) -> GatewayServer:
         data: dict[str, Any] = {
             "server": server or {},
             "batches": batches or {},
@@ -233,7 +253,9 @@ def test_cancel_ends_unstarted_requests_as_canceled_and_lets_the_running_one_fin
     canceled = threading.Event()
     answer_per_marker(upstream, hold=canceled)  # the first request is in flight until the cancel is made
     client = sdk(start(batches={"max_concurrent": 1}))
-    created = client.messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)])
+    created = client.messages.batches.create(
+        requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)]
+    )
     wait_until(lambda: len(upstream.requests) == 1)  # one running, three waiting
 
     canceling = client.messages.batches.cancel(created.id)
@@ -255,7 +277,9 @@ def test_cancel_ends_unstarted_requests_as_canceled_and_lets_the_running_one_fin
     assert len(upstream.requests) == 1
     started = f"r{ran[1:]}"
     assert results[started].type == "succeeded" and results[started].message.content[0].text == f"answer to {ran}"
-    assert sorted(cid for cid, result in results.items() if result.type == "canceled") == sorted(set(results) - {started})
+    assert sorted(cid for cid, result in results.items() if result.type == "canceled") == sorted(
+        set(results) - {started}
+    )
 
 
 def test_results_and_delete_are_refused_while_the_batch_is_processing(start, upstream):
@@ -384,7 +408,15 @@ def test_duplicate_custom_id_is_refused_naming_the_later_one(start, upstream):
         (b'{"requests": [{"custom_id": 5, "params": {}}]}', "requests.0.custom_id"),
         (b'{"requests": [{"custom_id": "a", "params": {}, "extra": 1}]}', "extra"),
     ],
-    ids=["not-json", "not-an-object", "no-requests", "requests-not-a-list", "no-params", "custom-id-not-a-string", "unknown-field"],
+    ids=[
+        "not-json",
+        "not-an-object",
+        "no-requests",
+        "requests-not-a-list",
+        "no-params",
+        "custom-id-not-a-string",
+        "unknown-field",
+    ],
 )
 def test_malformed_create_body_is_refused(start, upstream, body, named):
     gateway = start()
@@ -402,8 +434,12 @@ def test_malformed_create_body_is_refused(start, upstream, body, named):
 def test_requests_not_started_before_expiry_end_as_expired(start, upstream):
     expired = threading.Event()
     answer_per_marker(upstream, hold=expired)  # the first request is in flight until the batch has expired
-    client = sdk(start(batches={"max_concurrent": 1, "expire_after": 2.0}))  # room for the first to start on a loaded machine
-    created = client.messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)])
+    client = sdk(
+        start(batches={"max_concurrent": 1, "expire_after": 2.0})
+    )  # room for the first to start on a loaded machine
+    created = client.messages.batches.create(
+        requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)]
+    )
     expires_by = time.time() + 2.0
     assert abs((created.expires_at - created.created_at).total_seconds() - 2.0) < 0.01
     wait_until(lambda: len(upstream.requests) == 1)
@@ -469,8 +505,12 @@ def counting() -> Iterator[CountingUpstream]:
 def test_at_most_max_concurrent_batch_requests_in_flight_across_batches(start, counting):
     answer_per_marker(counting, hang=0.15)
     client = sdk(start(batches={"max_concurrent": 2}, upstreams={"default": {"url": counting.url, "max_retries": 0}}))
-    first = client.messages.batches.create(requests=[{"custom_id": f"a{i}", "params": params(f"a{i}")} for i in range(3)])
-    second = client.messages.batches.create(requests=[{"custom_id": f"b{i}", "params": params(f"b{i}")} for i in range(3)])
+    first = client.messages.batches.create(
+        requests=[{"custom_id": f"a{i}", "params": params(f"a{i}")} for i in range(3)]
+    )
+    second = client.messages.batches.create(
+        requests=[{"custom_id": f"b{i}", "params": params(f"b{i}")} for i in range(3)]
+    )
 
     assert counts(wait_ended(client, first.id))["succeeded"] == 3
     assert counts(wait_ended(client, second.id))["succeeded"] == 3
@@ -488,9 +528,13 @@ def test_interactive_requests_are_not_held_behind_batch_slots(start, upstream):
     upstream.responder = respond
     client = sdk(start(batches={"max_concurrent": 1}))
     created = client.messages.batches.create(requests=[{"custom_id": "b0", "params": params("batch0")}])
-    wait_until(lambda: len(upstream.requests) == 1)  # the only batch slot is taken, until the interactive request is answered
+    wait_until(
+        lambda: len(upstream.requests) == 1
+    )  # the only batch slot is taken, until the interactive request is answered
 
-    reply = client.messages.create(**params("interactive"))  # held behind the slot, it would never be answered (the SDK gives up)
+    reply = client.messages.create(
+        **params("interactive")
+    )  # held behind the slot, it would never be answered (the SDK gives up)
     assert reply.content[0].text == "answer to interactive"
     assert client.messages.batches.retrieve(created.id).processing_status == "in_progress"
     answered.set()
@@ -525,7 +569,9 @@ def test_api_keys_apply_to_every_batch_route(start, upstream):
         ("DELETE", f"{base}/{created.id}"), ("GET", f"{base}/{created.id}/results"),
         ("GET", f"{base}/msgbatch_01unknown"),  # 401 before 404: no probing for ids
     ):  # fmt: skip
-        kwargs: dict[str, Any] = {"json": {"requests": [{"custom_id": "b", "params": params()}]}} if method == "POST" else {}
+        kwargs: dict[str, Any] = (
+            {"json": {"requests": [{"custom_id": "b", "params": params()}]}} if method == "POST" else {}
+        )
         raw_error(httpx.request(method, url, timeout=5, **kwargs), 401, "authentication_error")
 
     ended = wait_ended(good, created.id)
@@ -597,21 +643,27 @@ def test_a_beta_header_sent_several_times_reaches_each_request_whole(start, nati
     assert created.status_code == 200, created.text
 
     wait_ended(sdk(gateway), created.json()["id"])
-    (_, _, sent), = native.requests
+    ((_, _, sent),) = native.requests
     assert sent["anthropic-beta"] == "first-beta,second-beta"  # as POST /v1/messages forwards them
 
 
 # -- cancel and expiry do not wait for other batches' slots ------------------------------------
 
 
-def _behind_a_busy_batch(start, upstream, release: threading.Event, **batches: Any) -> tuple[anthropic.Anthropic, Any, Any]:
+def _behind_a_busy_batch(
+    start, upstream, release: threading.Event, **batches: Any
+) -> tuple[anthropic.Anthropic, Any, Any]:
     """With one batch slot, held by batch A's request until `release` is set: A, and batch B,
     none of its requests started."""
     answer_per_marker(upstream, hold=release)
     client = sdk(start(batches={"max_concurrent": 1, **batches}))
-    busy = client.messages.batches.create(requests=[{"custom_id": f"a{i}", "params": params(f"a{i}")} for i in range(2)])
+    busy = client.messages.batches.create(
+        requests=[{"custom_id": f"a{i}", "params": params(f"a{i}")} for i in range(2)]
+    )
     wait_until(lambda: len(upstream.requests) == 1)
-    waiting = client.messages.batches.create(requests=[{"custom_id": f"b{i}", "params": params(f"b{i}")} for i in range(2)])
+    waiting = client.messages.batches.create(
+        requests=[{"custom_id": f"b{i}", "params": params(f"b{i}")} for i in range(2)]
+    )
     return client, busy, waiting
 
 
@@ -628,7 +680,9 @@ def test_a_canceled_batch_with_nothing_running_ends_without_waiting_for_other_ba
 
 def test_a_batch_past_expiry_with_nothing_running_ends_without_waiting_for_other_batches(start, upstream):
     release = threading.Event()
-    client, busy, waiting = _behind_a_busy_batch(start, upstream, release, expire_after=2.0)  # room for A's request to start first
+    client, busy, waiting = _behind_a_busy_batch(
+        start, upstream, release, expire_after=2.0
+    )  # room for A's request to start first
     ended = wait_ended(client, waiting.id)  # waiting for A's slot, it would not end before A's request is released
     assert client.messages.batches.retrieve(busy.id).processing_status == "in_progress"  # A still holds the slot
     assert counts(ended) == {"processing": 0, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 2}
@@ -655,7 +709,9 @@ def test_an_unreadable_params_is_named_where_the_batch_request_holds_it(start):
     ])  # fmt: skip
     wait_ended(client, batch.id)
     errors = {r.custom_id: r.result.error.error.message for r in client.messages.batches.results(batch.id)}
-    assert errors["int"].startswith("requests.0.params: ") and errors["nokey"].startswith("requests.1.params.max_tokens: ")
+    assert errors["int"].startswith("requests.0.params: ") and errors["nokey"].startswith(
+        "requests.1.params.max_tokens: "
+    )
 
 
 def test_deleting_while_paging_through_the_list_reaches_every_batch(start):
@@ -674,8 +730,15 @@ def test_deleting_while_paging_through_the_list_reaches_every_batch(start):
 def test_a_batch_waits_for_a_full_upstream_instead_of_erroring(start, upstream):
     """The upstream's queue (max_queue) bounds interactive requests; batch requests wait."""
     answer_per_marker(upstream, hang=0.1)
-    client = sdk(start(batches={"max_concurrent": 4}, upstreams={"default": {"url": upstream.url, "max_retries": 0, "max_concurrent": 1, "max_queue": 1}}))
-    batch = client.messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params(f"r{i}")} for i in range(4)])
+    client = sdk(
+        start(
+            batches={"max_concurrent": 4},
+            upstreams={"default": {"url": upstream.url, "max_retries": 0, "max_concurrent": 1, "max_queue": 1}},
+        )
+    )
+    batch = client.messages.batches.create(
+        requests=[{"custom_id": f"r{i}", "params": params(f"r{i}")} for i in range(4)]
+    )
     ended = wait_ended(client, batch.id)
     assert (ended.request_counts.succeeded, ended.request_counts.errored) == (4, 0)
 
@@ -687,9 +750,18 @@ def test_a_thinking_budget_is_checked_per_request_with_the_create_requests_betas
     answer_per_marker(upstream)
     client = sdk(start())
     requests = [
-        {"custom_id": "low", "params": params("low", max_tokens=4000, thinking={"type": "enabled", "budget_tokens": 512})},
-        {"custom_id": "past-max", "params": params("past", max_tokens=2000, thinking={"type": "enabled", "budget_tokens": 4000})},
-        {"custom_id": "ok", "params": params("ok", max_tokens=4000, thinking={"type": "enabled", "budget_tokens": 2048})},
+        {
+            "custom_id": "low",
+            "params": params("low", max_tokens=4000, thinking={"type": "enabled", "budget_tokens": 512}),
+        },
+        {
+            "custom_id": "past-max",
+            "params": params("past", max_tokens=2000, thinking={"type": "enabled", "budget_tokens": 4000}),
+        },
+        {
+            "custom_id": "ok",
+            "params": params("ok", max_tokens=4000, thinking={"type": "enabled", "budget_tokens": 2048}),
+        },
     ]
     plain = wait_ended(client, client.messages.batches.create(requests=requests).id)
     interleaved = client.beta.messages.batches.create(requests=requests, betas=["interleaved-thinking-2025-05-14"])
@@ -699,7 +771,10 @@ def test_a_thinking_budget_is_checked_per_request_with_the_create_requests_betas
     results = results_of(client, plain.id)
     for custom_id, expected in (
         ("low", "requests.0.params.thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
-        ("past-max", "requests.1.params: `max_tokens` must be greater than `thinking.budget_tokens`."),  # Anthropic's words name no field
+        (
+            "past-max",
+            "requests.1.params: `max_tokens` must be greater than `thinking.budget_tokens`.",
+        ),  # Anthropic's words name no field
     ):
         assert results[custom_id].type == "errored"
         assert results[custom_id].error.error.type == "invalid_request_error"
@@ -712,7 +787,9 @@ def test_a_thinking_budget_is_checked_per_request_with_the_create_requests_betas
 def test_an_upstreams_refusal_keeps_its_own_words(start, upstream):
     """Only what the gateway finds wrong with the params is named from the batch request;
     an upstream's 400 is reported as the upstream said it."""
-    upstream.responder = lambda body: Reply(status=400, body={"error": {"message": "prompt refused", "type": "invalid_request_error"}})
+    upstream.responder = lambda body: Reply(
+        status=400, body={"error": {"message": "prompt refused", "type": "invalid_request_error"}}
+    )
     client = sdk(start())
     batch = client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
     wait_ended(client, batch.id)

@@ -52,12 +52,30 @@ def test_bench_merge_pools_samples_and_sums_counts():
 
     a = load.Result(requests=3, errors=1, first_error="boom", window=2.0, latency=[0.001, 0.002, 0.003], ttft=[0.0005] * 3,
                     deltas=30, cpu=0.3, rss_before=10, rss_after=11, upstream_cpu=0.1)  # fmt: skip
-    b = load.Result(requests=1, window=2.5, latency=[0.010], ttft=[0.001], deltas=10, cpu=0.1, rss_before=12, rss_after=13, upstream_cpu=0.05)
+    b = load.Result(
+        requests=1,
+        window=2.5,
+        latency=[0.010],
+        ttft=[0.001],
+        deltas=10,
+        cpu=0.1,
+        rss_before=12,
+        rss_after=13,
+        upstream_cpu=0.05,
+    )
     merged = run.merge([a, b])
     assert (merged.requests, merged.errors, merged.first_error, merged.deltas) == (4, 1, "boom", 40)
-    assert merged.window == pytest.approx(4.5) and merged.cpu == pytest.approx(0.4) and merged.upstream_cpu == pytest.approx(0.15)
-    assert merged.cpu_per_request_ms == pytest.approx(100.0)  # total CPU / total replies, not a mean of the rounds' figures
+    assert (
+        merged.window == pytest.approx(4.5)
+        and merged.cpu == pytest.approx(0.4)
+        and merged.upstream_cpu == pytest.approx(0.15)
+    )
+    assert merged.cpu_per_request_ms == pytest.approx(
+        100.0
+    )  # total CPU / total replies, not a mean of the rounds' figures
     assert merged.ms(50) == pytest.approx(2.0) and merged.ms(99) == pytest.approx(10.0)  # percentiles over all samples
     assert (merged.rss_before, merged.rss_after) == (10, 13)
     assert a.latency == [0.001, 0.002, 0.003]  # the rounds are left as they were
-    assert run.merge([load.Result(requests=1), load.Result(requests=1)]).cpu is None  # no server to read (direct targets)
+    assert (
+        run.merge([load.Result(requests=1), load.Result(requests=1)]).cpu is None
+    )  # no server to read (direct targets)

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from dragoman import __version__
-from tests.fakes import completion, text_stream
-from tests.servers import free_port, start_serving
+from tests.support.fakes import completion, text_stream
+from tests.support.servers import free_port, start_serving
 
 USER = [{"role": "user", "content": "Hello"}]
 
@@ -33,7 +33,12 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def _run(tmp_path: Path, *args: str, timeout: float = 30, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "dragoman", *args], capture_output=True, text=True, timeout=timeout, env=_env(tmp_path, **env), cwd=tmp_path
+        [sys.executable, "-m", "dragoman", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(tmp_path, **env),
+        cwd=tmp_path,
     )
 
 
@@ -113,17 +118,32 @@ def test_version(tmp_path):
     ("toml", "names"),
     [
         ('[server]\nport = "eighty"\n', ["server.port"]),
-        ('[server]\nprot = 8080\n', ["prot"]),
+        ("[server]\nprot = 8080\n", ["prot"]),
         ('[upstreams.local]\nurl = "http://127.0.0.1:1/v1"\nflavour = "vllm"\n', ["upstreams.local", "flavour"]),
         ('[upstreams.local]\nurl = "127.0.0.1:8000"\n', ["upstreams.local.url", "http://"]),
-        ('[upstreams.local]\nurl = "http://127.0.0.1:1/v1"\nfirst_byte_timeout = 0\n', ["upstreams.local.first_byte_timeout"]),
-        ('[upstreams.local]\nurl = "http://127.0.0.1:1/v1"\n[[models]]\nname = "m"\nupstream = "elsewhere"\n', ["models.0.upstream", "elsewhere"]),
-        ('[server\nport = 1\n', ["invalid TOML"]),
-        ('[server]\nport = 70000\n', ["server.port"]),
+        (
+            '[upstreams.local]\nurl = "http://127.0.0.1:1/v1"\nfirst_byte_timeout = 0\n',
+            ["upstreams.local.first_byte_timeout"],
+        ),
+        (
+            '[upstreams.local]\nurl = "http://127.0.0.1:1/v1"\n[[models]]\nname = "m"\nupstream = "elsewhere"\n',
+            ["models.0.upstream", "elsewhere"],
+        ),
+        ("[server\nport = 1\n", ["invalid TOML"]),
+        ("[server]\nport = 70000\n", ["server.port"]),
         ('[upstreams.local]\nurl = "http://[::1/v1"\n', ["upstreams.local.url", "not a valid URL"]),
     ],
-    ids=["wrong-type", "unknown-server-key", "unknown-upstream-key", "url-without-scheme", "zero-timeout", "unknown-upstream", "bad-toml",
-         "port-out-of-range", "unparsable-url"],  # fmt: skip
+    ids=[
+        "wrong-type",
+        "unknown-server-key",
+        "unknown-upstream-key",
+        "url-without-scheme",
+        "zero-timeout",
+        "unknown-upstream",
+        "bad-toml",
+        "port-out-of-range",
+        "unparsable-url",
+    ],  # fmt: skip
 )
 def test_bad_config_file(tmp_path, toml, names):
     config = tmp_path / "dragoman.toml"
@@ -140,7 +160,7 @@ def test_bad_config_file(tmp_path, toml, names):
 
 @pytest.mark.parametrize(
     "toml",
-    ['[upstreams.local]\nurl = "http://127.0.0.1:1/v1"\nflavour = "vllm"\n', '[upstreams.local]\nurl = 5\n'],
+    ['[upstreams.local]\nurl = "http://127.0.0.1:1/v1"\nflavour = "vllm"\n', "[upstreams.local]\nurl = 5\n"],
     ids=["unknown-key", "wrong-type"],
 )
 def test_bad_config_names_the_upstream(tmp_path, toml):
@@ -161,18 +181,24 @@ def test_missing_config_file(tmp_path):
 
 def test_api_keys_env_naming_an_unset_variable_stops_serve_instead_of_serving_unauthenticated(tmp_path):
     config = tmp_path / "dragoman.toml"
-    config.write_text('[server]\napi_keys_env = "DRAGOMAN_TEST_UNSET_KEYS"\n[upstreams.local]\nurl = "http://127.0.0.1:9/v1"\n')
+    config.write_text(
+        '[server]\napi_keys_env = "DRAGOMAN_TEST_UNSET_KEYS"\n[upstreams.local]\nurl = "http://127.0.0.1:9/v1"\n'
+    )
     result = _run(tmp_path, "serve", "--config", str(config), "--port", str(free_port()))
     assert result.returncode == 2, result.stderr
     lines = _error_lines(result)
-    assert len(lines) == 1 and "server.api_keys_env" in lines[0] and "DRAGOMAN_TEST_UNSET_KEYS" in lines[0], result.stderr
+    assert len(lines) == 1 and "server.api_keys_env" in lines[0] and "DRAGOMAN_TEST_UNSET_KEYS" in lines[0], (
+        result.stderr
+    )
 
 
 @pytest.mark.parametrize("command", ["check", "models"])
 def test_check_and_models_run_without_the_client_keys_variable(tmp_path, upstream, command):
     # they serve no client: a variable only the serving environment sets must not stop them
     config = tmp_path / "dragoman.toml"
-    config.write_text(f'[server]\napi_keys_env = "DRAGOMAN_TEST_UNSET_KEYS"\n[upstreams.local]\nurl = "{upstream.url}"\n')
+    config.write_text(
+        f'[server]\napi_keys_env = "DRAGOMAN_TEST_UNSET_KEYS"\n[upstreams.local]\nurl = "{upstream.url}"\n'
+    )
     result = _run(tmp_path, command, "--config", str(config))
     assert result.returncode == 0, result.stderr
     assert "test-model" in result.stdout
@@ -211,7 +237,9 @@ def test_serve_with_the_upstream_down_starts_and_answers_clearly(tmp_path, dead_
         assert caught.value.body["error"]["type"] == "api_error"
         assert "unreachable" in caught.value.message
         with pytest.raises(anthropic.AuthenticationError):
-            anthropic.Anthropic(base_url=url, api_key="wrong", max_retries=0).messages.create(model="m", max_tokens=5, messages=USER)
+            anthropic.Anthropic(base_url=url, api_key="wrong", max_retries=0).messages.create(
+                model="m", max_tokens=5, messages=USER
+            )
         ready = httpx.get(f"{url}/ready", timeout=10)
         assert ready.status_code == 503
 
@@ -219,7 +247,9 @@ def test_serve_with_the_upstream_down_starts_and_answers_clearly(tmp_path, dead_
 def test_serve_default_model_answers_claude_names(tmp_path, upstream):
     upstream.json_reply(completion("Hello!"))
     upstream.stream_reply(text_stream("streamed ", "reply"))
-    with serving(tmp_path, "--upstream", upstream.url, "--default-model", "test-model", DRAGOMAN_API_KEYS="env-a,env-b") as url:
+    with serving(
+        tmp_path, "--upstream", upstream.url, "--default-model", "test-model", DRAGOMAN_API_KEYS="env-a,env-b"
+    ) as url:
         client = anthropic.Anthropic(base_url=url, api_key="env-b", max_retries=0)
         message = client.messages.create(model="claude-haiku-4-5-20251001", max_tokens=5, messages=USER)
         assert message.content[0].text == "Hello!"
@@ -255,10 +285,14 @@ def test_check_and_models_with_no_upstream_say_there_is_nothing_to_do(tmp_path, 
 def test_check_and_models_show_a_model_that_two_upstreams_list(tmp_path):
     """Two discovering upstreams list the same id: the first in the file serves it, and both
     commands say which one is shadowed."""
-    from tests.fakes import FakeUpstream
+    from tests.support.fakes import FakeUpstream
 
-    first = FakeUpstream([{"id": "shared", "object": "model", "owned_by": "vllm"}, {"id": "only-first", "object": "model"}]).start()
-    second = FakeUpstream([{"id": "only-second", "object": "model"}, {"id": "shared", "object": "model", "owned_by": "vllm"}]).start()
+    first = FakeUpstream(
+        [{"id": "shared", "object": "model", "owned_by": "vllm"}, {"id": "only-first", "object": "model"}]
+    ).start()
+    second = FakeUpstream(
+        [{"id": "only-second", "object": "model"}, {"id": "shared", "object": "model", "owned_by": "vllm"}]
+    ).start()
     try:
         config = tmp_path / "dragoman.toml"
         config.write_text(f'[upstreams.first]\nurl = "{first.url}"\n[upstreams.second]\nurl = "{second.url}"\n')
@@ -284,7 +318,9 @@ def test_serve_with_a_default_model_the_upstream_does_not_list(tmp_path, upstrea
     """A Claude name sent to a default model the upstream lacks: the 404 names both models, and
     the log said so at discovery, before any request."""
     with serving(tmp_path, "--upstream", upstream.url, "--default-model", "qwen-missing") as url:
-        log = tmp_path / f"serve-{url.rsplit(':', 1)[1]}.log"  # the started server's (not one that found its port taken)
+        log = (
+            tmp_path / f"serve-{url.rsplit(':', 1)[1]}.log"
+        )  # the started server's (not one that found its port taken)
         deadline = time.monotonic() + 20  # discovery runs after start-up: wait for its word, bounded
         while "qwen-missing" not in log.read_text():
             assert time.monotonic() < deadline, log.read_text()
@@ -295,7 +331,10 @@ def test_serve_with_a_default_model_the_upstream_does_not_list(tmp_path, upstrea
         assert caught.value.status_code == 404
         error = caught.value.body["error"]
         assert error["type"] == "not_found_error"
-        assert error["message"].startswith("model: 'claude-opus-4-8' ") and "default model 'qwen-missing'" in error["message"]
+        assert (
+            error["message"].startswith("model: 'claude-opus-4-8' ")
+            and "default model 'qwen-missing'" in error["message"]
+        )
         assert "test-model" in error["message"]  # what is served
         assert upstream.requests == []
     warnings = [line for line in log.read_text().splitlines() if "WARNING" in line and "qwen-missing" in line]
@@ -306,7 +345,7 @@ def test_an_upstream_without_a_model_list_is_reachable_and_judges_the_names_no_l
     """Two upstreams, the second without `GET /v1/models` (404): `check` shows it reachable
     (exit 0), and through the gateway a name the first lists goes to the first while any other
     goes to the second, whose own 404 reaches the SDK as a 404 (it was a 502, retried)."""
-    from tests.fakes import FakeUpstream
+    from tests.support.fakes import FakeUpstream
 
     listing = FakeUpstream([{"id": "m1", "object": "model", "owned_by": "vllm"}]).start()
     listless = FakeUpstream().start()
@@ -327,7 +366,10 @@ def test_an_upstream_without_a_model_list_is_reachable_and_judges_the_names_no_l
             assert client.messages.create(model="hosted-model", max_tokens=5, messages=USER).content[0].text == "Hello!"
             assert [r["model"] for r in listless.requests] == ["hosted-model"]
 
-            listless.json_reply({"error": {"message": "The model `hosted-typo` does not exist.", "type": "invalid_request_error"}}, status=404)
+            listless.json_reply(
+                {"error": {"message": "The model `hosted-typo` does not exist.", "type": "invalid_request_error"}},
+                status=404,
+            )
             with pytest.raises(anthropic.NotFoundError) as caught:
                 client.messages.create(model="hosted-typo", max_tokens=5, messages=USER)
             assert caught.value.body["error"]["type"] == "not_found_error"

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.fakes import FakeUpstream
-from tests.servers import GatewayServer, make_config
+from tests.support.fakes import FakeUpstream
+from tests.support.servers import GatewayServer, make_config
 
 HEALTH = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
 
@@ -47,7 +47,9 @@ def _read_response(client: socket.socket, pending: bytearray) -> bytes:
         assert data, f"the connection closed before a response: {bytes(pending)!r}"
         pending += data
     head, _, _ = bytes(pending).partition(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+    )
     end = len(head) + 4 + length
     while len(pending) < end:
         data = client.recv(65536)
@@ -108,9 +110,10 @@ def test_pipelined_requests_are_all_served_then_keep_alive_closes_the_connection
         for _ in range(3):
             assert _read_response(client, pending).startswith(b"HTTP/1.1 200 ")
         replied = time.monotonic()
-        assert _wait_closed(client) == b"" and pending == b""  # uvicorn's keep-alive timeout, armed after the last reply
+        assert (
+            _wait_closed(client) == b"" and pending == b""
+        )  # uvicorn's keep-alive timeout, armed after the last reply
         assert time.monotonic() - replied > 0.2
-
 
 
 def _send_in_pieces(client: socket.socket, data: bytes, piece: int = 16384) -> None:
@@ -180,8 +183,11 @@ def test_after_big_headers_within_the_limit_the_next_request_is_counted_afresh(s
 
 @pytest.mark.parametrize(
     "garbage",
-    [b"G@T /health HTTP/1.1\r\nhost: x\r\n\r\n", b"GET /health HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
-     b"GET /health HTTP/1.1\r\nbad\x01header: x\r\n\r\n"],
+    [
+        b"G@T /health HTTP/1.1\r\nhost: x\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nbad\x01header: x\r\n\r\n",
+    ],
     ids=["bad-method", "two-content-lengths", "control-character"],
 )
 def test_bytes_that_are_not_http_get_a_400_in_anthropics_envelope(start: Any, garbage: bytes) -> None:
@@ -199,7 +205,9 @@ def test_bytes_that_are_not_http_get_a_400_in_anthropics_envelope(start: Any, ga
 def test_a_client_leaving_while_sending_its_body_is_recorded_as_499_of_an_unknown_model(start: Any) -> None:
     gateway = start()
     client = _connect(gateway)
-    client.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"model\":")
+    client.sendall(
+        b'POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{"model":'
+    )
     time.sleep(0.1)
     client.close()
     deadline = time.monotonic() + 5

@@ -8,8 +8,8 @@ import anthropic
 import pytest
 
 from dragoman.translate import content
-from tests.fakes import completion
-from tests.samples import pdf_bytes
+from tests.support.fakes import completion
+from tests.support.samples import pdf_bytes
 
 PNG = base64.b64encode(bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
@@ -36,7 +36,9 @@ def test_an_image_reaches_a_vision_model_as_a_data_url(make_gateway, upstream):
     gateway = make_gateway(models=_models(vision=True))
     upstream.json_reply(completion("a red dot"))
     content = [IMAGE, {"type": "text", "text": "What is this?"}]
-    message = _client(gateway).messages.create(model="eyes", max_tokens=20, messages=[{"role": "user", "content": content}])
+    message = _client(gateway).messages.create(
+        model="eyes", max_tokens=20, messages=[{"role": "user", "content": content}]
+    )
     assert message.content[0].text == "a red dot"
     parts = upstream.requests[0]["messages"][0]["content"]
     assert parts[0] == {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}
@@ -46,8 +48,14 @@ def test_an_image_reaches_a_vision_model_as_a_data_url(make_gateway, upstream):
 def test_the_image_of_a_content_document_reaches_a_vision_model(make_gateway, upstream):
     gateway = make_gateway(models=_models(vision=True))
     upstream.json_reply(completion("a scanned dot"))
-    document = {"type": "document", "title": "Scan", "source": {"type": "content", "content": [{"type": "text", "text": "Page 1"}, IMAGE]}}
-    message = _client(gateway).messages.create(model="eyes", max_tokens=20, messages=[{"role": "user", "content": [document]}])
+    document = {
+        "type": "document",
+        "title": "Scan",
+        "source": {"type": "content", "content": [{"type": "text", "text": "Page 1"}, IMAGE]},
+    }
+    message = _client(gateway).messages.create(
+        model="eyes", max_tokens=20, messages=[{"role": "user", "content": [document]}]
+    )
     assert message.content[0].text == "a scanned dot"
     parts = upstream.requests[0]["messages"][0]["content"]
     assert [p["type"] for p in parts] == ["text", "text", "image_url", "text"]
@@ -72,10 +80,17 @@ def test_an_unsupported_media_type_names_the_field(make_gateway, upstream):
 
 def test_image_data_that_is_no_image_is_refused_before_inference(make_gateway, upstream):
     gateway = make_gateway(models=_models(vision=True))
-    text_as_image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(b"hello there").decode()}}
+    text_as_image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(b"hello there").decode()},
+    }
     with pytest.raises(anthropic.BadRequestError) as caught:
-        _client(gateway).messages.create(model="eyes", max_tokens=20, messages=[{"role": "user", "content": [text_as_image]}])
-    assert caught.value.body["error"]["message"].startswith("messages.0.content.0.source.data: not a JPEG, PNG, GIF or WebP image")
+        _client(gateway).messages.create(
+            model="eyes", max_tokens=20, messages=[{"role": "user", "content": [text_as_image]}]
+        )
+    assert caught.value.body["error"]["message"].startswith(
+        "messages.0.content.0.source.data: not a JPEG, PNG, GIF or WebP image"
+    )
     assert upstream.requests == []
 
 
@@ -89,15 +104,25 @@ def _png_of(chars: int) -> str:
 def test_image_data_that_is_not_base64_past_its_head_is_refused_before_inference(make_gateway, upstream, stream):
     gateway = make_gateway(models=_models(vision=True))
     data = _png_of(400_000)
-    broken = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data[:300_000] + "\n" + data[300_001:]}}
+    broken = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": data[:300_000] + "\n" + data[300_001:]},
+    }
     with pytest.raises(anthropic.BadRequestError) as caught:
         if stream:
-            with _client(gateway).messages.stream(model="eyes", max_tokens=20, messages=[{"role": "user", "content": [broken]}]) as events:
+            with _client(gateway).messages.stream(
+                model="eyes", max_tokens=20, messages=[{"role": "user", "content": [broken]}]
+            ) as events:
                 events.get_final_message()
         else:
-            _client(gateway).messages.create(model="eyes", max_tokens=20, messages=[{"role": "user", "content": [broken]}])
+            _client(gateway).messages.create(
+                model="eyes", max_tokens=20, messages=[{"role": "user", "content": [broken]}]
+            )
     assert caught.value.status_code == 400
-    assert caught.value.body["error"] == {"type": "invalid_request_error", "message": "messages.0.content.0.source.data: invalid base64 data"}
+    assert caught.value.body["error"] == {
+        "type": "invalid_request_error",
+        "message": "messages.0.content.0.source.data: invalid base64 data",
+    }
     assert upstream.requests == []
 
 
@@ -107,14 +132,19 @@ def test_screenshots_past_what_is_checked_inline_are_checked_all_the_same(make_g
     gateway = make_gateway(models=_models(vision=True))
     data = _png_of(60_000)
     shot = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
-    broken = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data[:-8] + "AA=A" + data[-4:]}}
+    broken = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": data[:-8] + "AA=A" + data[-4:]},
+    }
     with pytest.raises(anthropic.BadRequestError) as caught:
         _client(gateway).messages.create(model="eyes", max_tokens=20, tools=TOOLS, messages=_tool_turns([shot, broken]))
     assert caught.value.body["error"]["message"] == "messages.2.content.0.content.1.source.data: invalid base64 data"
     assert upstream.requests == []
 
     upstream.json_reply(completion("two screenshots"))
-    message = _client(gateway).messages.create(model="eyes", max_tokens=20, tools=TOOLS, messages=_tool_turns([shot, shot]))
+    message = _client(gateway).messages.create(
+        model="eyes", max_tokens=20, tools=TOOLS, messages=_tool_turns([shot, shot])
+    )
     assert message.content[0].text == "two screenshots"
     assert len(upstream.requests) == 1
 
@@ -137,7 +167,9 @@ def _tool_turns(result_content: list) -> list[dict]:
     ]
 
 
-TOOLS = [{"name": "screenshot", "description": "Take a screenshot.", "input_schema": {"type": "object", "properties": {}}}]
+TOOLS = [
+    {"name": "screenshot", "description": "Take a screenshot.", "input_schema": {"type": "object", "properties": {}}}
+]
 
 
 def test_images_in_tool_results_follow_the_tool_messages_labelled(make_gateway, upstream):
@@ -166,7 +198,11 @@ def test_a_pdf_document_reaches_the_model_as_text(client, upstream):
     upstream.json_reply(completion("It says hello."))
     document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(pdf_bytes("Quarterly revenue rose")).decode()},
                 "title": "Report", "context": "From finance"}  # fmt: skip
-    client.messages.create(model="test-model", max_tokens=20, messages=[{"role": "user", "content": [document, {"type": "text", "text": "Summarise"}]}])
+    client.messages.create(
+        model="test-model",
+        max_tokens=20,
+        messages=[{"role": "user", "content": [document, {"type": "text", "text": "Summarise"}]}],
+    )
     sent = upstream.requests[0]["messages"][0]["content"]
     assert "Quarterly revenue rose" in sent and 'title="Report"' in sent and "From finance" in sent
 
@@ -174,10 +210,14 @@ def test_a_pdf_document_reaches_the_model_as_text(client, upstream):
 def test_server_tools_are_refused_by_default_and_dropped_per_model(make_gateway, upstream):
     strict = make_gateway()
     with pytest.raises(anthropic.BadRequestError) as caught:
-        _client(strict).messages.create(model="test-model", max_tokens=20, tools=[WEB_SEARCH], messages=[{"role": "user", "content": "news?"}])
+        _client(strict).messages.create(
+            model="test-model", max_tokens=20, tools=[WEB_SEARCH], messages=[{"role": "user", "content": "news?"}]
+        )
     assert "web_search_20250305" in caught.value.body["error"]["message"]
     lenient = make_gateway(models=_models(vision=None, server_tools="drop"))
     upstream.json_reply(completion("no search here"))
-    message = _client(lenient).messages.create(model="eyes", max_tokens=20, tools=[WEB_SEARCH], messages=[{"role": "user", "content": "news?"}])
+    message = _client(lenient).messages.create(
+        model="eyes", max_tokens=20, tools=[WEB_SEARCH], messages=[{"role": "user", "content": "news?"}]
+    )
     assert message.content[0].text == "no search here"
     assert "tools" not in upstream.requests[-1]

@@ -23,9 +23,9 @@ from dragoman.server.serving import (
     DirectBodyProtocol,
     http_protocol,
 )
-from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
-from tests.fakes import FakeUpstream, Reply, chunk, text_stream, usage_chunk
-from tests.servers import GatewayServer, make_config, sse_frames
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
+from tests.support.fakes import FakeUpstream, Reply, chunk, text_stream, usage_chunk
+from tests.support.servers import GatewayServer, make_config, sse_frames
 
 HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
 REQUEST = {"model": "test-model", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "Hi"}]}
@@ -126,12 +126,21 @@ def test_paced_text_and_tool_call_arrive_whole(upstream: FakeUpstream, start: An
     assert frames[5][1]["content_block"]["name"] == "get_weather"
     assert "".join(d["delta"]["partial_json"] for _, d in frames[6:8]) == '{"city": "Paris"}'
     assert frames[9][1]["delta"]["stop_reason"] == "tool_use"
-    assert frames[9][1]["usage"] == {"input_tokens": 12, "output_tokens": 7, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    assert frames[9][1]["usage"] == {
+        "input_tokens": 12,
+        "output_tokens": 7,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
     _check_mode(mode, writes)
 
 
-def test_unreadable_chunk_after_tokens_ends_with_an_error_event(upstream: FakeUpstream, start: Any, mode: str, writes: Writes) -> None:
-    upstream.stream_reply([*_paced(*text_stream("one ", "two ")[:3]), b"data: {not json\n\n", chunk({"content": "never"})])
+def test_unreadable_chunk_after_tokens_ends_with_an_error_event(
+    upstream: FakeUpstream, start: Any, mode: str, writes: Writes
+) -> None:
+    upstream.stream_reply(
+        [*_paced(*text_stream("one ", "two ")[:3]), b"data: {not json\n\n", chunk({"content": "never"})]
+    )
     frames = _stream(start(upstream.url))
 
     texts = [d["delta"]["text"] for e, d in frames if e == "content_block_delta"]
@@ -142,7 +151,9 @@ def test_unreadable_chunk_after_tokens_ends_with_an_error_event(upstream: FakeUp
     _check_mode(mode, writes)
 
 
-def test_upstream_dropping_mid_stream_ends_with_an_error_event(upstream: FakeUpstream, start: Any, mode: str, writes: Writes) -> None:
+def test_upstream_dropping_mid_stream_ends_with_an_error_event(
+    upstream: FakeUpstream, start: Any, mode: str, writes: Writes
+) -> None:
     upstream.queue(Reply(chunks=_paced(*text_stream("a", "b", "c")[:4]), drop=True, done=False))
     frames = _stream(start(upstream.url))
 
@@ -158,7 +169,9 @@ def test_a_server_keeping_its_body_open_after_done_still_gives_a_whole_reply(ups
     chunks = [*_paced(*text_stream("a", "b", "c")), b"data: [DONE]\n\n", ("sleep", 30)]
     upstream.queue(Reply(chunks=chunks, done=False))
     gateway = start(upstream.url, upstream={"idle_timeout": 60})
-    response = httpx.post(f"{gateway.url}/v1/messages", json=REQUEST, headers=HEADERS, timeout=10)  # not 30 s, nor an error
+    response = httpx.post(
+        f"{gateway.url}/v1/messages", json=REQUEST, headers=HEADERS, timeout=10
+    )  # not 30 s, nor an error
     frames = sse_frames(response.text)
     assert [d["delta"]["text"] for e, d in frames if e == "content_block_delta"] == ["a", "b", "c"]
     assert [e for e, _ in frames][-2:] == ["message_delta", "message_stop"] and "error" not in [e for e, _ in frames]
@@ -171,8 +184,12 @@ def test_passthrough_server_keeping_its_body_open_after_message_stop_still_gives
     monkeypatch.setattr("dragoman.upstream.keepalive.AFTER_END_GRACE", 60)  # the reply ends at once all the same
     events = text_events("Hello")
     native.replies.append(NativeReply(events=[*_paced(*events), ("sleep", 30)]))
-    gateway = start(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
-    response = httpx.post(f"{gateway.url}/v1/messages", json={**REQUEST, "model": "native-model"}, headers=HEADERS, timeout=10)
+    gateway = start(
+        native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}]
+    )
+    response = httpx.post(
+        f"{gateway.url}/v1/messages", json={**REQUEST, "model": "native-model"}, headers=HEADERS, timeout=10
+    )
     assert response.content == b"".join(events)
     _check_mode(mode, writes)
 
@@ -190,7 +207,9 @@ def test_silence_mid_stream_is_filled_with_pings_then_the_stream_goes_on(upstrea
     _check_mode(mode, writes)
 
 
-def test_silence_past_the_idle_timeout_mid_stream_is_an_error(upstream: FakeUpstream, start: Any, mode: str, writes: Writes) -> None:
+def test_silence_past_the_idle_timeout_mid_stream_is_an_error(
+    upstream: FakeUpstream, start: Any, mode: str, writes: Writes
+) -> None:
     pieces = text_stream("one", "two", "three", "after")
     upstream.stream_reply([*_paced(*pieces[:4]), ("sleep", 1.5), *pieces[4:]])
     frames = _stream(start(upstream.url, server={"keepalive_interval": 0.1}, upstream={"idle_timeout": 0.4}))
@@ -201,14 +220,20 @@ def test_silence_past_the_idle_timeout_mid_stream_is_an_error(upstream: FakeUpst
     _check_mode(mode, writes)
 
 
-def test_passthrough_forwards_paced_events_byte_for_byte(native: FakeAnthropic, start: Any, mode: str, writes: Writes) -> None:
+def test_passthrough_forwards_paced_events_byte_for_byte(
+    native: FakeAnthropic, start: Any, mode: str, writes: Writes
+) -> None:
     events = text_events("Hello")
     deltas = [event_for(f" t{i}") for i in range(5)]
     events = [*events[:3], *deltas, *events[3:]]
     native.replies.append(NativeReply(events=_paced(*events)))
-    gateway = start(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
+    gateway = start(
+        native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}]
+    )
 
-    response = httpx.post(f"{gateway.url}/v1/messages", json={**REQUEST, "model": "native-model"}, headers=HEADERS, timeout=20)
+    response = httpx.post(
+        f"{gateway.url}/v1/messages", json={**REQUEST, "model": "native-model"}, headers=HEADERS, timeout=20
+    )
 
     assert response.content == b"".join(events)
     _check_mode(mode, writes)
@@ -222,28 +247,44 @@ def test_passthrough_stream_cut_short_ends_with_an_error_event_the_sdk_raises(na
     half = event_for(" world")[:30]
     cut = [*events[:3], half, "drop"] if end == "drop-mid-event" else events[:3]
     native.replies.append(NativeReply(events=_paced(*cut)))
-    gateway = start(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
+    gateway = start(
+        native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}]
+    )
     client = anthropic.Anthropic(base_url=gateway.url, api_key=HEADERS["x-api-key"], max_retries=0)
 
     seen = []
     with pytest.raises(anthropic.APIStatusError) as caught:
-        with client.messages.stream(model="native-model", max_tokens=20, messages=[{"role": "user", "content": "hi"}]) as stream:
+        with client.messages.stream(
+            model="native-model", max_tokens=20, messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
             seen.extend(stream.text_stream)
     assert seen == ["Hello"]
     assert caught.value.body["error"]["type"] == "api_error"
 
 
 def event_for(text: str) -> bytes:
-    from tests.fake_anthropic import event
+    from tests.support.fake_anthropic import event
 
-    return event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}})
+    return event(
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+    )
 
 
-def test_a_client_that_stops_reading_gets_every_token_in_order(upstream: FakeUpstream, start: Any, mode: str, writes: Writes) -> None:
+def test_a_client_that_stops_reading_gets_every_token_in_order(
+    upstream: FakeUpstream, start: Any, mode: str, writes: Writes
+) -> None:
     """The client's socket fills (flow control): direct writes stop, `send` waits for
     the client, and nothing is lost or reordered."""
     tokens = _numbered_tokens(lambda text: chunk({"content": text}))
-    upstream.stream_reply([chunk({"role": "assistant", "content": ""}), *tokens, chunk(finish="stop"), usage_chunk(completion_tokens=COUNT)])
+    upstream.stream_reply(
+        [
+            chunk({"role": "assistant", "content": ""}),
+            *tokens,
+            chunk(finish="stop"),
+            usage_chunk(completion_tokens=COUNT),
+        ]
+    )
     gateway = start(upstream.url)
 
     frames = _read_late(gateway, "test-model")
@@ -254,7 +295,9 @@ def test_passthrough_to_a_client_that_stops_reading_loses_nothing(native: FakeAn
                                                                   writes: Writes) -> None:  # fmt: skip
     events = text_events("")
     native.replies.append(NativeReply(events=[*events[:3], *_numbered_tokens(event_for), *events[3:]]))
-    gateway = start(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
+    gateway = start(
+        native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}]
+    )
 
     frames = _read_late(gateway, "native-model")
     texts = [d["delta"]["text"] for e, d in frames if e == "content_block_delta"][1:]  # after text_events' own ""
@@ -287,7 +330,9 @@ def _check_every_token(frames: list[tuple[str | None, Any]], texts: list[str], m
 def _read_late(gateway: GatewayServer, model: str) -> list[tuple[str | None, Any]]:
     """A stream's frames, read by a client with a small socket buffer that reads nothing
     for half a second (the gateway's writes to it pause), then everything."""
-    body = b'{"model":"%s","max_tokens":5000,"stream":true,"messages":[{"role":"user","content":"Hi"}]}' % model.encode()
+    body = (
+        b'{"model":"%s","max_tokens":5000,"stream":true,"messages":[{"role":"user","content":"Hi"}]}' % model.encode()
+    )
     with socket.socket() as client:
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         client.connect(("127.0.0.1", gateway.port))
@@ -356,7 +401,9 @@ def _histogram_count(gateway: GatewayServer) -> float:
     return 0.0
 
 
-def test_a_client_leaving_while_tokens_flow_closes_the_upstream(upstream: FakeUpstream, start: Any, mode: str, writes: Writes) -> None:
+def test_a_client_leaving_while_tokens_flow_closes_the_upstream(
+    upstream: FakeUpstream, start: Any, mode: str, writes: Writes
+) -> None:
     items: list[Any] = [chunk({"role": "assistant", "content": ""})]
     for i in range(300):
         items += [chunk({"content": f" t{i}"}), ("sleep", 0.01)]
@@ -374,15 +421,23 @@ def test_a_client_leaving_while_tokens_flow_closes_the_upstream(upstream: FakeUp
     _check_mode(mode, writes)
 
 
-def test_passthrough_counts_a_message_delta_cut_across_reads(native: FakeAnthropic, start: Any, mode: str, writes: Writes) -> None:
+def test_passthrough_counts_a_message_delta_cut_across_reads(
+    native: FakeAnthropic, start: Any, mode: str, writes: Writes
+) -> None:
     events = text_events("Hello")
     delta = events[4].replace(b'"output_tokens": 3', b'"output_tokens": 123')
     cut = delta.index(b'"output_tokens": 1') + len(b'"output_tokens": 1')  # "1" | "23}}"
     tokens = [event_for(f" t{i}") for i in range(3)]
-    native.replies.append(NativeReply(events=_paced(*events[:3], *tokens, events[3], delta[:cut], delta[cut:], events[5])))
-    gateway = start(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
+    native.replies.append(
+        NativeReply(events=_paced(*events[:3], *tokens, events[3], delta[:cut], delta[cut:], events[5]))
+    )
+    gateway = start(
+        native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}]
+    )
 
-    response = httpx.post(f"{gateway.url}/v1/messages", json={**REQUEST, "model": "native-model"}, headers=HEADERS, timeout=20)
+    response = httpx.post(
+        f"{gateway.url}/v1/messages", json={**REQUEST, "model": "native-model"}, headers=HEADERS, timeout=20
+    )
 
     assert response.content.endswith(delta + events[5])
     assert _metric(gateway, "output") == 123.0
@@ -429,7 +484,10 @@ def test_a_client_resetting_a_pipelined_connection_mid_stream_is_a_client_discon
     gateway = start(upstream.url)
     logged = warnings_logged()
     body = json.dumps(REQUEST).encode()
-    post = b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+    post = (
+        b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+        % (len(body), body)
+    )
 
     with socket.create_connection(("127.0.0.1", gateway.port)) as client:
         client.sendall(post + post)

@@ -65,7 +65,10 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(0.05)
             return
         if self.path in ("/raw-text", "/raw-binary"):  # a server that labels everything octet-stream
-            self._send(TEXT.encode() if self.path == "/raw-text" else b"PK\x03\x04\x00\x01\x02" * 10, "application/octet-stream")
+            self._send(
+                TEXT.encode() if self.path == "/raw-text" else b"PK\x03\x04\x00\x01\x02" * 10,
+                "application/octet-stream",
+            )
             return
         self._send(TEXT.encode() if self.path == "/doc.txt" else b"x" * 5000, "text/plain; charset=utf-8")
 
@@ -184,7 +187,10 @@ def test_a_name_that_resolves_to_a_private_address_is_refused(make_gateway, upst
 def test_a_host_in_full_width_digits_is_refused(make_gateway, upstream, docs_server):
     # "１２７.０.０.１" is 127.0.0.1 to aiohttp, which connects to a literal address without resolving it
     gateway = make_gateway(server={"fetch_documents": True})
-    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server.replace("127.0.0.1", "\uff11\uff12\uff17.0.0.1") + "/doc.txt"))
+    response = httpx.post(
+        gateway.url + "/v1/messages",
+        json=_body(docs_server.replace("127.0.0.1", "\uff11\uff12\uff17.0.0.1") + "/doc.txt"),
+    )
     assert response.status_code == 400
     assert "private, loopback or reserved" in response.json()["error"]["message"]
     assert upstream.requests == []
@@ -220,7 +226,10 @@ def test_a_pdf_that_makes_pypdf_warn_puts_nothing_of_it_in_the_log(gateway, upst
 
     caplog.set_level(logging.DEBUG)
     pdf = base64.b64encode(_forging_pdf()).decode()
-    content = [{"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}, {"type": "text", "text": "hi"}]
+    content = [
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}},
+        {"type": "text", "text": "hi"},
+    ]
     response = httpx.post(f"{gateway.url}/v1/messages/count_tokens", json={"model": "test-model", "messages": [{"role": "user", "content": content}]},
                           headers={"x-api-key": "k"}, timeout=10)  # fmt: skip
 

@@ -11,8 +11,8 @@ import anthropic
 import httpx
 import pytest
 
-from tests.fakes import Reply, chunk, completion, text_stream
-from tests.servers import sse_frames
+from tests.support.fakes import Reply, chunk, completion, text_stream
+from tests.support.servers import sse_frames
 
 USER = [{"role": "user", "content": "Hello"}]
 VALID = {"model": "test-model", "max_tokens": 10, "messages": USER}
@@ -32,7 +32,9 @@ def _envelope(response: httpx.Response, status: int, error_type: str) -> str:
     return body["error"]["message"]
 
 
-def _post(gateway, body: object, *, raw: bytes | None = None, path: str = "/v1/messages", timeout: float = 10) -> httpx.Response:
+def _post(
+    gateway, body: object, *, raw: bytes | None = None, path: str = "/v1/messages", timeout: float = 10
+) -> httpx.Response:
     content = raw if raw is not None else json.dumps(body).encode()
     headers = {"content-type": "application/json", "x-api-key": "k", "anthropic-version": "2023-06-01"}
     return httpx.post(f"{gateway.url}{path}", content=content, headers=headers, timeout=timeout)
@@ -54,7 +56,10 @@ def _sdk(gateway) -> anthropic.Anthropic:
         ({**VALID, "messages": []}, ["messages", "at least one"]),
         ({**VALID, "max_tokens": "ten"}, ["max_tokens", "int"]),
         ({**VALID, "messages": [{"role": "robot", "content": "hi"}]}, ["messages.0.role", "robot"]),
-        ({**VALID, "messages": [{"role": "user", "content": [{"type": "banana", "x": 1}]}]}, ["messages.0.content.0.type", "banana"]),
+        (
+            {**VALID, "messages": [{"role": "user", "content": [{"type": "banana", "x": 1}]}]},
+            ["messages.0.content.0.type", "banana"],
+        ),
         ({**VALID, "messages": [{"role": "user", "content": [{"type": "text"}]}]}, ["messages.0.content.0.text"]),
         ({**VALID, "messages": [{"role": "user"}]}, ["messages.0.content"]),
         ({**VALID, "stream": "yes"}, ["stream", "bool"]),
@@ -64,9 +69,20 @@ def _sdk(gateway) -> anthropic.Anthropic:
         ({**VALID, "tool_choice": {"type": "sometimes"}}, ["tool_choice"]),
     ],
     ids=[
-        "missing-max_tokens", "missing-model", "messages-not-a-list", "messages-empty", "max_tokens-wrong-type",
-        "bad-role", "unknown-block-type", "text-block-without-text", "message-without-content", "stream-wrong-type",
-        "temperature-out-of-range", "empty-stop-sequence", "tool-without-schema", "bad-tool-choice",
+        "missing-max_tokens",
+        "missing-model",
+        "messages-not-a-list",
+        "messages-empty",
+        "max_tokens-wrong-type",
+        "bad-role",
+        "unknown-block-type",
+        "text-block-without-text",
+        "message-without-content",
+        "stream-wrong-type",
+        "temperature-out-of-range",
+        "empty-stop-sequence",
+        "tool-without-schema",
+        "bad-tool-choice",
     ],  # fmt: skip
 )
 def test_invalid_requests_name_the_field(gateway, upstream, body, names):
@@ -137,7 +153,9 @@ def no_retry(make_gateway):
 
 def test_upstream_429_passes_retry_after_and_is_a_rate_limit_error(no_retry, upstream):
     gateway = no_retry
-    upstream.json_reply({"error": {"message": "Rate limit reached", "type": "rate_limit"}}, status=429, headers={"retry-after": "7"})
+    upstream.json_reply(
+        {"error": {"message": "Rate limit reached", "type": "rate_limit"}}, status=429, headers={"retry-after": "7"}
+    )
     response = _post(gateway, VALID)
     message = _envelope(response, 429, "rate_limit_error")
     assert response.headers["retry-after"] == "7"
@@ -236,7 +254,9 @@ def test_upstream_context_overflow_is_prompt_is_too_long(gateway, upstream, upst
 
 def test_upstream_timeout_before_the_response(make_gateway, upstream):
     gateway = make_gateway(upstream={"first_byte_timeout": 0.3, "idle_timeout": 0.3})
-    upstream.queue(Reply(body=completion(), hang=30.0))  # a gateway that waited for it would get a 200, or the client's 10 s timeout
+    upstream.queue(
+        Reply(body=completion(), hang=30.0)
+    )  # a gateway that waited for it would get a 200, or the client's 10 s timeout
     message = _envelope(_post(gateway, VALID), 504, "timeout_error")
     assert "timed out" in message
 
@@ -278,12 +298,17 @@ def test_error_chunk_mid_stream_ends_with_an_error_event(gateway, upstream):
     frames = _stream_frames(gateway)
     names = [event for event, _ in frames]
     assert names[-1] == "error" and "message_stop" not in names
-    assert ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "partial"}}) in frames
+    assert (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "partial"}},
+    ) in frames
     error = frames[-1][1]
     assert error["type"] == "error" and error["error"]["type"] == "api_error"
     assert "CUDA out of memory" in error["error"]["message"]
 
-    upstream.stream_reply([chunk({"role": "assistant", "content": "partial"}), {"error": {"message": "boom"}}], done=False)
+    upstream.stream_reply(
+        [chunk({"role": "assistant", "content": "partial"}), {"error": {"message": "boom"}}], done=False
+    )
     with pytest.raises(anthropic.APIStatusError) as caught:
         with _sdk(gateway).messages.stream(**VALID) as stream:
             stream.get_final_message()
@@ -294,12 +319,16 @@ def test_context_overflow_reported_as_a_streams_first_event_is_a_400(gateway, up
     """Before anything of the stream went out, the client gets the status Anthropic answers a
     prompt that is too long with, not a 200 and an error event."""
     upstream.stream_reply(
-        [{"error": {"message": "input (5000 tokens) is longer than the model's context length (4096 tokens)"}}], done=False
+        [{"error": {"message": "input (5000 tokens) is longer than the model's context length (4096 tokens)"}}],
+        done=False,
     )
     message = _envelope(_post(gateway, {**VALID, "stream": True}), 400, "invalid_request_error")
     assert message.startswith("prompt is too long: 5000 tokens > 4096 maximum")
     with pytest.raises(anthropic.BadRequestError):
-        upstream.stream_reply([{"error": {"message": "input (5000 tokens) is longer than the model's context length (4096 tokens)"}}], done=False)
+        upstream.stream_reply(
+            [{"error": {"message": "input (5000 tokens) is longer than the model's context length (4096 tokens)"}}],
+            done=False,
+        )
         with _sdk(gateway).messages.stream(**VALID) as stream:
             stream.get_final_message()
 
@@ -396,7 +425,9 @@ def test_an_upstream_that_cannot_take_images_is_a_client_error_not_a_retryable_5
     refusal = "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
     upstream.json_reply({"error": {"code": 500, "message": refusal, "type": "server_error"}}, status=500)
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
-    response = _post(gateway, {**VALID, "messages": [{"role": "user", "content": [image, {"type": "text", "text": "what is it?"}]}]})
+    response = _post(
+        gateway, {**VALID, "messages": [{"role": "user", "content": [image, {"type": "text", "text": "what is it?"}]}]}
+    )
     message = _envelope(response, 400, "invalid_request_error")
     assert "does not accept images" in message and "vision = false" in message
     assert response.headers.get("x-should-retry") == "false"
@@ -407,14 +438,18 @@ def test_the_gateways_upstream_key_is_redacted_from_upstream_errors_whatever_its
     key = "upstream-oa-SECRET-xyz"
     gateway = make_gateway(upstream={"api_key": key, "max_retries": 0})
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
-    upstream.json_reply({"error": {"message": f"Incorrect API key provided: {key}.", "type": "invalid_request_error"}}, status=400)
+    upstream.json_reply(
+        {"error": {"message": f"Incorrect API key provided: {key}.", "type": "invalid_request_error"}}, status=400
+    )
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
     assert key not in caught.value.response.text and "Incorrect API key provided: [redacted]." in caught.value.message
 
     upstream.stream_reply([chunk({"content": "a"}), {"error": {"message": f"auth failed for {key}"}}])
     with pytest.raises(anthropic.APIStatusError) as streamed:
-        with client.messages.stream(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "hi"}]) as stream:
+        with client.messages.stream(
+            model="test-model", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
             stream.get_final_message()
     assert key not in str(streamed.value.body) and "[redacted]" in str(streamed.value.body)
 
@@ -424,7 +459,9 @@ def test_a_200_carrying_an_error_body_is_the_upstreams_error_not_an_empty_reply(
     upstream.json_reply({"error": {"message": "model is loading, try later", "type": "server_error"}}, status=200)
     with pytest.raises(anthropic.APIStatusError) as caught:
         if stream:
-            with client.messages.stream(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "hi"}]) as events:
+            with client.messages.stream(
+                model="test-model", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+            ) as events:
                 events.get_final_message()
         else:
             client.messages.create(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "hi"}])

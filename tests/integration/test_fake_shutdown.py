@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
-from tests.fakes import FakeUpstream, text_stream
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
+from tests.support.fakes import FakeUpstream, text_stream
 
 Fake = FakeUpstream | FakeAnthropic
 
@@ -71,8 +71,13 @@ def _stop_with_an_idle_connection(kind: str) -> None:
 def _stop_in_the_middle_of_a_stream(kind: str) -> None:
     fake, path = FAKES[kind]()
     _script_slow_stream(fake)
-    with httpx.Client(base_url=fake.url) as client, client.stream("POST", path, json={**BODY, "stream": True}) as response:
-        assert next(response.iter_bytes()).startswith(b"data: " if kind == "openai" else b"event: ")  # the handler now sleeps
+    with (
+        httpx.Client(base_url=fake.url) as client,
+        client.stream("POST", path, json={**BODY, "stream": True}) as response,
+    ):
+        assert next(response.iter_bytes()).startswith(
+            b"data: " if kind == "openai" else b"event: "
+        )  # the handler now sleeps
         fake.stop()
 
 

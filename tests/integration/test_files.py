@@ -24,11 +24,11 @@ import anthropic
 import httpx
 import pytest
 
-from tests.envelopes import error_of, raw_error
-from tests.fake_anthropic import FakeAnthropic
-from tests.fakes import FakeUpstream, completion
-from tests.samples import pdf_bytes
-from tests.servers import GatewayServer
+from tests.support.envelopes import error_of, raw_error
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fakes import FakeUpstream, completion
+from tests.support.samples import pdf_bytes
+from tests.support.servers import GatewayServer
 
 KEY = "test-key"
 MODEL = "eyes"  # a vision model in front of the fake upstream's test-model
@@ -79,7 +79,9 @@ def files_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def start(upstream: FakeUpstream, files_dir: Path, gateway_from: Callable[[dict], GatewayServer]) -> Callable[..., GatewayServer]:
+def start(
+    upstream: FakeUpstream, files_dir: Path, gateway_from: Callable[[dict], GatewayServer]
+) -> Callable[..., GatewayServer]:
     """`start(files={...}, server={...}, native=FakeAnthropic, directory=...)`: a gateway whose
     files are kept under tmp_path, in front of the fake upstream (model `eyes`, with vision) or,
     given `native`, of the fake Anthropic upstream (model `claude-test`)."""
@@ -120,7 +122,6 @@ def test_upload_returns_file_metadata_and_keeps_the_file(start, files_dir):
     assert stored(files_dir) == {meta.id}
     assert path_of(files_dir, meta.id).read_bytes() == b"hello files"  # the bytes as uploaded, in files.dir
 
-
     raw = httpx.get(f"{gateway.url}/v1/files/{meta.id}", headers={"x-api-key": KEY}, timeout=5)
     assert raw.status_code == 200, raw.text
     body = raw.json()
@@ -141,7 +142,9 @@ def test_an_upload_asked_to_expire_says_when_and_bad_lifetimes_are_refused(start
     assert meta.expires_at == meta.created_at + timedelta(seconds=3600)
     assert client.beta.files.retrieve_metadata(meta.id).expires_at == meta.expires_at
     assert client.beta.files.list().data[0].expires_at == meta.expires_at
-    assert client.beta.files.upload(file=("kept.txt", b"kept", "text/plain")).expires_at is None  # no expiry asked: none
+    assert (
+        client.beta.files.upload(file=("kept.txt", b"kept", "text/plain")).expires_at is None
+    )  # no expiry asked: none
     for bad in (3599, 7776001, 0):
         with pytest.raises(anthropic.BadRequestError) as caught:
             client.beta.files.upload(file=("bad.txt", b"x", "text/plain"), expires_in_seconds=bad)
@@ -186,7 +189,9 @@ def test_an_uploads_filename_keeps_its_last_component_and_an_empty_one_is_unname
 
     assert uploaded.status_code == 200, uploaded.text
     assert uploaded.json()["filename"] == kept  # as the SDK documents it
-    assert on_disk(files_dir) == sorted([uploaded.json()["id"], uploaded.json()["id"] + ".json"])  # never a path of the client's
+    assert on_disk(files_dir) == sorted(
+        [uploaded.json()["id"], uploaded.json()["id"] + ".json"]
+    )  # never a path of the client's
 
 
 def test_a_file_part_without_a_filename_is_an_unnamed_upload(start):
@@ -217,7 +222,9 @@ def test_downloading_an_upload_is_refused_as_on_anthropic_with_its_error_code(st
     client = sdk(start())
     meta = client.beta.files.upload(file=("notes.txt", b"secret", "text/plain"))
 
-    with pytest.raises(anthropic.types.FileNotDownloadableError) as caught:  # the SDK's class for error_code file_not_downloadable
+    with pytest.raises(
+        anthropic.types.FileNotDownloadableError
+    ) as caught:  # the SDK's class for error_code file_not_downloadable
         client.beta.files.download(meta.id)
     assert "cannot be downloaded" in error_of(caught, 400, "invalid_request_error")
     assert caught.value.error_code == "file_not_downloadable"
@@ -248,7 +255,9 @@ def test_delete_removes_the_file_everywhere(start, files_dir, upstream):
     assert upstream.requests == []
 
 
-@pytest.mark.parametrize("file_id", ["file_011NoSuchFile", "file_a.b", "notafile", "file_..", "file_%2e%2e", "file_" + "a" * 300])
+@pytest.mark.parametrize(
+    "file_id", ["file_011NoSuchFile", "file_a.b", "notafile", "file_..", "file_%2e%2e", "file_" + "a" * 300]
+)
 def test_unknown_or_malformed_ids_are_404(start, file_id):
     gateway = start()
     client = sdk(gateway)
@@ -324,13 +333,20 @@ def test_malformed_uploads_are_refused_and_store_nothing(start, files_dir):
 
     message = raw_error(httpx.post(url, json={"file": "hello"}, timeout=5), 400, "invalid_request_error")
     assert "multipart/form-data" in message
-    message = raw_error(httpx.post(url, files={"document": ("a.txt", b"hello", "text/plain")}, timeout=5), 400, "invalid_request_error")
+    message = raw_error(
+        httpx.post(url, files={"document": ("a.txt", b"hello", "text/plain")}, timeout=5), 400, "invalid_request_error"
+    )
     assert "`file`" in message  # no part named file
     as_field = httpx.post(url, data={"file": "not a file"}, files={"other": ("o.txt", b"o", "text/plain")}, timeout=5)
     assert "`file`" in raw_error(as_field, 400, "invalid_request_error")  # a plain field, not a file
-    message = raw_error(httpx.post(url, files={"file": ("empty.txt", b"", "text/plain")}, timeout=5), 400, "invalid_request_error")
+    message = raw_error(
+        httpx.post(url, files={"file": ("empty.txt", b"", "text/plain")}, timeout=5), 400, "invalid_request_error"
+    )
     assert "empty" in message
-    for content_type in ("multipart/form-data", "multipart/form-data; boundary=xyz"):  # no boundary; a body not in parts
+    for content_type in (
+        "multipart/form-data",
+        "multipart/form-data; boundary=xyz",
+    ):  # no boundary; a body not in parts
         response = httpx.post(url, content=b"not multipart at all", headers={"content-type": content_type}, timeout=5)
         assert "multipart" in raw_error(response, 400, "invalid_request_error")
     two = [("file", ("a.txt", b"a", "text/plain")), ("file", ("b.txt", b"b", "text/plain"))]
@@ -349,7 +365,9 @@ def test_a_file_over_max_bytes_is_413_by_its_size_and_by_content_length(start, f
     assert exact.size_bytes == 1000
 
     # One byte over: the body is within the multipart allowance, so the file's own size is checked.
-    message = raw_error(httpx.post(url, files={"file": ("over.bin", b"o" * 1001, "text/plain")}, timeout=5), 413, "request_too_large")
+    message = raw_error(
+        httpx.post(url, files={"file": ("over.bin", b"o" * 1001, "text/plain")}, timeout=5), 413, "request_too_large"
+    )
     assert "1000" in message
     # Far over: refused on the declared content-length, before the body is read.
     large = httpx.post(url, files={"file": ("large.bin", b"L" * 300_000, "text/plain")}, timeout=10)
@@ -387,9 +405,13 @@ def test_uploads_past_max_total_bytes_are_refused_with_their_error_code_until_a_
     gateway = start(files={"max_total_bytes": 1000})
     client = sdk(gateway)
     first = client.beta.files.upload(file=("first.bin", b"1" * 600, "application/octet-stream"))
-    second = client.beta.files.upload(file=("second.bin", b"2" * 400, "application/octet-stream"))  # exactly at the limit
+    second = client.beta.files.upload(
+        file=("second.bin", b"2" * 400, "application/octet-stream")
+    )  # exactly at the limit
 
-    with pytest.raises(anthropic.types.StorageQuotaExceededError) as caught:  # the SDK's class for error_code storage_quota_exceeded
+    with pytest.raises(
+        anthropic.types.StorageQuotaExceededError
+    ) as caught:  # the SDK's class for error_code storage_quota_exceeded
         client.beta.files.upload(file=("third.bin", b"3", "application/octet-stream"))  # one byte past it
     message = error_of(caught, 400, "invalid_request_error")
     assert caught.value.error_code == "storage_quota_exceeded"
@@ -459,7 +481,12 @@ def test_uploads_past_max_files_are_refused_per_key_until_a_delete_makes_room(st
 
 @pytest.mark.parametrize(
     ("mime", "data", "sent_as"),
-    [("image/png", PNG, "image/png"), ("image/gif", GIF, "image/gif"), ("image/jpeg", PNG, "image/png"), ("image/webp", PNG, "image/png")],
+    [
+        ("image/png", PNG, "image/png"),
+        ("image/gif", GIF, "image/gif"),
+        ("image/jpeg", PNG, "image/png"),
+        ("image/webp", PNG, "image/png"),
+    ],
     ids=["png", "gif", "png-uploaded-as-jpeg", "png-uploaded-as-webp"],
 )
 def test_an_image_file_reaches_the_model_as_a_data_url(start, upstream, mime, data, sent_as):
@@ -481,7 +508,9 @@ def test_a_pdf_file_reaches_the_model_as_its_text(start, upstream):
     meta = client.beta.files.upload(file=("report.pdf", pdf_bytes("Quarterly revenue rose"), "application/pdf"))
     upstream.json_reply(completion("It rose."))
 
-    client.messages.create(model=MODEL, max_tokens=20, messages=ask(document_file(meta.id, title="Report", context="From finance")))
+    client.messages.create(
+        model=MODEL, max_tokens=20, messages=ask(document_file(meta.id, title="Report", context="From finance"))
+    )
 
     sent = json.dumps(upstream.requests[0]["messages"][0]["content"])
     assert "Quarterly revenue rose" in sent and 'title=\\"Report\\"' in sent and "From finance" in sent
@@ -495,7 +524,9 @@ def test_a_text_file_reaches_the_model_as_its_text(start, upstream, mime):
     meta = client.beta.files.upload(file=("memo", content.encode(), mime))
     upstream.json_reply(completion("1234"))
 
-    client.messages.create(model=MODEL, max_tokens=20, messages=ask(document_file(meta.id, title="Memo"), text="The code?"))
+    client.messages.create(
+        model=MODEL, max_tokens=20, messages=ask(document_file(meta.id, title="Memo"), text="The code?")
+    )
 
     sent = upstream.requests[0]["messages"][0]["content"]
     text = sent if isinstance(sent, str) else "\n".join(p["text"] for p in sent if p["type"] == "text")
@@ -506,7 +537,9 @@ def test_a_text_file_reaches_the_model_as_its_text(start, upstream, mime):
 def test_a_text_file_is_read_in_the_charset_it_was_uploaded_with(start, upstream, charset):
     client = sdk(start())
     content = "Café, naïve, Ünïcode"
-    meta = client.beta.files.upload(file=("memo.txt", content.encode(charset.strip('"')), f"text/plain; charset={charset}"))
+    meta = client.beta.files.upload(
+        file=("memo.txt", content.encode(charset.strip('"')), f"text/plain; charset={charset}")
+    )
 
     client.messages.create(model=MODEL, max_tokens=20, messages=ask(document_file(meta.id)))
 
@@ -529,7 +562,9 @@ def test_the_sdks_beta_messages_with_the_files_beta(start, upstream):
     meta = client.beta.files.upload(file=("dot.png", PNG, "image/png"), betas=["files-api-2025-04-14"])
     upstream.json_reply(completion("a dot"))
 
-    reply = client.beta.messages.create(model=MODEL, max_tokens=20, messages=ask(image_file(meta.id)), betas=["files-api-2025-04-14"])
+    reply = client.beta.messages.create(
+        model=MODEL, max_tokens=20, messages=ask(image_file(meta.id)), betas=["files-api-2025-04-14"]
+    )
 
     assert reply.content[0].text == "a dot"
     assert upstream.requests[0]["messages"][0]["content"][0]["image_url"]["url"] == f"data:image/png;base64,{b64(PNG)}"
@@ -549,7 +584,13 @@ def test_file_sources_in_tool_results_are_resolved(start, upstream):
     shot = client.beta.files.upload(file=("shot.png", PNG, "image/png"))
     log = client.beta.files.upload(file=("log.txt", b"disk almost full", "text/plain"))
     upstream.json_reply(completion("I see"))
-    tools = [{"name": "screenshot", "description": "Take a screenshot.", "input_schema": {"type": "object", "properties": {}}}]
+    tools = [
+        {
+            "name": "screenshot",
+            "description": "Take a screenshot.",
+            "input_schema": {"type": "object", "properties": {}},
+        }
+    ]
     turns = [
         {"role": "user", "content": "Take a screenshot."},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_shot", "name": "screenshot", "input": {}}]},
@@ -608,7 +649,9 @@ def test_bad_file_sources_are_refused_naming_the_field(start, upstream):
     client.messages.create(model=MODEL, max_tokens=10, messages=ask(image_file(image.id), document_file(text.id)))
     assert len(upstream.requests) == 1
     mention = 'a "file_id": "file_011Missing" in plain text is only text'
-    client.messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": mention}], extra_body={"temperature": 0.25})
+    client.messages.create(
+        model=MODEL, max_tokens=10, messages=[{"role": "user", "content": mention}], extra_body={"temperature": 0.25}
+    )
     assert upstream.requests[-1]["messages"][-1]["content"] == mention and upstream.requests[-1]["temperature"] == 0.25
 
 
@@ -713,7 +756,10 @@ def test_passthrough_upstream_gets_the_files_content_never_the_file_id(start, na
     assert blocks[0] == {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(PNG)}}
     assert blocks[1] == {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": b64(pdf)},
                          "title": "Report", "citations": {"enabled": True}}  # fmt: skip
-    assert blocks[2] == {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "a memo, ü"}}
+    assert blocks[2] == {
+        "type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "a memo, ü"},
+    }
     assert blocks[3] == {"type": "text", "text": "What is this?"}
     assert "file_id" not in json.dumps(body)
     assert headers["x-api-key"] == "upstream-secret"
@@ -723,7 +769,11 @@ def test_passthrough_gets_the_content_of_a_file_inside_a_content_document(start,
     client = sdk(start(native=native))
     image = client.beta.files.upload(file=("dot.png", PNG, "image/png"))
     inner = [{"type": "text", "text": "a figure"}, image_file(image.id)]
-    in_tool_result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "document", "source": {"type": "content", "content": inner}}]}
+    in_tool_result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": [{"type": "document", "source": {"type": "content", "content": inner}}],
+    }
     messages = [{"role": "user", "content": "look"}, {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "see", "input": {}}]},
                 {"role": "user", "content": [in_tool_result, {"type": "document", "source": {"type": "content", "content": inner}}]}]  # fmt: skip
 
@@ -744,9 +794,16 @@ def test_passthrough_count_tokens_and_unknown_files(start, native):
 
     path, body, _ = native.requests[0]
     assert path == "/v1/messages/count_tokens"
-    assert body["messages"][0]["content"][0]["source"] == {"type": "text", "media_type": "text/plain", "data": "count these words"}
+    assert body["messages"][0]["content"][0]["source"] == {
+        "type": "text",
+        "media_type": "text/plain",
+        "data": "count these words",
+    }
     client.messages.create(model="claude-test", max_tokens=10, messages=ask(image_file("file_011Missing")))
-    assert native.requests[1][1]["messages"][0]["content"][0]["source"] == {"type": "file", "file_id": "file_011Missing"}  # not ours: forwarded as sent
+    assert native.requests[1][1]["messages"][0]["content"][0]["source"] == {
+        "type": "file",
+        "file_id": "file_011Missing",
+    }  # not ours: forwarded as sent
 
 
 # -- batches ----------------------------------------------------------------------------------------
@@ -864,7 +921,9 @@ def test_a_key_sees_only_its_own_files(start, upstream):
             call(mine.id)
         with pytest.raises(anthropic.NotFoundError) as unknown:
             call("file_011NoSuchFile")
-        assert error_of(theirs, 404, "not_found_error") == error_of(unknown, 404, "not_found_error").replace("file_011NoSuchFile", mine.id)
+        assert error_of(theirs, 404, "not_found_error") == error_of(unknown, 404, "not_found_error").replace(
+            "file_011NoSuchFile", mine.id
+        )
     with pytest.raises(anthropic.NotFoundError) as caught:  # as an unknown id is, on the translating path
         b.messages.create(model=MODEL, max_tokens=10, messages=ask(document_file(mine.id)))
     assert "messages.0.content.0.source.file_id" in error_of(caught, 404, "not_found_error")
@@ -879,7 +938,15 @@ def test_a_key_sees_only_its_own_files(start, upstream):
     assert listed("sk-b", **{"ids[]": mine.id}).json()["data"] == []
     raw_error(listed("sk-b", after_id=mine.id), 400, "invalid_request_error")  # an unknown cursor, as any unknown id
     assert [f["id"] for f in listed("sk-a").json()["data"]] == [mine.id]
-    assert set(listed("sk-a").json()["data"][0]) == {"id", "created_at", "filename", "mime_type", "size_bytes", "type", "downloadable"}
+    assert set(listed("sk-a").json()["data"][0]) == {
+        "id",
+        "created_at",
+        "filename",
+        "mime_type",
+        "size_bytes",
+        "type",
+        "downloadable",
+    }
 
     theirs = b.beta.files.upload(file=("other.txt", b"for b", "text/plain"))
     assert [f.id for f in a.beta.files.list().data] == [mine.id]
@@ -929,12 +996,17 @@ def test_a_file_stored_before_owners_were_recorded_is_served_without_keys(start,
     (files_dir / "file_011Old").write_bytes(b"old one")
 
     client = sdk(start())
-    deadline = time.monotonic() + 10  # moved into the owner's directory at start-up, in the background; served meanwhile
+    deadline = (
+        time.monotonic() + 10
+    )  # moved into the owner's directory at start-up, in the background; served meanwhile
     while (files_dir / "file_011Old.json").exists():
         assert [f.id for f in client.beta.files.list().data] == ["file_011Old"]
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    assert on_disk(files_dir) == ["file_011Old", "file_011Old.json"] and path_of(files_dir, "file_011Old").parent.name == "shared"
+    assert (
+        on_disk(files_dir) == ["file_011Old", "file_011Old.json"]
+        and path_of(files_dir, "file_011Old").parent.name == "shared"
+    )
     assert [f.id for f in client.beta.files.list().data] == ["file_011Old"]
     assert client.beta.files.retrieve_metadata("file_011Old").filename == "old.txt"
     client.messages.create(model=MODEL, max_tokens=10, messages=ask(document_file("file_011Old")))
@@ -965,7 +1037,10 @@ def test_unknown_file_ids_are_404_before_any_file_was_uploaded(start, upstream, 
 def test_passthrough_forwards_unknown_file_ids_before_any_file_was_uploaded(start, native):
     client = sdk(start(native=native))
     client.messages.create(model="claude-test", max_tokens=10, messages=ask(image_file("file_011Missing")))
-    assert native.requests[0][1]["messages"][0]["content"][0]["source"] == {"type": "file", "file_id": "file_011Missing"}
+    assert native.requests[0][1]["messages"][0]["content"][0]["source"] == {
+        "type": "file",
+        "file_id": "file_011Missing",
+    }
 
 
 def test_a_file_uploaded_through_another_gateway_is_usable_at_once(start, upstream, native, tmp_path):

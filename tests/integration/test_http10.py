@@ -15,16 +15,18 @@ from typing import Any
 import pytest
 
 from dragoman.server.serving import DirectBody
-from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
-from tests.fakes import FakeUpstream, completion, text_stream
-from tests.servers import GatewayServer, make_config, sse_frames
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
+from tests.support.fakes import FakeUpstream, completion, text_stream
+from tests.support.servers import GatewayServer, make_config, sse_frames
 
 PAUSE = ("sleep", 0.02)  # each token its own read, as from a model: the reads a direct writer would take
 STREAM = {"model": "test-model", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "Hi"}]}
 
 
 def _paced(items: list[Any]) -> list[Any]:
-    return [part for item in items for part in (item, PAUSE)][:-1]  # no pause after the end: the gateway is gone by then
+    return [part for item in items for part in (item, PAUSE)][
+        :-1
+    ]  # no pause after the end: the gateway is gone by then
 
 
 def _request(body: dict, *, version: str, connection: str | None = None, path: str = "/v1/messages") -> bytes:
@@ -145,7 +147,9 @@ def test_a_translated_stream_to_an_http10_client_is_plain_sse_ended_by_the_close
         "message_start", "content_block_start", "content_block_delta", "content_block_delta", "content_block_delta",
         "content_block_stop", "message_delta", "message_stop",
     ]  # fmt: skip
-    assert "".join(data["delta"]["text"] for name, data in frames if name == "content_block_delta") == "Hello there world"
+    assert (
+        "".join(data["delta"]["text"] for name, data in frames if name == "content_block_delta") == "Hello there world"
+    )
     assert direct_writes == []  # a 1.0 stream goes through ASGI `send`
 
 
@@ -154,7 +158,9 @@ def test_a_passthrough_stream_to_an_http10_client_is_its_events_byte_for_byte(
 ) -> None:
     events = text_events("Hello")
     native.replies.append(NativeReply(events=_paced(events)))
-    gateway = gateways(native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}])
+    gateway = gateways(
+        native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}]
+    )
     reader = connect(gateway)
     reader.sock.sendall(_request({**STREAM, "model": "native-model"}, version="HTTP/1.0", connection="keep-alive"))
 

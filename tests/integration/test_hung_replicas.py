@@ -16,10 +16,10 @@ import pytest
 
 from dragoman.upstream import replicas as replicas_module
 from dragoman.upstream.replicas import CoolDowns, Replicas
-from tests.envelopes import error_of
-from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
-from tests.fakes import FakeUpstream, Reply, chunk, text_stream
-from tests.servers import GatewayServer, sse_frames
+from tests.support.envelopes import error_of
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
+from tests.support.fakes import FakeUpstream, Reply, chunk, text_stream
+from tests.support.servers import GatewayServer, sse_frames
 
 VALID = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
 FIRST_BYTE_TIMEOUT = 1.0  # small, yet far above what a healthy fake takes to answer on a loaded machine
@@ -58,8 +58,12 @@ def _replicas(gateway: GatewayServer, upstream: str = "default") -> Replicas:
     return gateway.app.state.gateway.backends[upstream]._http.replicas
 
 
-def test_after_a_first_byte_timeout_requests_go_to_the_other_replica_without_waiting(make_gateway, upstream, hung, long_cool_down):
-    gateway = make_gateway(url=hung.url, upstream={"replicas": [upstream.url], **FLEET}, server={"default_model": "test-model"})
+def test_after_a_first_byte_timeout_requests_go_to_the_other_replica_without_waiting(
+    make_gateway, upstream, hung, long_cool_down
+):
+    gateway = make_gateway(
+        url=hung.url, upstream={"replicas": [upstream.url], **FLEET}, server={"default_model": "test-model"}
+    )
     client = _client(gateway)
     for _ in range(6):  # round robin would send every other one to the hung instance
         assert client.messages.create(**VALID).content[0].text == "Hello!"
@@ -68,7 +72,9 @@ def test_after_a_first_byte_timeout_requests_go_to_the_other_replica_without_wai
 
 
 @pytest.mark.parametrize("keepalive", [15.0, 0.2], ids=["before-commit", "after-keepalives"])
-def test_a_stream_whose_replica_is_silent_is_retried_on_another(make_gateway, upstream, hung, long_cool_down, keepalive):
+def test_a_stream_whose_replica_is_silent_is_retried_on_another(
+    make_gateway, upstream, hung, long_cool_down, keepalive
+):
     """Nothing of the answer has reached the client: with a keep-alive interval shorter than the
     timeout the stream is committed to 200 and has had comment lines, which are no part of it."""
     _answers_streams(upstream)
@@ -91,7 +97,9 @@ def test_a_passthrough_stream_whose_replica_is_silent_is_retried_on_another(gate
                                 "upstreams": {"n": {"url": silent.url, "replicas": [native.url], "protocol": "anthropic", **FLEET}}})  # fmt: skip
         client = _client(gateway)
         for _ in range(4):
-            with client.messages.stream(model="native-model", max_tokens=20, messages=[{"role": "user", "content": "hi"}]) as stream:
+            with client.messages.stream(
+                model="native-model", max_tokens=20, messages=[{"role": "user", "content": "hi"}]
+            ) as stream:
                 assert stream.get_final_text() == "Hi"
         assert len(silent.requests) == 1
         assert len(native.requests) == 4
@@ -102,13 +110,16 @@ def test_a_passthrough_stream_whose_replica_is_silent_is_retried_on_another(gate
 def test_a_stream_that_has_started_is_never_retried(make_gateway, upstream, long_cool_down):
     """Its first events reached the client: a replica that then falls silent ends it with an
     error event, and no other replica is sent the request."""
+
     def stalls(body: dict) -> Reply:  # the answer starts, then the replica falls silent
         return Reply(chunks=[chunk({"role": "assistant", "content": ""}), chunk({"content": "Hi"}), ("sleep", 30.0)])
 
     other = FakeUpstream().start()
     upstream.responder = other.responder = stalls
     try:
-        gateway = make_gateway(upstream={"replicas": [other.url], **FLEET, "idle_timeout": 0.5}, server={"default_model": "test-model"})
+        gateway = make_gateway(
+            upstream={"replicas": [other.url], **FLEET, "idle_timeout": 0.5}, server={"default_model": "test-model"}
+        )
         response = httpx.post(gateway.url + "/v1/messages", json={**VALID, "stream": True}, timeout=30)
         frames = sse_frames(response.text)
         assert ("content_block_delta", frames[2][1]) in frames and frames[2][1]["delta"]["text"] == "Hi"
@@ -122,7 +133,9 @@ def test_with_every_replica_silent_the_gateway_still_tries_and_answers_a_timeout
     other = FakeUpstream().start()
     other.responder = _hangs
     try:
-        gateway = make_gateway(url=hung.url, upstream={"replicas": [other.url], **FLEET}, server={"default_model": "test-model"})
+        gateway = make_gateway(
+            url=hung.url, upstream={"replicas": [other.url], **FLEET}, server={"default_model": "test-model"}
+        )
         client = _client(gateway)
         for tried in (2, 3):  # the first: both, once each; then both are passed over, and one is still asked
             with pytest.raises(anthropic.APIStatusError) as caught:
@@ -134,7 +147,9 @@ def test_with_every_replica_silent_the_gateway_still_tries_and_answers_a_timeout
 
 
 def test_a_replica_that_answers_again_is_used_again_after_its_cool_down(make_gateway, upstream, hung):
-    gateway = make_gateway(url=hung.url, upstream={"replicas": [upstream.url], **FLEET}, server={"default_model": "test-model"})
+    gateway = make_gateway(
+        url=hung.url, upstream={"replicas": [upstream.url], **FLEET}, server={"default_model": "test-model"}
+    )
     gateway.wait_discovered()  # its model list is asked once, first: the rotation is the requests' alone from here
     client = _client(gateway)
     for _ in range(2):
@@ -165,7 +180,9 @@ def test_a_connect_timeout_is_retried_on_another_replica_though_it_used_the_retr
     hole.listen(0)
     filler = socket.create_connection(hole.getsockname())  # fills the accept queue: further SYNs go unanswered
     black_holed = f"http://127.0.0.1:{hole.getsockname()[1]}/v1"
-    settings = OpenAIUpstream(url=black_holed, replicas=[upstream.url], connect_timeout=0.3, retry_budget=0.3, max_retries=1)
+    settings = OpenAIUpstream(
+        url=black_holed, replicas=[upstream.url], connect_timeout=0.3, retry_budget=0.3, max_retries=1
+    )
 
     async def main() -> None:
         client = HttpClient("up", settings, None, prefix="/v1")

@@ -11,7 +11,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from dragoman.core.config import ConfigError
-from tests.servers import GatewayServer, make_config
+from tests.support.servers import GatewayServer, make_config
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -32,22 +32,32 @@ def tokenizer_dir(tmp_path: Path) -> Path:
 
 def test_count_tokens_uses_the_configured_tokenizer(upstream, tokenizer_dir):
     upstream.models = [{"id": "local-model", "owned_by": "someone"}]  # a server with no tokenize endpoint
-    config = make_config(upstream.url, models=[{"name": "local-model", "upstream": "default", "tokenizer": str(tokenizer_dir)}])
+    config = make_config(
+        upstream.url, models=[{"name": "local-model", "upstream": "default", "tokenizer": str(tokenizer_dir)}]
+    )
     gateway = GatewayServer(config).start()
     try:
-        body = {"model": "local-model", "system": "You are brief.", "messages": [{"role": "user", "content": "What is the weather in Paris?"}]}
+        body = {
+            "model": "local-model",
+            "system": "You are brief.",
+            "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        }
         response = httpx.post(gateway.url + "/v1/messages/count_tokens", json=body)
     finally:
         gateway.stop()
     assert response.status_code == 200, response.text
     assert response.headers["x-token-count-method"] == "tokenizer"
     prompt = "<|im_start|>system\nYou are brief.<|im_end|>\n<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"
-    expected = len(Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")).encode(prompt, add_special_tokens=False).ids)
+    expected = len(
+        Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")).encode(prompt, add_special_tokens=False).ids
+    )
     assert response.json() == {"input_tokens": expected}
 
 
 def test_a_missing_tokenizer_fails_at_startup_naming_the_key(upstream, tmp_path):
-    config = make_config(upstream.url, models=[{"name": "m", "upstream": "default", "tokenizer": str(tmp_path / "nope")}])
+    config = make_config(
+        upstream.url, models=[{"name": "m", "upstream": "default", "tokenizer": str(tmp_path / "nope")}]
+    )
     with pytest.raises(ConfigError, match=r"models\.0\.tokenizer: no tokenizer.json"):
         GatewayServer(config)
 
@@ -65,7 +75,12 @@ def _byte_level_tiktoken(path: Path) -> Path:
 def test_count_tokens_with_a_local_tiktoken_file(upstream, tmp_path):
     upstream.models = [{"id": "gpt-test", "owned_by": "someone"}]
     file = _byte_level_tiktoken(tmp_path / "tiny.tiktoken")
-    config = make_config(upstream.url, models=[{"name": "gpt-test", "upstream": "default", "tiktoken_encoding": "cl100k_base", "tiktoken_file": str(file)}])
+    config = make_config(
+        upstream.url,
+        models=[
+            {"name": "gpt-test", "upstream": "default", "tiktoken_encoding": "cl100k_base", "tiktoken_file": str(file)}
+        ],
+    )
     gateway = GatewayServer(config).start()
     try:
         body = {"model": "gpt-test", "messages": [{"role": "user", "content": "weather?"}]}
@@ -78,7 +93,17 @@ def test_count_tokens_with_a_local_tiktoken_file(upstream, tmp_path):
 
 
 def test_a_missing_tiktoken_file_fails_at_startup_with_advice(upstream, tmp_path):
-    config = make_config(upstream.url, models=[{"name": "m", "upstream": "default", "tiktoken_encoding": "o200k_base", "tiktoken_file": str(tmp_path / "none")}])
+    config = make_config(
+        upstream.url,
+        models=[
+            {
+                "name": "m",
+                "upstream": "default",
+                "tiktoken_encoding": "o200k_base",
+                "tiktoken_file": str(tmp_path / "none"),
+            }
+        ],
+    )
     with pytest.raises(ConfigError, match=r"models\.0\.tiktoken_file: no tiktoken file .*cannot fetch it offline"):
         GatewayServer(config)
 
@@ -95,7 +120,10 @@ def test_count_tokens_asks_vllm_to_render_and_count_the_translated_request(make_
     assert first.headers["x-token-count-method"] == "upstream"
     sent = upstream.tokenize_requests[0]
     assert sent["model"] == "test-model" and sent["add_generation_prompt"] is True
-    assert sent["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "weather in Paris please"}]
+    assert sent["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "weather in Paris please"},
+    ]
     assert sent["tools"][0]["function"]["name"] == "get_weather"
     expected = 2 + 4 + len(json.dumps(sent["tools"]).split()) + 5
     assert first.json() == second.json() == {"input_tokens": expected}

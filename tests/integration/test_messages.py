@@ -10,7 +10,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests.fakes import chunk, completion, text_stream, usage_chunk
+from tests.support.fakes import chunk, completion, text_stream, usage_chunk
 
 USER = [{"role": "user", "content": "Hello"}]
 
@@ -119,7 +119,10 @@ def test_system_blocks_are_joined(client, upstream):
     client.messages.create(
         model="test-model",
         max_tokens=10,
-        system=[{"type": "text", "text": "One."}, {"type": "text", "text": "Two.", "cache_control": {"type": "ephemeral"}}],
+        system=[
+            {"type": "text", "text": "One."},
+            {"type": "text", "text": "Two.", "cache_control": {"type": "ephemeral"}},
+        ],
         messages=USER,
     )
     assert upstream.requests[0]["messages"][0] == {"role": "system", "content": "One.\n\nTwo."}
@@ -136,7 +139,11 @@ def test_streams_ask_the_upstream_for_usage(client, upstream):
 
 def test_usage_from_a_separate_final_chunk_and_cached_tokens(client, upstream):
     upstream.stream_reply(
-        [chunk({"role": "assistant", "content": "Hi"}), chunk({}, "stop"), usage_chunk(prompt=100, completion_tokens=4, cached=60)]
+        [
+            chunk({"role": "assistant", "content": "Hi"}),
+            chunk({}, "stop"),
+            usage_chunk(prompt=100, completion_tokens=4, cached=60),
+        ]
     )
     with client.messages.stream(model="test-model", max_tokens=10, messages=USER) as stream:
         final = stream.get_final_message()
@@ -151,7 +158,14 @@ def test_usage_from_a_separate_final_chunk_and_cached_tokens(client, upstream):
 
 def test_configured_model_name_is_mapped_and_echoed(make_gateway, upstream):
     gateway = make_gateway(
-        models=[{"name": "claude-sonnet-4-6", "upstream": "default", "upstream_model": "test-model", "aliases": ["claude-haiku-*"]}]
+        models=[
+            {
+                "name": "claude-sonnet-4-6",
+                "upstream": "default",
+                "upstream_model": "test-model",
+                "aliases": ["claude-haiku-*"],
+            }
+        ]
     )
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
     upstream.json_reply(completion("plain"))
@@ -171,7 +185,9 @@ def test_metadata_user_id_is_accepted_and_forwarded_where_the_server_takes_it(ma
     openai_like = make_gateway(upstream={"flavor": "openai"})
     for gateway in (vllm, openai_like):
         client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
-        message = client.messages.create(model="test-model", max_tokens=10, messages=USER, metadata={"user_id": "user-1234"})
+        message = client.messages.create(
+            model="test-model", max_tokens=10, messages=USER, metadata={"user_id": "user-1234"}
+        )
         assert message.content[0].text == "Hello!"
     to_vllm, to_openai = upstream.requests
     assert "user" not in to_vllm  # vLLM has no use for it
@@ -187,16 +203,38 @@ def test_unknown_and_newer_fields_are_accepted(client, upstream):
         system=[{"type": "text", "text": "Sys", "cache_control": cache}],
         messages=[
             {"role": "user", "content": [{"type": "text", "text": "Use the tool", "cache_control": cache}]},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}, "cache_control": cache}]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "found", "cache_control": cache}], "cache_control": cache},
-                {"type": "text", "text": "Thanks", "cache_control": cache},
-            ]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}, "cache_control": cache}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": [{"type": "text", "text": "found", "cache_control": cache}],
+                        "cache_control": cache,
+                    },
+                    {"type": "text", "text": "Thanks", "cache_control": cache},
+                ],
+            },
         ],  # fmt: skip
-        tools=[{"name": "lookup", "description": "Look up", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}, "cache_control": cache}],
+        tools=[
+            {
+                "name": "lookup",
+                "description": "Look up",
+                "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+                "cache_control": cache,
+            }
+        ],
         extra_body={
             "cache_control": cache,
-            "context_management": {"edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 1000}}]},
+            "context_management": {
+                "edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 1000}}]
+            },
             "output_config": {"effort": "high"},
             "service_tier": "auto",
             "container": None,
@@ -209,7 +247,14 @@ def test_unknown_and_newer_fields_are_accepted(client, upstream):
     )
     assert message.content[0].text == "Hello!"
     sent = json.dumps(upstream.requests[0])
-    for dropped in ("cache_control", "context_management", "service_tier", "diagnostics", "some_future_field", "container"):
+    for dropped in (
+        "cache_control",
+        "context_management",
+        "service_tier",
+        "diagnostics",
+        "some_future_field",
+        "container",
+    ):
         assert dropped not in sent
     messages = upstream.requests[0]["messages"]
     assert messages[0] == {"role": "system", "content": "Sys"}
@@ -227,7 +272,9 @@ def test_anthropic_beta_headers_are_accepted(client, upstream):
         betas=["interleaved-thinking-2025-05-14", "fine-grained-tool-streaming-2025-05-14", "context-1m-2025-08-07"],
     )
     assert message.content[0].text == "Hello!"
-    with client.beta.messages.stream(model="test-model", max_tokens=10, messages=USER, betas=["token-efficient-tools-2025-02-19"]) as stream:
+    with client.beta.messages.stream(
+        model="test-model", max_tokens=10, messages=USER, betas=["token-efficient-tools-2025-02-19"]
+    ) as stream:
         assert stream.get_final_message().content[0].text == "beta"
     # anthropic-* headers are for the gateway, not the upstream.
     assert all(not key.lower().startswith("anthropic-") for headers in upstream.headers for key in headers)
@@ -239,13 +286,20 @@ def test_claude_code_billing_header_block_is_dropped(client, upstream):
         max_tokens=10,
         system=[
             {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.3.abc; cc_entrypoint=cli; cch=0a1b2;"},
-            {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude.", "cache_control": {"type": "ephemeral"}},
+            {
+                "type": "text",
+                "text": "You are Claude Code, Anthropic's official CLI for Claude.",
+                "cache_control": {"type": "ephemeral"},
+            },
             {"type": "text", "text": "Project instructions."},
         ],
         messages=USER,
     )
     system = upstream.requests[0]["messages"][0]
-    assert system == {"role": "system", "content": "You are Claude Code, Anthropic's official CLI for Claude.\n\nProject instructions."}
+    assert system == {
+        "role": "system",
+        "content": "You are Claude Code, Anthropic's official CLI for Claude.\n\nProject instructions.",
+    }
     assert "billing" not in json.dumps(upstream.requests[0])
 
 
@@ -253,7 +307,12 @@ def test_keep_billing_header_option_keeps_it(make_gateway, upstream):
     gateway = make_gateway(server={"keep_billing_header": True})
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
     billing = "x-anthropic-billing-header: cc_version=2.1.3; cc_entrypoint=cli;"
-    client.messages.create(model="test-model", max_tokens=10, system=[{"type": "text", "text": billing}, {"type": "text", "text": "Rest"}], messages=USER)
+    client.messages.create(
+        model="test-model",
+        max_tokens=10,
+        system=[{"type": "text", "text": billing}, {"type": "text", "text": "Rest"}],
+        messages=USER,
+    )
     assert upstream.requests[0]["messages"][0]["content"] == f"{billing}\n\nRest"
 
 
@@ -347,7 +406,13 @@ def test_max_tokens_zero_warms_the_cache_without_generating(client, upstream):
 # The fake's /tokenize counts "Hello" as 6 tokens: a window of 20 leaves room for 14.
 WINDOWED = [
     {"name": "windowed", "upstream": "default", "upstream_model": "test-model", "context_window": 20},
-    {"name": "capped", "upstream": "default", "upstream_model": "test-model", "context_window": 20, "max_output_tokens": 10},
+    {
+        "name": "capped",
+        "upstream": "default",
+        "upstream_model": "test-model",
+        "context_window": 20,
+        "max_output_tokens": 10,
+    },
 ]
 
 
@@ -360,7 +425,9 @@ WINDOWED = [
     ],
     ids=["lowered-by-the-window", "fits", "lowered-by-the-output-cap"],
 )
-def test_a_reply_cut_at_a_limit_the_window_set_says_so_on_every_path(make_gateway, upstream, model, asked, sent, stop_reason):
+def test_a_reply_cut_at_a_limit_the_window_set_says_so_on_every_path(
+    make_gateway, upstream, model, asked, sent, stop_reason
+):
     gateway = make_gateway(upstream={"flavor": "vllm"}, models=WINDOWED)
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
     request = {"model": model, "max_tokens": asked, "messages": USER}
@@ -383,15 +450,20 @@ def test_a_model_unknown_while_another_upstreams_list_is_unreadable_is_a_502_not
     """Two upstreams without [[models]], one down at start: a name that may be its is not
     'not found' (final, not retried) but a 502 the SDKs retry; a name of the live one works."""
     from dragoman.core.config import from_dict
-    from tests.servers import GatewayServer
+    from tests.support.servers import GatewayServer
 
     down = f"http://127.0.0.1:{dead_port}/v1"
-    config = from_dict({"upstreams": {"live": {"url": upstream.url, "max_retries": 0}, "down": {"url": down, "max_retries": 0}}})
+    config = from_dict(
+        {"upstreams": {"live": {"url": upstream.url, "max_retries": 0}, "down": {"url": down, "max_retries": 0}}}
+    )
     gateway = GatewayServer(config).start()
     try:
         client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
         upstream.json_reply(completion("from the live one"))
-        assert client.messages.create(model="test-model", max_tokens=5, messages=USER).content[0].text == "from the live one"
+        assert (
+            client.messages.create(model="test-model", max_tokens=5, messages=USER).content[0].text
+            == "from the live one"
+        )
         with pytest.raises(anthropic.InternalServerError) as caught:
             client.messages.create(model="a-model-of-the-down-one", max_tokens=5, messages=USER)
         assert caught.value.status_code == 502 and "down" in caught.value.body["error"]["message"]

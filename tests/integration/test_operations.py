@@ -14,15 +14,17 @@ import httpx
 import pytest
 
 from dragoman.core import gateway as gateway_module
-from tests.fake_anthropic import FakeAnthropic
-from tests.fakes import FakeUpstream, Reply, completion, text_stream
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 
 VALID = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "a secret question"}]}
 
 
 def test_a_dead_replica_is_skipped(make_gateway, upstream, dead_port):
     dead = f"http://127.0.0.1:{dead_port}/v1"
-    gateway = make_gateway(url=dead, upstream={"replicas": [upstream.url], "max_retries": 2}, server={"default_model": "test-model"})
+    gateway = make_gateway(
+        url=dead, upstream={"replicas": [upstream.url], "max_retries": 2}, server={"default_model": "test-model"}
+    )
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
     for _ in range(4):  # round robin would hit the dead one at least once
         assert client.messages.create(**VALID).content[0].text == "Hello!"
@@ -30,7 +32,9 @@ def test_a_dead_replica_is_skipped(make_gateway, upstream, dead_port):
 
 
 def test_connection_refused_without_replicas_is_a_clear_error(make_gateway, dead_port):
-    gateway = make_gateway(url=f"http://127.0.0.1:{dead_port}/v1", upstream={"max_retries": 1}, server={"default_model": "x"})
+    gateway = make_gateway(
+        url=f"http://127.0.0.1:{dead_port}/v1", upstream={"max_retries": 1}, server={"default_model": "x"}
+    )
     response = httpx.post(gateway.url + "/v1/messages", json=VALID)
     assert response.status_code == 502
     body = response.json()
@@ -61,7 +65,9 @@ def busy() -> Iterator[FakeUpstream]:
 
 
 def test_a_replicas_retry_after_sends_the_request_to_another_at_once(make_gateway, upstream, busy):
-    gateway = make_gateway(url=busy.url, upstream={"replicas": [upstream.url], "max_retries": 2}, server={"default_model": "test-model"})
+    gateway = make_gateway(
+        url=busy.url, upstream={"replicas": [upstream.url], "max_retries": 2}, server={"default_model": "test-model"}
+    )
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=5)
     upstream.responder = lambda body: Reply(chunks=text_stream("Hi", "!")) if body.get("stream") else None
     for _ in range(5):  # round robin would give the busy one half of them
@@ -82,7 +88,9 @@ def test_a_single_instances_retry_after_beyond_the_budget_still_reaches_the_clie
 
 def test_when_every_replica_is_passed_over_the_retry_after_reaches_the_client(make_gateway, upstream, busy):
     upstream.responder = lambda body: _busy(429)
-    gateway = make_gateway(url=busy.url, upstream={"replicas": [upstream.url], "max_retries": 2}, server={"default_model": "test-model"})
+    gateway = make_gateway(
+        url=busy.url, upstream={"replicas": [upstream.url], "max_retries": 2}, server={"default_model": "test-model"}
+    )
     response = httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=5)
     assert response.headers["retry-after"] == "30" and response.status_code in (429, 529)
     assert len(busy.requests) == len(upstream.requests) == 1  # the other asked at once; then neither is free
@@ -147,7 +155,10 @@ def test_metrics_count_requests_tokens_and_errors(gateway, upstream):
         response.read()
     httpx.post(gateway.url + "/v1/messages", json={**VALID, "max_tokens": "many"})
     text = httpx.get(gateway.url + "/metrics").text
-    assert 'dragoman_requests_total{endpoint="messages",model="test-model",path="translate",status="200",upstream="default"} 2.0' in text
+    assert (
+        'dragoman_requests_total{endpoint="messages",model="test-model",path="translate",status="200",upstream="default"} 2.0'
+        in text
+    )
     assert 'dragoman_tokens_total{direction="output",model="test-model"} 5.0' in text
     assert 'dragoman_tokens_total{direction="input",model="test-model"} 21.0' in text
     assert "dragoman_time_to_first_token_seconds_count" in text
@@ -155,15 +166,23 @@ def test_metrics_count_requests_tokens_and_errors(gateway, upstream):
 
 
 def test_names_sent_on_to_an_upstream_whose_list_is_unknown_are_not_metrics_labels(make_gateway, caplog, dead_port):
-    gateway = make_gateway(url=f"http://127.0.0.1:{dead_port}/v1", upstream={"max_retries": 0})  # down: its list is unknown
+    gateway = make_gateway(
+        url=f"http://127.0.0.1:{dead_port}/v1", upstream={"max_retries": 0}
+    )  # down: its list is unknown
     with caplog.at_level(logging.INFO, logger="dragoman.access"):
         for name in ("client-name-1", "client-name-2"):
             assert httpx.post(gateway.url + "/v1/messages", json={**VALID, "model": name}).status_code == 502
     text = httpx.get(gateway.url + "/metrics").text
     assert "client-name" not in text
-    assert 'dragoman_requests_total{endpoint="messages",model="unlisted",path="translate",status="502",upstream="default"} 2.0' in text
+    assert (
+        'dragoman_requests_total{endpoint="messages",model="unlisted",path="translate",status="502",upstream="default"} 2.0'
+        in text
+    )
     logged = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dragoman.access"]
-    assert [(e["model"], e["served_model"]) for e in logged] == [("client-name-1", "client-name-1"), ("client-name-2", "client-name-2")]
+    assert [(e["model"], e["served_model"]) for e in logged] == [
+        ("client-name-1", "client-name-1"),
+        ("client-name-2", "client-name-2"),
+    ]
 
 
 def test_one_json_log_line_per_request_without_contents(gateway, upstream, caplog):
@@ -213,7 +232,10 @@ def test_a_replica_that_never_answers_leaves_the_upstream_ready(make_gateway, up
 
 def test_a_discovery_that_times_out_says_so_in_the_log(make_gateway, caplog, monkeypatch):
     monkeypatch.setattr(gateway_module, "DISCOVERY_TIMEOUT", 0.2)
-    with socket.socket() as silent, caplog.at_level(logging.WARNING, logger="dragoman"):  # accepted by the kernel, never answered
+    with (
+        socket.socket() as silent,
+        caplog.at_level(logging.WARNING, logger="dragoman"),
+    ):  # accepted by the kernel, never answered
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         make_gateway(url=f"http://127.0.0.1:{silent.getsockname()[1]}/v1")
@@ -235,19 +257,36 @@ def test_discovery_logs_what_the_model_list_saw(gateway_from, monkeypatch, caplo
     monkeypatch.setattr(http, "HEDGE_AFTER", 0.05)
     other = FakeAnthropic().start()
     other.models_down = True
-    with socket.socket() as silent, caplog.at_level(logging.WARNING, logger="dragoman"):  # accepted by the kernel, never answered
+    with (
+        socket.socket() as silent,
+        caplog.at_level(logging.WARNING, logger="dragoman"),
+    ):  # accepted by the kernel, never answered
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         replicas = [other.url] if starting else []
         try:
-            gateway_from({"upstreams": {"n": {"url": f"http://127.0.0.1:{silent.getsockname()[1]}", "replicas": replicas, "protocol": "anthropic"}}})
+            gateway_from(
+                {
+                    "upstreams": {
+                        "n": {
+                            "url": f"http://127.0.0.1:{silent.getsockname()[1]}",
+                            "replicas": replicas,
+                            "protocol": "anthropic",
+                        }
+                    }
+                }
+            )
             deadline = time.monotonic() + 20
             while not any("model discovery" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
                 time.sleep(0.01)
         finally:
             other.stop()
     lines = [r.getMessage() for r in caplog.records if "model discovery" in r.getMessage()]
-    expected = "upstream n answered 503 to GET /v1/models" if starting else "upstream n timed out (no instance answered within 0.5 s)"
+    expected = (
+        "upstream n answered 503 to GET /v1/models"
+        if starting
+        else "upstream n timed out (no instance answered within 0.5 s)"
+    )
     assert lines == [f"model discovery on upstream n failed: {expected}"]
 
 
@@ -256,7 +295,9 @@ def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native
     starting = FakeAnthropic().start()
     starting.models_down = True  # its model list answers 503
     try:
-        gateway = gateway_from({"upstreams": {"n": {"url": starting.url, "replicas": [native.url], "protocol": "anthropic"}}})
+        gateway = gateway_from(
+            {"upstreams": {"n": {"url": starting.url, "replicas": [native.url], "protocol": "anthropic"}}}
+        )
         for _ in range(3):  # round robin: some probes ask the starting instance first
             ready = httpx.get(gateway.url + "/ready", timeout=10)
             assert ready.status_code == 200 and ready.json()["upstreams"] == ["n"]
@@ -271,7 +312,9 @@ def test_ready_probes_are_shared_so_nobody_can_multiply_upstream_calls(gateway_f
     gateway.wait_discovered()
     before = native.model_lists
     answers: list[int] = []
-    threads = [threading.Thread(target=lambda: answers.append(httpx.get(gateway.url + "/ready").status_code)) for _ in range(8)]
+    threads = [
+        threading.Thread(target=lambda: answers.append(httpx.get(gateway.url + "/ready").status_code)) for _ in range(8)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -318,7 +361,9 @@ def test_requests_go_through_the_configured_proxy(make_gateway, upstream):
     # The fake upstream doubles as a forward proxy: aiohttp sends it absolute-form
     # requests for a host that does not exist, which only a proxy can answer.
     proxy = upstream.url.removesuffix("/v1")
-    gateway = make_gateway(url="http://model-host.invalid:8000/v1", upstream={"proxy": proxy}, server={"default_model": "test-model"})
+    gateway = make_gateway(
+        url="http://model-host.invalid:8000/v1", upstream={"proxy": proxy}, server={"default_model": "test-model"}
+    )
     response = httpx.post(gateway.url + "/v1/messages", json=VALID)
     assert response.status_code == 200, response.text
     assert len(upstream.requests) == 1
@@ -334,7 +379,14 @@ def test_extra_headers_and_the_upstream_key_go_upstream_not_the_clients_key(make
 
 
 def test_a_claude_wildcard_alias_is_listed_under_claude_model_ids(make_gateway, upstream):
-    models = [{"name": "coder", "upstream": "default", "upstream_model": "test-model", "aliases": ["claude-*-haiku-*", "claude-sonnet-*"]}]
+    models = [
+        {
+            "name": "coder",
+            "upstream": "default",
+            "upstream_model": "test-model",
+            "aliases": ["claude-*-haiku-*", "claude-sonnet-*"],
+        }
+    ]
     gateway = make_gateway(models=models)
     ids = [m["id"] for m in httpx.get(gateway.url + "/v1/models?limit=1000").json()["data"]]
     assert ids[0] == "coder"
@@ -345,7 +397,7 @@ def test_a_claude_wildcard_alias_is_listed_under_claude_model_ids(make_gateway, 
 
 
 def test_a_client_leaving_a_stream_is_not_an_application_error(gateway, upstream):
-    from tests.fakes import chunk
+    from tests.support.fakes import chunk
 
     errors: list[logging.LogRecord] = []
 
@@ -357,7 +409,9 @@ def test_a_client_leaving_a_stream_is_not_an_application_error(gateway, upstream
     handler = Collect()
     logging.getLogger("uvicorn.error").addHandler(handler)
     try:
-        upstream.stream_reply([chunk({"role": "assistant", "content": ""}), chunk({"content": "a"}), ("sleep", 2), chunk({}, "stop")])
+        upstream.stream_reply(
+            [chunk({"role": "assistant", "content": ""}), chunk({"content": "a"}), ("sleep", 2), chunk({}, "stop")]
+        )
         with httpx.stream("POST", gateway.url + "/v1/messages", json={**VALID, "stream": True}) as response:
             chunks = response.iter_bytes()
             next(chunks)

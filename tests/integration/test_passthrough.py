@@ -11,15 +11,22 @@ import httpx
 import pytest
 
 from dragoman.core.config import from_dict
-from tests.fake_anthropic import FakeAnthropic, NativeReply, event, message, text_events
-from tests.servers import GatewayServer
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, event, message, text_events
+from tests.support.servers import GatewayServer
 
 
 def _config(native: FakeAnthropic, **server: object):
     return from_dict(
         {
             "server": server,
-            "upstreams": {"native": {"url": native.url + "/v1", "protocol": "anthropic", "api_key": "upstream-secret", "max_retries": 0}},
+            "upstreams": {
+                "native": {
+                    "url": native.url + "/v1",
+                    "protocol": "anthropic",
+                    "api_key": "upstream-secret",
+                    "max_retries": 0,
+                }
+            },
             "models": [{"name": "claude-test", "upstream": "native", "upstream_model": "native-model"}],
         }
     )
@@ -57,13 +64,17 @@ def test_thinking_the_gateway_would_refuse_is_the_servers_to_judge(sdk, native):
     """The translating path checks `thinking.budget_tokens` as Anthropic does; passthrough
     forwards the request unchanged, and the server decides."""
     thinking = {"type": "enabled", "budget_tokens": 100}  # below 1024 and not below max_tokens
-    sdk.messages.create(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}], thinking=thinking)
+    sdk.messages.create(
+        model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}], thinking=thinking
+    )
     _, body, _ = native.requests[0]
     assert body["thinking"] == thinking and body["max_tokens"] == 10
 
 
 def test_stream_bytes_forwarded_with_model_renamed(passthrough, native):
-    native.replies.append(NativeReply(events=text_events("Hello"), headers={"anthropic-ratelimit-requests-remaining": "41"}))
+    native.replies.append(
+        NativeReply(events=text_events("Hello"), headers={"anthropic-ratelimit-requests-remaining": "41"})
+    )
     with httpx.stream(
         "POST", passthrough.url + "/v1/messages", headers={"x-api-key": "client-key"},
         json={"model": "claude-test", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "Hi"}]},
@@ -76,7 +87,9 @@ def test_stream_bytes_forwarded_with_model_renamed(passthrough, native):
 
 def test_sdk_stream_through_passthrough(sdk, native):
     native.replies.append(NativeReply(events=text_events("Streamed")))
-    with sdk.messages.stream(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}]) as stream:
+    with sdk.messages.stream(
+        model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}]
+    ) as stream:
         final = stream.get_final_message()
     assert final.content[0].text == "Streamed"
     assert final.model == "claude-test"
@@ -118,7 +131,9 @@ def test_a_stream_without_the_null_fields_the_sdks_type_gets_them(passthrough, n
 
 def test_a_reply_without_the_null_fields_the_sdks_type_gets_them(sdk, native):
     native.replies.append(NativeReply(body=_bare(message("Hi"))))
-    raw = sdk.messages.with_raw_response.create(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    raw = sdk.messages.with_raw_response.create(
+        model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}]
+    )
     reply = json.loads(raw.http_response.text)
     assert {name: reply[name] for name in _NULLS} == dict.fromkeys(_NULLS)
     assert reply["model"] == "claude-test" and reply["content"] == [{"type": "text", "text": "Hi"}]
@@ -128,7 +143,9 @@ def test_a_reply_without_the_null_fields_the_sdks_type_gets_them(sdk, native):
 def test_sdk_stream_of_a_server_that_sent_no_message_start(sdk, native):
     # llama-server's own /v1/messages, when the reply's first token is part of an emoji.
     native.replies.append(NativeReply(events=text_events("\U0001f31f")[1:]))
-    with sdk.messages.stream(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}]) as stream:
+    with sdk.messages.stream(
+        model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "Hi"}]
+    ) as stream:
         final = stream.get_final_message()
     assert final.content[0].text == "\U0001f31f"
     assert final.model == "claude-test" and final.stop_reason == "end_turn" and final.usage.output_tokens == 3
@@ -153,10 +170,20 @@ ASK = {"model": "claude-test", "max_tokens": 10, "messages": [{"role": "user", "
 @pytest.mark.parametrize(
     ("reply", "status", "kind"),
     [
-        (NativeReply(status=502, body=b"<html><body>502 Bad Gateway</body></html>", headers={"content-type": "text/html"}), 502, "api_error"),
+        (
+            NativeReply(
+                status=502, body=b"<html><body>502 Bad Gateway</body></html>", headers={"content-type": "text/html"}
+            ),
+            502,
+            "api_error",
+        ),
         (NativeReply(status=404, body=b"Not Found", headers={"content-type": "text/plain"}), 404, "not_found_error"),
         (NativeReply(status=503, body={"error": {"message": "busy"}}), 529, "overloaded_error"),
-        (NativeReply(status=200, body=b"<html>login page</html>", headers={"content-type": "text/html"}), 502, "api_error"),
+        (
+            NativeReply(status=200, body=b"<html>login page</html>", headers={"content-type": "text/html"}),
+            502,
+            "api_error",
+        ),
         (NativeReply(status=200, events=text_events("a stream")), 502, "api_error"),
     ],
     ids=["html-502", "text-404", "openai-shaped-503", "html-200", "stream-to-a-json-request"],
@@ -188,7 +215,10 @@ def test_the_server_refusing_the_gateways_key_is_a_502_not_the_clients_401(sdk, 
 
 
 def test_the_gateways_upstream_key_never_reaches_the_client(sdk, native):
-    quoting = {"type": "error", "error": {"type": "invalid_request_error", "message": "key upstream-secret is not allowed here"}}
+    quoting = {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "key upstream-secret is not allowed here"},
+    }
     native.replies.append(NativeReply(status=400, body=quoting))
     with pytest.raises(anthropic.BadRequestError) as caught:
         sdk.messages.create(**ASK)
@@ -203,7 +233,11 @@ def test_the_gateways_upstream_key_never_reaches_the_client(sdk, native):
 
 
 def test_several_anthropic_beta_headers_all_reach_the_server(passthrough, native):
-    headers = [("x-api-key", "client-key"), ("anthropic-beta", "files-api-2025-04-14"), ("anthropic-beta", "context-1m-2025-08-07")]
+    headers = [
+        ("x-api-key", "client-key"),
+        ("anthropic-beta", "files-api-2025-04-14"),
+        ("anthropic-beta", "context-1m-2025-08-07"),
+    ]
     response = httpx.post(passthrough.url + "/v1/messages", headers=headers, json=ASK)
     assert response.status_code == 200
     assert native.requests[-1][2]["anthropic-beta"] == "files-api-2025-04-14,context-1m-2025-08-07"
@@ -211,7 +245,9 @@ def test_several_anthropic_beta_headers_all_reach_the_server(passthrough, native
 
 def test_count_tokens_forwarded(sdk, native):
     native.replies.append(NativeReply(body={"input_tokens": 42}))
-    result = sdk.messages.with_raw_response.count_tokens(model="claude-test", messages=[{"role": "user", "content": "Hi"}])
+    result = sdk.messages.with_raw_response.count_tokens(
+        model="claude-test", messages=[{"role": "user", "content": "Hi"}]
+    )
     assert result.parse().input_tokens == 42
     assert result.headers["x-token-count-method"] == "upstream"
     assert native.requests[0][0] == "/v1/messages/count_tokens"
@@ -256,7 +292,9 @@ def test_a_servers_own_comments_before_a_silent_prefill_are_no_message_start(nat
     the silence after them still gets comments, not pings (nothing of the stream has gone out)."""
     data = _streamed_with_a_silence(native, [b":\n\n", ("sleep", 0.7), *text_events("late")])
     head, found, rest = data.partition(b"event: message_start")
-    assert found and head.startswith(b":\n\n") and all(line.startswith(b":") for line in head.splitlines() if line), data
+    assert found and head.startswith(b":\n\n") and all(line.startswith(b":") for line in head.splitlines() if line), (
+        data
+    )
     assert head.count(b": keep-alive\n\n") >= 2
     assert rest.endswith(event("message_stop", {"type": "message_stop"}))
 
@@ -283,14 +321,18 @@ def test_non_stream_usage_in_metrics(sdk, native, passthrough):
     assert 'path="passthrough"' in metrics
 
 
-def test_a_native_upstream_without_a_model_list_judges_the_names_no_other_upstream_lists(native, upstream, gateway_from):
+def test_a_native_upstream_without_a_model_list_judges_the_names_no_other_upstream_lists(
+    native, upstream, gateway_from
+):
     """Beside a translating upstream that lists its models, a passthrough upstream whose
     `GET /v1/models` is a 404 gets every other name (as the one upstream without a list)."""
     native.no_model_list = True
     gateway = gateway_from({"upstreams": {"vllm": {"url": upstream.url},
                                           "hosted": {"url": native.url, "protocol": "anthropic"}}})  # fmt: skip
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
-    assert client.messages.create(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "Hi"}]).content
+    assert client.messages.create(
+        model="test-model", max_tokens=5, messages=[{"role": "user", "content": "Hi"}]
+    ).content
     assert [r["model"] for r in upstream.requests] == ["test-model"]
     client.messages.create(model="claude-hosted", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
     assert [(path, body["model"]) for path, body, _ in native.requests] == [("/v1/messages", "claude-hosted")]

@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from dragoman.core.config import from_dict
-from tests.fake_anthropic import FakeAnthropic
-from tests.samples import pdf_bytes
-from tests.servers import GatewayServer
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.samples import pdf_bytes
+from tests.support.servers import GatewayServer
 
 
 @pytest.fixture
@@ -42,7 +42,13 @@ def serve(gateway_from: Callable[[dict], GatewayServer]) -> Callable[..., Gatewa
     """`serve(upstream, **server)`: a gateway with one upstream, serving it as `claude-test`."""
 
     def run(upstream: dict[str, Any], **server: Any) -> GatewayServer:
-        return gateway_from({"server": server, "upstreams": {"u": {"max_retries": 0, **upstream}}, "models": [{"name": "claude-test", "upstream": "u"}]})
+        return gateway_from(
+            {
+                "server": server,
+                "upstreams": {"u": {"max_retries": 0, **upstream}},
+                "models": [{"name": "claude-test", "upstream": "u"}],
+            }
+        )
 
     return run
 
@@ -57,7 +63,12 @@ def wait_listed(gateway: GatewayServer, upstream: str) -> None:
 
 
 def ask(*blocks: dict, **extra: Any) -> dict:
-    return {"model": "claude-test", "max_tokens": 10, "messages": [{"role": "user", "content": [*blocks, {"type": "text", "text": "Sum it up."}]}], **extra}
+    return {
+        "model": "claude-test",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": [*blocks, {"type": "text", "text": "Sum it up."}]}],
+        **extra,
+    }
 
 
 NOTE = {"type": "document", "title": "Note", "context": "from the desk", "source": {"type": "text", "media_type": "text/plain", "data": "The key is under the mat."},
@@ -89,14 +100,25 @@ def test_the_images_of_a_content_document_go_as_image_blocks_in_their_places(sta
         {"type": "text", "text": '<document title="Scan">'},
         {"type": "text", "text": "Page 1"},
         image,
-        {"type": "text", "text": "</document>", "cache_control": {"type": "ephemeral"}},  # the breakpoint closes the document
+        {
+            "type": "text",
+            "text": "</document>",
+            "cache_control": {"type": "ephemeral"},
+        },  # the breakpoint closes the document
         {"type": "text", "text": "Sum it up."},
     ]
 
 
 def test_documents_in_tool_results_and_pdfs_are_text_too(start, native):
     client = start(documents="as_text")
-    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(pdf_bytes("Invoice 42 is paid")).decode()}}
+    pdf = {
+        "type": "document",
+        "source": {
+            "type": "base64",
+            "media_type": "application/pdf",
+            "data": base64.b64encode(pdf_bytes("Invoice 42 is paid")).decode(),
+        },
+    }
     client.messages.create(model="claude-test", max_tokens=10, messages=[
         {"role": "user", "content": "Read the invoice."},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}]},
@@ -104,7 +126,11 @@ def test_documents_in_tool_results_and_pdfs_are_text_too(start, native):
     ])  # fmt: skip
     _, body, _ = native.requests[0]
     [result] = body["messages"][2]["content"][0]["content"]
-    assert result["type"] == "text" and "Invoice 42 is paid" in result["text"] and result["text"].startswith("<document>\n[page 1]")
+    assert (
+        result["type"] == "text"
+        and "Invoice 42 is paid" in result["text"]
+        and result["text"].startswith("<document>\n[page 1]")
+    )
     assert body["messages"][0]["content"] == "Read the invoice."
 
 
@@ -190,7 +216,10 @@ def _broken_pdf() -> bytes:
 def test_a_damaged_pdf_is_a_400_naming_it_not_a_500(start, native):
     """pypdf raises other errors than PdfReadError on some damaged files: still a 400."""
     client = start(documents="as_text")
-    document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(_broken_pdf()).decode()}}
+    document = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(_broken_pdf()).decode()},
+    }
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(**ask(document))
     assert caught.value.body["error"]["message"].startswith("messages.0.content.0.source.data")
@@ -211,9 +240,18 @@ def test_a_streamed_request_whose_document_url_cannot_be_fetched_is_a_400(native
 @pytest.mark.parametrize(
     "document, named",
     [
-        ({"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}}, "messages.0.content.0.source"),
-        ({"type": "document", "source": {"type": "base64", "media_type": "text/csv", "data": "YQ=="}}, "messages.0.content.0.source.media_type"),
-        ({"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "not base64!"}}, "messages.0.content.0.source.data"),
+        (
+            {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}},
+            "messages.0.content.0.source",
+        ),
+        (
+            {"type": "document", "source": {"type": "base64", "media_type": "text/csv", "data": "YQ=="}},
+            "messages.0.content.0.source.media_type",
+        ),
+        (
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "not base64!"}},
+            "messages.0.content.0.source.data",
+        ),
         ({"type": "document", "source": {"type": "nonsense"}}, "messages.0.content.0"),
     ],
 )
@@ -250,7 +288,14 @@ def test_pdf_text_is_extracted_off_the_event_loop(native, upstream, serve, monke
 
     monkeypatch.setattr(documents, "document_text", watched)
     monkeypatch.setattr(content, "document_text", watched)
-    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(pdf_bytes("Invoice 42")).decode()}}
+    pdf = {
+        "type": "document",
+        "source": {
+            "type": "base64",
+            "media_type": "application/pdf",
+            "data": base64.b64encode(pdf_bytes("Invoice 42")).decode(),
+        },
+    }
     for where in ({"url": native.url, "protocol": "anthropic", "documents": "as_text"}, {"url": upstream.url}):
         gateway = serve(where)
         anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0).messages.create(**ask(pdf))

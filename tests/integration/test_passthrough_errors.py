@@ -13,9 +13,9 @@ import anthropic
 import httpx
 import pytest
 
-from tests.fake_anthropic import FakeAnthropic, NativeReply, event, text_events
 from tests.integration.test_passthrough import ASK, _config
-from tests.servers import GatewayServer
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, event, text_events
+from tests.support.servers import GatewayServer
 
 
 @pytest.fixture
@@ -41,7 +41,9 @@ LLAMA_OVERFLOW = {
 
 
 def test_a_stream_that_begins_with_overloaded_error_is_a_529_with_the_servers_retry_after(passthrough, native):
-    native.replies.append(NativeReply(events=[error_event("overloaded_error", "Overloaded")], headers={"retry-after": "4"}))
+    native.replies.append(
+        NativeReply(events=[error_event("overloaded_error", "Overloaded")], headers={"retry-after": "4"})
+    )
     with pytest.raises(anthropic.InternalServerError) as caught:
         with sdk(passthrough).messages.stream(**ASK) as stream:
             stream.get_final_message()
@@ -50,7 +52,9 @@ def test_a_stream_that_begins_with_overloaded_error_is_a_529_with_the_servers_re
                                  "request_id": caught.value.response.headers["request-id"]}  # fmt: skip
     assert caught.value.response.headers["retry-after"] == "4"
     assert caught.value.response.headers["content-type"].startswith("application/json")
-    metrics = httpx.get(passthrough.url + "/metrics").text.splitlines()  # recorded as the upstream's failure, with its status
+    metrics = httpx.get(
+        passthrough.url + "/metrics"
+    ).text.splitlines()  # recorded as the upstream's failure, with its status
     assert 'dragoman_upstream_errors_total{type="overloaded_error",upstream="native"} 1.0' in metrics
     assert any(row.startswith("dragoman_requests_total{") and 'status="529"' in row for row in metrics)
 
@@ -61,7 +65,10 @@ def test_a_stream_that_begins_with_invalid_request_error_is_a_400(passthrough, n
     with pytest.raises(anthropic.BadRequestError) as caught:
         with sdk(passthrough).messages.stream(**ASK) as stream:
             stream.get_final_message()
-    assert caught.value.body["error"] == {"type": "invalid_request_error", "message": too_long}  # Claude Code compacts on these words
+    assert caught.value.body["error"] == {
+        "type": "invalid_request_error",
+        "message": too_long,
+    }  # Claude Code compacts on these words
 
 
 def test_the_sdks_own_retry_gets_the_message_after_an_opening_overloaded_error(passthrough, native):
@@ -76,7 +83,9 @@ def test_the_sdks_own_retry_gets_the_message_after_an_opening_overloaded_error(p
 def test_an_error_event_after_message_start_is_still_an_error_event(passthrough, native):
     failing = error_event("overloaded_error", "Overloaded")
     native.replies.append(NativeReply(events=[*text_events("Hi")[:3], failing]))
-    with httpx.stream("POST", passthrough.url + "/v1/messages", headers={"x-api-key": "client-key"}, json={**ASK, "stream": True}) as response:
+    with httpx.stream(
+        "POST", passthrough.url + "/v1/messages", headers={"x-api-key": "client-key"}, json={**ASK, "stream": True}
+    ) as response:
         body = b"".join(response.iter_bytes())
     assert response.status_code == 200
     assert body.startswith(b"event: message_start") and body.endswith(failing)
@@ -100,9 +109,13 @@ LLAMA_MIDSTREAM = {"code": 500, "message": "failed to decode the batch", "type":
     ],
     ids=["server-error", "overflow"],
 )  # fmt: skip
-def test_llama_servers_bare_error_event_mid_stream_reaches_the_sdk_in_anthropics_envelope(passthrough, native, error, expected):
+def test_llama_servers_bare_error_event_mid_stream_reaches_the_sdk_in_anthropics_envelope(
+    passthrough, native, error, expected
+):
     # llama-server writes an error after message_start as `event: error` with its bare object.
-    native.replies.append(NativeReply(events=[*text_events("Partial")[:3], f"event: error\ndata: {json.dumps(error)}\n\n".encode()]))
+    native.replies.append(
+        NativeReply(events=[*text_events("Partial")[:3], f"event: error\ndata: {json.dumps(error)}\n\n".encode()])
+    )
     said = []
     with pytest.raises(anthropic.APIStatusError) as caught:
         with sdk(passthrough).messages.stream(**ASK) as stream:
@@ -119,7 +132,9 @@ def test_an_error_event_after_the_servers_own_comment_line_is_an_error_event(pas
     # llama-server's `:` lines during a prefill go on at once: the 200 is out with the first.
     failing = error_event("overloaded_error", "Overloaded")
     native.replies.append(NativeReply(events=[b":\n\n", failing]))
-    with httpx.stream("POST", passthrough.url + "/v1/messages", headers={"x-api-key": "client-key"}, json={**ASK, "stream": True}) as response:
+    with httpx.stream(
+        "POST", passthrough.url + "/v1/messages", headers={"x-api-key": "client-key"}, json={**ASK, "stream": True}
+    ) as response:
         body = b"".join(response.iter_bytes())
     assert response.status_code == 200 and body == b":\n\n" + failing
 
@@ -143,7 +158,9 @@ LLAMA_NO_VISION = {"code": 500, "message": "image input is not supported - hint:
     [(400, LLAMA_OVERFLOW, "prompt is too long: 1031 tokens > 512 maximum"), (500, LLAMA_NO_VISION, "the model behind upstream native does not accept images")],
     ids=["overflow", "no-vision"],
 )  # fmt: skip
-def test_llama_servers_openai_shaped_error_body_is_anthropics_envelope(passthrough, native, stream, status, error, said):
+def test_llama_servers_openai_shaped_error_body_is_anthropics_envelope(
+    passthrough, native, stream, status, error, said
+):
     # What llama-server answers, streamed or not: a JSON error in OpenAI's shape, which was
     # relayed as it was (it has `error.type` and `error.message`, not Anthropic's `"type": "error"`).
     native.replies.append(NativeReply(status=status, body={"error": error}))
@@ -171,7 +188,9 @@ def test_llama_servers_openai_shaped_error_body_is_anthropics_envelope(passthrou
     ],
     ids=["anthropic-no-blank-line", "llama-no-blank-line", "unnamed-openai"],
 )  # fmt: skip
-def test_an_error_event_cut_off_or_unnamed_mid_stream_reaches_the_sdk_as_the_servers_error(passthrough, native, last, expected):
+def test_an_error_event_cut_off_or_unnamed_mid_stream_reaches_the_sdk_as_the_servers_error(
+    passthrough, native, last, expected
+):
     native.replies.append(NativeReply(events=[*text_events("Partial")[:3], last]))
     said = []
     with pytest.raises(anthropic.APIStatusError) as caught:
@@ -179,6 +198,9 @@ def test_an_error_event_cut_off_or_unnamed_mid_stream_reaches_the_sdk_as_the_ser
             for text in stream.text_stream:
                 said.append(text)
     assert said == ["Partial"]
-    assert caught.value.body == {"type": "error", "error": expected}  # the server's error, not "closed the stream before ..."
+    assert caught.value.body == {
+        "type": "error",
+        "error": expected,
+    }  # the server's error, not "closed the stream before ..."
     metrics = httpx.get(passthrough.url + "/metrics").text.splitlines()
     assert f'dragoman_upstream_errors_total{{type="{expected["type"]}",upstream="native"}} 1.0' in metrics

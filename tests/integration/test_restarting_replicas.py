@@ -13,8 +13,8 @@ import pytest
 
 from dragoman.upstream import replicas as replicas_module
 from dragoman.upstream.replicas import CoolDowns
-from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
-from tests.fakes import FakeUpstream, Reply, text_stream
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
+from tests.support.fakes import FakeUpstream, Reply, text_stream
 
 VALID = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
 NATIVE = {"model": "native-model", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
@@ -41,9 +41,13 @@ def _client(url: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=30)
 
 
-def test_a_translated_stream_closed_after_its_head_is_answered_by_another_replica(make_gateway, upstream, closing, long_cool_down):
+def test_a_translated_stream_closed_after_its_head_is_answered_by_another_replica(
+    make_gateway, upstream, closing, long_cool_down
+):
     upstream.responder = lambda body: Reply(chunks=text_stream("Hi", "!")) if body.get("stream") else None
-    gateway = make_gateway(url=closing.url, upstream={"replicas": [upstream.url], **FLEET}, server={"default_model": "test-model"})
+    gateway = make_gateway(
+        url=closing.url, upstream={"replicas": [upstream.url], **FLEET}, server={"default_model": "test-model"}
+    )
     client = _client(gateway.url)
     for _ in range(STREAMS):
         with client.messages.stream(**VALID) as stream:
@@ -53,11 +57,15 @@ def test_a_translated_stream_closed_after_its_head_is_answered_by_another_replic
     assert len(upstream.requests) == STREAMS
 
 
-def test_a_passthrough_stream_closed_after_its_head_is_answered_by_another_replica(gateway_from, native, long_cool_down):
+def test_a_passthrough_stream_closed_after_its_head_is_answered_by_another_replica(
+    gateway_from, native, long_cool_down
+):
     """The client's response head goes out with the stream's first event: its `anthropic-*`
     headers are those of the replica that answered, not of the one that closed."""
     closes = FakeAnthropic().start()
-    closes.replies.extend(NativeReply(events=["close"], headers={"anthropic-organization-id": "closed"}) for _ in range(STREAMS))
+    closes.replies.extend(
+        NativeReply(events=["close"], headers={"anthropic-organization-id": "closed"}) for _ in range(STREAMS)
+    )
     native.replies.extend(NativeReply(events=text_events("Hi"), headers={"anthropic-organization-id": "answered"})
                           for _ in range(STREAMS))  # fmt: skip
     try:

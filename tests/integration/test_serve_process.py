@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fakes import chunk, text_stream, usage_chunk
-from tests.servers import sse_frames, start_serving, worker_serving
+from tests.support.fakes import chunk, text_stream, usage_chunk
+from tests.support.servers import sse_frames, start_serving, worker_serving
 
 BODY = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "Hi"}]}
 
@@ -67,7 +67,9 @@ def test_every_worker_writes_the_access_log(upstream, stop_later):
     port = int(url.rsplit(":", 1)[1])
     answered: dict[int, list[str]] = {}  # worker pid: the request ids it answered
     deadline = time.monotonic() + 20  # the second worker may still be starting
-    while len(answered) < 2 and time.monotonic() < deadline:  # a new connection each time, until both workers answered (the kernel picks)
+    while (
+        len(answered) < 2 and time.monotonic() < deadline
+    ):  # a new connection each time, until both workers answered (the kernel picks)
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         try:
             connection.request("POST", "/v1/messages", json.dumps(BODY), {"content-type": "application/json"})
@@ -81,7 +83,9 @@ def test_every_worker_writes_the_access_log(upstream, stop_later):
     assert len(answered) == 2, answered
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=20)
-    access = [json.loads(line.split(": ", 1)[1]) for line in stderr.decode().splitlines() if " INFO dragoman.access: " in line]
+    access = [
+        json.loads(line.split(": ", 1)[1]) for line in stderr.decode().splitlines() if " INFO dragoman.access: " in line
+    ]
     assert all(entry["status"] == 200 for entry in access), stderr.decode()
     logged = [entry["request_id"] for entry in access]
     for worker, ids in answered.items():  # each worker logged each request it answered, once
@@ -134,8 +138,10 @@ def test_a_stream_outliving_the_shutdown_grace_ends_with_an_overloaded_error_eve
     assert b"Exception in ASGI application" not in process.stderr.read()  # type: ignore[union-attr]
 
 
-def test_a_request_outliving_the_shutdown_grace_gets_an_overloaded_error_not_a_plain_500(upstream, stop_later, tmp_path):
-    from tests.fakes import Reply, completion
+def test_a_request_outliving_the_shutdown_grace_gets_an_overloaded_error_not_a_plain_500(
+    upstream, stop_later, tmp_path
+):
+    from tests.support.fakes import Reply, completion
 
     upstream.queue(Reply(body=completion("late"), hang=20.0))
     config = tmp_path / "dragoman.toml"
@@ -166,7 +172,10 @@ def test_text_stream_sanity(upstream, stop_later):
 
 
 def _batch(url: str, n: int) -> str:
-    requests = [{"custom_id": f"r{i}", "params": {**BODY, "messages": [{"role": "user", "content": f"say <<m{i}>>"}]}} for i in range(n)]
+    requests = [
+        {"custom_id": f"r{i}", "params": {**BODY, "messages": [{"role": "user", "content": f"say <<m{i}>>"}]}}
+        for i in range(n)
+    ]
     response = httpx.post(url + "/v1/messages/batches", json={"requests": requests}, timeout=10)
     assert response.status_code == 200, response.text
     return response.json()["id"]
@@ -195,8 +204,8 @@ def test_every_worker_answers_for_a_batch(upstream, stop_later):
 
 
 def test_a_batch_survives_its_process_being_killed(upstream, stop_later):
-    from tests.fakes import Reply, completion
     from tests.integration.test_batches import marker_of
+    from tests.support.fakes import Reply, completion
 
     upstream.responder = lambda body: Reply(body=completion("late"), hang=30.0 if marker_of(body) == "m1" else 0.0)
     process, url = _start(upstream.url)

@@ -1,4 +1,4 @@
-from tests.fakes import completion, text_stream
+from tests.support.fakes import completion, text_stream
 
 
 def test_plain_text(client, upstream):
@@ -13,7 +13,9 @@ def test_plain_text(client, upstream):
 
 def test_stream(client, upstream):
     upstream.stream_reply(text_stream("Hel", "lo", " world"))
-    with client.messages.stream(model="test-model", max_tokens=50, messages=[{"role": "user", "content": "Hi"}]) as stream:
+    with client.messages.stream(
+        model="test-model", max_tokens=50, messages=[{"role": "user", "content": "Hi"}]
+    ) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == "Hello world"

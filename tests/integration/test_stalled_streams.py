@@ -14,8 +14,8 @@ import pytest
 
 from dragoman.upstream import replicas as replicas_module
 from dragoman.upstream.replicas import CoolDowns
-from tests.fake_anthropic import FakeAnthropic, NativeReply, text_events
-from tests.fakes import FakeUpstream, Reply, chunk, text_stream
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
+from tests.support.fakes import FakeUpstream, Reply, chunk, text_stream
 
 FIRST_BYTE_TIMEOUT = 1.0  # small, yet far above what a healthy fake takes to answer on a loaded machine
 FLEET = {"max_retries": 2, "first_byte_timeout": FIRST_BYTE_TIMEOUT}
@@ -92,7 +92,9 @@ def test_a_non_streaming_reply_read_as_a_stream_is_retried_too(make_gateway, ups
     """Stop sequences make the gateway read the upstream as a stream for a plain request: nothing
     has gone to the client while it waits for the body, so it is retried the same way."""
     upstream.responder = _answers_streams
-    gateway = make_gateway(url=stalled.url, upstream={"replicas": [upstream.url], **FLEET}, server={"default_model": "test-model"})
+    gateway = make_gateway(
+        url=stalled.url, upstream={"replicas": [upstream.url], **FLEET}, server={"default_model": "test-model"}
+    )
     client = _client(gateway)
     for _ in range(2):
         message = client.messages.create(**VALID, stop_sequences=["zzz"])
@@ -117,12 +119,16 @@ def test_with_every_translating_replica_stalled_the_stream_ends_with_a_timeout_e
 
 def test_a_translated_stream_that_had_a_content_block_is_not_retried(make_gateway, upstream):
     def stalls(body: dict) -> Reply:  # the answer starts, then the replica falls silent
-        return Reply(chunks=[chunk({"role": "assistant", "content": ""}), chunk({"content": "Hi"}), ("sleep", 30.0)], done=False)
+        return Reply(
+            chunks=[chunk({"role": "assistant", "content": ""}), chunk({"content": "Hi"}), ("sleep", 30.0)], done=False
+        )
 
     other = FakeUpstream().start()
     upstream.responder = other.responder = stalls
     try:
-        gateway = make_gateway(upstream={"replicas": [other.url], **FLEET, "idle_timeout": 0.5}, server={"default_model": "test-model"})
+        gateway = make_gateway(
+            upstream={"replicas": [other.url], **FLEET, "idle_timeout": 0.5}, server={"default_model": "test-model"}
+        )
         seen, _ = _timeout_event(_client(gateway), VALID)
         assert seen == ["Hi"]
         assert len(upstream.requests) + len(other.requests) == 1

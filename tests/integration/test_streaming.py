@@ -9,8 +9,8 @@ import anthropic
 import httpx
 import pytest
 
-from tests.fakes import Reply, chunk, completion, text_stream
-from tests.servers import sse_frames
+from tests.support.fakes import Reply, chunk, completion, text_stream
+from tests.support.servers import sse_frames
 
 USER = [{"role": "user", "content": "Hello"}]
 HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
@@ -53,11 +53,19 @@ def test_sse_wire_format_and_exact_event_order(gateway, upstream):
     assert start["content"] == [] and start["stop_reason"] is None and start["stop_sequence"] is None
     assert start["id"].startswith("msg_")
     assert data[1] == {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
-    assert [d["delta"] for d in data[2:4]] == [{"type": "text_delta", "text": "Hel"}, {"type": "text_delta", "text": "lo"}]
+    assert [d["delta"] for d in data[2:4]] == [
+        {"type": "text_delta", "text": "Hel"},
+        {"type": "text_delta", "text": "lo"},
+    ]
     assert all(d["index"] == 0 for d in data[1:5])
     # stop_details and container present, null: the TypeScript SDK's MessageStream copies
     # delta.stop_details into finalMessage() as it is (absent, it was undefined, not null).
-    assert data[5]["delta"] == {"stop_reason": "end_turn", "stop_sequence": None, "stop_details": None, "container": None}
+    assert data[5]["delta"] == {
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "stop_details": None,
+        "container": None,
+    }
     assert data[5]["usage"]["output_tokens"] == 2 and data[5]["usage"]["input_tokens"] == 9
     assert data[6] == {"type": "message_stop"}
 
@@ -111,7 +119,9 @@ def test_reasoning_only_stream_still_has_a_text_block(client, upstream):
 
 def test_keepalive_pings_while_the_upstream_is_silent(make_gateway, upstream):
     gateway = make_gateway(server={"keepalive_interval": 0.1})
-    upstream.stream_reply([chunk({"role": "assistant", "content": ""}), ("sleep", 0.6), chunk({"content": "late"}), chunk({}, "stop")])
+    upstream.stream_reply(
+        [chunk({"role": "assistant", "content": ""}), ("sleep", 0.6), chunk({"content": "late"}), chunk({}, "stop")]
+    )
     response = _post_stream(gateway, {"model": "test-model", "max_tokens": 20, "messages": USER})
     comments = [line for line in response.text.splitlines() if line.startswith(":")]
     assert any(event == "ping" for event, _ in sse_frames(response.text)) or comments
@@ -132,8 +142,12 @@ def _after_stop_chunks() -> list:
 
 def test_stop_sequence_streaming_reports_the_exact_sequence_and_closes_upstream(client, upstream):
     upstream.stream_reply(
-        [chunk({"role": "assistant", "content": ""}), chunk({"content": "The answer is 42. ST"}), chunk({"content": "OP and then"}),
-         *_after_stop_chunks()]  # fmt: skip
+        [
+            chunk({"role": "assistant", "content": ""}),
+            chunk({"content": "The answer is 42. ST"}),
+            chunk({"content": "OP and then"}),
+            *_after_stop_chunks(),
+        ]  # fmt: skip
     )
     with client.messages.stream(model="test-model", max_tokens=50, messages=USER, stop_sequences=STOPS) as stream:
         text = "".join(stream.text_stream)
@@ -157,24 +171,39 @@ def test_stop_sequence_streaming_reports_the_exact_sequence_and_closes_upstream(
 def test_stop_sequence_raw_events(gateway, upstream):
     upstream.stream_reply([chunk({"role": "assistant", "content": "abc"}), chunk({"content": "def</ans"}), chunk({"content": "wer>ghi"}),
                            *_after_stop_chunks()])  # fmt: skip
-    response = _post_stream(gateway, {"model": "test-model", "max_tokens": 50, "messages": USER, "stop_sequences": STOPS})
+    response = _post_stream(
+        gateway, {"model": "test-model", "max_tokens": 50, "messages": USER, "stop_sequences": STOPS}
+    )
     frames = sse_frames(response.text)
     assert all(event is not None for event, _ in frames)
     text = "".join(d["delta"]["text"] for e, d in frames if e == "content_block_delta")
     assert text == "abcdef"
     delta = next(d for e, d in frames if e == "message_delta")
-    assert delta["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "</answer>", "stop_details": None, "container": None}
+    assert delta["delta"] == {
+        "stop_reason": "stop_sequence",
+        "stop_sequence": "</answer>",
+        "stop_details": None,
+        "container": None,
+    }
     assert [e for e, _ in frames][-1] == "message_stop"
 
 
 def test_stop_sequence_non_streaming(client, upstream):
     # With stop sequences the gateway reads the upstream as a stream even for a plain call.
-    upstream.stream_reply([chunk({"role": "assistant", "content": "line one\n\nHu"}), chunk({"content": "man: more"}), *_after_stop_chunks()])
+    upstream.stream_reply(
+        [
+            chunk({"role": "assistant", "content": "line one\n\nHu"}),
+            chunk({"content": "man: more"}),
+            *_after_stop_chunks(),
+        ]
+    )
     message = client.messages.create(model="test-model", max_tokens=50, messages=USER, stop_sequences=STOPS)
     assert message.content[0].text == "line one"
     assert message.stop_reason == "stop_sequence"
     assert message.stop_sequence == "\n\nHuman:"
-    assert message.usage.output_tokens == 2 and message.usage.input_tokens > 0  # not the zeros of a usage never received
+    assert (
+        message.usage.output_tokens == 2 and message.usage.input_tokens > 0
+    )  # not the zeros of a usage never received
     assert upstream.requests[0]["stream"] is True
     assert upstream.wait_for(lambda: upstream.disconnects == 1, timeout=3)
 
@@ -203,7 +232,9 @@ def test_stop_sequences_with_the_async_client(gateway, upstream):
 
     async def run() -> anthropic.types.Message:
         async with anthropic.AsyncAnthropic(base_url=gateway.url, api_key="k", max_retries=0) as aclient:
-            async with aclient.messages.stream(model="test-model", max_tokens=50, messages=USER, stop_sequences=STOPS) as stream:
+            async with aclient.messages.stream(
+                model="test-model", max_tokens=50, messages=USER, stop_sequences=STOPS
+            ) as stream:
                 return await stream.get_final_message()
 
     final = asyncio.run(asyncio.wait_for(run(), 20))
@@ -212,7 +243,12 @@ def test_stop_sequences_with_the_async_client(gateway, upstream):
 
 
 def test_client_hanging_up_closes_the_upstream_stream(gateway, upstream):
-    upstream.stream_reply([chunk({"role": "assistant", "content": "first"}), *[item for _ in range(40) for item in (("sleep", 0.05), chunk({"content": " more"}))]])
+    upstream.stream_reply(
+        [
+            chunk({"role": "assistant", "content": "first"}),
+            *[item for _ in range(40) for item in (("sleep", 0.05), chunk({"content": " more"}))],
+        ]
+    )
     body = {"model": "test-model", "max_tokens": 50, "messages": USER, "stream": True}
     with httpx.stream("POST", f"{gateway.url}/v1/messages", json=body, timeout=10) as response:
         for line in response.iter_lines():
@@ -238,7 +274,9 @@ def test_prefill_with_stop_sequences(make_gateway, upstream):
 def test_stop_sequence_split_over_many_chunks(client, upstream):
     upstream.stream_reply([chunk({"role": "assistant", "content": "ab<"}), chunk({"content": "/"}), chunk({"content": "an"}),
                            chunk({"content": "swer"}), chunk({"content": ">cd"}), *_after_stop_chunks()])  # fmt: skip
-    with client.messages.stream(model="test-model", max_tokens=50, messages=USER, stop_sequences=["</answer>", "</ans!"]) as stream:
+    with client.messages.stream(
+        model="test-model", max_tokens=50, messages=USER, stop_sequences=["</answer>", "</ans!"]
+    ) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == "ab"
@@ -271,21 +309,32 @@ def test_a_refusal_after_keepalives_is_an_error_event_and_is_recorded(make_gatew
     and the log and metrics still count it as the upstream's error, not as a success."""
     import time
 
-    from tests.fake_anthropic import FakeAnthropic, NativeReply
+    from tests.support.fake_anthropic import FakeAnthropic, NativeReply
 
     if native:
         server = FakeAnthropic().start()
-        server.replies.append(NativeReply(status=500, body={"type": "error", "error": {"type": "api_error", "message": "boom"}}, hang=0.5))
-        url, extra, models = server.url, {"protocol": "anthropic"}, [{"name": "test-model", "upstream": "default", "upstream_model": "native-model"}]
+        server.replies.append(
+            NativeReply(status=500, body={"type": "error", "error": {"type": "api_error", "message": "boom"}}, hang=0.5)
+        )
+        url, extra, models = (
+            server.url,
+            {"protocol": "anthropic"},
+            [{"name": "test-model", "upstream": "default", "upstream_model": "native-model"}],
+        )
     else:
         upstream.queue(Reply(status=500, body={"error": {"message": "boom"}}, hang=0.5))
         url, extra, models = upstream.url, {}, None
-    gateway = make_gateway(url=url, server={"keepalive_interval": 0.1}, upstream={"max_retries": 0, **extra}, models=models)
+    gateway = make_gateway(
+        url=url, server={"keepalive_interval": 0.1}, upstream={"max_retries": 0, **extra}, models=models
+    )
     body = {"model": "test-model", "max_tokens": 5, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     frames = sse_frames(_post_stream(gateway, body).text)
     assert frames[-1][0] == "error" and "boom" in frames[-1][1]["error"]["message"]
     deadline = time.monotonic() + 5
-    while not any(row.startswith("dragoman_upstream_errors_total{") for row in httpx.get(gateway.url + "/metrics").text.splitlines()):
+    while not any(
+        row.startswith("dragoman_upstream_errors_total{")
+        for row in httpx.get(gateway.url + "/metrics").text.splitlines()
+    ):
         assert time.monotonic() < deadline, "the failed stream was not counted"
         time.sleep(0.05)
     if native:
@@ -296,7 +345,9 @@ def test_a_server_answering_a_stream_with_json_and_no_usage_gets_counted_usage(c
     body = completion("Paris is the capital of France, as it has long been.")
     del body["usage"]
     upstream.json_reply(body)  # JSON to a stream request: the server ignored `stream: true`
-    with client.messages.stream(model="test-model", max_tokens=50, messages=[{"role": "user", "content": "Capital? " * 40}]) as stream:
+    with client.messages.stream(
+        model="test-model", max_tokens=50, messages=[{"role": "user", "content": "Capital? " * 40}]
+    ) as stream:
         message = stream.get_final_message()
     assert message.content[0].text.startswith("Paris")
     assert message.usage.input_tokens >= 30 and message.usage.output_tokens >= 5  # counted, not 0/0

@@ -24,14 +24,21 @@ import httpx
 import pytest
 
 from dragoman.core import capabilities
-from tests.fakes import FakeUpstream, chunk, completion, usage_chunk
-from tests.servers import GatewayServer, make_config
+from tests.support.fakes import FakeUpstream, chunk, completion, usage_chunk
+from tests.support.servers import GatewayServer, make_config
 
 USER = [{"role": "user", "content": "Hello"}]
 THINK = {"type": "enabled", "budget_tokens": 4096}
 REASONING = "Let me think. The user greets."
 ANSWER = "Hello there"
-RAW_EVENTS = {"message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"}
+RAW_EVENTS = {
+    "message_start",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+}
 WEATHER_TOOL = {
     "name": "get_weather",
     "description": "Weather for a city",
@@ -92,7 +99,9 @@ def gw(_shared, fake) -> Callable[..., anthropic.Anthropic]:
         key = (flavor, json.dumps(server, sort_keys=True))
         if key not in gateways:
             models = [{"upstream": "default", **m} for m in MODELS]
-            gateways[key] = GatewayServer(make_config(fake.url, server=server, upstream={"flavor": flavor}, models=models)).start()
+            gateways[key] = GatewayServer(
+                make_config(fake.url, server=server, upstream={"flavor": flavor}, models=models)
+            ).start()
         return anthropic.Anthropic(base_url=gateways[key].url, api_key="test-key", max_retries=0)
 
     return client
@@ -175,7 +184,14 @@ def sglang() -> list:
     ]
 
 
-STREAMS = {"vllm-old": vllm_old, "vllm-new": vllm_new, "vllm-both": vllm_both, "ollama": ollama, "deepseek": deepseek, "sglang": sglang}
+STREAMS = {
+    "vllm-old": vllm_old,
+    "vllm-new": vllm_new,
+    "vllm-both": vllm_both,
+    "ollama": ollama,
+    "deepseek": deepseek,
+    "sglang": sglang,
+}
 COMPLETIONS = {
     "vllm-old": lambda: completion(ANSWER, completion_tokens=7, reasoning_content=REASONING),
     "vllm-new": lambda: completion(ANSWER, completion_tokens=7, reasoning=REASONING),
@@ -184,7 +200,14 @@ COMPLETIONS = {
     "deepseek": lambda: completion(ANSWER, completion_tokens=7, reasoning_content=REASONING),
     "sglang": lambda: completion(ANSWER, completion_tokens=7, reasoning_content=REASONING),
 }
-FLAVORS = {"vllm-old": "vllm", "vllm-new": "vllm", "vllm-both": "vllm", "ollama": "ollama", "deepseek": "generic", "sglang": "sglang"}
+FLAVORS = {
+    "vllm-old": "vllm",
+    "vllm-new": "vllm",
+    "vllm-both": "vllm",
+    "ollama": "ollama",
+    "deepseek": "generic",
+    "sglang": "sglang",
+}
 BACKENDS = list(STREAMS)
 
 
@@ -241,10 +264,14 @@ def test_streamed_reasoning_becomes_a_leading_signed_thinking_block(gw, fake, ba
     events, final = _stream(client, model="thinker", thinking=THINK)
 
     assert _shape(events) == THINKING_THEN_TEXT
-    thinking_deltas = [e.delta.thinking for e in events if e.type == "content_block_delta" and e.delta.type == "thinking_delta"]
+    thinking_deltas = [
+        e.delta.thinking for e in events if e.type == "content_block_delta" and e.delta.type == "thinking_delta"
+    ]
     assert "".join(thinking_deltas) == REASONING
     assert len(thinking_deltas) == 2  # streamed as it arrives, not buffered
-    signature = next(e.delta.signature for e in events if e.type == "content_block_delta" and e.delta.type == "signature_delta")
+    signature = next(
+        e.delta.signature for e in events if e.type == "content_block_delta" and e.delta.type == "signature_delta"
+    )
     assert signature
     starts = [e for e in events if e.type == "content_block_start"]
     assert [e.index for e in starts] == [0, 1]
@@ -294,7 +321,9 @@ def test_reasoning_is_hidden_when_thinking_was_not_requested(gw, fake, backend, 
     plain = client.messages.create(model="thinker", max_tokens=8000, messages=USER, **extra)
 
     assert ("content_block_start", "thinking") not in _shape(events)
-    assert not any(e.type == "content_block_delta" and e.delta.type in ("thinking_delta", "signature_delta") for e in events)
+    assert not any(
+        e.type == "content_block_delta" and e.delta.type in ("thinking_delta", "signature_delta") for e in events
+    )
     assert _blocks(streamed) == _blocks(plain) == [{"type": "text", "text": ANSWER}]
     for body in fake.requests:
         assert "reasoning_effort" not in body and "chat_template_kwargs" not in body
@@ -338,7 +367,18 @@ def _tool_stream(field: str) -> list:
         chunk({"role": "assistant", "content": ""}),
         chunk({field: "I need the weather. "}),
         chunk({field: "Calling the tool."}),
-        chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                ]
+            }
+        ),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
         chunk({}, "tool_calls"),
@@ -348,7 +388,12 @@ def _tool_stream(field: str) -> list:
 
 def _ollama_tool_stream() -> list:
     """Ollama: the whole call in one chunk, finish_reason in its own empty chunk."""
-    call = {"id": "call_1", "index": 0, "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    call = {
+        "id": "call_1",
+        "index": 0,
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+    }
     return [
         chunk({"role": "assistant", "content": "", "reasoning": "I need the weather. "}),
         chunk({"role": "assistant", "content": "", "reasoning": "Calling the tool."}),
@@ -371,10 +416,14 @@ def test_reasoning_then_a_tool_call(gw, fake, variant):
     field = "reasoning" if variant == "ollama" else variant
     fake.stream_reply(TOOL_STREAMS[variant]())
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-    fake.json_reply(completion(None, finish="tool_calls", tool_calls=[call], **{field: "I need the weather. Calling the tool."}))
+    fake.json_reply(
+        completion(None, finish="tool_calls", tool_calls=[call], **{field: "I need the weather. Calling the tool."})
+    )
 
     events, streamed = _stream(client, model="thinker", thinking=THINK, tools=[WEATHER_TOOL])
-    plain = client.messages.create(model="thinker", max_tokens=8000, messages=USER, thinking=THINK, tools=[WEATHER_TOOL])
+    plain = client.messages.create(
+        model="thinker", max_tokens=8000, messages=USER, thinking=THINK, tools=[WEATHER_TOOL]
+    )
 
     assert _shape(events) == [
         ("message_start",),
@@ -404,7 +453,18 @@ def test_reasoning_text_and_tool_call_in_one_turn(gw, fake):
             chunk({"role": "assistant", "content": ""}),
             chunk({"reasoning": "Plan: say something, then call."}),
             chunk({"content": "Checking."}),
-            chunk({"tool_calls": [{"index": 0, "id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}]}),
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_9",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                        }
+                    ]
+                }
+            ),
             chunk({}, "tool_calls"),
             usage_chunk(),
         ]
@@ -439,7 +499,9 @@ def test_reasoning_survives_the_stop_sequence_path(gw, fake):
             usage_chunk(10, 7),
         ]
     )
-    message = client.messages.create(model="thinker", max_tokens=8000, messages=USER, thinking=THINK, stop_sequences=["END"])
+    message = client.messages.create(
+        model="thinker", max_tokens=8000, messages=USER, thinking=THINK, stop_sequences=["END"]
+    )
     assert fake.requests[-1]["stream"] is True
     assert [b.type for b in message.content] == ["thinking", "text"]
     assert message.content[0].thinking == REASONING and message.content[0].signature
@@ -550,7 +612,11 @@ def test_effort_header_on_a_stream(gw, fake):
     client = gw()
     fake.stream_reply(vllm_new())
     raw = client.messages.with_raw_response.create(
-        model="thinker", max_tokens=8000, messages=USER, stream=True, thinking={"type": "enabled", "budget_tokens": 1024}
+        model="thinker",
+        max_tokens=8000,
+        messages=USER,
+        stream=True,
+        thinking={"type": "enabled", "budget_tokens": 1024},
     )
     assert raw.headers.get("x-reasoning-effort") == "low"
     events = list(raw.parse())
@@ -560,16 +626,27 @@ def test_effort_header_on_a_stream(gw, fake):
 
 def test_budget_thresholds_from_the_server_config(gw, fake):
     client = gw(effort_budgets=[2000, 4000])
-    for budget, effort in ((1024, "low"), (2000, "low"), (2001, "medium"), (4000, "medium"), (4001, "high"), (8000, "high")):
+    for budget, effort in (
+        (1024, "low"),
+        (2000, "low"),
+        (2001, "medium"),
+        (4000, "medium"),
+        (4001, "high"),
+        (8000, "high"),
+    ):
         fake.json_reply(completion(ANSWER))
-        client.messages.create(model="thinker", max_tokens=16000, messages=USER, thinking={"type": "enabled", "budget_tokens": budget})
+        client.messages.create(
+            model="thinker", max_tokens=16000, messages=USER, thinking={"type": "enabled", "budget_tokens": budget}
+        )
         assert fake.requests[-1]["reasoning_effort"] == effort
 
 
 def test_max_means_the_models_highest_configured_effort(gw, fake):
     client = gw()
     fake.json_reply(completion(ANSWER))
-    raw = client.messages.with_raw_response.create(model="thinker-xhigh", max_tokens=8000, messages=USER, output_config={"effort": "max"})
+    raw = client.messages.with_raw_response.create(
+        model="thinker-xhigh", max_tokens=8000, messages=USER, output_config={"effort": "max"}
+    )
     assert raw.headers.get("x-reasoning-effort") == "xhigh"
     assert fake.requests[-1]["reasoning_effort"] == "xhigh"
 
@@ -590,7 +667,9 @@ def test_unsupported_effort_is_a_400_naming_output_config_effort(gw, fake, strea
         if stream:
             _stream(client, model="thinker-lowhigh", output_config={"effort": "medium"})
         else:
-            client.messages.create(model="thinker-lowhigh", max_tokens=8000, messages=USER, output_config={"effort": "medium"})
+            client.messages.create(
+                model="thinker-lowhigh", max_tokens=8000, messages=USER, output_config={"effort": "medium"}
+            )
     assert caught.value.status_code == 400
     message = _error(caught)
     assert "output_config.effort" in message and "'medium'" in message
@@ -602,7 +681,11 @@ def test_unsupported_reasoning_effort_is_a_400_naming_reasoning_effort(gw, fake)
     client = gw()
     with pytest.raises(anthropic.BadRequestError) as caught:
         client.messages.create(
-            model="thinker", max_tokens=8000, messages=USER, output_config={"effort": "low"}, extra_body={"reasoning_effort": "ultra"}
+            model="thinker",
+            max_tokens=8000,
+            messages=USER,
+            output_config={"effort": "low"},
+            extra_body={"reasoning_effort": "ultra"},
         )
     message = _error(caught)
     assert message.startswith("reasoning_effort:") and "'ultra'" in message
@@ -647,15 +730,27 @@ def test_strict_thinking_rejects_thinking_on_a_model_that_does_not_reason(gw, fa
     # Without thinking (or with it disabled) the same model still answers.
     fake.json_reply(completion(ANSWER))
     fake.json_reply(completion(ANSWER))
-    assert client.messages.create(model=model, max_tokens=100, messages=USER, thinking={"type": "disabled"}).content[0].text == ANSWER
-    assert client.messages.create(model=model, max_tokens=100, messages=USER, output_config={"effort": "high"}).content[0].text == ANSWER
+    assert (
+        client.messages.create(model=model, max_tokens=100, messages=USER, thinking={"type": "disabled"})
+        .content[0]
+        .text
+        == ANSWER
+    )
+    assert (
+        client.messages.create(model=model, max_tokens=100, messages=USER, output_config={"effort": "high"})
+        .content[0]
+        .text
+        == ANSWER
+    )
     assert len(fake.requests) == 2
 
 
 def test_model_level_strict_false_overrides_a_strict_server(gw, fake):
     client = gw(strict_thinking=True)
     fake.json_reply(completion(ANSWER))
-    message = client.messages.create(model="plain-lenient", max_tokens=100, messages=USER, thinking={"type": "adaptive"})
+    message = client.messages.create(
+        model="plain-lenient", max_tokens=100, messages=USER, thinking={"type": "adaptive"}
+    )
     assert message.content[0].text == ANSWER
 
 
@@ -678,7 +773,9 @@ def test_disabled_thinking_sends_enable_thinking_false(gw, fake):
     fake.json_reply(completion(ANSWER))
     fake.json_reply(completion(ANSWER))
 
-    raw = client.messages.with_raw_response.create(model="thinker-switch", max_tokens=100, messages=USER, thinking={"type": "disabled"})
+    raw = client.messages.with_raw_response.create(
+        model="thinker-switch", max_tokens=100, messages=USER, thinking={"type": "disabled"}
+    )
     raw.parse()
     assert fake.requests[-1]["chat_template_kwargs"] == {"enable_thinking": False}
     assert "reasoning_effort" not in fake.requests[-1]
@@ -694,7 +791,9 @@ def test_disabled_thinking_sends_enable_thinking_false(gw, fake):
 def test_disabled_thinking_as_lowest_effort(gw, fake):
     client = gw()
     fake.json_reply(completion(ANSWER, reasoning="hidden"))
-    raw = client.messages.with_raw_response.create(model="thinker-lowest", max_tokens=100, messages=USER, thinking={"type": "disabled"})
+    raw = client.messages.with_raw_response.create(
+        model="thinker-lowest", max_tokens=100, messages=USER, thinking={"type": "disabled"}
+    )
     message = raw.parse()
     assert fake.requests[-1]["reasoning_effort"] == "minimal"
     assert "chat_template_kwargs" not in fake.requests[-1]
@@ -723,7 +822,9 @@ def test_openai_reasoning_model_gets_max_completion_tokens(gw, fake, stream):
 def test_openai_reasoning_model_output_cap_lowers_max_completion_tokens(gw, fake):
     client = gw("openai")
     fake.json_reply(completion(ANSWER))
-    raw = client.messages.with_raw_response.create(model="thinker-capped", max_tokens=8000, messages=USER, thinking=THINK)
+    raw = client.messages.with_raw_response.create(
+        model="thinker-capped", max_tokens=8000, messages=USER, thinking=THINK
+    )
     raw.parse()
     sent = fake.requests[-1]
     assert sent["max_completion_tokens"] == 500 and "max_tokens" not in sent
@@ -741,7 +842,13 @@ def test_other_flavors_keep_max_tokens_for_reasoning_models(gw, fake, flavor):
 
 # -- reasoning replay -----------------------------------------------------------------------------
 
-REPLAY_FIELD = {"generic": "reasoning_content", "llamacpp": "reasoning_content", "sglang": "reasoning_content", "vllm": "reasoning", "ollama": "reasoning"}
+REPLAY_FIELD = {
+    "generic": "reasoning_content",
+    "llamacpp": "reasoning_content",
+    "sglang": "reasoning_content",
+    "vllm": "reasoning",
+    "ollama": "reasoning",
+}
 OTHER_FIELD = {"reasoning": "reasoning_content", "reasoning_content": "reasoning"}
 
 
@@ -767,7 +874,9 @@ def test_replay_sends_echoed_thinking_back_in_the_profiles_field(gw, fake, flavo
         {"role": "assistant", "content": [{"type": "text", "text": "Plain answer, no thinking."}]},
         {"role": "user", "content": "Thanks"},
     ]  # fmt: skip
-    client.messages.create(model="thinker-replay", max_tokens=8000, messages=messages, thinking=THINK, tools=[WEATHER_TOOL])
+    client.messages.create(
+        model="thinker-replay", max_tokens=8000, messages=messages, thinking=THINK, tools=[WEATHER_TOOL]
+    )
 
     first, with_call, plain_turn = _assistant_messages(fake.requests[-1])
     assert first[field] == "First thought." and first["content"] == "Hello!"
@@ -865,7 +974,9 @@ def _wait(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
     return True
 
 
-def test_a_model_the_fetched_registry_lists_as_reasoning_gets_reasoning_controls(make_gateway, upstream, monkeypatch, tmp_path):
+def test_a_model_the_fetched_registry_lists_as_reasoning_gets_reasoning_controls(
+    make_gateway, upstream, monkeypatch, tmp_path
+):
     """No cache yet: the gateway fetches the registry after startup, and a discovered
     model it lists as reasoning (a name no family rule knows) is then treated as one."""
     registry = _RegistryServer({"acme": {"models": {"acme/house-model": {"reasoning": True}}}})
@@ -899,13 +1010,19 @@ def test_an_unanswering_registry_does_not_slow_requests(make_gateway, upstream, 
     try:
         monkeypatch.setenv("DRAGOMAN_CACHE_DIR", str(tmp_path / "empty"))
         monkeypatch.setattr(capabilities, "REGISTRY_URL", f"http://127.0.0.1:{silent.getsockname()[1]}/api.json")
-        monkeypatch.setattr(capabilities.refresh_registry, "__defaults__", (60.0,))  # a request that waited for it would fail
+        monkeypatch.setattr(
+            capabilities.refresh_registry, "__defaults__", (60.0,)
+        )  # a request that waited for it would fail
         upstream.models = [{"id": "Qwen/Qwen3-8B", "object": "model", "owned_by": "vllm"}]
         gateway = make_gateway(upstream={"flavor": "vllm"})
         gateway.wait_discovered()
-        client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=10.0)  # the fetch gives up only at 60 s
+        client = anthropic.Anthropic(
+            base_url=gateway.url, api_key="k", max_retries=0, timeout=10.0
+        )  # the fetch gives up only at 60 s
         upstream.json_reply(completion(ANSWER))
-        client.messages.create(model="Qwen/Qwen3-8B", max_tokens=2000, messages=USER, thinking={"type": "enabled", "budget_tokens": 1024})
+        client.messages.create(
+            model="Qwen/Qwen3-8B", max_tokens=2000, messages=USER, thinking={"type": "enabled", "budget_tokens": 1024}
+        )
         assert upstream.requests[-1]["reasoning_effort"] == "low"  # Qwen3: reasoning by name
         assert not (tmp_path / "empty" / "models.dev.json").exists()
     finally:
@@ -924,7 +1041,12 @@ def _models_cli(tmp_path: Path, *args: str, registry: dict | None = None) -> dic
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRAGOMAN_")}
     env["DRAGOMAN_CACHE_DIR"] = str(cache)
     result = subprocess.run(
-        [sys.executable, "-m", "dragoman", "models", *args], capture_output=True, text=True, timeout=30, env=env, cwd=tmp_path
+        [sys.executable, "-m", "dragoman", "models", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.strip()]
@@ -989,9 +1111,22 @@ def test_omitted_thinking_carries_its_reasoning_back_to_a_replay_model(gw, fake,
         fake.stream_reply(TOOL_STREAMS["reasoning_content"]())
         _, first = _stream(client, model="thinker-replay", thinking=omitted, tools=[WEATHER_TOOL])
     else:
-        tool_call = {"id": "call_w", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-        fake.json_reply(completion(None, finish="tool_calls", tool_calls=[tool_call], reasoning_content="I need the weather. Calling the tool."))
-        first = client.messages.create(model="thinker-replay", max_tokens=8000, messages=USER, thinking=omitted, tools=[WEATHER_TOOL])
+        tool_call = {
+            "id": "call_w",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+        }
+        fake.json_reply(
+            completion(
+                None,
+                finish="tool_calls",
+                tool_calls=[tool_call],
+                reasoning_content="I need the weather. Calling the tool.",
+            )
+        )
+        first = client.messages.create(
+            model="thinker-replay", max_tokens=8000, messages=USER, thinking=omitted, tools=[WEATHER_TOOL]
+        )
     thinking, tool = first.content[0], first.content[1]
     assert thinking.type == "thinking" and thinking.thinking == ""  # not shown, as asked
     fake.stream_reply(vllm_old())
@@ -1020,7 +1155,9 @@ REFUSED_BUDGETS = pytest.mark.parametrize(
 
 @pytest.mark.parametrize("stream", [False, True])
 @REFUSED_BUDGETS
-def test_a_thinking_budget_anthropic_refuses_is_a_400_before_the_upstream(gw, fake, stream, max_tokens, thinking, extra, message):
+def test_a_thinking_budget_anthropic_refuses_is_a_400_before_the_upstream(
+    gw, fake, stream, max_tokens, thinking, extra, message
+):
     client = gw()
     with pytest.raises(anthropic.BadRequestError) as caught:
         if stream:
@@ -1049,8 +1186,13 @@ def test_a_compaction_request_gets_the_same_thinking_checks(gw, fake, stream, ma
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({"tools": [{"name": "read", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool", "name": "write"}},
-         "tool_choice.name: no tool named 'write' in tools"),
+        (
+            {
+                "tools": [{"name": "read", "input_schema": {"type": "object"}}],
+                "tool_choice": {"type": "tool", "name": "write"},
+            },
+            "tool_choice.name: no tool named 'write' in tools",
+        ),
         ({"tools": [{"name": "read", "input_schema": "not a schema"}]}, "tools.0.input_schema"),
     ],
 )
@@ -1060,7 +1202,9 @@ def test_a_compaction_request_gets_every_check_of_an_ordinary_request(gw, fake, 
     with pytest.raises(anthropic.BadRequestError) as ordinary:
         client.messages.create(model="thinker", max_tokens=2000, messages=USER, **extra)
     with pytest.raises(anthropic.BadRequestError) as compacting:
-        client.beta.messages.create(model="thinker", max_tokens=2000, messages=USER, compaction={"type": "summarize"}, **extra)
+        client.beta.messages.create(
+            model="thinker", max_tokens=2000, messages=USER, compaction={"type": "summarize"}, **extra
+        )
     assert _error(ordinary).startswith(message)
     assert _error(compacting) == _error(ordinary)
     assert fake.requests == []
@@ -1088,7 +1232,12 @@ def test_the_interleaved_thinking_beta_lets_the_budget_pass_max_tokens(gw, fake)
     assert fake.requests[-1]["max_tokens"] == 2000  # still the client's cap
 
     # The SDK joins betas into one header; clients may also repeat the header.
-    body = {"model": "thinker", "max_tokens": 2000, "messages": USER, "thinking": {"type": "enabled", "budget_tokens": 16000}}
+    body = {
+        "model": "thinker",
+        "max_tokens": 2000,
+        "messages": USER,
+        "thinking": {"type": "enabled", "budget_tokens": 16000},
+    }
     base = str(client.base_url).rstrip("/")
     fake.json_reply(completion(ANSWER))
     headers = [("x-api-key", "test-key"), ("anthropic-version", "2023-06-01"), ("anthropic-beta", "claude-code-20250219"),
@@ -1108,7 +1257,9 @@ def test_what_claude_code_sends_for_thinking_still_passes(gw, fake):
     for thinking in ({"type": "enabled", "budget_tokens": 31999}, {"type": "enabled", "budget_tokens": 8000},
                      {"type": "adaptive"}, {"type": "adaptive", "display": "omitted"}, {"type": "disabled"}):  # fmt: skip
         fake.stream_reply(vllm_new())
-        with client.beta.messages.stream(model="thinker", max_tokens=32000, messages=USER, thinking=thinking, betas=betas) as stream:
+        with client.beta.messages.stream(
+            model="thinker", max_tokens=32000, messages=USER, thinking=thinking, betas=betas
+        ) as stream:
             final = stream.get_final_message()
         assert final.content[-1].text == ANSWER, thinking
     assert len(fake.requests) == 5

@@ -11,20 +11,28 @@ import httpx
 import pytest
 from anthropic import beta_tool
 
-from tests.fake_anthropic import FakeAnthropic, NativeReply, message, text_events
-from tests.fakes import FakeUpstream, Reply, completion, text_stream
-from tests.servers import GatewayServer
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, message, text_events
+from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
+from tests.support.servers import GatewayServer
 
 HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
-WEATHER_CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+WEATHER_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
 
 
 def _post(gateway: GatewayServer, body: dict[str, Any], key: str = "k") -> httpx.Response:
     return httpx.post(f"{gateway.url}/v1/messages", json=body, headers={**HEADERS, "x-api-key": key}, timeout=10)
 
 
-def test_the_sdks_tool_runner_gets_the_whole_conversation_upstream(gateway: GatewayServer, upstream: FakeUpstream) -> None:
-    upstream.queue(Reply(body=completion(None, finish="tool_calls", tool_calls=[WEATHER_CALL])), Reply(body=completion("Sunny.")))
+def test_the_sdks_tool_runner_gets_the_whole_conversation_upstream(
+    gateway: GatewayServer, upstream: FakeUpstream
+) -> None:
+    upstream.queue(
+        Reply(body=completion(None, finish="tool_calls", tool_calls=[WEATHER_CALL])), Reply(body=completion("Sunny."))
+    )
 
     @beta_tool
     def get_weather(city: str) -> str:
@@ -33,7 +41,11 @@ def test_the_sdks_tool_runner_gets_the_whole_conversation_upstream(gateway: Gate
 
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k")
     runner = client.beta.messages.tool_runner(
-        model="test-model", max_tokens=100, system="Be brief.", tools=[get_weather], messages=[{"role": "user", "content": "Weather?"}]
+        model="test-model",
+        max_tokens=100,
+        system="Be brief.",
+        tools=[get_weather],
+        messages=[{"role": "user", "content": "Weather?"}],
     )
     replies = list(runner)
 
@@ -41,7 +53,10 @@ def test_the_sdks_tool_runner_gets_the_whole_conversation_upstream(gateway: Gate
     second = upstream.requests[1]
     assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "tool"]  # system and history held
     assert second["messages"][0]["content"] == "Be brief."
-    assert second["messages"][2]["tool_calls"][0]["id"] == "call_1" and second["messages"][3]["content"] == "sunny in Paris"
+    assert (
+        second["messages"][2]["tool_calls"][0]["id"] == "call_1"
+        and second["messages"][3]["content"] == "sunny in Paris"
+    )
     assert [t["function"]["name"] for t in second["tools"]] == ["get_weather"]
 
 
@@ -68,15 +83,28 @@ def test_an_sdk_thread_remembers_earlier_turns_streamed_or_not(gateway: GatewayS
 def test_continuing_an_unknown_or_continued_reply_gets_the_error_codes_the_sdks_act_on(gateway: GatewayServer,
                                                                                        upstream: FakeUpstream) -> None:  # fmt: skip
     base = {"model": "test-model", "max_tokens": 20}
-    unknown = _post(gateway, {**base, "messages": [{"role": "user", "content": "x"}], "thread": {"type": "continue", "previous_message_id": "msg_nope"}})
+    unknown = _post(
+        gateway,
+        {
+            **base,
+            "messages": [{"role": "user", "content": "x"}],
+            "thread": {"type": "continue", "previous_message_id": "msg_nope"},
+        },
+    )
     assert unknown.status_code == 404
     error = unknown.json()["error"]
     assert error["type"] == "not_found_error" and error["details"] == {"error_code": "thread_not_found"}
     assert "thread.previous_message_id" in error["message"]
 
     upstream.queue(Reply(body=completion("one")), Reply(body=completion("two")))
-    first = _post(gateway, {**base, "messages": [{"role": "user", "content": "a"}], "thread": {"type": "create"}}).json()
-    follow = {**base, "messages": [{"role": "user", "content": "b"}], "thread": {"type": "continue", "previous_message_id": first["id"]}}
+    first = _post(
+        gateway, {**base, "messages": [{"role": "user", "content": "a"}], "thread": {"type": "create"}}
+    ).json()
+    follow = {
+        **base,
+        "messages": [{"role": "user", "content": "b"}],
+        "thread": {"type": "continue", "previous_message_id": first["id"]},
+    }
     assert _post(gateway, follow).status_code == 200
     again = _post(gateway, follow)
     assert again.status_code == 400
@@ -88,7 +116,9 @@ def test_continuing_an_unknown_or_continued_reply_gets_the_error_codes_the_sdks_
     assert bad.status_code == 400 and "thread.type" in bad.json()["error"]["message"]
 
 
-def test_changing_system_or_tools_on_a_continue_is_a_fingerprint_mismatch(gateway: GatewayServer, upstream: FakeUpstream) -> None:
+def test_changing_system_or_tools_on_a_continue_is_a_fingerprint_mismatch(
+    gateway: GatewayServer, upstream: FakeUpstream
+) -> None:
     upstream.queue(Reply(body=completion("one")))
     first = _post(gateway, {"model": "test-model", "max_tokens": 20, "system": "A", "messages": [{"role": "user", "content": "a"}],
                             "thread": {"type": "create"}}).json()  # fmt: skip
@@ -100,7 +130,11 @@ def test_changing_system_or_tools_on_a_continue_is_a_fingerprint_mismatch(gatewa
 
 
 def test_a_failed_turn_leaves_its_thread_to_be_continued(gateway: GatewayServer, upstream: FakeUpstream) -> None:
-    upstream.queue(Reply(body=completion("one")), Reply(status=500, body={"error": {"message": "boom"}}), Reply(body=completion("two")))
+    upstream.queue(
+        Reply(body=completion("one")),
+        Reply(status=500, body={"error": {"message": "boom"}}),
+        Reply(body=completion("two")),
+    )
     first = _post(gateway, {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "a"}],
                             "thread": {"type": "create"}}).json()  # fmt: skip
     follow = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "b"}],
@@ -124,10 +158,20 @@ def test_passthrough_sends_the_whole_conversation_and_never_the_thread_field(nat
                                                                             stream: bool) -> None:  # fmt: skip
     gateway = gateway_from({"upstreams": {"native": {"url": native.url, "protocol": "anthropic"}},
                             "models": [{"name": "native-model", "upstream": "native"}]})  # fmt: skip
-    native.replies.append(NativeReply(events=text_events("Hi Alice")) if stream else NativeReply(body=message("Hi Alice")))
+    native.replies.append(
+        NativeReply(events=text_events("Hi Alice")) if stream else NativeReply(body=message("Hi Alice"))
+    )
     native.replies.append(NativeReply(body=message("Alice")))
     base = {"model": "native-model", "max_tokens": 20, "system": "Remember."}
-    first = _post(gateway, {**base, "stream": stream, "messages": [{"role": "user", "content": "I am Alice"}], "thread": {"type": "create"}})
+    first = _post(
+        gateway,
+        {
+            **base,
+            "stream": stream,
+            "messages": [{"role": "user", "content": "I am Alice"}],
+            "thread": {"type": "create"},
+        },
+    )
     first_id = "msg_native"
     assert first.status_code == 200
     second = _post(gateway, {"model": "native-model", "max_tokens": 20, "messages": [{"role": "user", "content": "Who am I?"}],
@@ -149,7 +193,9 @@ def _call(name: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
-def test_tools_the_runner_adds_and_removes_mid_conversation_are_the_tools_offered(gateway: GatewayServer, upstream: FakeUpstream) -> None:
+def test_tools_the_runner_adds_and_removes_mid_conversation_are_the_tools_offered(
+    gateway: GatewayServer, upstream: FakeUpstream
+) -> None:
     upstream.queue(
         Reply(body=completion(None, finish="tool_calls", tool_calls=[_call("add", {"a": 1, "b": 2}, "call_1")])),
         Reply(body=completion(None, finish="tool_calls", tool_calls=[_call("mul", {"a": 3, "b": 2}, "call_2")])),
@@ -167,7 +213,9 @@ def test_tools_the_runner_adds_and_removes_mid_conversation_are_the_tools_offere
         return str(a * b)
 
     client = anthropic.Anthropic(base_url=gateway.url, api_key="k")
-    runner = client.beta.messages.tool_runner(model="test-model", max_tokens=100, tools=[add], messages=[{"role": "user", "content": "go"}])
+    runner = client.beta.messages.tool_runner(
+        model="test-model", max_tokens=100, tools=[add], messages=[{"role": "user", "content": "go"}]
+    )
     replies = []
     for reply in runner:
         replies.append(reply)
@@ -180,7 +228,9 @@ def test_tools_the_runner_adds_and_removes_mid_conversation_are_the_tools_offere
     offered = [[t["function"]["name"] for t in body.get("tools", [])] for body in upstream.requests]
     assert offered == [["add"], ["add", "mul"], ["mul"]]
     assert [m["content"] for m in upstream.requests[2]["messages"] if m["role"] == "tool"] == ["3", "6"]
-    assert all("tool_addition" not in json.dumps(body) and "tool_removal" not in json.dumps(body) for body in upstream.requests)
+    assert all(
+        "tool_addition" not in json.dumps(body) and "tool_removal" not in json.dumps(body) for body in upstream.requests
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
@@ -214,5 +264,7 @@ def test_the_runners_compaction_summarizes_and_the_summary_replaces_the_history(
     assert "tools" not in summarize and summarize["messages"][-1]["role"] == "user"
     assert "summary" in summarize["messages"][-1]["content"]
     after = upstream.requests[2]["messages"]
-    assert after[0]["role"] == "user" and after[0]["content"].endswith("add returned 3.")  # the summary stands for the history
+    assert after[0]["role"] == "user" and after[0]["content"].endswith(
+        "add returned 3."
+    )  # the summary stands for the history
     assert not any(m.get("tool_calls") for m in after)

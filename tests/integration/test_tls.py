@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fakes import FakeUpstream
-from tests.samples import self_signed
+from tests.support.fakes import FakeUpstream
+from tests.support.samples import self_signed
 
 BODY = {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -68,7 +68,9 @@ def test_client_certificates(make_gateway, certs):
         with_cert = make_gateway(url=upstream.url, upstream={
             "ca_bundle": str(certs["server_cert"]), "client_cert": str(certs["client_cert"]), "client_key": str(certs["client_key"]),
         }, server={"default_model": "test-model"})  # fmt: skip
-        without = make_gateway(url=upstream.url, upstream={"ca_bundle": str(certs["server_cert"])}, server={"default_model": "test-model"})
+        without = make_gateway(
+            url=upstream.url, upstream={"ca_bundle": str(certs["server_cert"])}, server={"default_model": "test-model"}
+        )
         assert httpx.post(with_cert.url + "/v1/messages", json=BODY).status_code == 200
         assert httpx.post(without.url + "/v1/messages", json=BODY).status_code == 502
     finally:
@@ -77,7 +79,7 @@ def test_client_certificates(make_gateway, certs):
 
 def test_a_missing_ca_bundle_is_a_startup_error(upstream, tmp_path):
     from dragoman.core.config import ConfigError
-    from tests.servers import make_config
+    from tests.support.servers import make_config
 
     with pytest.raises(ConfigError, match=r"upstreams\.default\.ca_bundle: no such file"):
         make_config(upstream.url, upstream={"ca_bundle": str(tmp_path / "missing.pem")})

@@ -11,13 +11,17 @@ import anthropic
 import httpx
 import pytest
 
-from tests.fakes import chunk, completion, text_stream, usage_chunk
-from tests.servers import sse_frames
+from tests.support.fakes import chunk, completion, text_stream, usage_chunk
+from tests.support.servers import sse_frames
 
 WEATHER = {
     "name": "get_weather",
     "description": "Current weather for a city",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string"}}, "required": ["city"]},
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+        "required": ["city"],
+    },
 }
 TIME = {
     "name": "get_time",
@@ -49,12 +53,19 @@ def _follow_up(first: anthropic.types.Message, results: dict[str, str]) -> list:
     return [
         *ASK,
         {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": i, "content": r} for i, r in results.items()]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": i, "content": r} for i, r in results.items()],
+        },
     ]
 
 
 def test_tool_loop_non_streaming(client, upstream):
-    upstream.json_reply(completion("Let me check.", finish="tool_calls", tool_calls=[_call("call_abc123", "get_weather", {"city": "Paris"})]))
+    upstream.json_reply(
+        completion(
+            "Let me check.", finish="tool_calls", tool_calls=[_call("call_abc123", "get_weather", {"city": "Paris"})]
+        )
+    )
     upstream.json_reply(completion("It is sunny in Paris."))
 
     first = client.messages.create(model="test-model", max_tokens=100, messages=ASK, tools=[WEATHER])
@@ -68,7 +79,9 @@ def test_tool_loop_non_streaming(client, upstream):
         {"name": "get_weather", "description": WEATHER["description"], "parameters": WEATHER["input_schema"]}
     ]
 
-    final = client.messages.create(model="test-model", max_tokens=100, messages=_follow_up(first, {use.id: "18C, sunny"}), tools=[WEATHER])
+    final = client.messages.create(
+        model="test-model", max_tokens=100, messages=_follow_up(first, {use.id: "18C, sunny"}), tools=[WEATHER]
+    )
     assert final.content[0].text == "It is sunny in Paris."
     assert final.stop_reason == "end_turn"
 
@@ -93,7 +106,9 @@ def test_tool_loop_streaming(client, upstream):
     tool_start = next(e for e in raw if e.type == "content_block_start" and e.content_block.type == "tool_use")
     assert tool_start.content_block.id == "call_s1" and tool_start.content_block.name == "get_weather"
     assert tool_start.content_block.input == {}
-    partials = [e.delta.partial_json for e in raw if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+    partials = [
+        e.delta.partial_json for e in raw if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    ]
     assert json.loads("".join(partials)) == {"city": "Paris", "unit": "C"}
     assert len(partials) >= 2  # streamed, not buffered into one delta
 
@@ -101,7 +116,9 @@ def test_tool_loop_streaming(client, upstream):
     uses = [b for b in first.content if b.type == "tool_use"]
     assert len(uses) == 1 and uses[0].input == {"city": "Paris", "unit": "C"}  # parsed by the SDK
 
-    with client.messages.stream(model="test-model", max_tokens=100, messages=_follow_up(first, {"call_s1": "18C"}), tools=[WEATHER]) as stream:
+    with client.messages.stream(
+        model="test-model", max_tokens=100, messages=_follow_up(first, {"call_s1": "18C"}), tools=[WEATHER]
+    ) as stream:
         final = stream.get_final_message()
     assert final.content[0].text == "Sunny and warm."
     sent = upstream.requests[1]["messages"]
@@ -112,7 +129,10 @@ def test_tool_loop_streaming(client, upstream):
 def test_upstream_tool_shapes_carry_type_function(client, upstream):
     history = [
         *ASK,
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}],
+        },
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]},
     ]
     client.messages.create(model="test-model", max_tokens=10, messages=history, tools=[WEATHER])
@@ -132,7 +152,10 @@ def test_parallel_tool_calls_non_streaming(client, upstream):
         ("tool_use", "call_2", "get_time", {"city": "Tokyo"}),
     ]
     client.messages.create(
-        model="test-model", max_tokens=100, messages=_follow_up(first, {"call_1": "rain", "call_2": "09:00"}), tools=[WEATHER, TIME]
+        model="test-model",
+        max_tokens=100,
+        messages=_follow_up(first, {"call_1": "rain", "call_2": "09:00"}),
+        tools=[WEATHER, TIME],
     )
     history = upstream.requests[1]["messages"]
     assert [c["id"] for c in history[1]["tool_calls"]] == ["call_1", "call_2"]
@@ -144,7 +167,11 @@ def test_parallel_tool_calls_non_streaming(client, upstream):
 
 def test_parallel_tool_calls_streaming(client, upstream):
     upstream.stream_reply(
-        _tool_stream(("call_p1", "get_weather", ['{"city":', ' "Paris"}']), ("call_p2", "get_time", ['{"city": "Tok', 'yo"}']), text="Checking both.")
+        _tool_stream(
+            ("call_p1", "get_weather", ['{"city":', ' "Paris"}']),
+            ("call_p2", "get_time", ['{"city": "Tok', 'yo"}']),
+            text="Checking both.",
+        )
     )
     with client.messages.stream(model="test-model", max_tokens=100, messages=ASK, tools=[WEATHER, TIME]) as stream:
         events = list(stream)
@@ -179,7 +206,11 @@ def test_parallel_tool_calls_whose_fragments_interleave_streaming(client, upstre
         events = list(stream)
         final = stream.get_final_message()
 
-    order = [(e.type, e.index) for e in events if e.type in ("content_block_start", "content_block_delta", "content_block_stop")]
+    order = [
+        (e.type, e.index)
+        for e in events
+        if e.type in ("content_block_start", "content_block_delta", "content_block_stop")
+    ]
     assert order == [("content_block_start", 0), ("content_block_delta", 0), ("content_block_delta", 0), ("content_block_stop", 0),
                      ("content_block_start", 1), ("content_block_delta", 1), ("content_block_delta", 1), ("content_block_stop", 1)]  # fmt: skip
     assert [(b.type, b.id, b.name, b.input) for b in final.content] == [
@@ -196,7 +227,9 @@ def test_missing_upstream_tool_ids_are_generated_and_then_kept(client, upstream)
         first = stream.get_final_message()
     use = next(b for b in first.content if b.type == "tool_use")
     assert use.id.startswith("toolu_")
-    client.messages.create(model="test-model", max_tokens=100, messages=_follow_up(first, {use.id: "cold"}), tools=[WEATHER])
+    client.messages.create(
+        model="test-model", max_tokens=100, messages=_follow_up(first, {use.id: "cold"}), tools=[WEATHER]
+    )
     history = upstream.requests[1]["messages"]
     assert history[1]["tool_calls"][0]["id"] == use.id
     assert history[2]["tool_call_id"] == use.id
@@ -204,7 +237,9 @@ def test_missing_upstream_tool_ids_are_generated_and_then_kept(client, upstream)
 
 def test_tool_choice_is_translated(client, upstream):
     for choice in ({"type": "auto"}, {"type": "any"}, {"type": "tool", "name": "get_time"}, {"type": "none"}):
-        client.messages.create(model="test-model", max_tokens=10, messages=ASK, tools=[WEATHER, TIME], tool_choice=choice)
+        client.messages.create(
+            model="test-model", max_tokens=10, messages=ASK, tools=[WEATHER, TIME], tool_choice=choice
+        )
     assert [r.get("tool_choice") for r in upstream.requests] == [
         "auto",
         "required",
@@ -212,7 +247,11 @@ def test_tool_choice_is_translated(client, upstream):
         "none",
     ]
     client.messages.create(
-        model="test-model", max_tokens=10, messages=ASK, tools=[WEATHER], tool_choice={"type": "auto", "disable_parallel_tool_use": True}
+        model="test-model",
+        max_tokens=10,
+        messages=ASK,
+        tools=[WEATHER],
+        tool_choice={"type": "auto", "disable_parallel_tool_use": True},
     )
     assert upstream.requests[-1]["parallel_tool_calls"] is False
 
@@ -228,10 +267,14 @@ def test_disable_parallel_tool_use_keeps_one_call_from_a_server_that_sent_two(cl
         upstream.json_reply(completion(None, finish="tool_calls", tool_calls=two))
     choice = {"type": "auto", "disable_parallel_tool_use": True}
     if stream:
-        with client.messages.stream(model="test-model", max_tokens=50, messages=ASK, tools=[WEATHER], tool_choice=choice) as events:
+        with client.messages.stream(
+            model="test-model", max_tokens=50, messages=ASK, tools=[WEATHER], tool_choice=choice
+        ) as events:
             message = events.get_final_message()
     else:
-        message = client.messages.create(model="test-model", max_tokens=50, messages=ASK, tools=[WEATHER], tool_choice=choice)
+        message = client.messages.create(
+            model="test-model", max_tokens=50, messages=ASK, tools=[WEATHER], tool_choice=choice
+        )
     assert [(b.type, b.id, b.input) for b in message.content] == [("tool_use", "call_a", {"city": "Paris"})]
     assert message.stop_reason == "tool_use"
 
@@ -248,14 +291,19 @@ def test_tool_result_with_error_flag_and_blocks(client, upstream):
     client.messages.create(model="test-model", max_tokens=10, messages=messages, tools=[WEATHER])
     history = upstream.requests[0]["messages"]
     tool = next(m for m in history if m["role"] == "tool")
-    assert tool["tool_call_id"] == "toolu_x" and "service down" in tool["content"] and "error" in tool["content"].lower()
+    assert (
+        tool["tool_call_id"] == "toolu_x" and "service down" in tool["content"] and "error" in tool["content"].lower()
+    )
     assert history[-1]["role"] == "user"
 
 
 def test_unanswered_tool_use_is_rejected_with_anthropics_wording(client, upstream):
     messages = [
         *ASK,
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_lost", "name": "get_weather", "input": {}}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_lost", "name": "get_weather", "input": {}}],
+        },
         {"role": "user", "content": "never mind"},
     ]
     with pytest.raises(anthropic.BadRequestError) as caught:
@@ -276,13 +324,23 @@ def test_invalid_tool_arguments_from_the_model_stream_through_as_written(gateway
     frames = sse_frames(response.text)
     names = [event for event, _ in frames]
     assert names[-1] == "message_stop" and "error" not in names
-    written = "".join(d["delta"]["partial_json"] for e, d in frames if e == "content_block_delta" and d["delta"]["type"] == "input_json_delta")
+    written = "".join(
+        d["delta"]["partial_json"]
+        for e, d in frames
+        if e == "content_block_delta" and d["delta"]["type"] == "input_json_delta"
+    )
     assert written == '{"city": Paris}'
     assert next(d for e, d in frames if e == "message_delta")["delta"]["stop_reason"] == "tool_use"
 
 
 def test_invalid_tool_arguments_non_streaming(client, upstream):
-    upstream.json_reply(completion(None, finish="tool_calls", tool_calls=[{"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": "{oops"}}]))
+    upstream.json_reply(
+        completion(
+            None,
+            finish="tool_calls",
+            tool_calls=[{"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": "{oops"}}],
+        )
+    )
     with pytest.raises(anthropic.APIStatusError) as caught:
         client.messages.create(model="test-model", max_tokens=100, messages=ASK, tools=[WEATHER])
     assert caught.value.status_code == 502
@@ -295,7 +353,9 @@ def test_tool_loop_with_the_async_client(gateway, upstream):
 
     async def run() -> tuple[anthropic.types.Message, anthropic.types.Message]:
         async with anthropic.AsyncAnthropic(base_url=gateway.url, api_key="k", max_retries=0) as aclient:
-            async with aclient.messages.stream(model="test-model", max_tokens=100, messages=ASK, tools=[WEATHER]) as stream:
+            async with aclient.messages.stream(
+                model="test-model", max_tokens=100, messages=ASK, tools=[WEATHER]
+            ) as stream:
                 first = await stream.get_final_message()
             final = await aclient.messages.create(
                 model="test-model", max_tokens=100, messages=_follow_up(first, {"call_a1": "25C"}), tools=[WEATHER]
@@ -312,7 +372,9 @@ def test_a_server_tool_id_anthropic_refuses_reaches_the_client_valid_and_the_ser
     """vLLM's Kimi-K2 parser names calls `functions.NAME:N`; Anthropic's API refuses such ids in
     a history, so the client gets an encoded one, which comes back to the server decoded."""
     kimi_id = "functions.get_weather:0"
-    upstream.json_reply(completion(None, finish="tool_calls", tool_calls=[_call(kimi_id, "get_weather", {"city": "Paris"})]))
+    upstream.json_reply(
+        completion(None, finish="tool_calls", tool_calls=[_call(kimi_id, "get_weather", {"city": "Paris"})])
+    )
     first = client.messages.create(model="test-model", max_tokens=50, messages=ASK, tools=[WEATHER])
     call = first.content[0]
     assert call.type == "tool_use" and re.fullmatch(r"[a-zA-Z0-9_-]+", call.id)
@@ -340,4 +402,7 @@ def test_a_server_reusing_tool_ids_gives_the_client_unique_ones_and_gets_its_own
     second = client.messages.create(model="test-model", max_tokens=50, messages=history, tools=[WEATHER])
     assert second.content[0].id not in ids  # "0" again: taken by the conversation
     sent = upstream.requests[-1]["messages"]
-    assert [c["id"] for c in sent[1]["tool_calls"]] == ["0", "0"] and [m["tool_call_id"] for m in sent[2:4]] == ["0", "0"]
+    assert [c["id"] for c in sent[1]["tool_calls"]] == ["0", "0"] and [m["tool_call_id"] for m in sent[2:4]] == [
+        "0",
+        "0",
+    ]

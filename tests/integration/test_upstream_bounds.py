@@ -12,10 +12,10 @@ import pytest
 
 from dragoman.core.config import from_dict
 from dragoman.upstream.transport import inflate
-from tests.fake_anthropic import FakeAnthropic, NativeReply
-from tests.fakes import Reply, chunk, completion
-from tests.samples import MiB, gzip_bomb
-from tests.servers import GatewayServer, sse_frames
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply
+from tests.support.fakes import Reply, chunk, completion
+from tests.support.samples import MiB, gzip_bomb
+from tests.support.servers import GatewayServer, sse_frames
 
 USER = [{"role": "user", "content": "Hello"}]
 VALID = {"model": "test-model", "max_tokens": 10, "messages": USER}
@@ -53,7 +53,9 @@ def test_an_oversized_reply_is_a_502_naming_the_size(gateway, upstream):
 
 def test_a_reply_whose_body_stops_after_its_headers_is_a_504(make_gateway, upstream):
     gateway = make_gateway(upstream={"idle_timeout": 0.3})
-    upstream.queue(Reply(chunks=[b'{"id": "chatcmpl-1", ', ("sleep", 5)], headers={"content-type": "application/json"}, done=False))
+    upstream.queue(
+        Reply(chunks=[b'{"id": "chatcmpl-1", ', ("sleep", 5)], headers={"content-type": "application/json"}, done=False)
+    )
     message = _error(_post(gateway.url, VALID, timeout=4), 504, "timeout_error")
     assert "upstream default timed out" in message and "no bytes for 0.3 s" in message
 
@@ -111,6 +113,8 @@ def test_passthrough_a_gzip_bomb_reply_is_a_502(passthrough, native):
 
 def test_passthrough_a_reply_whose_body_stops_after_its_headers_is_a_504(passthrough, native):
     gateway = passthrough(idle_timeout=0.3)
-    native.replies.append(NativeReply(events=[b'{"id": "msg_1", ', ("sleep", 5)], headers={"content-type": "application/json"}))
+    native.replies.append(
+        NativeReply(events=[b'{"id": "msg_1", ', ("sleep", 5)], headers={"content-type": "application/json"})
+    )
     message = _error(_post(gateway.url, {**VALID, "model": "claude-test"}, timeout=4), 504, "timeout_error")
     assert "upstream native timed out" in message

@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fakes import FakeUpstream, text_stream
-from tests.forward_proxy import ForwardProxy
-from tests.samples import self_signed
-from tests.servers import sse_frames
+from tests.support.fakes import FakeUpstream, text_stream
+from tests.support.forward_proxy import ForwardProxy
+from tests.support.samples import self_signed
+from tests.support.servers import sse_frames
 
 BODY = {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
 CREDENTIALS = "Basic " + base64.b64encode(b"user:pw").decode()
@@ -38,7 +38,9 @@ def _tls_upstream(cert: tuple[Path, Path]) -> FakeUpstream:
 
 def test_messages_through_a_proxy_in_absolute_form_with_its_credentials(make_gateway, upstream):
     with ForwardProxy().in_thread() as proxy:
-        gateway = make_gateway(upstream={"proxy": f"http://user:pw@127.0.0.1:{proxy.port}"}, server={"default_model": "test-model"})
+        gateway = make_gateway(
+            upstream={"proxy": f"http://user:pw@127.0.0.1:{proxy.port}"}, server={"default_model": "test-model"}
+        )
         response = _post(gateway, BODY)
         assert response.status_code == 200, response.text
         assert response.json()["content"] == [{"type": "text", "text": "Hello!"}]
@@ -53,7 +55,9 @@ def test_messages_through_a_proxy_in_absolute_form_with_its_credentials(make_gat
 
 def test_a_stream_through_a_proxy_arrives_whole(make_gateway, upstream):
     with ForwardProxy().in_thread() as proxy:
-        gateway = make_gateway(upstream={"proxy": f"http://user:pw@127.0.0.1:{proxy.port}"}, server={"default_model": "test-model"})
+        gateway = make_gateway(
+            upstream={"proxy": f"http://user:pw@127.0.0.1:{proxy.port}"}, server={"default_model": "test-model"}
+        )
         upstream.stream_reply(text_stream("Hel", "lo ", "there"))
         response = _post(gateway, {**BODY, "stream": True})
         assert response.status_code == 200, response.text
@@ -61,7 +65,9 @@ def test_a_stream_through_a_proxy_arrives_whole(make_gateway, upstream):
         text = "".join(data["delta"]["text"] for event, data in frames if event == "content_block_delta")
         assert text == "Hello there"
         assert frames[-1][0] == "message_stop"
-        assert any(s.line.startswith(f"POST http://127.0.0.1:{upstream.port}/v1/chat/completions ") for s in proxy.forwarded)
+        assert any(
+            s.line.startswith(f"POST http://127.0.0.1:{upstream.port}/v1/chat/completions ") for s in proxy.forwarded
+        )
 
 
 def test_repeated_requests_reuse_the_connection_to_the_proxy(make_gateway, upstream):
@@ -89,7 +95,9 @@ def test_an_https_upstream_through_a_proxy_with_a_ca_bundle(make_gateway, cert):
             assert {s.line for s in proxy.connects} == {f"CONNECT 127.0.0.1:{upstream.port} HTTP/1.1"}
             assert all(s.headers["proxy-authorization"] == CREDENTIALS for s in proxy.connects)
             assert len(upstream.requests) == 1
-            assert "proxy-authorization" not in {name.lower() for name in upstream.headers[0]}  # not sent inside the tunnel
+            assert "proxy-authorization" not in {
+                name.lower() for name in upstream.headers[0]
+            }  # not sent inside the tunnel
     finally:
         upstream.stop()
 
@@ -112,7 +120,16 @@ def test_a_proxy_refusing_connect_is_a_502_naming_the_status_not_the_credentials
 
 
 def test_the_environment_proxy_is_used_when_none_is_configured(make_gateway, upstream, monkeypatch):
-    for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"):
+    for name in (
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "all_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "ALL_PROXY",
+    ):
         monkeypatch.delenv(name, raising=False)
     with ForwardProxy().in_thread() as proxy:
         monkeypatch.setenv("HTTP_PROXY", f"http://env:pw@127.0.0.1:{proxy.port}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.packaging
@@ -21,13 +21,19 @@ pytestmark = pytest.mark.packaging
 
 def test_the_wheel_installs_into_a_clean_environment_and_serves(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)], check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)], check=True, timeout=300
+    )
     (wheel,) = wheels.glob("dragoman-*.whl")
     env_dir = tmp_path / "env"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)], check=True, timeout=600)
-    version = subprocess.run([str(env_dir / "bin" / "dragoman"), "--version"], capture_output=True, text=True, check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)], check=True, timeout=600
+    )
+    version = subprocess.run(
+        [str(env_dir / "bin" / "dragoman"), "--version"], capture_output=True, text=True, check=True
+    )
     assert "dragoman" in version.stdout
     port = free_port()
     server = subprocess.Popen(
@@ -41,7 +47,9 @@ def test_the_wheel_installs_into_a_clean_environment_and_serves(tmp_path: Path) 
                 assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).json() == {"status": "ok"}
                 break
             except httpx.TransportError:
-                assert time.monotonic() < deadline and server.poll() is None, server.stderr.read() if server.stderr else ""
+                assert time.monotonic() < deadline and server.poll() is None, (
+                    server.stderr.read() if server.stderr else ""
+                )
                 time.sleep(0.2)
     finally:
         server.terminate()

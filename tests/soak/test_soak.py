@@ -18,7 +18,7 @@ import aiohttp
 import httpx
 import pytest
 
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CONCURRENCY = 200
@@ -58,7 +58,12 @@ def _wait_http(url: str, process: subprocess.Popen[bytes]) -> None:
 
 async def _load(url: str, stop_at: float, samples: list[float], pid: int) -> tuple[int, int, int]:
     ok = errors = incomplete = 0
-    body = {"model": "bench-model-paced", "max_tokens": 40, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    body = {
+        "model": "bench-model-paced",
+        "max_tokens": 40,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     connector = aiohttp.TCPConnector(limit=CONCURRENCY)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
 

@@ -10,7 +10,11 @@ KEYS = frozenset({"sk-one", "sk-two"})
 
 
 def request(key: str | None = None, *, bearer: bool = False) -> Request:
-    headers = [] if key is None else [(b"authorization", f"Bearer {key}".encode()) if bearer else (b"x-api-key", key.encode())]
+    headers = (
+        []
+        if key is None
+        else [(b"authorization", f"Bearer {key}".encode()) if bearer else (b"x-api-key", key.encode())]
+    )
     return Request({"type": "http", "method": "GET", "path": "/v1/files", "headers": headers, "query_string": b""})
 
 
@@ -37,7 +41,9 @@ def test_keys_of_one_tenant_are_one_owner_and_other_keys_are_not() -> None:
     tenants = {"sk-old": "team-a", "sk-new": "team-a"}
     keys = KEYS | frozenset(tenants)
     old = auth.owner(request("sk-old"), keys, shared=False, tenants=tenants)
-    assert old == auth.owner(request("sk-new", bearer=True), keys, shared=False, tenants=tenants)  # a rotated key keeps its data
+    assert old == auth.owner(
+        request("sk-new", bearer=True), keys, shared=False, tenants=tenants
+    )  # a rotated key keeps its data
     assert old != auth.owner(request("sk-one"), keys, shared=False, tenants=tenants)
     assert "team-a" not in old and len(old) == 32
     assert auth.owner(request("sk-old"), keys, shared=True, tenants=tenants) == ""

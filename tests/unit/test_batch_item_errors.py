@@ -93,7 +93,9 @@ def runner(tmp_path: Path) -> Any:
         async def main() -> list[tuple[str, str]]:
             gateway = Gateway(config)
             runner = Runner(gateway.pipeline, gateway.metrics, config.batches, lambda *_: None, lambda: None)
-            record = Record(id="msgbatch_01t", owner="", created=time.time(), expires=time.time() + 60, total=len(items), headers={})
+            record = Record(
+                id="msgbatch_01t", owner="", created=time.time(), expires=time.time() + 60, total=len(items), headers={}
+            )
             try:
                 errors = []
                 for index, item in enumerate(items):

@@ -25,9 +25,15 @@ from dragoman.core.errors import InvalidRequest
 from dragoman.core.gateway import Gateway
 
 
-def _batch(root: Path, name: str, n: int, created: float | None = None, expires_in: float = 3600) -> tuple[Path, Record]:
+def _batch(
+    root: Path, name: str, n: int, created: float | None = None, expires_in: float = 3600
+) -> tuple[Path, Record]:
     body = json.dumps(
-        {"requests": [{"custom_id": f"r{i}", "params": {"model": "m", "max_tokens": 8, "messages": []}} for i in range(n)]}
+        {
+            "requests": [
+                {"custom_id": f"r{i}", "params": {"model": "m", "max_tokens": 8, "messages": []}} for i in range(n)
+            ]
+        }
     ).encode()
     now = time.time() if created is None else created
     record = Record(id="msgbatch_01" + name, owner="", created=now, expires=now + expires_in, total=n, headers={})
@@ -183,7 +189,10 @@ def test_stopped_batches_end_in_the_sweep_one_at_a_time(tmp_path: Path) -> None:
     for path in root.iterdir():
         ended = json.loads((path / "ended.json").read_bytes())
         assert ended["counts"]["expired"] == 3 and ended["counts"]["processing"] == 0
-        assert sorted(json.loads(line)["result"]["type"] for line in (path / "results.jsonl").read_bytes().splitlines()) == ["expired"] * 3
+        assert (
+            sorted(json.loads(line)["result"]["type"] for line in (path / "results.jsonl").read_bytes().splitlines())
+            == ["expired"] * 3
+        )
     assert batches._runner.room() == 2  # no batch slot taken
 
 
@@ -235,9 +244,7 @@ def test_a_sweep_still_running_at_shutdown_starts_no_batch(tmp_path: Path) -> No
     started = asyncio.run(main())
     results = root / batch_id / "results.jsonl"
     written = results.read_bytes() if results.exists() else b""
-    assert started == [] and written == b"", (
-        f"started after shutdown: {started}; results written: {written[:300]!r}"
-    )
+    assert started == [] and written == b"", f"started after shutdown: {started}; results written: {written[:300]!r}"
 
 
 def test_deleted_batches_are_kept_within_a_bound_and_a_cursor_naming_a_recent_one_still_places(

@@ -15,7 +15,9 @@ import pytest
 from dragoman.batches.store import BatchStore, Ended, Record
 from dragoman.protocol.batches import RequestCounts
 
-BODY = json.dumps({"requests": [{"custom_id": "a", "params": {"model": "m"}}, {"custom_id": "b", "params": {"model": "m"}}]}).encode()
+BODY = json.dumps(
+    {"requests": [{"custom_id": "a", "params": {"model": "m"}}, {"custom_id": "b", "params": {"model": "m"}}]}
+).encode()
 
 
 def record(batch_id: str = "msgbatch_01abc") -> Record:
@@ -55,7 +57,11 @@ def test_the_first_cancel_wins(tmp_path: Path) -> None:
     assert where.cancel(5.0) == 5.0
     assert where.cancel(9.0) == 5.0
     assert where.canceled_at() == 5.0
-    assert sorted(p.name for p in where.path.iterdir()) == ["batch.json", "canceled", "requests.json"]  # no temporary file left
+    assert sorted(p.name for p in where.path.iterdir()) == [
+        "batch.json",
+        "canceled",
+        "requests.json",
+    ]  # no temporary file left
 
 
 def test_an_empty_cancel_marker_is_no_cancel(tmp_path: Path) -> None:
@@ -106,4 +112,7 @@ def test_debris_of_crashes_is_cleared(tmp_path: Path) -> None:
     stale.mkdir()
     os.utime(stale, (time.time() - 7200, time.time() - 7200))  # a create that never finished
     store.clear_debris()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".msgbatch_01new.new", "msgbatch_01abc"]  # a create may be under way
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".msgbatch_01new.new",
+        "msgbatch_01abc",
+    ]  # a create may be under way

@@ -114,7 +114,15 @@ def test_registry_load_round_trips_a_cache_file(tmp_path):
 
 @pytest.mark.parametrize(
     "content",
-    [None, b"", b"{not json", b"\xff\xfe\x00garbage", b"[1, 2, 3]", b'"a string"', b'{"p": {"models": {"m": {"reasoning": tr'],
+    [
+        None,
+        b"",
+        b"{not json",
+        b"\xff\xfe\x00garbage",
+        b"[1, 2, 3]",
+        b'"a string"',
+        b'{"p": {"models": {"m": {"reasoning": tr',
+    ],
     ids=["missing", "empty", "not-json", "not-utf8", "list", "string", "truncated"],
 )
 def test_registry_load_of_a_missing_or_corrupt_file_is_empty(tmp_path, content):
@@ -247,7 +255,9 @@ def _silent_listener() -> socket.socket:
     return listener
 
 
-@pytest.mark.parametrize("existing", [None, "{}", json.dumps(MODELS_DEV)], ids=["no-cache", "empty-cache", "full-cache"])
+@pytest.mark.parametrize(
+    "existing", [None, "{}", json.dumps(MODELS_DEV)], ids=["no-cache", "empty-cache", "full-cache"]
+)
 def test_refresh_with_the_network_unreachable_returns_none_and_leaves_the_cache(monkeypatch, tmp_path, existing):
     monkeypatch.setattr(capabilities, "REGISTRY_URL", f"http://127.0.0.1:{_closed_port()}/api.json")
     path = tmp_path / "cache" / "models.dev.json"
@@ -257,7 +267,9 @@ def test_refresh_with_the_network_unreachable_returns_none_and_leaves_the_cache(
         old = time.time() - 10 * capabilities.REFRESH_AFTER
         os.utime(path, (old, old))
         before = path.stat().st_mtime
-    result = asyncio.run(asyncio.wait_for(refresh_registry(path, timeout=60), 10))  # refused at once: no wait for the timeout
+    result = asyncio.run(
+        asyncio.wait_for(refresh_registry(path, timeout=60), 10)
+    )  # refused at once: no wait for the timeout
     assert result is None
     if existing is None:
         assert not path.exists() and not path.with_suffix(".tmp").exists()
@@ -271,7 +283,9 @@ def test_refresh_against_a_silent_server_gives_up_within_its_timeout(monkeypatch
     try:
         monkeypatch.setattr(capabilities, "REGISTRY_URL", f"http://127.0.0.1:{listener.getsockname()[1]}/api.json")
         path = tmp_path / "models.dev.json"
-        assert asyncio.run(asyncio.wait_for(refresh_registry(path, timeout=0.3), 10)) is None  # None: its own timeout, not wait_for's
+        assert (
+            asyncio.run(asyncio.wait_for(refresh_registry(path, timeout=0.3), 10)) is None
+        )  # None: its own timeout, not wait_for's
         assert not path.exists()
     finally:
         listener.close()
@@ -369,7 +383,9 @@ def test_route_caps_come_from_the_model_config():
 
 
 def test_route_caps_decide_by_registry_then_name_when_the_config_is_silent():
-    registry = Registry.from_json({"p": {"models": {"llama-3.1-8b": {"reasoning": True}, "qwen3-8b": {"reasoning": False}}}})
+    registry = Registry.from_json(
+        {"p": {"models": {"llama-3.1-8b": {"reasoning": True}, "qwen3-8b": {"reasoning": False}}}}
+    )
     router = _router(
         [
             {"name": "a", "upstream": "u", "upstream_model": "llama-3.1-8b"},

@@ -21,7 +21,7 @@ from dragoman.core.profiles import PROFILES
 from dragoman.protocol import anthropic as a
 from dragoman.translate.request import BILLING_PREFIX, ModelCaps, to_chat_request
 from dragoman.translate.thinking import ReasoningCaps
-from tests.helpers import wire
+from tests.support.helpers import wire
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude_code"
 MAIN_LOOP = ["main_loop_turn1", "main_loop_turn2", "bare_turn2"]
@@ -29,7 +29,16 @@ ALL = [*MAIN_LOOP, "session_title"]
 PROFILE_NAMES = ["vllm", "llamacpp"]
 CAPS = {"plain": ModelCaps(), "reasoning": ModelCaps(reasoning=ReasoningCaps(reasoning=True))}
 # Fields and block keys only Anthropic understands; none may reach an OpenAI-compatible backend.
-ANTHROPIC_ONLY = ("cache_control", "defer_loading", "context_management", "output_config", "signature", "thinking", "metadata", "user_id")
+ANTHROPIC_ONLY = (
+    "cache_control",
+    "defer_loading",
+    "context_management",
+    "output_config",
+    "signature",
+    "thinking",
+    "metadata",
+    "user_id",
+)
 
 
 @cache
@@ -41,7 +50,9 @@ def translate(name: str, profile: str, caps: str = "plain") -> dict[str, Any]:
     """The JSON body the backend gets for a fixture."""
     body = fixture(name)
     request = a.MESSAGES_REQUEST.decode(json.dumps(body).encode())
-    translated = to_chat_request(request, upstream_model="served", profile=PROFILES[profile], caps=CAPS[caps], stream=body["stream"])
+    translated = to_chat_request(
+        request, upstream_model="served", profile=PROFILES[profile], caps=CAPS[caps], stream=body["stream"]
+    )
     return wire(translated.chat)
 
 
@@ -107,7 +118,17 @@ def test_fixtures_have_claude_codes_shapes() -> None:
     assert blocks(turn2["messages"][2])[0]["signature"] == ""
     assert tool_results(turn2)[0].get("cache_control") == {"type": "ephemeral"}
     used = keywords([t["input_schema"] for t in fixture("main_loop_turn1")["tools"]])
-    assert {"$schema", "anyOf", "additionalProperties", "propertyNames", "const", "enum", "exclusiveMinimum", "format", "pattern"} <= used
+    assert {
+        "$schema",
+        "anyOf",
+        "additionalProperties",
+        "propertyNames",
+        "const",
+        "enum",
+        "exclusiveMinimum",
+        "format",
+        "pattern",
+    } <= used
     assert fixture("session_title")["tools"] == [] and "format" in fixture("session_title")["output_config"]
 
 
@@ -173,7 +194,13 @@ def test_every_tool_survives_with_its_schema_intact(name: str, profile: str) -> 
 def test_echoed_thinking_blocks_are_dropped(name: str, profile: str, caps: str) -> None:
     body = fixture(name)
     chat = translate(name, profile, caps)
-    thoughts = [b["thinking"] for m in body["messages"] if m["role"] == "assistant" for b in blocks(m) if b["type"] == "thinking"]
+    thoughts = [
+        b["thinking"]
+        for m in body["messages"]
+        if m["role"] == "assistant"
+        for b in blocks(m)
+        if b["type"] == "thinking"
+    ]
     assert thoughts
     for message in chat["messages"]:
         if message["role"] == "assistant":
@@ -191,11 +218,13 @@ def test_tool_use_ids_and_result_pairing_are_preserved(name: str, profile: str) 
     roles = [m["role"] for m in chat["messages"]]
     assistant_at = roles.index("assistant")
     assistant = chat["messages"][assistant_at]
-    assert [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in assistant["tool_calls"]] == [
-        (u["id"], u["name"], u["input"]) for u in uses
-    ]
+    assert [
+        (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in assistant["tool_calls"]
+    ] == [(u["id"], u["name"], u["input"]) for u in uses]
     answers = chat["messages"][assistant_at + 1 : assistant_at + 1 + len(results)]
-    assert [(m["role"], m["tool_call_id"], m["content"]) for m in answers] == [("tool", r["tool_use_id"], r["content"]) for r in results]
+    assert [(m["role"], m["tool_call_id"], m["content"]) for m in answers] == [
+        ("tool", r["tool_use_id"], r["content"]) for r in results
+    ]
     assert roles[-1] == "tool"  # nothing after the tool results: the cache_control-only block adds no user turn
 
 

@@ -32,9 +32,13 @@ def test_the_summarizing_request_asks_last_with_no_tools_and_its_own_or_the_give
     asked = summarizing(request)
     assert asked.tools is None and asked.tool_choice is None and asked.stop_sequences is None and not asked.stream
     assert asked.compaction is None and asked.messages[-1].content == INSTRUCTIONS
-    mine = summarizing(_request([{"role": "user", "content": "hi"}], compaction={"type": "summarize", "instructions": " Be terse. "}))
+    mine = summarizing(
+        _request([{"role": "user", "content": "hi"}], compaction={"type": "summarize", "instructions": " Be terse. "})
+    )
     assert mine.messages[-1].content == "Be terse."
-    blank = summarizing(_request([{"role": "user", "content": "hi"}], compaction={"type": "summarize", "instructions": "  "}))
+    blank = summarizing(
+        _request([{"role": "user", "content": "hi"}], compaction={"type": "summarize", "instructions": "  "})
+    )
     assert blank.messages[-1].content == INSTRUCTIONS  # empty or blank counts as absent
 
 
@@ -53,7 +57,9 @@ def test_the_reply_is_one_compaction_block() -> None:
     message = anthropic.Message(id="msg_1", model="m", content=[anthropic.OutTextBlock(text=" Summary. ")], stop_reason="end_turn",
                                 stop_sequence=None, usage=anthropic.Usage(input_tokens=1, output_tokens=2))  # fmt: skip
     compacted = summary_of(message)
-    assert compacted.stop_reason == "compaction" and compacted.content == [anthropic.OutCompactionBlock(content="Summary.")]
+    assert compacted.stop_reason == "compaction" and compacted.content == [
+        anthropic.OutCompactionBlock(content="Summary.")
+    ]
     empty = summary_of(msgspec.structs.replace(message, content=[]))
     assert empty.content == [anthropic.OutCompactionBlock(content=None)]  # a failed compaction, as the API marks it
 

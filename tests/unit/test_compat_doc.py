@@ -12,7 +12,9 @@ def test_compatibility_doc_is_current():
         [sys.executable, str(ROOT / "scripts" / "gen_compat.py")], capture_output=True, text=True, check=True
     ).stdout
     committed = (ROOT / "docs" / "compatibility.md").read_text()
-    assert generated == committed, "docs/compatibility.md is stale: run python scripts/gen_compat.py > docs/compatibility.md"
+    assert generated == committed, (
+        "docs/compatibility.md is stale: run python scripts/gen_compat.py > docs/compatibility.md"
+    )
 
 
 def test_every_request_field_has_a_status():

@@ -60,7 +60,11 @@ def test_anthropic_protocol() -> None:
         ({"upstreams": {"x": {"url": "http://a", "flavour": "vllm"}}}, "upstreams.x.flavour:", "unknown"),
         ({"upstreams": {"x": {"url": "http://a", "flavor": "tgi"}}}, "upstreams.x.flavor:", "tgi"),
         ({"upstreams": {"x": {"url": "http://a", "idle_timeout": 0}}}, "upstreams.x.idle_timeout:", "positive"),
-        ({"upstreams": {"x": {"url": "http://a", "protocol": "anthropic", "flavor": "vllm"}}}, "upstreams.x.flavor:", "unknown"),
+        (
+            {"upstreams": {"x": {"url": "http://a", "protocol": "anthropic", "flavor": "vllm"}}},
+            "upstreams.x.flavor:",
+            "unknown",
+        ),
         ({"upstreams": "http://a"}, "upstreams:", ""),
         ({"upstreams": {"x": "http://a"}}, "upstreams.x:", ""),
         (good(models=[{"name": "qwen", "upstream": "nowhere"}]), "models.0.upstream:", "nowhere"),
@@ -76,7 +80,9 @@ def test_errors_name_the_key(data: dict[str, Any], prefix: str, fragment: str) -
 
 
 def test_unknown_upstream_lists_the_known_ones() -> None:
-    message = failure(good(upstreams={"a": {"url": "http://a"}, "b": {"url": "http://b"}}, models=[{"name": "m", "upstream": "c"}]))
+    message = failure(
+        good(upstreams={"a": {"url": "http://a"}, "b": {"url": "http://b"}}, models=[{"name": "m", "upstream": "c"}])
+    )
     assert "'c'" in message and "a, b" in message
 
 
@@ -112,7 +118,9 @@ def test_unreadable_files(tmp_path: Path, content: str | None, fragment: str) ->
 
 
 def test_upstream_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    loaded = config.from_dict(good(upstreams={"local": {"url": "http://a", "api_key": "inline", "api_key_env": "DRAGOMAN_TEST_KEY"}}))
+    loaded = config.from_dict(
+        good(upstreams={"local": {"url": "http://a", "api_key": "inline", "api_key_env": "DRAGOMAN_TEST_KEY"}})
+    )
     upstream = loaded.upstreams["local"]
     monkeypatch.setenv("DRAGOMAN_TEST_KEY", "from-env")
     assert loaded.upstream_key(upstream) == "from-env"
@@ -127,7 +135,9 @@ def test_server_api_keys_merge_file_and_environment(monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize("value", [None, "", " , "])
-def test_api_keys_env_without_a_key_is_a_startup_error_not_an_open_gateway(monkeypatch: pytest.MonkeyPatch, value: str | None) -> None:
+def test_api_keys_env_without_a_key_is_a_startup_error_not_an_open_gateway(
+    monkeypatch: pytest.MonkeyPatch, value: str | None
+) -> None:
     if value is None:
         monkeypatch.delenv("DRAGOMAN_TEST_KEYS", raising=False)
     else:
@@ -142,13 +152,34 @@ def test_api_keys_env_without_a_key_is_a_startup_error_not_an_open_gateway(monke
 @pytest.mark.parametrize(
     ("data", "prefix"),
     [
-        (good(upstreams={"local": {"url": "http://a", "max_concurrent": 0}}), "upstreams.local.max_concurrent: must be 1 or more"),
-        (good(upstreams={"local": {"url": "http://a", "max_queue": -1}}), "upstreams.local.max_queue: must be 0 or more"),
-        (good(upstreams={"local": {"url": "http://a", "max_retries": -1}}), "upstreams.local.max_retries: must be 0 or more"),
-        (good(upstreams={"local": {"url": "http://a", "retry_budget": -1.0}}), "upstreams.local.retry_budget: must be 0 or more"),
-        (good(models=[{"name": "q", "upstream": "local", "context_window": 0}]), "models.0.context_window: must be a positive"),
-        (good(models=[{"name": "q", "upstream": "local", "max_output_tokens": -5}]), "models.0.max_output_tokens: must be a positive"),
-        (good(models=[{"name": "q", "upstream": "local", "reasoning_efforts": []}]), "models.0.reasoning_efforts: at least one"),
+        (
+            good(upstreams={"local": {"url": "http://a", "max_concurrent": 0}}),
+            "upstreams.local.max_concurrent: must be 1 or more",
+        ),
+        (
+            good(upstreams={"local": {"url": "http://a", "max_queue": -1}}),
+            "upstreams.local.max_queue: must be 0 or more",
+        ),
+        (
+            good(upstreams={"local": {"url": "http://a", "max_retries": -1}}),
+            "upstreams.local.max_retries: must be 0 or more",
+        ),
+        (
+            good(upstreams={"local": {"url": "http://a", "retry_budget": -1.0}}),
+            "upstreams.local.retry_budget: must be 0 or more",
+        ),
+        (
+            good(models=[{"name": "q", "upstream": "local", "context_window": 0}]),
+            "models.0.context_window: must be a positive",
+        ),
+        (
+            good(models=[{"name": "q", "upstream": "local", "max_output_tokens": -5}]),
+            "models.0.max_output_tokens: must be a positive",
+        ),
+        (
+            good(models=[{"name": "q", "upstream": "local", "reasoning_efforts": []}]),
+            "models.0.reasoning_efforts: at least one",
+        ),
         (good(server={"max_request_bytes": 0}), "server.max_request_bytes: must be positive"),
         (good(server={"fetch_max_bytes": 0}), "server.fetch_max_bytes: must be positive"),
         (good(server={"fetch_timeout": 0.0}), "server.fetch_timeout: must be positive"),
@@ -159,7 +190,13 @@ def test_numbers_out_of_range_are_startup_errors(data: dict[str, Any], prefix: s
 
 
 def test_zero_queue_and_retries_are_allowed() -> None:
-    loaded = config.from_dict(good(upstreams={"local": {"url": "http://a", "max_concurrent": 1, "max_queue": 0, "max_retries": 0, "retry_budget": 0.0}}))
+    loaded = config.from_dict(
+        good(
+            upstreams={
+                "local": {"url": "http://a", "max_concurrent": 1, "max_queue": 0, "max_retries": 0, "retry_budget": 0.0}
+            }
+        )
+    )
     assert loaded.upstreams["local"].max_queue == 0
 
 
@@ -186,11 +223,15 @@ def test_a_proxy_must_be_an_http_url(proxy: str) -> None:
 
 
 def test_a_proxy_error_does_not_print_its_credentials() -> None:
-    message = failure(good(upstreams={"local": {"url": "http://127.0.0.1:8000/v1", "proxy": "https://user:s3cret@proxy:3128"}}))
+    message = failure(
+        good(upstreams={"local": {"url": "http://127.0.0.1:8000/v1", "proxy": "https://user:s3cret@proxy:3128"}})
+    )
     assert "s3cret" not in message
 
 
-@pytest.mark.parametrize("headers", [{"x-team": "a\r\nx-admin: 1"}, {"x-team": "a\nb"}, {"bad name": "v"}, {"x:y": "v"}])
+@pytest.mark.parametrize(
+    "headers", [{"x-team": "a\r\nx-admin: 1"}, {"x-team": "a\nb"}, {"bad name": "v"}, {"x:y": "v"}]
+)
 def test_upstream_headers_cannot_smuggle_lines(headers: dict[str, str]) -> None:
     message = failure(good(upstreams={"local": {"url": "http://127.0.0.1:8000/v1", "headers": headers}}))
     assert message.startswith(f"upstreams.local.headers.{next(iter(headers))}:")
@@ -209,7 +250,9 @@ def test_a_proxy_from_the_environment_that_is_not_http_is_a_startup_error(monkey
     assert "s3cret" not in str(caught.value)
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1?key=s3cret", "http://user:s3cret@127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1#x"])
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000/v1?key=s3cret", "http://user:s3cret@127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1#x"]
+)
 def test_an_upstream_url_holds_no_query_fragment_or_credentials(url: str) -> None:
     message = failure(good(upstreams={"local": {"url": url}}))
     assert message.startswith("upstreams.local.url: a URL without a query") and "s3cret" not in message
@@ -219,7 +262,14 @@ def test_an_upstream_url_holds_no_query_fragment_or_credentials(url: str) -> Non
 
 @pytest.mark.parametrize(
     "url",
-    ["http://[::1", "http://127.0.0.1:99999/v1", "http://127.0.0.1:port/v1", "http://", "http://127.0.0.1:0/v1", "http://u:s3cret@[::1/v1"],
+    [
+        "http://[::1",
+        "http://127.0.0.1:99999/v1",
+        "http://127.0.0.1:port/v1",
+        "http://",
+        "http://127.0.0.1:0/v1",
+        "http://u:s3cret@[::1/v1",
+    ],
     ids=["unclosed-ipv6", "port-too-large", "port-not-a-number", "no-host", "port-zero", "password-in-a-bad-url"],
 )
 def test_an_upstream_url_that_cannot_be_connected_to_names_its_key(url: str) -> None:
@@ -246,7 +296,9 @@ def test_a_config_file_that_is_not_utf8_or_not_readable_is_a_config_error(tmp_pa
 def test_a_proxy_password_with_a_slash_is_not_printed() -> None:
     from dragoman.upstream.client import HttpClient
 
-    upstream = config.from_dict(good(upstreams={"local": {"url": "http://10.1.2.3:8000/v1", "proxy": "http://alice:s3c/ret@proxy:3128"}}))
+    upstream = config.from_dict(
+        good(upstreams={"local": {"url": "http://10.1.2.3:8000/v1", "proxy": "http://alice:s3c/ret@proxy:3128"}})
+    )
     with pytest.raises(ConfigError) as caught:
         HttpClient("local", upstream.upstreams["local"], None, prefix="/v1")
     assert "s3c" not in str(caught.value) and "%2F" in str(caught.value)
@@ -268,7 +320,11 @@ def test_batch_settings_must_be_positive(key: str) -> None:
 
 def test_batch_settings_are_read() -> None:
     loaded = config.from_dict(good(batches={"max_concurrent": 2, "expire_after": 60}))
-    assert loaded.batches.max_concurrent == 2 and loaded.batches.expire_after == 60 and loaded.batches.max_requests == 100_000
+    assert (
+        loaded.batches.max_concurrent == 2
+        and loaded.batches.expire_after == 60
+        and loaded.batches.max_requests == 100_000
+    )
     assert loaded.batches.max_queued_requests == 500_000
 
 
@@ -298,7 +354,9 @@ def test_files_max_total_bytes_must_be_an_integer() -> None:
 
 
 def test_tenant_keys_are_api_keys_and_name_their_tenant() -> None:
-    loaded = config.from_dict(good(server={"api_keys": ["sk-solo"], "tenants": {"team-a": ["sk-old", "sk-new"], "team-b": ["sk-b"]}}))
+    loaded = config.from_dict(
+        good(server={"api_keys": ["sk-solo"], "tenants": {"team-a": ["sk-old", "sk-new"], "team-b": ["sk-b"]}})
+    )
     assert config.server_api_keys(loaded) == {"sk-solo", "sk-old", "sk-new", "sk-b"}
     assert config.key_tenants(loaded) == {"sk-old": "team-a", "sk-new": "team-a", "sk-b": "team-b"}
 

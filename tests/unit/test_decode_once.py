@@ -15,7 +15,9 @@ def gateway(upstreams: dict[str, Any]) -> Gateway:
 
 
 def test_only_translating_upstreams() -> None:
-    assert gateway({"a": {"url": "http://127.0.0.1:9/v1"}, "b": {"url": "http://127.0.0.1:8/v1", "protocol": "openai"}}).translates_only
+    assert gateway(
+        {"a": {"url": "http://127.0.0.1:9/v1"}, "b": {"url": "http://127.0.0.1:8/v1", "protocol": "openai"}}
+    ).translates_only
 
 
 def test_a_passthrough_upstream_keeps_the_envelope() -> None:

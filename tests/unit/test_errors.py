@@ -27,7 +27,9 @@ from dragoman.core.errors import (
 )
 
 PROMPT_TOO_LONG = re.compile(r"^prompt is too long: (\d+) tokens > (\d+) maximum")
-MAX_TOKENS_TOO_LARGE = re.compile(r"^input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+), decrease input length or `max_tokens` and try again")
+MAX_TOKENS_TOO_LARGE = re.compile(
+    r"^input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+), decrease input length or `max_tokens` and try again"
+)
 
 
 def raw(body: Any) -> bytes:
@@ -76,8 +78,12 @@ PROMPT_OVERFLOWS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("status", "body", "numbers"), [c[1:] for c in PROMPT_OVERFLOWS], ids=[c[0] for c in PROMPT_OVERFLOWS])
-def test_context_overflow_becomes_prompt_is_too_long_with_numbers(status: int, body: Any, numbers: tuple[int, int]) -> None:
+@pytest.mark.parametrize(
+    ("status", "body", "numbers"), [c[1:] for c in PROMPT_OVERFLOWS], ids=[c[0] for c in PROMPT_OVERFLOWS]
+)
+def test_context_overflow_becomes_prompt_is_too_long_with_numbers(
+    status: int, body: Any, numbers: tuple[int, int]
+) -> None:
     error = from_upstream(status, raw(body), upstream="local")
     assert isinstance(error, InvalidRequest) and error.status == 400 and error.type == "invalid_request_error"
     match = PROMPT_TOO_LONG.match(error.message)
@@ -106,8 +112,12 @@ MAX_TOKENS_OVERFLOWS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("body", "numbers"), [c[1:] for c in MAX_TOKENS_OVERFLOWS], ids=[c[0] for c in MAX_TOKENS_OVERFLOWS])
-def test_prompt_plus_max_tokens_overflow_uses_anthropics_max_tokens_wording(body: Any, numbers: tuple[int, int, int]) -> None:
+@pytest.mark.parametrize(
+    ("body", "numbers"), [c[1:] for c in MAX_TOKENS_OVERFLOWS], ids=[c[0] for c in MAX_TOKENS_OVERFLOWS]
+)
+def test_prompt_plus_max_tokens_overflow_uses_anthropics_max_tokens_wording(
+    body: Any, numbers: tuple[int, int, int]
+) -> None:
     error = from_upstream(400, raw(body), upstream="local")
     assert isinstance(error, InvalidRequest)
     match = MAX_TOKENS_TOO_LARGE.match(error.message)
@@ -128,7 +138,9 @@ OVERFLOWS_WITHOUT_NUMBERS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("body", [c[1] for c in OVERFLOWS_WITHOUT_NUMBERS], ids=[c[0] for c in OVERFLOWS_WITHOUT_NUMBERS])
+@pytest.mark.parametrize(
+    "body", [c[1] for c in OVERFLOWS_WITHOUT_NUMBERS], ids=[c[0] for c in OVERFLOWS_WITHOUT_NUMBERS]
+)
 def test_context_overflow_without_numbers_is_still_prompt_is_too_long(body: Any) -> None:
     error = from_upstream(400, raw(body), upstream="local")
     assert isinstance(error, InvalidRequest)
@@ -138,8 +150,14 @@ def test_context_overflow_without_numbers_is_still_prompt_is_too_long(body: Any)
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens.", "prompt is too long: 5000 tokens > 4096 maximum"),
-        ("The input (5000 tokens) is longer than the model's context length (4096 tokens).", "prompt is too long: 5000 tokens > 4096 maximum"),
+        (
+            "This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens.",
+            "prompt is too long: 5000 tokens > 4096 maximum",
+        ),
+        (
+            "The input (5000 tokens) is longer than the model's context length (4096 tokens).",
+            "prompt is too long: 5000 tokens > 4096 maximum",
+        ),
     ],
 )
 def test_context_overflow_reported_inside_a_stream(text: str, expected: str) -> None:
@@ -156,24 +174,83 @@ def test_other_stream_errors_are_upstream_errors() -> None:
 @pytest.mark.parametrize(
     ("status", "body", "kind", "client_status", "client_type", "fragment"),
     [
-        (400, openai_error("'temperature' must be <= 2"), InvalidRequest, 400, "invalid_request_error", "'temperature' must be <= 2"),
-        (404, openai_error("The model `qwen` does not exist.", type="NotFoundError", code=404), NotFound, 404, "not_found_error", "The model `qwen` does not exist."),
+        (
+            400,
+            openai_error("'temperature' must be <= 2"),
+            InvalidRequest,
+            400,
+            "invalid_request_error",
+            "'temperature' must be <= 2",
+        ),
+        (
+            404,
+            openai_error("The model `qwen` does not exist.", type="NotFoundError", code=404),
+            NotFound,
+            404,
+            "not_found_error",
+            "The model `qwen` does not exist.",
+        ),
         (408, b"Request Timeout", UpstreamTimeout, 504, "timeout_error", "Request Timeout"),
         (413, b"Payload Too Large", RequestTooLarge, 413, "request_too_large", "Payload Too Large"),
-        (422, {"detail": [{"loc": ["body", "messages"], "msg": "Field required", "type": "missing"}]}, InvalidRequest, 400, "invalid_request_error", "Field required"),
-        (429, openai_error("Rate limit reached for requests", type="requests", code="rate_limit_exceeded"), RateLimited, 429, "rate_limit_error", "Rate limit reached"),
+        (
+            422,
+            {"detail": [{"loc": ["body", "messages"], "msg": "Field required", "type": "missing"}]},
+            InvalidRequest,
+            400,
+            "invalid_request_error",
+            "Field required",
+        ),
+        (
+            429,
+            openai_error("Rate limit reached for requests", type="requests", code="rate_limit_exceeded"),
+            RateLimited,
+            429,
+            "rate_limit_error",
+            "Rate limit reached",
+        ),
         (500, openai_error("boom", type="server_error", code=500), UpstreamError, 502, "api_error", "boom"),
         (500, b"Internal Server Error", UpstreamError, 502, "api_error", "Internal Server Error"),
         (502, b"<html><body>Bad Gateway</body></html>", UpstreamError, 502, "api_error", "Bad Gateway"),
-        (503, openai_error("Loading model", type="unavailable_error", code=503), Overloaded, 529, "overloaded_error", "Loading model"),
+        (
+            503,
+            openai_error("Loading model", type="unavailable_error", code=503),
+            Overloaded,
+            529,
+            "overloaded_error",
+            "Loading model",
+        ),
         (529, b"overloaded", Overloaded, 529, "overloaded_error", "overloaded"),
         (504, b"Gateway Timeout", UpstreamTimeout, 504, "timeout_error", "Gateway Timeout"),
-        (401, openai_error("Invalid API key", type="authentication_error", code=401), UpstreamError, 502, "api_error", "Invalid API key"),
+        (
+            401,
+            openai_error("Invalid API key", type="authentication_error", code=401),
+            UpstreamError,
+            502,
+            "api_error",
+            "Invalid API key",
+        ),
         (407, b"Proxy Authentication Required", UpstreamError, 502, "api_error", "Proxy Authentication Required"),
     ],
-    ids=["400", "404", "408", "413", "422", "429", "500-json", "500-text", "502-html", "503", "529", "504", "401", "407"],
+    ids=[
+        "400",
+        "404",
+        "408",
+        "413",
+        "422",
+        "429",
+        "500-json",
+        "500-text",
+        "502-html",
+        "503",
+        "529",
+        "504",
+        "401",
+        "407",
+    ],
 )
-def test_status_mapping(status: int, body: Any, kind: type[GatewayError], client_status: int, client_type: str, fragment: str) -> None:
+def test_status_mapping(
+    status: int, body: Any, kind: type[GatewayError], client_status: int, client_type: str, fragment: str
+) -> None:
     error = from_upstream(status, raw(body), upstream="local")
     assert type(error) is kind
     assert (error.status, error.type) == (client_status, client_type)
@@ -224,8 +301,13 @@ SECRET = "sk-proj-Zx81kQ0aLmN3pQr7StUvWxYz12345678"
 @pytest.mark.parametrize(
     ("status", "body"),
     [
-        (401, openai_error(f"Incorrect API key provided: {SECRET}. You can find your API key at https://platform.openai.com/account/api-keys.",
-                           code="invalid_api_key")),
+        (
+            401,
+            openai_error(
+                f"Incorrect API key provided: {SECRET}. You can find your API key at https://platform.openai.com/account/api-keys.",
+                code="invalid_api_key",
+            ),
+        ),
         (401, {"error": f"invalid header Authorization: Bearer {SECRET}"}),
         (403, f"Forbidden for key {SECRET}".encode()),
         (400, openai_error(f"Invalid request: authorization=Bearer {SECRET}")),
@@ -246,7 +328,11 @@ def test_credentials_are_not_repeated_from_a_stream_error() -> None:
 def test_error_body_and_event_use_anthropics_envelope() -> None:
     error = from_upstream(503, raw(openai_error("busy")), upstream="local")
     body = msgspec.json.decode(error.body("req_123"))
-    assert body == {"type": "error", "error": {"type": "overloaded_error", "message": error.message}, "request_id": "req_123"}
+    assert body == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": error.message},
+        "request_id": "req_123",
+    }
     event = error.event()
     assert event.startswith(b"event: error\ndata: ") and event.endswith(b"\n\n")
     data = msgspec.json.decode(event.split(b"data: ", 1)[1])
@@ -258,7 +344,10 @@ def test_a_registered_key_is_redacted_even_where_the_message_is_shortened() -> N
 
     key = "gsk_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123"
     register_secret(key)
-    for body in (b"x" * 1980 + b" bad key " + key.encode(), b'{"error": "' + b"y" * 1980 + b" bad key " + key.encode() + b'"}'):
+    for body in (
+        b"x" * 1980 + b" bad key " + key.encode(),
+        b'{"error": "' + b"y" * 1980 + b" bad key " + key.encode() + b'"}',
+    ):
         message = from_upstream(401, body, upstream="u").message
         assert "gsk_" not in message and "ABCDEFG" not in message
 

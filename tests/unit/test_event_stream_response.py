@@ -73,7 +73,10 @@ def test_a_gateway_error_mid_stream_becomes_an_error_event() -> None:
     assert first == DELTA and end == b""
     name, data = error.decode().strip().split("\n")
     assert name == "event: error"
-    assert json.loads(data.removeprefix("data: "))["error"]["message"] == "upstream up sent nothing for longer than its idle timeout"
+    assert (
+        json.loads(data.removeprefix("data: "))["error"]["message"]
+        == "upstream up sent nothing for longer than its idle timeout"
+    )
     assert outcome.error_type == "timeout_error"
     assert outcome.upstream_failed and metrics.recorded == [outcome]
 

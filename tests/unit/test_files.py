@@ -48,8 +48,13 @@ def test_saved_files_are_listed_newest_first_and_deleted(tmp_path: Path) -> None
         with pytest.raises(NotFound):
             files.metadata(first.id, owner="")
         assert [f["id"] for f in (await files.page({}, owner=""))["data"]] == [second.id]
-        assert [p.name for p in (tmp_path / "files").iterdir()] == ["shared"]  # the owner "": no keys, or keys that share
-        assert sorted(p.name for p in (tmp_path / "files" / "shared").iterdir()) == [second.id, second.id + ".json"]  # no temporaries left
+        assert [p.name for p in (tmp_path / "files").iterdir()] == [
+            "shared"
+        ]  # the owner "": no keys, or keys that share
+        assert sorted(p.name for p in (tmp_path / "files" / "shared").iterdir()) == [
+            second.id,
+            second.id + ".json",
+        ]  # no temporaries left
 
     asyncio.run(main())
 
@@ -77,7 +82,11 @@ def test_file_sources_are_replaced_by_the_content(tmp_path: Path) -> None:
         raw = body(
             {"type": "image", "source": {"type": "file", "file_id": image.id}},
             {"type": "document", "source": {"type": "file", "file_id": text.id}, "title": "kept"},
-            {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "document", "source": {"type": "file", "file_id": pdf.id}}]},
+            {
+                "type": "tool_result",
+                "tool_use_id": "t",
+                "content": [{"type": "document", "source": {"type": "file", "file_id": pdf.id}}],
+            },
             {"type": "text", "text": "file_id is just text here"},
         )
         assert names_a_file(raw)
@@ -85,7 +94,10 @@ def test_file_sources_are_replaced_by_the_content(tmp_path: Path) -> None:
 
     content = asyncio.run(main())["messages"][0]["content"]
     assert content[0]["source"] == {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png).decode()}
-    assert content[1]["source"] == {"type": "text", "media_type": "text/plain", "data": "naïve note"} and content[1]["title"] == "kept"
+    assert (
+        content[1]["source"] == {"type": "text", "media_type": "text/plain", "data": "naïve note"}
+        and content[1]["title"] == "kept"
+    )
     assert content[2]["content"][0]["source"]["media_type"] == "application/pdf"
     assert base64.b64decode(content[2]["content"][0]["source"]["data"]) == b"%PDF-1.4 tiny"
     assert content[3] == {"type": "text", "text": "file_id is just text here"}
@@ -101,7 +113,9 @@ def test_a_body_without_file_sources_is_returned_as_is(tmp_path: Path) -> None:
     ({"type": "document", "source": {"type": "file", "file_id": "BIN"}}, InvalidRequest, "a document must be a PDF or text"),
     ({"type": "document", "source": {"type": "file", "file_id": 7}}, InvalidRequest, "messages.0.content.0.source.file_id: a string"),
 ])  # fmt: skip
-def test_a_file_source_that_cannot_be_used_names_the_field(tmp_path: Path, block: dict, error: type, fragment: str) -> None:
+def test_a_file_source_that_cannot_be_used_names_the_field(
+    tmp_path: Path, block: dict, error: type, fragment: str
+) -> None:
     files = store(tmp_path)
 
     async def main() -> None:
@@ -123,7 +137,9 @@ def test_requests_are_scanned_only_once_a_file_exists(tmp_path: Path) -> None:
     assert other.in_use() and mine.in_use()
 
 
-def test_an_owner_directory_made_in_the_tick_of_a_look_is_still_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_owner_directory_made_in_the_tick_of_a_look_is_still_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A look into the empty directory, then a new owner's upload within the same mtime tick
     (the mtime stays as it was, and no later change moves it): the upload is still seen."""
     files, other = store(tmp_path), store(tmp_path)
@@ -131,14 +147,18 @@ def test_an_owner_directory_made_in_the_tick_of_a_look_is_still_seen(tmp_path: P
     root.mkdir()
     tick = 1_700_000_000_000_000_000
     os.utime(root, ns=(tick, tick))
-    monkeypatch.setattr("dragoman.files.store.time", SimpleNamespace(time_ns=lambda: tick + 1_000_000))  # the look, 1 ms later
+    monkeypatch.setattr(
+        "dragoman.files.store.time", SimpleNamespace(time_ns=lambda: tick + 1_000_000)
+    )  # the look, 1 ms later
     assert not files.in_use()
     asyncio.run(other.save("a.txt", "text/plain", b"x", owner=A))
     os.utime(root, ns=(tick, tick))  # made in that same tick
     assert files.in_use()
 
 
-def test_an_empty_directory_is_looked_into_once_its_mtime_is_old(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_empty_directory_is_looked_into_once_its_mtime_is_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The fast path stays one stat: an old mtime is trusted, and a change to it is seen."""
     files = store(tmp_path)
     root = tmp_path / "files"
@@ -179,7 +199,9 @@ def test_a_small_request_naming_a_large_file_many_times_is_refused_not_grown(tmp
 
 def test_a_deeply_nested_body_is_left_to_the_request_decoder(tmp_path: Path) -> None:
     raw = b'{"file_id": 1, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    assert asyncio.run(store(tmp_path).resolve(raw, 10**9, owner="")) is raw  # the usual 400 comes from decoding it, not a 500 here
+    assert (
+        asyncio.run(store(tmp_path).resolve(raw, 10**9, owner="")) is raw
+    )  # the usual 400 comes from decoding it, not a 500 here
 
 
 def test_foreign_or_corrupt_metadata_is_not_a_file(tmp_path: Path) -> None:
@@ -195,7 +217,10 @@ def test_foreign_or_corrupt_metadata_is_not_a_file(tmp_path: Path) -> None:
 def test_a_filename_keeps_only_its_last_component(tmp_path: Path) -> None:
     meta = asyncio.run(store(tmp_path).save("../../etc/passwd", "text/plain", b"x", owner=""))
     assert meta.filename == "passwd"
-    assert asyncio.run(store(tmp_path).save("C:\\\\Users\\\\me\\\\notes.txt", "text/plain", b"x", owner="")).filename == "notes.txt"
+    assert (
+        asyncio.run(store(tmp_path).save("C:\\\\Users\\\\me\\\\notes.txt", "text/plain", b"x", owner="")).filename
+        == "notes.txt"
+    )
 
 
 def test_uploads_are_private_to_the_gateway_user(tmp_path: Path) -> None:
@@ -300,7 +325,9 @@ def test_named_in_tells_bodies_that_may_name_a_stored_file_and_skips_the_stat_fo
     small_without = body({"type": "text", "text": "hi"})
     small_with = body({"type": "document", "source": {"type": "file", "file_id": "file_x"}})
     large_without = body({"type": "text", "text": "x" * 20_000})
-    large_with = body({"type": "text", "text": "x" * 20_000}, {"type": "image", "source": {"type": "file", "file_id": "file_y"}})
+    large_with = body(
+        {"type": "text", "text": "x" * 20_000}, {"type": "image", "source": {"type": "file", "file_id": "file_y"}}
+    )
     assert not files.named_in(small_with) and not files.named_in(large_with)  # nothing uploaded yet
     asyncio.run(files.save("a.txt", "text/plain", b"one", owner=""))
     assert files.named_in(small_with) and files.named_in(large_with)
@@ -309,7 +336,9 @@ def test_named_in_tells_bodies_that_may_name_a_stored_file_and_skips_the_stat_fo
     fresh = store(tmp_path)  # another process: it learns of uploads from the directory
     stats: list[object] = []
     real_stat = __import__("os").stat
-    monkeypatch.setattr("dragoman.files.store.os.stat", lambda path, *a, **k: stats.append(path) or real_stat(path, *a, **k))
+    monkeypatch.setattr(
+        "dragoman.files.store.os.stat", lambda path, *a, **k: stats.append(path) or real_stat(path, *a, **k)
+    )
     assert not fresh.named_in(small_without)
     assert stats == []  # a small body without a file id costs no system call
     assert fresh.named_in(small_with)
@@ -355,7 +384,9 @@ def test_flat_files_are_served_before_and_after_being_moved_into_their_owners_di
     files = FileStore(FilesConfig(dir=str(directory), max_files=3))
 
     def served(*uploaded: str) -> None:
-        assert sorted(f["id"] for f in asyncio.run(files.page({}, owner=A))["data"]) == sorted(["file_011Gone", "file_011Mine", *uploaded])
+        assert sorted(f["id"] for f in asyncio.run(files.page({}, owner=A))["data"]) == sorted(
+            ["file_011Gone", "file_011Mine", *uploaded]
+        )
         assert [f["id"] for f in asyncio.run(files.page({}, owner=""))["data"]] == ["file_011Shared"]
         raw = body({"type": "document", "source": {"type": "file", "file_id": "file_011Mine"}})
         assert "one" in asyncio.run(files.resolve(raw, 10**9, owner=A)).decode()
@@ -369,7 +400,9 @@ def test_flat_files_are_served_before_and_after_being_moved_into_their_owners_di
         asyncio.run(files.save("a.txt", "text/plain", b"x", owner=A))
 
     asyncio.run(files.adopt_flat())
-    assert sorted(p.name for p in directory.iterdir() if p.is_file()) == ["file_011Foreign.json"]  # not ours: left as it is
+    assert sorted(p.name for p in directory.iterdir() if p.is_file()) == [
+        "file_011Foreign.json"
+    ]  # not ours: left as it is
     assert {p.name for p in (directory / A).iterdir()} >= {"file_011Mine", "file_011Mine.json", "file_011Gone.json"}
     assert sorted(p.name for p in (directory / "shared").iterdir()) == ["file_011Shared", "file_011Shared.json"]
     served(third)
@@ -377,7 +410,9 @@ def test_flat_files_are_served_before_and_after_being_moved_into_their_owners_di
     assert not list(directory.rglob("file_011Mine*"))
 
 
-def test_two_processes_moving_the_flat_files_at_once_lose_and_double_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_processes_moving_the_flat_files_at_once_lose_and_double_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     directory = tmp_path / "files"
     for n in range(4):
         flat(directory, f"file_011N{n}", f"content {n}".encode(), owner=(A, B)[n % 2])
@@ -397,7 +432,9 @@ def test_two_processes_moving_the_flat_files_at_once_lose_and_double_none(tmp_pa
     for n in range(4):
         owner = (A, B)[n % 2]
         assert [p.relative_to(directory) for p in directory.rglob(f"file_011N{n}*")] in (
-            [Path(owner, f"file_011N{n}"), Path(owner, f"file_011N{n}.json")], [Path(owner, f"file_011N{n}.json"), Path(owner, f"file_011N{n}")])
+            [Path(owner, f"file_011N{n}"), Path(owner, f"file_011N{n}.json")],
+            [Path(owner, f"file_011N{n}.json"), Path(owner, f"file_011N{n}")],
+        )
         assert asyncio.run(content_of(one, f"file_011N{n}", owner=owner)) == f"content {n}".encode()
 
 
@@ -409,7 +446,9 @@ def test_a_file_moved_while_it_is_looked_up_is_found(tmp_path: Path, monkeypatch
     real, moved = Path.read_bytes, []
 
     def read_bytes(path: Path) -> bytes:
-        if path == directory / "file_011Moving.json" and not moved:  # the owner's directory was looked in: now it moves there
+        if (
+            path == directory / "file_011Moving.json" and not moved
+        ):  # the owner's directory was looked in: now it moves there
             moved.append(path)
             asyncio.run(mover.adopt_flat())
         return real(path)

@@ -14,7 +14,9 @@ from dragoman.protocol import openai
 from dragoman.translate.request import ModelCaps
 
 WINDOW = 1000
-PROMPT = [openai.UserMessage(content="word " * WINDOW)]  # more bytes than the window: the prompt is counted, as `count` says
+PROMPT = [
+    openai.UserMessage(content="word " * WINDOW)
+]  # more bytes than the window: the prompt is counted, as `count` says
 
 
 @pytest.mark.parametrize(

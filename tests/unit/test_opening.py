@@ -119,6 +119,7 @@ def test_a_body_that_begins_is_an_answer_and_the_same_response_is_read() -> None
 
 def test_no_body_byte_within_the_timeout_of_the_request_sends_it_again_and_the_instance_is_silent() -> None:
     """The deadline is the request's first_byte_timeout, not the watch's (600 s here)."""
+
     async def main() -> None:
         client, first, second = Client(), Head(), Head()
         second.begin.set()
@@ -165,6 +166,7 @@ def test_not_sent_again_the_stream_times_out_naming_the_wait() -> None:
 
 def test_a_stream_closed_while_sent_again_cancels_that_request_and_ends_the_trial() -> None:
     """The client left: the instance asked again stops working on it, and one on trial is free."""
+
     async def main() -> None:
         client, first = Client(), Head()
         reads = watch(interval=0.02)
@@ -210,6 +212,7 @@ def test_a_resend_answered_without_an_event_stream_is_an_upstream_error() -> Non
 
 def test_a_body_that_ends_or_breaks_before_a_byte_is_no_answer_and_the_request_is_sent_again() -> None:
     """The instance is passed over as unreachable (test_reopening: through the real client)."""
+
     async def main() -> None:
         client, first, second = Client(), Head(has_bytes=False), Head()
         first.begin.set()
@@ -224,6 +227,7 @@ def test_a_body_that_ends_or_breaks_before_a_byte_is_no_answer_and_the_request_i
 
 def test_a_body_that_ends_or_breaks_before_a_byte_not_sent_again_is_read_as_it_ended() -> None:
     """The loop's read reports how it ended (an `error` event)."""
+
     async def main() -> None:
         client, first = Client(resends=False), Head(has_bytes=False)
         first.begin.set()

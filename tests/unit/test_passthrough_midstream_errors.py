@@ -57,7 +57,9 @@ def test_an_error_event_in_another_shape_goes_out_in_anthropics_envelope(data: b
 
 def test_anthropics_envelope_goes_out_as_it_came() -> None:
     # Spaces, its key order, and a field dragoman does not know: the server's bytes, not dragoman's encoding of them.
-    sent = error_event(b'{"type": "error", "error": {"message": "Overloaded", "type": "overloaded_error"}, "request_id": "req_up"}')
+    sent = error_event(
+        b'{"type": "error", "error": {"message": "Overloaded", "type": "overloaded_error"}, "request_id": "req_up"}'
+    )
     body, outcome, _ = relay([*BEFORE, sent])
     assert body.endswith(sent) and body.count(b"event: error") == 1
     assert outcome.error_type == "overloaded_error" and outcome.upstream_failed
@@ -68,12 +70,18 @@ def test_the_gateways_key_is_redacted_in_either_shape() -> None:
     anthropic_shape = error_event(json.dumps(envelope("api_error", "key midstream-secret-key")).encode())
     body, _, _ = relay([*BEFORE, anthropic_shape])
     assert body.endswith(anthropic_shape.replace(b"midstream-secret-key", b"[redacted]"))
-    body, _, _ = relay([*BEFORE, error_event(b'{"code":500,"message":"key midstream-secret-key","type":"server_error"}')])
+    body, _, _ = relay(
+        [*BEFORE, error_event(b'{"code":500,"message":"key midstream-secret-key","type":"server_error"}')]
+    )
     assert b"midstream-secret-key" not in body and events_of(body)[-1][1]["error"]["message"].endswith("key [redacted]")
 
 
 LLAMA = error_event(LLAMA_500)
-REWRITTEN = error_event(json.dumps(envelope("api_error", "upstream native answered 500: server_error: boom"), separators=(",", ":")).encode())
+REWRITTEN = error_event(
+    json.dumps(
+        envelope("api_error", "upstream native answered 500: server_error: boom"), separators=(",", ":")
+    ).encode()
+)
 
 
 @pytest.mark.parametrize(
@@ -133,7 +141,9 @@ ANTHROPIC_OVERLOADED = b'{"type":"error","error":{"type":"overloaded_error","mes
     ids=["llama-no-line-end", "llama-no-blank-line", "anthropic", "unnamed-openai", "text-line-ended"],
 )  # fmt: skip
 @pytest.mark.parametrize("cut", [None, 9, 25], ids=["one-read", "cut-in-name", "cut-in-data"])
-def test_an_error_event_cut_off_by_the_streams_end_is_its_end(line_ends, tail: bytes, expected: dict, cut: int | None) -> None:
+def test_an_error_event_cut_off_by_the_streams_end_is_its_end(
+    line_ends, tail: bytes, expected: dict, cut: int | None
+) -> None:
     reads = line_ends([*BEFORE, tail])
     if cut is not None:
         reads[-1:] = [reads[-1][:cut], reads[-1][cut:]]
@@ -168,7 +178,11 @@ def test_an_event_cut_off_that_is_no_whole_error_leaves_the_stream_incomplete(ta
 # OpenAI's shape unnamed, `data: {"error": {...}}` with no `event:` line, mid-stream: the
 # stream's end, as `{"type": "error", ...}` unnamed is, and rewritten into Anthropic's envelope.
 OPENAI_UNNAMED = b"data: " + OPENAI_SERVER + b"\n\n"
-OPENAI_REWRITTEN = error_event(json.dumps(envelope("api_error", "upstream native answered 502: server_error: boom"), separators=(",", ":")).encode())
+OPENAI_REWRITTEN = error_event(
+    json.dumps(
+        envelope("api_error", "upstream native answered 502: server_error: boom"), separators=(",", ":")
+    ).encode()
+)
 
 
 @pytest.mark.parametrize("line_ends", [lambda reads: reads, crlf], ids=["lf", "crlf"])
@@ -183,7 +197,9 @@ OPENAI_REWRITTEN = error_event(json.dumps(envelope("api_error", "upstream native
     ],
     ids=["whole", "cut-in-name", "cut-in-object", "done-after", "spaced"],
 )
-def test_an_unnamed_openai_error_mid_stream_is_the_streams_end_in_anthropics_envelope(line_ends, tail: list[bytes]) -> None:
+def test_an_unnamed_openai_error_mid_stream_is_the_streams_end_in_anthropics_envelope(
+    line_ends, tail: list[bytes]
+) -> None:
     body, outcome, response = relay(line_ends([*BEFORE, *tail]))
     assert body.endswith(line_ends([b'"text":"hi"}}\n\n' + OPENAI_REWRITTEN])[0])
     assert body.count(b"error") == OPENAI_REWRITTEN.count(b"error") and b"[DONE]" not in body

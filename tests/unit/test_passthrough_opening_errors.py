@@ -70,7 +70,9 @@ RETRIED, NOT_RETRIED = True, False  # by the SDKs (status >= 500 or 429, and no 
     ids=["invalid-request", "not-found", "too-large", "rate-limit", "api-error", "timeout", "overloaded", "authentication",
          "permission", "unknown-type", "vllm-type", "llama-overflow", "llama-unavailable", "openai-invalid", "openai-server", "text"],
 )  # fmt: skip
-def test_an_opening_error_event_maps_to_the_status_the_server_would_have_answered(data, status, kind, message, retried) -> None:
+def test_an_opening_error_event_maps_to_the_status_the_server_would_have_answered(
+    data, status, kind, message, retried
+) -> None:
     error = from_error_event(data, upstream="native", retry_after="7")
     assert (error.status, error.type, error.message) == (status, kind, message)
     assert error.is_upstream  # counted as the upstream's failure
@@ -86,7 +88,9 @@ def test_an_opening_error_keeps_its_error_code_and_never_the_gateways_key() -> N
                                                   "details": {"error_code": "some_code"}}}).encode()  # fmt: skip
     error = from_error_event(data, upstream="native")
     assert error.message == "key [redacted]" and error.details == {"error_code": "some_code"}
-    llama = from_error_event(b'{"code":400,"message":"key opening-secret-key","type":"invalid_request_error"}', upstream="native")
+    llama = from_error_event(
+        b'{"code":400,"message":"key opening-secret-key","type":"invalid_request_error"}', upstream="native"
+    )
     assert "opening-secret-key" not in llama.message and "[redacted]" in llama.message
 
 
@@ -110,7 +114,9 @@ def test_the_first_event_of_a_head_is_an_error_or_not(head: bytes, found: bytes 
     assert error_event_data(head) == found
 
 
-def relay(reads: list[bytes], headers: dict[str, str] | None = None, committed: bool = False) -> tuple[bytes, GatewayError | None, Outcome]:
+def relay(
+    reads: list[bytes], headers: dict[str, str] | None = None, committed: bool = False
+) -> tuple[bytes, GatewayError | None, Outcome]:
     """What the relay yields before it ends, and the error it raises, if any."""
     config = from_dict({"upstreams": {"native": {"url": "http://127.0.0.1:9", "protocol": "anthropic"}}})
     backend = AnthropicBackend("native", config.upstreams["native"], config)  # type: ignore[arg-type]
@@ -163,7 +169,9 @@ def test_an_error_event_after_anything_went_out_is_relayed_as_it_came(reads: lis
     [([b":\n\n", OVERLOADED[:-1]], False), ([OVERLOADED[:-2]], True), ([OVERLOADED[:20], OVERLOADED[20:-1]], True)],
     ids=["after-a-servers-comment", "after-our-comments", "after-our-comments-cut"],
 )
-def test_an_error_event_closed_on_without_its_blank_line_after_anything_went_out_is_the_streams_end(reads, committed, crlf) -> None:
+def test_an_error_event_closed_on_without_its_blank_line_after_anything_went_out_is_the_streams_end(
+    reads, committed, crlf
+) -> None:
     # Nothing but comments went out, and the 200 with them: the event, completed, ends the stream (no HTTP error now).
     line_ends = (lambda b: b.replace(b"\n", b"\r\n")) if crlf else (lambda b: b)
     sent, error, outcome = relay([line_ends(read) for read in reads], committed=committed)

@@ -179,7 +179,9 @@ def test_an_upstream_error_event_is_recorded_as_the_upstreams_error() -> None:
     assert outcome.error_type == "overloaded_error" and outcome.upstream_failed
 
 
-@pytest.mark.parametrize("reads", [[BLOCK, DELTA, STOP, END], [BLOCK + DELTA + STOP + END]], ids=["event-by-event", "one-read"])
+@pytest.mark.parametrize(
+    "reads", [[BLOCK, DELTA, STOP, END], [BLOCK + DELTA + STOP + END]], ids=["event-by-event", "one-read"]
+)
 def test_a_stream_without_message_start_gets_one_before_its_first_event(reads: list[bytes]) -> None:
     # llama-server sends none when the reply's first token is part of a character (an emoji).
     body, outcome, response = relay(reads)
@@ -239,7 +241,10 @@ def test_only_the_missing_fields_are_put_in_and_a_servers_own_are_kept() -> None
     end = BARE_END.replace(b'"stop_reason":"end_turn"', b'"stop_reason":"refusal",' + refusal)
     body, _, _ = relay([START, BLOCK, DELTA, STOP, end])
     delta = events_of(body)[-2][1]["delta"]
-    assert delta["stop_details"] == {"type": "refusal", "category": "cyber", "explanation": None} and delta["container"] is None
+    assert (
+        delta["stop_details"] == {"type": "refusal", "category": "cyber", "explanation": None}
+        and delta["container"] is None
+    )
 
 
 def test_a_text_that_names_the_events_is_not_rewritten() -> None:
@@ -300,7 +305,9 @@ def test_a_non_streamed_reply_gets_the_missing_null_fields(body: bytes, added: d
 
 @pytest.mark.parametrize("comments", [[b":\n\n"], [b":\n\n", b": still reading\r\n\r\n"], [b":", b"\n\n:\n\n"]],
                          ids=["one", "two-crlf", "cut"])  # fmt: skip
-def test_a_servers_own_comments_before_message_start_go_on_and_the_head_is_still_the_head(comments: list[bytes]) -> None:
+def test_a_servers_own_comments_before_message_start_go_on_and_the_head_is_still_the_head(
+    comments: list[bytes],
+) -> None:
     # llama-server sends `:` lines while it reads a long prompt; the head is the event after them.
     body, outcome, _ = relay([*comments, START, BLOCK, DELTA, STOP, END])
     sent = b"".join(comments)

@@ -123,7 +123,9 @@ def test_first_byte_timeout_then_idle_timeout() -> None:
         return events, loop.time() - start
 
     events, took = run(bounded(main()))
-    assert events[:-1] == ["ping"] * len(events[:-1]) and len(events) >= 3  # pings meanwhile (a stall of 0.45 s could skip them)
+    assert (
+        events[:-1] == ["ping"] * len(events[:-1]) and len(events) >= 3
+    )  # pings meanwhile (a stall of 0.45 s could skip them)
     assert events[-1] == "upstream up sent nothing for longer than its idle timeout"
     assert took >= 0.5 - CLOCK_SLACK  # and the first-byte timeout, not the idle one: that would pass `bounded`
 

@@ -37,7 +37,9 @@ def breaks(how: str, head_read: asyncio.Event) -> Any:
         await peer.send(CLOSE_DELIMITED_HEAD if how == "close-delimited" else STREAM_HEAD)
         await head_read.wait()
         if how == "reset":
-            peer.writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            peer.writer.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
         peer.close()
 
     return handler
@@ -56,7 +58,9 @@ async def answers(peer: Peer) -> None:
 
 
 def client_for(*roots: str, **settings: Any) -> HttpClient:
-    upstream = OpenAIUpstream(url=roots[0] + "/v1", replicas=[root + "/v1" for root in roots[1:]], **{"max_retries": 2, **settings})
+    upstream = OpenAIUpstream(
+        url=roots[0] + "/v1", replicas=[root + "/v1" for root in roots[1:]], **{"max_retries": 2, **settings}
+    )
     return HttpClient("up", upstream, None, prefix="/v1")
 
 
@@ -112,7 +116,11 @@ def test_a_second_stream_broken_after_its_head_is_not_sent_again() -> None:
 
     async def main() -> None:
         head_read = asyncio.Event()
-        async with Script(breaks("close", head_read)) as first, Script(breaks("close", head_read)) as second, Script(answers) as third:
+        async with (
+            Script(breaks("close", head_read)) as first,
+            Script(breaks("close", head_read)) as second,
+            Script(answers) as third,
+        ):
             client = client_for(first.root, second.root, third.root)
             outcome = SimpleNamespace(retries=0)
             try:

@@ -163,6 +163,9 @@ def test_the_log_says_when_an_instance_falls_silent_and_when_it_answers_again(ca
         replicas.answered(A)
         replicas.answered(A)  # answering as usual: not news either
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
-        ("WARNING", f"upstream up: instance {A} did not answer in time; passed over for 30 s, then sent one request at a time until it answers"),
+        (
+            "WARNING",
+            f"upstream up: instance {A} did not answer in time; passed over for 30 s, then sent one request at a time until it answers",
+        ),
         ("INFO", f"upstream up: instance {A} answers again"),
     ]

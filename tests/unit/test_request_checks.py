@@ -68,7 +68,13 @@ INTERLEAVED = frozenset({"claude-code-20250219", "interleaved-thinking-2025-05-1
 
 
 def _think(max_tokens: int, thinking: dict[str, Any], betas: frozenset[str] = frozenset(), **fields: Any) -> None:
-    body = {"model": "m", "max_tokens": max_tokens, "messages": [{"role": "user", "content": "hi"}], "thinking": thinking, **fields}
+    body = {
+        "model": "m",
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": "hi"}],
+        "thinking": thinking,
+        **fields,
+    }
     request = msgspec.json.decode(msgspec.json.encode(body), type=anthropic.MessagesRequest)
     to_chat_request(request, upstream_model="m", profile=PROFILES["generic"], stream=False, betas=betas)
 
@@ -121,14 +127,18 @@ def test_thinking_budget_refused_as_anthropic_does(
     ids=["claude-code-legacy", "claude-code-legacy-no-beta", "claude-code-max-thinking-tokens", "just-below-max",
          "interleaved-past-max", "adaptive", "adaptive-omitted", "disabled", "enabled-auto", "enabled-none", "disabled-forced"],
 )  # fmt: skip
-def test_thinking_anthropic_accepts_passes(max_tokens: int, thinking: dict[str, Any], betas: frozenset[str], fields: dict[str, Any]) -> None:
+def test_thinking_anthropic_accepts_passes(
+    max_tokens: int, thinking: dict[str, Any], betas: frozenset[str], fields: dict[str, Any]
+) -> None:
     _think(max_tokens, thinking, betas, **fields)
 
 
 def test_betas_are_read_comma_separated_and_from_repeated_headers() -> None:
     from starlette.datastructures import Headers
 
-    repeated = Headers(raw=[(b"anthropic-beta", b"a-beta, interleaved-thinking-2025-05-14"), (b"anthropic-beta", b"b-beta,")])
+    repeated = Headers(
+        raw=[(b"anthropic-beta", b"a-beta, interleaved-thinking-2025-05-14"), (b"anthropic-beta", b"b-beta,")]
+    )
     assert anthropic.betas(repeated) == {"a-beta", "interleaved-thinking-2025-05-14", "b-beta"}
     assert anthropic.betas({"anthropic-beta": "x ,y"}) == {"x", "y"}  # a batch's stored headers: a plain dict
     assert anthropic.betas({}) == frozenset()

@@ -13,7 +13,10 @@ from dragoman.translate.thinking import ReasoningCaps
 SCHEMA = {"type": "object", "properties": {}}
 
 
-def _chat(body: dict, caps: ModelCaps = ModelCaps()) -> dict:
+PLAIN = ModelCaps()
+
+
+def _chat(body: dict, caps: ModelCaps = PLAIN) -> dict:
     request = anthropic.MESSAGES_REQUEST.decode(msgspec.json.encode({"model": "m", "max_tokens": 10, **body}))
     translated = to_chat_request(request, upstream_model="m", profile=PROFILES["vllm"], caps=caps, stream=False)
     return msgspec.json.decode(openai.ENCODER.encode(translated.chat))
@@ -34,7 +37,16 @@ def test_a_tool_reference_loads_the_deferred_tool_and_reads_as_text():
     messages = [
         {"role": "user", "content": "find a fetch tool"},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "search", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "tool_reference", "tool_name": "fetch"}]}]},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "t1",
+                    "content": [{"type": "tool_reference", "tool_name": "fetch"}],
+                }
+            ],
+        },
     ]
     chat = _chat({"tools": TOOLS, "messages": messages})
     assert [t["function"]["name"] for t in chat["tools"]] == ["search", "fetch"]
@@ -48,10 +60,18 @@ def test_max_tokens_zero_sends_one_token_upstream():
 
 
 def _reasoning_translator(omit: bool) -> list:
-    translator = StreamTranslator(model="m", message_id="msg_1", new_tool_id=lambda: "toolu_1", surface_thinking=True, omit_thinking_text=omit)
+    translator = StreamTranslator(
+        model="m", message_id="msg_1", new_tool_id=lambda: "toolu_1", surface_thinking=True, omit_thinking_text=omit
+    )
     events = translator.start()
-    events += translator.feed(openai.ChatChunk(choices=[openai.ChunkChoice(delta=openai.ResponseMessage(reasoning="secret plan"))]))
-    events += translator.feed(openai.ChatChunk(choices=[openai.ChunkChoice(delta=openai.ResponseMessage(content="answer"), finish_reason="stop")]))
+    events += translator.feed(
+        openai.ChatChunk(choices=[openai.ChunkChoice(delta=openai.ResponseMessage(reasoning="secret plan"))])
+    )
+    events += translator.feed(
+        openai.ChatChunk(
+            choices=[openai.ChunkChoice(delta=openai.ResponseMessage(content="answer"), finish_reason="stop")]
+        )
+    )
     return msgspec.to_builtins(events + translator.finish())
 
 
@@ -67,7 +87,12 @@ def test_thinking_display_omitted_keeps_the_block_and_signature_but_not_the_text
 def test_display_omitted_is_planned_from_the_request():
     caps = ModelCaps(reasoning=ReasoningCaps(reasoning=True))
     request = msgspec.convert(
-        {"model": "m", "max_tokens": 10, "thinking": {"type": "adaptive", "display": "omitted"}, "messages": [{"role": "user", "content": "hi"}]},
+        {
+            "model": "m",
+            "max_tokens": 10,
+            "thinking": {"type": "adaptive", "display": "omitted"},
+            "messages": [{"role": "user", "content": "hi"}],
+        },
         anthropic.MessagesRequest,
     )
     translated = to_chat_request(request, upstream_model="m", profile=PROFILES["vllm"], caps=caps, stream=True)

@@ -116,7 +116,11 @@ def test_a_default_model_on_an_upstream_not_read_yet_is_a_502_naming_both(caplog
     with pytest.raises(UpstreamError) as caught:
         gateway.router.resolve("claude-sonnet-4-5")
     message = caught.value.message
-    assert message.startswith("model: 'claude-sonnet-4-5' ") and "default model 'qwen'" in message and "upstream b" in message
+    assert (
+        message.startswith("model: 'claude-sonnet-4-5' ")
+        and "default model 'qwen'" in message
+        and "upstream b" in message
+    )
 
 
 # -- an upstream without a model list ----------------------------------------------------------
@@ -146,9 +150,13 @@ def test_a_name_no_list_has_goes_to_the_one_upstream_without_a_list(caplog):
         _discover_all(gateway)
         _discover_all(gateway)  # it will answer the same every time: said once
     warnings = _warnings(caplog)
-    assert len(warnings) == 1 and warnings[0].startswith("upstream b has no model list (GET /v1/models answered 404)"), warnings
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "upstream b has no model list (GET /v1/models answered 404)"
+    ), warnings
     assert gateway.router.resolve("m1").upstream == "a"
-    route = gateway.router.resolve("qwen3-typo")  # b judges it: its 404 is the client's, not a 502 retried again and again
+    route = gateway.router.resolve(
+        "qwen3-typo"
+    )  # b judges it: its 404 is the client's, not a 502 retried again and again
     assert (route.upstream, route.upstream_model, route.listed) == ("b", "qwen3-typo", False)
 
 

@@ -50,5 +50,9 @@ def test_slow_to_translate(content: object, expected: bool) -> None:
 
 
 def test_images_are_counted_across_messages() -> None:
-    turns = [{"role": "user", "content": [image(HALF + 4)]}, {"role": "assistant", "content": "ok"}, {"role": "user", "content": [image(HALF)]}]
+    turns = [
+        {"role": "user", "content": [image(HALF + 4)]},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [image(HALF)]},
+    ]
     assert slow_to_translate(msgspec.convert(turns, list[anthropic.MessageParam]))

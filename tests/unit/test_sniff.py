@@ -15,7 +15,7 @@ from dragoman.core.errors import InvalidRequest
 from dragoman.files.charsets import decode_text
 from dragoman.files.sniff import HEAD, image_type, sniffed_type, usable_type
 from dragoman.files.store import FileStore
-from tests.samples import pdf_bytes
+from tests.support.samples import pdf_bytes
 
 PNG = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + b"\0" * 16
 JPEG = b"\xff\xd8\xff\xe0\0\x10JFIF\0" + b"\0" * 16
@@ -53,7 +53,9 @@ def test_the_first_bytes_show_the_type(data: bytes, expected: str | None) -> Non
     assert sniffed_type(data) == expected
 
 
-@pytest.mark.parametrize(("head", "expected"), [(PNG[:12], "image/png"), (WEBP[:12], "image/webp"), (PDF, None), (UTF8, None)])
+@pytest.mark.parametrize(
+    ("head", "expected"), [(PNG[:12], "image/png"), (WEBP[:12], "image/webp"), (PDF, None), (UTF8, None)]
+)
 def test_image_type_names_images_only(head: bytes, expected: str | None) -> None:
     assert image_type(head) == expected
 
@@ -96,9 +98,16 @@ def test_the_type_a_file_is_used_as(data: bytes, declared: str, used_as: str) ->
 
 @pytest.mark.parametrize(
     ("data", "charset", "expected"),
-    [(UTF16, None, "Café notes\r\n"), (UTF16_BE, None, "Café notes"), (UTF8_BOM, None, "Café"), (UTF8_BOM, "no-such", "Café")],
+    [
+        (UTF16, None, "Café notes\r\n"),
+        (UTF16_BE, None, "Café notes"),
+        (UTF8_BOM, None, "Café"),
+        (UTF8_BOM, "no-such", "Café"),
+    ],
 )
-def test_a_byte_order_mark_names_the_encoding_when_none_is_declared(data: bytes, charset: str | None, expected: str) -> None:
+def test_a_byte_order_mark_names_the_encoding_when_none_is_declared(
+    data: bytes, charset: str | None, expected: str
+) -> None:
     assert decode_text(data, charset) == expected
 
 
@@ -107,7 +116,13 @@ def source_of(files: FileStore, block_type: str, data: bytes, declared: str) -> 
 
     async def main() -> dict:
         meta = await files.save("", declared, data, owner="")
-        raw = json.dumps({"messages": [{"role": "user", "content": [{"type": block_type, "source": {"type": "file", "file_id": meta.id}}]}]})
+        raw = json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": block_type, "source": {"type": "file", "file_id": meta.id}}]}
+                ]
+            }
+        )
         resolved = json.loads(await files.resolve(raw.encode(), 10**9, owner=""))
         assert files.metadata(meta.id, owner="").mime_type == declared  # reported as uploaded, as Anthropic does
         return resolved["messages"][0]["content"][0]["source"]
@@ -135,7 +150,9 @@ def test_a_stored_file_is_filled_in_by_what_its_bytes_show(tmp_path: Path, block
         assert base64.b64decode(source["data"]) == data
 
 
-@pytest.mark.parametrize(("block_type", "data"), [("document", ZIP), ("document", NUL_TEXT), ("image", UTF8), ("image", PDF)])
+@pytest.mark.parametrize(
+    ("block_type", "data"), [("document", ZIP), ("document", NUL_TEXT), ("image", UTF8), ("image", PDF)]
+)
 def test_bytes_that_show_nothing_usable_are_still_refused(tmp_path: Path, block_type: str, data: bytes) -> None:
     with pytest.raises(InvalidRequest, match=r"messages\.0\.content\.0\.source\.file_id"):
         source_of(FileStore(FilesConfig(dir=str(tmp_path / "files"))), block_type, data, "application/octet-stream")

@@ -86,23 +86,35 @@ def test_last_line_without_newline_is_delivered_by_flush() -> None:
     assert decoder.flush() == []
 
 
-@pytest.mark.parametrize("noise", [b": ping\n\n", b"data:\n\n", b"data:   \n\n", b"event: message\n\n", b"retry: 3000\n\n", b"\n\n\n"])
+@pytest.mark.parametrize(
+    "noise", [b": ping\n\n", b"data:\n\n", b"data:   \n\n", b"event: message\n\n", b"retry: 3000\n\n", b"\n\n\n"]
+)
 def test_lines_without_a_payload_are_skipped(noise: bytes) -> None:
     assert decode([noise + b'data: {"x":1}\n\n']) == [b'{"x":1}']
 
 
 EVENTS: list[a.StreamEvent] = [
-    a.MessageStart(message=a.Message(id="msg_1", model="m", content=[], stop_reason=None, stop_sequence=None,
-                                     usage=a.Usage(input_tokens=3, output_tokens=0))),  # fmt: skip
+    a.MessageStart(
+        message=a.Message(
+            id="msg_1",
+            model="m",
+            content=[],
+            stop_reason=None,
+            stop_sequence=None,
+            usage=a.Usage(input_tokens=3, output_tokens=0),
+        )
+    ),  # fmt: skip
     a.ContentBlockStart(index=0, content_block=a.OutTextBlock(text="")),
-    a.ContentBlockDelta(index=0, delta=a.TextDelta(text="line\nbreak \"quoted\" é")),
+    a.ContentBlockDelta(index=0, delta=a.TextDelta(text='line\nbreak "quoted" é')),
     a.ContentBlockStop(index=0),
     a.ContentBlockStart(index=1, content_block=a.OutToolUseBlock(id="toolu_1", name="f", input={})),
     a.ContentBlockDelta(index=1, delta=a.InputJSONDelta(partial_json='{"a": ')),
     a.ContentBlockStop(index=1),
     a.Ping(),
-    a.MessageDelta(delta=a.MessageDeltaBody(stop_reason="tool_use", stop_sequence=None),
-                   usage=a.MessageDeltaUsage(input_tokens=3, output_tokens=5)),  # fmt: skip
+    a.MessageDelta(
+        delta=a.MessageDeltaBody(stop_reason="tool_use", stop_sequence=None),
+        usage=a.MessageDeltaUsage(input_tokens=3, output_tokens=5),
+    ),  # fmt: skip
     a.MessageStop(),
 ]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dragoman.translate.stops import StopMatcher
+from dragoman.translate.stops import PrefillEcho, StopMatcher
 
 
 def feed_all(stops: list[str], pieces: list[str]) -> tuple[str, str | None, list[str]]:
@@ -100,12 +100,7 @@ def test_the_stop_that_completes_first_wins(stops: list[str], sample: str, text:
     assert feed_all(stops, [sample])[:2] == (text, matched)
 
 
-import pytest as _pytest
-
-from dragoman.translate.stops import PrefillEcho
-
-
-@_pytest.mark.parametrize(
+@pytest.mark.parametrize(
     ("prefill", "pieces", "expected"),
     [
         ("The fruit is", ["The fruit is a", " mango"], " a mango"),  # echoed in one piece (llama.cpp)

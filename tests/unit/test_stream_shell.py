@@ -74,7 +74,15 @@ def kinds(batch: list[Any]) -> list[str]:
 
 
 def test_a_burst_in_one_read_sends_its_first_token_alone_then_the_rest() -> None:
-    burst = chunk(role="assistant", content="") + chunk(content="a") + chunk(content="b") + chunk(content="c") + FINISH + USAGE + DONE
+    burst = (
+        chunk(role="assistant", content="")
+        + chunk(content="a")
+        + chunk(content="b")
+        + chunk(content="c")
+        + FINISH
+        + USAGE
+        + DONE
+    )
     batches, response = asyncio.run(collect([burst], _as_events))
     assert [kinds(b) for b in batches] == [
         ["MessageStart", "ContentBlockStart", "ContentBlockDelta"],  # the first token, before b and c are decoded
@@ -146,7 +154,10 @@ def test_a_ping_before_the_first_token_follows_message_start() -> None:
     batches = [kinds(b) for b in asyncio.run(run())]
     assert batches[0] == ["MessageStart", "Ping"]  # message_start first, as Anthropic orders them
     assert all(b == ["Ping"] for b in batches[1:-2])
-    assert batches[-2:] == [["ContentBlockStart", "ContentBlockDelta"], ["ContentBlockStop", "MessageDelta", "MessageStop"]]
+    assert batches[-2:] == [
+        ["ContentBlockStart", "ContentBlockDelta"],
+        ["ContentBlockStop", "MessageDelta", "MessageStop"],
+    ]
 
 
 def test_a_stream_cut_before_its_first_token_raises_before_anything_is_yielded() -> None:
@@ -156,7 +167,9 @@ def test_a_stream_cut_before_its_first_token_raises_before_anything_is_yielded()
     async def run() -> tuple[list[Any], BaseException | None]:
         batches: list[Any] = []
         try:
-            async for batch in backend()._translated(Response([chunk(role="assistant", content="")]), translator(), None, _as_events):  # type: ignore[arg-type]
+            async for batch in backend()._translated(
+                Response([chunk(role="assistant", content="")]), translator(), None, _as_events
+            ):  # type: ignore[arg-type]
                 batches.append(batch)
         except GatewayError as error:
             return batches, error
@@ -200,7 +213,9 @@ class OpenBody(Response):
         return b""
 
 
-def test_a_body_kept_open_after_done_ends_the_reply_at_once_and_its_connection_is_closed_later(monkeypatch: Any) -> None:
+def test_a_body_kept_open_after_done_ends_the_reply_at_once_and_its_connection_is_closed_later(
+    monkeypatch: Any,
+) -> None:
     monkeypatch.setattr("dragoman.upstream.keepalive.AFTER_END_GRACE", 0.01)
 
     async def run() -> tuple[list[Any], OpenBody, tuple[bool, bool]]:

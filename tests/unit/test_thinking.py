@@ -12,7 +12,7 @@ import pytest
 
 from dragoman.core.errors import InvalidRequest
 from dragoman.translate.thinking import ReasoningCaps, ReasoningPlan, plan
-from tests.helpers import request
+from tests.support.helpers import request
 
 USER = [{"role": "user", "content": "Hello"}]
 REASONING = ReasoningCaps(reasoning=True)
@@ -60,7 +60,10 @@ def test_budget_thresholds_are_configurable(budget, effort):
     assert _plan(caps, thinking=_enabled(budget)).effort == effort
 
 
-@pytest.mark.parametrize("efforts", [("low", "high"), ("medium", "high"), ("low", "medium"), ("high",), ("minimal", "low", "medium", "high", "xhigh")])
+@pytest.mark.parametrize(
+    "efforts",
+    [("low", "high"), ("medium", "high"), ("low", "medium"), ("high",), ("minimal", "low", "medium", "high", "xhigh")],
+)
 @pytest.mark.parametrize("budget", [1024, 5000, 20000, None])
 def test_budget_derived_effort_is_always_one_the_model_takes(efforts, budget):
     """A budget is a hint: it never turns into an effort the model would reject (and never a 400)."""
@@ -97,7 +100,12 @@ def test_thinking_types_on_a_reasoning_model(thinking, expected):
 
 @pytest.mark.parametrize(
     ("thinking", "surfaced"),
-    [({"type": "enabled", "budget_tokens": 4096}, True), ({"type": "adaptive"}, True), ({"type": "disabled"}, False), (None, False)],
+    [
+        ({"type": "enabled", "budget_tokens": 4096}, True),
+        ({"type": "adaptive"}, True),
+        ({"type": "disabled"}, False),
+        (None, False),
+    ],
     ids=["enabled", "adaptive", "disabled", "absent"],
 )
 @pytest.mark.parametrize("effort_field", [None, "output_config", "reasoning_effort"])
@@ -120,14 +128,18 @@ def test_disabled_maps_to_enable_thinking_false():
     )
 
 
-@pytest.mark.parametrize(("efforts", "lowest"), [(("low", "medium", "high"), "low"), (("minimal", "low", "high"), "minimal")])
+@pytest.mark.parametrize(
+    ("efforts", "lowest"), [(("low", "medium", "high"), "low"), (("minimal", "low", "high"), "minimal")]
+)
 def test_disabled_maps_to_the_lowest_effort(efforts, lowest):
     caps = ReasoningCaps(reasoning=True, efforts=efforts, thinking_off="lowest_effort")
     assert _plan(caps, thinking={"type": "disabled"}) == ReasoningPlan(effort=lowest, surface_thinking=False)
 
 
 @pytest.mark.parametrize("thinking_off", ["enable_thinking", "lowest_effort"])
-@pytest.mark.parametrize("thinking", [None, {"type": "adaptive"}, _enabled(20000)], ids=["absent", "adaptive", "enabled"])
+@pytest.mark.parametrize(
+    "thinking", [None, {"type": "adaptive"}, _enabled(20000)], ids=["absent", "adaptive", "enabled"]
+)
 def test_the_off_switch_applies_only_to_disabled(thinking_off, thinking):
     caps = ReasoningCaps(reasoning=True, thinking_off=thinking_off)
     fields = {"thinking": thinking} if thinking is not None else {}
@@ -156,7 +168,13 @@ def test_the_off_switch_applies_only_to_disabled(thinking_off, thinking):
         # adaptive with an effort: the effort is applied
         ({"output_config": {"effort": "high"}, "thinking": {"type": "adaptive"}}, "high"),
         # output_config without an effort (only a format) leaves the budget in charge
-        ({"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}, "thinking": _enabled(1024)}, "low"),
+        (
+            {
+                "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
+                "thinking": _enabled(1024),
+            },
+            "low",
+        ),
     ],
 )
 def test_effort_precedence(fields, effort):
@@ -165,7 +183,12 @@ def test_effort_precedence(fields, effort):
 
 @pytest.mark.parametrize(
     ("efforts", "highest"),
-    [(("low", "medium", "high"), "high"), (("low", "high", "xhigh"), "xhigh"), (("low", "medium", "high", "max"), "max"), (("medium",), "medium")],
+    [
+        (("low", "medium", "high"), "high"),
+        (("low", "high", "xhigh"), "xhigh"),
+        (("low", "medium", "high", "max"), "max"),
+        (("medium",), "medium"),
+    ],
 )
 @pytest.mark.parametrize("field", ["output_config", "reasoning_effort"])
 def test_max_means_the_models_highest_effort(efforts, highest, field):
@@ -176,7 +199,11 @@ def test_max_means_the_models_highest_effort(efforts, highest, field):
 
 @pytest.mark.parametrize(
     ("efforts", "sent"),
-    [(("low", "medium", "high"), "high"), (("low", "high", "xhigh"), "xhigh"), (("low", "medium", "high", "max"), "max")],
+    [
+        (("low", "medium", "high"), "high"),
+        (("low", "high", "xhigh"), "xhigh"),
+        (("low", "medium", "high", "max"), "max"),
+    ],
 )
 def test_xhigh_is_the_models_own_xhigh_else_its_highest(efforts, sent):
     """Claude Code offers xhigh (CLAUDE_CODE_EFFORT_LEVEL); a 400 would refuse every request."""

@@ -28,7 +28,11 @@ def _create(store: ThreadStore, reply_id: str, text: str = "hi", owner: str = ""
 
 
 def _continue(store: ThreadStore, previous: str, text: str = "more", owner: str = "", **fields: Any) -> Any:
-    body = _body(messages=[{"role": "user", "content": text}], thread={"type": "continue", "previous_message_id": previous}, **fields)
+    body = _body(
+        messages=[{"role": "user", "content": text}],
+        thread={"type": "continue", "previous_message_id": previous},
+        **fields,
+    )
     return store.open(body, owner)
 
 

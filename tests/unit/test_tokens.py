@@ -30,7 +30,10 @@ def _jpeg(width: int, height: int) -> bytes:
         (_png(640, 480), (640, 480)),
         (b"GIF89a" + struct.pack("<HH", 32, 16), (32, 16)),
         (_jpeg(1024, 768), (1024, 768)),
-        (b"RIFF\x00\x00\x00\x00WEBPVP8X" + b"\x00" * 8 + (99).to_bytes(3, "little") + (49).to_bytes(3, "little"), (100, 50)),
+        (
+            b"RIFF\x00\x00\x00\x00WEBPVP8X" + b"\x00" * 8 + (99).to_bytes(3, "little") + (49).to_bytes(3, "little"),
+            (100, 50),
+        ),
         (b"not an image", None),
     ],
 )
@@ -52,8 +55,15 @@ def test_estimate_counts_every_part_of_the_translated_request():
         model="m",
         messages=[
             openai.SystemMessage(content="x" * 40),
-            openai.UserMessage(content=[openai.TextPart(text="y" * 40), openai.ImagePart(image_url=openai.ImageURL(url=f"data:image/png;base64,{png}"))]),
-            openai.AssistantMessage(tool_calls=[openai.ToolCall(id="t", function=openai.FunctionCall(name="abcd", arguments="e" * 36))]),
+            openai.UserMessage(
+                content=[
+                    openai.TextPart(text="y" * 40),
+                    openai.ImagePart(image_url=openai.ImageURL(url=f"data:image/png;base64,{png}")),
+                ]
+            ),
+            openai.AssistantMessage(
+                tool_calls=[openai.ToolCall(id="t", function=openai.FunctionCall(name="abcd", arguments="e" * 36))]
+            ),
             openai.ToolMessage(tool_call_id="t", content="z" * 40),
             openai.UserMessage(content=[openai.ImagePart(image_url=openai.ImageURL(url="https://example.com/a.png"))]),
         ],

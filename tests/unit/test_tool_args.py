@@ -91,7 +91,12 @@ def test_error_message_is_bounded() -> None:
     assert len(caught.value.message) < 400
 
 
-SAMPLE = {"path": "/src/app.py", "edits": [{"old": "a \"quoted\" [x]", "new": "b\\n{y}"}, {"old": "", "new": None}], "dry_run": False, "n": -1.5}
+SAMPLE = {
+    "path": "/src/app.py",
+    "edits": [{"old": 'a "quoted" [x]', "new": "b\\n{y}"}, {"old": "", "new": None}],
+    "dry_run": False,
+    "n": -1.5,
+}
 
 
 def test_every_truncation_is_repaired_or_rejected_cleanly() -> None:

@@ -33,7 +33,9 @@ def _ref(kind: str, name: str) -> dict[str, Any]:
 
 
 def test_changes_apply_in_order() -> None:
-    request = _request([_tool("a"), _tool("b")], _add(_tool("c")), _ref("tool_removal", "a"), _add(_tool("b", description="new")))
+    request = _request(
+        [_tool("a"), _tool("b")], _add(_tool("c")), _ref("tool_removal", "a"), _add(_tool("b", description="new"))
+    )
     tools, referenced = tools_in_force(request)
     assert [(t.name, t.description) for t in tools] == [("c", None), ("b", "new")]  # a redefinition replaces
     assert referenced == set()

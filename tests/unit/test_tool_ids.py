@@ -18,7 +18,9 @@ def test_ids_anthropic_accepts_and_not_taken_are_kept(upstream_id: str) -> None:
     assert taken == {upstream_id}
 
 
-@pytest.mark.parametrize("upstream_id", ["functions.get_weather:0", "call 1", "id/with/slashes", "ü", "a=b", ENCODED + "_lookalike", "0"])
+@pytest.mark.parametrize(
+    "upstream_id", ["functions.get_weather:0", "call 1", "id/with/slashes", "ü", "a=b", ENCODED + "_lookalike", "0"]
+)
 def test_other_ids_go_out_valid_and_come_back_as_they_were(upstream_id: str) -> None:
     taken = {"0"}  # "0" is taken: an id given again
     sent = client_tool_id(upstream_id, taken)

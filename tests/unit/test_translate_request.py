@@ -14,7 +14,7 @@ import pytest
 from dragoman.core.errors import InvalidRequest, NotFound
 from dragoman.core.profiles import PROFILES
 from dragoman.translate.request import MAX_TOOL_NAME, ModelCaps, Options
-from tests.helpers import (
+from tests.support.helpers import (
     assistant,
     image,
     text,
@@ -24,9 +24,13 @@ from tests.helpers import (
     user,
     wire,
 )
-from tests.samples import pdf_bytes
+from tests.support.samples import pdf_bytes
 
-TOOL = {"name": "get_weather", "description": "Weather for a city", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+TOOL = {
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
 
 
 def body(**fields: Any) -> dict[str, Any]:
@@ -61,7 +65,11 @@ BILLING = "x-anthropic-billing-header: cc_version=2.1.3; cc_entrypoint=cli;"
         ("Be brief.", None, "Be brief."),
         ([text("One."), text("Two.")], None, "One.\n\nTwo."),
         ([text(BILLING), text("You are Claude Code.")], None, "You are Claude Code."),
-        ([text(BILLING), text("You are Claude Code.")], Options(keep_billing_header=True), f"{BILLING}\n\nYou are Claude Code."),
+        (
+            [text(BILLING), text("You are Claude Code.")],
+            Options(keep_billing_header=True),
+            f"{BILLING}\n\nYou are Claude Code.",
+        ),
         # only a *first* block is the billing header
         ([text("You are Claude Code."), text(BILLING)], None, f"You are Claude Code.\n\n{BILLING}"),
     ],
@@ -79,7 +87,13 @@ def test_no_system_message_without_system() -> None:
 def test_system_role_messages_fold_into_the_system_prompt() -> None:
     sent = messages(
         system="Base.",
-        messages=[{"role": "system", "content": "Extra rule."}, user("hi"), assistant("hello"), {"role": "system", "content": "Late note."}, user("more")],
+        messages=[
+            {"role": "system", "content": "Extra rule."},
+            user("hi"),
+            assistant("hello"),
+            {"role": "system", "content": "Late note."},
+            user("more"),
+        ],
     )
     assert sent[0] == {"role": "system", "content": "Base.\n\nExtra rule."}
     # after the conversation started, a system message cannot move to the top: it is a user turn
@@ -105,7 +119,9 @@ def test_invalid_role_names_the_message(position: int, role: str) -> None:
 
 
 def test_consecutive_same_role_turns_are_merged() -> None:
-    sent = messages(messages=[user("one"), user([text("two"), text("three")]), assistant("a"), assistant("b"), user("four")])
+    sent = messages(
+        messages=[user("one"), user([text("two"), text("three")]), assistant("a"), assistant("b"), user("four")]
+    )
     assert sent == [
         {"role": "user", "content": "one\n\ntwo\n\nthree"},
         {"role": "assistant", "content": "ab"},
@@ -126,7 +142,13 @@ def test_tool_use_becomes_tool_calls_with_ids_preserved() -> None:
         tools=[TOOL],
         messages=[
             user("Weather in Paris and Rome?"),
-            assistant([text("Checking."), tool_use("toolu_01A", input={"city": "Paris"}), tool_use("toolu_01B", input={"city": "Rome"})]),
+            assistant(
+                [
+                    text("Checking."),
+                    tool_use("toolu_01A", input={"city": "Paris"}),
+                    tool_use("toolu_01B", input={"city": "Rome"}),
+                ]
+            ),
             user([tool_result("toolu_01A", "sunny"), tool_result("toolu_01B", "rain")]),
         ],
     )
@@ -159,7 +181,13 @@ def test_tool_results_come_in_order_before_the_users_text() -> None:
         messages=[
             user("q"),
             assistant([tool_use("toolu_1"), tool_use("toolu_2")]),
-            user([text("Here you go."), tool_result("toolu_2", "second"), tool_result("toolu_1", [text("first"), text("more")])]),
+            user(
+                [
+                    text("Here you go."),
+                    tool_result("toolu_2", "second"),
+                    tool_result("toolu_1", [text("first"), text("more")]),
+                ]
+            ),
         ]
     )
     assert sent[2:] == [
@@ -171,7 +199,9 @@ def test_tool_results_come_in_order_before_the_users_text() -> None:
 
 @pytest.mark.parametrize(("content", "expected"), [("command not found", "command not found"), (None, ""), ("", "")])
 def test_tool_result_is_error_is_carried(content: Any, expected: str) -> None:
-    sent = messages(messages=[user("q"), assistant([tool_use("toolu_1")]), user([tool_result("toolu_1", content, is_error=True)])])
+    sent = messages(
+        messages=[user("q"), assistant([tool_use("toolu_1")]), user([tool_result("toolu_1", content, is_error=True)])]
+    )
     tool = sent[2]
     assert tool["role"] == "tool" and tool["tool_call_id"] == "toolu_1"
     assert "error" in tool["content"].lower() and tool["content"].endswith(expected)
@@ -206,7 +236,11 @@ def test_tool_result_images_follow_in_a_labelled_user_message(vision: bool | Non
 def test_tool_result_images_become_a_placeholder_without_vision() -> None:
     sent = messages(
         caps=ModelCaps(vision=False),
-        messages=[user("q"), assistant([tool_use("toolu_shot", "computer", {"action": "screenshot"})]), user([tool_result("toolu_shot", [image()])])],
+        messages=[
+            user("q"),
+            assistant([tool_use("toolu_shot", "computer", {"action": "screenshot"})]),
+            user([tool_result("toolu_shot", [image()])]),
+        ],
     )
     assert len(sent) == 3 and sent[2]["role"] == "tool"
     assert "image" in sent[2]["content"].lower() and "base64" not in sent[2]["content"]
@@ -218,7 +252,9 @@ def test_user_image_without_vision_is_rejected() -> None:
 
 
 def test_tool_use_without_result_uses_anthropics_wording() -> None:
-    message = error(messages=[user("q"), assistant([tool_use("toolu_A"), tool_use("toolu_B")]), user([tool_result("toolu_A")])])
+    message = error(
+        messages=[user("q"), assistant([tool_use("toolu_A"), tool_use("toolu_B")]), user([tool_result("toolu_A")])]
+    )
     assert message == (
         "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_B. "
         "Each `tool_use` block must have a corresponding `tool_result` block in the next message."
@@ -248,7 +284,11 @@ def test_tool_result_in_first_message_is_rejected() -> None:
         ({"type": "tool", "name": "get_weather"}, {"type": "function", "function": {"name": "get_weather"}}, None),
         ({"type": "auto", "disable_parallel_tool_use": True}, "auto", False),
         ({"type": "any", "disable_parallel_tool_use": True}, "required", False),
-        ({"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}, {"type": "function", "function": {"name": "get_weather"}}, False),
+        (
+            {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+            {"type": "function", "function": {"name": "get_weather"}},
+            False,
+        ),
         ({"type": "auto", "disable_parallel_tool_use": False}, "auto", None),
     ],
 )
@@ -309,10 +349,26 @@ def test_short_names_are_untouched_and_unmapped() -> None:
     ("tool", "required_property", "enum_check"),
     [
         ({"type": "bash_20250124", "name": "bash"}, "command", None),
-        ({"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}, "command", ("command", {"view", "create", "str_replace", "insert"})),
-        ({"type": "text_editor_20250124", "name": "str_replace_editor"}, "command", ("command", {"view", "create", "str_replace", "insert", "undo_edit"})),
-        ({"type": "computer_20250124", "name": "computer", "display_width_px": 1280, "display_height_px": 800}, "action", None),
-        ({"type": "memory_20250818", "name": "memory"}, "command", ("command", {"view", "create", "str_replace", "insert", "delete", "rename"})),
+        (
+            {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+            "command",
+            ("command", {"view", "create", "str_replace", "insert"}),
+        ),
+        (
+            {"type": "text_editor_20250124", "name": "str_replace_editor"},
+            "command",
+            ("command", {"view", "create", "str_replace", "insert", "undo_edit"}),
+        ),
+        (
+            {"type": "computer_20250124", "name": "computer", "display_width_px": 1280, "display_height_px": 800},
+            "action",
+            None,
+        ),
+        (
+            {"type": "memory_20250818", "name": "memory"},
+            "command",
+            ("command", {"view", "create", "str_replace", "insert", "delete", "rename"}),
+        ),
     ],
     ids=["bash", "editor-20250728", "editor-20250124", "computer", "memory"],
 )
@@ -334,7 +390,9 @@ def test_computer_tool_schema_mentions_the_screen_size() -> None:
 
 
 def test_memory_tool_insert_uses_insert_text() -> None:
-    schema = body(tools=[{"type": "memory_20250818", "name": "memory"}], messages=[user("q")])["tools"][0]["function"]["parameters"]
+    schema = body(tools=[{"type": "memory_20250818", "name": "memory"}], messages=[user("q")])["tools"][0]["function"][
+        "parameters"
+    ]
     assert {"insert_text", "old_path", "new_path"} <= set(schema["properties"])
 
 
@@ -363,7 +421,10 @@ def test_server_tools_are_dropped_with_the_option() -> None:
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
-    "properties": {"url": {"type": "string", "format": "uri"}, "tags": {"type": "array", "items": {"type": "string", "format": "email"}}},
+    "properties": {
+        "url": {"type": "string", "format": "uri"},
+        "tags": {"type": "array", "items": {"type": "string", "format": "email"}},
+    },
     "additionalProperties": False,
 }
 
@@ -393,7 +454,10 @@ def test_structured_output_becomes_response_format(where: str) -> None:
     fmt = {"type": "json_schema", "schema": schema}
     fields = {"output_config": {"format": fmt}} if where == "output_config" else {"output_format": fmt}
     sent = body(messages=[user("q")], **fields)
-    assert sent["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": True}}
+    assert sent["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema, "strict": True},
+    }
 
 
 @pytest.mark.parametrize(
@@ -406,11 +470,11 @@ def test_structured_output_becomes_response_format(where: str) -> None:
     ],
 )
 def test_prefill_continues_the_final_assistant_turn(profile: str, flags: dict) -> None:
-    translated = translate(profile=profile, messages=[user("Give me JSON"), assistant("{\"answer\":")])
+    translated = translate(profile=profile, messages=[user("Give me JSON"), assistant('{"answer":')])
     sent = wire(translated.chat)
-    assert sent["messages"][-1] == {"role": "assistant", "content": "{\"answer\":"}
+    assert sent["messages"][-1] == {"role": "assistant", "content": '{"answer":'}
     assert {k: sent[k] for k in ("continue_final_message", "add_generation_prompt") if k in sent} == flags
-    assert translated.prefill == "{\"answer\":"
+    assert translated.prefill == '{"answer":'
 
 
 def test_no_prefill_flags_without_a_trailing_assistant_turn() -> None:
@@ -427,7 +491,9 @@ def test_final_assistant_turn_cannot_end_with_tool_use() -> None:
     [("openai", None, "user-123"), ("vllm", 40, None), ("llamacpp", 40, None), ("ollama", 40, None)],
 )
 def test_sampling_fields_per_profile(profile: str, top_k: int | None, user_field: str | None) -> None:
-    sent = body(profile=profile, messages=[user("q")], temperature=0.2, top_p=0.9, top_k=40, metadata={"user_id": "user-123"})
+    sent = body(
+        profile=profile, messages=[user("q")], temperature=0.2, top_p=0.9, top_k=40, metadata={"user_id": "user-123"}
+    )
     assert sent["temperature"] == 0.2 and sent["top_p"] == 0.9
     assert sent.get("top_k") == top_k
     assert sent.get("user") == user_field
@@ -446,7 +512,12 @@ def test_stop_sequences_are_kept_for_the_gateway_to_match() -> None:
 
 def test_unknown_request_fields_are_ignored() -> None:
     sent = body(
-        messages=[{"role": "user", "content": [{"type": "text", "text": "q", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}],
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "q", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+            }
+        ],
         cache_control={"type": "ephemeral"},
         context_management={"edits": []},
         service_tier="auto",
@@ -498,7 +569,9 @@ def test_supported_image_media_types(media_type: str) -> None:
     assert sent[0]["content"][1] == {"type": "text", "text": "describe"}
 
 
-@pytest.mark.parametrize(("declared", "actual"), [("image/png", "image/jpeg"), ("image/jpeg", "image/png"), ("image/gif", "image/webp")])
+@pytest.mark.parametrize(
+    ("declared", "actual"), [("image/png", "image/jpeg"), ("image/jpeg", "image/png"), ("image/gif", "image/webp")]
+)
 def test_a_mislabelled_image_is_sent_with_the_type_its_bytes_show(declared: str, actual: str) -> None:
     data = IMAGE_HEADS[actual]
     sent = messages(messages=[user([image(declared, data)])])
@@ -532,7 +605,10 @@ def test_a_tool_results_image_with_bad_base64_is_rejected_naming_it() -> None:
 
 def test_a_pdf_with_bad_base64_is_rejected_naming_it() -> None:
     data = base64.b64encode(pdf_bytes("hello")).decode()
-    document = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": data[:-8] + "!!!!" + data[-4:]}}
+    document = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": data[:-8] + "!!!!" + data[-4:]},
+    }
     assert error(messages=[user([document])]) == "messages.0.content.0.source.data: invalid base64 data"
 
 
@@ -544,7 +620,9 @@ def test_unsupported_image_media_types_are_rejected(media_type: str) -> None:
 
 def test_url_image_is_passed_as_url() -> None:
     block = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}
-    assert messages(messages=[user([block])])[0]["content"] == [{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]
+    assert messages(messages=[user([block])])[0]["content"] == [
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -554,7 +632,11 @@ def test_url_image_is_passed_as_url() -> None:
         ({"type": "content", "content": "Plain content."}, "Plain content."),
         ({"type": "content", "content": [text("Part one."), text("Part two.")]}, "Part one.\nPart two."),
         (
-            {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(pdf_bytes("Quarterly revenue rose", "Costs fell")).decode()},
+            {
+                "type": "base64",
+                "media_type": "application/pdf",
+                "data": base64.b64encode(pdf_bytes("Quarterly revenue rose", "Costs fell")).decode(),
+            },
             "[page 1]\nQuarterly revenue rose\n\n[page 2]\nCosts fell",
         ),
     ],
@@ -575,7 +657,9 @@ def content_document(*items: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_images_of_a_content_document_reach_the_model_in_their_places() -> None:
-    sent = messages(messages=[user([content_document(text("Page one:"), image(), text("The end.")), text("Describe it.")])])
+    sent = messages(
+        messages=[user([content_document(text("Page one:"), image(), text("The end.")), text("Describe it.")])]
+    )
     parts = sent[0]["content"]
     assert [p["type"] for p in parts] == ["text", "text", "image_url", "text", "text", "text"]
     assert 'title="Scan"' in parts[0]["text"] and parts[1]["text"] == "Page one:"
@@ -620,14 +704,19 @@ def test_the_images_of_a_content_document_a_tool_returned_follow_its_tool_messag
         assert "[Image omitted" in tool_text and len(sent) == 3
     else:
         images = [p for p in sent[3]["content"] if p["type"] == "image_url"]
-        assert sent[3]["role"] == "user" and [p["image_url"]["url"] for p in images] == ["data:image/png;base64,iVBORw0KGgo="]
+        assert sent[3]["role"] == "user" and [p["image_url"]["url"] for p in images] == [
+            "data:image/png;base64,iVBORw0KGgo="
+        ]
 
 
 @pytest.mark.parametrize(
     ("source", "fragment"),
     [
         ({"type": "base64", "media_type": "application/pdf", "data": "%%% not base64 %%%"}, "source.data"),
-        ({"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(b"not a pdf at all").decode()}, "source.data"),
+        (
+            {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(b"not a pdf at all").decode()},
+            "source.data",
+        ),
         ({"type": "base64", "media_type": "application/msword", "data": "AAAA"}, "source.media_type"),
         ({"type": "url", "url": "https://example.com/a.pdf"}, "source"),
     ],
@@ -643,11 +732,18 @@ def test_a_file_source_left_for_the_translator_names_no_known_file(kind: str) ->
     """The gateway fills in every file it has before translating (dragoman.files.store): one
     still here names no file it has, a 404 naming the field."""
     with pytest.raises(NotFound, match=r"^messages\.0\.content\.1\.source\.file_id: no file 'file_123'"):
-        messages(messages=[user([text("read this"), {"type": kind, "source": {"type": "file", "file_id": "file_123"}}])])
+        messages(
+            messages=[user([text("read this"), {"type": kind, "source": {"type": "file", "file_id": "file_123"}}])]
+        )
 
 
 def test_search_results_become_text() -> None:
-    block = {"type": "search_result", "source": "https://docs.example.com/a", "title": "Install guide", "content": [text("Run make.")]}
+    block = {
+        "type": "search_result",
+        "source": "https://docs.example.com/a",
+        "title": "Install guide",
+        "content": [text("Run make.")],
+    }
     content = messages(messages=[user([block, text("How do I install?")])])[0]["content"]
     assert "https://docs.example.com/a" in content and "Install guide" in content and "Run make." in content
     assert content.endswith("How do I install?")

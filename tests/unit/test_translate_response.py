@@ -8,7 +8,7 @@ import pytest
 
 from dragoman.core.errors import UpstreamError
 from dragoman.translate.response import to_message
-from tests.helpers import completion, decode_completion, summary, tool_ids, usage
+from tests.support.helpers import completion, decode_completion, summary, tool_ids, usage
 
 
 def translate(reply: Any, **kwargs: Any) -> dict[str, Any]:
@@ -43,7 +43,10 @@ def test_message_envelope() -> None:
         ),
         (
             completion("Let me check.", finish="tool_calls", tool_calls=[call()]),
-            [{"type": "text", "text": "Let me check."}, {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}}],
+            [
+                {"type": "text", "text": "Let me check."},
+                {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}},
+            ],
             "tool_use",
         ),
         (
@@ -65,7 +68,10 @@ def test_content_and_stop_reason(reply: Any, expected_content: list, stop_reason
     ("reply", "stop_reason"),
     [
         (completion("Partial answ", finish="length"), "model_context_window_exceeded"),
-        (completion(None, finish="length", tool_calls=[call(arguments='{"city": "Par')]), "model_context_window_exceeded"),
+        (
+            completion(None, finish="length", tool_calls=[call(arguments='{"city": "Par')]),
+            "model_context_window_exceeded",
+        ),
         (completion("Hello there."), "end_turn"),
         (completion(None, finish="tool_calls", tool_calls=[call()]), "tool_use"),
         (completion("", finish="content_filter"), "refusal"),
@@ -78,7 +84,9 @@ def test_a_window_bound_limit_changes_only_a_cut_reply(reply: Any, stop_reason: 
 
 
 def test_missing_tool_ids_get_toolu_ids_from_the_factory() -> None:
-    reply = completion(None, tool_calls=[call(id=None), call("get_time", "{}", id="call_x"), call("get_date", "{}", id=None)])
+    reply = completion(
+        None, tool_calls=[call(id=None), call("get_time", "{}", id="call_x"), call("get_date", "{}", id=None)]
+    )
     ids = [block["id"] for block in translate(reply)["content"]]
     assert ids == ["toolu_test1", "call_x", "toolu_test2"]
 
@@ -120,9 +128,18 @@ def test_shortened_tool_names_are_mapped_back() -> None:
 @pytest.mark.parametrize(
     ("reply_usage", "expected"),
     [
-        (usage(120, 30), {"input_tokens": 120, "output_tokens": 30, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}),
-        (usage(120, 30, cached=100), {"input_tokens": 20, "output_tokens": 30, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 0}),
-        (usage(120, 30, cached=0), {"input_tokens": 120, "output_tokens": 30, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}),
+        (
+            usage(120, 30),
+            {"input_tokens": 120, "output_tokens": 30, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+        ),
+        (
+            usage(120, 30, cached=100),
+            {"input_tokens": 20, "output_tokens": 30, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 0},
+        ),
+        (
+            usage(120, 30, cached=0),
+            {"input_tokens": 120, "output_tokens": 30, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+        ),
         (
             {"prompt_tokens": 50, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": None}},
             {"input_tokens": 50, "output_tokens": 7, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},

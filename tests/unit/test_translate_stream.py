@@ -1,7 +1,7 @@
 """OpenAI chunk streams -> Anthropic stream events.
 
 Every case is checked against the same invariants:
-- the event grammar the SDKs rely on holds (tests/helpers.py::check_grammar);
+- the event grammar the SDKs rely on holds (tests/support/helpers.py::check_grammar);
 - our fold, the official SDK's accumulator (fed the real SSE bytes) and `to_message`
   of the equivalent non-streaming completion all describe the same message;
 - that message is the one the case expects.
@@ -22,7 +22,7 @@ from dragoman.translate.fold import fold
 from dragoman.translate.reply import stop_reason_of
 from dragoman.translate.response import to_message
 from dragoman.translate.stream import StreamTranslator
-from tests.helpers import (
+from tests.support.helpers import (
     as_dicts,
     check_grammar,
     chunk,
@@ -54,7 +54,12 @@ def no_usage() -> dict[str, int]:
 
 
 def tokens(prompt: int, output: int, cached: int = 0) -> dict[str, int]:
-    return {"input_tokens": prompt - cached, "output_tokens": output, "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
+    return {
+        "input_tokens": prompt - cached,
+        "output_tokens": output,
+        "cache_read_input_tokens": cached,
+        "cache_creation_input_tokens": 0,
+    }
 
 
 def text_block(value: str) -> dict[str, Any]:
@@ -83,7 +88,9 @@ class Case:
     blocks: list[tuple] | None = None  # the exact block events, when the case is about them (see block_events)
 
 
-def tc(index: int | None = None, id: str | None = None, name: str | None = None, arguments: Any = None) -> dict[str, Any]:
+def tc(
+    index: int | None = None, id: str | None = None, name: str | None = None, arguments: Any = None
+) -> dict[str, Any]:
     """One `tool_calls[]` entry of a delta, with only the fields given."""
     out: dict[str, Any] = {}
     if index is not None:
@@ -131,8 +138,14 @@ def block_events(events: list[a.StreamEvent]) -> list[tuple]:
 CASES = [
     Case(
         "text",
-        [chunk({"role": "assistant", "content": ""}), chunk({"content": "Hel"}), chunk({"content": "lo"}), chunk({"content": " world"}),
-         chunk({}, "stop"), usage_chunk(12, 3)],  # fmt: skip
+        [
+            chunk({"role": "assistant", "content": ""}),
+            chunk({"content": "Hel"}),
+            chunk({"content": "lo"}),
+            chunk({"content": " world"}),
+            chunk({}, "stop"),
+            usage_chunk(12, 3),
+        ],  # fmt: skip
         [text_block("Hello world")],
         "end_turn",
         tokens(12, 3),
@@ -174,7 +187,11 @@ CASES = [
     ),
     Case(
         "id-repeated-on-every-fragment",
-        [calls(tc(0, "call_a", "get_weather", '{"city"')), calls(tc(0, "call_a", arguments=': "Paris"}')), chunk({}, "tool_calls")],
+        [
+            calls(tc(0, "call_a", "get_weather", '{"city"')),
+            calls(tc(0, "call_a", arguments=': "Paris"}')),
+            chunk({}, "tool_calls"),
+        ],
         [tool_block("call_a", "get_weather", {"city": "Paris"})],
         "tool_use",
     ),
@@ -182,11 +199,19 @@ CASES = [
         "ollama-whole-calls-in-one-chunk",
         [
             chunk({"role": "assistant", "content": ""}),
-            calls(tc(0, "call_k2x", "get_weather", '{"city":"Paris"}'), tc(1, "call_p9q", "get_weather", '{"city":"Rome"}'), role="assistant", content=""),
+            calls(
+                tc(0, "call_k2x", "get_weather", '{"city":"Paris"}'),
+                tc(1, "call_p9q", "get_weather", '{"city":"Rome"}'),
+                role="assistant",
+                content="",
+            ),
             chunk({"role": "assistant", "content": ""}, "tool_calls"),
             usage_chunk(30, 20),
         ],
-        [tool_block("call_k2x", "get_weather", {"city": "Paris"}), tool_block("call_p9q", "get_weather", {"city": "Rome"})],
+        [
+            tool_block("call_k2x", "get_weather", {"city": "Paris"}),
+            tool_block("call_p9q", "get_weather", {"city": "Rome"}),
+        ],
         "tool_use",
         tokens(30, 20),
     ),
@@ -219,7 +244,11 @@ CASES = [
             chunk({}, "tool_calls"),
             usage_chunk(20, 9),
         ],
-        [text_block("I'll check both."), tool_block("call_a", "get_weather", {"city": "Paris"}), tool_block("call_b", "get_weather", {"city": "Rome"})],
+        [
+            text_block("I'll check both."),
+            tool_block("call_a", "get_weather", {"city": "Paris"}),
+            tool_block("call_b", "get_weather", {"city": "Rome"}),
+        ],
         "tool_use",
         tokens(20, 9),
     ),
@@ -231,7 +260,11 @@ CASES = [
     ),
     Case(
         "missing-tool-ids",
-        [calls(tc(0, name="get_weather", arguments="{}")), calls(tc(1, name="get_time", arguments="{}")), chunk({}, "tool_calls")],
+        [
+            calls(tc(0, name="get_weather", arguments="{}")),
+            calls(tc(1, name="get_time", arguments="{}")),
+            chunk({}, "tool_calls"),
+        ],
         [tool_block("toolu_test1", "get_weather", {}), tool_block("toolu_test2", "get_time", {})],
         "tool_use",
     ),
@@ -335,7 +368,11 @@ CASES = [
     ),
     Case(
         "reasoning-content-surfaced-then-tool",
-        [chunk({"reasoning_content": "Need weather."}), calls(tc(0, "call_a", "get_weather", '{"city": "Paris"}')), chunk({}, "tool_calls")],
+        [
+            chunk({"reasoning_content": "Need weather."}),
+            calls(tc(0, "call_a", "get_weather", '{"city": "Paris"}')),
+            chunk({}, "tool_calls"),
+        ],
         [thinking_block("Need weather."), tool_block("call_a", "get_weather", {"city": "Paris"})],
         "tool_use",
         options={"surface_thinking": True},
@@ -354,8 +391,12 @@ CASES = [
     ),
     Case(
         "whitespace-before-the-arguments",
-        [calls(tc(0, "call_a", "get_weather", "\n")), calls(tc(0, arguments=' {"city"')), calls(tc(0, arguments=': "Paris"}')),
-         chunk({}, "tool_calls")],  # fmt: skip
+        [
+            calls(tc(0, "call_a", "get_weather", "\n")),
+            calls(tc(0, arguments=' {"city"')),
+            calls(tc(0, arguments=': "Paris"}')),
+            chunk({}, "tool_calls"),
+        ],  # fmt: skip
         [tool_block("call_a", "get_weather", {"city": "Paris"})],
         "tool_use",
     ),
@@ -367,20 +408,35 @@ CASES = [
     ),
     Case(
         "id-before-name",
-        [calls(tc(0, "call_a")), calls(tc(0, name="get_weather")), calls(tc(0, arguments='{"city": "Paris"}')), chunk({}, "tool_calls")],
+        [
+            calls(tc(0, "call_a")),
+            calls(tc(0, name="get_weather")),
+            calls(tc(0, arguments='{"city": "Paris"}')),
+            chunk({}, "tool_calls"),
+        ],
         [tool_block("call_a", "get_weather", {"city": "Paris"})],
         "tool_use",
     ),
     Case(
         "name-before-id",
-        [calls(tc(0, name="get_weather")), calls(tc(0, "call_a", arguments='{"city": ')), calls(tc(0, arguments='"Paris"}')),
-         calls(tc(1, name="get_time")), calls(tc(1, "call_b", arguments="{}")), chunk({}, "tool_calls")],  # fmt: skip
+        [
+            calls(tc(0, name="get_weather")),
+            calls(tc(0, "call_a", arguments='{"city": ')),
+            calls(tc(0, arguments='"Paris"}')),
+            calls(tc(1, name="get_time")),
+            calls(tc(1, "call_b", arguments="{}")),
+            chunk({}, "tool_calls"),
+        ],  # fmt: skip
         [tool_block("call_a", "get_weather", {"city": "Paris"}), tool_block("call_b", "get_time", {})],
         "tool_use",
     ),
     Case(
         "arguments-before-name",
-        [calls(tc(0, "call_a", arguments='{"city": ')), calls(tc(0, name="get_weather", arguments='"Paris"}')), chunk({}, "tool_calls")],
+        [
+            calls(tc(0, "call_a", arguments='{"city": ')),
+            calls(tc(0, name="get_weather", arguments='"Paris"}')),
+            chunk({}, "tool_calls"),
+        ],
         [tool_block("call_a", "get_weather", {"city": "Paris"})],
         "tool_use",
     ),
@@ -406,7 +462,9 @@ CASES = [
     Case(
         "reasoning-omitted-cut-by-max-tokens",
         [chunk({"reasoning": "The answer is 4."}), chunk({}, "length")],
-        [{**thinking_block(""), "signature": "dragoman-b64:" + base64.b64encode(b"The answer is 4.").decode()}],  # carried
+        [
+            {**thinking_block(""), "signature": "dragoman-b64:" + base64.b64encode(b"The answer is 4.").decode()}
+        ],  # carried
         "max_tokens",
         options={"surface_thinking": True, "omit_thinking_text": True},
     ),
@@ -426,8 +484,13 @@ CASES = [
     ),
     Case(
         "one-tool-call-asked-whole-calls-in-one-chunk",
-        [calls(tc(0, "call_k2x", "get_weather", '{"city":"Paris"}'), tc(1, "call_p9q", "get_weather", '{"city":"Rome"}')),
-         chunk({}, "tool_calls")],  # fmt: skip
+        [
+            calls(
+                tc(0, "call_k2x", "get_weather", '{"city":"Paris"}'),
+                tc(1, "call_p9q", "get_weather", '{"city":"Rome"}'),
+            ),
+            chunk({}, "tool_calls"),
+        ],  # fmt: skip
         [tool_block("call_k2x", "get_weather", {"city": "Paris"})],
         "tool_use",
         options={"single_tool_call": True},
@@ -451,8 +514,16 @@ CASES = [
         ],
         [tool_block("call_a", "get_weather", {"city": "Paris"}), tool_block("call_b", "get_time", {"tz": "CET"})],
         "tool_use",
-        blocks=[("start", 0, "call_a", "get_weather"), ("json", 0, '{"city": '), ("json", 0, '"Paris"}'), ("stop", 0),
-                ("start", 1, "call_b", "get_time"), ("json", 1, '{"tz": '), ("json", 1, '"CET"}'), ("stop", 1)],  # fmt: skip
+        blocks=[
+            ("start", 0, "call_a", "get_weather"),
+            ("json", 0, '{"city": '),
+            ("json", 0, '"Paris"}'),
+            ("stop", 0),
+            ("start", 1, "call_b", "get_time"),
+            ("json", 1, '{"tz": '),
+            ("json", 1, '"CET"}'),
+            ("stop", 1),
+        ],  # fmt: skip
     ),
     Case(
         "interleaved-alternating-fragments",
@@ -469,8 +540,16 @@ CASES = [
         [tool_block("call_a", "get_weather", {"city": "Paris"}), tool_block("call_b", "get_weather", {"city": "Rome"})],
         "tool_use",
         tokens(30, 12),
-        blocks=[("start", 0, "call_a", "get_weather"), ("json", 0, '{"city"'), ("json", 0, ': "Paris"}'), ("stop", 0),
-                ("start", 1, "call_b", "get_weather"), ("json", 1, '{"city"'), ("json", 1, ': "Rome"}'), ("stop", 1)],  # fmt: skip
+        blocks=[
+            ("start", 0, "call_a", "get_weather"),
+            ("json", 0, '{"city"'),
+            ("json", 0, ': "Paris"}'),
+            ("stop", 0),
+            ("start", 1, "call_b", "get_weather"),
+            ("json", 1, '{"city"'),
+            ("json", 1, ': "Rome"}'),
+            ("stop", 1),
+        ],  # fmt: skip
     ),
     Case(
         "interleaved-three-calls",
@@ -485,9 +564,19 @@ CASES = [
         ],
         [tool_block("call_a", "f", {"a": 1}), tool_block("call_b", "g", {"b": 2}), tool_block("call_c", "h", {"c": 3})],
         "tool_use",
-        blocks=[("start", 0, "call_a", "f"), ("json", 0, '{"a": '), ("json", 0, "1}"), ("stop", 0),
-                ("start", 1, "call_b", "g"), ("json", 1, '{"b": '), ("json", 1, "2}"), ("stop", 1),
-                ("start", 2, "call_c", "h"), ("json", 2, '{"c": 3}'), ("stop", 2)],  # fmt: skip
+        blocks=[
+            ("start", 0, "call_a", "f"),
+            ("json", 0, '{"a": '),
+            ("json", 0, "1}"),
+            ("stop", 0),
+            ("start", 1, "call_b", "g"),
+            ("json", 1, '{"b": '),
+            ("json", 1, "2}"),
+            ("stop", 1),
+            ("start", 2, "call_c", "h"),
+            ("json", 2, '{"c": 3}'),
+            ("stop", 2),
+        ],  # fmt: skip
     ),
     Case(
         # A call without arguments is never whole: the next one waits for the end.
@@ -500,7 +589,13 @@ CASES = [
         ],
         [tool_block("call_a", "list_files", {}), tool_block("call_b", "get_time", {"tz": "CET"})],
         "tool_use",
-        blocks=[("start", 0, "call_a", "list_files"), ("stop", 0), ("start", 1, "call_b", "get_time"), ("json", 1, '{"tz": "CET"}'), ("stop", 1)],
+        blocks=[
+            ("start", 0, "call_a", "list_files"),
+            ("stop", 0),
+            ("start", 1, "call_b", "get_time"),
+            ("json", 1, '{"tz": "CET"}'),
+            ("stop", 1),
+        ],
     ),
     Case(
         "interleaved-second-call-with-empty-arguments",
@@ -512,8 +607,14 @@ CASES = [
         ],
         [tool_block("call_a", "get_time", {"tz": "CET"}), tool_block("call_b", "list_files", {})],
         "tool_use",
-        blocks=[("start", 0, "call_a", "get_time"), ("json", 0, '{"tz": '), ("json", 0, '"CET"}'), ("stop", 0),
-                ("start", 1, "call_b", "list_files"), ("stop", 1)],  # fmt: skip
+        blocks=[
+            ("start", 0, "call_a", "get_time"),
+            ("json", 0, '{"tz": '),
+            ("json", 0, '"CET"}'),
+            ("stop", 0),
+            ("start", 1, "call_b", "list_files"),
+            ("stop", 1),
+        ],  # fmt: skip
     ),
     Case(
         "interleaved-one-tool-call-asked",
@@ -533,14 +634,29 @@ CASES = [
         # max_tokens cut both: each is closed into an object when its block ends.
         "interleaved-cut-by-max-tokens",
         [
-            calls(tc(0, "call_a", "write_file", '{"path": "a.txt"'), tc(1, "call_b", "write_file", '{"path": "b.txt", "text": "Once')),
+            calls(
+                tc(0, "call_a", "write_file", '{"path": "a.txt"'),
+                tc(1, "call_b", "write_file", '{"path": "b.txt", "text": "Once'),
+            ),
             calls(tc(0, arguments=', "text": "Hel')),
             chunk({}, "length"),
         ],
-        [tool_block("call_a", "write_file", {"path": "a.txt", "text": "Hel"}), tool_block("call_b", "write_file", {"path": "b.txt", "text": "Once"})],
+        [
+            tool_block("call_a", "write_file", {"path": "a.txt", "text": "Hel"}),
+            tool_block("call_b", "write_file", {"path": "b.txt", "text": "Once"}),
+        ],
         "max_tokens",
-        blocks=[("start", 0, "call_a", "write_file"), ("json", 0, '{"path": "a.txt"'), ("json", 0, ', "text": "Hel'), ("json", 0, '"}'), ("stop", 0),
-                ("start", 1, "call_b", "write_file"), ("json", 1, '{"path": "b.txt", "text": "Once'), ("json", 1, '"}'), ("stop", 1)],  # fmt: skip
+        blocks=[
+            ("start", 0, "call_a", "write_file"),
+            ("json", 0, '{"path": "a.txt"'),
+            ("json", 0, ', "text": "Hel'),
+            ("json", 0, '"}'),
+            ("stop", 0),
+            ("start", 1, "call_b", "write_file"),
+            ("json", 1, '{"path": "b.txt", "text": "Once'),
+            ("json", 1, '"}'),
+            ("stop", 1),
+        ],  # fmt: skip
     ),
     Case(
         # A waiting call's name (mapped), its id after the name, and Ollama-style object
@@ -553,11 +669,20 @@ CASES = [
             calls(tc(0, arguments='{"a": 1}')),
             chunk({}, "tool_calls"),
         ],
-        [tool_block("toolu_b64_ZnVuY3Rpb25zLmY6MA", "mcp__srv__long_name", {"a": 1}), tool_block("toolu_b64_ZnVuY3Rpb25zLmc6MQ", "g", {"b": 2})],
+        [
+            tool_block("toolu_b64_ZnVuY3Rpb25zLmY6MA", "mcp__srv__long_name", {"a": 1}),
+            tool_block("toolu_b64_ZnVuY3Rpb25zLmc6MQ", "g", {"b": 2}),
+        ],
         "tool_use",
         options={"tool_names": {"mcp__srv__short_1f2e3d4c": "mcp__srv__long_name"}},
-        blocks=[("start", 0, "toolu_b64_ZnVuY3Rpb25zLmY6MA", "mcp__srv__long_name"), ("json", 0, '{"a": 1}'), ("stop", 0),
-                ("start", 1, "toolu_b64_ZnVuY3Rpb25zLmc6MQ", "g"), ("json", 1, '{"b":2}'), ("stop", 1)],  # fmt: skip
+        blocks=[
+            ("start", 0, "toolu_b64_ZnVuY3Rpb25zLmY6MA", "mcp__srv__long_name"),
+            ("json", 0, '{"a": 1}'),
+            ("stop", 0),
+            ("start", 1, "toolu_b64_ZnVuY3Rpb25zLmc6MQ", "g"),
+            ("json", 1, '{"b":2}'),
+            ("stop", 1),
+        ],  # fmt: skip
     ),
     Case(
         # Whitespace after a call's whole arguments, once its block has closed, is dropped.
@@ -571,13 +696,26 @@ CASES = [
         ],
         [tool_block("call_a", "f", {"a": 1}), tool_block("call_b", "g", {"b": 2})],
         "tool_use",
-        blocks=[("start", 0, "call_a", "f"), ("json", 0, '{"a": 1}'), ("stop", 0), ("start", 1, "call_b", "g"), ("json", 1, '{"b": '),
-                ("json", 1, "2}"), ("stop", 1)],  # fmt: skip
+        blocks=[
+            ("start", 0, "call_a", "f"),
+            ("json", 0, '{"a": 1}'),
+            ("stop", 0),
+            ("start", 1, "call_b", "g"),
+            ("json", 1, '{"b": '),
+            ("json", 1, "2}"),
+            ("stop", 1),
+        ],  # fmt: skip
     ),
     Case(
         "stop-sequence-split-across-chunks",
-        [chunk({"content": "Hello wor"}), chunk({"content": "ld! ST"}), chunk({"content": "OP and more"}), chunk({"content": " text"}),
-         chunk({}, "stop"), usage_chunk(10, 9)],  # fmt: skip
+        [
+            chunk({"content": "Hello wor"}),
+            chunk({"content": "ld! ST"}),
+            chunk({"content": "OP and more"}),
+            chunk({"content": " text"}),
+            chunk({}, "stop"),
+            usage_chunk(10, 9),
+        ],  # fmt: skip
         [text_block("Hello world! ")],
         "stop_sequence",
         tokens(10, 9),
@@ -625,8 +763,15 @@ def test_stream_invariants(case: Case) -> None:
     by_sdk = summary(sdk_fold(events))
     by_fold = summary(fold(copy.deepcopy(events)))
     non_streaming = decode_completion(merge_chunks(case.chunks))
-    by_message = summary(to_message(non_streaming, model="claude-test", message_id="msg_test", new_tool_id=tool_ids(), **case.options))
-    expected = {"content": case.content, "stop_reason": case.stop_reason, "stop_sequence": case.stop_sequence, "usage": case.usage}
+    by_message = summary(
+        to_message(non_streaming, model="claude-test", message_id="msg_test", new_tool_id=tool_ids(), **case.options)
+    )
+    expected = {
+        "content": case.content,
+        "stop_reason": case.stop_reason,
+        "stop_sequence": case.stop_sequence,
+        "usage": case.usage,
+    }
     assert by_fold == expected
     assert by_sdk == expected
     assert by_message == expected
@@ -657,7 +802,9 @@ def test_block_events(case: Case) -> None:
         ("content_filter", False, None, True, "refusal"),
     ],
 )
-def test_stop_reason_of(finish: str | None, tool_calls: bool, matched: str | None, window_bound: bool, expected: str) -> None:
+def test_stop_reason_of(
+    finish: str | None, tool_calls: bool, matched: str | None, window_bound: bool, expected: str
+) -> None:
     assert stop_reason_of(finish, tool_calls=tool_calls, matched=matched, window_bound=window_bound) == expected
 
 
@@ -665,15 +812,36 @@ def test_exact_event_sequence_for_a_text_stream() -> None:
     events = as_dicts(run([chunk({"role": "assistant", "content": ""}), chunk({"content": "Hi"}), chunk({"content": " there"}),
                            chunk({}, "stop"), usage_chunk(7, 2)]))  # fmt: skip
     assert events == [
-        {"type": "message_start", "message": {"type": "message", "id": "msg_test", "role": "assistant", "model": "claude-test", "content": [],
-                                              "stop_reason": None, "stop_sequence": None, "stop_details": None, "container": None,
-                                              "diagnostics": None, "usage": events[0]["message"]["usage"]}},  # fmt: skip
+        {
+            "type": "message_start",
+            "message": {
+                "type": "message",
+                "id": "msg_test",
+                "role": "assistant",
+                "model": "claude-test",
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "stop_details": None,
+                "container": None,
+                "diagnostics": None,
+                "usage": events[0]["message"]["usage"],
+            },
+        },  # fmt: skip
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": " there"}},
         {"type": "content_block_stop", "index": 0},
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None, "stop_details": None, "container": None},
-         "usage": {"input_tokens": 7, "output_tokens": 2, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}},  # fmt: skip
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None, "stop_details": None, "container": None},
+            "usage": {
+                "input_tokens": 7,
+                "output_tokens": 2,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+        },  # fmt: skip
         {"type": "message_stop"},
     ]
     assert events[0]["message"]["usage"]["output_tokens"] >= 0
@@ -691,9 +859,17 @@ def test_vllm_tool_call_arguments_stream_through_as_they_arrive() -> None:
     t = translator()
     t.start()
     opened = as_dicts(t.feed(decode_chunk(calls(tc(0, "call_a", "get_weather", "")))))
-    assert opened == [{"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "call_a", "name": "get_weather", "input": {}}}]
+    assert opened == [
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "tool_use", "id": "call_a", "name": "get_weather", "input": {}},
+        }
+    ]
     piece = as_dicts(t.feed(decode_chunk(calls(tc(0, arguments='{"ci')))))
-    assert piece == [{"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"ci'}}]
+    assert piece == [
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"ci'}}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -701,8 +877,13 @@ def test_vllm_tool_call_arguments_stream_through_as_they_arrive() -> None:
     [
         ({"message": "CUDA out of memory", "type": "InternalServerError", "code": 500}, UpstreamError),
         ("backend crashed", UpstreamError),
-        ({"message": "This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens.", "type": "BadRequestError"},
-         InvalidRequest),  # fmt: skip
+        (
+            {
+                "message": "This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens.",
+                "type": "BadRequestError",
+            },
+            InvalidRequest,
+        ),  # fmt: skip
     ],
     ids=["vllm-error-object", "error-string", "context-overflow"],
 )
@@ -725,13 +906,20 @@ def test_done_after_a_stop_sequence_and_nothing_more_is_emitted() -> None:
     assert not t.done
     events += t.feed(decode_chunk(chunk({"content": "wer> trailing"})))
     assert t.done
-    late = t.feed(decode_chunk(chunk({"content": "more text"}))) + t.feed(decode_chunk(calls(tc(0, "call_a", "f", "{}"))))
+    late = t.feed(decode_chunk(chunk({"content": "more text"}))) + t.feed(
+        decode_chunk(calls(tc(0, "call_a", "f", "{}")))
+    )
     assert late == []
     events += t.finish()
     check_grammar(events)
     texts = [e["delta"]["text"] for e in as_dicts(events) if e["type"] == "content_block_delta"]
     assert "".join(texts) == "42"
-    assert as_dicts(events)[-2]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "</answer>", "stop_details": None, "container": None}
+    assert as_dicts(events)[-2]["delta"] == {
+        "stop_reason": "stop_sequence",
+        "stop_sequence": "</answer>",
+        "stop_details": None,
+        "container": None,
+    }
 
 
 def test_possible_stop_prefix_is_held_back_until_resolved() -> None:
@@ -750,7 +938,11 @@ def test_usage_only_after_finish_reaches_the_message_delta() -> None:
     events += t.feed(decode_chunk(usage_chunk(100, 1, cached=40)))
     events += t.finish()
     delta = as_dicts(events)[-2]
-    assert delta["usage"]["input_tokens"] == 60 and delta["usage"]["cache_read_input_tokens"] == 40 and delta["usage"]["output_tokens"] == 1
+    assert (
+        delta["usage"]["input_tokens"] == 60
+        and delta["usage"]["cache_read_input_tokens"] == 40
+        and delta["usage"]["output_tokens"] == 1
+    )
 
 
 def test_interleaved_tool_calls_stream_the_live_call_as_its_fragments_arrive() -> None:
@@ -763,7 +955,12 @@ def test_interleaved_tool_calls_stream_the_live_call_as_its_fragments_arrive() -
     assert feed(calls(tc(0, "call_a", "f", ""), tc(1, "call_b", "g", ""))) == [("start", 0, "call_a", "f")]
     assert feed(calls(tc(1, arguments='{"b": '))) == []  # call_b waits behind call_a
     assert feed(calls(tc(0, arguments='{"a": '))) == [("json", 0, '{"a": ')]
-    assert feed(calls(tc(0, arguments="1}"))) == [("json", 0, "1}"), ("stop", 0), ("start", 1, "call_b", "g"), ("json", 1, '{"b": ')]
+    assert feed(calls(tc(0, arguments="1}"))) == [
+        ("json", 0, "1}"),
+        ("stop", 0),
+        ("start", 1, "call_b", "g"),
+        ("json", 1, '{"b": '),
+    ]
     assert feed(calls(tc(1, arguments="2}"))) == [("json", 1, "2}")]
     assert block_events(t.finish()) == [("stop", 1)]
 
@@ -784,7 +981,11 @@ def test_text_after_interleaved_calls_follows_them_all() -> None:
         ("start", 1, "call_b", "get_time"), ("json", 1, '{"tz": "CET"}'), ("stop", 1),
         ("start", 2, "text"), ("text", 2, "Checking."), ("stop", 2),
     ]  # fmt: skip
-    content = [tool_block("call_a", "list_files", {}), tool_block("call_b", "get_time", {"tz": "CET"}), text_block("Checking.")]
+    content = [
+        tool_block("call_a", "list_files", {}),
+        tool_block("call_b", "get_time", {"tz": "CET"}),
+        text_block("Checking."),
+    ]
     assert summary(sdk_fold(events))["content"] == content
     assert summary(fold(events))["content"] == content
 
@@ -792,9 +993,21 @@ def test_text_after_interleaved_calls_follows_them_all() -> None:
 @pytest.mark.parametrize(
     "late",
     [
-        [calls(tc(0, "call_a", "f", '{"a": ')), chunk({"content": "x"}), calls(tc(0, arguments="1}"))],  # text closed the call
-        [calls(tc(0, "call_a", "f", '{"a": 1}')), calls(tc(1, "call_b", "g", "{}")), calls(tc(0, arguments=', "b": 2}'))],  # more after a whole call
-        [calls(tc(0, "call_a", "f", "")), chunk({"content": "x"}), calls(tc(0, arguments=" "))],  # whitespace, but the call had no arguments
+        [
+            calls(tc(0, "call_a", "f", '{"a": ')),
+            chunk({"content": "x"}),
+            calls(tc(0, arguments="1}")),
+        ],  # text closed the call
+        [
+            calls(tc(0, "call_a", "f", '{"a": 1}')),
+            calls(tc(1, "call_b", "g", "{}")),
+            calls(tc(0, arguments=', "b": 2}')),
+        ],  # more after a whole call
+        [
+            calls(tc(0, "call_a", "f", "")),
+            chunk({"content": "x"}),
+            calls(tc(0, arguments=" ")),
+        ],  # whitespace, but the call had no arguments
     ],
     ids=["after-text", "after-whole-arguments", "whitespace-after-empty-arguments"],
 )
@@ -812,7 +1025,10 @@ def test_a_fragment_for_a_call_already_closed_is_an_error_not_a_corrupt_block(la
     [
         # servers that omit `index` but give each call its own id
         (
-            [calls(tc(id="call_a", name="f", arguments='{"a": 1}'), tc(id="call_b", name="g", arguments='{"b": 2}')), chunk({}, "tool_calls")],
+            [
+                calls(tc(id="call_a", name="f", arguments='{"a": 1}'), tc(id="call_b", name="g", arguments='{"b": 2}')),
+                chunk({}, "tool_calls"),
+            ],
             [tool_block("call_a", "f", {"a": 1}), tool_block("call_b", "g", {"b": 2})],
         ),
         # older Ollama: every whole call in a chunk has index 0, with distinct ids
@@ -822,23 +1038,42 @@ def test_a_fragment_for_a_call_already_closed_is_an_error_not_a_corrupt_block(la
         ),
         # no indices, and the first call without an id: the next one comes with an id and a name
         (
-            [calls(tc(name="f", arguments='{"x": 1}')), calls(tc(id="call_b", name="g", arguments='{"y": 2}')), chunk({}, "tool_calls")],
+            [
+                calls(tc(name="f", arguments='{"x": 1}')),
+                calls(tc(id="call_b", name="g", arguments='{"y": 2}')),
+                chunk({}, "tool_calls"),
+            ],
             [tool_block("toolu_test1", "f", {"x": 1}), tool_block("call_b", "g", {"y": 2})],
         ),
         # no indices, the id on every fragment, the fragments interleaved
         (
-            [calls(tc(id="call_a", name="f", arguments='{"a": '), tc(id="call_b", name="g", arguments='{"b": ')),
-             calls(tc(id="call_b", arguments="2}")), calls(tc(id="call_a", arguments="1}")), chunk({}, "tool_calls")],  # fmt: skip
+            [
+                calls(tc(id="call_a", name="f", arguments='{"a": '), tc(id="call_b", name="g", arguments='{"b": ')),
+                calls(tc(id="call_b", arguments="2}")),
+                calls(tc(id="call_a", arguments="1}")),
+                chunk({}, "tool_calls"),
+            ],  # fmt: skip
             [tool_block("call_a", "f", {"a": 1}), tool_block("call_b", "g", {"b": 2})],
         ),
         # older Ollama's index 0 for every call, the id on every fragment, interleaved
         (
-            [calls(tc(0, "call_a", "f", '{"a": ')), calls(tc(0, "call_b", "g", '{"b": ')), calls(tc(0, "call_a", arguments="1}")),
-             calls(tc(0, "call_b", arguments="2}")), chunk({}, "tool_calls")],  # fmt: skip
+            [
+                calls(tc(0, "call_a", "f", '{"a": ')),
+                calls(tc(0, "call_b", "g", '{"b": ')),
+                calls(tc(0, "call_a", arguments="1}")),
+                calls(tc(0, "call_b", arguments="2}")),
+                chunk({}, "tool_calls"),
+            ],  # fmt: skip
             [tool_block("call_a", "f", {"a": 1}), tool_block("call_b", "g", {"b": 2})],
         ),
     ],
-    ids=["no-index", "same-index-new-id", "no-index-first-without-id", "no-index-interleaved", "same-index-interleaved"],
+    ids=[
+        "no-index",
+        "same-index-new-id",
+        "no-index-first-without-id",
+        "no-index-interleaved",
+        "same-index-interleaved",
+    ],
 )
 def test_tool_calls_told_apart_by_id(chunks: list, content: list) -> None:
     events = run(chunks)
@@ -904,7 +1139,9 @@ def test_a_usage_that_came_is_never_replaced() -> None:
     stopping = translator(stop_sequences=["STOP"])
     stopping.start()
     usage = openai.Usage(prompt_tokens=5, completion_tokens=9)
-    stopping.feed(openai.ChatChunk(choices=[openai.ChunkChoice(delta=openai.ResponseMessage(content="a STOP"))], usage=usage))
+    stopping.feed(
+        openai.ChatChunk(choices=[openai.ChunkChoice(delta=openai.ResponseMessage(content="a STOP"))], usage=usage)
+    )
     assert stopping.done and not stopping.needs_usage
     stopping.assume_usage(100)
     assert _final_usage(stopping) == (5, 9)
@@ -912,13 +1149,24 @@ def test_a_usage_that_came_is_never_replaced() -> None:
 
 def test_reasoning_tokens_the_server_counted_reach_output_tokens_details_streamed_folded_and_not() -> None:
     reported = {**usage(30, 50), "completion_tokens_details": {"reasoning_tokens": 42}}
-    chunks = [chunk({"reasoning": "Let me see."}), chunk({"content": "4"}), chunk({}, "stop"), {**usage_chunk(30, 50), "usage": reported}]
+    chunks = [
+        chunk({"reasoning": "Let me see."}),
+        chunk({"content": "4"}),
+        chunk({}, "stop"),
+        {**usage_chunk(30, 50), "usage": reported},
+    ]
     events = run(chunks, surface_thinking=True)
     delta = next(event for event in events if isinstance(event, a.MessageDelta))
     assert delta.usage.output_tokens_details == {"thinking_tokens": 42}
     assert fold(copy.deepcopy(events)).usage.output_tokens_details == {"thinking_tokens": 42}
     assert sdk_fold(events)["usage"]["output_tokens_details"] == {"thinking_tokens": 42}
-    message = to_message(decode_completion(merge_chunks(chunks)), model="m", message_id="msg", new_tool_id=tool_ids(), surface_thinking=True)
+    message = to_message(
+        decode_completion(merge_chunks(chunks)),
+        model="m",
+        message_id="msg",
+        new_tool_id=tool_ids(),
+        surface_thinking=True,
+    )
     assert message.usage.output_tokens_details == {"thinking_tokens": 42}
 
 
@@ -942,5 +1190,9 @@ def test_a_tool_call_cut_by_max_tokens_anywhere_ends_as_a_json_object(cut: str) 
 
 def test_a_cut_that_appending_cannot_close_is_left_as_the_model_wrote_it() -> None:
     events = run([calls(tc(0, "call_a", "get_weather", '{"city": Paris}')), chunk({}, "tool_calls")])
-    written = "".join(e.delta.partial_json for e in events if isinstance(e, a.ContentBlockDelta) and isinstance(e.delta, a.InputJSONDelta))
+    written = "".join(
+        e.delta.partial_json
+        for e in events
+        if isinstance(e, a.ContentBlockDelta) and isinstance(e.delta, a.InputJSONDelta)
+    )
     assert written == '{"city": Paris}'  # no suffix that would still not make it JSON

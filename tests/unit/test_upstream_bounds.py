@@ -20,7 +20,7 @@ from dragoman.upstream.transport.connection import (
     BadResponse,
     BodyTimeout,
 )
-from tests.samples import MiB, gzip_bomb
+from tests.support.samples import MiB, gzip_bomb
 from tests.unit.test_upstream_connection import (  # noqa: F401 (loop_kind: the fixture)
     Peer,
     Script,
@@ -45,10 +45,16 @@ def test_the_bomb_is_what_it_claims() -> None:
 
 
 def chunked(head: bytes, body: bytes, piece: int = 16 * 1024) -> list[bytes]:
-    return [head, *(b"%x\r\n%s\r\n" % (len(body[i : i + piece]), body[i : i + piece]) for i in range(0, len(body), piece)), b"0\r\n\r\n"]
+    return [
+        head,
+        *(b"%x\r\n%s\r\n" % (len(body[i : i + piece]), body[i : i + piece]) for i in range(0, len(body), piece)),
+        b"0\r\n\r\n",
+    ]
 
 
-GZIP_CHUNKED = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n"
+GZIP_CHUNKED = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\ntransfer-encoding: chunked\r\n\r\n"
+)
 
 
 # -- a compressed body is inflated in bounded steps --------------------------------------
@@ -178,7 +184,9 @@ def test_a_corrupt_stream_found_in_a_later_step_is_a_bad_response() -> None:
     async def main() -> None:
         good = gzip_bomb(4)
         body = good + b"\xff" * 64  # past 4 MiB of zeros, garbage
-        response = await fed(b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        response = await fed(
+            b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+        )
         with pytest.raises(BadResponse, match="corrupt"):
             await response.read()
 

@@ -76,7 +76,9 @@ def test_raw_deflate_without_the_zlib_wrapper_is_decoded() -> None:
     raw = packer.compress(text) + packer.flush()
 
     async def main() -> None:
-        response = await fed(b"HTTP/1.1 200 OK\r\ncontent-encoding: deflate\r\ncontent-length: %d\r\n\r\n" % len(raw) + raw)
+        response = await fed(
+            b"HTTP/1.1 200 OK\r\ncontent-encoding: deflate\r\ncontent-length: %d\r\n\r\n" % len(raw) + raw
+        )
         assert await response.read() == text
 
     run(main)
@@ -169,6 +171,7 @@ def test_a_black_holed_address_does_not_cost_the_connect_timeout(monkeypatch: py
 
     async def main() -> None:
         async with Script(handler) as server:
+
             async def addresses(host: str, port: int) -> list[tuple]:  # type: ignore[type-arg]
                 assert host == "models.test"
                 return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", hole.getsockname()),

@@ -32,8 +32,8 @@ from dragoman.upstream.transport.connection import (
     StaleConnection,
 )
 from dragoman.upstream.transport.pool import Origin, Pool
-from tests.forward_proxy import ForwardProxy
-from tests.samples import self_signed
+from tests.support.forward_proxy import ForwardProxy
+from tests.support.samples import self_signed
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {"asyncio": asyncio.new_event_loop}
 try:
@@ -209,7 +209,10 @@ def test_chunked_body_arrives_in_pieces_then_ends() -> None:
 
     async def handler(peer: Peer) -> None:
         await peer.request()
-        await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n", b"5\r\nhello\r\n")
+        await peer.send(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n",
+            b"5\r\nhello\r\n",
+        )
         await go_on[0].wait()
         await peer.send(b"6\r\n world\r\n")
         await go_on[1].wait()
@@ -304,6 +307,7 @@ def test_drain_to_returns_when_the_sink_stops_or_the_body_ends_or_fails() -> Non
             begin.set()
             await response.drain_to(stopping)
             assert taken == [b"first"]
+
             def taking(piece: bytes) -> bool:
                 taken.append(piece)
                 return True
@@ -483,7 +487,9 @@ def test_bytes_on_an_idle_connection_make_it_unusable() -> None:
             await peer.request()
             await peer.send(ok(b"ok"))
             await asyncio.sleep(0.05)
-            await peer.send(b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\n\r\n")  # and keeps the connection open
+            await peer.send(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\n\r\n"
+            )  # and keeps the connection open
             await peer.until_eof()
         else:
             await answer_each(peer)
@@ -514,7 +520,9 @@ def test_a_pooled_connection_closed_while_idle_is_replaced(pause: float) -> None
         async with Script(handler) as server:
             pool = new_pool(server.root)
             assert await get(pool, server.root) == b"first"
-            await asyncio.sleep(pause)  # at once: the close may come while the request is on its way (then it is resent)
+            await asyncio.sleep(
+                pause
+            )  # at once: the close may come while the request is on its way (then it is resent)
             assert await get(pool, server.root) == b"first"
             assert len(server.peers) == 2
             await pool.close()
@@ -722,7 +730,9 @@ def test_a_truncated_gzip_body_is_a_bad_response() -> None:
 
     async def handler(peer: Peer) -> None:
         await peer.request()
-        await peer.send(ok(packed[: len(packed) // 2], b"content-encoding: gzip\r\n"))  # Content-Length matches what is sent
+        await peer.send(
+            ok(packed[: len(packed) // 2], b"content-encoding: gzip\r\n")
+        )  # Content-Length matches what is sent
 
     async def main() -> None:
         async with Script(handler) as server:
@@ -777,7 +787,9 @@ def test_interim_responses_are_skipped() -> None:
         await peer.request()
         await peer.send(b"HTTP/1.1 100 Continue\r\n\r\n")
         await asyncio.sleep(0.02)
-        await peer.send(b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n" + ok(b"final", b"x-final: yes\r\n"))
+        await peer.send(
+            b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n" + ok(b"final", b"x-final: yes\r\n")
+        )
         await answer_each(peer)
 
     async def main() -> None:
@@ -815,7 +827,9 @@ def test_cancelling_a_request_waiting_for_its_head_closes_the_connection() -> No
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            await asyncio.wait_for(server.peers[0].eof.wait(), 4)  # closed by the cancel: the peer itself gives up only at 5 s
+            await asyncio.wait_for(
+                server.peers[0].eof.wait(), 4
+            )  # closed by the cancel: the peer itself gives up only at 5 s
             await pool.close()
 
     run(main)
@@ -850,14 +864,17 @@ def test_the_request_bytes_are_exact() -> None:
             pool = new_pool(root)
             lines = b"authorization: Bearer k\r\nx-custom: 1\r\n"
             for body in (b'{"a":1}', None, big):
-                response = await pool.request(root, b"POST" if body is not None else b"GET", "/v1/chat?q=1", lines, body)
+                response = await pool.request(
+                    root, b"POST" if body is not None else b"GET", "/v1/chat?q=1", lines, body
+                )
                 assert await response.read() == b"ok"
                 response.release()
             port = server.port
             assert server.peers[0].requests == [
-                b'POST /base/v1/chat?q=1 HTTP/1.1\r\nhost: 127.0.0.1:%d\r\nauthorization: Bearer k\r\nx-custom: 1\r\n'
+                b"POST /base/v1/chat?q=1 HTTP/1.1\r\nhost: 127.0.0.1:%d\r\nauthorization: Bearer k\r\nx-custom: 1\r\n"
                 b'content-length: 7\r\n\r\n{"a":1}' % port,
-                b"GET /base/v1/chat?q=1 HTTP/1.1\r\nhost: 127.0.0.1:%d\r\nauthorization: Bearer k\r\nx-custom: 1\r\n\r\n" % port,
+                b"GET /base/v1/chat?q=1 HTTP/1.1\r\nhost: 127.0.0.1:%d\r\nauthorization: Bearer k\r\nx-custom: 1\r\n\r\n"
+                % port,
                 b"POST /base/v1/chat?q=1 HTTP/1.1\r\nhost: 127.0.0.1:%d\r\nauthorization: Bearer k\r\nx-custom: 1\r\n"
                 b"content-length: 40000\r\n\r\n%s" % (port, big),
             ]
@@ -878,14 +895,19 @@ def test_header_values_with_line_breaks_or_nul_are_refused() -> None:
     for bad in ({"x": "a\r\nb"}, {"x": "a\nb"}, {"x": "a\rb"}, {"x": "a\0b"}, {"x\r\ny": "1"}):
         with pytest.raises(ValueError, match="line break or NUL"):
             _encode_headers(bad)
-    assert _encode_headers({"X-A": "1", "host": "evil", "Content-Length": "9", "b": "two words"}) == b"X-A: 1\r\nb: two words\r\n"
+    assert (
+        _encode_headers({"X-A": "1", "host": "evil", "Content-Length": "9", "b": "two words"})
+        == b"X-A: 1\r\nb: two words\r\n"
+    )
 
 
 def test_connection_errors_are_mapped_once() -> None:
     unreachable = _mapped(ConnectFailed("refused"), "gpu")
     assert isinstance(unreachable, UpstreamError) and "upstream gpu is unreachable: refused" in str(unreachable)
     failed = _mapped(Disconnected("the upstream closed the connection mid-reply"), "gpu")
-    assert isinstance(failed, UpstreamError) and "upstream gpu failed: the upstream closed the connection mid-reply" in str(failed)
+    assert isinstance(
+        failed, UpstreamError
+    ) and "upstream gpu failed: the upstream closed the connection mid-reply" in str(failed)
     assert isinstance(_mapped(BadResponse("x"), "gpu"), UpstreamError)
     assert isinstance(_mapped(TimeoutError(), "gpu"), UpstreamTimeout)
     assert _mapped(ValueError("x"), "gpu") is None
@@ -1048,7 +1070,9 @@ def test_an_https_upstream_through_a_proxy_goes_through_connect_and_tls(cert: tu
                 assert await response.read() == b"ok"
                 response.release()
                 assert await get(pool, root, "/models") == b"ok"
-                assert [s.line for s in proxy.seen] == [f"CONNECT 127.0.0.1:{server.port} HTTP/1.1"]  # one tunnel, reused
+                assert [s.line for s in proxy.seen] == [
+                    f"CONNECT 127.0.0.1:{server.port} HTTP/1.1"
+                ]  # one tunnel, reused
                 assert proxy.seen[0].headers["host"] == f"127.0.0.1:{server.port}"
                 assert proxy.seen[0].headers["proxy-authorization"] == "Basic " + base64.b64encode(b"user:pw").decode()
                 # Inside the tunnel: origin form, and the proxy's credentials are not sent to the upstream.

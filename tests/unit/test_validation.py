@@ -11,11 +11,13 @@ import pytest
 from dragoman.core.errors import InvalidRequest
 from dragoman.core.validation import decode_request
 from dragoman.protocol import anthropic as a
-from tests.helpers import translate
+from tests.support.helpers import translate
 
 
 def body(**fields: Any) -> bytes:
-    return json.dumps({"model": "claude-test", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}], **fields}).encode()
+    return json.dumps(
+        {"model": "claude-test", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}], **fields}
+    ).encode()
 
 
 def with_content(*blocks: Any) -> bytes:
@@ -42,16 +44,30 @@ def rejected(raw: bytes, decoder: Any = a.MESSAGES_REQUEST) -> str:
         (body(messages=[{"content": "hi"}]), "messages.0.role: Field required"),
         (body(messages=[{"role": "user"}]), "messages.0.content: Field required"),
         (body(messages=[{"role": "user", "content": 5}]), "messages.0.content: Expected `str | array`, got `int`"),
-        (with_content({"type": "text", "text": "a"}, {"type": "video", "url": "x"}), "messages.0.content.1.type: unsupported type 'video'"),
+        (
+            with_content({"type": "text", "text": "a"}, {"type": "video", "url": "x"}),
+            "messages.0.content.1.type: unsupported type 'video'",
+        ),
         (with_content({"type": "text"}), "messages.0.content.0.text: Field required"),
         (with_content({"text": "no type"}), "messages.0.content.0.type: Field required"),
-        (with_content({"type": "image", "source": {"type": "blob", "data": "x"}}), "messages.0.content.0.source.type: unsupported type 'blob'"),
-        (with_content({"type": "image", "source": {"type": "base64", "data": "x"}}), "messages.0.content.0.source.media_type: Field required"),
-        (with_content({"type": "tool_result", "tool_use_id": "t", "content": [{"type": "audio"}]}),
-         "messages.0.content.0.content.0.type: unsupported type 'audio'"),  # fmt: skip
+        (
+            with_content({"type": "image", "source": {"type": "blob", "data": "x"}}),
+            "messages.0.content.0.source.type: unsupported type 'blob'",
+        ),
+        (
+            with_content({"type": "image", "source": {"type": "base64", "data": "x"}}),
+            "messages.0.content.0.source.media_type: Field required",
+        ),
+        (
+            with_content({"type": "tool_result", "tool_use_id": "t", "content": [{"type": "audio"}]}),
+            "messages.0.content.0.content.0.type: unsupported type 'audio'",
+        ),  # fmt: skip
         (body(tools=[{"input_schema": {}}]), "tools.0.name: Field required"),
         (body(tool_choice={"type": "sometimes"}), "tool_choice.type: Invalid enum value 'sometimes'"),
-        (body(thinking={"type": "enabled", "budget_tokens": "lots"}), "thinking.budget_tokens: Expected `int | null`, got `str`"),
+        (
+            body(thinking={"type": "enabled", "budget_tokens": "lots"}),
+            "thinking.budget_tokens: Expected `int | null`, got `str`",
+        ),
         (body(stop_sequences="END"), "stop_sequences: Expected `array | null`, got `str`"),
     ],
 )
@@ -94,7 +110,12 @@ def test_echoed_response_blocks_are_accepted() -> None:
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "ok"}], "is_error": False}]},
     ])  # fmt: skip
     request = decode_request(raw, a.MESSAGES_REQUEST)
-    assert [type(b).__name__ for b in request.messages[1].content] == ["ThinkingBlock", "RedactedThinkingBlock", "TextBlock", "ToolUseBlock"]
+    assert [type(b).__name__ for b in request.messages[1].content] == [
+        "ThinkingBlock",
+        "RedactedThinkingBlock",
+        "TextBlock",
+        "ToolUseBlock",
+    ]
 
 
 def test_count_tokens_request() -> None:
@@ -119,7 +140,7 @@ def test_hostile_nesting_is_a_400_not_a_crash():
 @pytest.mark.parametrize(
     ("schema", "expected"),
     [
-        ("not an object", "tools.0.input_schema: Expected `object`, got `\"not an object\"`"),
+        ("not an object", 'tools.0.input_schema: Expected `object`, got `"not an object"`'),
         ([1], "tools.0.input_schema: Expected `object`, got `[1]`"),
         (None, "tools.0.input_schema: Field required"),
     ],
@@ -138,7 +159,11 @@ def test_a_tool_without_a_schema_is_refused_when_translated() -> None:
     assert caught.value.message == "tools.0.input_schema: Field required"
 
 
-@pytest.mark.parametrize(("text", "named"), [(rb"\ud800", rb"\ud800"), (rb"\ud83d\ude00 then \udbff!", rb"\udbff")], ids=["alone", "after-a-pair"])
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [(rb"\ud800", rb"\ud800"), (rb"\ud83d\ude00 then \udbff!", rb"\udbff")],
+    ids=["alone", "after-a-pair"],
+)
 def test_half_a_surrogate_pair_is_named_not_called_truncated(text: bytes, named: bytes) -> None:
     from dragoman.core.errors import InvalidRequest
     from dragoman.core.validation import decode_request

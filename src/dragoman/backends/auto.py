@@ -49,7 +49,9 @@ class AutoBackend:
         fields = msgspec.structs.asdict(upstream)
         root = upstream.url.rstrip("/").removesuffix("/v1")
         replicas = [url.rstrip("/").removesuffix("/v1") for url in upstream.replicas]
-        common = {k: v for k, v in fields.items() if k not in ("flavor", "strip_schema_keys", "documents", "url", "replicas")}
+        common = {
+            k: v for k, v in fields.items() if k not in ("flavor", "strip_schema_keys", "documents", "url", "replicas")
+        }
         self._translate = OpenAIBackend(
             name,
             OpenAIUpstream(
@@ -58,7 +60,9 @@ class AutoBackend:
             ),
             config,
         )  # fmt: skip
-        self._passthrough = AnthropicBackend(name, AnthropicUpstream(url=root, replicas=replicas, documents=upstream.documents, **common), config)
+        self._passthrough = AnthropicBackend(
+            name, AnthropicUpstream(url=root, replicas=replicas, documents=upstream.documents, **common), config
+        )
         # Both clients reach the same instances (the same roots): an instance the probe or one
         # path passed over is passed over by the other too.
         self._translate._http.replicas = self._passthrough._http.replicas
@@ -79,10 +83,18 @@ class AutoBackend:
                 headers = {"authorization": f"Bearer {self._key}"} if self._key else None
                 try:
                     status, content_type, _ = await self._passthrough._http.first_answer(
-                        b"POST", "/messages", b"{}", headers=headers, timeout=PROBE_TIMEOUT, accept=_judged, pass_over_silent=True
+                        b"POST",
+                        "/messages",
+                        b"{}",
+                        headers=headers,
+                        timeout=PROBE_TIMEOUT,
+                        accept=_judged,
+                        pass_over_silent=True,
                     )
                 except UpstreamTimeout:  # every instance silent
-                    message = f"upstream {self.name}: no instance answered the protocol probe within {PROBE_TIMEOUT:g} s"
+                    message = (
+                        f"upstream {self.name}: no instance answered the protocol probe within {PROBE_TIMEOUT:g} s"
+                    )
                     raise UpstreamTimeout(message) from None
                 if not _judged(status, content_type):  # 401, 429, 5xx...: ask again next time
                     raise UpstreamError(f"upstream {self.name}: cannot tell its protocol, /v1/messages answered {status}"

@@ -59,13 +59,20 @@ async def _as_text(block: dict[str, Any], where: str, server: ServerConfig, budg
     if isinstance(document.source, anthropic.URLSource) and server.fetch_documents:
         budget.count(where)
         source = await fetch_document(
-            document.source.url, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout, allow_private=server.fetch_allow_private,
+            document.source.url,
+            max_bytes=server.fetch_max_bytes,
+            timeout=server.fetch_timeout,
+            allow_private=server.fetch_allow_private,
             budget=budget,
         )
         document = msgspec.structs.replace(document, source=source)
     items = content_with_images(document)
     if items is not None:
-        parts = [{"type": "text", "text": document_head(document)}, *(item for _, item in items), {"type": "text", "text": "</document>"}]
+        parts = [
+            {"type": "text", "text": document_head(document)},
+            *(item for _, item in items),
+            {"type": "text", "text": "</document>"},
+        ]
     elif isinstance(document.source, anthropic.Base64Source):  # a PDF: its text is extracted in a thread
         parts = [{"type": "text", "text": await asyncio.to_thread(document_text, document, where)}]
     else:

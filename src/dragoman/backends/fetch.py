@@ -32,7 +32,9 @@ PARALLEL_FETCHES = 4  # of one request's fetches, running at once
 # Not globally reachable, though `is_global` says so: what Python before 3.11.10 misses
 # (CVE-2024-4032: 192.0.0.0/24 holds a cloud metadata address), and IPv6 forms that carry an
 # IPv4 address to a translator (6to4) or are deprecated (IPv4-compatible, site-local).
-_NOT_GLOBAL = tuple(ipaddress.ip_network(n) for n in ("192.0.0.0/24", "::/96", "64:ff9b:1::/48", "2002::/16", "fec0::/10"))
+_NOT_GLOBAL = tuple(
+    ipaddress.ip_network(n) for n in ("192.0.0.0/24", "::/96", "64:ff9b:1::/48", "2002::/16", "fec0::/10")
+)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")  # the last 32 bits are the IPv4 address reached
 
 
@@ -62,7 +64,9 @@ def _checked(url: str | URL, allow_private: bool) -> URL:
     except ValueError:
         return parsed
     if not allow_private and not _public(str(literal)):
-        raise InvalidRequest(f"document URL {str(url)!r}: refusing to fetch from a private, loopback or reserved address")
+        raise InvalidRequest(
+            f"document URL {str(url)!r}: refusing to fetch from a private, loopback or reserved address"
+        )
     return parsed
 
 
@@ -73,13 +77,17 @@ class _PublicOnlyResolver(aiohttp.abc.AbstractResolver):
     def __init__(self) -> None:
         self._resolver = aiohttp.ThreadedResolver()
 
-    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
         try:
             answers = await self._resolver.resolve(host, port, family)
         except OSError as error:
             raise InvalidRequest(f"document URL host {host!r} cannot be resolved: {error.strerror or error}") from None
         if not answers or not all(_public(answer["host"]) for answer in answers):
-            raise InvalidRequest(f"document URL host {host!r}: refusing to fetch from a private, loopback or reserved address")
+            raise InvalidRequest(
+                f"document URL host {host!r}: refusing to fetch from a private, loopback or reserved address"
+            )
         return answers
 
     async def close(self) -> None:
@@ -100,7 +108,9 @@ class Budget:
         """One more document to fetch, at `where` in the request."""
         self.documents -= 1
         if self.documents < 0:
-            raise InvalidRequest(f"{where}.source: at most {MAX_DOCUMENTS} documents are fetched by URL for one request")
+            raise InvalidRequest(
+                f"{where}.source: at most {MAX_DOCUMENTS} documents are fetched by URL for one request"
+            )
 
     def take(self, size: int, url: str) -> None:
         self.bytes -= size
@@ -109,7 +119,9 @@ class Budget:
                                  f"server.max_request_bytes ({self.total_bytes} bytes)")  # fmt: skip
 
 
-async def fetch_document(url: str, *, max_bytes: int, timeout: float, allow_private: bool, budget: Budget) -> a.DocumentSource:
+async def fetch_document(
+    url: str, *, max_bytes: int, timeout: float, allow_private: bool, budget: Budget
+) -> a.DocumentSource:
     async with budget.slots:  # the timeout starts once a slot is had
         return await _fetch(url, max_bytes=max_bytes, timeout=timeout, allow_private=allow_private, budget=budget)
 
@@ -193,7 +205,7 @@ async def resolve_url_documents(request: a.MessagesRequest, *, max_bytes: int, t
                                                       budget=budget)) for _, url in pending]  # fmt: skip
     except BaseExceptionGroup as failed:  # the first failure is the client's answer
         raise failed.exceptions[0] from None
-    for (block, _), task in zip(pending, tasks):
+    for (block, _), task in zip(pending, tasks, strict=True):
         block.source = task.result()
 
 

@@ -57,7 +57,9 @@ class Batches:
     def __init__(self, pipeline: Pipeline, metrics: Metrics, config: BatchesConfig) -> None:
         self._config = config
         self._store = BatchStore(Path(config.dir).expanduser() if config.dir else data_dir("batches"))
-        self._records: dict[str, Record] = {}  # never change once written; of batches on disk (the sweep drops the others)
+        self._records: dict[
+            str, Record
+        ] = {}  # never change once written; of batches on disk (the sweep drops the others)
         self._ended: dict[str, Ended] = {}  # nor do these
         self._deleted: dict[str, Record] = {}  # the latest deleted here, so that a cursor naming one still places
         self._runner = Runner(pipeline, metrics, config, self._ended.__setitem__, self._wake_keeper)
@@ -73,11 +75,15 @@ class Batches:
         if not create.requests:
             raise InvalidRequest("requests: at least one request is needed")
         if len(create.requests) > self._config.max_requests:
-            raise InvalidRequest(f"requests: at most {self._config.max_requests} requests per batch, got {len(create.requests)}")
+            raise InvalidRequest(
+                f"requests: at most {self._config.max_requests} requests per batch, got {len(create.requests)}"
+            )
         seen: set[str] = set()
         for index, request in enumerate(create.requests):
             if not CUSTOM_ID.fullmatch(request.custom_id):
-                raise InvalidRequest(f"requests.{index}.custom_id: 1 to 64 letters, digits, '-' or '_', got {request.custom_id!r}")
+                raise InvalidRequest(
+                    f"requests.{index}.custom_id: 1 to 64 letters, digits, '-' or '_', got {request.custom_id!r}"
+                )
             if request.custom_id in seen:
                 raise InvalidRequest(
                     f"requests.{index}.custom_id: {request.custom_id!r} is used by an earlier request; each must be unique"
@@ -133,14 +139,18 @@ class Batches:
                 return None  # another key's batch is not told apart from no batch
             return sum(1 for _, r in listed if (r.created, r.id) > (record.created, record.id))
 
-        describe = lambda batch_id: msgspec.to_builtins(self._view(*views[batch_id], base_url))
+        def describe(batch_id: str) -> object:
+            return msgspec.to_builtins(self._view(*views[batch_id], base_url))
+
         return page_of(list(views), query, describe, "batch", position)
 
     async def cancel(self, batch_id: str, owner: str, base_url: str) -> MessageBatch:
         where, record = self._find(batch_id, owner)
         if self._ended_of(where, record) is None:
             try:  # synced to disk: in a thread, not holding up the event loop
-                at = await asyncio.to_thread(where.cancel, time.time())  # requests not yet started end as `canceled`; running ones finish
+                at = await asyncio.to_thread(
+                    where.cancel, time.time()
+                )  # requests not yet started end as `canceled`; running ones finish
             except OSError as error:
                 raise GatewayError(f"could not store the cancel: {error.strerror or error}") from None
             run = self._runner.runs.get(batch_id)
@@ -154,7 +164,9 @@ class Batches:
     async def delete(self, batch_id: str, owner: str) -> DeletedBatch:
         where, record = self._find(batch_id, owner)
         if self._ended_of(where, record) is None:
-            raise InvalidRequest(f"message_batch_id: batch {batch_id} is still processing; cancel it and wait for it to end first")
+            raise InvalidRequest(
+                f"message_batch_id: batch {batch_id} is still processing; cancel it and wait for it to end first"
+            )
         gone = self._store.hide(batch_id)
         self._ended.pop(batch_id, None)
         self._records.pop(batch_id, None)
@@ -167,7 +179,9 @@ class Batches:
         """The results file, open (a delete from now on does not cut the reply short)."""
         where, record = self._find(batch_id, owner)
         if self._ended_of(where, record) is None:
-            raise InvalidRequest(f"message_batch_id: batch {batch_id} has not ended; its results are ready once processing_status is ended")
+            raise InvalidRequest(
+                f"message_batch_id: batch {batch_id} has not ended; its results are ready once processing_status is ended"
+            )
         try:
             return open(where.results_path(), "rb")
         except FileNotFoundError:
@@ -212,7 +226,11 @@ class Batches:
         if self._store.batch(batch_id) is None:
             raise missing
         where, record = self._load(batch_id)
-        if record is None or record.owner != owner or self._expired(where, record, time.time() - self._config.retain_for):
+        if (
+            record is None
+            or record.owner != owner
+            or self._expired(where, record, time.time() - self._config.retain_for)
+        ):
             raise missing  # another key's batch is not told apart from no batch
         return where, record
 
@@ -249,7 +267,9 @@ class Batches:
             canceled = where.canceled_at()
         if canceled is not None and ended is not None and canceled > ended.at:
             canceled = None  # a cancel that raced the batch's end came after it: nothing was canceled
-        counts = ended.counts if ended is not None else RequestCounts(processing=record.total)  # outcomes only at the end
+        counts = (
+            ended.counts if ended is not None else RequestCounts(processing=record.total)
+        )  # outcomes only at the end
         status: Status = "ended" if ended is not None else "canceling" if canceled is not None else "in_progress"
         return MessageBatch(
             id=record.id, created_at=timestamp(record.created), expires_at=timestamp(record.expires), request_counts=counts,
@@ -297,7 +317,11 @@ class Batches:
             if self._runner.holds(batch_id) or self._runner.resting.get(batch_id, 0.0) > now:
                 continue
             where, record = self._load(batch_id)
-            if record is not None and not self._expired(where, record, cutoff) and self._ended_of(where, record) is None:
+            if (
+                record is not None
+                and not self._expired(where, record, cutoff)
+                and self._ended_of(where, record) is None
+            ):
                 waiting.append((where, record))
         waiting.sort(key=lambda item: (item[1].created, item[1].id))
         next_expiry = float("inf")

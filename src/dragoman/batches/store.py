@@ -148,7 +148,12 @@ class BatchStore:
         self.root = root
 
     def batch(self, batch_id: str) -> BatchDir | None:
-        if not (batch_id.startswith(PREFIX) and len(batch_id) <= MAX_ID and batch_id.isascii() and batch_id.replace("_", "").isalnum()):
+        if not (
+            batch_id.startswith(PREFIX)
+            and len(batch_id) <= MAX_ID
+            and batch_id.isascii()
+            and batch_id.replace("_", "").isalnum()
+        ):
             return None  # never a path outside the store
         path = self.root / batch_id
         try:

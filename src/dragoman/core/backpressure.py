@@ -20,7 +20,10 @@ class Limiter:
         without it (batch requests, which have a day) the wait is unbounded."""
         if self._slots.locked():
             if queue and self._waiting >= self._queue:
-                raise Overloaded(f"upstream {self._upstream} is at its limit of concurrent requests; try again shortly", retry_after="1")
+                raise Overloaded(
+                    f"upstream {self._upstream} is at its limit of concurrent requests; try again shortly",
+                    retry_after="1",
+                )
             self._waiting += 1
             try:
                 await self._slots.acquire()

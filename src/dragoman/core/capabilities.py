@@ -67,7 +67,9 @@ class Registry:
 
 
 def registry_path() -> Path:
-    base = os.environ.get("DRAGOMAN_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dragoman")
+    base = os.environ.get("DRAGOMAN_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dragoman"
+    )
     return Path(base) / "models.dev.json"
 
 

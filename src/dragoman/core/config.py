@@ -158,8 +158,12 @@ class BatchesConfig(_Config, frozen=True):
 class FilesConfig(_Config, frozen=True):
     dir: str | None = None  # where uploads are kept; default $XDG_DATA_HOME/dragoman/files
     max_bytes: int = 100 * 1024 * 1024  # per file
-    max_total_bytes: int = 100 * 1024**3  # all of one owner's (API key's) files together, as Anthropic's per-organization storage
-    max_files: int = 10_000  # one owner's files: each costs inodes and disk blocks whatever its size, and lists read them all
+    max_total_bytes: int = (
+        100 * 1024**3
+    )  # all of one owner's (API key's) files together, as Anthropic's per-organization storage
+    max_files: int = (
+        10_000  # one owner's files: each costs inodes and disk blocks whatever its size, and lists read them all
+    )
 
 
 class Config(_Config, frozen=True):
@@ -224,7 +228,9 @@ def _check(config: Config) -> None:
             if not key.strip():
                 raise ConfigError(f"server.tenants.{tenant}: an empty key")
             if key in seen and seen[key] != tenant:  # never print the key itself
-                raise ConfigError(f"server.tenants.{tenant}: a key is also listed in tenant {seen[key]!r}; a key belongs to one tenant")
+                raise ConfigError(
+                    f"server.tenants.{tenant}: a key is also listed in tenant {seen[key]!r}; a key belongs to one tenant"
+                )
             seen[key] = tenant
     for index, model in enumerate(config.models):
         if model.upstream not in config.upstreams:
@@ -245,19 +251,25 @@ def _check(config: Config) -> None:
             raise ConfigError(f"upstreams.{name}.proxy: must be an http:// URL (https:// proxies are not supported)")
         for header, value in upstream.headers.items():
             if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", header) or re.search(r"[\r\n\0]", value):
-                raise ConfigError(f"upstreams.{name}.headers.{header}: not a valid header name, or a value with a line break")
+                raise ConfigError(
+                    f"upstreams.{name}.headers.{header}: not a valid header name, or a value with a line break"
+                )
         for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
             if getattr(upstream, key) <= 0:
                 raise ConfigError(f"upstreams.{name}.{key}: must be a positive number of seconds")
         if upstream.max_concurrent is not None and upstream.max_concurrent < 1:  # 0 would hold every request forever
-            raise ConfigError(f"upstreams.{name}.max_concurrent: must be 1 or more (leave it out for no limit), got {upstream.max_concurrent}")
+            raise ConfigError(
+                f"upstreams.{name}.max_concurrent: must be 1 or more (leave it out for no limit), got {upstream.max_concurrent}"
+            )
         for key in ("max_queue", "max_retries", "retry_budget"):
             if getattr(upstream, key) < 0:
                 raise ConfigError(f"upstreams.{name}.{key}: must be 0 or more, got {getattr(upstream, key)}")
     for index, model in enumerate(config.models):
         for key in ("context_window", "max_output_tokens"):
             if getattr(model, key) is not None and getattr(model, key) < 1:
-                raise ConfigError(f"models.{index}.{key}: must be a positive number of tokens, got {getattr(model, key)}")
+                raise ConfigError(
+                    f"models.{index}.{key}: must be a positive number of tokens, got {getattr(model, key)}"
+                )
         if not model.reasoning_efforts:
             raise ConfigError(f"models.{index}.reasoning_efforts: at least one effort is needed")
     for key in ("max_request_bytes", "fetch_max_bytes", "fetch_timeout"):
@@ -271,14 +283,20 @@ def _check(config: Config) -> None:
             raise ConfigError(f"batches.{key}: must be positive, got {getattr(config.batches, key)}")
     for key in ("expire_after", "retain_for"):
         if getattr(config.batches, key) > 366 * 24 * 3600:
-            raise ConfigError(f"batches.{key}: at most a year of seconds (31622400), got {getattr(config.batches, key)}")
+            raise ConfigError(
+                f"batches.{key}: at most a year of seconds (31622400), got {getattr(config.batches, key)}"
+            )
     if config.server.shutdown_grace < 0:
         raise ConfigError(f"server.shutdown_grace: must be 0 or more seconds, got {config.server.shutdown_grace}")
     if config.server.keepalive_interval <= 0:
-        raise ConfigError(f"server.keepalive_interval: must be a positive number of seconds, got {config.server.keepalive_interval}")
+        raise ConfigError(
+            f"server.keepalive_interval: must be a positive number of seconds, got {config.server.keepalive_interval}"
+        )
     budgets = config.server.effort_budgets
     if len(budgets) != 2 or not 0 < budgets[0] < budgets[1]:
-        raise ConfigError(f"server.effort_budgets: two increasing positive numbers (low's and medium's upper budgets), got {budgets}")
+        raise ConfigError(
+            f"server.effort_budgets: two increasing positive numbers (low's and medium's upper budgets), got {budgets}"
+        )
     default = config.server.default_model
     if default and config.models and not any(default == m.name or default in m.aliases for m in config.models):
         raise ConfigError(f"server.default_model: {default!r} is not a configured model name")

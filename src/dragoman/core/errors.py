@@ -62,7 +62,9 @@ class GatewayError(Exception):
         headers = {}
         if self.retry_after is not None:
             headers["retry-after"] = self.retry_after
-        if self.should_retry is False or (self.should_retry is None and self.status < 500 and self.status not in (408, 409, 429)):
+        if self.should_retry is False or (
+            self.should_retry is None and self.status < 500 and self.status not in (408, 409, 429)
+        ):
             headers["x-should-retry"] = "false"
         return headers
 
@@ -167,7 +169,9 @@ _BY_STATUS: dict[int, type[GatewayError]] = {
 # The named groups are optional: a recogniser without numbers still classifies.
 _CONTEXT_OVERFLOW = [
     # OpenAI and older vLLM: "maximum context length is L tokens. However, your messages resulted in P tokens"
-    re.compile(r"maximum context length is (?P<limit>\d+) tokens\. However, (?:your messages resulted in|your request has) (?P<prompt>\d+)"),
+    re.compile(
+        r"maximum context length is (?P<limit>\d+) tokens\. However, (?:your messages resulted in|your request has) (?P<prompt>\d+)"
+    ),
     # OpenAI and older vLLM: "... However, you requested T tokens (P in the messages, C in the completion)"
     re.compile(
         r"maximum context length is (?P<limit>\d+) tokens\. However, you requested \d+ tokens "
@@ -183,12 +187,18 @@ _CONTEXT_OVERFLOW = [
         r"(?:is too large: (?P<completion>\d+)\. This model's )?"
         r"maximum context length is (?P<limit>\d+) tokens and your request has (?P<prompt>\d+) input tokens"
     ),
-    re.compile(r"You passed (?P<prompt>\d+) input tokens(?: and requested (?P<completion>\d+) output tokens)?.*?context length is only (?P<limit>\d+) tokens"),
+    re.compile(
+        r"You passed (?P<prompt>\d+) input tokens(?: and requested (?P<completion>\d+) output tokens)?.*?context length is only (?P<limit>\d+) tokens"
+    ),
     # llama.cpp
     re.compile(r"request \((?P<prompt>\d+) tokens\) exceeds the available context size \((?P<limit>\d+) tokens\)"),
     # SGLang and Ollama's MLX runner
-    re.compile(r"input \(?(?P<prompt>\d+) tokens\)? is longer than the model's context length \((?P<limit>\d+) tokens\)"),
-    re.compile(r"input length \((?P<prompt>\d+) tokens\) exceeds the model's maximum context length \((?P<limit>\d+) tokens\)"),
+    re.compile(
+        r"input \(?(?P<prompt>\d+) tokens\)? is longer than the model's context length \((?P<limit>\d+) tokens\)"
+    ),
+    re.compile(
+        r"input length \((?P<prompt>\d+) tokens\) exceeds the model's maximum context length \((?P<limit>\d+) tokens\)"
+    ),
     re.compile(
         r"context_length_exceeded|exceed_context_size_error|maximum context length|exceeds the context window"
         r"|longer than the maximum model length|input length exceeds the context length|prompt is too long"
@@ -318,7 +328,17 @@ def from_upstream(status: int, raw: bytes, *, upstream: str, retry_after: str | 
 # its API reference): what a server that sends the error in a stream would have answered.
 _BY_TYPE: dict[str, type[GatewayError]] = {
     kind.type: kind
-    for kind in (GatewayError, InvalidRequest, Unauthorized, PermissionDenied, NotFound, RequestTooLarge, RateLimited, UpstreamTimeout, Overloaded)
+    for kind in (
+        GatewayError,
+        InvalidRequest,
+        Unauthorized,
+        PermissionDenied,
+        NotFound,
+        RequestTooLarge,
+        RateLimited,
+        UpstreamTimeout,
+        Overloaded,
+    )
 }
 
 

@@ -50,12 +50,16 @@ LIFECYCLES = frozenset({"active", "deprecated", "retired"})
 
 
 class Gateway:
-    def __init__(self, config: Config, backends: dict[str, Backend] | None = None, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, config: Config, backends: dict[str, Backend] | None = None, metrics: Metrics | None = None
+    ) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
         self.backends = backends if backends is not None else build(config)
         cache = config.server.registry_cache
-        self.registry_file: Path | None = None if cache == "" else Path(cache).expanduser() if cache else registry_path()
+        self.registry_file: Path | None = (
+            None if cache == "" else Path(cache).expanduser() if cache else registry_path()
+        )
         registry = Registry.load(self.registry_file) if self.registry_file else Registry()
         self.router = Router(config, self.backends, registry)
         self.api_keys = server_api_keys(config)
@@ -166,7 +170,8 @@ class Gateway:
         stale = [
             u
             for u in candidates
-            if (even_if_known or not self.router.answered(u)) and now - self._last_attempt.get(u, -1e9) > REDISCOVER_AFTER
+            if (even_if_known or not self.router.answered(u))
+            and now - self._last_attempt.get(u, -1e9) > REDISCOVER_AFTER
         ]
         if stale:
             async with self._lock:
@@ -244,6 +249,8 @@ class Gateway:
     def models_page(self, query: Mapping[str, str]) -> dict[str, Any]:
         stages = set(list_param(query, "lifecycle"))
         if stages - LIFECYCLES:
-            raise InvalidRequest(f"lifecycle: {sorted(stages - LIFECYCLES)[0]!r} is not one of active, deprecated, retired")
+            raise InvalidRequest(
+                f"lifecycle: {sorted(stages - LIFECYCLES)[0]!r} is not one of active, deprecated, retired"
+            )
         names = self.router.names() if not stages or "active" in stages else []  # every model served here is active
         return page_of(names, query, self._info, "model")

@@ -27,6 +27,7 @@ def configure_logging(level: str) -> None:
     (a spawned worker inherits no logging set-up from its parent)."""
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
 
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
@@ -34,11 +35,27 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.requests = Counter("dragoman_requests", "Requests served", ["endpoint", "model", "upstream", "path", "status"], registry=r)
-        self.latency = Histogram("dragoman_request_duration_seconds", "Time to the last byte", ["endpoint", "path"], buckets=LATENCY_BUCKETS, registry=r)
-        self.ttft = Histogram("dragoman_time_to_first_token_seconds", "Time to the first streamed byte after message_start", ["path"], buckets=LATENCY_BUCKETS, registry=r)
+        self.requests = Counter(
+            "dragoman_requests", "Requests served", ["endpoint", "model", "upstream", "path", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "dragoman_request_duration_seconds",
+            "Time to the last byte",
+            ["endpoint", "path"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "dragoman_time_to_first_token_seconds",
+            "Time to the first streamed byte after message_start",
+            ["path"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.tokens = Counter("dragoman_tokens", "Tokens, by direction", ["model", "direction"], registry=r)
-        self.upstream_errors = Counter("dragoman_upstream_errors", "Errors answered on behalf of an upstream", ["upstream", "type"], registry=r)
+        self.upstream_errors = Counter(
+            "dragoman_upstream_errors", "Errors answered on behalf of an upstream", ["upstream", "type"], registry=r
+        )
         self.retries = Counter("dragoman_upstream_retries", "Upstream retries", ["upstream"], registry=r)
         self.streams = Gauge("dragoman_streams_in_flight", "Streams being served", registry=r)
         self.keepalives = Counter("dragoman_keepalives", "Keep-alive comments and pings sent", registry=r)

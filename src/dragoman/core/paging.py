@@ -17,7 +17,10 @@ DELETED_KEPT = 1024
 
 
 def page_of(
-    ids: Sequence[str], query: Mapping[str, str], describe: Callable[[str], Any], noun: str,
+    ids: Sequence[str],
+    query: Mapping[str, str],
+    describe: Callable[[str], Any],
+    noun: str,
     position: Callable[[str], int | None] | None = None,
 ) -> dict[str, Any]:
     """The page of `ids` (in listing order) that `query` asks for, each described.

@@ -51,7 +51,14 @@ PROFILES: dict[str, Profile] = {
 }
 
 # `owned_by` values in GET /models that identify a server.
-OWNED_BY = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "library": "ollama", "openai": "openai", "system": "openai"}
+OWNED_BY = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "llamacpp": "llamacpp",
+    "library": "ollama",
+    "openai": "openai",
+    "system": "openai",
+}
 
 
 def profile_for(upstream: OpenAIUpstream, owned_by: str | None = None) -> Profile:

@@ -98,7 +98,14 @@ class Router:
             drop_server_tools=None if model.server_tools is None else model.server_tools == "drop",
         )
         window = model.context_window or self._discovered_window(model.upstream, model.served_model)
-        return Route(self._backends[model.upstream], model.upstream, model.served_model, caps, window, self._counters.get(model.name))
+        return Route(
+            self._backends[model.upstream],
+            model.upstream,
+            model.served_model,
+            caps,
+            window,
+            self._counters.get(model.name),
+        )
 
     def _discovered_window(self, upstream: str, model_id: str) -> int | None:
         entries = self.discovered.get(upstream, ())
@@ -108,7 +115,9 @@ class Router:
         # llama.cpp serves one model whatever the name asked for.
         return entries[0].context_window if len(entries) == 1 and entries[0].owned_by == "llamacpp" else None
 
-    def _route_upstream_model(self, upstream: str, name: str, context_window: int | None = None, *, listed: bool = True) -> Route:
+    def _route_upstream_model(
+        self, upstream: str, name: str, context_window: int | None = None, *, listed: bool = True
+    ) -> Route:
         caps = ModelCaps(reasoning=self._reasoning(name, None))
         return Route(self._backends[upstream], upstream, name, caps, context_window, listed=listed)
 
@@ -199,7 +208,11 @@ class Router:
         """Whether `server.default_model` names a model no upstream lists (judged only once every
         list is in: it may be on the upstream not read yet). Every name it should catch is a 404."""
         default = self._config.server.default_model
-        if not default or self._configured(default) is not None or any(u not in self.discovered for u in self.discovering):
+        if (
+            not default
+            or self._configured(default) is not None
+            or any(u not in self.discovered for u in self.discovering)
+        ):
             return False
         return self._route_discovered(default) is None
 

@@ -103,7 +103,14 @@ class ThreadStore:
             request.update(stored)
             request["messages"] = [*msgspec.json.decode(held.messages), *request.get("messages", [])]
             held.in_flight = True
-        return Turn(self, owner, previous, msgspec.json.encode(fields), request.get("messages", []), msgspec.json.encode(request))
+        return Turn(
+            self,
+            owner,
+            previous,
+            msgspec.json.encode(fields),
+            request.get("messages", []),
+            msgspec.json.encode(request),
+        )
 
     def _find(self, key: tuple[str, str]) -> Held | None:
         held = self._held.get(key)

@@ -65,7 +65,9 @@ class Layout:
     def write(self, file_id: str, owner: str, data: bytes, metadata: bytes) -> None:
         """Content first, then metadata: a file is listed only when whole."""
         directory = self.owner_dir(owner)
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # uploads are the clients' data: not for other local users
+        self.root.mkdir(
+            mode=0o700, parents=True, exist_ok=True
+        )  # uploads are the clients' data: not for other local users
         directory.mkdir(mode=0o700, exist_ok=True)
         for suffix, payload in (("", data), (".json", metadata)):
             write_atomically(directory / _name(file_id, suffix), payload)

@@ -27,7 +27,14 @@ from dragoman.files.charsets import bom_encoding
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 PDF = "application/pdf"
 TEXT = "text/plain"
-TEXT_TYPES = ("text/plain", "text/markdown", "text/csv", "text/html", "application/json", "application/xml")  # besides text/*, read as text
+TEXT_TYPES = (
+    "text/plain",
+    "text/markdown",
+    "text/csv",
+    "text/html",
+    "application/json",
+    "application/xml",
+)  # besides text/*, read as text
 HEAD = 4096  # the bytes looked at: a file is judged by its start, never read through
 
 _SIGNATURES = ((b"%PDF-", PDF), (b"\xff\xd8\xff", "image/jpeg"), (b"\x89PNG\r\n\x1a\n", "image/png"),

@@ -57,7 +57,9 @@ from dragoman.protocol.anthropic import timestamp
 
 log = logging.getLogger("dragoman.files")
 EXPIRES_IN = (3600, 7776000)  # the seconds an upload may ask to be kept, as on Anthropic (1 hour to 90 days)
-RACY_NS = 2_000_000_000  # a directory's mtime this recent may yet stay the same through a change (a coarse tick: 2 s on FAT)
+RACY_NS = (
+    2_000_000_000  # a directory's mtime this recent may yet stay the same through a change (a coarse tick: 2 s on FAT)
+)
 
 
 class FileMetadata(msgspec.Struct):
@@ -98,7 +100,9 @@ class FileStore:
         self.max_total_bytes = config.max_total_bytes
         self.max_files = config.max_files
         self._in_use = False
-        self._gone: dict[tuple[str, str], str] = {}  # deleted here (the latest): (owner, id) -> created_at, so a cursor naming one still places
+        self._gone: dict[
+            tuple[str, str], str
+        ] = {}  # deleted here (the latest): (owner, id) -> created_at, so a cursor naming one still places
         self._seen: int | None = None  # the directory's mtime when last looked into
 
     def named_in(self, body: bytes) -> bool:
@@ -122,7 +126,9 @@ class FileStore:
         if self._in_use:
             return True
         try:
-            mtime = os.stat(self.dir).st_mtime_ns  # changes as an owner's directory (made before its first file) or a flat file is added
+            mtime = os.stat(
+                self.dir
+            ).st_mtime_ns  # changes as an owner's directory (made before its first file) or a flat file is added
             if mtime != self._seen:
                 with os.scandir(self.dir) as entries:
                     self._in_use = any(not entry.name.startswith(".") for entry in entries)  # not a temporary
@@ -134,7 +140,9 @@ class FileStore:
 
     # -- the API ----------------------------------------------------------------------------
 
-    async def save(self, filename: str, mime_type: str, data: bytes, *, owner: str, expires_in: int | None = None) -> FileMetadata:
+    async def save(
+        self, filename: str, mime_type: str, data: bytes, *, owner: str, expires_in: int | None = None
+    ) -> FileMetadata:
         if not data:
             raise InvalidRequest("file: the uploaded file is empty")
         now = datetime.now(UTC)
@@ -170,7 +178,9 @@ class FileStore:
         order = sorted(metas, key=lambda file_id: (metas[file_id].created_at, file_id), reverse=True)
         wanted = list_param(query, "ids")
         params = {k: v for k, v in query.items() if k not in ("page", "ids", "ids[]")}
-        cursor: dict[str, str] = {}  # the page cursor's own time: placed even if the file is gone (kept for this call only)
+        cursor: dict[
+            str, str
+        ] = {}  # the page cursor's own time: placed even if the file is gone (kept for this call only)
         if "scope_id" in query:  # files of a session (the agent API's); none here has a scope
             order = []
             params.pop("scope_id")
@@ -234,10 +244,14 @@ class FileStore:
                 continue
             source = block.get("source")
             if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
-                changed |= self._resolve_blocks(block["content"], f"{where}.{b}.content", owner, loaded, budget, depth + 1)
+                changed |= self._resolve_blocks(
+                    block["content"], f"{where}.{b}.content", owner, loaded, budget, depth + 1
+                )
             elif block.get("type") == "document" and isinstance(source, dict) and source.get("type") == "content" \
                     and isinstance(source.get("content"), list):  # fmt: skip
-                changed |= self._resolve_blocks(source["content"], f"{where}.{b}.source.content", owner, loaded, budget, depth + 1)
+                changed |= self._resolve_blocks(
+                    source["content"], f"{where}.{b}.source.content", owner, loaded, budget, depth + 1
+                )
         return changed
 
     def _resolve_block(self, block: Any, where: str, owner: str, loaded: dict[str, tuple[StoredFile, bytes] | None],
@@ -264,18 +278,24 @@ class FileStore:
             except FileNotFoundError:  # deleted meanwhile
                 loaded[file_id] = None
         found = loaded[file_id]
-        if found is None:  # unknown, or another owner's: the translator answers 404; passthrough forwards it (the upstream may know it)
+        if (
+            found is None
+        ):  # unknown, or another owner's: the translator answers 404; passthrough forwards it (the upstream may know it)
             return False
         meta, data = found
         budget[0] -= len(data) * 4 // 3 + 64  # what it adds, base64 or text
         if budget[0] < 0:
             raise RequestTooLarge(f"{where}.source.file_id: with the files it names filled in, the request would pass "
                                   "server.max_request_bytes")  # fmt: skip
-        usable = usable_type(meta.mime_type, data)  # what its first bytes show, where the declared type does not fit them
+        usable = usable_type(
+            meta.mime_type, data
+        )  # what its first bytes show, where the declared type does not fit them
         mime = usable.partition(";")[0].strip().lower()
         if block["type"] == "image":
             if mime not in IMAGE_TYPES:
-                raise InvalidRequest(f"{where}.source.file_id: {file_id} is {mime}, not an image ({', '.join(IMAGE_TYPES)})")
+                raise InvalidRequest(
+                    f"{where}.source.file_id: {file_id} is {mime}, not an image ({', '.join(IMAGE_TYPES)})"
+                )
             block["source"] = {"type": "base64", "media_type": mime, "data": base64.b64encode(data).decode()}
         elif mime == PDF:
             block["source"] = {"type": "base64", "media_type": mime, "data": base64.b64encode(data).decode()}
@@ -335,7 +355,9 @@ class FileStore:
                 self.layout.remove(file_id, meta.owner, content_only=True)
             else:
                 used += stored.size_bytes
-        if used + meta.size_bytes > self.max_total_bytes:  # the message names sizes only, never the owner (a digest of a key)
+        if (
+            used + meta.size_bytes > self.max_total_bytes
+        ):  # the message names sizes only, never the owner (a digest of a key)
             raise InvalidRequest(f"file: this upload of {meta.size_bytes} bytes would pass files.max_total_bytes: your files "
                                  f"already use {used} of {self.max_total_bytes} bytes; delete some to make room",
                                  error_code="storage_quota_exceeded")  # fmt: skip

@@ -67,7 +67,9 @@ class OutCompactionBlock(_Out, tag="compaction", tag_field="type"):
 
 ContentBlock = OutTextBlock | OutThinkingBlock | OutToolUseBlock | OutCompactionBlock
 
-StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal", "model_context_window_exceeded", "compaction"]
+StopReason = Literal[
+    "end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal", "model_context_window_exceeded", "compaction"
+]
 
 
 class Usage(_Out):

@@ -16,10 +16,18 @@ _encoder = msgspec.json.Encoder()
 
 _NAMES: dict[type, bytes] = {
     cls: f"event: {cls.__struct_config__.tag}\ndata: ".encode()
-    for cls in (a.MessageStart, a.ContentBlockStart, a.ContentBlockDelta, a.ContentBlockStop, a.MessageDelta, a.MessageStop, a.Ping)
+    for cls in (
+        a.MessageStart,
+        a.ContentBlockStart,
+        a.ContentBlockDelta,
+        a.ContentBlockStop,
+        a.MessageDelta,
+        a.MessageStop,
+        a.Ping,
+    )
 }
 
-PING = b"event: ping\ndata: {\"type\":\"ping\"}\n\n"
+PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 KEEPALIVE_COMMENT = b": keep-alive\n\n"
 
 
@@ -48,7 +56,13 @@ class DataDecoder:
         self._held = 0
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        if not self._buffer and not self._pieces and chunk.startswith(b"data:") and chunk.endswith(b"\n\n") and chunk.count(b"\n") == 2:
+        if (
+            not self._buffer
+            and not self._pieces
+            and chunk.startswith(b"data:")
+            and chunk.endswith(b"\n\n")
+            and chunk.count(b"\n") == 2
+        ):
             payload = chunk[5:].strip()  # one whole event in one read: how tokens arrive one by one
             return [payload] if payload else []
         if b"\n" not in chunk:  # a long line arriving in pieces: kept, not copied again per read

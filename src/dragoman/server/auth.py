@@ -33,7 +33,9 @@ def check(request: Request, keys: frozenset[str]) -> None:
     if len(request.headers.getlist("x-api-key")) > 1:
         raise Unauthorized("x-api-key: the header is sent more than once; send one key")
     if not any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
-        raise Unauthorized("invalid x-api-key" if request.headers.get("x-api-key") else "invalid API key in the authorization header")
+        raise Unauthorized(
+            "invalid x-api-key" if request.headers.get("x-api-key") else "invalid API key in the authorization header"
+        )
 
 
 def owner(request: Request, keys: frozenset[str], *, shared: bool, tenants: Mapping[str, str] | None = None) -> str:

@@ -32,12 +32,16 @@ async def list_batches(request: Request) -> Response:
 
 async def retrieve(request: Request) -> Response:
     gateway = authorized(request)
-    return struct_response(gateway.batches.retrieve(request.path_params["batch_id"], owner(request, gateway), _base(request)))
+    return struct_response(
+        gateway.batches.retrieve(request.path_params["batch_id"], owner(request, gateway), _base(request))
+    )
 
 
 async def cancel(request: Request) -> Response:
     gateway = authorized(request)
-    return struct_response(await gateway.batches.cancel(request.path_params["batch_id"], owner(request, gateway), _base(request)))
+    return struct_response(
+        await gateway.batches.cancel(request.path_params["batch_id"], owner(request, gateway), _base(request))
+    )
 
 
 async def delete(request: Request) -> Response:

@@ -50,7 +50,9 @@ def authorized(request: Request) -> Gateway:
 
 def owner(request: Request, gateway: Gateway) -> str:
     """Whose files and batches this (authorized) request sees: see `auth.owner`."""
-    return auth.owner(request, gateway.api_keys, shared=gateway.config.server.share_between_keys, tenants=gateway.tenants)
+    return auth.owner(
+        request, gateway.api_keys, shared=gateway.config.server.share_between_keys, tenants=gateway.tenants
+    )
 
 
 def struct_response(value: object) -> Response:
@@ -62,7 +64,9 @@ async def _read_body(request: Request, limit: int) -> bytes:
     """The body, refused past `limit` without reading it whole."""
     coding = request.headers.get("content-encoding")
     if coding and coding.strip().lower() != "identity":
-        raise InvalidRequest(f"content-encoding: {coding!r} request bodies are not accepted; send the body uncompressed")
+        raise InvalidRequest(
+            f"content-encoding: {coding!r} request bodies are not accepted; send the body uncompressed"
+        )
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise RequestTooLarge(f"request body is {declared} bytes; the limit is {limit} bytes")
@@ -212,7 +216,9 @@ class EventStreamResponse(StreamingResponse):
         if self.request_id:
             headers["request-id"] = self.request_id
         self.head_sent = True
-        answer = Response(error.body(self.request_id), status_code=error.status, headers=headers, media_type="application/json")
+        answer = Response(
+            error.body(self.request_id), status_code=error.status, headers=headers, media_type="application/json"
+        )
         await send({"type": "http.response.start", "status": answer.status_code, "headers": answer.raw_headers})
         await send({"type": "http.response.body", "body": answer.body, "more_body": False})
 
@@ -258,7 +264,9 @@ async def serve(gateway: Gateway, request: Request, endpoint: Endpoint) -> Respo
     auth.check(request, gateway.api_keys)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
     caller = Caller(owner=owner(request, gateway))
-    prepared = await gateway.pipeline.prepare(body, endpoint=endpoint, headers=request.headers, caller=caller, outcome=outcome)
+    prepared = await gateway.pipeline.prepare(
+        body, endpoint=endpoint, headers=request.headers, caller=caller, outcome=outcome
+    )
     reply: Reply | Response | None = None
     try:
         reply = await _send(gateway, request, prepared, endpoint)
@@ -336,7 +344,9 @@ async def ready(request: Request) -> Response:
     gateway = _gateway(request)
     reachable = await gateway.reachable_upstreams()
     status = 200 if reachable else 503
-    return JSONResponse({"status": "ready" if reachable else "no upstream reachable", "upstreams": reachable}, status_code=status)
+    return JSONResponse(
+        {"status": "ready" if reachable else "no upstream reachable", "upstreams": reachable}, status_code=status
+    )
 
 
 async def root(request: Request) -> Response:

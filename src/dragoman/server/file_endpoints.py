@@ -19,7 +19,6 @@ from dragoman.server.endpoints import authorized, owner, struct_response
 MULTIPART_OVERHEAD = 64 * 1024  # the form's own bytes around the file
 
 
-
 async def upload(request: Request) -> Response:
     gateway = authorized(request)
     store = gateway.files
@@ -31,7 +30,9 @@ async def upload(request: Request) -> Response:
     limit = store.max_bytes + MULTIPART_OVERHEAD
     try:
         async with aclosing(Request(request.scope, _bounded(request.receive, limit)).stream()) as body:
-            form = await _UploadParser(request.headers, body, max_files=1, max_fields=8, max_part_size=1024 * 1024).parse()
+            form = await _UploadParser(
+                request.headers, body, max_files=1, max_fields=8, max_part_size=1024 * 1024
+            ).parse()
     except MultiPartException as error:  # a multipart body Starlette's parser cannot read
         raise InvalidRequest(f"file: the multipart body cannot be read ({error.message})") from None
     try:
@@ -41,8 +42,13 @@ async def upload(request: Request) -> Response:
         data = await part.read(store.max_bytes + 1)
         if len(data) > store.max_bytes:
             raise RequestTooLarge(f"file: files may have at most {store.max_bytes} bytes")
-        meta = await store.save(part.filename or "", part.content_type or "application/octet-stream", data,
-                                owner=owner(request, gateway), expires_in=_expires_in(form.get("expires_in_seconds")))
+        meta = await store.save(
+            part.filename or "",
+            part.content_type or "application/octet-stream",
+            data,
+            owner=owner(request, gateway),
+            expires_in=_expires_in(form.get("expires_in_seconds")),
+        )
     finally:
         await form.close()  # the spooled temporary file
     return struct_response(meta)
@@ -64,7 +70,9 @@ class _UploadParser(MultiPartParser):
         disposition = getattr(part, "content_disposition", None)
         if isinstance(disposition, bytes):
             _, options = parse_options_header(disposition)
-            typed = any(name == b"content-type" for name, _ in getattr(part, "item_headers", ()))  # a plain field has no type
+            typed = any(
+                name == b"content-type" for name, _ in getattr(part, "item_headers", ())
+            )  # a plain field has no type
             if options.get(b"name") == b"file" and b"filename" not in options and typed:
                 part.content_disposition = disposition + b'; filename=""'  # type: ignore[union-attr]
         super().on_headers_finished()
@@ -93,7 +101,9 @@ def _bounded(receive: Receive, limit: int) -> Receive:
         if message["type"] == "http.request":
             received += len(message.get("body", b""))
             if received > limit:
-                raise RequestTooLarge(f"file: the upload passes {limit} bytes; files may have at most {limit - MULTIPART_OVERHEAD} bytes")
+                raise RequestTooLarge(
+                    f"file: the upload passes {limit} bytes; files may have at most {limit - MULTIPART_OVERHEAD} bytes"
+                )
         return message
 
     return bounded

@@ -96,8 +96,10 @@ if TYPE_CHECKING or HTTPTOOLS:
 
 
 READ_IDLE_TIMEOUT = 60.0  # seconds without a byte of a request that has begun: the client is answered 408
-_TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s")
-_NOT_HTTP = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+_TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+_NOT_HTTP = (
+    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+)
 LINGER = 2.0  # seconds a refused client's remaining bytes are read and dropped before the close
 MAX_HEAD_BYTES = 64 * 1024  # a request's line and headers: past it the client is answered 431
 _HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\nconnection: close\r\n"
@@ -171,7 +173,9 @@ class DirectBodyProtocol(_Base):
             if self._read_timer is None:
                 self._read_timer = self.loop.call_later(READ_IDLE_TIMEOUT, self._check_read)
             cycle = self.cycle
-            if cycle is None or cycle.scope is not self.scope:  # its head is incomplete (uvicorn makes the cycle after it)
+            if (
+                cycle is None or cycle.scope is not self.scope
+            ):  # its head is incomplete (uvicorn makes the cycle after it)
                 if self._head_of is not self.scope:  # its first piece: what uvicorn has parsed of it
                     self._head_of = self.scope
                     self._head_bytes = sum(len(name) + len(value) + 4 for name, value in self.headers)

@@ -87,9 +87,13 @@ def count_estimate(chat: openai.ChatRequest) -> int:
 
 def completion_estimate(message: openai.ResponseMessage) -> int:
     """Output tokens of a reply whose server reported no usage, by the same measure."""
-    chars = sum(len(text) for text in (message.content, message.reasoning or message.reasoning_content, message.refusal) if text)
+    chars = sum(
+        len(text) for text in (message.content, message.reasoning or message.reasoning_content, message.refusal) if text
+    )
     for call in message.tool_calls or ():
         if call.function is not None:
             arguments = call.function.arguments
-            chars += len(call.function.name or "") + len(arguments if isinstance(arguments, str) else msgspec.json.encode(arguments))
+            chars += len(call.function.name or "") + len(
+                arguments if isinstance(arguments, str) else msgspec.json.encode(arguments)
+            )
     return max(1, (chars + 3) // 4)

@@ -57,7 +57,9 @@ class LocalCounter:
         try:
             from tokenizers import Tokenizer
         except ImportError:
-            raise TokenizerError("counting with a local tokenizer needs the `tokenizers` package (pip install 'dragoman[tokenizer]')") from None
+            raise TokenizerError(
+                "counting with a local tokenizer needs the `tokenizers` package (pip install 'dragoman[tokenizer]')"
+            ) from None
         tokenizer_file, source, config = _find(Path(path).expanduser(), chat_template)
         try:
             self._tokenizer = Tokenizer.from_file(str(tokenizer_file))
@@ -68,7 +70,9 @@ class LocalCounter:
             try:
                 from jinja2.sandbox import ImmutableSandboxedEnvironment
             except ImportError:
-                raise TokenizerError("rendering a chat template needs the `jinja2` package (pip install 'dragoman[tokenizer]')") from None
+                raise TokenizerError(
+                    "rendering a chat template needs the `jinja2` package (pip install 'dragoman[tokenizer]')"
+                ) from None
 
             def raise_exception(message: str) -> None:
                 raise TokenizerError(f"the chat template refused the request: {message}")
@@ -111,13 +115,19 @@ class TiktokenCounter:
             import tiktoken_ext.openai_public as public
             from tiktoken.load import load_tiktoken_bpe
         except ImportError:
-            raise TokenizerError("counting with tiktoken needs the `tiktoken` package (pip install 'dragoman[tokenizer]')") from None
+            raise TokenizerError(
+                "counting with tiktoken needs the `tiktoken` package (pip install 'dragoman[tokenizer]')"
+            ) from None
         constructor = public.ENCODING_CONSTRUCTORS.get(encoding)
         if constructor is None:
-            raise TokenizerError(f"unknown tiktoken encoding {encoding!r}; known: {', '.join(sorted(public.ENCODING_CONSTRUCTORS))}")
+            raise TokenizerError(
+                f"unknown tiktoken encoding {encoding!r}; known: {', '.join(sorted(public.ENCODING_CONSTRUCTORS))}"
+            )
         file = Path(path).expanduser()
         if not file.is_file():
-            raise TokenizerError(f"no tiktoken file at {file} (tiktoken cannot fetch it offline: copy {encoding}.tiktoken there)")
+            raise TokenizerError(
+                f"no tiktoken file at {file} (tiktoken cannot fetch it offline: copy {encoding}.tiktoken there)"
+            )
         fetch = public.load_tiktoken_bpe
         # The constructor names a URL to fetch; it reads the configured file instead.
         public.load_tiktoken_bpe = lambda url, expected_hash=None: load_tiktoken_bpe(str(file), None)  # type: ignore[assignment]

@@ -29,7 +29,10 @@ def _editor(commands: list[str], description: str) -> dict[str, Any]:
             "file_text": {"type": "string", "description": "Content of the file to create (create)."},
             "old_str": {"type": "string", "description": "Exact text to replace (str_replace)."},
             "new_str": {"type": "string", "description": "Replacement text (str_replace) or text to insert (insert)."},
-            "insert_line": {"type": "integer", "description": "Line after which to insert; 0 inserts at the top (insert)."},
+            "insert_line": {
+                "type": "integer",
+                "description": "Line after which to insert; 0 inserts at the top (insert).",
+            },
             "view_range": {
                 "type": "array",
                 "items": {"type": "integer"},
@@ -61,7 +64,11 @@ def _computer(actions: list[str], tool: anthropic.Tool) -> dict[str, Any]:
         "properties": {
             "action": {"type": "string", "enum": actions, "description": "The action to perform." + size},
             "coordinate": {"type": "array", "items": {"type": "integer"}, "description": "[x, y] in pixels."},
-            "start_coordinate": {"type": "array", "items": {"type": "integer"}, "description": "[x, y] where a drag starts."},
+            "start_coordinate": {
+                "type": "array",
+                "items": {"type": "integer"},
+                "description": "[x, y] where a drag starts.",
+            },
             "text": {"type": "string", "description": "Text to type, or the key (combination) to press."},
             "scroll_direction": {"type": "string", "enum": ["up", "down", "left", "right"]},
             "scroll_amount": {"type": "integer"},
@@ -71,7 +78,11 @@ def _computer(actions: list[str], tool: anthropic.Tool) -> dict[str, Any]:
         "required": ["action"],
     }
     if "zoom" in actions:
-        schema["properties"]["region"] = {"type": "array", "items": {"type": "integer"}, "description": "[x0, y0, x1, y1] to zoom into."}
+        schema["properties"]["region"] = {
+            "type": "array",
+            "items": {"type": "integer"},
+            "description": "[x0, y0, x1, y1] to zoom into.",
+        }
     return schema
 
 

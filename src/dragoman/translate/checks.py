@@ -50,7 +50,9 @@ def _check_tools(request: anthropic.MessagesRequest) -> None:
         if not tool.name:
             raise InvalidRequest(f"tools.{index}.name: must not be empty")
         if tool.name in seen:
-            raise InvalidRequest(f"tools.{index}.name: {tool.name!r} is the name of an earlier tool; tool names must be unique")
+            raise InvalidRequest(
+                f"tools.{index}.name: {tool.name!r} is the name of an earlier tool; tool names must be unique"
+            )
         seen.add(tool.name)
     choice = request.tool_choice
     if choice is not None and choice.type in ("any", "tool") and not request.tools:
@@ -66,7 +68,9 @@ def _check_thinking(request: anthropic.MessagesRequest, betas: frozenset[str]) -
     if budget is None:
         raise InvalidRequest("thinking.enabled.budget_tokens: Field required")
     if budget < MIN_THINKING_BUDGET:
-        raise InvalidRequest(f"thinking.enabled.budget_tokens: Input should be greater than or equal to {MIN_THINKING_BUDGET}")
+        raise InvalidRequest(
+            f"thinking.enabled.budget_tokens: Input should be greater than or equal to {MIN_THINKING_BUDGET}"
+        )
     if budget >= request.max_tokens and INTERLEAVED_THINKING not in betas:
         raise InvalidRequest(BUDGET_NOT_BELOW_MAX_TOKENS)
     if request.tool_choice is not None and request.tool_choice.type in ("any", "tool"):
@@ -81,7 +85,9 @@ def _check_blocks(messages: list[anthropic.MessageParam]) -> None:
         for at, block in enumerate(message.content):
             if isinstance(block, misplaced):
                 kind = block.__struct_config__.tag
-                raise InvalidRequest(f"messages.{index}.content.{at}: {kind} blocks are not allowed in {message.role} turns")
+                raise InvalidRequest(
+                    f"messages.{index}.content.{at}: {kind} blocks are not allowed in {message.role} turns"
+                )
             if isinstance(block, anthropic.ImageBlock) and isinstance(block.source, anthropic.URLSource):
                 if not block.source.url.startswith(URL_SCHEMES):
                     raise InvalidRequest(f"messages.{index}.content.{at}.source.url: must be an http or https URL")

@@ -40,7 +40,9 @@ def with_summaries(messages: list[anthropic.MessageParam]) -> Iterator[tuple[int
     """The messages with each `compaction` block made a user turn of its summary's text
     (a failed compaction, without content, is dropped): (index in the request, message)."""
     for index, message in enumerate(messages):
-        if isinstance(message.content, str) or not any(isinstance(b, anthropic.CompactionBlock) for b in message.content):
+        if isinstance(message.content, str) or not any(
+            isinstance(b, anthropic.CompactionBlock) for b in message.content
+        ):
             yield index, message
             continue
         rest: list[anthropic.ContentBlockParam] = []
@@ -58,5 +60,8 @@ def summary_of(message: anthropic.Message) -> anthropic.Message:
     """The model's answer to `summarizing` as the compaction reply."""
     text = "".join(b.text for b in message.content if isinstance(b, anthropic.OutTextBlock)).strip()
     return msgspec.structs.replace(
-        message, content=[anthropic.OutCompactionBlock(content=text or None)], stop_reason="compaction", stop_sequence=None
+        message,
+        content=[anthropic.OutCompactionBlock(content=text or None)],
+        stop_reason="compaction",
+        stop_sequence=None,
     )

@@ -49,7 +49,9 @@ def sniffed_image_type(data: str, where: str) -> str:
         raise InvalidRequest(f"{where}.source.data: give the base64 data alone, without a 'data:' URL prefix")
     if not is_base64(data):
         raise InvalidRequest(f"{where}.source.data: {INVALID_BASE64}")
-    media_type = image_type(binascii.a2b_base64(data[:16]))  # valid: a prefix of valid data, padded only if it is all of it
+    media_type = image_type(
+        binascii.a2b_base64(data[:16])
+    )  # valid: a prefix of valid data, padded only if it is all of it
     if media_type is not None:
         return media_type
     raise InvalidRequest(f"{where}.source.data: not a JPEG, PNG, GIF or WebP image")
@@ -60,7 +62,9 @@ def image_part(block: anthropic.ImageBlock, where: str) -> openai.ImagePart:
     if isinstance(source, anthropic.Base64Source):
         if source.media_type not in IMAGE_TYPES:
             allowed = ", ".join(IMAGE_TYPES)
-            raise InvalidRequest(f"{where}.source.media_type: {source.media_type!r} is not supported; use one of {allowed}")
+            raise InvalidRequest(
+                f"{where}.source.media_type: {source.media_type!r} is not supported; use one of {allowed}"
+            )
         # A mislabelled image (a JPEG sent as image/png) is sent with the type its bytes
         # show: Anthropic refuses it, which leaves Claude Code sessions stuck on every
         # later turn, while the model needs only the bytes.
@@ -83,7 +87,9 @@ def _pdf_text(data: str, where: str) -> str:
     try:
         reader = PdfReader(io.BytesIO(raw))
         pages = [page.extract_text() or "" for page in reader.pages]
-    except Exception as error:  # pypdf raises many types on a damaged file (PdfReadError, LimitReachedError, RecursionError, ...)
+    except (
+        Exception
+    ) as error:  # pypdf raises many types on a damaged file (PdfReadError, LimitReachedError, RecursionError, ...)
         raise InvalidRequest(f"{where}.source.data: could not read the PDF: {error}") from None
     return "\n\n".join(f"[page {n}]\n{text.strip()}" for n, text in enumerate(pages, 1))
 
@@ -100,7 +106,9 @@ def document_text(block: anthropic.DocumentBlock, where: str) -> str:
             body = "\n".join(texts)
     elif isinstance(source, anthropic.Base64Source):
         if source.media_type != "application/pdf":
-            raise InvalidRequest(f"{where}.source.media_type: {source.media_type!r} is not supported for base64 documents; use application/pdf")
+            raise InvalidRequest(
+                f"{where}.source.media_type: {source.media_type!r} is not supported for base64 documents; use application/pdf"
+            )
         body = _pdf_text(source.data, where)
     elif isinstance(source, anthropic.URLSource):
         raise InvalidRequest(
@@ -132,7 +140,9 @@ def content_with_images(block: anthropic.DocumentBlock) -> list[tuple[int, dict[
     if not (isinstance(source, anthropic.ContentSource) and isinstance(source.content, list)
             and any(_is_item(item, "image") for item in source.content)):  # fmt: skip
         return None
-    return [(index, item) for index, item in enumerate(source.content) if _is_item(item, "image") or _is_item(item, "text")]
+    return [
+        (index, item) for index, item in enumerate(source.content) if _is_item(item, "image") or _is_item(item, "text")
+    ]
 
 
 def document_parts(block: anthropic.DocumentBlock, where: str, *, vision: bool | None) -> list[openai.Part]:

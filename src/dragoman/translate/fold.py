@@ -52,7 +52,9 @@ def fold(events: Iterable[a.StreamEvent]) -> a.Message:
     for index, text in tool_json.items():
         block = blocks[index]
         assert isinstance(block, a.OutToolUseBlock)
-        block.input = parse_arguments(text, tool=block.name)  # a whole message needs an object: else the upstream's error
+        block.input = parse_arguments(
+            text, tool=block.name
+        )  # a whole message needs an object: else the upstream's error
     message.content = blocks
     return message
 
@@ -76,7 +78,11 @@ def events_of(message: a.Message) -> list[a.StreamEvent]:
             events.append(a.ContentBlockDelta(index=index, delta=a.CompactionDelta(content=block.content)))
         else:
             events.append(a.ContentBlockStart(index=index, content_block=msgspec.structs.replace(block, input={})))
-            events.append(a.ContentBlockDelta(index=index, delta=a.InputJSONDelta(partial_json=msgspec.json.encode(block.input).decode())))
+            events.append(
+                a.ContentBlockDelta(
+                    index=index, delta=a.InputJSONDelta(partial_json=msgspec.json.encode(block.input).decode())
+                )
+            )
         events.append(a.ContentBlockStop(index=index))
     usage = message.usage
     events.append(

@@ -48,7 +48,9 @@ def usage_of(usage: openai.Usage | None) -> a.Usage:
     )
 
 
-def stop_reason_of(finish: str | None, *, tool_calls: bool, matched: str | None, window_bound: bool = False) -> a.StopReason:
+def stop_reason_of(
+    finish: str | None, *, tool_calls: bool, matched: str | None, window_bound: bool = False
+) -> a.StopReason:
     """Anthropic's stop reason for an upstream finish reason. `window_bound`: the request's
     max_tokens was lowered to the room the prompt left in the context window, so a reply
     cut at it was stopped by the window, not by the client's max_tokens."""

@@ -100,7 +100,9 @@ def _normalise_turns(request: anthropic.MessagesRequest, system: list[str]) -> l
     seen_assistant = False
     for index, message in with_summaries(request.messages):
         role = message.role
-        blocks: list[Any] = [anthropic.TextBlock(text=message.content)] if isinstance(message.content, str) else list(message.content)
+        blocks: list[Any] = (
+            [anthropic.TextBlock(text=message.content)] if isinstance(message.content, str) else list(message.content)
+        )
         if role == "system":
             text = _text_of(message.content)
             if not text:
@@ -160,14 +162,18 @@ def _assistant_message(blocks: list[Any], names: dict[str, str], replay_field: s
     calls = [
         openai.ToolCall(
             id=upstream_tool_id(b.id),
-            function=openai.FunctionCall(name=names.get(b.name, b.name), arguments=openai.ENCODER.encode(b.input).decode()),
+            function=openai.FunctionCall(
+                name=names.get(b.name, b.name), arguments=openai.ENCODER.encode(b.input).decode()
+            ),
         )
         for b in blocks
         if isinstance(b, anthropic.ToolUseBlock)
     ]
     message = openai.AssistantMessage(content="".join(texts) if texts else None, tool_calls=calls or None)
     if replay_field is not None:
-        thoughts = "".join(replayed_reasoning(b.thinking, b.signature) for b in blocks if isinstance(b, anthropic.ThinkingBlock))
+        thoughts = "".join(
+            replayed_reasoning(b.thinking, b.signature) for b in blocks if isinstance(b, anthropic.ThinkingBlock)
+        )
         if thoughts or calls:  # DeepSeek requires the field on every turn with tool calls
             setattr(message, replay_field, thoughts)
     return message
@@ -183,7 +189,9 @@ def _strip_keys(schema: Any, keys: tuple[str, ...]) -> Any:
     return schema
 
 
-def _input_schema(schema: msgspec.Raw | dict[str, Any] | None, index: int, profile: Profile) -> msgspec.Raw | dict[str, Any]:
+def _input_schema(
+    schema: msgspec.Raw | dict[str, Any] | None, index: int, profile: Profile
+) -> msgspec.Raw | dict[str, Any]:
     """A client tool's schema: a JSON object, left as the client's text unless keys go."""
     if schema is None:
         raise InvalidRequest(f"tools.{index}.input_schema: Field required")
@@ -192,7 +200,9 @@ def _input_schema(schema: msgspec.Raw | dict[str, Any] | None, index: int, profi
         if not text or text == b"null":
             raise InvalidRequest(f"tools.{index}.input_schema: Field required")
         if text[:1] != b"{":
-            raise InvalidRequest(f"tools.{index}.input_schema: Expected `object`, got `{bytes(text[:20]).decode(errors='replace')}`")
+            raise InvalidRequest(
+                f"tools.{index}.input_schema: Expected `object`, got `{bytes(text[:20]).decode(errors='replace')}`"
+            )
         if not profile.strip_schema_keys:
             return schema
         schema = msgspec.json.decode(schema)
@@ -214,7 +224,7 @@ def _tools(
                 continue
             raise InvalidRequest(
                 f"tools.{index}: server tool {kind!r} ({tool.name}) runs on Anthropic's servers and is not available "
-                "through this gateway; remove it, or set server_tools = \"drop\" for the server or this model"
+                'through this gateway; remove it, or set server_tools = "drop" for the server or this model'
             )
         else:
             builtin = builtin_schema(tool)
@@ -355,8 +365,13 @@ def to_chat_request(
         omit_thinking_text=reasoning.omit_thinking_text,
         effort=reasoning.effort,
         single_tool_call=bool(request.tool_choice and request.tool_choice.disable_parallel_tool_use),
-        tool_ids={block.id for message in request.messages if not isinstance(message.content, str)
-                  for block in message.content if isinstance(block, anthropic.ToolUseBlock)},  # fmt: skip
+        tool_ids={
+            block.id
+            for message in request.messages
+            if not isinstance(message.content, str)
+            for block in message.content
+            if isinstance(block, anthropic.ToolUseBlock)
+        },  # fmt: skip
     )
 
 

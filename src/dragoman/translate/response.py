@@ -56,8 +56,11 @@ def to_message(
         function = call.function or openai.ResponseFunction()
         name = names.get(function.name or "", function.name or "")
         content.append(
-            a.OutToolUseBlock(id=client_tool_id(call.id, taken) if call.id else new_tool_id(), name=name,
-                              input=parse_arguments(function.arguments, tool=name))  # fmt: skip
+            a.OutToolUseBlock(
+                id=client_tool_id(call.id, taken) if call.id else new_tool_id(),
+                name=name,
+                input=parse_arguments(function.arguments, tool=name),
+            )  # fmt: skip
         )
     if not any(isinstance(block, (a.OutTextBlock, a.OutToolUseBlock)) for block in content):
         # No text or tool call: the reasoning is the answer, if the model ended the reply
@@ -72,7 +75,9 @@ def to_message(
         id=message_id,
         model=model,
         content=content,
-        stop_reason=stop_reason_of(choice.finish_reason, tool_calls=bool(calls), matched=matcher.matched, window_bound=window_bound),
+        stop_reason=stop_reason_of(
+            choice.finish_reason, tool_calls=bool(calls), matched=matcher.matched, window_bound=window_bound
+        ),
         stop_sequence=matcher.matched,
         usage=usage_of(completion.usage),
     )

@@ -49,7 +49,9 @@ class StreamTranslator:
         self._message_id = message_id
         self._new_tool_id = new_tool_id
         self._tool_names = tool_names or {}
-        self._taken_ids = set() if taken_tool_ids is None else taken_tool_ids  # the conversation's tool ids, then the reply's
+        self._taken_ids = (
+            set() if taken_tool_ids is None else taken_tool_ids
+        )  # the conversation's tool ids, then the reply's
         self._stops = StopMatcher(stop_sequences or [])
         self._matching = bool(self._stops)  # checked per token: a plain flag, not StopMatcher.__bool__
         self._echo = PrefillEcho(prefill)
@@ -167,7 +169,9 @@ class StreamTranslator:
                 self._open_block("text", a.OutTextBlock(text=""), events)
         self._close(events)
         usage = usage_of(self._usage)
-        reason = stop_reason_of(self._finish, tool_calls=self._saw_tool, matched=self._stops.matched, window_bound=self._window_bound)
+        reason = stop_reason_of(
+            self._finish, tool_calls=self._saw_tool, matched=self._stops.matched, window_bound=self._window_bound
+        )
         events.append(
             a.MessageDelta(
                 delta=a.MessageDeltaBody(stop_reason=reason, stop_sequence=self._stops.matched),
@@ -175,7 +179,9 @@ class StreamTranslator:
                     input_tokens=usage.input_tokens,
                     output_tokens=usage.output_tokens,
                     cache_read_input_tokens=usage.cache_read_input_tokens,
-                    output_tokens_details=usage.output_tokens_details if usage.output_tokens_details is not None else UNSET,
+                    output_tokens_details=usage.output_tokens_details
+                    if usage.output_tokens_details is not None
+                    else UNSET,
                 ),
             )
         )
@@ -258,7 +264,9 @@ class StreamTranslator:
         target = self._tool if not self._queued else self._open_call_named(call)
         # An id other than the call's, or, for a call whose id has not come, an id that comes
         # with a name while the call has its name (a server without indices: the next call).
-        other_id = call.id is not None and (call.id != target.id if target.id is not None else bool(function.name and target.name))
+        other_id = call.id is not None and (
+            call.id != target.id if target.id is not None else bool(function.name and target.name)
+        )
         if self._dropping:
             kept = call.id == target.id if call.id is not None else (
                 call.index is not None and call.index == target.index and call.index != self._dropped_index
@@ -278,9 +286,15 @@ class StreamTranslator:
                 self._dropped_index = call.index
                 return
             if key in self._closed_tools:
-                if self._closed_tools[key] and not isinstance(function.arguments, dict) and not (function.arguments or "").strip():
+                if (
+                    self._closed_tools[key]
+                    and not isinstance(function.arguments, dict)
+                    and not (function.arguments or "").strip()
+                ):
                     return  # whitespace after a call's whole arguments: nothing the client needs
-                raise UpstreamError(f"upstream {self._upstream} sent more of tool call {key!r} after the call had ended")
+                raise UpstreamError(
+                    f"upstream {self._upstream} sent more of tool call {key!r} after the call had ended"
+                )
             target = self._tool = ToolCall(key=key, index=call.index, id=call.id)
             self._answered = self._saw_tool = True
             if self._live is None:

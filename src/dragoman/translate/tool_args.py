@@ -123,7 +123,9 @@ def parse_arguments(raw: str | dict[str, Any] | None, *, tool: str) -> dict[str,
             except msgspec.DecodeError:
                 value = None
         if value is None:
-            raise UpstreamError(f"the model called tool {tool!r} with arguments that are not valid JSON: {text[:200]!r}") from None
+            raise UpstreamError(
+                f"the model called tool {tool!r} with arguments that are not valid JSON: {text[:200]!r}"
+            ) from None
     if not isinstance(value, dict):
         raise UpstreamError(f"the model called tool {tool!r} with arguments that are not a JSON object: {text[:200]!r}")
     return value

@@ -53,7 +53,9 @@ def _definition(definition: Any, where: str) -> anthropic.Tool:
 
 def _reference(tool: dict[str, Any], where: str) -> str:
     if tool.get("type") != "tool_reference":
-        raise InvalidRequest(f"{where}.type: {tool.get('type')!r} is not supported here; use tool_definition or tool_reference")
+        raise InvalidRequest(
+            f"{where}.type: {tool.get('type')!r} is not supported here; use tool_definition or tool_reference"
+        )
     name = tool.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidRequest(f"{where}.name: Field required")

@@ -85,7 +85,13 @@ def _proxy_for(root: str, configured: str | None) -> str | None:
 
 class HttpClient:
     def __init__(
-        self, name: str, upstream: UpstreamConfig, api_key: str | None, *, auth_header: str = "authorization", prefix: str = "",
+        self,
+        name: str,
+        upstream: UpstreamConfig,
+        api_key: str | None,
+        *,
+        auth_header: str = "authorization",
+        prefix: str = "",
         defaults: dict[str, str] | None = None,
     ) -> None:
         self.name = name
@@ -115,7 +121,10 @@ class HttpClient:
             self._encoded_with: dict[tuple[tuple[str, str], ...], bytes] = {}
             self._pool = Pool(roots, connect_timeout=upstream.connect_timeout, tls=self._tls(), proxies=self._proxies,
                               host=self.headers.get("host"))  # fmt: skip
-        except (ValueError, OSError) as error:  # a proxy from HTTP(S)_PROXY that is not http://, unreadable TLS files, a bad key
+        except (
+            ValueError,
+            OSError,
+        ) as error:  # a proxy from HTTP(S)_PROXY that is not http://, unreadable TLS files, a bad key
             raise ConfigError(f"upstreams.{name}: {error}") from None
 
     def _header_lines(self, extra: dict[str, str] | None) -> bytes:
@@ -208,7 +217,9 @@ class HttpClient:
                             error_body = await response.read(MAX_ERROR_BODY)
                     finally:
                         response.release()
-                    raise from_upstream(response.status, error_body, upstream=self.name, retry_after=response.headers.get("retry-after"))
+                    raise from_upstream(
+                        response.status, error_body, upstream=self.name, retry_after=response.headers.get("retry-after")
+                    )
                 response.release()
             self._count_retry(request)
             if not elsewhere:
@@ -288,12 +299,22 @@ class HttpClient:
         """A GET (the model list): the first answer below 500 from any instance (`first_answer`),
         within MODEL_LIST_TIMEOUT unless told otherwise."""
         timeout = MODEL_LIST_TIMEOUT if timeout is None else timeout
-        status, _, body = await self.first_answer(b"GET", path, None, timeout=timeout, from_root=from_root, accept=_below_500)
+        status, _, body = await self.first_answer(
+            b"GET", path, None, timeout=timeout, from_root=from_root, accept=_below_500
+        )
         return status, body
 
     async def first_answer(
-        self, method: bytes, path: str, body: bytes | None, *, timeout: float, accept: Callable[[int, str], bool],
-        headers: dict[str, str] | None = None, from_root: bool = False, pass_over_silent: bool = False,
+        self,
+        method: bytes,
+        path: str,
+        body: bytes | None,
+        *,
+        timeout: float,
+        accept: Callable[[int, str], bool],
+        headers: dict[str, str] | None = None,
+        from_root: bool = False,
+        pass_over_silent: bool = False,
     ) -> tuple[int, str, bytes]:
         """(status, content type, body) of the first answer `accept` takes, for a request that
         costs the server nothing (a model list, the protocol probe). The next instance is asked
@@ -317,8 +338,12 @@ class HttpClient:
                         while waiting or asking:
                             if waiting:  # the first, or the next after a failure or a silence
                                 root = waiting.pop(0)
-                                asking[asyncio.ensure_future(self._ask(root, method, target, lines, body, limit))] = root
-                            done, _ = await asyncio.wait(asking, timeout=HEDGE_AFTER if waiting else None, return_when=asyncio.FIRST_COMPLETED)
+                                asking[asyncio.ensure_future(self._ask(root, method, target, lines, body, limit))] = (
+                                    root
+                                )
+                            done, _ = await asyncio.wait(
+                                asking, timeout=HEDGE_AFTER if waiting else None, return_when=asyncio.FIRST_COMPLETED
+                            )
                             for task in done:
                                 root = asking.pop(task)
                                 error = task.exception()
@@ -339,7 +364,9 @@ class HttpClient:
                 task.cancel()  # closes its connection: the instance stops working on it
             if asking:
                 await asyncio.wait(asking)
-                for task in asking:  # cancel() silences an error a task had already; not one it ends with as it is cancelled
+                for (
+                    task
+                ) in asking:  # cancel() silences an error a task had already; not one it ends with as it is cancelled
                     if not task.cancelled():
                         task.exception()  # retrieved (of no interest), so never logged as "never retrieved"
         if isinstance(failed, GatewayError):
@@ -352,7 +379,9 @@ class HttpClient:
     ) -> tuple[int, str, bytes]:
         with upstream_errors(self.name):
             try:
-                response = await self._pool.request(root, method, target, lines, body, idle_timeout=self._upstream.idle_timeout)
+                response = await self._pool.request(
+                    root, method, target, lines, body, idle_timeout=self._upstream.idle_timeout
+                )
                 try:
                     return response.status, response.content_type, await response.read(limit)
                 finally:

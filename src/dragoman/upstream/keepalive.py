@@ -64,7 +64,12 @@ class ReadWatch:
     @classmethod
     def for_upstream(cls, upstream: UpstreamConfig, *, interval: float, name: str) -> ReadWatch:
         """The watch for one stream from `upstream`, with its configured timeouts."""
-        return cls(interval=interval, first_byte_timeout=upstream.first_byte_timeout, idle_timeout=upstream.idle_timeout, upstream=name)
+        return cls(
+            interval=interval,
+            first_byte_timeout=upstream.first_byte_timeout,
+            idle_timeout=upstream.idle_timeout,
+            upstream=name,
+        )
 
     async def read(self, read: Awaitable[T]) -> T:
         """Await one read; raise Silence after a quiet interval, UpstreamTimeout past the deadline."""
@@ -79,7 +84,9 @@ class ReadWatch:
                 raise  # cancelled for another reason too
             now = self._loop.time()
             if now >= self._deadline - CLOCK_SLACK:
-                raise UpstreamTimeout(f"upstream {self._upstream} sent nothing for longer than its idle timeout") from None
+                raise UpstreamTimeout(
+                    f"upstream {self._upstream} sent nothing for longer than its idle timeout"
+                ) from None
             self._quiet_since = now
             self._arm(now)
             raise Silence from None

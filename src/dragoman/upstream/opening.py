@@ -143,7 +143,9 @@ class Opening:
     def _stream_of(self, response: Response) -> Response:
         if response.opening is None:  # 2xx, but not an event stream (a retry's refusals are raised mapped)
             response.close()
-            raise UpstreamError(f"upstream {self._client.name} answered a stream request without a stream ({response.content_type})")
+            raise UpstreamError(
+                f"upstream {self._client.name} answered a stream request without a stream ({response.content_type})"
+            )
         response.opening = None  # this Opening speaks for it
         return response
 

@@ -52,7 +52,12 @@ class Replicas:
     __slots__ = ("_clock", "_cool_downs", "_on_trial", "_silent", "_trial_for", "_turn", "_until", "name", "roots")
 
     def __init__(
-        self, name: str, roots: list[str], *, trial_for: float, cool_downs: CoolDowns | None = None,
+        self,
+        name: str,
+        roots: list[str],
+        *,
+        trial_for: float,
+        cool_downs: CoolDowns | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
@@ -135,5 +140,7 @@ class Replicas:
     def pass_over(self, root: str, seconds: float) -> bool:
         """Pass `root` over for the `retry-after` it sent (capped); whether another
         instance is free to take the request meanwhile."""
-        self._until[root] = max(self._until.get(root, 0.0), self._clock() + min(seconds, self._cool_downs.retry_after_cap))
+        self._until[root] = max(
+            self._until.get(root, 0.0), self._clock() + min(seconds, self._cool_downs.retry_after_cap)
+        )
         return self.others_free(root)

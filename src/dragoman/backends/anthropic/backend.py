@@ -79,7 +79,9 @@ def _reply_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 def _not_a_stream(upstream: str, content_type: str) -> UpstreamError:
-    return UpstreamError(f"upstream {upstream} answered a stream request without a stream ({content_type or 'no content type'})")
+    return UpstreamError(
+        f"upstream {upstream} answered a stream request without a stream ({content_type or 'no content type'})"
+    )
 
 
 LIST_EVERY = 60.0  # seconds between such look-ups while the list cannot be read
@@ -162,10 +164,14 @@ class AnthropicBackend:
         direct = DirectWrites()
         if isinstance(head, asyncio.Task):
             # Committed to 200 before the upstream answered: its refusal becomes an error event.
-            return Streaming(late_start(head, self._keepalive, lambda r: self._late_relay(r, call, direct)), direct=direct)
+            return Streaming(
+                late_start(head, self._keepalive, lambda r: self._late_relay(r, call, direct)), direct=direct
+            )
         headers = _reply_headers(head.headers)
         if head.content_type == "text/event-stream" and head.status == 200:
-            return Streaming(self._relay(head, call, direct, headers), headers=headers, on_close=head.close, direct=direct)
+            return Streaming(
+                self._relay(head, call, direct, headers), headers=headers, on_close=head.close, direct=direct
+            )
         return await self._complete(head, call, headers)
 
     async def _late_relay(self, response: Response, call: Call, direct: DirectWrites) -> AsyncIterator[bytes]:
@@ -200,7 +206,9 @@ class AnthropicBackend:
             if call.stream:
                 raise _not_a_stream(self.name, response.content_type)
             if "json" not in response.content_type:  # an HTML page from a proxy, or a stream
-                raise UpstreamError(f"upstream {self.name} answered 200 with {response.content_type or 'no content type'}, not a message")
+                raise UpstreamError(
+                    f"upstream {self.name} answered 200 with {response.content_type or 'no content type'}, not a message"
+                )
             body = completed_message(self._rename(body, call))
             note_usage(call, body)
             return Completed(body, status=200, headers=headers)
@@ -264,7 +272,9 @@ class AnthropicBackend:
             return True
 
         try:
-            while opening is not None:  # until the body begins: it may come from another instance (only comments have gone out)
+            while (
+                opening is not None
+            ):  # until the body begins: it may come from another instance (only comments have gone out)
                 try:
                     with upstream_errors(self.name):
                         begun = await opening.begun(response, watch)
@@ -290,7 +300,9 @@ class AnthropicBackend:
                     with upstream_errors(self.name):
                         chunk = await watch.read(response.readany())
                 except Silence:
-                    if head is not None:  # nothing has gone out yet (llama-server's prefill): a ping would precede message_start
+                    if (
+                        head is not None
+                    ):  # nothing has gone out yet (llama-server's prefill): a ping would precede message_start
                         committed = True
                         yield KEEPALIVE_COMMENT
                     elif events.at_boundary:

@@ -47,7 +47,9 @@ def leading_comments(head: bytes) -> int:
 
 _FIRST_EVENT = re.compile(rb"^event: ?([a-z_]+)", re.MULTILINE)
 # Events that come only after `message_start`: a stream that begins with one of them lacks it.
-_AFTER_START = frozenset({b"content_block_start", b"content_block_delta", b"content_block_stop", b"message_delta", b"message_stop"})
+_AFTER_START = frozenset(
+    {b"content_block_start", b"content_block_delta", b"content_block_stop", b"message_delta", b"message_stop"}
+)
 
 
 def with_start(head: bytes, call: Call) -> bytes:
@@ -60,7 +62,9 @@ def with_start(head: bytes, call: Call) -> bytes:
     if first is None or first.group(1) not in _AFTER_START:
         return head
     usage = anthropic.Usage(input_tokens=0, output_tokens=0)
-    message = anthropic.Message(id=message_id(), model=call.model, content=[], stop_reason=None, stop_sequence=None, usage=usage)
+    message = anthropic.Message(
+        id=message_id(), model=call.model, content=[], stop_reason=None, stop_sequence=None, usage=usage
+    )
     return encode(anthropic.MessageStart(message=message)) + head
 
 

@@ -67,14 +67,18 @@ def _as_events(batch: Batch) -> Batch:
     return batch
 
 
-
 class OpenAIBackend:
     path = "translate"
 
     def __init__(self, name: str, upstream: OpenAIUpstream, config: Config) -> None:
         self.name = name
         self._upstream = upstream
-        self._http = HttpClient(name, upstream, config.upstream_key(upstream), prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "")
+        self._http = HttpClient(
+            name,
+            upstream,
+            config.upstream_key(upstream),
+            prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "",
+        )
         self._options = Options(
             keep_billing_header=config.server.keep_billing_header,
             drop_server_tools=config.server.server_tools == "drop",
@@ -105,11 +109,13 @@ class OpenAIBackend:
         windows = [m.context_window for m in models]
         if self.profile.context_probe == "ollama_show":
             windows = await asyncio.gather(*(ollama_context(self._http, m.id) for m in models))
-        return [UpstreamModel(m.id, m.owned_by, window) for m, window in zip(models, windows)]
+        return [UpstreamModel(m.id, m.owned_by, window) for m, window in zip(models, windows, strict=True)]
 
     # -- messages ------------------------------------------------------------------
 
-    def _translate(self, request: anthropic.MessagesRequest, route: Route, stream: bool, betas: frozenset[str]) -> Translated:
+    def _translate(
+        self, request: anthropic.MessagesRequest, route: Route, stream: bool, betas: frozenset[str]
+    ) -> Translated:
         return to_chat_request(
             request, upstream_model=route.upstream_model, profile=self.profile, caps=route.caps, options=self._options, stream=stream,
             betas=betas,
@@ -151,7 +157,10 @@ class OpenAIBackend:
         server = self._server
         if server.fetch_documents and has_url_documents(call.body):
             await resolve_url_documents(
-                request, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout, allow_private=server.fetch_allow_private,
+                request,
+                max_bytes=server.fetch_max_bytes,
+                timeout=server.fetch_timeout,
+                allow_private=server.fetch_allow_private,
                 total_bytes=server.max_request_bytes,
             )
 
@@ -160,7 +169,9 @@ class OpenAIBackend:
         # them reads the upstream as a stream even when the client did not ask for one.
         upstream_stream = request.stream or bool(request.stop_sequences) or self.profile.stream_upstream
         translated = await self._translate_call(request, route, upstream_stream, anthropic.betas(call.headers))
-        fitted = await fitted_body(translated.chat, route, request.max_tokens, lambda chat: self._count(chat, route, estimate=0))
+        fitted = await fitted_body(
+            translated.chat, route, request.max_tokens, lambda chat: self._count(chat, route, estimate=0)
+        )
         post = self._http.post("/chat/completions", fitted.body, outcome=call.outcome, stream=upstream_stream)
         reply: ReplySettings = {
             "model": call.model,
@@ -191,7 +202,9 @@ class OpenAIBackend:
             head = await head_or_task(post, self._keepalive)
             if isinstance(head, asyncio.Task):
                 chunks = late_start(
-                    head, self._keepalive, lambda response: self._translated(response, translator, call.outcome, _sse, counted, direct)
+                    head,
+                    self._keepalive,
+                    lambda response: self._translated(response, translator, call.outcome, _sse, counted, direct),
                 )
                 return Streaming(chunks, headers=_headers(translated), direct=direct)
             chunks = self._translated(head, translator, call.outcome, _sse, counted, direct)
@@ -231,8 +244,13 @@ class OpenAIBackend:
         return Completed(msgspec.json.encode(message), headers=reply.headers)
 
     def _translated(
-        self, response: Response, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T],
-        prompt_tokens: Callable[[], Awaitable[int]] | None = None, direct: DirectWrites | None = None,
+        self,
+        response: Response,
+        translator: StreamTranslator,
+        outcome: Outcome | None,
+        encode: Callable[[Batch], T],
+        prompt_tokens: Callable[[], Awaitable[int]] | None = None,
+        direct: DirectWrites | None = None,
     ) -> AsyncGenerator[T, None]:
         """The upstream stream as batches of Anthropic events (`ChatStreams.translated`)."""
         return self._streams.translated(response, translator, outcome, encode, prompt_tokens, direct)
@@ -273,6 +291,7 @@ class OpenAIBackend:
         tokens, method = await self._count(translated.chat, route, estimate=count_estimate(translated.chat))
         body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=tokens))
         return Completed(body, headers={"x-token-count-method": method})
+
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data

@@ -54,13 +54,17 @@ class _Tokenize(msgspec.Struct):
 async def count_prompt(http: HttpClient, counter: TokenCounter, chat: openai.ChatRequest) -> int:
     """Raises GatewayError when the upstream cannot count."""
     if counter == "vllm":
-        body = msgspec.json.encode(_ChatTokenize(model=chat.model, messages=chat.messages, tools=chat.tools, add_generation_prompt=True))
+        body = msgspec.json.encode(
+            _ChatTokenize(model=chat.model, messages=chat.messages, tools=chat.tools, add_generation_prompt=True)
+        )
         response = await http.post("/tokenize", body, from_root=True)
         try:
             return msgspec.json.decode(await _body(http, response), type=_Count).count
         finally:
             response.release()
-    body = msgspec.json.encode({"messages": chat.messages, "tools": chat.tools} if chat.tools else {"messages": chat.messages})
+    body = msgspec.json.encode(
+        {"messages": chat.messages, "tools": chat.tools} if chat.tools else {"messages": chat.messages}
+    )
     response = await http.post("/apply-template", body, from_root=True)
     try:
         prompt = msgspec.json.decode(await _body(http, response), type=_Prompt).prompt

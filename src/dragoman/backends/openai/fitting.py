@@ -45,7 +45,9 @@ async def fitted_body(chat: openai.ChatRequest, route: Route, asked: int,
                 limit, window_bound = window - prompt, True
     if limit == asked:
         return Fitted(body, window_bound=False)
-    log.info("max_tokens lowered from %d to %d to fit model %s (context %s)", asked, limit, route.upstream_model, window)
+    log.info(
+        "max_tokens lowered from %d to %d to fit model %s (context %s)", asked, limit, route.upstream_model, window
+    )
     if chat.max_completion_tokens is not None:
         chat.max_completion_tokens = limit
     else:

@@ -46,8 +46,13 @@ class ChatStreams:
         self._keepalive = keepalive
 
     async def translated(
-        self, response: Response, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T],
-        prompt_tokens: Callable[[], Awaitable[int]] | None = None, direct: DirectWrites | None = None,
+        self,
+        response: Response,
+        translator: StreamTranslator,
+        outcome: Outcome | None,
+        encode: Callable[[Batch], T],
+        prompt_tokens: Callable[[], Awaitable[int]] | None = None,
+        direct: DirectWrites | None = None,
     ) -> AsyncGenerator[T, None]:
         """An upstream stream as batches of Anthropic events (one per network read, the
         first token alone), each passed through `encode`: SSE bytes for the client, or
@@ -65,7 +70,8 @@ class ChatStreams:
                 completion = completion_of(body, self.name)
                 choice = completion.choices[0]
                 whole = openai.ChatChunk(
-                    choices=[openai.ChunkChoice(delta=choice.message, finish_reason=choice.finish_reason)], usage=completion.usage
+                    choices=[openai.ChunkChoice(delta=choice.message, finish_reason=choice.finish_reason)],
+                    usage=completion.usage,
                 )
                 events = translator.start() + translator.feed(whole)
                 if translator.needs_usage and prompt_tokens is not None:  # a server that reports none
@@ -87,7 +93,9 @@ class ChatStreams:
 
             decoder = DataDecoder()
             watch = reads = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
-            while opening is not None:  # until the body begins: it may come from another instance (no content block has gone out)
+            while (
+                opening is not None
+            ):  # until the body begins: it may come from another instance (no content block has gone out)
                 try:
                     with upstream_errors(self.name):
                         response = await opening.begun(response, reads)

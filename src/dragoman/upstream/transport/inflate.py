@@ -55,7 +55,9 @@ class Inflater:
             if piece:
                 self.inflated += len(piece)
                 if self.inflated > MAX_INFLATED:
-                    raise BadResponse(f"the upstream's compressed body inflates past {MAX_INFLATED // (1024 * 1024)} MiB")
+                    raise BadResponse(
+                        f"the upstream's compressed body inflates past {MAX_INFLATED // (1024 * 1024)} MiB"
+                    )
                 room = deliver(piece)
                 budget -= len(piece)
             if not data and len(piece) < INFLATE_PIECE:  # (a full piece: zlib may hold more output)

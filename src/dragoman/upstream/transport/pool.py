@@ -61,7 +61,18 @@ class _Proxy:
 class Origin:
     """One replica: where to connect, what goes before each request's path, its idle connections."""
 
-    __slots__ = ("ascii_host", "authority", "host", "host_line", "idle", "port", "proxy", "root", "target_prefix", "tls")
+    __slots__ = (
+        "ascii_host",
+        "authority",
+        "host",
+        "host_line",
+        "idle",
+        "port",
+        "proxy",
+        "root",
+        "target_prefix",
+        "tls",
+    )
 
     def __init__(self, root: str, tls: ssl.SSLContext | None, proxy: str | None, host: str | None = None) -> None:
         parts = urlsplit(root)
@@ -90,7 +101,9 @@ class Origin:
 
     @property
     def where(self) -> str:
-        return f"{self.host}:{self.port}" + (f" through the proxy {self.proxy.host}:{self.proxy.port}" if self.proxy else "")
+        return f"{self.host}:{self.port}" + (
+            f" through the proxy {self.proxy.host}:{self.proxy.port}" if self.proxy else ""
+        )
 
 
 async def _open(host: str, port: int) -> socket.socket:
@@ -133,7 +146,12 @@ class Pool:
     """Connections for one upstream's replicas (`roots`, each a scheme://host[:port][/path])."""
 
     def __init__(
-        self, roots: list[str], *, connect_timeout: float, tls: ssl.SSLContext | None, proxies: Mapping[str, str | None],
+        self,
+        roots: list[str],
+        *,
+        connect_timeout: float,
+        tls: ssl.SSLContext | None,
+        proxies: Mapping[str, str | None],
         host: str | None = None,
     ) -> None:
         self._origins = {root: Origin(root, tls, proxies.get(root), host) for root in roots}
@@ -142,7 +160,14 @@ class Pool:
         self._closed = False
 
     async def request(
-        self, root: str, method: bytes, target: str, headers: bytes, body: bytes | None, *, head_timeout: float | None = None,
+        self,
+        root: str,
+        method: bytes,
+        target: str,
+        headers: bytes,
+        body: bytes | None,
+        *,
+        head_timeout: float | None = None,
         idle_timeout: float | None = None,
     ) -> Response:
         """Send a request and wait for the response's head, at most `head_timeout`
@@ -154,7 +179,13 @@ class Pool:
         if body is None:
             head = b"%s %s HTTP/1.1\r\n%s%s\r\n" % (method, path, origin.host_line, headers)
         else:
-            head = b"%s %s HTTP/1.1\r\n%s%scontent-length: %d\r\n\r\n" % (method, path, origin.host_line, headers, len(body))
+            head = b"%s %s HTTP/1.1\r\n%s%scontent-length: %d\r\n\r\n" % (
+                method,
+                path,
+                origin.host_line,
+                headers,
+                len(body),
+            )
         while True:
             conn = self._take(origin)
             reused = conn is not None
@@ -257,7 +288,9 @@ class Pool:
         transport, tunnel = await _wrap(loop.create_connection(_Tunnel, sock=sock), sock)
         try:
             authority = origin.authority
-            transport.write(b"CONNECT %s HTTP/1.1\r\nhost: %s\r\n%s\r\n" % (authority, authority, origin.proxy.authorization))
+            transport.write(
+                b"CONNECT %s HTTP/1.1\r\nhost: %s\r\n%s\r\n" % (authority, authority, origin.proxy.authorization)
+            )
             answer = await tunnel.answer
             first_line = answer.split(b"\r\n", 1)[0]
             status = first_line.split(b" ", 2)[1:2]

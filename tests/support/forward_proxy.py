@@ -132,7 +132,10 @@ class ForwardProxy:
             await reader.read()  # until the client gives up
             return
         if self.connect_status is not None:
-            writer.write(b"HTTP/1.1 %d Refused\r\nproxy-authenticate: Basic realm=\"test\"\r\ncontent-length: 0\r\n\r\n" % self.connect_status)
+            writer.write(
+                b'HTTP/1.1 %d Refused\r\nproxy-authenticate: Basic realm="test"\r\ncontent-length: 0\r\n\r\n'
+                % self.connect_status
+            )
             await writer.drain()
             return
         host, _, port = target.rpartition(":")

@@ -193,12 +193,18 @@ class GatewayServer:
 
 
 def make_config(
-    upstream_url: str, *, server: dict[str, Any] | None = None, upstream: dict[str, Any] | None = None,
+    upstream_url: str,
+    *,
+    server: dict[str, Any] | None = None,
+    upstream: dict[str, Any] | None = None,
     models: list[dict[str, Any]] | None = None,
 ) -> Config:
     """A config with one upstream named `default`; `upstream` adds keys to it (timeouts, flavor).
     Retries are off unless asked for, so one scripted failure is one failure."""
-    data: dict[str, Any] = {"server": server or {}, "upstreams": {"default": {"url": upstream_url, "max_retries": 0, **(upstream or {})}}}
+    data: dict[str, Any] = {
+        "server": server or {},
+        "upstreams": {"default": {"url": upstream_url, "max_retries": 0, **(upstream or {})}},
+    }
     if models:
         data["models"] = models
     return from_dict(data)

@@ -15,6 +15,7 @@ from dragoman.core.profiles import PROFILES, Profile
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai, sse
 from dragoman.translate.request import ModelCaps, Options, Translated, to_chat_request
+from tests.support.openai_shapes import chunk, completion_dict, usage, usage_chunk  # noqa: F401 (shared)
 
 # -- requests ---------------------------------------------------------------------
 
@@ -77,60 +78,12 @@ def image(media_type: str = "image/png", data: str = PNG_B64) -> dict[str, Any]:
 # -- upstream replies -----------------------------------------------------------
 
 
-def completion_dict(
-    content: str | None = "Hello!",
-    *,
-    finish: str | None = "stop",
-    tool_calls: list[dict[str, Any]] | None = None,
-    usage: dict[str, Any] | None = None,
-    **message: Any,
-) -> dict[str, Any]:
-    msg: dict[str, Any] = {"role": "assistant", "content": content, **message}
-    if tool_calls is not None:
-        msg["tool_calls"] = tool_calls
-    body: dict[str, Any] = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "served-model",
-        "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
-    }
-    if usage is not None:
-        body["usage"] = usage
-    return body
-
-
 def completion(*args: Any, **kwargs: Any) -> openai.ChatCompletion:
     return decode_completion(completion_dict(*args, **kwargs))
 
 
 def decode_completion(body: dict[str, Any]) -> openai.ChatCompletion:
     return openai.CHAT_COMPLETION.decode(json.dumps(body).encode())
-
-
-def usage(prompt: int = 10, completion_tokens: int = 5, cached: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
-    if cached is not None:
-        out["prompt_tokens_details"] = {"cached_tokens": cached}
-    return out
-
-
-def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, usage: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "served-model",
-        "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}],
-    }
-    if usage is not None:
-        out["usage"] = usage
-    return out
-
-
-def usage_chunk(prompt: int = 10, completion_tokens: int = 5, cached: int | None = None) -> dict[str, Any]:
-    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "served-model", "choices": [],
-            "usage": usage(prompt, completion_tokens, cached)}  # fmt: skip
 
 
 def decode_chunk(body: dict[str, Any]) -> openai.ChatChunk:

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.threaded_site import ThreadedSite
+from tests.support.threaded_site import ThreadedSite
 
 
 def message(text: str = "Hi", model: str = "native-model", **usage: int) -> dict:
@@ -32,11 +32,23 @@ def text_events(text: str = "Hello", model: str = "native-model") -> list[bytes]
     start["content"] = []
     return [
         event("message_start", {"type": "message_start", "message": start}),
-        event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        event(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        ),
+        event(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+        ),
         event("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        event("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None, "stop_details": None,
-                                                                   "container": None}, "usage": {"output_tokens": 3}}),
+        event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None, "stop_details": None, "container": None},
+                "usage": {"output_tokens": 3},
+            },
+        ),
         event("message_stop", {"type": "message_stop"}),
     ]
 
@@ -90,9 +102,13 @@ class FakeAnthropic:
     async def _models(self, request: web.Request) -> web.Response:
         self.model_lists += 1
         if self.models_down:
-            return web.json_response({"type": "error", "error": {"type": "overloaded_error", "message": "starting"}}, status=503)
+            return web.json_response(
+                {"type": "error", "error": {"type": "overloaded_error", "message": "starting"}}, status=503
+            )
         if self.no_model_list:
-            return web.json_response({"type": "error", "error": {"type": "not_found_error", "message": "Not Found"}}, status=404)
+            return web.json_response(
+                {"type": "error", "error": {"type": "not_found_error", "message": "Not Found"}}, status=404
+            )
         model = {"type": "model", "id": "native-model", "display_name": "Native"}
         if self.owned_by is not None:
             model["owned_by"] = self.owned_by
@@ -107,7 +123,9 @@ class FakeAnthropic:
             return web.Response(body=reply.body, status=reply.status, headers=reply.headers)
         if reply.events is None:
             return web.json_response(reply.body, status=reply.status, headers=reply.headers)
-        response = web.StreamResponse(status=reply.status, headers={"content-type": "text/event-stream", **reply.headers})
+        response = web.StreamResponse(
+            status=reply.status, headers={"content-type": "text/event-stream", **reply.headers}
+        )
         await response.prepare(request)
         try:
             for item in reply.events:

@@ -17,7 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.threaded_site import ThreadedSite
+from tests.support.openai_shapes import chunk, completion_dict, usage, usage_chunk  # noqa: F401 (shared)
+from tests.support.threaded_site import ThreadedSite
 
 
 @dataclass
@@ -28,36 +29,18 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     done: bool = True  # send data: [DONE]
     hang: float = 0.0  # seconds to wait before answering
-    hold: threading.Event | None = None  # answer only once the test sets it: "in flight until X happened", with no timing to guess
+    hold: threading.Event | None = (
+        None  # answer only once the test sets it: "in flight until X happened", with no timing to guess
+    )
     drop: bool = False  # stream: abort the TCP connection after the chunks (no [DONE], no end of body)
     cut: bool = False  # stream: close the connection (a FIN) after the chunks, its head sent even with none (a replica restarting)
 
 
 def completion(content: str | None = "Hello!", *, finish: str = "stop", tool_calls: list | None = None,
                prompt: int = 10, completion_tokens: int = 5, cached: int | None = None, **message: Any) -> dict:  # fmt: skip
-    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
-    if cached is not None:
-        usage["prompt_tokens_details"] = {"cached_tokens": cached}
-    msg = {"role": "assistant", "content": content, **message}
-    if tool_calls:
-        msg["tool_calls"] = tool_calls
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{"index": 0, "message": msg, "finish_reason": finish}], "usage": usage}  # fmt: skip
-
-
-def chunk(delta: dict | None = None, finish: str | None = None, usage: dict | None = None) -> dict:
-    out: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                           "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}]}  # fmt: skip
-    if usage is not None:
-        out["usage"] = usage
-    return out
-
-
-def usage_chunk(prompt: int = 10, completion_tokens: int = 5, cached: int | None = None) -> dict:
-    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
-    if cached is not None:
-        usage["prompt_tokens_details"] = {"cached_tokens": cached}
-    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [], "usage": usage}
+    """A whole reply, with usage, as a fake upstream serves it."""
+    return completion_dict(content, finish=finish, tool_calls=tool_calls, usage=usage(prompt, completion_tokens, cached),
+                           **message)  # fmt: skip
 
 
 def text_stream(*pieces: str, finish: str = "stop", prompt: int = 10) -> list[Any]:
@@ -148,14 +131,18 @@ class FakeUpstream:
         if reply.hang or reply.hold is not None:
             loop = asyncio.get_running_loop()
             end = loop.time() + reply.hang
-            while loop.time() < end or (reply.hold is not None and not reply.hold.is_set()):  # notice a gateway that gave up on us
+            while loop.time() < end or (
+                reply.hold is not None and not reply.hold.is_set()
+            ):  # notice a gateway that gave up on us
                 if request.transport is None or request.transport.is_closing():
                     self.abandoned += 1
                     raise ConnectionResetError("the gateway closed the connection")
                 await asyncio.sleep(0.01)
         if reply.chunks is None:
             return web.json_response(reply.body, status=reply.status, headers=reply.headers)
-        response = web.StreamResponse(status=reply.status, headers={"content-type": "text/event-stream", **reply.headers})
+        response = web.StreamResponse(
+            status=reply.status, headers={"content-type": "text/event-stream", **reply.headers}
+        )
         try:
             await response.prepare(request)
             for item in reply.chunks:
