@@ -47,3 +47,19 @@ def test_keys_of_one_tenant_are_one_owner_and_other_keys_are_not() -> None:
     assert old != auth.owner(request("sk-one"), keys, shared=False, tenants=tenants)
     assert "team-a" not in old and len(old) == 32
     assert auth.owner(request("sk-old"), keys, shared=True, tenants=tenants) == ""
+
+
+def test_the_caller_names_its_key_by_a_digest_and_its_tenant() -> None:
+    tenants = {"sk-one": "team-a"}
+    one = auth.caller(request("sk-one"), KEYS, shared=False, tenants=tenants)
+    two = auth.caller(request("sk-two", bearer=True), KEYS, shared=False, tenants=tenants)
+    assert one.tenant == "team-a" and two.tenant is None
+    assert one.key_id is not None and one.key_id.startswith("key_") and "sk-one" not in one.key_id
+    assert one.key_id != two.key_id
+    assert auth.caller(request("sk-one", bearer=True), KEYS, shared=False).key_id == one.key_id
+    assert one.owner == auth.owner(request("sk-one"), KEYS, shared=False, tenants=tenants)
+
+
+def test_without_keys_the_caller_has_no_key_id() -> None:
+    nobody = auth.caller(request(), frozenset(), shared=False)
+    assert nobody.key_id is None and nobody.tenant is None and nobody.owner == ""

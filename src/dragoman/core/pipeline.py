@@ -33,6 +33,8 @@ class Caller:
     """Who sent a request, as its entry point authenticated it."""
 
     owner: str  # whose files, batches and threads it may name (see `server.auth.owner`)
+    key_id: str | None = None  # a digest naming the key it presented (never the key), None without keys
+    tenant: str | None = None  # the key's tenant (`server.tenants`), if it belongs to one
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from starlette.requests import Request
 
 from dragoman.core.errors import Unauthorized
+from dragoman.core.pipeline import Caller
 
 OPEN_PATHS = frozenset({"/", "/health", "/ready", "/metrics"})
 
@@ -48,3 +49,16 @@ def owner(request: Request, keys: frozenset[str], *, shared: bool, tenants: Mapp
     tenant = (tenants or {}).get(key)
     basis = f"tenant\0{tenant}" if tenant is not None else f"key\0{key}"
     return hashlib.sha256(basis.encode()).hexdigest()[:32]
+
+
+def key_id(key: str) -> str:
+    """A stable name for a key that does not reveal it: for logs, usage and limits."""
+    return "key_" + hashlib.sha256(b"dragoman-key\0" + key.encode()).hexdigest()[:24]
+
+
+def caller(request: Request, keys: frozenset[str], *, shared: bool, tenants: Mapping[str, str] | None = None) -> Caller:
+    """Who sent this (authorized) request: its owner, its key's id and its tenant."""
+    key = presented_key(request) if keys else None
+    tenant = (tenants or {}).get(key) if key is not None else None
+    return Caller(owner=owner(request, keys, shared=shared, tenants=tenants),
+                  key_id=key_id(key) if key is not None else None, tenant=tenant)  # fmt: skip

@@ -24,7 +24,7 @@ from dragoman.core.errors import (
 )
 from dragoman.core.gateway import Gateway
 from dragoman.core.observe import Metrics, observe
-from dragoman.core.pipeline import Caller, Endpoint, Prepared
+from dragoman.core.pipeline import Endpoint, Prepared
 from dragoman.core.threads import Turn
 from dragoman.core.types import Completed, DirectWrites, Outcome, Reply, Streaming
 from dragoman.protocol.sse import KEEPALIVE_COMMENT, PING
@@ -263,7 +263,9 @@ async def serve(gateway: Gateway, request: Request, endpoint: Endpoint) -> Respo
     outcome = state["outcome"] = Outcome(request_id=state["request_id"], endpoint=endpoint)
     auth.check(request, gateway.api_keys)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
-    caller = Caller(owner=owner(request, gateway))
+    caller = auth.caller(
+        request, gateway.api_keys, shared=gateway.config.server.share_between_keys, tenants=gateway.tenants
+    )
     prepared = await gateway.pipeline.prepare(
         body, endpoint=endpoint, headers=request.headers, caller=caller, outcome=outcome
     )
