@@ -289,6 +289,9 @@ class Runner:
         """One request, run as POST /v1/messages would run it: (True, the message's JSON)
         or (False, the error's JSON, Anthropic's envelope). `index`: its place in the batch."""
         outcome = Outcome(request_id=ids.request_id(), endpoint="batch")
+        tracing = self._pipeline.tracing
+        if tracing is not None:  # a trace of its own, linked to the request that created the batch
+            outcome.trace = tracing.batch_request(record.id, item.custom_id, record.headers.get("traceparent"))
         try:
             prepared = await self._pipeline.prepare(bytes(item.params), endpoint="batch", headers=record.headers,
                                                     caller=Caller(owner=record.owner), outcome=outcome)  # fmt: skip

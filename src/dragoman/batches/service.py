@@ -53,6 +53,15 @@ CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 ADOPT_EVERY = 30.0  # seconds between sweeps when nothing else prompts one
 
 
+def _kept_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """What a batch keeps of its creating request's headers: those sent on with each of its
+    requests, and the `traceparent` its requests' traces link to."""
+    kept = forwarded_headers(headers)
+    if "traceparent" in headers:
+        kept["traceparent"] = headers["traceparent"][:55]  # version-traceid-spanid-flags
+    return kept
+
+
 class Batches:
     def __init__(self, pipeline: Pipeline, metrics: Metrics, config: BatchesConfig) -> None:
         self._config = config
@@ -101,7 +110,7 @@ class Batches:
         now = time.time()
         record = Record(
             id=ids.new_id(PREFIX + "01"), owner=owner, created=now, expires=now + self._config.expire_after,
-            total=len(create.requests), headers=forwarded_headers(headers),
+            total=len(create.requests), headers=_kept_headers(headers),
         )  # fmt: skip
         try:
             where = await asyncio.to_thread(self._store.create, record, body)

@@ -166,10 +166,23 @@ class FilesConfig(_Config, frozen=True):
     )
 
 
+class TracingConfig(_Config, frozen=True):
+    """OpenTelemetry traces and GenAI metrics (see core/tracing.py); the OTEL_* variables say the rest."""
+
+    enabled: bool | None = None  # None: on when OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set
+    endpoint: str | None = None  # the collector's base URL; None: from the OTEL_* variables
+    protocol: Literal["http/protobuf", "grpc"] | None = None  # None: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf
+    service_name: str | None = None  # None: OTEL_SERVICE_NAME, else "dragoman"
+    capture_content: bool = False  # messages, system prompt, tool definitions and replies as span attributes
+    metrics: bool = True  # the GenAI metrics through the OTLP metric exporter, beside /metrics
+    metrics_interval: float = 60.0  # seconds between metric exports
+
+
 class Config(_Config, frozen=True):
     server: ServerConfig = ServerConfig()
     batches: BatchesConfig = BatchesConfig()
     files: FilesConfig = FilesConfig()
+    tracing: TracingConfig = TracingConfig()
     upstreams: dict[str, UpstreamConfig] = {}
     models: list[ModelConfig] = []
 

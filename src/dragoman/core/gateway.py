@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dragoman import __version__
 from dragoman.backends import build
 from dragoman.backends.auto import PROBE_TIMEOUT
 from dragoman.batches.service import Batches
@@ -30,6 +31,7 @@ from dragoman.core.paging import list_param, page_of
 from dragoman.core.pipeline import Pipeline
 from dragoman.core.routing import Router
 from dragoman.core.threads import ThreadStore
+from dragoman.core.tracing import build_tracing
 from dragoman.core.types import Backend, NoModelList, Route
 from dragoman.files.store import FileStore
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
@@ -77,11 +79,12 @@ class Gateway:
         self._background: asyncio.Future[None] | None = None
         self._readiness: asyncio.Future[list[str]] | None = None  # the latest /ready round
         self._ready_at = 0.0  # when it ended
+        self.tracing = build_tracing(config.tracing, __version__)
         self.files = FileStore(config.files)
         self.threads = ThreadStore()
         self.pipeline = Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,
                                  max_request_bytes=config.server.max_request_bytes,
-                                 decode_whole=lambda: self.translates_only)  # fmt: skip
+                                 decode_whole=lambda: self.translates_only, tracing=self.tracing)  # fmt: skip
         self.batches = Batches(self.pipeline, self.metrics, config.batches)
 
     @property
@@ -108,6 +111,8 @@ class Gateway:
         await self.batches.close()
         for backend in self.backends.values():
             await backend.close()
+        if self.tracing is not None:
+            await self.tracing.close()
 
     async def refresh_registry(self) -> None:
         if self.registry_file is not None and needs_refresh(self.registry_file):

@@ -64,6 +64,9 @@ class Metrics:
 
     def record(self, outcome: Outcome) -> None:
         outcome.finish()
+        if outcome.trace is not None:  # tracing is on: its spans end with the request
+            trace, outcome.trace = outcome.trace, None
+            trace.end(outcome)
         duration = time.perf_counter() - outcome.started
         # Labelled by the served model: client-chosen names would make series without bound.
         model = (outcome.served_model if outcome.served_model_listed else "unlisted") or "unknown"

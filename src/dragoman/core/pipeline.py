@@ -19,8 +19,10 @@ from typing import Literal
 
 from dragoman.core.backpressure import Limiter
 from dragoman.core.errors import InvalidRequest
+from dragoman.core.request_trace import RequestTrace
 from dragoman.core.threads import ThreadStore, Turn
-from dragoman.core.types import Call, Outcome, Reply, Route
+from dragoman.core.tracing import Tracing
+from dragoman.core.types import Call, Completed, Outcome, Reply, Route
 from dragoman.core.validation import decode_request
 from dragoman.files.store import FileStore
 from dragoman.protocol import anthropic
@@ -58,6 +60,7 @@ class Pipeline:
         limiters: Mapping[str, Limiter],
         max_request_bytes: int,
         decode_whole: Callable[[], bool],
+        tracing: Tracing | None = None,
     ) -> None:
         self._route = route
         self._files = files
@@ -65,6 +68,7 @@ class Pipeline:
         self._limiters = limiters
         self._max_bytes = max_request_bytes
         self._decode_whole = decode_whole  # every upstream translates: decode the body once, here
+        self.tracing = tracing  # None: tracing is off, and no request does any tracing work
 
     async def prepare(self, body: bytes, *, endpoint: Endpoint, headers: Mapping[str, str], caller: Caller,
                       outcome: Outcome) -> Prepared:  # fmt: skip
@@ -95,6 +99,8 @@ class Pipeline:
                 raise
         call = Call(body=body, model=envelope.model, upstream_model=route.upstream_model, headers=headers,
                     request_id=outcome.request_id, stream=envelope.stream, outcome=outcome, request=whole)  # fmt: skip
+        if outcome.trace is not None:
+            outcome.trace.prepared(call, route, "anthropic" if route.path == "passthrough" else "openai")
         return Prepared(call, route, turn)
 
     async def send(self, prepared: Prepared, *, endpoint: Endpoint) -> Reply:
@@ -114,7 +120,19 @@ class Pipeline:
             outcome.finish()
             raise
         outcome.path = route.path  # an `auto` upstream knows its path only after its probe
+        if outcome.trace is not None:
+            _traced(reply, outcome.trace)
         return reply
+
+
+def _traced(reply: Reply, trace: RequestTrace) -> None:
+    """Let the trace read the reply: a whole message now, a stream as it goes by (every chunk
+    then passes through the trace's watch rather than being written straight to the client)."""
+    if isinstance(reply, Completed):
+        trace.completed(reply.body)
+    else:
+        reply.chunks = trace.watch(reply.chunks)
+        reply.direct = None
 
 
 def _check_batchable(request: anthropic.MessagesRequest | anthropic.Envelope) -> None:

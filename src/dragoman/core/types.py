@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from dragoman.core.errors import UpstreamError
 from dragoman.protocol.anthropic import MessagesRequest
@@ -132,6 +132,7 @@ class Outcome:
     started: float = field(default_factory=time.perf_counter)
     first_byte: float | None = None
     release: Callable[[], None] | None = None  # frees the request's concurrency slot
+    trace: Any = None  # its RequestTrace (core.request_trace) when tracing is on; ended once it is recorded
 
     def routed(self, route: Route) -> None:
         self.upstream, self.served_model, self.path = route.upstream, route.upstream_model, route.path

@@ -261,6 +261,9 @@ async def serve(gateway: Gateway, request: Request, endpoint: Endpoint) -> Respo
     """POST /v1/messages and /v1/messages/count_tokens, through the gateway's pipeline."""
     state = request.scope["state"]
     outcome = state["outcome"] = Outcome(request_id=state["request_id"], endpoint=endpoint)
+    tracing = gateway.pipeline.tracing
+    if tracing is not None:
+        outcome.trace = tracing.request(request.headers, endpoint, request.scope["path"])
     auth.check(request, gateway.api_keys)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
     caller = auth.caller(

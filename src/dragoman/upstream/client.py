@@ -229,19 +229,27 @@ class HttpClient:
         """POST to `root` and wait for the head; a failure decides when `root` is asked again
         (an answer is for `_post` to note: a stream's head alone is none)."""
         replicas = self.replicas
+        trace = getattr(request.outcome, "trace", None)  # tracing on: a span per attempt, its traceparent sent
+        lines = request.lines if trace is None else trace.attempt(root, request.lines)
         try:
-            response = await self._pool.request(root, b"POST", request.target, request.lines, request.body,
+            response = await self._pool.request(root, b"POST", request.target, lines, request.body,
                                                 head_timeout=self._upstream.first_byte_timeout,
                                                 idle_timeout=self._upstream.idle_timeout)  # fmt: skip
         except (ConnectTimeout, HeadTimeout):
             replicas.failed(root, silent=True)
+            if trace is not None:
+                trace.attempt_failed("timeout")
             raise
         except ConnectionError:
             replicas.failed(root, silent=False)
+            if trace is not None:
+                trace.attempt_failed("connection_error")
             raise
         except BaseException:
             replicas.abandoned(root)  # the client left, say: no verdict on the instance
             raise
+        if trace is not None and response.status >= 300:
+            trace.attempt_failed(str(response.status))
         if request.stream and response.status == 200 and response.content_type == "text/event-stream":
             response.opening = Opening(self, request, root, self._upstream.first_byte_timeout)
         return response

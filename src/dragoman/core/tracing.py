@@ -1,0 +1,157 @@
+"""Traces and GenAI metrics through OpenTelemetry (optional: `pip install 'dragoman[otel]'`).
+
+Off unless `[tracing] enabled = true` or an OTLP endpoint is set in the environment
+(`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); `OTEL_SDK_DISABLED=true`
+turns it off. Off, `build_tracing` returns None and the request path does no tracing work
+at all. On, the SDK's batch processor and periodic metric reader export from their own
+threads, never from the event loop. The sampler, resource and batch settings come from
+the standard `OTEL_*` variables (the SDK reads them); `[tracing]` says what they cannot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from dragoman.core.config import ConfigError, TracingConfig
+from dragoman.core.request_trace import Instruments, RequestTrace
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+
+log = logging.getLogger("dragoman")
+
+INSTALL_HINT = "pip install 'dragoman[otel]'"
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+def wanted(config: TracingConfig, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether tracing is asked for: by the configuration, else by an OTLP endpoint in the environment."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if config.enabled is not None:
+        return config.enabled
+    return any(environ.get(name) for name in ENDPOINT_VARIABLES)
+
+
+def build_tracing(config: TracingConfig, version: str) -> Tracing | None:
+    """The gateway's tracing, or None when it is off. Asked for in the configuration without
+    the packages installed, it is a ConfigError; asked for by the environment alone, a warning."""
+    if not wanted(config):
+        return None
+    try:
+        return Tracing(config, version)
+    except ImportError:
+        if config.enabled:
+            raise ConfigError(
+                f"tracing.enabled: the OpenTelemetry packages are not installed ({INSTALL_HINT})"
+            ) from None
+        log.warning("an OTLP endpoint is set but the OpenTelemetry packages are not installed (%s): no traces",
+                    INSTALL_HINT)  # fmt: skip
+        return None
+
+
+class Tracing:
+    """One tracer provider and one meter provider per gateway, and the instruments."""
+
+    def __init__(self, config: TracingConfig, version: str) -> None:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        resource = Resource.create({"service.name": config.service_name or os.environ.get("OTEL_SERVICE_NAME") or "dragoman",
+                                    "service.version": version})  # fmt: skip
+        self.config = config
+        self.tracer_provider: TracerProvider = TracerProvider(resource=resource)
+        self.tracer_provider.add_span_processor(BatchSpanProcessor(_span_exporter(config)))
+        self.tracer = self.tracer_provider.get_tracer("dragoman", version)
+        self.meter_provider: MeterProvider | None = _meter_provider(config, resource) if config.metrics else None
+        self.instruments = Instruments(self.meter_provider) if self.meter_provider is not None else None
+
+    def request(self, headers: Mapping[str, str], endpoint: str, path: str) -> RequestTrace:
+        """A server span for one HTTP request, continuing the client's `traceparent`."""
+        from opentelemetry.trace import SpanKind
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        parent = TraceContextTextMapPropagator().extract(carrier={"traceparent": headers.get("traceparent", ""),
+                                                                  "tracestate": headers.get("tracestate", "")})  # fmt: skip
+        span = self.tracer.start_span(f"POST {path}", context=parent, kind=SpanKind.SERVER,
+                                      attributes={"http.request.method": "POST", "url.path": path,
+                                                  "dragoman.endpoint": endpoint})  # fmt: skip
+        return self._trace(span, "count_tokens" if endpoint == "count_tokens" else "chat")
+
+    def batch_request(self, batch_id: str, custom_id: str, created_by: str | None) -> RequestTrace:
+        """A trace of its own for one request of a batch, linked to the request that created the
+        batch when that one carried a `traceparent`."""
+        from opentelemetry.trace import Link, SpanKind, get_current_span
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        links = []
+        if created_by:
+            context = get_current_span(
+                TraceContextTextMapPropagator().extract({"traceparent": created_by})
+            ).get_span_context()
+            if context.is_valid:
+                links.append(Link(context, {"dragoman.link": "batch.create"}))
+        from opentelemetry.context import Context
+
+        span = self.tracer.start_span("batch request", context=Context(), kind=SpanKind.INTERNAL, links=links,
+                                      attributes={"dragoman.batch.id": batch_id,
+                                                  "dragoman.batch.custom_id": custom_id})  # fmt: skip
+        return self._trace(span, "chat")
+
+    def _trace(self, span: Any, operation: str) -> RequestTrace:
+        return RequestTrace(self.tracer, span, operation=operation, capture_content=self.config.capture_content,
+                            instruments=self.instruments)  # fmt: skip
+
+    async def close(self) -> None:
+        """Export what is left, off the event loop (an export may wait on the network)."""
+        await asyncio.to_thread(self._shutdown)
+
+    def _shutdown(self) -> None:
+        self.tracer_provider.shutdown()
+        if self.meter_provider is not None:
+            self.meter_provider.shutdown()
+
+
+def _protocol(config: TracingConfig) -> str:
+    protocol = (
+        config.protocol
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    )
+    if protocol not in ("http/protobuf", "grpc"):
+        raise ConfigError(f"tracing.protocol: {protocol!r} is not supported (http/protobuf or grpc)")
+    return protocol
+
+
+def _span_exporter(config: TracingConfig) -> Any:
+    endpoint = config.endpoint
+    if _protocol(config) == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
+
+        return GrpcSpans(endpoint=endpoint)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
+
+    return HttpSpans(endpoint=f"{endpoint.rstrip('/')}/v1/traces" if endpoint else None)
+
+
+def _meter_provider(config: TracingConfig, resource: Any) -> Any:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    endpoint = config.endpoint
+    if _protocol(config) == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
+
+        exporter: Any = GrpcMetrics(endpoint=endpoint)
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
+
+        exporter = HttpMetrics(endpoint=f"{endpoint.rstrip('/')}/v1/metrics" if endpoint else None)
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=config.metrics_interval * 1000)
+    return MeterProvider(resource=resource, metric_readers=[reader])
