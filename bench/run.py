@@ -272,7 +272,9 @@ def start_asgi_floor(procs: Processes, fake: Server) -> Server:
                                 gateway=True, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
 
 
-def start_translating(procs: Processes, fake: Server) -> Server:
+def start_translating(
+    procs: Processes, fake: Server, name: str = "translating", env: dict[str, str] | None = None
+) -> Server:
     def launch(port: int) -> tuple[list[str], str]:
         argv = [
             sys.executable,
@@ -288,8 +290,8 @@ def start_translating(procs: Processes, fake: Server) -> Server:
         ]
         return argv, f"http://127.0.0.1:{port}/v1/messages"
 
-    return start_on_a_free_port(procs, "translating", launch, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30,
-                                gateway=True, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
+    return start_on_a_free_port(procs, name, launch, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30,
+                                gateway=True, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"}, env=env)  # fmt: skip
 
 
 def start_passthrough(procs: Processes, fake: Server) -> Server:

@@ -26,9 +26,8 @@ sys.path.insert(0, str(HERE))
 
 import load  # noqa: E402
 import shapes  # noqa: E402
-from run import MODEL, Processes, Server, log, start_fake, start_on_a_free_port  # noqa: E402
+from run import MODEL, Processes, Server, log, start_fake, start_translating  # noqa: E402
 
-HEADERS = {"x-api-key": "bench", "anthropic-version": "2023-06-01"}
 MODES = {"json": False, "stream100": True}
 
 
@@ -43,26 +42,6 @@ class _Sink(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:
         pass
-
-
-def start_gateway(procs: Processes, fake: Server, name: str, env: dict[str, str]) -> Server:
-    def launch(port: int) -> tuple[list[str], str]:
-        argv = [
-            sys.executable,
-            "-m",
-            "dragoman",
-            "serve",
-            "--upstream",
-            fake.url,
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ]
-        return argv, f"http://127.0.0.1:{port}/v1/messages"
-
-    probe = shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False)
-    return start_on_a_free_port(procs, name, launch, probe, 30, gateway=True, headers=HEADERS, env=env)
 
 
 async def measure(server: Server, fake: Server, shape: str, mode: str, seconds: float) -> load.Result:
@@ -113,8 +92,8 @@ def main() -> int:
         try:
             fake = start_fake(procs, slow_delay_ms=5000)
             gateways = {
-                "off": start_gateway(procs, fake, "off", untraced),
-                "on": start_gateway(procs, fake, "on", traced),
+                "off": start_translating(procs, fake, "off", untraced),
+                "on": start_translating(procs, fake, "on", traced),
             }
             lines = asyncio.run(compare(gateways, fake, args))
         finally:

@@ -13,7 +13,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.core.config import TracingConfig, from_dict
+from dragoman.core.config import TracingConfig
 from dragoman.core.tracing import build_tracing, wanted
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 from tests.support.otlp import OtlpReceiver, Span
@@ -35,23 +35,19 @@ def receiver() -> Iterator[OtlpReceiver]:
 
 
 @pytest.fixture
-def traced(upstream: FakeUpstream, receiver: OtlpReceiver) -> Iterator[Callable[..., GatewayServer]]:
-    """`traced(**tracing)` starts a gateway exporting to the receiver; `stop(gateway)` flushes it."""
-    started: list[GatewayServer] = []
+def traced(
+    upstream: FakeUpstream, receiver: OtlpReceiver, gateway_from: Callable[[dict], GatewayServer]
+) -> Callable[..., GatewayServer]:
+    """`traced(**tracing)` starts a gateway exporting to the receiver; `flushed(gateway, ...)` stops it."""
 
     def start(upstream_keys: dict[str, Any] | None = None, **tracing: Any) -> GatewayServer:
-        data = {
+        return gateway_from({
             "server": {"api_keys": [KEY]},
             "upstreams": {"default": {"url": upstream.url, "max_retries": 0, **(upstream_keys or {})}},
             "tracing": {"enabled": True, "endpoint": receiver.url, "metrics_interval": 0.2, **tracing},
-        }
-        server = GatewayServer(from_dict(data)).start()
-        started.append(server)
-        return server
+        })  # fmt: skip
 
-    yield start
-    for server in started:
-        server.stop()
+    return start
 
 
 def flushed(gateway: GatewayServer, receiver: OtlpReceiver) -> list[Span]:
