@@ -16,7 +16,7 @@ import pytest
 from dragoman.core.config import TracingConfig
 from dragoman.core.tracing import build_tracing, wanted
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
-from tests.support.otlp import OtlpReceiver, Span
+from tests.support.otlp import GrpcOtlpReceiver, OtlpReceiver, Span
 from tests.support.servers import GatewayServer
 
 KEY = "sk-trace-secret"
@@ -208,6 +208,23 @@ def test_the_genai_metrics_are_exported(traced, upstream, receiver):
         "gen_ai.server.time_to_first_token",
         "gen_ai.client.token.usage",
     } <= receiver.metric_names()
+
+
+def test_spans_go_over_grpc_too(upstream, gateway_from):
+    grpc_receiver = GrpcOtlpReceiver().start()
+    try:
+        gateway = gateway_from({
+            "upstreams": {"default": {"url": upstream.url, "max_retries": 0}},
+            "tracing": {"enabled": True, "endpoint": grpc_receiver.url, "protocol": "grpc", "metrics": False,
+                        "service_name": "gateway-7"},
+        })  # fmt: skip
+        anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0).messages.create(**ASK)
+        gateway.stop()
+        spans = grpc_receiver.received.spans
+    finally:
+        grpc_receiver.stop()
+    assert sorted(span.name for span in spans) == ["POST /v1/messages", "chat test-model"]
+    assert {span.service for span in spans} == {"gateway-7"}
 
 
 def test_tracing_is_off_unless_asked_for(monkeypatch):

@@ -119,3 +119,41 @@ def _span(span: Any, service: str) -> Span:
         status_code=span.status.code,
         service=service,
     )
+
+
+class GrpcOtlpReceiver:
+    """The same, over OTLP/gRPC (traces only): `url` is the endpoint `protocol = "grpc"` takes."""
+
+    def __init__(self) -> None:
+        from concurrent import futures
+
+        import grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+        self.received = Received()
+        receiver = self
+
+        class Service(trace_service_pb2_grpc.TraceServiceServicer):
+            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 (the service's name)
+                receiver.received.spans.extend(
+                    _span(span, _attributes(resource.resource.attributes).get("service.name", ""))
+                    for resource in request.resource_spans
+                    for scope in resource.scope_spans
+                    for span in scope.spans
+                )
+                return trace_service_pb2.ExportTraceServiceResponse()
+
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Service(), self._server)
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> GrpcOtlpReceiver:
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.stop(grace=None)
