@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 
 import anthropic
@@ -84,6 +85,36 @@ def test_x_api_key_and_bearer_are_both_accepted(keyed, upstream):
     # The client's key is never forwarded to the upstream.
     for headers in upstream.headers:
         assert "sk-good" not in str(headers)
+
+
+PROTECTED = [
+    ("POST", "/v1/messages"), ("POST", "/v1/messages/count_tokens"), ("GET", "/v1/models"),
+    ("GET", "/v1/models/test-model"), ("POST", "/v1/messages/batches"), ("GET", "/v1/messages/batches"),
+    ("GET", "/v1/messages/batches/msgbatch_x"), ("DELETE", "/v1/messages/batches/msgbatch_x"),
+    ("POST", "/v1/messages/batches/msgbatch_x/cancel"), ("GET", "/v1/messages/batches/msgbatch_x/results"),
+    ("POST", "/v1/files"), ("GET", "/v1/files"), ("GET", "/v1/files/file_x"), ("DELETE", "/v1/files/file_x"),
+    ("GET", "/v1/files/file_x/content"), ("POST", "/v1/v1/messages"), ("GET", "/v1/v1/models"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("host", ["x/?", "x/?/health", "x#"])
+def test_a_host_header_that_makes_the_url_read_as_an_open_path_still_needs_a_key(keyed, upstream, host):
+    """CVE-2026-48710: before Starlette 1.0.1 `Host: x/?` made `request.url.path` read `/`."""
+    for method, path in PROTECTED:
+        connection = http.client.HTTPConnection("127.0.0.1", keyed.port, timeout=5)
+        try:
+            connection.putrequest(method, path, skip_host=True)
+            connection.putheader("Host", host)
+            connection.putheader("content-type", "application/json")
+            connection.putheader("content-length", str(len(json.dumps(VALID))))
+            connection.endheaders(json.dumps(VALID).encode())
+            response = connection.getresponse()
+            body = json.loads(response.read())
+        finally:
+            connection.close()
+        assert response.status == 401, (method, path, body)
+        assert body["error"]["type"] == "authentication_error"
+    assert upstream.requests == []
 
 
 def test_open_paths_need_no_key(keyed):

@@ -1,9 +1,13 @@
-"""auth.owner: whose files and batches a request sees (a digest of its key, never the key)."""
+"""auth.check: a key on every protected endpoint; auth.owner: whose files and batches a request
+sees (a digest of its key, never the key)."""
 
 from __future__ import annotations
 
+import pytest
+from starlette.datastructures import URL
 from starlette.requests import Request
 
+from dragoman.core.errors import Unauthorized
 from dragoman.server import auth
 
 KEYS = frozenset({"sk-one", "sk-two"})
@@ -63,3 +67,19 @@ def test_the_caller_names_its_key_by_a_digest_and_its_tenant() -> None:
 def test_without_keys_the_caller_has_no_key_id() -> None:
     nobody = auth.caller(request(), frozenset(), shared=False)
     assert nobody.key_id is None and nobody.tenant is None and nobody.owner == ""
+
+
+class _PoisonedUrl(Request):
+    """A request as Starlette before 1.0.1 builds it for `Host: x/?`: its URL reads as `/`."""
+
+    @property
+    def url(self) -> URL:  # type: ignore[override]
+        return URL("http://x/?/v1/files")
+
+
+def test_a_key_is_asked_for_whatever_the_host_header_makes_the_url_read() -> None:
+    poisoned = _PoisonedUrl(request().scope)
+    assert poisoned.url.path == "/"
+    with pytest.raises(Unauthorized):
+        auth.check(poisoned, KEYS)
+    auth.check(_PoisonedUrl(request("sk-one").scope), KEYS)  # a good key still passes

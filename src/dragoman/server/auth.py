@@ -11,8 +11,6 @@ from starlette.requests import Request
 from dragoman.core.errors import Unauthorized
 from dragoman.core.pipeline import Caller
 
-OPEN_PATHS = frozenset({"/", "/health", "/ready", "/metrics"})
-
 
 def presented_key(request: Request) -> str | None:
     key = request.headers.get("x-api-key")
@@ -26,7 +24,11 @@ def presented_key(request: Request) -> str | None:
 
 
 def check(request: Request, keys: frozenset[str]) -> None:
-    if not keys or request.url.path in OPEN_PATHS:
+    """Every endpoint but the open ones (`/`, `/health`, `/ready`, `/metrics`) calls this, and
+    it asks for a key whatever the path reads as: the route chose the endpoint from the raw
+    ASGI path, while `request.url` is rebuilt from the `Host` header, which a client can
+    make read as `/` on Starlette before 1.0.1 (CVE-2026-48710)."""
+    if not keys:
         return
     key = presented_key(request)
     if key is None:
