@@ -260,7 +260,7 @@ class OpenAIBackend:
     async def _count(self, chat: openai.ChatRequest, route: Route, estimate: int) -> tuple[int, str]:
         """(prompt tokens, method), best first: the upstream's own count, the model's
         tokenizer configured here, else the estimate."""
-        key = (chat.model, openai.ENCODER.encode(chat.messages) + openai.ENCODER.encode(chat.tools))
+        key = CountCache.key(chat.model, openai.ENCODER.encode(chat.messages), openai.ENCODER.encode(chat.tools))
         cached = self._counts.get(key)
         if cached is not None:
             return cached

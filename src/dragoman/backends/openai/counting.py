@@ -9,6 +9,7 @@ backend's `prompt_tokens`.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 
 import msgspec
@@ -78,19 +79,29 @@ async def count_prompt(http: HttpClient, counter: TokenCounter, chat: openai.Cha
 
 
 class CountCache:
-    """Counts of identical requests, bounded (least recently used goes first)."""
+    """Counts of identical requests, least recently used first out. Keyed by a digest of
+    the model and the encoded request, not by the request: a conversation can be tens of
+    MiB, and 1,024 of them held as keys would be tens of GiB (each entry is about 200 bytes)."""
 
     def __init__(self, size: int = 1024) -> None:
         self._size = size
-        self._entries: OrderedDict[tuple[str, bytes], tuple[int, str]] = OrderedDict()
+        self._entries: OrderedDict[bytes, tuple[int, str]] = OrderedDict()
 
-    def get(self, key: tuple[str, bytes]) -> tuple[int, str] | None:
+    @staticmethod
+    def key(model: str, *encoded: bytes) -> bytes:
+        digest = hashlib.blake2b(model.encode(), digest_size=32)
+        for part in encoded:
+            digest.update(b"\0%d\0" % len(part))  # lengths too: ("ab", "c") and ("a", "bc") differ
+            digest.update(part)
+        return digest.digest()
+
+    def get(self, key: bytes) -> tuple[int, str] | None:
         value = self._entries.get(key)
         if value is not None:
             self._entries.move_to_end(key)
         return value
 
-    def put(self, key: tuple[str, bytes], value: tuple[int, str]) -> None:
+    def put(self, key: bytes, value: tuple[int, str]) -> None:
         self._entries[key] = value
         self._entries.move_to_end(key)
         while len(self._entries) > self._size:
