@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 
+import anthropic
 import httpx
 import pytest
 
 from dragoman.core.config import from_dict
+from dragoman.translate import fold
 from dragoman.upstream.transport import inflate
+from tests.support.envelopes import error_of
 from tests.support.fake_anthropic import FakeAnthropic, NativeReply
 from tests.support.fakes import Reply, chunk, completion
 from tests.support.samples import MiB, gzip_bomb
@@ -82,6 +85,49 @@ def test_a_gzip_bomb_mid_stream_ends_with_an_error_event(gateway, upstream, monk
     assert frames[-1][0] == "error" and frames[-1][1]["error"]["type"] == "api_error"
     assert "inflates past 4 MiB" in frames[-1][1]["error"]["message"]
     assert "".join(d["delta"]["text"] for e, d in frames if e == "content_block_delta") == "partial"
+
+
+# -- replies read as a stream and folded into one message ----------------------------------------
+
+STOPPING = {**VALID, "stop_sequences": ["###"]}  # read as a stream upstream, folded for the client
+
+
+def _tool_stream(pieces: int, piece: str) -> list:
+    """A tool call whose arguments come in `pieces` fragments of `piece`: {"text": "<piece * pieces>"}."""
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "write", "arguments": '{"text": "'}}
+    fragments = [chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece * 64}}]})] * (pieces // 64)
+    end = chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"}'}}]}, "tool_calls")
+    return [chunk({"role": "assistant", "content": None, "tool_calls": [call]}), *fragments, end]
+
+
+def test_a_long_reply_read_as_a_stream_folds_whole(gateway, upstream):
+    """4 MB of text and 4 MB of tool arguments, in thousands of pieces each: the SDK gets all of it."""
+    text = [chunk({"role": "assistant", "content": ""})] + [chunk({"content": "abcd" * 256})] * 4096
+    upstream.stream_reply([*text, chunk({}, "stop")])
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=60)
+    message = client.messages.create(**STOPPING)
+    assert message.content[0].type == "text" and message.content[0].text == "abcd" * 256 * 4096
+    upstream.stream_reply(_tool_stream(4096, "abcd" * 256))
+    message = client.messages.create(**STOPPING, tools=[{"name": "write", "input_schema": {"type": "object"}}])
+    block = message.content[0]
+    assert block.type == "tool_use" and block.input == {"text": "abcd" * 256 * 4096}
+
+
+@pytest.mark.parametrize("kind", ["text", "tool arguments"])
+def test_a_folded_reply_past_its_cap_is_a_502_and_the_gateway_goes_on(gateway, upstream, monkeypatch, kind):
+    """A hostile upstream's endless stream, read for a non-streaming request, ends at MAX_FOLDED
+    (64 MiB; 1 MiB here) with Anthropic's envelope, and closes the upstream request."""
+    monkeypatch.setattr(fold, "MAX_FOLDED", MiB)
+    if kind == "text":
+        upstream.stream_reply([chunk({"role": "assistant", "content": ""})] + [chunk({"content": "x" * 1024})] * 4096)
+    else:
+        upstream.stream_reply(_tool_stream(4096, "x" * 1024)[:-1], done=False)
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0, timeout=60)
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(**STOPPING, tools=[{"name": "write", "input_schema": {"type": "object"}}])
+    assert "longer than 1 MiB" in error_of(caught, 502, "api_error")
+    assert httpx.get(f"{gateway.url}/health", timeout=5).status_code == 200
+    assert client.messages.create(**VALID).content[0].text == "Hello!"
 
 
 # -- the passthrough path --------------------------------------------------------------------

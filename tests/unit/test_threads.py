@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import pytest
 
 from dragoman.core.threads import ThreadError, ThreadNotFound, ThreadStore
+from dragoman.translate import fold
 
 
 class Clock:
@@ -106,3 +108,55 @@ def test_continued_marks_count_against_the_byte_budget() -> None:
         _continue(store, f"msg_{turn - 1}").answered({"type": "message", "id": f"msg_{turn}", "content": []})
     assert len(store) < 100  # marks cost bytes too: the oldest went
     assert len(json.loads(_continue(store, "msg_199").body)["messages"]) > 0
+
+
+def _sse(*events: dict[str, Any]) -> list[bytes]:
+    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events]
+
+
+def _streamed_reply(reply_id: str, text_pieces: list[str], json_pieces: list[str]) -> list[bytes]:
+    start = {
+        "type": "message_start",
+        "message": {"type": "message", "id": reply_id, "role": "assistant", "content": []},
+    }
+    text = [
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}} for p in text_pieces
+    ]
+    tool = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}
+    args = [{"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": p}}
+            for p in json_pieces]  # fmt: skip
+    return _sse(
+        start, {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}, *text,
+        {"type": "content_block_start", "index": 1, "content_block": tool}, *args, {"type": "message_stop"},
+    )  # fmt: skip
+
+
+def _watch(store: ThreadStore, chunks: list[bytes]) -> None:
+    turn = store.open(_body(messages=[{"role": "user", "content": "hi"}], thread={"type": "create"}), "")
+
+    async def relay() -> None:
+        async def source() -> Any:
+            for chunk in chunks:
+                yield chunk
+
+        async for _ in turn.watch(source()):
+            pass
+
+    asyncio.run(relay())
+
+
+def test_a_streamed_reply_in_many_pieces_is_held_whole() -> None:
+    store = ThreadStore()
+    _watch(store, _streamed_reply("msg_1", ["ab"] * 5000, ['{"a": "', *["cd"] * 5000, '"}']))
+    held = json.loads(_continue(store, "msg_1").body)["messages"][1]["content"]
+    assert held[0] == {"type": "text", "text": "ab" * 5000}
+    assert held[1]["input"] == {"a": "cd" * 5000}
+
+
+def test_a_streamed_reply_past_the_fold_cap_is_not_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile upstream's endless stream must not grow a thread's memory without bound."""
+    monkeypatch.setattr(fold, "MAX_FOLDED", 10_000)
+    store = ThreadStore()
+    _watch(store, _streamed_reply("msg_1", ["x" * 100] * 101, []))
+    with pytest.raises(ThreadNotFound):
+        _continue(store, "msg_1")

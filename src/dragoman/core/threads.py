@@ -24,6 +24,7 @@ import msgspec
 
 from dragoman.core.errors import InvalidRequest, NotFound
 from dragoman.protocol.sse import DataDecoder
+from dragoman.translate import fold
 
 MAX_HELD_BYTES = 256 * 1024 * 1024  # held conversations, as JSON, in all
 HELD_FOR = 24 * 3600.0  # seconds since a thread's last turn
@@ -191,25 +192,33 @@ class Turn:
 
     async def watch(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """`chunks` unchanged; the message they carry is held once `message_stop` went by."""
-        fold = _Fold()
+        folded = _Fold()
         try:
             async for chunk in chunks:
-                fold.feed(chunk)
+                folded.feed(chunk)
                 yield chunk
         finally:
-            self.answered(fold.message())
+            self.answered(folded.message())
+
+
+# The delta types whose pieces add up to a block's field, and the delta's key for the piece.
+_PIECE_FIELDS = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "input"}
+_DELTA_FIELDS = {"text": "text", "thinking": "thinking", "input": "partial_json"}
 
 
 class _Fold:
-    """The message of an SSE reply, folded from its events as plain JSON."""
+    """The message of an SSE reply, folded from its events as plain JSON. Text and arguments
+    are kept as pieces and joined once (`+=` would cost the square of their length); a reply
+    past `fold.MAX_FOLDED` characters is not held."""
 
-    __slots__ = ("_decoder", "_message", "_blocks", "_json", "_stopped", "_broken")
+    __slots__ = ("_decoder", "_message", "_blocks", "_pieces", "_size", "_stopped", "_broken")
 
     def __init__(self) -> None:
         self._decoder = DataDecoder()
         self._message: dict[str, Any] | None = None
         self._blocks: dict[int, dict[str, Any]] = {}
-        self._json: dict[int, str] = {}
+        self._pieces: dict[tuple[int, str], list[str]] = {}  # (block, field): what its deltas added
+        self._size = 0
         self._stopped = False
         self._broken = False
 
@@ -223,6 +232,9 @@ class _Fold:
             except (msgspec.DecodeError, KeyError, TypeError, ValueError, AttributeError):
                 self._broken = True  # not a stream this can fold: nothing is held
                 return
+        if self._size > fold.MAX_FOLDED:
+            self._broken = True
+            self._pieces.clear()
 
     def _apply(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -233,14 +245,13 @@ class _Fold:
         elif kind == "content_block_delta":
             index, delta = int(event["index"]), event["delta"]
             block = self._blocks[index]
-            if delta["type"] == "text_delta":
-                block["text"] = block.get("text", "") + delta["text"]
-            elif delta["type"] == "thinking_delta":
-                block["thinking"] = block.get("thinking", "") + delta["thinking"]
+            field = _PIECE_FIELDS.get(delta["type"])
+            if field is not None:
+                piece = delta[_DELTA_FIELDS[field]]
+                self._size += len(piece)
+                self._pieces.setdefault((index, field), []).append(piece)
             elif delta["type"] == "signature_delta":
                 block["signature"] = delta["signature"]
-            elif delta["type"] == "input_json_delta":
-                self._json[index] = self._json.get(index, "") + delta["partial_json"]
             elif delta["type"] == "citations_delta":
                 block["citations"] = [*(block.get("citations") or []), delta["citation"]]
         elif kind == "message_stop":
@@ -252,8 +263,12 @@ class _Fold:
         if not self._stopped or self._broken or self._message is None:
             return None
         try:
-            for index, text in self._json.items():
-                self._blocks[index]["input"] = msgspec.json.decode(text) if text.strip() else {}
-        except (msgspec.DecodeError, KeyError):
+            for (index, field), pieces in self._pieces.items():
+                block, joined = self._blocks[index], "".join(pieces)
+                if field == "input":
+                    block["input"] = msgspec.json.decode(joined) if joined.strip() else {}
+                else:
+                    block[field] = (block.get(field) or "") + joined
+        except (msgspec.DecodeError, KeyError, TypeError):
             return None
         return {**self._message, "content": [self._blocks[i] for i in sorted(self._blocks)]}

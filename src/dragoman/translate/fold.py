@@ -10,53 +10,97 @@ from collections.abc import Iterable
 
 import msgspec
 
+from dragoman.core.errors import UpstreamError
 from dragoman.protocol import anthropic as a
 from dragoman.translate.tool_args import parse_arguments
 
+MAX_FOLDED = 64 * 1024 * 1024  # characters of text, thinking and tool arguments in one folded reply
+
+
+class Folder:
+    """Builds the Message a stream of events describes, as the events come: the stream is
+    never held. Text and arguments are kept as pieces and joined once at the end (a string
+    grown by `+=` is copied whole each time: a reply of 128k tokens took seconds, 4 MB
+    sixteen), and a reply past `limit` characters is refused with an UpstreamError."""
+
+    __slots__ = ("_limit", "_size", "_upstream", "_message", "_blocks", "_pieces")
+
+    def __init__(self, *, limit: int | None = None, upstream: str = "") -> None:
+        self._limit = MAX_FOLDED if limit is None else limit
+        self._size = 0
+        self._upstream = upstream
+        self._message: a.Message | None = None
+        self._blocks: list[a.ContentBlock] = []
+        self._pieces: dict[int, list[str]] = {}  # a block's text, thinking or tool arguments so far
+
+    def feed(self, events: Iterable[a.StreamEvent]) -> None:
+        for event in events:
+            if isinstance(event, a.MessageStart):
+                self._message = msgspec.structs.replace(event.message)  # copies: the events stay untouched
+            elif self._message is None:
+                raise ValueError(f"{type(event).__name__} before message_start")
+            elif isinstance(event, a.ContentBlockStart):
+                self._blocks.append(msgspec.structs.replace(event.content_block))
+            elif isinstance(event, a.ContentBlockDelta):
+                self._delta(event.index, event.delta)
+            elif isinstance(event, a.MessageDelta):
+                self._end(self._message, event)
+
+    def _delta(self, index: int, delta: a.Delta) -> None:
+        block = self._blocks[index]
+        if isinstance(delta, a.SignatureDelta) and isinstance(block, a.OutThinkingBlock):
+            block.signature = delta.signature
+        elif isinstance(delta, a.CompactionDelta) and isinstance(block, a.OutCompactionBlock):
+            block.content = delta.content
+        elif (
+            (isinstance(delta, a.TextDelta) and isinstance(block, a.OutTextBlock))
+            or (isinstance(delta, a.ThinkingDelta) and isinstance(block, a.OutThinkingBlock))
+            or (isinstance(delta, a.InputJSONDelta) and isinstance(block, a.OutToolUseBlock))
+        ):
+            piece = delta.text if isinstance(delta, a.TextDelta) else (
+                delta.thinking if isinstance(delta, a.ThinkingDelta) else delta.partial_json
+            )  # fmt: skip
+            self._size += len(piece)
+            if self._size > self._limit:
+                name = f"upstream {self._upstream}" if self._upstream else "the upstream"
+                raise UpstreamError(
+                    f"{name} sent a reply longer than {self._limit // (1024 * 1024)} MiB of text; "
+                    "ask for fewer tokens (max_tokens), or stream the reply"
+                )
+            self._pieces.setdefault(index, []).append(piece)
+
+    @staticmethod
+    def _end(message: a.Message, event: a.MessageDelta) -> None:
+        message.stop_reason = event.delta.stop_reason
+        message.stop_sequence = event.delta.stop_sequence
+        message.usage = a.Usage(
+            input_tokens=event.usage.input_tokens,
+            output_tokens=event.usage.output_tokens,
+            cache_creation_input_tokens=event.usage.cache_creation_input_tokens,
+            cache_read_input_tokens=event.usage.cache_read_input_tokens,
+            output_tokens_details=event.usage.output_tokens_details or None,
+        )
+
+    def message(self) -> a.Message:
+        message = self._message
+        if message is None:
+            raise ValueError("no message_start")
+        for index, pieces in self._pieces.items():
+            block, joined = self._blocks[index], "".join(pieces)
+            if isinstance(block, a.OutTextBlock):
+                block.text += joined
+            elif isinstance(block, a.OutThinkingBlock):
+                block.thinking += joined
+            elif isinstance(block, a.OutToolUseBlock):  # a whole message needs an object: else the upstream's error
+                block.input = parse_arguments(joined, tool=block.name)
+        message.content = self._blocks
+        return message
+
 
 def fold(events: Iterable[a.StreamEvent]) -> a.Message:
-    message: a.Message | None = None
-    blocks: list[a.ContentBlock] = []
-    tool_json: dict[int, str] = {}
-    for event in events:
-        if isinstance(event, a.MessageStart):
-            message = msgspec.structs.replace(event.message)  # copies: the events stay untouched
-        elif message is None:
-            raise ValueError(f"{type(event).__name__} before message_start")
-        elif isinstance(event, a.ContentBlockStart):
-            blocks.append(msgspec.structs.replace(event.content_block))
-        elif isinstance(event, a.ContentBlockDelta):
-            block, delta = blocks[event.index], event.delta
-            if isinstance(delta, a.TextDelta) and isinstance(block, a.OutTextBlock):
-                block.text += delta.text
-            elif isinstance(delta, a.ThinkingDelta) and isinstance(block, a.OutThinkingBlock):
-                block.thinking += delta.thinking
-            elif isinstance(delta, a.SignatureDelta) and isinstance(block, a.OutThinkingBlock):
-                block.signature = delta.signature
-            elif isinstance(delta, a.InputJSONDelta) and isinstance(block, a.OutToolUseBlock):
-                tool_json[event.index] = tool_json.get(event.index, "") + delta.partial_json
-            elif isinstance(delta, a.CompactionDelta) and isinstance(block, a.OutCompactionBlock):
-                block.content = delta.content
-        elif isinstance(event, a.MessageDelta):
-            message.stop_reason = event.delta.stop_reason
-            message.stop_sequence = event.delta.stop_sequence
-            message.usage = a.Usage(
-                input_tokens=event.usage.input_tokens,
-                output_tokens=event.usage.output_tokens,
-                cache_creation_input_tokens=event.usage.cache_creation_input_tokens,
-                cache_read_input_tokens=event.usage.cache_read_input_tokens,
-                output_tokens_details=event.usage.output_tokens_details or None,
-            )
-    if message is None:
-        raise ValueError("no message_start")
-    for index, text in tool_json.items():
-        block = blocks[index]
-        assert isinstance(block, a.OutToolUseBlock)
-        block.input = parse_arguments(
-            text, tool=block.name
-        )  # a whole message needs an object: else the upstream's error
-    message.content = blocks
-    return message
+    folder = Folder()
+    folder.feed(events)
+    return folder.message()
 
 
 def events_of(message: a.Message) -> list[a.StreamEvent]:

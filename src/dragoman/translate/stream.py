@@ -308,10 +308,10 @@ class StreamTranslator:
         arguments = function.arguments
         if isinstance(arguments, dict):  # Ollama-style: a whole object instead of JSON text
             arguments = openai.ENCODER.encode(arguments).decode()
-        if arguments and not target.args:
+        if arguments and not target.pieces:
             arguments = arguments.lstrip()  # the SDKs parse every prefix: one of only whitespace fails
         if arguments:
-            target.args += arguments
+            target.pieces.append(arguments)
             if target.started:
                 events.append(a.ContentBlockDelta(index=self._index, delta=a.InputJSONDelta(partial_json=arguments)))
         if not target.started and target is self._live:
@@ -328,7 +328,7 @@ class StreamTranslator:
     def _start_when_ready(self, events: list[a.StreamEvent]) -> None:
         live = self._live
         assert live is not None
-        if live.name and (live.id is not None or live.args):
+        if live.name and (live.id is not None or live.pieces):
             self._start_tool(events)  # an id still missing once arguments flow will not come: ours
 
     def _advance(self, events: list[a.StreamEvent]) -> None:

@@ -10,7 +10,7 @@ is whole (see StreamTranslator._tool_call).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -21,8 +21,16 @@ class ToolCall:
     index: int | None  # the upstream's tool_calls[].index
     id: str | None  # the upstream's id
     name: str = ""  # the client's name for the tool
-    args: str = ""  # the arguments received so far
+    pieces: list[str] = field(default_factory=list)  # the arguments received so far, none empty
     started: bool = False  # its content_block_start went out
+
+    @property
+    def args(self) -> str:
+        """The arguments so far, joined when read: `+=` per fragment would copy them whole
+        each time (the square of their length, seconds for a few MB)."""
+        if len(self.pieces) > 1:
+            self.pieces[:] = ["".join(self.pieces)]
+        return self.pieces[0] if self.pieces else ""
 
 
 def arguments_complete(text: str) -> bool:

@@ -4,6 +4,7 @@ server, Anthropic back out. The async shell around the pure translators."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -41,7 +42,7 @@ from dragoman.tokens.estimate import completion_estimate, count_estimate
 from dragoman.tokens.tokenizer import TokenizerError
 from dragoman.translate.compaction import summarizing, summary_of
 from dragoman.translate.content import slow_to_translate
-from dragoman.translate.fold import events_of, fold
+from dragoman.translate.fold import Folder, events_of
 from dragoman.translate.reply import ReplySettings
 from dragoman.translate.request import Options, Translated, to_chat_request
 from dragoman.translate.response import to_message
@@ -223,10 +224,12 @@ class OpenAIBackend:
                 message.usage.output_tokens = completion_estimate(completion.choices[0].message)
             note_usage(call.outcome, message.usage)
             return Completed(msgspec.json.encode(message), headers=_headers(translated))
-        events: list[anthropic.StreamEvent] = []
-        async for batch in self._translated(response, StreamTranslator(**reply), call.outcome, _as_events, counted):
-            events.extend(batch)
-        return Completed(msgspec.json.encode(fold(events)), headers=_headers(translated))
+        folder = Folder(upstream=self.name)  # the events folded as they come: none is kept
+        batches = self._translated(response, StreamTranslator(**reply), call.outcome, _as_events, counted)
+        async with contextlib.aclosing(batches):  # a reply refused part-way closes its upstream request now
+            async for batch in batches:
+                folder.feed(batch)
+        return Completed(msgspec.json.encode(folder.message()), headers=_headers(translated))
 
     async def _warm_cache(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
         """max_tokens 0: run the prompt (so the backend caches it), return nothing generated."""
