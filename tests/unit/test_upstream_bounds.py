@@ -306,3 +306,53 @@ def test_the_idle_timeout_reaches_the_response_from_the_upstreams_config() -> No
             await client.close()
 
     run(main)
+
+
+# -- the response head ---------------------------------------------------------------------
+
+
+def test_an_endless_header_value_fails_at_max_head_and_drops_the_connection() -> None:
+    """httptools holds an unfinished header value whole; the head's bytes are counted as they
+    are read, so the value stops at MAX_HEAD and the connection is closed, not read on."""
+
+    async def endless(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\nx-endless: ")
+        with pytest.raises(ConnectionError):
+            for _ in range(4096):  # 256 MiB if the gateway read it all: it must hang up long before
+                await peer.send(b"a" * 65536)
+                if peer.reader.at_eof():
+                    raise ConnectionResetError
+        peer.eof.set()
+
+    async def main() -> None:
+        async with Script(endless) as server:
+            pool = new_pool(server.root)
+            with pytest.raises(BadResponse, match="response head exceeds 64 KB"):
+                await get(pool, server.root)
+            await asyncio.wait_for(server.peers[0].eof.wait(), 5)
+            await pool.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_head_just_under_max_head_with_its_body_in_the_same_read_is_read(split: bool) -> None:
+    headers = b"".join(b"x-h%d: %s\r\n" % (n, b"v" * 1000) for n in range(60))  # about 61 KB
+    reply = ok(b"b" * (3 * MiB), headers)
+
+    async def main() -> None:
+        pieces = [reply[i : i + 1000] for i in range(0, 64_000, 1000)] + [reply[64_000:]] if split else [reply]
+        response = await fed(*pieces)
+        assert response.status == 200 and response.headers["x-h59"] == "v" * 1000
+        assert await response.read() == b"b" * (3 * MiB)
+
+    run(main)
+
+
+def test_a_head_past_max_head_in_one_read_is_refused() -> None:
+    async def main() -> None:
+        with pytest.raises(BadResponse, match="response head exceeds 64 KB"):
+            await fed(ok(b"", b"x-big: " + b"v" * (64 * 1024) + b"\r\n"))
+
+    run(main)

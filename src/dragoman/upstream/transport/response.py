@@ -20,7 +20,7 @@ from dragoman.upstream.transport.failures import (
 from dragoman.upstream.transport.inflate import CODINGS, Inflater
 from dragoman.upstream.transport.link import Link, Returns
 
-MAX_HEAD = 64 * 1024  # bytes of response headers accepted
+MAX_HEAD = 64 * 1024  # bytes of a response's head (status line and headers, interim answers included)
 # A pooled connection the upstream closes this soon after a request went out, before a
 # byte of answer, was closed while idle (the keep-alive race): the request is sent once
 # more. Later, the upstream may have worked on it: that is an ordinary failure.
@@ -36,7 +36,7 @@ class Response(Body):
         "_done",
         "_framed",
         "_head",
-        "_head_size",
+        "_head_room",
         "_keep_alive",
         "_names",
         "_parser",
@@ -62,7 +62,7 @@ class Response(Body):
         self._done = False  # released or closed
         self._framed = False  # Content-Length or chunked: the end of the body is known without a close
         self._keep_alive = False
-        self._head_size = 0
+        self._head_room: int | None = MAX_HEAD  # bytes the head may still take; None once it is complete
         self._sent_at = 0.0  # when the request was written (mark_sent)
         # A stream's head alone is no answer: until its first body bytes, what decides (HttpClient.post).
         # The retrying client's watch over the stream's first bytes (`upstream.opening.Opening`),
@@ -119,7 +119,24 @@ class Response(Body):
     # -- fed by the connection --------------------------------------------------------
 
     def feed(self, data: bytes) -> None:
+        """Bytes read. Until the head is complete they are counted: httptools holds a header it
+        has not seen the end of whole, so an endless header value would grow without bound."""
         self._received = True
+        room = self._head_room
+        if room is not None:
+            if len(data) > room:
+                self._head_room = 0
+                self._parse(data[:room])  # the head may end in what fits; the rest is body
+                if self._head_room is not None:
+                    self._fail(BadResponse(f"the upstream's response head exceeds {MAX_HEAD // 1024} KB"))
+                    self._conn.close()  # read no more of it
+                    return
+                data = data[room:]
+            else:
+                self._head_room = room - len(data)
+        self._parse(data)
+
+    def _parse(self, data: bytes) -> None:
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -128,7 +145,7 @@ class Response(Body):
             self._fail(BadResponse(f"unreadable HTTP from the upstream: {error}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._ended:
+        if self._ended or self._error is not None:
             return
         if self._head.done() and not self._framed and exc is None:  # the body ran to the close: that is its end
             self._finish()
@@ -157,10 +174,6 @@ class Response(Body):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._ended or self._error is not None:
             return
-        self._head_size += len(name) + len(value)
-        if self._head_size > MAX_HEAD:
-            self._fail(BadResponse(f"the upstream's response headers exceed {MAX_HEAD // 1024} KB"))
-            return
         self._names.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -175,6 +188,7 @@ class Response(Body):
             name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         self._names.clear()
+        self._head_room = None
         self.status = status
         self._framed = "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
         coding = headers.get("content-encoding", "identity").strip().lower()
