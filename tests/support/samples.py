@@ -1,5 +1,5 @@
-"""Sample inputs several test modules need: a PDF with text, a self-signed certificate,
-a gzip bomb."""
+"""Sample inputs several test modules need: a PDF with text, a PDF slow to read, a
+self-signed certificate, a gzip bomb."""
 
 from __future__ import annotations
 
@@ -36,6 +36,26 @@ def pdf_bytes(*pages: str) -> bytes:
             f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 200] /Resources << /Font << /F1 3 0 R >> >> /Contents {5 + 2 * i} 0 R >>".encode()
         )
         objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
+    return _pdf(objects)
+
+
+def shared_stream_pdf(pages: int, operations: int) -> bytes:
+    """A small PDF that is slow to read: `pages` pages that all draw one compressed content
+    stream of `operations` text operations, so a reader parses it once per page."""
+    content = zlib.compress(b"BT /F1 12 Tf " + b"20 100 Td (x) Tj " * operations + b"ET", 9)
+    kids = " ".join(f"{5 + i} 0 R" for i in range(pages))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        f"<< /Type /Pages /Kids [{kids}] /Count {pages} >>".encode(),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(content) + content + b"\nendstream",
+    ]
+    page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 200] /Resources << /Font << /F1 3 0 R >> >> /Contents 4 0 R >>"
+    return _pdf(objects + [page] * pages)
+
+
+def _pdf(objects: list[bytes]) -> bytes:
+    """A PDF file of `objects` (numbered from 1; the first is the catalog) and their cross-reference table."""
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for number, obj in enumerate(objects, 1):

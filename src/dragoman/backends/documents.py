@@ -12,7 +12,6 @@ Everything else in the request stays as the client sent it.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import msgspec
@@ -20,6 +19,7 @@ import msgspec
 from dragoman.backends.fetch import Budget, fetch_document
 from dragoman.core.config import ServerConfig
 from dragoman.core.errors import InvalidRequest
+from dragoman.core.offload import offload
 from dragoman.protocol import anthropic
 from dragoman.translate.content import content_with_images, document_head, document_text
 
@@ -73,8 +73,8 @@ async def _as_text(block: dict[str, Any], where: str, server: ServerConfig, budg
             *(item for _, item in items),
             {"type": "text", "text": "</document>"},
         ]
-    elif isinstance(document.source, anthropic.Base64Source):  # a PDF: its text is extracted in a thread
-        parts = [{"type": "text", "text": await asyncio.to_thread(document_text, document, where)}]
+    elif isinstance(document.source, anthropic.Base64Source):  # a PDF: its text is extracted off the loop
+        parts = [{"type": "text", "text": await offload(document_text, document, where)}]
     else:
         parts = [{"type": "text", "text": document_text(document, where)}]
     if "cache_control" in block:  # a breakpoint on the document stays a breakpoint, on its last block

@@ -8,7 +8,6 @@ become text the model reads, with their title and context kept (and the images o
 from __future__ import annotations
 
 import binascii
-import io
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ import msgspec
 from dragoman.core.errors import InvalidRequest, NotFound
 from dragoman.files.sniff import IMAGE_TYPES, image_type
 from dragoman.protocol import anthropic, openai
+from dragoman.translate.pdf import pdf_text
 
 _BASE64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _BASE64_SLICE = 1 << 16  # a slice stays in the CPU cache: twice as fast as the whole string at once
@@ -80,18 +80,7 @@ def _pdf_text(data: str, where: str) -> str:
         raw = binascii.a2b_base64(data, strict_mode=True)  # decoded anyway: checked as is_base64 would
     except (binascii.Error, ValueError):
         raise InvalidRequest(f"{where}.source.data: {INVALID_BASE64}") from None
-    try:
-        from pypdf import PdfReader
-    except ImportError:  # pragma: no cover - pypdf is a dependency
-        raise InvalidRequest(f"{where}: PDF documents need the pypdf package") from None
-    try:
-        reader = PdfReader(io.BytesIO(raw))
-        pages = [page.extract_text() or "" for page in reader.pages]
-    except (
-        Exception
-    ) as error:  # pypdf raises many types on a damaged file (PdfReadError, LimitReachedError, RecursionError, ...)
-        raise InvalidRequest(f"{where}.source.data: could not read the PDF: {error}") from None
-    return "\n\n".join(f"[page {n}]\n{text.strip()}" for n, text in enumerate(pages, 1))
+    return pdf_text(raw, where)
 
 
 def document_text(block: anthropic.DocumentBlock, where: str) -> str:

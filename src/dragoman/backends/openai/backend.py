@@ -24,6 +24,7 @@ from dragoman.backends.openai.stream import (
 from dragoman.core import ids
 from dragoman.core.config import Config, OpenAIUpstream
 from dragoman.core.errors import GatewayError, UpstreamError, from_upstream
+from dragoman.core.offload import offload
 from dragoman.core.profiles import PROFILES, Profile, profile_for
 from dragoman.core.types import (
     NO_MODEL_LIST_STATUSES,
@@ -125,10 +126,11 @@ class OpenAIBackend:
     async def _translate_call(
         self, request: anthropic.MessagesRequest, route: Route, stream: bool, betas: frozenset[str] = frozenset()
     ) -> Translated:
-        """Translated in a thread when that is slow (a PDF's text to extract, many MB of images
-        to check: `slow_to_translate`), so that the event loop keeps serving meanwhile, else here."""
+        """Translated on the slow-work threads when that is slow (a PDF's text to extract, many MB
+        of images to check: `slow_to_translate`), so that the event loop keeps serving meanwhile,
+        else here."""
         if slow_to_translate(request.messages):  # fetched URL documents included: they are base64 by now
-            return await asyncio.to_thread(self._translate, request, route, stream, betas)
+            return await offload(self._translate, request, route, stream, betas)
         return self._translate(request, route, stream, betas)
 
     async def messages(self, call: Call, route: Route) -> Reply:
