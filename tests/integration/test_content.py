@@ -9,12 +9,9 @@ import pytest
 
 from dragoman.translate import content
 from tests.support.fakes import completion
-from tests.support.samples import pdf_bytes
+from tests.support.samples import TINY_PNG, pdf_bytes
 
-PNG = base64.b64encode(bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
-)).decode()  # a 1x1 PNG  # fmt: skip
+PNG = base64.b64encode(TINY_PNG).decode()
 IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
 WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
 

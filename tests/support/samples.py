@@ -1,5 +1,5 @@
-"""Sample inputs several test modules need: a PDF with text, a PDF slow to read, a
-self-signed certificate, a gzip bomb."""
+"""Sample inputs several test modules need: a PDF with text, a PDF slow to read, a tiny
+PNG, a self-signed certificate, a gzip bomb."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ import zlib
 from pathlib import Path
 
 MiB = 1024 * 1024
+TINY_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+)  # a 1x1 PNG
 
 
 def gzip_bomb(mib: int, fill: bytes = b"\0", *, prefix: bytes = b"") -> bytes:

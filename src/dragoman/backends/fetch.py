@@ -48,7 +48,7 @@ def _public(address: str) -> bool:
     return ip.is_global and not ip.is_multicast and not any(ip in network for network in _NOT_GLOBAL)
 
 
-def _checked(url: str | URL, allow_private: bool) -> URL:
+def _checked(url: str | URL, allow_private: bool, kind: str = "document") -> URL:
     """The URL as aiohttp reads it (yarl, not urllib: it turns a host written in full-width
     digits into 127.0.0.1, an address aiohttp then connects to without resolving it), with a
     literal address checked here, as the resolver below never sees it."""
@@ -56,17 +56,15 @@ def _checked(url: str | URL, allow_private: bool) -> URL:
         parsed = url if isinstance(url, URL) else URL(url)
         host = parsed.raw_host
     except (ValueError, UnicodeError):
-        raise InvalidRequest(f"document URL {str(url)!r}: not a valid URL") from None
+        raise InvalidRequest(f"{kind} URL {str(url)!r}: not a valid URL") from None
     if parsed.scheme not in ("http", "https") or not host:
-        raise InvalidRequest(f"document URL {str(url)!r}: only http and https URLs are fetched")
+        raise InvalidRequest(f"{kind} URL {str(url)!r}: only http and https URLs are fetched")
     try:
         literal = ipaddress.ip_address(host)
     except ValueError:
         return parsed
     if not allow_private and not _public(str(literal)):
-        raise InvalidRequest(
-            f"document URL {str(url)!r}: refusing to fetch from a private, loopback or reserved address"
-        )
+        raise InvalidRequest(f"{kind} URL {str(url)!r}: refusing to fetch from a private, loopback or reserved address")
     return parsed
 
 
@@ -74,8 +72,9 @@ class _PublicOnlyResolver(aiohttp.abc.AbstractResolver):
     """Resolves names and refuses private answers at connect time, so the address
     checked is the address connected to (no second lookup to rebind)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str) -> None:
         self._resolver = aiohttp.ThreadedResolver()
+        self._kind = kind
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
@@ -83,10 +82,12 @@ class _PublicOnlyResolver(aiohttp.abc.AbstractResolver):
         try:
             answers = await self._resolver.resolve(host, port, family)
         except OSError as error:
-            raise InvalidRequest(f"document URL host {host!r} cannot be resolved: {error.strerror or error}") from None
+            raise InvalidRequest(
+                f"{self._kind} URL host {host!r} cannot be resolved: {error.strerror or error}"
+            ) from None
         if not answers or not all(_public(answer["host"]) for answer in answers):
             raise InvalidRequest(
-                f"document URL host {host!r}: refusing to fetch from a private, loopback or reserved address"
+                f"{self._kind} URL host {host!r}: refusing to fetch from a private, loopback or reserved address"
             )
         return answers
 
@@ -104,18 +105,16 @@ class Budget:
         self.bytes = total_bytes
         self.slots = asyncio.Semaphore(PARALLEL_FETCHES)
 
-    def count(self, where: str) -> None:
-        """One more document to fetch, at `where` in the request."""
+    def count(self, where: str, kind: str = "document") -> None:
+        """One more document (or image) to fetch, at `where` in the request."""
         self.documents -= 1
         if self.documents < 0:
-            raise InvalidRequest(
-                f"{where}.source: at most {MAX_DOCUMENTS} documents are fetched by URL for one request"
-            )
+            raise InvalidRequest(f"{where}.source: at most {MAX_DOCUMENTS} {kind}s are fetched by URL for one request")
 
-    def take(self, size: int, url: str) -> None:
+    def take(self, size: int, url: str, kind: str = "document") -> None:
         self.bytes -= size
         if self.bytes < 0:
-            raise InvalidRequest(f"document URL {url!r}: the documents fetched for this request together pass "
+            raise InvalidRequest(f"{kind} URL {url!r}: the {kind}s fetched for this request together pass "
                                  f"server.max_request_bytes ({self.total_bytes} bytes)")  # fmt: skip
 
 
@@ -123,59 +122,61 @@ async def fetch_document(
     url: str, *, max_bytes: int, timeout: float, allow_private: bool, budget: Budget
 ) -> a.DocumentSource:
     async with budget.slots:  # the timeout starts once a slot is had
-        return await _fetch(url, max_bytes=max_bytes, timeout=timeout, allow_private=allow_private, budget=budget)
+        data, kind, charset = await fetch(url, max_bytes=max_bytes, timeout=timeout, allow_private=allow_private,
+                                          budget=budget)  # fmt: skip
+    kind = usable_type(kind, data).partition(";")[0]  # what its bytes show, if its type says otherwise or nothing
+    if kind == "application/pdf":
+        return a.Base64Source(media_type="application/pdf", data=base64.b64encode(data).decode())
+    if is_text(kind):
+        return a.TextSource(data=decode_text(data, charset))
+    raise InvalidRequest(f"document URL {url!r}: content type {kind!r} is not a PDF or text")
 
 
-async def _fetch(url: str, *, max_bytes: int, timeout: float, allow_private: bool, budget: Budget) -> a.DocumentSource:
+async def fetch(url: str, *, max_bytes: int, timeout: float, allow_private: bool, budget: Budget,
+                kind: str = "document") -> tuple[bytes, str, str | None]:  # fmt: skip
+    """The body at `url`, its content type and charset, fetched under the rules above; a 400
+    naming the URL (`kind` says what it is for) when they refuse it or it cannot be had."""
     try:
         # No proxy: the address check must see what is connected to.
-        connector = aiohttp.TCPConnector(resolver=None if allow_private else _PublicOnlyResolver())
+        connector = aiohttp.TCPConnector(resolver=None if allow_private else _PublicOnlyResolver(kind))
         async with asyncio.timeout(timeout), aiohttp.ClientSession(connector=connector, trust_env=False) as session:
-            target = _checked(url, allow_private)
+            target = _checked(url, allow_private, kind)
             for _ in range(MAX_REDIRECTS + 1):
                 async with session.get(target, allow_redirects=False) as response:
                     if response.status in (301, 302, 303, 307, 308) and "location" in response.headers:
                         try:
                             location = target.join(URL(response.headers["location"]))
                         except (ValueError, UnicodeError):
-                            raise InvalidRequest(f"document URL {url!r}: redirected to an invalid URL") from None
+                            raise InvalidRequest(f"{kind} URL {url!r}: redirected to an invalid URL") from None
                         url = str(location)
-                        target = _checked(location, allow_private)
+                        target = _checked(location, allow_private, kind)
                         continue
                     if response.status != 200:
-                        raise InvalidRequest(f"document URL {url!r}: the server answered {response.status}")
-                    data = await _read(response, url, max_bytes, budget)
-                    kind = response.content_type
-                    break
-            else:
-                raise InvalidRequest(f"document URL {url!r}: too many redirects")
+                        raise InvalidRequest(f"{kind} URL {url!r}: the server answered {response.status}")
+                    data = await _read(response, url, max_bytes, budget, kind)
+                    return data, response.content_type, response.charset
+            raise InvalidRequest(f"{kind} URL {url!r}: too many redirects")
     except TimeoutError:
-        raise InvalidRequest(f"document URL {url!r}: not fetched within {timeout:g} seconds") from None
+        raise InvalidRequest(f"{kind} URL {url!r}: not fetched within {timeout:g} seconds") from None
     except aiohttp.ClientConnectorError as error:
         if isinstance(error.os_error, InvalidRequest):
             raise error.os_error from None
-        raise InvalidRequest(f"document URL {url!r}: could not be fetched: {error}") from None
+        raise InvalidRequest(f"{kind} URL {url!r}: could not be fetched: {error}") from None
     except aiohttp.ClientError as error:
-        raise InvalidRequest(f"document URL {url!r}: could not be fetched: {error}") from None
-    kind = usable_type(kind, data).partition(";")[0]  # what its bytes show, if its type says otherwise or nothing
-    if kind == "application/pdf":
-        return a.Base64Source(media_type="application/pdf", data=base64.b64encode(data).decode())
-    if is_text(kind):
-        return a.TextSource(data=decode_text(data, response.charset))
-    raise InvalidRequest(f"document URL {url!r}: content type {kind!r} is not a PDF or text")
+        raise InvalidRequest(f"{kind} URL {url!r}: could not be fetched: {error}") from None
 
 
-async def _read(response: aiohttp.ClientResponse, url: str, max_bytes: int, budget: Budget) -> bytes:
+async def _read(response: aiohttp.ClientResponse, url: str, max_bytes: int, budget: Budget, kind: str) -> bytes:
     """The whole body, refused once past `max_bytes`. (`content.read(n)` returns what has
     arrived so far, at most n bytes: a document that came in pieces was cut to its first.)"""
     if response.content_length is not None and response.content_length > max_bytes:
-        raise InvalidRequest(f"document URL {url!r}: larger than the {max_bytes}-byte limit")
+        raise InvalidRequest(f"{kind} URL {url!r}: larger than the {max_bytes}-byte limit")
     chunks, size = [], 0
     async for chunk in response.content.iter_any():
         size += len(chunk)
         if size > max_bytes:
-            raise InvalidRequest(f"document URL {url!r}: larger than the {max_bytes}-byte limit")
-        budget.take(len(chunk), url)
+            raise InvalidRequest(f"{kind} URL {url!r}: larger than the {max_bytes}-byte limit")
+        budget.take(len(chunk), url, kind)
         chunks.append(chunk)
     return b"".join(chunks)
 

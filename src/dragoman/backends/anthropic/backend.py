@@ -28,6 +28,7 @@ from dragoman.backends.anthropic.events import (
     with_start,
 )
 from dragoman.backends.documents import documents_as_text
+from dragoman.backends.images import has_url_images, inline_url_images
 from dragoman.core.config import AnthropicUpstream, Config
 from dragoman.core.errors import (
     GatewayError,
@@ -123,12 +124,14 @@ class AnthropicBackend:
         return models
 
     async def _body(self, call: Call) -> bytes:
-        """The body as the client sent it, unless the model is renamed or documents go as text."""
+        """The body as the client sent it, unless the model is renamed, documents go as text or
+        images are given by URL (fetched here and sent inline)."""
         if self._documents == "auto" and not self._listed and self._may_ask_list() and b'"document"' in call.body:
             with contextlib.suppress(GatewayError):  # what server is it? (not known yet: it was down at start)
                 await self.list_models()  # within the model list's own time (http.MODEL_LIST_TIMEOUT)
         as_text = self._documents_as_text and b'"document"' in call.body
-        if call.upstream_model == call.model and not as_text:
+        images = has_url_images(call.body)  # fetched here: the server would fetch them from inside the network
+        if call.upstream_model == call.model and not as_text and not images:
             return call.body
         try:
             data = msgspec.json.decode(call.body)
@@ -139,6 +142,8 @@ class AnthropicBackend:
         data["model"] = call.upstream_model
         if as_text:
             await documents_as_text(data, self._server)
+        if images and isinstance(data.get("messages"), list):
+            await inline_url_images(data["messages"], self._server)
         return msgspec.json.encode(data)
 
     def _may_ask_list(self) -> bool:

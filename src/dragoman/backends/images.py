@@ -1,0 +1,105 @@
+"""Image blocks given by URL: fetched by the gateway and sent on inline, on both paths.
+
+vLLM, SGLang and llama.cpp fetch an image URL themselves, from inside the network they run
+in, so a client could make them request `http://169.254.169.254/` or a local Redis. The
+gateway fetches each one instead, under the rules URL documents have (`backends.fetch`:
+public addresses only unless `fetch_allow_private`, checked at connect time and on every
+redirect; `fetch_max_bytes`, `fetch_timeout`; at most 100 a request, 4 at a time, within
+`max_request_bytes` together), and sends its bytes as a base64 source: no model server is
+given a URL to fetch. The bytes must show a JPEG, PNG, GIF or WebP image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from dragoman.backends.fetch import Budget, fetch
+from dragoman.core.config import ServerConfig
+from dragoman.core.errors import InvalidRequest
+from dragoman.files.sniff import image_type
+from dragoman.protocol import anthropic as a
+
+# Where an image URL was found, the URL, and how to put the fetched image in its place.
+_Found = tuple[str, str, Callable[[str, str], None]]
+
+
+def has_url_images(body: bytes) -> bool:
+    """A cheap pre-check, so requests without URL images pay nothing."""
+    return b'"url"' in body and b'"image"' in body
+
+
+async def inline_url_images(messages: list[Any], server: ServerConfig) -> None:
+    """Replace, in place, the URL source of every image in `messages` (decoded structs or
+    plain JSON) with the image it points to, as base64."""
+    found = [item for m, message in enumerate(messages) for item in _in_message(message, f"messages.{m}.content")]
+    if not found:
+        return
+    budget = Budget(server.max_request_bytes)
+    for where, _, _ in found:
+        budget.count(where, "image")
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(_fetch_image(url, server, budget)) for _, url, _ in found]
+    except BaseExceptionGroup as failed:  # the first failure is the client's answer
+        raise failed.exceptions[0] from None
+    for (_, _, put), task in zip(found, tasks, strict=True):
+        put(*task.result())
+
+
+async def _fetch_image(url: str, server: ServerConfig, budget: Budget) -> tuple[str, str]:
+    """(media type, base64 data) of the image at `url`."""
+    async with budget.slots:
+        data, _, _ = await fetch(url, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout,
+                                 allow_private=server.fetch_allow_private, budget=budget, kind="image")  # fmt: skip
+    media_type = image_type(data[:16])
+    if media_type is None:
+        raise InvalidRequest(f"image URL {url!r}: not a JPEG, PNG, GIF or WebP image")
+    return media_type, base64.b64encode(data).decode()
+
+
+def _in_message(message: Any, where: str) -> Iterator[_Found]:
+    content = message.get("content") if isinstance(message, dict) else getattr(message, "content", None)
+    if isinstance(content, list):
+        for index, block in enumerate(content):
+            yield from _in_block(block, f"{where}.{index}")
+
+
+def _in_block(block: Any, where: str) -> Iterator[_Found]:
+    """URL images in a block: an image itself, or those a tool result or a `content` document holds."""
+    if isinstance(block, a.ImageBlock) and isinstance(block.source, a.URLSource):
+        yield where, block.source.url, _struct_setter(block)
+    elif isinstance(block, a.ToolResultBlock) and isinstance(block.content, list):
+        for index, inner in enumerate(block.content):
+            yield from _in_block(inner, f"{where}.content.{index}")
+    elif isinstance(block, a.DocumentBlock) and isinstance(block.source, a.ContentSource):
+        if isinstance(block.source.content, list):
+            for index, item in enumerate(block.source.content):
+                yield from _in_block(item, f"{where}.source.content.{index}")
+    elif isinstance(block, dict):
+        kind, source = block.get("type"), block.get("source")
+        if kind == "image" and isinstance(source, dict) and source.get("type") == "url":
+            if isinstance(source.get("url"), str):
+                yield where, source["url"], _dict_setter(block)
+        elif kind == "tool_result" and isinstance(block.get("content"), list):
+            for index, inner in enumerate(block["content"]):
+                yield from _in_block(inner, f"{where}.content.{index}")
+        elif kind == "document" and isinstance(source, dict) and isinstance(source.get("content"), list):
+            for index, item in enumerate(source["content"]):
+                yield from _in_block(item, f"{where}.source.content.{index}")
+
+
+def _struct_setter(block: a.ImageBlock) -> Callable[[str, str], None]:
+    def put(media_type: str, data: str) -> None:
+        block.source = a.Base64Source(media_type=media_type, data=data)
+
+    return put
+
+
+def _dict_setter(block: dict[str, Any]) -> Callable[[str, str], None]:
+    def put(media_type: str, data: str) -> None:
+        block["source"] = {"type": "base64", "media_type": media_type, "data": data}
+
+    return put
