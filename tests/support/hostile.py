@@ -1,6 +1,7 @@
-"""A hostile upstream on a loopback socket: it reads each request, then answers with
+"""A hostile upstream on a loopback socket: it reads each POST's head, then answers with
 whatever bytes a test scripts (a head that never ends, say), for as long as the gateway
-reads them. `sent` counts what went out, so a test can show the gateway hung up early."""
+reads them; a GET (a model list) gets a 404. `sent` counts what went out, so a test can
+show the gateway hung up early."""
 
 from __future__ import annotations
 
@@ -52,6 +53,9 @@ class HostileUpstream:
                     if not data:
                         return
                     head += data
+                if head.startswith(b"GET "):  # a model list: none, so discovery ends at once
+                    conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    return
                 for piece in self._answer():
                     conn.sendall(piece)
                     self.sent += len(piece)
