@@ -10,10 +10,11 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import anthropic
+import httpx
 import pytest
 
 from dragoman.core.config import from_dict
-from tests.support.envelopes import error_of
+from tests.support.envelopes import error_of, raw_error
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.samples import TINY_PNG
 from tests.support.servers import GatewayServer
@@ -120,3 +121,18 @@ def test_passthrough_image_urls_are_held_to_the_same_rule(native, images):
     sent = [body for path, body, _ in native.requests if path.endswith("/messages")]
     assert len(sent) == 3 and images not in str(sent)
     assert str(sent).count(f"'data': '{PNG}'") == 3
+
+
+def test_an_image_url_spelled_with_json_escapes_is_caught_too(client, upstream, native):
+    """`"\\u0075rl"` decodes to `"url"`: a pre-check on the raw bytes must not let it through."""
+    raw = (b'{"model": "%s", "max_tokens": 10, "messages": [{"role": "user", "content": [{"type": "im\\u0061ge", '
+           b'"source": {"type": "\\u0075rl", "\\u0075rl": "http://169.254.169.254/"}}]}]}')  # fmt: skip
+    gateway = _passthrough(native)
+    try:
+        for url, model in ((str(client.base_url).rstrip("/"), b"test-model"), (gateway.url, b"claude-test")):
+            response = httpx.post(f"{url}/v1/messages", content=raw % model, timeout=10,
+                                  headers={"content-type": "application/json", "x-api-key": "k"})  # fmt: skip
+            assert "refusing to fetch from a private" in raw_error(response, 400, "invalid_request_error")
+    finally:
+        gateway.stop()
+    assert upstream.requests == [] and native.requests == []

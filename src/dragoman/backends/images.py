@@ -26,17 +26,18 @@ from dragoman.protocol import anthropic as a
 _Found = tuple[str, str, Callable[[str, str], None]]
 
 
-def has_url_images(body: bytes) -> bool:
-    """A cheap pre-check, so requests without URL images pay nothing."""
-    return b'"url"' in body and b'"image"' in body
+def may_have_url_images(body: bytes) -> bool:
+    """A cheap pre-check, so most requests without URL images pay nothing. A body with any
+    `\\u` escape is looked through too: `"\\u0075rl"` decodes to `"url"`."""
+    return (b'"url"' in body and b'"image"' in body) or b"\\u" in body
 
 
-async def inline_url_images(messages: list[Any], server: ServerConfig) -> None:
+async def inline_url_images(messages: list[Any], server: ServerConfig) -> bool:
     """Replace, in place, the URL source of every image in `messages` (decoded structs or
-    plain JSON) with the image it points to, as base64."""
+    plain JSON) with the image it points to, as base64. Whether there was any."""
     found = [item for m, message in enumerate(messages) for item in _in_message(message, f"messages.{m}.content")]
     if not found:
-        return
+        return False
     budget = Budget(server.max_request_bytes)
     for where, _, _ in found:
         budget.count(where, "image")
@@ -47,6 +48,7 @@ async def inline_url_images(messages: list[Any], server: ServerConfig) -> None:
         raise failed.exceptions[0] from None
     for (_, _, put), task in zip(found, tasks, strict=True):
         put(*task.result())
+    return True
 
 
 async def _fetch_image(url: str, server: ServerConfig, budget: Budget) -> tuple[str, str]:

@@ -28,7 +28,7 @@ from dragoman.backends.anthropic.events import (
     with_start,
 )
 from dragoman.backends.documents import documents_as_text
-from dragoman.backends.images import has_url_images, inline_url_images
+from dragoman.backends.images import inline_url_images, may_have_url_images
 from dragoman.core.config import AnthropicUpstream, Config
 from dragoman.core.errors import (
     GatewayError,
@@ -130,7 +130,7 @@ class AnthropicBackend:
             with contextlib.suppress(GatewayError):  # what server is it? (not known yet: it was down at start)
                 await self.list_models()  # within the model list's own time (http.MODEL_LIST_TIMEOUT)
         as_text = self._documents_as_text and b'"document"' in call.body
-        images = has_url_images(call.body)  # fetched here: the server would fetch them from inside the network
+        images = may_have_url_images(call.body)  # fetched here: the server would fetch them from inside the network
         if call.upstream_model == call.model and not as_text and not images:
             return call.body
         try:
@@ -139,11 +139,13 @@ class AnthropicBackend:
             raise InvalidRequest(f"the request body is not valid JSON: {error}") from None
         if not isinstance(data, dict):
             raise InvalidRequest("the request body must be a JSON object")
+        if images and isinstance(data.get("messages"), list):
+            images = await inline_url_images(data["messages"], self._server)
+        if call.upstream_model == call.model and not as_text and not images:
+            return call.body  # looked through for URL images, and none found: sent as it came
         data["model"] = call.upstream_model
         if as_text:
             await documents_as_text(data, self._server)
-        if images and isinstance(data.get("messages"), list):
-            await inline_url_images(data["messages"], self._server)
         return msgspec.json.encode(data)
 
     def _may_ask_list(self) -> bool:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 import msgspec
 
 from dragoman.backends.fetch import has_url_documents, resolve_url_documents
-from dragoman.backends.images import has_url_images, inline_url_images
+from dragoman.backends.images import inline_url_images, may_have_url_images
 from dragoman.backends.openai.counting import CountCache, count_prompt, ollama_context
 from dragoman.backends.openai.fitting import fitted_body
 from dragoman.backends.openai.stream import (
@@ -160,7 +160,7 @@ class OpenAIBackend:
     async def _fetch_documents(self, call: Call, request: anthropic.MessagesRequest) -> None:
         """URL documents fetched when the operator allows it; URL images always (backends.images)."""
         server = self._server
-        if has_url_images(call.body):
+        if may_have_url_images(call.body):
             await inline_url_images(request.messages, server)
         if server.fetch_documents and has_url_documents(call.body):
             await resolve_url_documents(
