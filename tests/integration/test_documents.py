@@ -3,6 +3,7 @@ only from public addresses (or private ones when explicitly allowed)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -111,6 +112,16 @@ def test_url_documents_are_refused_by_default(gateway, upstream, docs_server):
 def test_private_addresses_are_refused_even_when_fetching_is_on(make_gateway, upstream, docs_server):
     gateway = make_gateway(server={"fetch_documents": True})
     response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/doc.txt"))
+    assert response.status_code == 400
+    assert "private, loopback or reserved" in response.json()["error"]["message"]
+    assert upstream.requests == []
+
+
+def test_a_url_document_spelled_with_json_escapes_is_held_to_the_same_rule(make_gateway, upstream, docs_server):
+    gateway = make_gateway(server={"fetch_documents": True})
+    raw = json.dumps(_body(docs_server + "/doc.txt")).replace('"url"', '"\\u0075rl"').encode()
+    assert b'"url"' not in raw
+    response = httpx.post(gateway.url + "/v1/messages", content=raw, headers={"content-type": "application/json"})
     assert response.status_code == 400
     assert "private, loopback or reserved" in response.json()["error"]["message"]
     assert upstream.requests == []
