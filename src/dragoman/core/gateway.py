@@ -26,7 +26,7 @@ from dragoman.core.capabilities import (
 )
 from dragoman.core.config import Config, key_tenants, server_api_keys
 from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
-from dragoman.core.observe import Metrics
+from dragoman.core.observe import Metrics, capped
 from dragoman.core.paging import list_param, page_of
 from dragoman.core.pipeline import Pipeline
 from dragoman.core.routing import Router
@@ -138,10 +138,10 @@ class Gateway:
                 log.warning("%s: names that no other upstream lists go to it (a 404 instead when several upstreams "
                             "have no list: give their models [[models]] entries)", error.message)  # fmt: skip
         except GatewayError as error:
-            log.warning("model discovery on upstream %s failed: %s", upstream, error.message)
+            log.warning("model discovery on upstream %s failed: %s", upstream, capped(error.message))
         else:
             self.router.set_discovered(upstream, models)
-            log.info("upstream %s serves: %s", upstream, ", ".join(m.id for m in models) or "no models")
+            log.info("upstream %s serves: %s", upstream, capped(", ".join(m.id for m in models)) or "no models")
         self._asked.add(upstream)
 
     async def discover_all(self, upstreams: Iterable[str]) -> None:

@@ -23,7 +23,7 @@ from dragoman.core.errors import (
     UpstreamError,
 )
 from dragoman.core.gateway import Gateway
-from dragoman.core.observe import Metrics, observe
+from dragoman.core.observe import Metrics, capped, observe
 from dragoman.core.pipeline import Endpoint, Prepared
 from dragoman.core.threads import Turn
 from dragoman.core.types import Completed, DirectWrites, Outcome, Reply, Streaming
@@ -167,7 +167,7 @@ class EventStreamResponse(StreamingResponse):
         except StopAsyncIteration:
             first = b""
         except GatewayError as error:
-            log.warning("stream from %s failed before it began: %s", outcome.upstream, error.message)
+            log.warning("stream from %s failed before it began: %s", outcome.upstream, capped(error.message))
             await self._refuse(send, outcome, error)
             return
         except Exception:  # a bug
@@ -193,7 +193,7 @@ class EventStreamResponse(StreamingResponse):
             except StopAsyncIteration:
                 break
             except GatewayError as error:
-                log.warning("stream from %s failed: %s", outcome.upstream, error.message)
+                log.warning("stream from %s failed: %s", outcome.upstream, capped(error.message))
                 outcome.error_type, outcome.upstream_failed = error.type, error.is_upstream
                 chunk, failed = error.event(), True
             except Exception:  # a bug: the client still gets a well-formed end
