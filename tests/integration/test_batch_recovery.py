@@ -187,6 +187,24 @@ def test_a_batch_taken_over_after_it_expired_runs_none_of_its_requests(start, up
     assert upstream.requests == []
 
 
+def test_a_results_file_that_does_not_parse_does_not_wedge_the_batch(start, upstream, tmp_path):
+    """Result lines an earlier version wrote pretty-printed: the process that takes the batch
+    over drops them and runs those requests again; the batch ends and can be deleted."""
+    answer_per_marker(upstream)
+    root = tmp_path / "batches"
+    batch_id = _write_batch(root, expires=time.time() + 3600)
+    good = json.dumps({"custom_id": "r0", "result": {"type": "canceled"}})
+    broken = json.dumps({"custom_id": "r1", "result": {"type": "errored", "error": {"type": "error"}}}, indent=2)
+    (root / batch_id / "results.jsonl").write_text(good + "\n" + broken + "\n")
+    client = sdk(start())
+    ended = wait_ended(client, batch_id)
+    assert counts(ended) == {"processing": 0, "succeeded": 2, "errored": 0, "canceled": 1, "expired": 0}
+    assert sorted(marker_of(body) for body in upstream.requests) == ["m1", "m2"]
+    for line in (root / batch_id / "results.jsonl").read_bytes().splitlines():
+        json.loads(line)
+    client.messages.batches.delete(batch_id)
+
+
 # -- another key's batch id as a list cursor ---------------------------------------------------------
 
 

@@ -631,6 +631,36 @@ def test_batch_through_a_passthrough_upstream_keeps_its_error_envelopes(start, n
         assert headers["anthropic-beta"] == "batch-test-beta"  # the create request's beta header is forwarded
 
 
+def test_pretty_printed_upstream_replies_are_one_result_line_each(start, native):
+    """A server that indents its JSON (a reply, an error envelope, 400 as text) still makes one
+    line per result; the SDK reads every result."""
+    refusal = {"type": "error", "error": {"type": "invalid_request_error", "message": "no"}}
+    pretty = {"content-type": "application/json"}
+    native.replies.extend([
+        NativeReply(body=json.dumps(message("native hi"), indent=2).encode(), headers=pretty),
+        NativeReply(status=400, body=json.dumps(refusal, indent=2).encode(), headers=pretty),
+        NativeReply(body=b"{\n  not json", headers=pretty),
+    ])  # fmt: skip
+    gateway = start(
+        batches={"max_concurrent": 1},
+        upstreams={"native": {"url": native.url + "/v1", "protocol": "anthropic", "max_retries": 0}},
+        models=[{"name": "claude-test", "upstream": "native", "upstream_model": "native-model"}],
+    )  # fmt: skip
+    client = sdk(gateway)
+    ids = ["pretty", "refused", "broken"]
+    created = client.messages.batches.create(
+        requests=[{"custom_id": cid, "params": params(cid, model="claude-test")} for cid in ids]
+    )
+    wait_ended(client, created.id)
+    raw = httpx.get(f"{gateway.url}/v1/messages/batches/{created.id}/results", headers={"x-api-key": KEY}).content
+    lines = raw.splitlines()
+    assert sorted(json.loads(line)["custom_id"] for line in lines) == sorted(ids)
+    results = results_of(client, created.id)
+    assert results["pretty"].message.content[0].text == "native hi"
+    assert results["refused"].error.model_dump(exclude_none=True) == refusal
+    assert results["broken"].type == "errored"
+
+
 def test_a_beta_header_sent_several_times_reaches_each_request_whole(start, native):
     gateway = start(
         upstreams={"native": {"url": native.url + "/v1", "protocol": "anthropic", "api_key": "upstream-secret", "max_retries": 0}},

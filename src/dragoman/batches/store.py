@@ -26,7 +26,7 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -123,6 +123,25 @@ class BatchDir:
                     return
                 whole += len(line)
                 yield line[:-1]
+
+    def keep_results(self, keep: Callable[[bytes], bool]) -> int:
+        """Write the results file again with only the lines `keep` accepts (under the run lock,
+        replaced whole by a rename); the number of lines dropped."""
+        kept, dropped = self.path / f".results.{os.getpid()}.{time.time_ns()}", 0
+        try:
+            with open(os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+                for line in self.settled():
+                    if keep(line):
+                        out.write(line + b"\n")
+                    else:
+                        dropped += 1
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(kept, self.results_path())
+        finally:
+            kept.unlink(missing_ok=True)
+        sync_dir(self.path)
+        return dropped
 
     def open_results(self) -> int:
         """A descriptor that appends result lines."""
