@@ -41,6 +41,8 @@ class ServerConfig(_Config, frozen=True):
     # Claude Code's first system block varies per session and defeats prefix caching.
     keep_billing_header: bool = False
     max_request_bytes: int = 32 * 1024 * 1024
+    # Open client connections per process; more are closed at once (see server/serving.py).
+    max_connections: int = 1000
     keepalive_interval: float = 15.0
     # On SIGTERM: seconds requests in flight get to finish; streams still running then end
     # with an `overloaded_error` event (the SDKs retry it).
@@ -285,7 +287,7 @@ def _check(config: Config) -> None:
                 )
         if not model.reasoning_efforts:
             raise ConfigError(f"models.{index}.reasoning_efforts: at least one effort is needed")
-    for key in ("max_request_bytes", "fetch_max_bytes", "fetch_timeout"):
+    for key in ("max_request_bytes", "max_connections", "fetch_max_bytes", "fetch_timeout"):
         if getattr(config.server, key) <= 0:
             raise ConfigError(f"server.{key}: must be positive, got {getattr(config.server, key)}")
     for key in ("max_bytes", "max_total_bytes", "max_files"):
