@@ -584,6 +584,53 @@ def test_api_keys_apply_to_every_batch_route(start, upstream):
     assert len(upstream.requests) == 1
 
 
+# -- what one key may keep -------------------------------------------------------------------
+
+
+def test_a_key_is_bounded_in_stored_bytes_and_batches_and_no_other_key_is(start, upstream):
+    answer_per_marker(upstream)
+    gateway = start(server={"api_keys": ["sk-a", "sk-b"]}, batches={"max_stored_bytes": 6000, "max_batches": 2})
+    a, b = sdk(gateway, "sk-a"), sdk(gateway, "sk-b")
+    big = [{"custom_id": f"r{i}", "params": params("x" * 400)} for i in range(5)]  # over 2000 bytes of body
+    first = a.messages.batches.create(requests=big)
+    wait_ended(a, first.id)
+    with pytest.raises(anthropic.BadRequestError) as over_bytes:
+        a.messages.batches.create(requests=big)
+    assert "batches.max_stored_bytes" in over_bytes.value.message and "sk-a" not in over_bytes.value.message
+    small = [{"custom_id": "s", "params": params()}]
+    a.messages.batches.create(requests=small)
+    with pytest.raises(anthropic.BadRequestError) as over_count:
+        a.messages.batches.create(requests=small)
+    assert "batches.max_batches" in over_count.value.message
+    b.messages.batches.create(requests=big)  # another key has its own room
+    a.messages.batches.delete(first.id)  # a delete frees the key's room at once
+    a.messages.batches.create(requests=small)
+
+
+def test_listing_and_creating_read_only_the_callers_batches(start, upstream, monkeypatch):
+    """What a list or a create looks at is the caller's batches, however many another key has."""
+    from dragoman.batches.store import BatchDir, BatchStore
+
+    answer_per_marker(upstream)
+    gateway = start(server={"api_keys": ["sk-a", "sk-b"]})
+    a, b = sdk(gateway, "sk-a"), sdk(gateway, "sk-b")
+    theirs = {a.messages.batches.create(requests=[{"custom_id": "r", "params": params()}]).id for _ in range(3)}
+    mine = b.messages.batches.create(requests=[{"custom_id": "r", "params": params()}])
+    looked_at: list[str] = []
+    real_batches = BatchStore.batches
+
+    def batches(self: BatchStore, owner: str | None = None) -> list[BatchDir]:
+        found = real_batches(self, owner)
+        if owner is not None:  # not the keeper's sweep, which looks at every batch
+            looked_at.extend(where.id for where in found)
+        return found
+
+    monkeypatch.setattr(BatchStore, "batches", batches)
+    assert [batch.id for batch in b.messages.batches.list().data] == [mine.id]
+    b.messages.batches.create(requests=[{"custom_id": "r", "params": params()}])
+    assert mine.id in looked_at and not theirs.intersection(looked_at)
+
+
 # -- passthrough -------------------------------------------------------------------------------
 
 

@@ -152,6 +152,8 @@ class BatchesConfig(_Config, frozen=True):
     max_concurrent: int = 4
     max_requests: int = 100_000  # per batch
     max_queued_requests: int = 500_000  # per key: requests in its batches still processing
+    max_batches: int = 10_000  # per key: batches kept, ended ones included
+    max_stored_bytes: int = 10 * 1024**3  # per key: its batches' requests and results on disk
     expire_after: float = 24 * 3600.0  # seconds: requests not run by then end as `expired`
     retain_for: float = 29 * 24 * 3600.0  # seconds an ended batch and its results are kept
     dir: str | None = None  # where batches are kept; default $XDG_DATA_HOME/dragoman/batches
@@ -293,7 +295,15 @@ def _check(config: Config) -> None:
     for key in ("max_bytes", "max_total_bytes", "max_files"):
         if getattr(config.files, key) <= 0:
             raise ConfigError(f"files.{key}: must be positive, got {getattr(config.files, key)}")
-    for key in ("max_concurrent", "max_requests", "max_queued_requests", "expire_after", "retain_for"):
+    for key in (
+        "max_concurrent",
+        "max_requests",
+        "max_queued_requests",
+        "max_batches",
+        "max_stored_bytes",
+        "expire_after",
+        "retain_for",
+    ):
         if getattr(config.batches, key) <= 0:
             raise ConfigError(f"batches.{key}: must be positive, got {getattr(config.batches, key)}")
     for key in ("expire_after", "retain_for"):
