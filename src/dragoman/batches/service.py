@@ -36,6 +36,7 @@ from dragoman.core import ids
 from dragoman.core.config import BatchesConfig, data_dir
 from dragoman.core.errors import GatewayError, InvalidRequest, NotFound, RateLimited
 from dragoman.core.observe import Metrics
+from dragoman.core.owners import Owners
 from dragoman.core.paging import page_of, remember_deleted
 from dragoman.core.pipeline import Pipeline
 from dragoman.core.validation import decode_request
@@ -75,8 +76,11 @@ def _kept_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 class Batches:
-    def __init__(self, pipeline: Pipeline, metrics: Metrics, config: BatchesConfig) -> None:
+    def __init__(
+        self, pipeline: Pipeline, metrics: Metrics, config: BatchesConfig, owners: Owners | None = None
+    ) -> None:
         self._config = config
+        self._owners = owners  # reads owners that earlier versions recorded (see `core.owners`)
         self._store = BatchStore(Path(config.dir).expanduser() if config.dir else data_dir("batches"))
         self._records: dict[
             str, Record
@@ -88,6 +92,11 @@ class Batches:
         self._wake: asyncio.Event | None = None
         self._sweeping: asyncio.Future[float] | None = None
         self._closing = threading.Event()  # read by the sweep thread
+
+    @property
+    def root(self) -> Path:
+        """The directory batches are kept in."""
+        return self._store.root
 
     # -- the API --------------------------------------------------------------------------
 
@@ -256,9 +265,12 @@ class Batches:
         record = self._records.get(where.id)
         if record is None:
             try:
-                record = self._records[where.id] = where.record()
+                record = where.record()
             except (OSError, msgspec.DecodeError):  # being deleted, or not one of ours
                 return None
+            if self._owners is not None and record.owner:  # as this gateway names it: its runs name files so too
+                record = msgspec.structs.replace(record, owner=self._owners.canonical(record.owner))
+            self._records[where.id] = record
         return record
 
     def _find(self, batch_id: str, owner: str) -> tuple[BatchDir, Record]:

@@ -226,6 +226,7 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await asyncio.to_thread(gateway.rename_legacy_owners)  # before any request looks for an owner's data
         discovery = [asyncio.create_task(gateway.discover_all(gateway.backends))]
         discovery.append(asyncio.create_task(gateway.keep_registry_fresh()))
         discovery.append(asyncio.create_task(gateway.files.adopt_flat()))  # files written flat by earlier versions

@@ -50,9 +50,8 @@ def authorized(request: Request) -> Gateway:
 
 def owner(request: Request, gateway: Gateway) -> str:
     """Whose files and batches this (authorized) request sees: see `auth.owner`."""
-    return auth.owner(
-        request, gateway.api_keys, shared=gateway.config.server.share_between_keys, tenants=gateway.tenants
-    )
+    return auth.owner(request, gateway.api_keys, shared=gateway.config.server.share_between_keys,
+                      tenants=gateway.tenants, owners=gateway.owners)  # fmt: skip
 
 
 def struct_response(value: object) -> Response:
@@ -266,9 +265,8 @@ async def serve(gateway: Gateway, request: Request, endpoint: Endpoint) -> Respo
         outcome.trace = tracing.request(request.headers, endpoint, request.scope["path"])
     auth.check(request, gateway.api_keys)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
-    caller = auth.caller(
-        request, gateway.api_keys, shared=gateway.config.server.share_between_keys, tenants=gateway.tenants
-    )
+    caller = auth.caller(request, gateway.api_keys, shared=gateway.config.server.share_between_keys,
+                         tenants=gateway.tenants, owners=gateway.owners)  # fmt: skip
     prepared = await gateway.pipeline.prepare(
         body, endpoint=endpoint, headers=request.headers, caller=caller, outcome=outcome
     )
