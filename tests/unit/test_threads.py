@@ -128,3 +128,10 @@ def test_an_owner_holds_at_most_its_own_budget() -> None:
         _continue(store, "msg_alice_0", owner="alice")
     _continue(store, "msg_alice_2", owner="alice").answered(None)
     _continue(store, "msg_bob", owner="bob").answered(None)
+
+
+def test_without_keys_everyone_is_one_owner_with_the_whole_budget() -> None:
+    store = ThreadStore(max_bytes=10**9, max_owner_bytes=1600)
+    for n in range(3):
+        _create(store, f"msg_{n}", "a" * 200)  # owner "": no keys
+    _continue(store, "msg_0").answered(None)

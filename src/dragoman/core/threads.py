@@ -29,7 +29,7 @@ from dragoman.core.errors import InvalidRequest, NotFound
 from dragoman.protocol.sse import DataDecoder
 
 MAX_HELD_BYTES = 256 * 1024 * 1024  # held conversations, as JSON, in all
-MAX_OWNER_BYTES = 64 * 1024 * 1024  # of which one owner's (an API key's, or a tenant's)
+MAX_OWNER_BYTES = 64 * 1024 * 1024  # of which one owner's (an API key's, or a tenant's; "", everyone, has all)
 HELD_FOR = 24 * 3600.0  # seconds since a thread's last turn
 CREATE_ONLY = ("system", "tools")  # sent with `create`, held for every later turn
 ENTRY_BYTES = 200  # what an entry costs beside its JSON: a continued one, kept to say so, costs this much
@@ -139,7 +139,7 @@ class ThreadStore:
             if held.used - self._held[oldest].used <= self._held_for:
                 break
             self._drop(oldest)
-        while self._owner_bytes.get(owner, 0) > self._max_owner_bytes:  # over its own budget: its oldest
+        while owner and self._owner_bytes.get(owner, 0) > self._max_owner_bytes:  # over its own budget: its oldest
             self._drop(next(iter(self._owned[owner])))
         while self._bytes > self._max_bytes:  # over the whole budget: the oldest of the owner holding most
             largest = max(self._owner_bytes, key=self._owner_bytes.__getitem__)
