@@ -440,3 +440,11 @@ def test_a_huge_model_name_is_cut_short_in_the_access_log(gateway, upstream, cap
     lines = [r.getMessage() for r in caplog.records if r.name == "dragoman.access"]
     assert len(lines) == 1 and len(lines[0]) < 1000
     assert json.loads(lines[0])["model"] == "m" * 200 + "...(2000000 chars)"
+
+
+def test_a_hostile_upstreams_huge_model_ids_are_cut_short_in_the_log(make_gateway, upstream, caplog):
+    upstream.models = [{"id": "x" * 1_000_000, "object": "model", "owned_by": "vllm"}]
+    with caplog.at_level(logging.INFO, logger="dragoman"):
+        make_gateway().wait_discovered()
+    lines = [r.getMessage() for r in caplog.records if "serves:" in r.getMessage()]
+    assert len(lines) == 1 and len(lines[0]) < 1000 and "(1000000 chars)" in lines[0]
