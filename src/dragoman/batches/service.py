@@ -24,17 +24,17 @@ import shutil
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
 import msgspec
 
+from dragoman.batches.quota import Usage, check_room
 from dragoman.batches.runs import Run, Runner
 from dragoman.batches.store import PREFIX, BatchDir, BatchStore, Ended, Record
 from dragoman.core import ids
 from dragoman.core.config import BatchesConfig, data_dir
-from dragoman.core.errors import GatewayError, InvalidRequest, NotFound, RateLimited
+from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
 from dragoman.core.observe import Metrics
 from dragoman.core.owners import Owners
 from dragoman.core.paging import page_of, remember_deleted
@@ -51,15 +51,6 @@ from dragoman.protocol.batches import (
 log = logging.getLogger("dragoman.batches")
 
 Status = Literal["in_progress", "canceling", "ended"]
-
-
-@dataclass(slots=True)
-class Usage:
-    """What one owner's batches hold, against the `batches.max_*` limits."""
-
-    batches: int = 0
-    stored_bytes: int = 0
-    queued: int = 0  # requests in batches still processing
 
 
 CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
@@ -123,7 +114,7 @@ class Batches:
             usage = await asyncio.to_thread(self._usage, owner)
         except OSError as error:
             raise GatewayError(f"could not store the batch: {error.strerror or error}") from None
-        self._check_room(usage, len(create.requests), len(body))
+        check_room(self._config, usage, len(create.requests), len(body))
         now = time.time()
         record = Record(
             id=ids.new_id(PREFIX + "01"), owner=owner, created=now, expires=now + self._config.expire_after,
@@ -240,24 +231,6 @@ class Batches:
             if self._ended_of(where, record) is None:
                 usage.queued += record.total
         return usage
-
-    def _check_room(self, usage: Usage, requests: int, size: int) -> None:
-        """Refuse a create that would take the key past its limits; the messages name the
-        setting, never the key."""
-        config = self._config
-        if usage.queued + requests > config.max_queued_requests:
-            raise RateLimited(
-                f"batches.max_queued_requests: this key's batches still processing hold {usage.queued} requests; "
-                f"{requests} more would pass the limit of {config.max_queued_requests}; retry when some have ended"
-            )
-        if usage.batches >= config.max_batches:
-            raise InvalidRequest(f"batches.max_batches: this key keeps {usage.batches} batches, the most it may; "
-                                 "delete ended batches to create more")  # fmt: skip
-        if usage.stored_bytes + size > config.max_stored_bytes:
-            raise InvalidRequest(
-                f"batches.max_stored_bytes: this key's batches take {usage.stored_bytes} bytes; this one "
-                f"({size} bytes) would pass the limit of {config.max_stored_bytes}; delete ended batches to make room"
-            )
 
     # -- finding -----------------------------------------------------------------------------
 

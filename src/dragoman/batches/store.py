@@ -36,7 +36,7 @@ from pathlib import Path
 
 import msgspec
 
-from dragoman.core.storage import SHARED, owner_dir, sync_dir, write_atomically, write_synced
+from dragoman.core.storage import owner_dir, sync_dir, write_atomically, write_synced
 from dragoman.protocol.batches import BATCH_CREATE, BatchRequest, RequestCounts
 
 PREFIX = "msgbatch_"
@@ -215,7 +215,7 @@ class BatchStore:
     def _owner_dirs(self) -> list[Path]:
         try:
             return [Path(e.path) for e in os.scandir(self.root)
-                    if e.is_dir() and (e.name == SHARED or not e.name.startswith((".", PREFIX)))]  # fmt: skip
+                    if e.is_dir() and not e.name.startswith((".", PREFIX))]  # fmt: skip
         except FileNotFoundError:
             return []
 
