@@ -51,8 +51,6 @@ from dragoman.protocol.batches import (
 log = logging.getLogger("dragoman.batches")
 
 Status = Literal["in_progress", "canceling", "ended"]
-
-
 CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 ADOPT_EVERY = 30.0  # seconds between sweeps when nothing else prompts one
 
