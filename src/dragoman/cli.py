@@ -267,7 +267,7 @@ def run(config: Config, *, workers: int = 1) -> None:
         log_level=server.log_level,
         access_log=False,
         loop="uvloop" if _has("uvloop") else "asyncio",
-        http=http_protocol(),
+        http=http_protocol(server.max_connections),
         timeout_graceful_shutdown=server.shutdown_grace,  # type: ignore[arg-type]  # typed int, used as a float timeout
     )
 

@@ -25,6 +25,7 @@ from tests.integration.test_batches import (
     wait_until,
 )
 from tests.support.fakes import FakeUpstream, Reply, completion
+from tests.support.helpers import batch_path
 from tests.support.servers import GatewayServer
 
 KEYS = ["key-a", "key-b"]
@@ -84,7 +85,8 @@ def test_an_ended_batch_outlives_the_gateway_that_ran_it(start, upstream, tmp_pa
         cid: r.message.content[0].text for cid, r in before.items()
     }
     assert len(upstream.requests) == 3  # nothing ran again
-    assert not (tmp_path / "batches" / created.id / "requests.json").exists()  # the results stand for them now
+    requests = batch_path(tmp_path / "batches", created.id) / "requests.json"
+    assert not requests.exists()  # the results stand for them now
 
 
 def test_a_batch_interrupted_by_shutdown_resumes_at_the_next_start_without_rerunning_settled_requests(start, upstream):
@@ -213,7 +215,7 @@ def test_a_result_line_cut_short_by_a_crash_is_run_again(start, upstream, tmp_pa
     )
     wait_until(lambda: len(upstream.requests) == 2)
     first.stop()
-    results = tmp_path / "batches" / created.id / "results.jsonl"
+    results = batch_path(tmp_path / "batches", created.id) / "results.jsonl"
     whole = results.read_bytes()
     assert whole.count(b"\n") == 1 and json.loads(whole)["custom_id"] == "r0"
     results.write_bytes(whole[:-20])  # as if the process died in the middle of writing it
@@ -264,9 +266,9 @@ def test_retention_removes_the_batch_from_disk(start, upstream, tmp_path):
     client = sdk(start(batches={"retain_for": 0.2}))
     created = client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
     wait_ended(client, created.id)
-    assert (tmp_path / "batches" / created.id).is_dir()
+    assert batch_path(tmp_path / "batches", created.id).is_dir()
     wait_until(lambda: client.messages.batches.list().data == [])
-    assert not (tmp_path / "batches" / created.id).exists()
+    assert not batch_path(tmp_path / "batches", created.id).exists()
 
 
 def test_an_unwritable_directory_is_an_api_error_not_a_500(start, upstream, tmp_path):
@@ -331,7 +333,7 @@ def test_a_cancel_that_raced_the_end_of_its_batch_is_not_shown_after_the_end(sta
     created = client.messages.batches.create(requests=[{"custom_id": "r0", "params": params("m0")}])
     ended = wait_ended(client, created.id)
     # As when a cancel found the batch running and its marker was written just after the end:
-    BatchDir(tmp_path / "batches" / created.id).cancel(ended.ended_at.timestamp() + 0.5)
+    BatchDir(batch_path(tmp_path / "batches", created.id)).cancel(ended.ended_at.timestamp() + 0.5)
 
     again = client.messages.batches.retrieve(created.id)
     assert again.processing_status == "ended" and again.cancel_initiated_at is None

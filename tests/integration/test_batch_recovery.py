@@ -36,6 +36,7 @@ from tests.integration.test_batches import (
     wait_until,
 )
 from tests.support.fakes import FakeUpstream, Reply, completion
+from tests.support.helpers import batch_path
 
 EPOCH_STAMP = "1970-01-01T00:00:00.000000Z"
 start = persistence.start  # the fixture: a gateway keeping its batches in the test's directory
@@ -88,7 +89,7 @@ def test_a_storage_error_on_one_result_stops_the_other_requests_before_the_batch
     wait_ended(client, created.id)
     lines = [
         json.loads(line)["custom_id"]
-        for line in (tmp_path / "batches" / created.id / "results.jsonl").read_bytes().splitlines()
+        for line in (batch_path(tmp_path / "batches", created.id) / "results.jsonl").read_bytes().splitlines()
     ]
     assert late == [], f"settled after the run released the batch: {late}"
     assert sorted(lines) == [
@@ -150,7 +151,7 @@ def test_a_result_line_written_short_does_not_corrupt_the_results(start, upstrea
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)]
     )
     wait_ended(client, created.id)
-    lines = (tmp_path / "batches" / created.id / "results.jsonl").read_bytes().splitlines()
+    lines = (batch_path(tmp_path / "batches", created.id) / "results.jsonl").read_bytes().splitlines()
     for line in lines:
         json.loads(line)  # every line of the results is one whole JSON object
     assert len(lines) == 3
@@ -187,6 +188,36 @@ def test_a_batch_taken_over_after_it_expired_runs_none_of_its_requests(start, up
     assert upstream.requests == []
 
 
+def test_a_results_file_that_does_not_parse_does_not_wedge_the_batch(start, upstream, tmp_path):
+    """Result lines an earlier version wrote pretty-printed: the process that takes the batch
+    over drops them and runs those requests again; the batch ends and can be deleted."""
+    answer_per_marker(upstream)
+    root = tmp_path / "batches"
+    batch_id = _write_batch(root, expires=time.time() + 3600)
+    good = json.dumps({"custom_id": "r0", "result": {"type": "canceled"}})
+    broken = json.dumps({"custom_id": "r1", "result": {"type": "errored", "error": {"type": "error"}}}, indent=2)
+    (batch_path(root, batch_id) / "results.jsonl").write_text(good + "\n" + broken + "\n")
+    client = sdk(start())
+    ended = wait_ended(client, batch_id)
+    assert counts(ended) == {"processing": 0, "succeeded": 2, "errored": 0, "canceled": 1, "expired": 0}
+    assert sorted(marker_of(body) for body in upstream.requests) == ["m1", "m2"]
+    for line in (batch_path(root, batch_id) / "results.jsonl").read_bytes().splitlines():
+        json.loads(line)
+    client.messages.batches.delete(batch_id)
+
+
+def test_a_batch_kept_flat_by_an_earlier_version_is_still_run_listed_and_deleted(start, upstream, tmp_path):
+    answer_per_marker(upstream)
+    root = tmp_path / "batches"
+    batch_id = _write_batch(root, expires=time.time() + 3600)
+    os.rename(root / "shared" / batch_id, root / batch_id)  # where earlier versions kept every batch
+    client = sdk(start())
+    assert counts(wait_ended(client, batch_id))["succeeded"] == 3
+    assert [batch.id for batch in client.messages.batches.list().data] == [batch_id]
+    client.messages.batches.delete(batch_id)
+    assert client.messages.batches.list().data == []
+
+
 # -- another key's batch id as a list cursor ---------------------------------------------------------
 
 
@@ -216,7 +247,7 @@ def test_an_unreadable_ended_file_does_not_leave_the_batch_in_progress_forever(s
     )
     wait_ended(sdk(first), created.id)
     first.stop()
-    (tmp_path / "batches" / created.id / "ended.json").write_bytes(b"")  # its data never reached the disk
+    (batch_path(tmp_path / "batches", created.id) / "ended.json").write_bytes(b"")  # its data never reached the disk
 
     client = sdk(start())
     ended = wait_ended(client, created.id, timeout=3)

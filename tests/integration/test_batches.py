@@ -584,6 +584,53 @@ def test_api_keys_apply_to_every_batch_route(start, upstream):
     assert len(upstream.requests) == 1
 
 
+# -- what one key may keep -------------------------------------------------------------------
+
+
+def test_a_key_is_bounded_in_stored_bytes_and_batches_and_no_other_key_is(start, upstream):
+    answer_per_marker(upstream)
+    gateway = start(server={"api_keys": ["sk-a", "sk-b"]}, batches={"max_stored_bytes": 6000, "max_batches": 2})
+    a, b = sdk(gateway, "sk-a"), sdk(gateway, "sk-b")
+    big = [{"custom_id": f"r{i}", "params": params("x" * 400)} for i in range(5)]  # over 2000 bytes of body
+    first = a.messages.batches.create(requests=big)
+    wait_ended(a, first.id)
+    with pytest.raises(anthropic.BadRequestError) as over_bytes:
+        a.messages.batches.create(requests=big)
+    assert "batches.max_stored_bytes" in over_bytes.value.message and "sk-a" not in over_bytes.value.message
+    small = [{"custom_id": "s", "params": params()}]
+    a.messages.batches.create(requests=small)
+    with pytest.raises(anthropic.BadRequestError) as over_count:
+        a.messages.batches.create(requests=small)
+    assert "batches.max_batches" in over_count.value.message
+    b.messages.batches.create(requests=big)  # another key has its own room
+    a.messages.batches.delete(first.id)  # a delete frees the key's room at once
+    a.messages.batches.create(requests=small)
+
+
+def test_listing_and_creating_read_only_the_callers_batches(start, upstream, monkeypatch):
+    """What a list or a create looks at is the caller's batches, however many another key has."""
+    from dragoman.batches.store import BatchDir, BatchStore
+
+    answer_per_marker(upstream)
+    gateway = start(server={"api_keys": ["sk-a", "sk-b"]})
+    a, b = sdk(gateway, "sk-a"), sdk(gateway, "sk-b")
+    theirs = {a.messages.batches.create(requests=[{"custom_id": "r", "params": params()}]).id for _ in range(3)}
+    mine = b.messages.batches.create(requests=[{"custom_id": "r", "params": params()}])
+    looked_at: list[str] = []
+    real_batches = BatchStore.batches
+
+    def batches(self: BatchStore, owner: str | None = None) -> list[BatchDir]:
+        found = real_batches(self, owner)
+        if owner is not None:  # not the keeper's sweep, which looks at every batch
+            looked_at.extend(where.id for where in found)
+        return found
+
+    monkeypatch.setattr(BatchStore, "batches", batches)
+    assert [batch.id for batch in b.messages.batches.list().data] == [mine.id]
+    b.messages.batches.create(requests=[{"custom_id": "r", "params": params()}])
+    assert mine.id in looked_at and not theirs.intersection(looked_at)
+
+
 # -- passthrough -------------------------------------------------------------------------------
 
 
@@ -629,6 +676,36 @@ def test_batch_through_a_passthrough_upstream_keeps_its_error_envelopes(start, n
         assert headers["x-api-key"] == "upstream-secret"  # the client's key is replaced
         assert headers["anthropic-version"] == client.default_headers["anthropic-version"]  # the client's, forwarded
         assert headers["anthropic-beta"] == "batch-test-beta"  # the create request's beta header is forwarded
+
+
+def test_pretty_printed_upstream_replies_are_one_result_line_each(start, native):
+    """A server that indents its JSON (a reply, an error envelope, 400 as text) still makes one
+    line per result; the SDK reads every result."""
+    refusal = {"type": "error", "error": {"type": "invalid_request_error", "message": "no"}}
+    pretty = {"content-type": "application/json"}
+    native.replies.extend([
+        NativeReply(body=json.dumps(message("native hi"), indent=2).encode(), headers=pretty),
+        NativeReply(status=400, body=json.dumps(refusal, indent=2).encode(), headers=pretty),
+        NativeReply(body=b"{\n  not json", headers=pretty),
+    ])  # fmt: skip
+    gateway = start(
+        batches={"max_concurrent": 1},
+        upstreams={"native": {"url": native.url + "/v1", "protocol": "anthropic", "max_retries": 0}},
+        models=[{"name": "claude-test", "upstream": "native", "upstream_model": "native-model"}],
+    )  # fmt: skip
+    client = sdk(gateway)
+    ids = ["pretty", "refused", "broken"]
+    created = client.messages.batches.create(
+        requests=[{"custom_id": cid, "params": params(cid, model="claude-test")} for cid in ids]
+    )
+    wait_ended(client, created.id)
+    raw = httpx.get(f"{gateway.url}/v1/messages/batches/{created.id}/results", headers={"x-api-key": KEY}).content
+    lines = raw.splitlines()
+    assert sorted(json.loads(line)["custom_id"] for line in lines) == sorted(ids)
+    results = results_of(client, created.id)
+    assert results["pretty"].message.content[0].text == "native hi"
+    assert results["refused"].error.model_dump(exclude_none=True) == refusal
+    assert results["broken"].type == "errored"
 
 
 def test_a_beta_header_sent_several_times_reaches_each_request_whole(start, native):

@@ -6,6 +6,7 @@ as uvicorn serves them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -230,3 +231,65 @@ def test_a_client_still_sending_its_oversized_headers_gets_the_431_not_a_reset(s
     client.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 4_000_000)  # on and on, past the limit
     response = _wait_closed(client)
     assert response.startswith(b"HTTP/1.1 431 "), response[:200]
+
+
+def test_a_request_trickling_in_gets_a_408_at_the_total_deadline(start: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A byte every 0.1 s keeps the idle timeout from firing; the deadline for the whole request does not move."""
+    import dragoman.server.serving
+
+    monkeypatch.setattr(dragoman.server.serving, "READ_DEADLINE", 0.5)
+    gateway = start()
+    client = _connect(gateway)
+    request = (
+        b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n"
+    )
+    client.sendall(request)
+    received = b""
+    with contextlib.suppress(OSError):  # the server closes while a byte is on its way
+        for _ in range(100):  # 10 s of trickling at most
+            client.sendall(b" ")
+            time.sleep(0.1)
+            client.setblocking(False)
+            try:
+                received += client.recv(65536)
+            except BlockingIOError:
+                pass
+            finally:
+                client.setblocking(True)
+            if received:
+                break
+    client.settimeout(5)
+    with contextlib.suppress(OSError):
+        received += _wait_closed(client)
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ")
+    assert "did not arrive whole within 0.5 s" in json.loads(body)["error"]["message"]
+
+
+def test_connections_past_max_connections_are_closed_at_once(upstream: FakeUpstream) -> None:
+    gateway = GatewayServer(make_config(upstream.url, server={"max_connections": 2}), timeout_keep_alive=30).start()
+    try:
+        held = [_connect(gateway) for _ in range(2)]
+        for client in held:  # both served, and kept open
+            client.sendall(HEALTH)
+            assert _read_response(client, bytearray()).startswith(b"HTTP/1.1 200 ")
+        extra = _connect(gateway)
+        with contextlib.suppress(ConnectionResetError):
+            extra.sendall(HEALTH)
+        with contextlib.suppress(ConnectionResetError):
+            assert _wait_closed(extra) == b""  # closed without an answer
+        held.pop().close()
+        for _ in range(50):  # once the server has seen the close, there is room again
+            again = _connect(gateway)
+            with contextlib.suppress(OSError):
+                again.sendall(HEALTH)
+                if again.recv(65536).startswith(b"HTTP/1.1 200 "):
+                    break
+            again.close()
+            time.sleep(0.05)
+        else:
+            pytest.fail("no connection was served after one of the held ones closed")
+        for client in held:
+            client.close()
+    finally:
+        gateway.stop()

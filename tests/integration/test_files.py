@@ -24,6 +24,7 @@ import anthropic
 import httpx
 import pytest
 
+from dragoman.core.owners import SALT_FILE
 from tests.support.envelopes import error_of, raw_error
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fakes import FakeUpstream, completion
@@ -62,8 +63,9 @@ def stored(files_dir: Path) -> set[str]:
 
 
 def on_disk(files_dir: Path) -> list[str]:
-    """The names of every file in the directory, owners' directories included."""
-    return sorted(path.name for path in files_dir.rglob("*") if path.is_file())
+    """The names of every file in the directory, owners' directories included (not the gateway's
+    owner salt, which it keeps there)."""
+    return sorted(path.name for path in files_dir.rglob("*") if path.is_file() and path.name != SALT_FILE)
 
 
 def path_of(files_dir: Path, name: str) -> Path:

@@ -428,3 +428,23 @@ def test_a_client_leaving_a_stream_is_not_an_application_error(gateway, upstream
 def test_claude_codes_warm_up_requests_are_answered(gateway):
     for path in ("/", "/api/hello"):
         assert httpx.head(gateway.url + path).status_code == 200
+
+
+def test_a_huge_model_name_is_cut_short_in_the_access_log(gateway, upstream, caplog):
+    """A 2 MB model name (served by the default model) is logged as 200 characters and its length."""
+    name = "m" * 2_000_000
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    with caplog.at_level(logging.INFO, logger="dragoman.access"):
+        with pytest.raises(anthropic.NotFoundError):
+            client.messages.create(**{**VALID, "model": name})
+    lines = [r.getMessage() for r in caplog.records if r.name == "dragoman.access"]
+    assert len(lines) == 1 and len(lines[0]) < 1000
+    assert json.loads(lines[0])["model"] == "m" * 200 + "...(2000000 chars)"
+
+
+def test_a_hostile_upstreams_huge_model_ids_are_cut_short_in_the_log(make_gateway, upstream, caplog):
+    upstream.models = [{"id": "x" * 1_000_000, "object": "model", "owned_by": "vllm"}]
+    with caplog.at_level(logging.INFO, logger="dragoman"):
+        make_gateway().wait_discovered()
+    lines = [r.getMessage() for r in caplog.records if "serves:" in r.getMessage()]
+    assert len(lines) == 1 and len(lines[0]) < 1000 and "(1000000 chars)" in lines[0]

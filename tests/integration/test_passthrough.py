@@ -232,6 +232,23 @@ def test_the_gateways_upstream_key_never_reaches_the_client(sdk, native):
     assert "upstream-secret" not in str(caught_stream.value.body) and "[redacted]" in str(caught_stream.value.body)
 
 
+def test_the_upstream_key_escaped_in_json_is_redacted_too(sdk, native):
+    """A server may write the key with JSON escapes (`\\u002d` for `-`): the client decodes them."""
+    escaped = b"upstream\\u002dsecret"
+    body = b'{"type":"error","error":{"type":"invalid_request_error","message":"key ' + escaped + b' is bad"}}'
+    native.replies.append(NativeReply(status=400, body=body, headers={"content-type": "application/json"}))
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        sdk.messages.create(**ASK)
+    assert caught.value.body["error"]["message"] == "key [redacted] is bad"
+
+    data = b'{"type":"error","error":{"type":"api_error","message":"bad key ' + escaped + b'"}}'
+    native.replies.append(NativeReply(events=[*text_events("Hi")[:3], b"event: error\ndata: " + data + b"\n\n"]))
+    with pytest.raises(anthropic.APIStatusError) as caught_stream:
+        with sdk.messages.stream(**ASK) as stream:
+            stream.get_final_message()
+    assert "upstream-secret" not in str(caught_stream.value.body) and "[redacted]" in str(caught_stream.value.body)
+
+
 def test_several_anthropic_beta_headers_all_reach_the_server(passthrough, native):
     headers = [
         ("x-api-key", "client-key"),

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.support.fakes import chunk, text_stream, usage_chunk
+from tests.support.helpers import batch_path
 from tests.support.servers import sse_frames, start_serving, worker_serving
 
 BODY = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "Hi"}]}
@@ -211,7 +212,7 @@ def test_a_batch_survives_its_process_being_killed(upstream, stop_later):
     process, url = _start(upstream.url)
     stop_later(process)
     batch_id = _batch(url, 3)
-    results = Path(os.environ["XDG_DATA_HOME"]) / "dragoman" / "batches" / batch_id / "results.jsonl"
+    results = batch_path(Path(os.environ["XDG_DATA_HOME"]) / "dragoman" / "batches", batch_id) / "results.jsonl"
     deadline = time.monotonic() + 10
     while not (results.exists() and results.read_bytes().count(b"\n") == 2) and time.monotonic() < deadline:
         time.sleep(0.02)  # r0 and r2 settled, r1 in flight

@@ -268,3 +268,23 @@ def test_the_runners_compaction_summarizes_and_the_summary_replaces_the_history(
         "add returned 3."
     )  # the summary stands for the history
     assert not any(m.get("tool_calls") for m in after)
+
+
+def test_a_continued_thread_is_held_to_max_request_bytes(make_gateway: Any, upstream: FakeUpstream) -> None:
+    """Each turn fits, the conversation they make does not: a 413 naming the thread, nothing sent
+    upstream, and the thread can still be continued with a smaller turn."""
+    gateway = make_gateway(server={"max_request_bytes": 20_000})
+    upstream.queue(Reply(body=completion("one")), Reply(body=completion("two")))
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    first = client.messages.create(model="test-model", max_tokens=20, messages=[{"role": "user", "content": "a" * 12_000}],
+                                   extra_body={"thread": {"type": "create"}})  # fmt: skip
+    follow = {"type": "continue", "previous_message_id": first.id}
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(model="test-model", max_tokens=20, messages=[{"role": "user", "content": "b" * 12_000}],
+                               extra_body={"thread": follow})  # fmt: skip
+    assert caught.value.status_code == 413 and caught.value.body["error"]["type"] == "request_too_large"
+    assert "thread" in caught.value.body["error"]["message"] and "server.max_request_bytes" in caught.value.message
+    assert len(upstream.requests) == 1
+    smaller = client.messages.create(model="test-model", max_tokens=20, messages=[{"role": "user", "content": "c"}],
+                                     extra_body={"thread": follow})  # fmt: skip
+    assert smaller.content[0].text == "two" and len(upstream.requests) == 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -252,3 +253,12 @@ def summary(message: a.Message | dict[str, Any]) -> dict[str, Any]:
         "stop_sequence": data["stop_sequence"],
         "usage": {k: usage_in.get(k) or 0 for k in _USAGE_KEYS},
     }
+
+
+# -- batches on disk ----------------------------------------------------------------
+
+
+def batch_path(root: Path, batch_id: str) -> Path:
+    """Where batch `batch_id` is under `root`: in its owner's directory (`shared` without keys)."""
+    found = sorted(root.glob(f"*/{batch_id}"))
+    return found[0] if found else root / "shared" / batch_id

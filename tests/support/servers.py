@@ -158,7 +158,7 @@ class GatewayServer:
         self._socket = server_socket()
         self.port = self._socket.getsockname()[1]
         uv_config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, lifespan="on",
-                                   http=http or http_protocol(), timeout_keep_alive=timeout_keep_alive)  # type: ignore[arg-type]  # fmt: skip
+                                   http=http or http_protocol(config.server.max_connections), timeout_keep_alive=timeout_keep_alive)  # type: ignore[arg-type]  # fmt: skip
         self.server = _Server(uv_config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._socket]}, daemon=True)
 

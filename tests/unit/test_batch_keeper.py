@@ -18,11 +18,12 @@ import pytest
 from dragoman.batches import runs as batch_runs
 from dragoman.batches.runs import Run, Runner
 from dragoman.batches.service import Batches
-from dragoman.batches.store import BatchStore, Record
+from dragoman.batches.store import BatchDir, BatchStore, Record
 from dragoman.core import paging
 from dragoman.core.config import BatchesConfig, from_dict
 from dragoman.core.errors import InvalidRequest
 from dragoman.core.gateway import Gateway
+from tests.support.helpers import batch_path
 
 
 def _batch(
@@ -37,14 +38,13 @@ def _batch(
     ).encode()
     now = time.time() if created is None else created
     record = Record(id="msgbatch_01" + name, owner="", created=now, expires=now + expires_in, total=n, headers={})
-    BatchStore(root).create(record, body)
-    return root / record.id, record
+    return BatchStore(root).create(record, body).path, record
 
 
 def _claim(runner: Runner, root: Path, record: Record) -> Run:
     from dragoman.batches.store import BatchDir
 
-    where = BatchDir(root / record.id)
+    where = BatchDir(batch_path(root, record.id))
     run = runner.claim(where, record)
     assert run is not None
     run.open(where.requests())
@@ -186,7 +186,7 @@ def test_stopped_batches_end_in_the_sweep_one_at_a_time(tmp_path: Path) -> None:
     batches._sweep(loop)  # type: ignore[arg-type]
     assert open_under_root() == []  # nothing left open
     assert loop.started == []
-    for path in root.iterdir():
+    for path in (root / "shared").iterdir():
         ended = json.loads((path / "ended.json").read_bytes())
         assert ended["counts"]["expired"] == 3 and ended["counts"]["processing"] == 0
         assert (
@@ -202,9 +202,10 @@ def test_one_batch_whose_lock_cannot_be_opened_does_not_stop_the_others_being_ta
     """A batch whose lock cannot be opened is skipped; the sweep takes over the others."""
     root = tmp_path / "batches"
     good, bad = _batch(root, "good", 2)[1].id, _batch(root, "bad", 2)[1].id
-    (root / bad / "lock").mkdir()  # os.open(..., O_RDWR) fails on it
+    (batch_path(root, bad) / "lock").mkdir()  # os.open(..., O_RDWR) fails on it
     batches = Batches(None, None, BatchesConfig(dir=str(root)))  # type: ignore[arg-type]  # a sweep never touches the gateway
-    batches._store.ids = lambda: [bad, good]  # type: ignore[method-assign]  # the order scandir happened to give
+    listed = [BatchDir(batch_path(root, i)) for i in (bad, good)]  # the order scandir happened to give
+    batches._store.batches = lambda owner=None: listed  # type: ignore[method-assign]
     assert [run.record.id for run in _swept(batches)] == [good]
 
 
@@ -224,14 +225,14 @@ def test_a_sweep_still_running_at_shutdown_starts_no_batch(tmp_path: Path) -> No
         gateway = Gateway(config)
         batches = gateway.batches
         entered, go = threading.Event(), threading.Event()
-        real_ids = batches._store.ids
+        real_batches = batches._store.batches
 
-        def slow_ids() -> list[str]:  # a sweep that takes a while (a large directory)
+        def slow_batches(owner: str | None = None) -> list[BatchDir]:  # a sweep that takes a while (a large directory)
             entered.set()
             go.wait(5)
-            return real_ids()
+            return real_batches(owner)
 
-        batches._store.ids = slow_ids  # type: ignore[method-assign]
+        batches._store.batches = slow_batches  # type: ignore[method-assign]
         await batches.start()
         await asyncio.to_thread(entered.wait, 5)
         await gateway.close()  # what the lifespan does at shutdown
@@ -242,7 +243,7 @@ def test_a_sweep_still_running_at_shutdown_starts_no_batch(tmp_path: Path) -> No
         return started
 
     started = asyncio.run(main())
-    results = root / batch_id / "results.jsonl"
+    results = batch_path(root, batch_id) / "results.jsonl"
     written = results.read_bytes() if results.exists() else b""
     assert started == [] and written == b"", f"started after shutdown: {started}; results written: {written[:300]!r}"
 
@@ -277,7 +278,7 @@ def test_a_sweep_drops_what_it_kept_of_batches_another_process_deleted(tmp_path:
     batches = _batches(root, max_concurrent=0)
     _swept(batches)
     assert sorted(batches._records) == sorted([kept, deleted])
-    BatchStore(root).hide(deleted)  # as another process's delete does
+    BatchStore(root).hide(BatchDir(batch_path(root, deleted)))  # as another process's delete does
     _swept(batches)
     assert list(batches._records) == [kept]
 
@@ -290,9 +291,10 @@ def test_a_batch_deleted_while_the_sweep_looks_at_it_is_passed_by_without_an_err
 
     root = tmp_path / "batches"
     gone, good, bad = (_batch(root, name, 1)[1].id for name in ("gone", "good", "bad"))
-    (root / bad / "lock").mkdir()  # os.open(..., O_RDWR) fails on it
+    (batch_path(root, bad) / "lock").mkdir()  # os.open(..., O_RDWR) fails on it
     batches = _batches(root)
-    batches._store.ids = lambda: [gone, bad, good]  # type: ignore[method-assign]
+    listed = [BatchDir(batch_path(root, i)) for i in (gone, bad, good)]
+    batches._store.batches = lambda owner=None: listed  # type: ignore[method-assign]
     consider = batches._consider
 
     def deleted_first(where, record, now, loop):  # type: ignore[no-untyped-def]

@@ -29,7 +29,8 @@ def test_a_created_batch_is_whole_private_and_has_one_run_lock(tmp_path: Path) -
     where = store.create(record(), BODY)
     assert where.record() == record()
     assert [r.custom_id for r in where.requests()] == ["a", "b"]
-    assert store.ids() == ["msgbatch_01abc"]  # no staging directory left behind
+    assert [b.id for b in store.batches("")] == ["msgbatch_01abc"]  # no staging directory left behind
+    assert where.path == tmp_path / "b" / "shared" / "msgbatch_01abc"  # the owner ""'s directory
     assert stat.S_IMODE(os.stat(tmp_path / "b").st_mode) == 0o700
     assert stat.S_IMODE(os.stat(where.path / "batch.json").st_mode) == 0o600
     lock = where.try_lock()
@@ -48,7 +49,7 @@ def test_a_created_batch_is_whole_private_and_has_one_run_lock(tmp_path: Path) -
 def test_ids_that_could_name_another_path_are_unknown(tmp_path: Path, bad: str) -> None:
     store = BatchStore(tmp_path)
     store.create(record(), BODY)
-    assert store.batch(bad) is None
+    assert store.batch(bad, "") is None
 
 
 def test_the_first_cancel_wins(tmp_path: Path) -> None:
@@ -90,11 +91,12 @@ def test_a_result_line_cut_short_is_dropped_and_the_file_repaired(tmp_path: Path
 def test_removing_makes_the_batch_unknown_at_once(tmp_path: Path) -> None:
     store = BatchStore(tmp_path)
     store.create(record(), BODY)
-    assert store.hide("msgbatch_01abc") is not None
-    assert store.batch("msgbatch_01abc") is None and store.ids() == []
+    where = store.batch("msgbatch_01abc", "")
+    assert where is not None and store.hide(where) is not None
+    assert store.batch("msgbatch_01abc", "") is None and store.batches() == []
     store.clear_debris()  # what a sweep does with hidden batches
-    assert list(tmp_path.iterdir()) == []
-    assert store.hide("msgbatch_01abc") is None  # a second remove (another process) is no error
+    assert list((tmp_path / "shared").iterdir()) == []
+    assert store.hide(where) is None  # a second remove (another process) is no error
 
 
 def test_an_unreadable_outcome_file_reads_as_no_outcome(tmp_path: Path) -> None:
@@ -106,13 +108,15 @@ def test_an_unreadable_outcome_file_reads_as_no_outcome(tmp_path: Path) -> None:
 def test_debris_of_crashes_is_cleared(tmp_path: Path) -> None:
     store = BatchStore(tmp_path)
     store.create(record(), BODY)
-    (tmp_path / ".msgbatch_01gone.1.gone").mkdir()  # removed, but not yet deleted
-    fresh, stale = tmp_path / ".msgbatch_01new.new", tmp_path / ".msgbatch_01old.new"
-    fresh.mkdir()
-    stale.mkdir()
-    os.utime(stale, (time.time() - 7200, time.time() - 7200))  # a create that never finished
+    for place in (tmp_path, tmp_path / "shared"):  # the flat layout of earlier versions, and an owner's
+        (place / ".msgbatch_01gone.1.gone").mkdir()  # removed, but not yet deleted
+        fresh, stale = place / ".msgbatch_01new.new", place / ".msgbatch_01old.new"
+        fresh.mkdir()
+        stale.mkdir()
+        os.utime(stale, (time.time() - 7200, time.time() - 7200))  # a create that never finished
     store.clear_debris()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".msgbatch_01new.new", "shared"]
+    assert sorted(p.name for p in (tmp_path / "shared").iterdir()) == [
         ".msgbatch_01new.new",
         "msgbatch_01abc",
     ]  # a create may be under way

@@ -15,6 +15,14 @@ def test_the_installed_uvicorn_gets_the_direct_writer() -> None:
     assert serving.http_protocol() is serving.DirectBodyProtocol
 
 
+def test_a_connection_limit_reaches_worker_processes() -> None:
+    """`--workers` hands uvicorn's config, protocol included, to spawned processes by pickling."""
+    import pickle
+
+    protocol = pickle.loads(pickle.dumps(serving.http_protocol(7)))
+    assert protocol.func is serving.DirectBodyProtocol and protocol.keywords == {"max_connections": 7}
+
+
 def test_a_changed_request_cycle_falls_back_to_uvicorns_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
     def changed_init(self: object, scope: object, transport: object) -> None:
         self.scope = scope  # type: ignore[attr-defined]

@@ -160,3 +160,32 @@ def test_a_streamed_reply_past_the_fold_cap_is_not_held(monkeypatch: pytest.Monk
     _watch(store, _streamed_reply("msg_1", ["x" * 100] * 101, []))
     with pytest.raises(ThreadNotFound):
         _continue(store, "msg_1")
+
+
+def test_one_owner_filling_the_store_evicts_its_own_threads_not_anothers() -> None:
+    store = ThreadStore(max_bytes=4000, max_owner_bytes=10**9)  # only the whole budget binds
+    _create(store, "msg_alice", "a" * 200, owner="alice")
+    for n in range(40):  # bob alone holds many times the budget
+        _create(store, f"msg_bob_{n}", "b" * 200, owner="bob")
+    _continue(store, "msg_alice", owner="alice").answered(None)  # alice's thread is still held
+    _continue(store, "msg_bob_39", owner="bob").answered(None)  # bob keeps his newest
+    with pytest.raises(ThreadNotFound):
+        _continue(store, "msg_bob_0", owner="bob")
+
+
+def test_an_owner_holds_at_most_its_own_budget() -> None:
+    store = ThreadStore(max_bytes=10**9, max_owner_bytes=1600)  # room for two of one owner
+    _create(store, "msg_bob", owner="bob")
+    for n in range(3):
+        _create(store, f"msg_alice_{n}", "a" * 200, owner="alice")
+    with pytest.raises(ThreadNotFound):
+        _continue(store, "msg_alice_0", owner="alice")
+    _continue(store, "msg_alice_2", owner="alice").answered(None)
+    _continue(store, "msg_bob", owner="bob").answered(None)
+
+
+def test_without_keys_everyone_is_one_owner_with_the_whole_budget() -> None:
+    store = ThreadStore(max_bytes=10**9, max_owner_bytes=1600)
+    for n in range(3):
+        _create(store, f"msg_{n}", "a" * 200)  # owner "": no keys
+    _continue(store, "msg_0").answered(None)

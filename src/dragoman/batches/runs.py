@@ -49,6 +49,15 @@ def _line(custom_id: str, result: bytes) -> bytes:
     return b'{"custom_id":' + msgspec.json.encode(custom_id) + b',"result":' + result + b"}\n"
 
 
+def one_line(result: bytes) -> bytes:
+    """`result` (JSON) on one line: an upstream's reply comes as it sent it, pretty-printed
+    perhaps, and `results.jsonl` holds one result per line. Raises msgspec.DecodeError for
+    bytes that are not JSON."""
+    if b"\n" not in result and b"\r" not in result:
+        return result  # a JSON string holds no raw line break: this is one line already
+    return msgspec.json.format(result, indent=0)
+
+
 class _Outcome(msgspec.Struct):
     type: Literal["succeeded", "errored", "canceled", "expired"]
 
@@ -59,6 +68,13 @@ class _Settled(msgspec.Struct):
 
 
 _SETTLED = msgspec.json.Decoder(_Settled)
+
+
+def _settled(line: bytes) -> _Settled | None:
+    try:
+        return _SETTLED.decode(line)
+    except msgspec.DecodeError:
+        return None
 
 
 class Run:
@@ -80,11 +96,16 @@ class Run:
         """Count the results already written (by an earlier run) and open the file for more;
         what has no result yet is `todo`."""
         self.canceling_since = self.dir.canceled_at()
+        if not all(_settled(line) for line in self.dir.settled()):  # an earlier version's, or a bug's
+            dropped = self.dir.keep_results(lambda line: _settled(line) is not None)
+            log.warning("batch %s: %d result lines that do not parse were dropped; their requests run again",
+                        self.record.id, dropped)  # fmt: skip
         done: set[str] = set()
         for line in self.dir.settled():
             settled = _SETTLED.decode(line)
-            done.add(settled.custom_id)
-            self._count(settled.result.type)
+            if settled.custom_id not in done:
+                done.add(settled.custom_id)
+                self._count(settled.result.type)
         self.todo = [(index, r) for index, r in enumerate(requests) if r.custom_id not in done]
         self._results = self.dir.open_results()
         self._size = os.fstat(self._results).st_size
@@ -246,6 +267,10 @@ class Runner:
             succeeded, payload = False, UpstreamError("internal error while running the request").body(None)
         finally:
             self._slots.release()
+        try:
+            payload = one_line(payload)
+        except msgspec.DecodeError:
+            succeeded, payload = False, UpstreamError("the upstream's reply is not JSON").body(None)
         if succeeded:
             run.settle(request.custom_id, "succeeded", b'{"type":"succeeded","message":' + payload + b"}")
         else:

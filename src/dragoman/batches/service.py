@@ -29,12 +29,14 @@ from typing import IO, Literal
 
 import msgspec
 
+from dragoman.batches.quota import Usage, check_room
 from dragoman.batches.runs import Run, Runner
 from dragoman.batches.store import PREFIX, BatchDir, BatchStore, Ended, Record
 from dragoman.core import ids
 from dragoman.core.config import BatchesConfig, data_dir
-from dragoman.core.errors import GatewayError, InvalidRequest, NotFound, RateLimited
+from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
 from dragoman.core.observe import Metrics
+from dragoman.core.owners import Owners
 from dragoman.core.paging import page_of, remember_deleted
 from dragoman.core.pipeline import Pipeline
 from dragoman.core.validation import decode_request
@@ -63,8 +65,11 @@ def _kept_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 class Batches:
-    def __init__(self, pipeline: Pipeline, metrics: Metrics, config: BatchesConfig) -> None:
+    def __init__(
+        self, pipeline: Pipeline, metrics: Metrics, config: BatchesConfig, owners: Owners | None = None
+    ) -> None:
         self._config = config
+        self._owners = owners  # reads owners that earlier versions recorded (see `core.owners`)
         self._store = BatchStore(Path(config.dir).expanduser() if config.dir else data_dir("batches"))
         self._records: dict[
             str, Record
@@ -76,6 +81,11 @@ class Batches:
         self._wake: asyncio.Event | None = None
         self._sweeping: asyncio.Future[float] | None = None
         self._closing = threading.Event()  # read by the sweep thread
+
+    @property
+    def root(self) -> Path:
+        """The directory batches are kept in."""
+        return self._store.root
 
     # -- the API --------------------------------------------------------------------------
 
@@ -99,14 +109,10 @@ class Batches:
                 )
             seen.add(request.custom_id)
         try:
-            queued = await asyncio.to_thread(self._queued, owner)
+            usage = await asyncio.to_thread(self._usage, owner)
         except OSError as error:
             raise GatewayError(f"could not store the batch: {error.strerror or error}") from None
-        if queued + len(create.requests) > self._config.max_queued_requests:
-            raise RateLimited(
-                f"batches.max_queued_requests: this key's batches still processing hold {queued} requests; "
-                f"{len(create.requests)} more would pass the limit of {self._config.max_queued_requests}; retry when some have ended"
-            )
+        check_room(self._config, usage, len(create.requests), len(body))
         now = time.time()
         record = Record(
             id=ids.new_id(PREFIX + "01"), owner=owner, created=now, expires=now + self._config.expire_after,
@@ -135,8 +141,9 @@ class Batches:
 
     def _page(self, query: Mapping[str, str], owner: str, base_url: str) -> dict[str, object]:
         cutoff = time.time() - self._config.retain_for
+        loaded = ((where, self._load(where)) for where in self._store.batches(owner))
         listed = sorted(
-            ((where, record) for where, record in map(self._load, self._store.ids())
+            ((where, record) for where, record in loaded
              if record is not None and record.owner == owner and not self._expired(where, record, cutoff)),
             key=lambda item: (item[1].created, item[1].id), reverse=True,
         )  # fmt: skip
@@ -176,7 +183,7 @@ class Batches:
             raise InvalidRequest(
                 f"message_batch_id: batch {batch_id} is still processing; cancel it and wait for it to end first"
             )
-        gone = self._store.hide(batch_id)
+        gone = self._store.hide(where)
         self._ended.pop(batch_id, None)
         self._records.pop(batch_id, None)
         remember_deleted(self._deleted, batch_id, record)  # a cursor naming the batch still places
@@ -209,32 +216,40 @@ class Batches:
             await asyncio.gather(self._sweeping, return_exceptions=True)  # the thread cannot be cancelled: wait for it
         await self._runner.close()
 
-    def _queued(self, owner: str) -> int:
-        """(In a thread.) Requests in the owner's batches that have not ended."""
-        queued = 0
-        for batch_id in self._store.ids():
-            where, record = self._load(batch_id)
-            if record is not None and record.owner == owner and self._ended_of(where, record) is None:
-                queued += record.total
-        return queued
+    def _usage(self, owner: str) -> Usage:
+        """(In a thread.) What the owner's batches hold: it reads the owner's directory only."""
+        usage = Usage()
+        cutoff = time.time() - self._config.retain_for
+        for where in self._store.batches(owner):
+            record = self._load(where)
+            if record is None or record.owner != owner or self._expired(where, record, cutoff):
+                continue
+            usage.batches += 1
+            usage.stored_bytes += where.stored_bytes()
+            if self._ended_of(where, record) is None:
+                usage.queued += record.total
+        return usage
 
     # -- finding -----------------------------------------------------------------------------
 
-    def _load(self, batch_id: str) -> tuple[BatchDir, Record | None]:
-        where = BatchDir(self._store.root / batch_id)
-        record = self._records.get(batch_id)
+    def _load(self, where: BatchDir) -> Record | None:
+        record = self._records.get(where.id)
         if record is None:
             try:
-                record = self._records[batch_id] = where.record()
+                record = where.record()
             except (OSError, msgspec.DecodeError):  # being deleted, or not one of ours
-                return where, None
-        return where, record
+                return None
+            if self._owners is not None and record.owner:  # as this gateway names it: its runs name files so too
+                record = msgspec.structs.replace(record, owner=self._owners.canonical(record.owner))
+            self._records[where.id] = record
+        return record
 
     def _find(self, batch_id: str, owner: str) -> tuple[BatchDir, Record]:
         missing = NotFound(f"message_batch_id: no batch {batch_id!r}")
-        if self._store.batch(batch_id) is None:
+        where = self._store.batch(batch_id, owner)
+        if where is None:
             raise missing
-        where, record = self._load(batch_id)
+        record = self._load(where)
         if (
             record is None
             or record.owner != owner
@@ -261,7 +276,7 @@ class Batches:
         ended = self._ended_of(where, record)
         if ended is None or ended.at >= cutoff:
             return False
-        self._store.hide(record.id)  # its files are removed by the next sweep, off the event loop
+        self._store.hide(where)  # its files are removed by the next sweep, off the event loop
         self._ended.pop(record.id, None)
         self._records.pop(record.id, None)
         return True
@@ -320,12 +335,12 @@ class Batches:
         cutoff = now - self._config.retain_for
         waiting: list[tuple[BatchDir, Record]] = []
         known = list(self._records)  # before the listing: a batch created since is not taken for gone
-        on_disk = self._store.ids()
-        self._forget(set(known).difference(on_disk))
-        for batch_id in on_disk:
-            if self._runner.holds(batch_id) or self._runner.resting.get(batch_id, 0.0) > now:
+        on_disk = self._store.batches()
+        self._forget(set(known).difference(where.id for where in on_disk))
+        for where in on_disk:
+            if self._runner.holds(where.id) or self._runner.resting.get(where.id, 0.0) > now:
                 continue
-            where, record = self._load(batch_id)
+            record = self._load(where)
             if (
                 record is not None
                 and not self._expired(where, record, cutoff)

@@ -2,8 +2,13 @@
 
 Each process of a gateway (`--workers`, or replicas sharing the directory) sees every
 batch, and a restart loses none: a batch is run by whichever process locks it first (see
-`try_lock`), and one whose process died is taken by the next that looks. Layout of
-`<dir>/<id>/`:
+`try_lock`), and one whose process died is taken by the next that looks.
+
+Each owner's batches are in a directory of their own, `<dir>/<owner>/<id>/` (`<owner>` its
+digest, `shared` for the owner ""), so that a list or a create reads the caller's batches,
+never every owner's. Batches that earlier versions kept flat, `<dir>/<id>/`, are still
+found where they are (their record names their owner) until they are removed. Layout of
+a batch's directory:
 
 - `batch.json`    the record (who made it, when, its forwarded headers); never changes
 - `requests.json` the create request's body as sent, kept until the batch ends
@@ -26,12 +31,12 @@ import fcntl
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
 
-from dragoman.core.storage import sync_dir, write_atomically, write_synced
+from dragoman.core.storage import owner_dir, sync_dir, write_atomically, write_synced
 from dragoman.protocol.batches import BATCH_CREATE, BatchRequest, RequestCounts
 
 PREFIX = "msgbatch_"
@@ -105,6 +110,14 @@ class BatchDir:
         write_atomically(self.path / "ended.json", msgspec.json.encode(ended))
         (self.path / "requests.json").unlink(missing_ok=True)  # the results now stand for them
 
+    def stored_bytes(self) -> int:
+        """What the batch takes on disk: its requests (until it ends) and its results."""
+        size = 0
+        for name in ("requests.json", "results.jsonl"):
+            with contextlib.suppress(FileNotFoundError):
+                size += (self.path / name).stat().st_size
+        return size
+
     def results_path(self) -> Path:
         return self.path / "results.jsonl"
 
@@ -124,6 +137,25 @@ class BatchDir:
                 whole += len(line)
                 yield line[:-1]
 
+    def keep_results(self, keep: Callable[[bytes], bool]) -> int:
+        """Write the results file again with only the lines `keep` accepts (under the run lock,
+        replaced whole by a rename); the number of lines dropped."""
+        kept, dropped = self.path / f".results.{os.getpid()}.{time.time_ns()}", 0
+        try:
+            with open(os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+                for line in self.settled():
+                    if keep(line):
+                        out.write(line + b"\n")
+                    else:
+                        dropped += 1
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(kept, self.results_path())
+        finally:
+            kept.unlink(missing_ok=True)
+        sync_dir(self.path)
+        return dropped
+
     def open_results(self) -> int:
         """A descriptor that appends result lines."""
         return os.open(self.results_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -142,67 +174,89 @@ class BatchDir:
 
 
 class BatchStore:
-    """All batches in one directory."""
+    """All batches in one directory, a subdirectory per owner."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def batch(self, batch_id: str) -> BatchDir | None:
+    def batch(self, batch_id: str, owner: str) -> BatchDir | None:
+        """The batch, if it is in `owner`'s directory or the flat layout (whose record the
+        caller checks); None for any other id, never a path outside the store."""
         if not (
             batch_id.startswith(PREFIX)
             and len(batch_id) <= MAX_ID
             and batch_id.isascii()
             and batch_id.replace("_", "").isalnum()
         ):
-            return None  # never a path outside the store
-        path = self.root / batch_id
-        try:
-            found = (path / "batch.json").exists()
-        except OSError:
             return None
-        return BatchDir(path) if found else None
+        for path in (owner_dir(self.root, owner) / batch_id, self.root / batch_id):
+            try:
+                if (path / "batch.json").exists():
+                    return BatchDir(path)
+            except OSError:
+                return None
+        return None
 
-    def ids(self) -> list[str]:
+    def batches(self, owner: str | None = None) -> list[BatchDir]:
+        """`owner`'s batches and any left in the flat layout (the caller checks their
+        owner); every owner's with no owner given (the keeper's sweep)."""
+        if owner is not None:
+            places = [owner_dir(self.root, owner), self.root]
+        else:
+            places = [self.root, *self._owner_dirs()]
+        found = []
+        for place in places:
+            try:
+                found += [BatchDir(Path(e.path)) for e in os.scandir(place) if e.name.startswith(PREFIX)]
+            except FileNotFoundError:
+                continue
+        return found
+
+    def _owner_dirs(self) -> list[Path]:
         try:
-            return [e.name for e in os.scandir(self.root) if e.name.startswith(PREFIX)]
+            return [Path(e.path) for e in os.scandir(self.root)
+                    if e.is_dir() and not e.name.startswith((".", PREFIX))]  # fmt: skip
         except FileNotFoundError:
             return []
 
     def create(self, record: Record, body: bytes) -> BatchDir:
-        """Write a new batch; it appears whole, to every process at once."""
+        """Write a new batch, in its owner's directory; it appears whole, to every process at once."""
+        home = owner_dir(self.root, record.owner)
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        staging = self.root / f".{record.id}.new"
+        home.mkdir(exist_ok=True, mode=0o700)
+        staging = home / f".{record.id}.new"
         staging.mkdir(mode=0o700)
         try:
             write_synced(staging / "requests.json", body)
             write_synced(staging / "batch.json", msgspec.json.encode(record))
             sync_dir(staging)
-            os.rename(staging, self.root / record.id)
-            sync_dir(self.root)
+            os.rename(staging, home / record.id)
+            sync_dir(home)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        return BatchDir(self.root / record.id)
+        return BatchDir(home / record.id)
 
-    def hide(self, batch_id: str) -> Path | None:
+    def hide(self, where: BatchDir) -> Path | None:
         """Take a batch away from every reader at once; the path left to remove (`rmtree`
         it, or leave it to `clear_debris`)."""
-        gone = self.root / f".{batch_id}.{time.time_ns()}.gone"
+        gone = where.path.parent / f".{where.id}.{time.time_ns()}.gone"
         try:
-            os.rename(self.root / batch_id, gone)
+            os.rename(where.path, gone)
         except FileNotFoundError:
             return None  # another process removed it first
         return gone
 
     def clear_debris(self) -> None:
         """Remove what crashes left: removed batches not yet deleted, creates never finished."""
-        try:
-            entries = list(os.scandir(self.root))
-        except FileNotFoundError:
-            return
         now = time.time()
-        for entry in entries:
-            if entry.name.startswith(".") and (entry.name.endswith(".gone") or entry.name.endswith(".new")):
-                with contextlib.suppress(OSError):
-                    if entry.name.endswith(".gone") or now - entry.stat().st_mtime > DEBRIS_AFTER:
-                        shutil.rmtree(entry.path, ignore_errors=True)
+        for place in (self.root, *self._owner_dirs()):
+            try:
+                entries = list(os.scandir(place))
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                if entry.name.startswith(".") and (entry.name.endswith(".gone") or entry.name.endswith(".new")):
+                    with contextlib.suppress(OSError):
+                        if entry.name.endswith(".gone") or now - entry.stat().st_mtime > DEBRIS_AFTER:
+                            shutil.rmtree(entry.path, ignore_errors=True)

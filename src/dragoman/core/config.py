@@ -41,6 +41,8 @@ class ServerConfig(_Config, frozen=True):
     # Claude Code's first system block varies per session and defeats prefix caching.
     keep_billing_header: bool = False
     max_request_bytes: int = 32 * 1024 * 1024
+    # Open client connections per process; more are closed at once (see server/serving.py).
+    max_connections: int = 1000
     keepalive_interval: float = 15.0
     # On SIGTERM: seconds requests in flight get to finish; streams still running then end
     # with an `overloaded_error` event (the SDKs retry it).
@@ -150,6 +152,8 @@ class BatchesConfig(_Config, frozen=True):
     max_concurrent: int = 4
     max_requests: int = 100_000  # per batch
     max_queued_requests: int = 500_000  # per key: requests in its batches still processing
+    max_batches: int = 10_000  # per key: batches kept, ended ones included
+    max_stored_bytes: int = 10 * 1024**3  # per key: its batches' requests and results on disk
     expire_after: float = 24 * 3600.0  # seconds: requests not run by then end as `expired`
     retain_for: float = 29 * 24 * 3600.0  # seconds an ended batch and its results are kept
     dir: str | None = None  # where batches are kept; default $XDG_DATA_HOME/dragoman/batches
@@ -285,13 +289,21 @@ def _check(config: Config) -> None:
                 )
         if not model.reasoning_efforts:
             raise ConfigError(f"models.{index}.reasoning_efforts: at least one effort is needed")
-    for key in ("max_request_bytes", "fetch_max_bytes", "fetch_timeout"):
+    for key in ("max_request_bytes", "max_connections", "fetch_max_bytes", "fetch_timeout"):
         if getattr(config.server, key) <= 0:
             raise ConfigError(f"server.{key}: must be positive, got {getattr(config.server, key)}")
     for key in ("max_bytes", "max_total_bytes", "max_files"):
         if getattr(config.files, key) <= 0:
             raise ConfigError(f"files.{key}: must be positive, got {getattr(config.files, key)}")
-    for key in ("max_concurrent", "max_requests", "max_queued_requests", "expire_after", "retain_for"):
+    for key in (
+        "max_concurrent",
+        "max_requests",
+        "max_queued_requests",
+        "max_batches",
+        "max_stored_bytes",
+        "expire_after",
+        "retain_for",
+    ):
         if getattr(config.batches, key) <= 0:
             raise ConfigError(f"batches.{key}: must be positive, got {getattr(config.batches, key)}")
     for key in ("expire_after", "retain_for"):

@@ -275,14 +275,33 @@ def redact(text: str) -> str:
     return _CREDENTIAL.sub("[redacted]", text)
 
 
+_JSON_STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"')  # a JSON string literal, escapes and all
+
+
 def redact_bytes(data: bytes) -> bytes:
-    """The configured upstream keys taken out of bytes relayed as they came (passthrough errors),
-    as written and as JSON may escape them (`\\/`)."""
+    """The configured upstream keys taken out of bytes relayed as they came (passthrough errors:
+    JSON bodies, SSE events), as written and inside JSON strings however they are escaped
+    (`\\u002d` for `-`): a string holding a key, once decoded, is written again redacted."""
     for secret in _SECRETS:
-        for raw in (secret.encode(), secret.replace("/", "\\/").encode()):
-            if raw in data:
-                data = data.replace(raw, b"[redacted]")
+        if secret.encode() in data:
+            data = data.replace(secret.encode(), b"[redacted]")
+    if _SECRETS and b"\\" in data:
+        data = _JSON_STRING.sub(_redact_escaped, data)
     return data
+
+
+def _redact_escaped(match: re.Match[bytes]) -> bytes:
+    literal = match.group()
+    if b"\\" not in literal:
+        return literal
+    try:
+        text = msgspec.json.decode(literal, type=str)
+    except msgspec.DecodeError:
+        return literal
+    redacted = text
+    for secret in _SECRETS:
+        redacted = redacted.replace(secret, "[redacted]")
+    return literal if redacted == text else msgspec.json.encode(redacted)
 
 
 def upstream_message(raw: bytes) -> tuple[str, _UpstreamErrorBody | None]:

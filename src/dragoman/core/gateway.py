@@ -24,9 +24,10 @@ from dragoman.core.capabilities import (
     refresh_registry,
     registry_path,
 )
-from dragoman.core.config import Config, key_tenants, server_api_keys
+from dragoman.core.config import Config, ConfigError, key_tenants, server_api_keys
 from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
-from dragoman.core.observe import Metrics
+from dragoman.core.observe import Metrics, capped
+from dragoman.core.owners import Owners, load_salt
 from dragoman.core.paging import list_param, page_of
 from dragoman.core.pipeline import Pipeline
 from dragoman.core.routing import Router
@@ -80,12 +81,17 @@ class Gateway:
         self._readiness: asyncio.Future[list[str]] | None = None  # the latest /ready round
         self._ready_at = 0.0  # when it ended
         self.tracing = build_tracing(config.tracing, __version__)
-        self.files = FileStore(config.files)
+        try:  # a salt only where keys name owners: a gateway without keys writes nothing at start
+            named = bool(self.api_keys) and not config.server.share_between_keys
+            self.owners = Owners(load_salt(FileStore.directory(config.files)) if named else None)
+        except OSError as error:
+            raise ConfigError(f"files.dir: cannot keep the gateway's owner salt there: {error}") from None
+        self.files = FileStore(config.files, self.owners)
         self.threads = ThreadStore()
         self.pipeline = Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,
                                  max_request_bytes=config.server.max_request_bytes,
                                  decode_whole=lambda: self.translates_only, tracing=self.tracing)  # fmt: skip
-        self.batches = Batches(self.pipeline, self.metrics, config.batches)
+        self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
 
     @property
     def translates_only(self) -> bool:
@@ -98,6 +104,18 @@ class Gateway:
                 return False
             self._translates_only = paths == {"translate"}
         return self._translates_only
+
+    def rename_legacy_owners(self) -> None:
+        """(At start-up, in a thread.) Owner directories of earlier versions get their salted
+        names (see `core.owners`), before any request or batch run looks for them."""
+        for root in (self.files.dir, self.batches.root):
+            try:
+                renamed = self.owners.rename_legacy_dirs(root)
+            except OSError as error:
+                log.warning("renaming the owner directories of %s stopped: %s", root, error)
+                continue
+            if renamed:
+                log.info("renamed %d owner directories of %s to their salted names", renamed, root)
 
     async def close(self) -> None:
         """Background discovery and a /ready round still running are cancelled and awaited
@@ -138,10 +156,10 @@ class Gateway:
                 log.warning("%s: names that no other upstream lists go to it (a 404 instead when several upstreams "
                             "have no list: give their models [[models]] entries)", error.message)  # fmt: skip
         except GatewayError as error:
-            log.warning("model discovery on upstream %s failed: %s", upstream, error.message)
+            log.warning("model discovery on upstream %s failed: %s", upstream, capped(error.message))
         else:
             self.router.set_discovered(upstream, models)
-            log.info("upstream %s serves: %s", upstream, ", ".join(m.id for m in models) or "no models")
+            log.info("upstream %s serves: %s", upstream, capped(", ".join(m.id for m in models)) or "no models")
         self._asked.add(upstream)
 
     async def discover_all(self, upstreams: Iterable[str]) -> None:

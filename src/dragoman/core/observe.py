@@ -28,6 +28,15 @@ def configure_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
 
 
+MAX_LOGGED = 200  # characters of a logged string (a client's model name can be megabytes long)
+
+
+def capped(text: str) -> str:
+    """`text` cut to MAX_LOGGED characters, saying how long it was: for any logged string a
+    client or an upstream chose."""
+    return text if len(text) <= MAX_LOGGED else f"{text[:MAX_LOGGED]}...({len(text)} chars)"
+
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
@@ -115,7 +124,10 @@ def _line(outcome: Outcome, duration: float) -> str:
         "error": outcome.error_type,
         "client_disconnected": outcome.disconnected or None,
     }
-    return json.dumps({k: v for k, v in fields.items() if v is not None and v != ""}, separators=(",", ":"))
+    return json.dumps(
+        {k: capped(v) if isinstance(v, str) else v for k, v in fields.items() if v is not None and v != ""},
+        separators=(",", ":"),
+    )
 
 
 def observe(reply: Reply, outcome: Outcome, metrics: Metrics) -> Reply:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dragoman.core.backpressure import Limiter
-from dragoman.core.errors import InvalidRequest
+from dragoman.core.errors import InvalidRequest, RequestTooLarge
 from dragoman.core.request_trace import RequestTrace
 from dragoman.core.threads import ThreadStore, Turn
 from dragoman.core.tracing import Tracing
@@ -92,6 +92,12 @@ class Pipeline:
             turn = self._threads.open(body, caller.owner)
             body = turn.body
             try:
+                if len(body) > self._max_bytes:  # the held turns count: a thread is no way around the limit
+                    raise RequestTooLarge(
+                        f"thread: the held conversation and this turn come to {len(body)} bytes, more than the "
+                        f"gateway accepts ({self._max_bytes}, server.max_request_bytes); send the conversation "
+                        'shortened, with thread: {"type": "create"}'
+                    )
                 if whole is not None:
                     envelope = whole = decode_request(body, anthropic.MESSAGES_REQUEST)
             except BaseException:

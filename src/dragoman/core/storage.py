@@ -6,6 +6,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+SHARED = "shared"  # the owner ""'s directory: not hex, so never a key's digest
+_HEX = frozenset("0123456789abcdef")
+
+
+def owner_dir(root: Path, owner: str) -> Path:
+    """The directory of `owner`'s uploads or batches under `root`. An owner is a digest
+    (`server.auth.owner`) or "": anything else is a bug, refused rather than made into a path."""
+    if not owner:
+        return root / SHARED
+    if len(owner) > 64 or not set(owner) <= _HEX:
+        raise ValueError(f"not an owner digest: {owner!r}")
+    return root / owner
+
 
 def sync_dir(path: Path) -> None:
     """Make the directory's entries (a rename, a new file) survive a power loss."""

@@ -6,8 +6,11 @@ new turn's messages (and no `system` or `tools`), which the gateway puts after t
 ones before the request goes on as usual. The official SDKs' tool runners and threads
 send these on their own, so a gateway that ignored the field would lose the history.
 
-Threads live in this process's memory, bounded in bytes and time. One that is gone (a
-restart, another worker, eviction) is answered `thread_not_found`, upon which the SDKs
+Threads live in this process's memory, bounded in bytes and time, and shared fairly
+between owners (API keys or tenants): an owner holds at most MAX_OWNER_BYTES, and when
+all together pass MAX_HELD_BYTES the owner holding the most loses its oldest, so that one
+owner's many threads cannot push out another's. One that is gone (a restart, another
+worker, eviction) is answered `thread_not_found`, upon which the SDKs
 send the whole conversation again under a new thread: losing one costs a longer
 request, never a wrong answer. Each reply can be continued once, as on Anthropic.
 """
@@ -27,6 +30,7 @@ from dragoman.protocol.sse import DataDecoder
 from dragoman.translate import fold
 
 MAX_HELD_BYTES = 256 * 1024 * 1024  # held conversations, as JSON, in all
+MAX_OWNER_BYTES = 64 * 1024 * 1024  # of which one owner's (an API key's, or a tenant's; "", everyone, has all)
 HELD_FOR = 24 * 3600.0  # seconds since a thread's last turn
 CREATE_ONLY = ("system", "tools")  # sent with `create`, held for every later turn
 ENTRY_BYTES = 200  # what an entry costs beside its JSON: a continued one, kept to say so, costs this much
@@ -61,11 +65,14 @@ class Held:
 
 
 class ThreadStore:
-    def __init__(self, *, max_bytes: int = MAX_HELD_BYTES, held_for: float = HELD_FOR,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
-        self._held: OrderedDict[tuple[str, str], Held] = OrderedDict()
+    def __init__(self, *, max_bytes: int = MAX_HELD_BYTES, max_owner_bytes: int = MAX_OWNER_BYTES,
+                 held_for: float = HELD_FOR, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self._held: OrderedDict[tuple[str, str], Held] = OrderedDict()  # oldest first
+        self._owned: dict[str, OrderedDict[tuple[str, str], None]] = {}  # each owner's keys, oldest first
+        self._owner_bytes: dict[str, int] = {}
         self._bytes = 0
         self._max_bytes = max_bytes
+        self._max_owner_bytes = max_owner_bytes
         self._held_for = held_for
         self._clock = clock
 
@@ -124,18 +131,35 @@ class ThreadStore:
         held = Held(fields, messages, self._clock())
         if key in self._held:
             self._drop(key)
+        owner = key[0]
         self._held[key] = held
-        self._bytes += held.size
-        # Oldest first (entries are in the order they were held): the expired, then any over the budget.
-        while self._held:
+        self._owned.setdefault(owner, OrderedDict())[key] = None
+        self._resized(owner, held.size)
+        while self._held:  # the expired go first (entries are in the order they were held)
             oldest = next(iter(self._held))
-            if self._bytes <= self._max_bytes and held.used - self._held[oldest].used <= self._held_for:
+            if held.used - self._held[oldest].used <= self._held_for:
                 break
             self._drop(oldest)
+        while owner and self._owner_bytes.get(owner, 0) > self._max_owner_bytes:  # over its own budget: its oldest
+            self._drop(next(iter(self._owned[owner])))
+        while self._bytes > self._max_bytes:  # over the whole budget: the oldest of the owner holding most
+            largest = max(self._owner_bytes, key=self._owner_bytes.__getitem__)
+            self._drop(next(iter(self._owned[largest])))
 
     def _drop(self, key: tuple[str, str]) -> None:
         held = self._held.pop(key)
-        self._bytes -= held.size
+        owned = self._owned[key[0]]
+        del owned[key]
+        self._resized(key[0], -held.size)
+
+    def _resized(self, owner: str, change: int) -> None:
+        self._bytes += change
+        left = self._owner_bytes.get(owner, 0) + change
+        if left > 0 or self._owned.get(owner):
+            self._owner_bytes[owner] = left
+        else:  # an owner holding nothing costs nothing
+            self._owner_bytes.pop(owner, None)
+            self._owned.pop(owner, None)
 
     def ended(self, previous: tuple[str, str] | None, *, continued: bool) -> None:
         if previous is None:
@@ -146,9 +170,9 @@ class ThreadStore:
         held.in_flight = False
         if continued:  # the conversation lives on under the new reply: keep only the mark
             held.continued = True
-            self._bytes -= held.size
+            before = held.size
             held.fields = held.messages = b""
-            self._bytes += held.size
+            self._resized(previous[0], held.size - before)
 
 
 class Turn:

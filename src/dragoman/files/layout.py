@@ -23,11 +23,10 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from dragoman.core import storage
 from dragoman.core.storage import sync_dir, write_atomically
 
-SHARED = "shared"  # the owner ""'s directory: not hex, so never a key's digest
 _ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
-_HEX = frozenset("0123456789abcdef")
 
 
 class Layout:
@@ -35,13 +34,8 @@ class Layout:
         self.root = root
 
     def owner_dir(self, owner: str) -> Path:
-        """The directory of `owner`'s files. An owner is a digest (or ""): anything else is
-        a bug, refused rather than made into a path."""
-        if not owner:
-            return self.root / SHARED
-        if len(owner) > 64 or not set(owner) <= _HEX:
-            raise ValueError(f"not an owner digest: {owner!r}")
-        return self.root / owner
+        """The directory of `owner`'s files (see `storage.owner_dir`)."""
+        return storage.owner_dir(self.root, owner)
 
     def read(self, file_id: str, owner: str, suffix: str) -> bytes:
         """A file's content (suffix "") or metadata (".json"), wherever it is; FileNotFoundError

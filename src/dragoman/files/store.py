@@ -49,6 +49,7 @@ import msgspec
 from dragoman.core import ids
 from dragoman.core.config import FilesConfig, data_dir
 from dragoman.core.errors import InvalidRequest, NotFound, RequestTooLarge
+from dragoman.core.owners import Owners
 from dragoman.core.paging import list_param, page_of, remember_deleted
 from dragoman.files.charsets import decode_text
 from dragoman.files.layout import Layout
@@ -93,8 +94,9 @@ class DeletedFile(msgspec.Struct):
 
 
 class FileStore:
-    def __init__(self, config: FilesConfig) -> None:
-        self.dir = Path(config.dir).expanduser() if config.dir else data_dir("files")
+    def __init__(self, config: FilesConfig, owners: Owners | None = None) -> None:
+        self.dir = self.directory(config)
+        self._owners = owners  # reads owners that earlier versions recorded (see `core.owners`)
         self.layout = Layout(self.dir)
         self.max_bytes = config.max_bytes
         self.max_total_bytes = config.max_total_bytes
@@ -104,6 +106,17 @@ class FileStore:
             tuple[str, str], str
         ] = {}  # deleted here (the latest): (owner, id) -> created_at, so a cursor naming one still places
         self._seen: int | None = None  # the directory's mtime when last looked into
+
+    @staticmethod
+    def directory(config: FilesConfig) -> Path:
+        return Path(config.dir).expanduser() if config.dir else data_dir("files")
+
+    def _recorded(self, metadata: bytes) -> StoredFile:
+        """A metadata file, its owner as this gateway names it (`Owners.canonical`)."""
+        stored = msgspec.json.decode(metadata, type=StoredFile)
+        if self._owners is not None and stored.owner:
+            stored.owner = self._owners.canonical(stored.owner)
+        return stored
 
     def named_in(self, body: bytes) -> bool:
         """Whether a request body may name a stored file (to be resolved). The cheaper test
@@ -311,7 +324,7 @@ class FileStore:
         """The file's stored metadata; NotFound if it is absent or another owner's (the
         same answer: whether another key's file exists is not told)."""
         try:
-            stored = msgspec.json.decode(self.layout.read(file_id, owner, ".json"), type=StoredFile)
+            stored = self._recorded(self.layout.read(file_id, owner, ".json"))
         except (OSError, msgspec.DecodeError):  # absent (or not an id), or not a file of ours
             stored = None
         if stored is None or stored.owner != owner:
@@ -324,7 +337,7 @@ class FileStore:
         owned = {}
         for file_id, path in self.layout.metadata_paths(owner).items():
             try:
-                stored = msgspec.json.decode(path.read_bytes(), type=StoredFile)
+                stored = self._recorded(path.read_bytes())
             except (OSError, msgspec.DecodeError):
                 continue  # deleted (or moved) meanwhile, or not ours
             if stored.owner == owner:
@@ -336,12 +349,19 @@ class FileStore:
         owners' directories (see `file_layout`). Safe while this and other processes serve
         (they read both layouts) and do the same."""
         try:
-            moved = await asyncio.to_thread(self.layout.adopt_flat, _owner_of)
+            moved = await asyncio.to_thread(self.layout.adopt_flat, self._owner_of)
         except OSError as error:  # the flat files left are still served, and moved at the next start
             log.warning("files: moving the flat layout's files into their owners' directories stopped: %s", error)
         else:
             if moved:
                 log.info("files: moved %d files of the flat layout into their owners' directories", moved)
+
+    def _owner_of(self, metadata: bytes) -> str | None:
+        """A metadata file's owner; None if it is not a file of ours."""
+        try:
+            return self._recorded(metadata).owner
+        except msgspec.DecodeError:
+            return None
 
     def _write_within_quota(self, meta: StoredFile, data: bytes) -> None:
         """`_write`, unless the owner's files would then pass `files.max_files` or
@@ -362,14 +382,6 @@ class FileStore:
                                  f"already use {used} of {self.max_total_bytes} bytes; delete some to make room",
                                  error_code="storage_quota_exceeded")  # fmt: skip
         self.layout.write(meta.id, meta.owner, data, msgspec.json.encode(meta))
-
-
-def _owner_of(metadata: bytes) -> str | None:
-    """A metadata file's owner; None if it is not a file of ours."""
-    try:
-        return msgspec.json.decode(metadata, type=StoredFile).owner
-    except msgspec.DecodeError:
-        return None
 
 
 EXTENSIONS = {"image/jpeg": ".jpg", "image/png": ".png", "image/gif": ".gif", "image/webp": ".webp", "application/pdf": ".pdf",

@@ -20,7 +20,7 @@ from dragoman.core import ids
 from dragoman.core.config import Config
 from dragoman.core.errors import GatewayError, MethodNotAllowed, NotFound, Overloaded
 from dragoman.core.gateway import Gateway
-from dragoman.core.observe import configure_logging
+from dragoman.core.observe import capped, configure_logging
 from dragoman.core.pipeline import Endpoint
 from dragoman.core.types import Backend
 from dragoman.server import batch_endpoints, endpoints, file_endpoints
@@ -130,7 +130,7 @@ class App:
                 _handled()
             return
         except Exception as exc:
-            log.exception("unhandled error on POST %s", scope["path"], exc_info=exc)
+            log.exception("unhandled error on POST %s", capped(scope["path"]), exc_info=exc)
             response = error_response(scope, self.gateway, GatewayError("internal error in the gateway"), with_id=True)
         if "request-id" not in response.headers:
             response.headers["request-id"] = request_id
@@ -159,7 +159,7 @@ async def _client_left(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    log.exception("unhandled error on %s %s", request.method, capped(request.url.path), exc_info=exc)
     return _error_response(request, GatewayError("internal error in the gateway"))
 
 
@@ -226,6 +226,7 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await asyncio.to_thread(gateway.rename_legacy_owners)  # before any request looks for an owner's data
         discovery = [asyncio.create_task(gateway.discover_all(gateway.backends))]
         discovery.append(asyncio.create_task(gateway.keep_registry_fresh()))
         discovery.append(asyncio.create_task(gateway.files.adopt_flat()))  # files written flat by earlier versions

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from starlette.requests import Request
 
 from dragoman.core.errors import Unauthorized
+from dragoman.core.owners import Owners, legacy
 from dragoman.core.pipeline import Caller
 
 
@@ -41,16 +42,19 @@ def check(request: Request, keys: frozenset[str]) -> None:
         )
 
 
-def owner(request: Request, keys: frozenset[str], *, shared: bool, tenants: Mapping[str, str] | None = None) -> str:
+def owner(request: Request, keys: frozenset[str], *, shared: bool, tenants: Mapping[str, str] | None = None,
+          owners: Owners | None = None) -> str:  # fmt: skip
     """Whose files and batches a request may see and makes: a digest of its key's tenant
-    (`server.tenants`) or of the key itself (the key is never stored), or "" for everyone
-    when no keys are set or `shared` is on. Call after `check`, which has vouched for the key."""
+    (`server.tenants`) or of the key itself (the key is never stored), salted by `owners`
+    (see `core.owners`; without it, the plain digest of earlier versions), or "" for
+    everyone when no keys are set or `shared` is on. Call after `check`, which has vouched
+    for the key."""
     if shared or not keys:
         return ""
     key = presented_key(request) or ""
     tenant = (tenants or {}).get(key)
     basis = f"tenant\0{tenant}" if tenant is not None else f"key\0{key}"
-    return hashlib.sha256(basis.encode()).hexdigest()[:32]
+    return owners.of(basis) if owners is not None else legacy(basis)
 
 
 def key_id(key: str) -> str:
@@ -58,9 +62,10 @@ def key_id(key: str) -> str:
     return "key_" + hashlib.sha256(b"dragoman-key\0" + key.encode()).hexdigest()[:24]
 
 
-def caller(request: Request, keys: frozenset[str], *, shared: bool, tenants: Mapping[str, str] | None = None) -> Caller:
+def caller(request: Request, keys: frozenset[str], *, shared: bool, tenants: Mapping[str, str] | None = None,
+           owners: Owners | None = None) -> Caller:  # fmt: skip
     """Who sent this (authorized) request: its owner, its key's id and its tenant."""
     key = presented_key(request) if keys else None
     tenant = (tenants or {}).get(key) if key is not None else None
-    return Caller(owner=owner(request, keys, shared=shared, tenants=tenants),
+    return Caller(owner=owner(request, keys, shared=shared, tenants=tenants, owners=owners),
                   key_id=key_id(key) if key is not None else None, tenant=tenant)  # fmt: skip

@@ -23,7 +23,7 @@ from dragoman.core.errors import (
     UpstreamError,
 )
 from dragoman.core.gateway import Gateway
-from dragoman.core.observe import Metrics, observe
+from dragoman.core.observe import Metrics, capped, observe
 from dragoman.core.pipeline import Endpoint, Prepared
 from dragoman.core.threads import Turn
 from dragoman.core.types import Completed, DirectWrites, Outcome, Reply, Streaming
@@ -50,9 +50,8 @@ def authorized(request: Request) -> Gateway:
 
 def owner(request: Request, gateway: Gateway) -> str:
     """Whose files and batches this (authorized) request sees: see `auth.owner`."""
-    return auth.owner(
-        request, gateway.api_keys, shared=gateway.config.server.share_between_keys, tenants=gateway.tenants
-    )
+    return auth.owner(request, gateway.api_keys, shared=gateway.config.server.share_between_keys,
+                      tenants=gateway.tenants, owners=gateway.owners)  # fmt: skip
 
 
 def struct_response(value: object) -> Response:
@@ -167,7 +166,7 @@ class EventStreamResponse(StreamingResponse):
         except StopAsyncIteration:
             first = b""
         except GatewayError as error:
-            log.warning("stream from %s failed before it began: %s", outcome.upstream, error.message)
+            log.warning("stream from %s failed before it began: %s", outcome.upstream, capped(error.message))
             await self._refuse(send, outcome, error)
             return
         except Exception:  # a bug
@@ -193,7 +192,7 @@ class EventStreamResponse(StreamingResponse):
             except StopAsyncIteration:
                 break
             except GatewayError as error:
-                log.warning("stream from %s failed: %s", outcome.upstream, error.message)
+                log.warning("stream from %s failed: %s", outcome.upstream, capped(error.message))
                 outcome.error_type, outcome.upstream_failed = error.type, error.is_upstream
                 chunk, failed = error.event(), True
             except Exception:  # a bug: the client still gets a well-formed end
@@ -266,9 +265,8 @@ async def serve(gateway: Gateway, request: Request, endpoint: Endpoint) -> Respo
         outcome.trace = tracing.request(request.headers, endpoint, request.scope["path"])
     auth.check(request, gateway.api_keys)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
-    caller = auth.caller(
-        request, gateway.api_keys, shared=gateway.config.server.share_between_keys, tenants=gateway.tenants
-    )
+    caller = auth.caller(request, gateway.api_keys, shared=gateway.config.server.share_between_keys,
+                         tenants=gateway.tenants, owners=gateway.owners)  # fmt: skip
     prepared = await gateway.pipeline.prepare(
         body, endpoint=endpoint, headers=request.headers, caller=caller, outcome=outcome
     )

@@ -16,6 +16,7 @@ ASGI `send`: only the hot endpoints use them, which `app.App` serves without mid
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ else:
 DIRECT_BODY = "dragoman.direct_body"  # the scope extension's name
 _CYCLE_ATTRIBUTES = ("scope", "transport", "flow", "disconnected", "response_started", "response_complete", "chunked_encoding",
                      "expected_content_length", "keep_alive", "message_event")  # fmt: skip
-_PROTOCOL_ATTRIBUTES = ("scope", "cycle", "headers", "timeout_keep_alive")
+_PROTOCOL_ATTRIBUTES = ("scope", "cycle", "headers", "timeout_keep_alive", "connections")
 
 
 class DirectBody:
@@ -96,6 +97,8 @@ if TYPE_CHECKING or HTTPTOOLS:
 
 
 READ_IDLE_TIMEOUT = 60.0  # seconds without a byte of a request that has begun: the client is answered 408
+READ_DEADLINE = 300.0  # seconds from a request's first byte to its last, however steadily they come: then 408
+MAX_CONNECTIONS = 1000  # open client connections per process (`server.max_connections`); more are closed at once
 _TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
 _NOT_HTTP = (
     b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
@@ -115,9 +118,12 @@ class DirectBodyProtocol(_Base):
       request behind a stream and then went away left the stream writing to a closed
       transport (an exception per write, and the upstream generating for nobody);
     - a request whose bytes stop coming for `READ_IDLE_TIMEOUT` (part of its headers or
-      of its body) is answered 408 and its connection closed. uvicorn waits forever, so
-      a few stalled clients could hold as many connections as they liked. A request
-      that arrives in one read costs no timer;
+      of its body), or that has not arrived whole `READ_DEADLINE` after its first byte,
+      is answered 408 and its connection closed. uvicorn waits forever, so a few stalled
+      clients (or clients sending a byte now and then) could hold as many connections as
+      they liked. A request that arrives in one read costs no timer;
+    - past `max_connections` open connections, a new one is closed at once, before it
+      costs more than its descriptor (the SDKs retry a connection closed so);
     - a connection that has not begun a request within uvicorn's keep-alive timeout
       (`timeout_keep_alive`, 5 s by default: what an idle connection gets between
       requests) is closed, without a response. uvicorn arms that timeout only after a
@@ -136,8 +142,13 @@ class DirectBodyProtocol(_Base):
       to it is written unframed and ended by the close. Its stream has no direct writer.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    max_connections = MAX_CONNECTIONS
+
+    def __init__(self, *args: Any, max_connections: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if max_connections is not None:
+            self.max_connections = max_connections
+        self._begun = 0.0  # when the request being received began
         self._answering: list[Any] = []  # request cycles whose response is not complete
         self._receiving = False  # between the first byte of a request and its end
         self._last_byte = 0.0
@@ -148,7 +159,10 @@ class DirectBodyProtocol(_Base):
         self._head_bytes = 0
 
     def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)
+        super().connection_made(transport)  # counted in `self.connections` (the server's) from here
+        if len(self.connections) > self.max_connections:
+            transport.close()  # connection_lost takes it out of the count
+            return
         self._idle_timer = self.loop.call_later(self.timeout_keep_alive, self._close_if_idle)
 
     def _close_if_idle(self) -> None:
@@ -159,6 +173,7 @@ class DirectBodyProtocol(_Base):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._receiving = True
+        self._begun = self.loop.time()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -171,7 +186,8 @@ class DirectBodyProtocol(_Base):
         if self._receiving:  # a request arriving in pieces
             self._last_byte = self.loop.time()
             if self._read_timer is None:
-                self._read_timer = self.loop.call_later(READ_IDLE_TIMEOUT, self._check_read)
+                wait = min(READ_IDLE_TIMEOUT, READ_DEADLINE - (self._last_byte - self._begun))
+                self._read_timer = self.loop.call_later(max(wait, 0.0), self._check_read)
             cycle = self.cycle
             if (
                 cycle is None or cycle.scope is not self.scope
@@ -215,13 +231,17 @@ class DirectBodyProtocol(_Base):
         self._read_timer = None
         if not self._receiving or self.transport.is_closing():
             return
-        idle = self.loop.time() - self._last_byte
-        if idle < READ_IDLE_TIMEOUT:
-            self._read_timer = self.loop.call_later(READ_IDLE_TIMEOUT - idle, self._check_read)
+        now = self.loop.time()
+        idle_left = READ_IDLE_TIMEOUT - (now - self._last_byte)
+        total_left = READ_DEADLINE - (now - self._begun)
+        if idle_left > 0 and total_left > 0:
+            self._read_timer = self.loop.call_later(min(idle_left, total_left), self._check_read)
             return
         cycle = self.cycle
         if cycle is None or not cycle.response_started:
-            body = RequestTimeout(f"no byte of the request for {READ_IDLE_TIMEOUT:g} s; send it whole").body(None)
+            why = (f"no byte of the request for {READ_IDLE_TIMEOUT:g} s" if idle_left <= 0
+                   else f"the request did not arrive whole within {READ_DEADLINE:g} s")  # fmt: skip
+            body = RequestTimeout(f"{why}; send it whole").body(None)
             self.transport.write(_TIMED_OUT % (len(body), body))
         self.transport.close()
 
@@ -254,14 +274,17 @@ class DirectBodyProtocol(_Base):
         self._answering = []
 
 
-def http_protocol() -> Any:
-    """What to pass to uvicorn as `http`: the protocol with the direct writer, or
-    uvicorn's own choice when that cannot work here."""
+def http_protocol(max_connections: int | None = None) -> Any:
+    """What to pass to uvicorn as `http`: the protocol with the direct writer (and, if
+    given, its own connection limit: a partial, which `--workers` processes can unpickle),
+    or uvicorn's own choice when that cannot work here."""
     if not HTTPTOOLS:
         return "h11"
     if not (_sets(httptools_impl.RequestResponseCycle, _CYCLE_ATTRIBUTES) and _sets(flow_control.FlowControl, ("write_paused",))
             and _sets(httptools_impl.HttpToolsProtocol, _PROTOCOL_ATTRIBUTES)):  # fmt: skip
         return "httptools"  # uvicorn changed what the protocol reads
+    if max_connections is not None:
+        return functools.partial(DirectBodyProtocol, max_connections=max_connections)
     return DirectBodyProtocol
 
 
