@@ -129,9 +129,8 @@ class Result:
     latency: list[float] = field(default_factory=list)  # seconds; time to last byte for streams
     ttft: list[float] = field(default_factory=list)
     deltas: int = 0  # text deltas received in the window (streams)
-    differences: dict[str, int] = field(
-        default_factory=dict
-    )  # replies in the window differing from Anthropic's format, by kind
+    # replies in the window that passed but differ from Anthropic's format, by kind (DIFFERENCES)
+    differences: dict[str, int] = field(default_factory=dict)
     cpu: float | None = None  # server CPU seconds in the window
     rss_before: int | None = None
     rss_after: int | None = None
@@ -238,14 +237,14 @@ def message_differences(message: _Message, expect_text: str | None) -> list[str]
 
 
 def stream_differences(data: bytes) -> list[str]:
-    """How an Anthropic stream's opening differs from Anthropic's: its first event,
-    that event's message id, and its prompt token count (a positive integer)."""
-    if not data.startswith(b"event: message_start\n"):
+    """How an Anthropic stream's opening differs from Anthropic's: its first event
+    (pings, which may come anywhere, and comments aside), that event's message id,
+    and its prompt token count (a positive integer)."""
+    name, payload = _first_event(data)
+    if name != b"message_start":
         return [NOT_FIRST]
-    end = data.find(b"\n\n")
-    line = data[len(b"event: message_start\n") : end if end >= 0 else len(data)]
     try:
-        started = _decode_start(line.removeprefix(b"data:").strip()).message
+        started = _decode_start(payload).message
     except msgspec.DecodeError:
         return [NOT_FIRST]
     if started is None:
@@ -257,6 +256,28 @@ def stream_differences(data: bytes) -> list[str]:
     if not (isinstance(count, int) and count > 0):
         out.append(NO_INPUT_COUNT)
     return out
+
+
+def _first_event(data: bytes) -> tuple[bytes, bytes]:
+    """The name and data of a stream's first SSE event other than a ping, from its
+    first 8 KiB; empty names when there is none."""
+    head = data[:8192]
+    if b"\r" in head:
+        head = head.replace(b"\r\n", b"\n")
+    pos = 0
+    while pos < len(head):
+        end = head.find(b"\n\n", pos)
+        end = len(head) if end < 0 else end
+        name, payload = b"", []
+        for line in head[pos:end].split(b"\n"):
+            if line.startswith(b"event:"):
+                name = line[6:].strip()
+            elif line.startswith(b"data:"):
+                payload.append(line[5:].strip())
+        if name and name != b"ping":
+            return name, b"\n".join(payload)
+        pos = end + 2
+    return b"", b""
 
 
 class _Failure(Exception):

@@ -28,8 +28,17 @@ def test_an_upstream_id_and_a_zero_prompt_count_are_each_counted():
 
 
 def test_a_stream_opened_by_another_event_is_counted_once():
-    assert load.stream_differences(b'event: ping\ndata: {"type":"ping"}\n\n' + ANTHROPIC) == [load.NOT_FIRST]
+    opened_by_a_block = ANTHROPIC[ANTHROPIC.index(b"event: content_block_start") :] + ANTHROPIC
+    assert load.stream_differences(opened_by_a_block) == [load.NOT_FIRST]
     assert load.stream_differences(b"event: message_start\ndata: {not json\n\n") == [load.NOT_FIRST]
+    assert load.stream_differences(b"") == [load.NOT_FIRST]
+
+
+def test_pings_comments_and_crlf_lines_before_message_start_are_no_difference():
+    """A ping may come anywhere in Anthropic's grammar, and SSE allows comments and CRLF."""
+    opening = b': keep-alive\n\nevent: ping\ndata: {"type":"ping"}\n\n' + ANTHROPIC
+    assert load.stream_differences(opening) == []
+    assert load.stream_differences(opening.replace(b"\n", b"\r\n")) == []
 
 
 def test_a_non_streamed_text_is_compared_with_the_upstreams():
