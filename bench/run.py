@@ -38,7 +38,7 @@ in the last round, with the whole window and warm-up. Its replies take 15 ms to
 seconds, so a burst of noise hardly moves its figures, while each extra round
 would cost it a warm-up and a drain of a whole reply (at c=32 with streams,
 several seconds each: about 75 s more per run). Then 1,000 idle streams are held
-open through each dragoman path to read its memory cost. Gateways are pinned to
+open through each dragoman path and CCR to read its memory cost. Gateways are pinned to
 the last CPU and the load generator and fake upstream to the others (`--no-pin` to
 let the scheduler place them).
 
@@ -101,7 +101,7 @@ TARGETS = ("direct-openai", "direct-anthropic", RELAY, FLOOR, "translating", "pa
 BASELINE = {"translating": "direct-openai", "litellm": "direct-openai", "passthrough": "direct-anthropic", RELAY: "direct-openai",
             FLOOR: "direct-anthropic", "ccr": "direct-openai"}  # fmt: skip
 PEERS = {"litellm": "LiteLLM", "ccr": "CCR"}  # the other gateways: each gets a throughput and a latency column
-IDLE_TARGETS = ("translating", "passthrough", "ccr")  # held open 1,000 idle streams (LiteLLM: too slow to open them)
+IDLE_TARGETS = ("translating", "passthrough", "ccr")  # hold 1,000 idle streams open (LiteLLM is not measured)
 RELAY_MODES = ("json", "paced100")  # the cells of the paced CPU-per-chunk figure
 FLOOR_MODES = ("json", "stream100", "paced100")  # stream500 skipped to save time
 OPENAI_TARGETS = ("direct-openai", RELAY)  # sent the OpenAI twin of the request
