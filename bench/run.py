@@ -42,7 +42,7 @@ open through each dragoman path and CCR to read its memory cost. Gateways are pi
 the last CPU and the load generator and fake upstream to the others (`--no-pin` to
 let the scheduler place them).
 
-    python bench/run.py                # full comparison (about 10 minutes)
+    python bench/run.py                # full comparison (about 12 minutes)
     python bench/run.py --rounds 1     # each target once per cell, back to back
     python bench/run.py --smoke        # seconds; no LiteLLM unless --litellm, no CCR unless --ccr
     python bench/run.py --markdown docs/table.md --json results.json
