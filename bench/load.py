@@ -13,7 +13,9 @@ arrival of the first text delta (`content_block_delta` for Anthropic streams,
 `"delta":{"content":` for OpenAI ones), time to last byte the end of the body.
 A reply counts as failed on a non-200 status, a body that is not a message, a
 stream without its final event (`message_stop` or `[DONE]`), or one with an
-`error` event.
+`error` event. An Anthropic reply that passes is also compared with Anthropic's
+format where a gateway may differ and a client still gets its text (`DIFFERENCES`):
+each difference is counted, per kind, over the replies in the window, not failed.
 
 CLI: python bench/load.py --url http://127.0.0.1:8765/v1/messages --shape tiny \
          --concurrency 32 --duration 5 [--stream] [--tokens 100] [--pid PID]
@@ -127,6 +129,8 @@ class Result:
     latency: list[float] = field(default_factory=list)  # seconds; time to last byte for streams
     ttft: list[float] = field(default_factory=list)
     deltas: int = 0  # text deltas received in the window (streams)
+    # replies in the window that passed but differ from Anthropic's format, by kind (DIFFERENCES)
+    differences: dict[str, int] = field(default_factory=dict)
     cpu: float | None = None  # server CPU seconds in the window
     rss_before: int | None = None
     rss_after: int | None = None
@@ -172,6 +176,8 @@ class Result:
             out["rss_mb"] = round(self.rss_after / 2**20, 1)
         if self.upstream_cpu is not None:
             out["upstream_cpu_s"] = round(self.upstream_cpu, 3)
+        if self.differences:
+            out["differences"] = dict(self.differences)
         if self.first_error:
             out["first_error"] = self.first_error
         return out
@@ -187,9 +193,91 @@ class _Message(msgspec.Struct):
     object: str | None = None
     content: Any = None
     choices: Any = None
+    id: Any = None
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: Any = None
+
+
+class _Started(msgspec.Struct):
+    id: Any = None
+    usage: _Usage | None = None
+
+
+class _MessageStart(msgspec.Struct):
+    """Enough of a stream's `message_start` event to compare it with Anthropic's."""
+
+    message: _Started | None = None
 
 
 _decode_message = msgspec.json.Decoder(_Message).decode
+_decode_start = msgspec.json.Decoder(_MessageStart).decode
+
+# Where an Anthropic reply may differ from Anthropic's format and still be read:
+# counted per kind (see docs/performance.md), never failed.
+REQUEST_ID = "no request-id header"  # Anthropic sends one on every response; the SDKs expose it as _request_id
+ID = "id not msg_…"  # Anthropic's message ids start msg_ (opaque to the SDKs, but every one so far)
+NOT_FIRST = "stream not opened by message_start"
+NO_INPUT_COUNT = "message_start without the input token count"  # Anthropic counts the prompt before the first token
+TEXT = "text not the upstream's"  # a non-streamed reply's text against the fake's own (run_load's `expect_text`)
+DIFFERENCES = (REQUEST_ID, ID, TEXT, NOT_FIRST, NO_INPUT_COUNT)
+
+
+def message_differences(message: _Message, expect_text: str | None) -> list[str]:
+    """How a non-streamed Anthropic reply differs from Anthropic's: its id, and its
+    text against the one the upstream sent (when known)."""
+    out = [] if isinstance(message.id, str) and message.id.startswith("msg_") else [ID]
+    if expect_text is not None:
+        blocks = message.content if isinstance(message.content, list) else []
+        text = "".join(b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+        if text != expect_text:
+            out.append(TEXT)
+    return out
+
+
+def stream_differences(data: bytes) -> list[str]:
+    """How an Anthropic stream's opening differs from Anthropic's: its first event
+    (pings, which may come anywhere, and comments aside), that event's message id,
+    and its prompt token count (a positive integer)."""
+    name, payload = _first_event(data)
+    if name != b"message_start":
+        return [NOT_FIRST]
+    try:
+        started = _decode_start(payload).message
+    except msgspec.DecodeError:
+        return [NOT_FIRST]
+    if started is None:
+        return [NOT_FIRST]
+    out = []
+    if not (isinstance(started.id, str) and started.id.startswith("msg_")):
+        out.append(ID)
+    count = started.usage.input_tokens if started.usage is not None else None
+    if not (isinstance(count, int) and count > 0):
+        out.append(NO_INPUT_COUNT)
+    return out
+
+
+def _first_event(data: bytes) -> tuple[bytes, bytes]:
+    """The name and data of a stream's first SSE event other than a ping, from its
+    first 8 KiB; empty names when there is none."""
+    head = data[:8192]
+    if b"\r" in head:
+        head = head.replace(b"\r\n", b"\n")
+    pos = 0
+    while pos < len(head):
+        end = head.find(b"\n\n", pos)
+        end = len(head) if end < 0 else end
+        name, payload = b"", []
+        for line in head[pos:end].split(b"\n"):
+            if line.startswith(b"event:"):
+                name = line[6:].strip()
+            elif line.startswith(b"data:"):
+                payload.append(line[5:].strip())
+        if name and name != b"ping":
+            return name, b"\n".join(payload)
+        pos = end + 2
+    return b"", b""
 
 
 class _Failure(Exception):
@@ -197,9 +285,16 @@ class _Failure(Exception):
 
 
 async def _one(
-    session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str], stream: bool, openai: bool
-) -> tuple[float, float | None, int]:
-    """One request: (time to last byte, time to first token or None, text deltas)."""
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    stream: bool,
+    openai: bool,
+    expect_text: str | None = None,
+) -> tuple[float, float | None, int, list[str]]:
+    """One request: (time to last byte, time to first token or None, text deltas,
+    differences from Anthropic's format)."""
     start = time.perf_counter()
     async with session.post(url, data=body, headers=headers) as response:
         if not stream:
@@ -213,9 +308,11 @@ async def _one(
                 raise _Failure(f"unreadable body: {data[:300]!r}") from None
             if (message.content is None) if not openai else (message.choices is None):
                 raise _Failure(f"not a message: {data[:300]!r}")
-            return end - start, None, 0
+            differs = [] if openai else _head_differences(response) + message_differences(message, expect_text)
+            return end - start, None, 0, differs
         if response.status != 200:
             raise _Failure(f"HTTP {response.status}: {(await response.read())[:300]!r}")
+        differs = [] if openai else _head_differences(response)
         marker = b'"delta":{"content":' if openai else b"content_block_delta"
         first: float | None = None
         chunks = []
@@ -235,7 +332,11 @@ async def _one(
     deltas = data.count(marker if openai else b"text_delta")
     if first is None or not deltas:
         raise _Failure("stream without any text delta")
-    return end - start, first - start, deltas
+    return end - start, first - start, deltas, differs if openai else differs + stream_differences(data)
+
+
+def _head_differences(response: aiohttp.ClientResponse) -> list[str]:
+    return [] if "request-id" in response.headers else [REQUEST_ID]
 
 
 async def run_load(
@@ -254,6 +355,7 @@ async def run_load(
     pid: int | None = None,
     upstream_pid: int | None = None,
     drain_timeout: float = 60.0,
+    expect_text: str | None = None,
 ) -> Result:
     """Runs the load in three phases:
 
@@ -264,6 +366,9 @@ async def run_load(
        request; it also ends when every worker is done (the `max_requests` budget);
     3. the drain: workers send nothing new; replies still running are awaited for up
        to `drain_timeout` seconds, and not counted.
+
+    `expect_text`: the text a non-streamed Anthropic reply should carry (the
+    upstream's); one that carries another is counted as a difference (TEXT).
     """
     result = Result()
     send_headers = {"content-type": "application/json", **(headers or {})}
@@ -281,7 +386,9 @@ async def run_load(
         while not stop and (max_requests is None or issued < max_requests):
             issued += 1
             try:
-                latency, ttft, deltas = await _one(session, url, body, send_headers, stream, openai)
+                latency, ttft, deltas, differs = await _one(
+                    session, url, body, send_headers, stream, openai, expect_text
+                )
             except (TimeoutError, _Failure, aiohttp.ClientError, OSError) as error:
                 result.errors += 1
                 if result.first_error is None:
@@ -293,6 +400,8 @@ async def run_load(
                 if ttft is not None:
                     result.ttft.append(ttft)
                 result.deltas += deltas
+                for kind in differs:
+                    result.differences[kind] = result.differences.get(kind, 0) + 1
             finished_one[index] = True
             progress.set()
 

@@ -10,6 +10,8 @@ Targets, each fed the same Anthropic request (shapes.py) unless said otherwise:
 - `passthrough`: dragoman with an `protocol = "anthropic"` upstream;
 - `litellm`: LiteLLM's proxy `/v1/messages`, one worker, the fake as an `openai/`
   model (installed on first use into its own venv under the cache directory);
+- `ccr`: claude-code-router's gateway `/v1/messages`, the fake as an OpenAI-compatible
+  provider (installed on first use under the cache directory, bench/ccr.py);
 - `relay-floor`: the OpenAI twin through bench/relay.py, a zero-work byte pump
   (uvloop, no parsing) in front of the fake: not a gateway but the floor of CPU
   per streamed chunk for any Python relay, measured in the json and paced100
@@ -36,13 +38,13 @@ in the last round, with the whole window and warm-up. Its replies take 15 ms to
 seconds, so a burst of noise hardly moves its figures, while each extra round
 would cost it a warm-up and a drain of a whole reply (at c=32 with streams,
 several seconds each: about 75 s more per run). Then 1,000 idle streams are held
-open through each dragoman path to read its memory cost. Gateways are pinned to
+open through each dragoman path and CCR to read its memory cost. Gateways are pinned to
 the last CPU and the load generator and fake upstream to the others (`--no-pin` to
 let the scheduler place them).
 
-    python bench/run.py                # full comparison (about 10 minutes)
+    python bench/run.py                # full comparison (about 12 minutes)
     python bench/run.py --rounds 1     # each target once per cell, back to back
-    python bench/run.py --smoke        # seconds; no LiteLLM unless --litellm
+    python bench/run.py --smoke        # seconds; no LiteLLM unless --litellm, no CCR unless --ccr
     python bench/run.py --markdown docs/table.md --json results.json
 
 Exits non-zero only when a request failed (or a server did not start).
@@ -71,9 +73,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import ccr  # noqa: E402
 import load  # noqa: E402
 import shapes  # noqa: E402
 
@@ -92,9 +97,11 @@ MODES = {
 }
 RELAY = "relay-floor"  # bench/relay.py: the per-chunk CPU floor, not a gateway
 FLOOR = "asgi-floor"  # bench/asgi_floor.py: the floor of dragoman's stack (uvicorn + its upstream pool), not a gateway
-TARGETS = ("direct-openai", "direct-anthropic", RELAY, FLOOR, "translating", "passthrough", "litellm")
+TARGETS = ("direct-openai", "direct-anthropic", RELAY, FLOOR, "translating", "passthrough", "litellm", "ccr")
 BASELINE = {"translating": "direct-openai", "litellm": "direct-openai", "passthrough": "direct-anthropic", RELAY: "direct-openai",
-            FLOOR: "direct-anthropic"}  # fmt: skip
+            FLOOR: "direct-anthropic", "ccr": "direct-openai"}  # fmt: skip
+PEERS = {"litellm": "LiteLLM", "ccr": "CCR"}  # the other gateways: each gets a throughput and a latency column
+IDLE_TARGETS = ("translating", "passthrough", "ccr")  # hold 1,000 idle streams open (LiteLLM is not measured)
 RELAY_MODES = ("json", "paced100")  # the cells of the paced CPU-per-chunk figure
 FLOOR_MODES = ("json", "stream100", "paced100")  # stream500 skipped to save time
 OPENAI_TARGETS = ("direct-openai", RELAY)  # sent the OpenAI twin of the request
@@ -179,6 +186,22 @@ class Processes:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(server.process.pid, signal.SIGKILL)
                 server.process.wait(5)
+        for server in self.started:  # what a server started (CCR's gateway) may outlive it
+            _end_group(server.process.pid, deadline)
+
+
+def _end_group(pgid: int, deadline: float) -> None:
+    """Waits until no process of the group is left (they had SIGTERM), then SIGKILLs the rest."""
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        if time.monotonic() >= deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            return
+        time.sleep(0.05)
 
 
 def http(
@@ -359,6 +382,24 @@ def start_litellm(procs: Processes, fake: Server) -> Server:
     return server
 
 
+def start_ccr(procs: Processes, fake: Server) -> Server:
+    """claude-code-router (bench/ccr.py) with a fresh home: its gateway on the port
+    picked here, its management service on another."""
+    found = ccr.install(cache_dir(), log)
+    home = procs.workdir / "ccr-home"
+
+    def launch(port: int) -> tuple[list[str], str]:
+        shutil.rmtree(home, ignore_errors=True)  # config.json is imported on the first start only
+        ccr.write_home(home, port, fake.url, (MODEL, PACED_MODEL, SLOW_MODEL))
+        return ccr.argv(found, free_port()), f"http://127.0.0.1:{port}/v1/messages"
+
+    probe = shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False)
+    headers = {"x-api-key": ccr.CCR_KEY, "anthropic-version": "2023-06-01"}
+    return start_on_a_free_port(
+        procs, "ccr", launch, probe, 90, gateway=True, env=ccr.environment(found, home), headers=headers
+    )
+
+
 # -- measurement -------------------------------------------------------------------
 
 
@@ -398,14 +439,31 @@ async def measure(target: str, server: Server, fake: Server, case: Case, args: a
         pid = None
     else:
         url, headers, pid = server.url, server.headers, server.pid
+    expect = None if openai or stream else upstream_text(fake, body)
     if args.smoke:
         return await load.run_load(url, body, headers=headers, concurrency=case.concurrency, duration=10, max_requests=args.smoke_requests,
-                                   warmup=0, stream=stream, openai=openai, pid=pid, upstream_pid=fake.pid, drain_timeout=30)  # fmt: skip
+                                   warmup=0, stream=stream, openai=openai, pid=pid, upstream_pid=fake.pid, drain_timeout=30,
+                                   expect_text=expect)  # fmt: skip
     warmup = args.warmup if first else min(args.warmup, LATER_WARMUP)
     min_requests = -(-max(10, case.concurrency) // rounds)  # the cell's minimum, shared out over the rounds
     return await load.run_load(url, body, headers=headers, concurrency=case.concurrency, duration=args.duration / rounds, warmup=warmup,
                                min_requests=min_requests, max_window=args.max_window / rounds, stream=stream, openai=openai,
-                               pid=pid, upstream_pid=fake.pid, drain_timeout=120)  # fmt: skip
+                               pid=pid, upstream_pid=fake.pid, drain_timeout=120, expect_text=expect)  # fmt: skip
+
+
+_UPSTREAM_TEXT: dict[bytes, str] = {}
+
+
+def upstream_text(fake: Server, body: bytes) -> str:
+    """The text of the fake's own non-streamed Anthropic reply to `body`: what a
+    gateway's reply should carry (asked once per request body)."""
+    if body not in _UPSTREAM_TEXT:
+        status, data = http(fake.url + "/messages", body, {"x-api-key": "bench", "anthropic-version": "2023-06-01"})
+        if status != 200:
+            raise RuntimeError(f"the fake answered {status}: {data[:200]!r}")
+        blocks = msgspec.json.decode(data)["content"]
+        _UPSTREAM_TEXT[body] = "".join(b["text"] for b in blocks if b["type"] == "text")
+    return _UPSTREAM_TEXT[body]
 
 
 def merge(rounds: list[load.Result]) -> load.Result:
@@ -422,6 +480,8 @@ def merge(rounds: list[load.Result]) -> load.Result:
         merged.latency.extend(r.latency)
         merged.ttft.extend(r.ttft)
         merged.deltas += r.deltas
+        for kind, count in r.differences.items():
+            merged.differences[kind] = merged.differences.get(kind, 0) + count
         merged.client_cpu += r.client_cpu
     cpus = [r.cpu for r in rounds]
     merged.cpu = None if None in cpus else sum(c for c in cpus if c is not None)
@@ -445,9 +505,15 @@ def _f(value: float | None, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _added(result: load.Result, base: load.Result | None, p: float, ttft: bool = False) -> float | None:
+    """The target's percentile less its baseline's in the same cell."""
+    return result.ms(p, ttft) - base.ms(p, ttft) if base is not None else None
+
+
 def table(results: dict[tuple[Case, str], load.Result], order: list[Case], targets: list[str]) -> str:
+    peers = "".join(f" × {name} req/s | {name} +p50 ÷ ours |" for name in PEERS.values())
     head = ("| case | target | req/s | p50 ms | p90 ms | p99 ms | TTFT p50 ms | +p50 ms | +p99 ms | +TTFT p50 ms "
-            "| CPU ms/req | CPU µs/chunk | RSS MB | × LiteLLM req/s | LiteLLM +p50 ÷ ours |")  # fmt: skip
+            "| CPU ms/req | CPU µs/chunk | RSS MB |" + peers)  # fmt: skip
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for case in order:
         for target in targets:
@@ -456,27 +522,53 @@ def table(results: dict[tuple[Case, str], load.Result], order: list[Case], targe
                 continue
             stream = bool(result.ttft)
             base = results.get((case, BASELINE.get(target, "")))
-            lite = results.get((case, "litellm"))
-            added = lambda r, b, p, ttft=False: (r.ms(p, ttft) - b.ms(p, ttft)) if b is not None else None  # noqa: E731
-            plus50, plus99 = added(result, base, 50), added(result, base, 99)
-            plus_ttft = added(result, base, 50, True) if stream else None
-            vs_rps = vs_added = None
-            if lite is not None and target in ("translating", "passthrough") and lite.throughput:
-                vs_rps = result.throughput / lite.throughput
-                lite_base = results.get((case, "direct-openai"))
-                lite_added = added(lite, lite_base, 50)
-                if lite_added is not None and plus50 is not None and plus50 > 0:
-                    vs_added = lite_added / plus50
+            plus50 = _added(result, base, 50)
             row = [
                 case.label, target, _f(result.throughput, 0), _f(result.ms(50)), _f(result.ms(90)), _f(result.ms(99)),
-                _f(result.ms(50, True)) if stream else "-", _f(plus50), _f(plus99), _f(plus_ttft),
+                _f(result.ms(50, True)) if stream else "-", _f(plus50), _f(_added(result, base, 99)),
+                _f(_added(result, base, 50, True)) if stream else "-",
                 _f(result.cpu_per_request_ms, 3) if result.cpu is not None else "-",
                 _f(result.cpu_per_delta_us, 1) if result.cpu is not None and stream else "-",
                 _f(result.rss_after / 2**20, 0) if result.rss_after else "-",
-                _f(vs_rps, 1) + "×" if vs_rps else "-", _f(vs_added, 1) + "×" if vs_added else "-",
             ]  # fmt: skip
+            for peer in PEERS:
+                row += _against(results, case, target, peer, result.throughput, plus50)
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
+
+
+def _against(results: dict[tuple[Case, str], load.Result], case: Case, target: str, peer: str, throughput: float,
+             plus50: float | None) -> list[str]:  # fmt: skip
+    """A dragoman path's row against a peer in the same cell: its throughput ÷ the
+    peer's, and the peer's added p50 ÷ its own."""
+    other = results.get((case, peer))
+    if other is None or target not in ("translating", "passthrough") or not other.throughput:
+        return ["-", "-"]
+    vs_added = None
+    other_added = _added(other, results.get((case, BASELINE[peer])), 50)
+    if other_added is not None and plus50 is not None and plus50 > 0:
+        vs_added = other_added / plus50
+    return [_f(throughput / other.throughput, 1) + "×", _f(vs_added, 1) + "×" if vs_added else "-"]
+
+
+def differences(results: dict[tuple[Case, str], load.Result], targets: list[str]) -> list[str]:
+    """Each gateway's replies that passed but differ from Anthropic's format
+    (load.DIFFERENCES), summed over its cells, each kind out of the replies it is
+    checked in: all for the head and the message id, the non-streamed ones for the
+    text, the streamed ones for a stream's opening."""
+    out = []
+    for target in targets:
+        if target.startswith("direct") or target in (RELAY, FLOOR):
+            continue  # not gateways: the fake, and the floors that relay its replies
+        cells = [r for (_, t), r in results.items() if t == target]
+        replies, streamed = sum(r.requests for r in cells), sum(r.requests for r in cells if r.ttft)
+        found = [(kind, sum(r.differences.get(kind, 0) for r in cells)) for kind in load.DIFFERENCES]
+        checked = {load.REQUEST_ID: replies, load.ID: replies, load.TEXT: replies - streamed}
+        parts = [f"{kind} in {n:,} of {checked.get(kind, streamed):,}" for kind, n in found if n]
+        out.append(
+            f"- {target}: {'; '.join(parts) if parts else 'none'} ({replies:,} replies, {streamed:,} of them streamed)"
+        )
+    return out
 
 
 def target_checks(results: dict[tuple[Case, str], load.Result], idle: dict[str, dict[str, Any]]) -> list[str]:
@@ -664,9 +756,9 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
     failed = False
     wanted = [t for t in TARGETS if t in args.targets]
     starters = ((RELAY, start_relay), (FLOOR, start_asgi_floor), ("translating", start_translating), ("passthrough", start_passthrough),
-                ("litellm", start_litellm))  # fmt: skip
+                ("litellm", start_litellm), ("ccr", start_ccr))  # fmt: skip
     for name, starter in starters:
-        if name not in wanted or (name == "litellm" and not args.litellm):
+        if name not in wanted or (name == "litellm" and not args.litellm) or (name == "ccr" and not args.ccr):
             continue
         try:
             servers[name] = starter(procs, fake)
@@ -729,7 +821,7 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
 
     idle: dict[str, dict[str, Any]] = {}
     if args.idle_streams:
-        for target in ("translating", "passthrough"):
+        for target in IDLE_TARGETS:
             if target in servers and target in targets:
                 figures = await idle_streams(servers[target], args.idle_streams)
                 idle[target] = figures
@@ -743,6 +835,7 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
     text = [
         f"dragoman benchmark — {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z} — {machine()}",
         f"dragoman {revision()}; LiteLLM {LITELLM_VERSION if 'litellm' in targets else 'not run'}; "
+        f"claude-code-router {ccr.CCR_VERSION if 'ccr' in targets else 'not run'}; "
         f"other processes used {foreign:.1f} CPU-s during the run ({foreign / elapsed * 100:.0f}% of one CPU)",
         f"mode: {'smoke' if args.smoke else 'full'}; {windows(args, targets)}; "
         f"gateways {'pinned to CPU ' + ','.join(map(str, sorted(procs.gateway_cpus))) if procs.gateway_cpus else 'not pinned'}; "
@@ -760,6 +853,7 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
             f"| {t} | {f['streams']} | {f['rss_before_mb']} | {f['rss_open_mb']} | {f['added_mb']} | {f['open_s']} |"
             for t, f in idle.items()
         ]
+    text += ["", "Replies that differ from Anthropic's format (counted, not failed):", *differences(results, targets)]
     if not args.smoke:
         text += ["", "Targets (issue 8):", *target_checks(results, idle)]
     report = "\n".join(text)
@@ -767,8 +861,6 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
     if args.markdown:
         Path(args.markdown).write_text(report + "\n")
     if args.json:
-        import msgspec
-
         raw = {
             "machine": machine(),
             "rounds": args.rounds,
@@ -801,11 +893,17 @@ def windows(args: argparse.Namespace, targets: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="dragoman vs the direct call vs LiteLLM, on one fake upstream.")
-    parser.add_argument("--smoke", action="store_true", help="a few requests per cell, concurrency 1 and 4, no LiteLLM")
+    parser = argparse.ArgumentParser(
+        description="dragoman vs the direct call vs LiteLLM and claude-code-router, on one fake upstream."
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="a few requests per cell, concurrency 1 and 4, no LiteLLM or CCR"
+    )
     parser.add_argument("--smoke-requests", type=int, default=4, help="requests per cell in smoke mode")
     parser.add_argument("--litellm", action=argparse.BooleanOptionalAction, default=None,
                         help="include LiteLLM (default: yes, except in smoke mode)")  # fmt: skip
+    parser.add_argument("--ccr", action=argparse.BooleanOptionalAction, default=None,
+                        help="include claude-code-router (default: yes, except in smoke mode)")  # fmt: skip
     parser.add_argument("--duration", type=float, default=4.0, help="seconds of measurement per cell (at least)")
     parser.add_argument("--warmup", type=float, default=0.5, help="seconds of warm-up per cell (at least)")
     parser.add_argument("--max-window", type=float, default=40.0, help="longest measurement window of a cell")
@@ -835,6 +933,8 @@ def main(argv: list[str] | None = None) -> int:
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if args.litellm is None:
         args.litellm = not args.smoke
+    if args.ccr is None:
+        args.ccr = not args.smoke
     if args.wait_quiet is None:
         args.wait_quiet = 0 if args.smoke else 60
     if args.idle_streams is None:

@@ -1,14 +1,12 @@
 """The benchmark's smoke mode, so bench/ never rots (no timing assertions)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.bench import ROOT, bench_module
 
 
 def test_bench_smoke_runs_every_path_without_a_failed_request():
@@ -20,6 +18,10 @@ def test_bench_smoke_runs_every_path_without_a_failed_request():
     assert "translating" in result.stdout and "passthrough" in result.stdout
     assert "relay-floor" in result.stdout  # the per-chunk CPU floor (bench/relay.py)
     assert "asgi-floor" in result.stdout  # the floor of uvicorn + aiohttp (bench/asgi_floor.py)
+    # claude-code-router only when asked (--ccr): it installs into the cache and starts in seconds
+    assert "claude-code-router not run" in result.stdout and "| ccr |" not in result.stdout
+    # every reply through the passthrough path in Anthropic's format, as the load generator checks it
+    assert "- passthrough: none (" in result.stdout
 
 
 def test_bench_rounds_interleave_and_merge(tmp_path):
@@ -45,13 +47,11 @@ def test_bench_rounds_interleave_and_merge(tmp_path):
 
 
 def test_bench_merge_pools_samples_and_sums_counts():
-    spec = importlib.util.spec_from_file_location("dragoman_bench_run", ROOT / "bench" / "run.py")
-    run = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up
-    spec.loader.exec_module(run)
+    run = bench_module("run")
     load = run.load
 
     a = load.Result(requests=3, errors=1, first_error="boom", window=2.0, latency=[0.001, 0.002, 0.003], ttft=[0.0005] * 3,
-                    deltas=30, cpu=0.3, rss_before=10, rss_after=11, upstream_cpu=0.1)  # fmt: skip
+                    deltas=30, cpu=0.3, rss_before=10, rss_after=11, upstream_cpu=0.1, differences={load.ID: 3})  # fmt: skip
     b = load.Result(
         requests=1,
         window=2.5,
@@ -62,6 +62,7 @@ def test_bench_merge_pools_samples_and_sums_counts():
         rss_before=12,
         rss_after=13,
         upstream_cpu=0.05,
+        differences={load.ID: 1, load.REQUEST_ID: 1},
     )
     merged = run.merge([a, b])
     assert (merged.requests, merged.errors, merged.first_error, merged.deltas) == (4, 1, "boom", 40)
@@ -75,7 +76,8 @@ def test_bench_merge_pools_samples_and_sums_counts():
     )  # total CPU / total replies, not a mean of the rounds' figures
     assert merged.ms(50) == pytest.approx(2.0) and merged.ms(99) == pytest.approx(10.0)  # percentiles over all samples
     assert (merged.rss_before, merged.rss_after) == (10, 13)
-    assert a.latency == [0.001, 0.002, 0.003]  # the rounds are left as they were
+    assert merged.differences == {load.ID: 4, load.REQUEST_ID: 1}  # replies differing from Anthropic's format, by kind
+    assert a.latency == [0.001, 0.002, 0.003] and a.differences == {load.ID: 3}  # the rounds are left as they were
     assert (
         run.merge([load.Result(requests=1), load.Result(requests=1)]).cpu is None
     )  # no server to read (direct targets)
