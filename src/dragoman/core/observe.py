@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -60,6 +61,15 @@ class Metrics:
         self.streams = Gauge("dragoman_streams_in_flight", "Streams being served", registry=r)
         self.keepalives = Counter("dragoman_keepalives", "Keep-alive comments and pings sent", registry=r)
         self.disconnects = Counter("dragoman_client_disconnects", "Clients that left before the end", registry=r)
+        # Usage by tenant (configured names, "" for keys of none) and served model: bounded label sets.
+        self.usage_requests = Counter(
+            "dragoman_usage_requests", "Finished requests, by tenant and model", ["tenant", "model"], registry=r
+        )
+        self.usage_tokens = Counter(
+            "dragoman_usage_tokens", "Tokens used, by tenant, model and kind", ["tenant", "model", "kind"], registry=r
+        )
+        # Called with every finished request's outcome and duration (usage accounting); no I/O there.
+        self.sinks: list[Callable[[Outcome, float], None]] = []
         self._cache: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def record(self, outcome: Outcome) -> None:
@@ -86,8 +96,21 @@ class Metrics:
             self.keepalives.inc(outcome.keepalives)
         if outcome.disconnected:
             self.disconnects.inc()
+        self._count_usage(outcome, model)
+        for sink in self.sinks:
+            sink(outcome, duration)
         if log.isEnabledFor(logging.INFO):  # the line is built only when someone reads it
             log.info(_line(outcome, duration))
+
+    def _count_usage(self, outcome: Outcome, model: str) -> None:
+        tenant = outcome.tenant or ""
+        self._series(self.usage_requests, tenant, model).inc()
+        if outcome.endpoint == "count_tokens":
+            return  # a count is an answer, not usage
+        for kind, tokens in (("input", outcome.input_tokens), ("cache_read", outcome.cache_read_tokens),
+                             ("output", outcome.output_tokens)):  # fmt: skip
+            if tokens:
+                self._series(self.usage_tokens, tenant, model, kind).inc(tokens)
 
     def _series(self, metric: Any, *labels: str) -> Any:
         """`metric.labels(*labels)`, looked up once per label set (it takes a lock)."""

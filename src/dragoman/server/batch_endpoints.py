@@ -9,6 +9,7 @@ from typing import IO
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from dragoman.server import auth
 from dragoman.server.endpoints import _read_body, authorized, owner, struct_response
 
 CHUNK = 1 << 20
@@ -22,7 +23,13 @@ def _base(request: Request) -> str:
 async def create(request: Request) -> Response:
     gateway = authorized(request)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
-    return struct_response(await gateway.batches.create(body, request.headers, _base(request), owner(request, gateway)))
+    caller = auth.caller(
+        request, gateway.api_keys, shared=gateway.config.server.share_between_keys, tenants=gateway.tenants
+    )
+    batch = await gateway.batches.create(
+        body, request.headers, _base(request), caller.owner, key_id=caller.key_id, tenant=caller.tenant
+    )
+    return struct_response(batch)
 
 
 async def list_batches(request: Request) -> Response:

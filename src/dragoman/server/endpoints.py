@@ -44,7 +44,7 @@ def _gateway(request: Request) -> Gateway:
 def authorized(request: Request) -> Gateway:
     """The gateway, once the request's key is checked (every route but the open ones)."""
     gateway = _gateway(request)
-    auth.check(request, gateway.api_keys)
+    auth.check(request, gateway.api_keys, gateway.admin_keys)
     return gateway
 
 
@@ -264,11 +264,12 @@ async def serve(gateway: Gateway, request: Request, endpoint: Endpoint) -> Respo
     tracing = gateway.pipeline.tracing
     if tracing is not None:
         outcome.trace = tracing.request(request.headers, endpoint, request.scope["path"])
-    auth.check(request, gateway.api_keys)
-    body = await _read_body(request, gateway.config.server.max_request_bytes)
+    auth.check(request, gateway.api_keys, gateway.admin_keys)
     caller = auth.caller(
         request, gateway.api_keys, shared=gateway.config.server.share_between_keys, tenants=gateway.tenants
     )
+    outcome.key_id, outcome.tenant = caller.key_id, caller.tenant  # a body that fails to arrive is accounted too
+    body = await _read_body(request, gateway.config.server.max_request_bytes)
     prepared = await gateway.pipeline.prepare(
         body, endpoint=endpoint, headers=request.headers, caller=caller, outcome=outcome
     )

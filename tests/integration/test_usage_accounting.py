@@ -1,0 +1,175 @@
+"""Usage accounting end to end: the official SDK sends a mixed run through the gateway
+(streams, non-streams, errors, disconnects, two tenants, two models), and the usage report
+read back with an admin key equals the usage the SDK saw, request by request, summed.
+Records go to a real PostgreSQL, each test in a schema of its own."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from dragoman.server.auth import key_id
+from tests.support.fakes import FakeUpstream, chunk, completion, text_stream, usage_chunk
+from tests.support.postgres import pg_url  # noqa: F401 (fixture)
+from tests.support.servers import GatewayServer
+
+KEYS = {"team-a": "key-a", "team-b": "key-b"}
+ADMIN = "admin-key"
+MODELS = ("model-a", "model-b")
+
+
+@pytest.fixture
+def two_models() -> Iterator[FakeUpstream]:
+    fake = FakeUpstream(models=[{"id": m, "object": "model", "owned_by": "vllm"} for m in MODELS]).start()
+    yield fake
+    fake.stop()
+
+
+def team_config(upstream_url: str, usage: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "server": {"tenants": {tenant: [key] for tenant, key in KEYS.items()}},
+        "usage": {"admin_keys": [ADMIN], **usage},
+        "upstreams": {"default": {"url": upstream_url, "max_retries": 0}},
+    }
+
+
+def report(url: str, **params: Any) -> dict[str, Any]:
+    admin = anthropic.Anthropic(base_url=url, api_key=ADMIN, max_retries=0)
+    start = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=1)
+    query = {"starting_at": start.isoformat(), "bucket_width": "1d", **params}
+    return admin.get("/v1/organizations/usage_report/messages", cast_to=object, options={"params": query})  # type: ignore[return-value]
+
+
+def wait_recorded(server: GatewayServer, count: int) -> None:
+    """Until the gateway has finished `count` requests (a disconnect is noticed a moment later)."""
+    requests = server.app.state.gateway.metrics.requests
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if sum(s.value for s in requests.collect()[0].samples if s.name.endswith("_total")) >= count:
+            return
+        time.sleep(0.01)
+
+
+def run_mixed(upstream: FakeUpstream, url: str) -> tuple[Counter[tuple[str, str, str]], int]:
+    """Every kind of request, for each tenant and model: the usage the SDK saw, summed by
+    (key id, model, kind), and how many requests were sent."""
+    seen: Counter[tuple[str, str, str]] = Counter()
+    sent = 0
+
+    def saw(key: str, model: str, usage: Any) -> None:
+        kid = key_id(key)
+        seen[(kid, model, "input")] += usage.input_tokens
+        seen[(kid, model, "cache_read")] += usage.cache_read_input_tokens or 0
+        seen[(kid, model, "output")] += usage.output_tokens
+
+    for n, (key, model) in enumerate((k, m) for k in KEYS.values() for m in MODELS):
+        client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
+        ask = {"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": "Hi"}]}
+        upstream.json_reply(completion("whole", prompt=20 + n, completion_tokens=3 + n, cached=4))
+        saw(key, model, client.messages.create(**ask).usage)
+        upstream.stream_reply(text_stream("a", "b", "c", prompt=30 + n))
+        with client.messages.stream(**ask) as stream:
+            saw(key, model, stream.get_final_message().usage)
+        upstream.json_reply({"error": {"message": "boom", "type": "server_error"}}, status=500)
+        with pytest.raises(anthropic.InternalServerError):
+            client.messages.create(**ask)
+        with pytest.raises(anthropic.BadRequestError):  # refused before the upstream
+            client.messages.create(**{**ask, "max_tokens": -1})
+        # A client that leaves after the first words: it saw message_start's usage only.
+        upstream.stream_reply([chunk({"role": "assistant", "content": ""}), chunk({"content": "first"}),
+                               ("sleep", 30), chunk({}, "stop"), usage_chunk(99, 99)])  # fmt: skip
+        with client.messages.stream(**ask) as stream:
+            for event in stream:
+                if event.type == "text":
+                    saw(key, model, stream.current_message_snapshot.usage)
+                    break
+        sent += 5
+    return seen, sent
+
+
+def reported(body: dict[str, Any]) -> Counter[tuple[str, str, str]]:
+    sums: Counter[tuple[str, str, str]] = Counter()
+    for bucket in body["data"]:
+        for result in bucket["results"]:
+            group = (result["api_key_id"], result["model"])
+            sums[(*group, "input")] += result["uncached_input_tokens"]
+            sums[(*group, "cache_read")] += result["cache_read_input_tokens"]
+            sums[(*group, "output")] += result["output_tokens"]
+    return sums
+
+
+def test_report_equals_what_the_sdk_saw(two_models: FakeUpstream, pg_url: str, gateway_from: Any) -> None:  # noqa: F811
+    server = gateway_from(team_config(two_models.url, {"database_url": pg_url}))
+    seen, sent = run_mixed(two_models, server.url)
+    wait_recorded(server, sent)
+    body = report(server.url, group_by=["api_key_id", "model"])
+    assert reported(body) == +seen  # (+: zero sums dropped on both sides)
+    assert {r["api_key_id"] for b in body["data"] for r in b["results"]} == {key_id(k) for k in KEYS.values()}
+    assert all(b["ending_at"] > b["starting_at"] for b in body["data"]) and body["has_more"] is False
+    ungrouped = report(server.url)
+    total = sum((r["uncached_input_tokens"] for b in ungrouped["data"] for r in b["results"]), 0)
+    assert total == sum(v for (_, _, kind), v in seen.items() if kind == "input")
+    assert all(r["api_key_id"] is None and r["model"] is None for b in ungrouped["data"] for r in b["results"])
+
+
+def test_every_request_is_one_record(two_models: FakeUpstream, pg_url: str, gateway_from: Any) -> None:  # noqa: F811
+    """Errors and disconnects are records too, with their tenant, upstream and replica."""
+    import asyncio
+
+    import asyncpg
+
+    server = gateway_from(team_config(two_models.url, {"database_url": pg_url}))
+    _, sent = run_mixed(two_models, server.url)
+    wait_recorded(server, sent)
+    report(server.url)  # writes what is held
+
+    async def rows() -> list[Any]:
+        connection = await asyncpg.connect(pg_url)
+        try:
+            return list(await connection.fetch("SELECT * FROM usage_records"))
+        finally:
+            await connection.close()
+
+    records = asyncio.run(rows())
+    assert len(records) == sent
+    assert Counter(r["tenant"] for r in records) == {"team-a": sent // 2, "team-b": sent // 2}
+    kinds = Counter((r["status"], r["error_type"], r["disconnected"]) for r in records)
+    assert kinds == {(200, None, False): 8, (502, "api_error", False): 4, (400, "invalid_request_error", False): 4,
+                     (200, None, True): 4}  # fmt: skip
+    routed = [r for r in records if r["status"] != 400]
+    assert {r["replica"] for r in routed} == {two_models.url.removesuffix("/v1")}
+    assert {r["upstream"] for r in routed} == {"default"} and {r["upstream_model"] for r in routed} == set(MODELS)
+    assert sum(r["ttft"] is not None for r in records) == 8  # the streams, cut short or not, that began
+    assert all(r["duration"] > 0 for r in records)
+    assert not any(KEYS["team-a"] in str(dict(r)) for r in records)  # the key's digest only
+
+
+def test_the_report_is_for_admin_keys_only(two_models: FakeUpstream, gateway_from: Any) -> None:
+    server = gateway_from(team_config(two_models.url, {}))  # SQLite in the data directory
+    path = "/v1/organizations/usage_report/messages?starting_at=2026-01-01T00:00:00Z"
+    for key, status, kind in ((None, 401, "authentication_error"), ("wrong", 401, "authentication_error"),
+                              (KEYS["team-a"], 403, "permission_error")):  # fmt: skip
+        answer = httpx.get(server.url + path, headers={"x-api-key": key} if key else {})
+        assert (answer.status_code, answer.json()["error"]["type"]) == (status, kind)
+    client = anthropic.Anthropic(base_url=server.url, api_key=ADMIN, max_retries=0)
+    with pytest.raises(anthropic.PermissionDeniedError, match="admin key"):
+        client.messages.create(model="model-a", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
+    bad = httpx.get(server.url + path.replace("2026-01-01T00:00:00Z", "yesterday"), headers={"x-api-key": ADMIN})
+    assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("starting_at:")
+
+
+def test_prometheus_counts_by_tenant_and_model(two_models: FakeUpstream, gateway_from: Any) -> None:
+    server = gateway_from(team_config(two_models.url, {}))
+    client = anthropic.Anthropic(base_url=server.url, api_key=KEYS["team-b"], max_retries=0)
+    two_models.json_reply(completion("x", prompt=12, completion_tokens=7))
+    client.messages.create(model="model-b", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
+    text = httpx.get(server.url + "/metrics").text
+    assert 'dragoman_usage_requests_total{model="model-b",tenant="team-b"} 1.0' in text
+    assert 'dragoman_usage_tokens_total{kind="output",model="model-b",tenant="team-b"} 7.0' in text
