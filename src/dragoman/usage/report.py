@@ -66,7 +66,7 @@ class ReportQuery:
 
     def page_end(self) -> float:
         """The end of this page's last bucket (or of the range, if sooner)."""
-        return min(self.start + self.limit * self.width, self._snap(self.end) + self.width)
+        return min(self.start + self.limit * self.width, math.ceil(self.end / self.width) * self.width)
 
     def store_query(self) -> Query:
         groups = tuple(g for g in self.group_by if g in GROUPED)

@@ -1,0 +1,69 @@
+"""The embedded default: usage in SQLite in the data directory, written at a clean
+shutdown, read back by `dragoman usage`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import anthropic
+from click.testing import CliRunner
+
+from dragoman.cli import main
+from dragoman.core.types import Outcome
+from dragoman.usage.records import Query
+from dragoman.usage.sqlite import SqliteStore
+from dragoman.usage.writer import UsageWriter
+from tests.integration.test_usage_accounting import KEYS, team_config
+from tests.support.fakes import FakeUpstream, completion
+
+
+def test_a_clean_shutdown_writes_every_record(upstream: FakeUpstream, gateway_from: Any, tmp_path: Path) -> None:
+    server = gateway_from(team_config(upstream.url, {"flush_interval": 1.0}))
+    for tenant, key in KEYS.items():
+        client = anthropic.Anthropic(base_url=server.url, api_key=key, max_retries=0)
+        for n in range(3 if tenant == "team-a" else 1):
+            upstream.json_reply(completion("x", prompt=10 + n, completion_tokens=2))
+            client.messages.create(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
+    server.stop()
+    usage_file = Path(os.environ["XDG_DATA_HOME"]) / "dragoman" / "usage" / "usage.sqlite3"
+    assert usage_file.exists()
+    result = CliRunner().invoke(main, ["usage", "--csv", "--since", "2026-01-01"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "tenant,model,requests,errors,input_tokens,cache_read_tokens,output_tokens",
+        "team-a,test-model,3,0,33,0,6",
+        "team-b,test-model,1,0,10,0,2",
+    ]
+    table = CliRunner().invoke(main, ["usage", "--by", "tenant", "--since", "2026-01-01"])
+    assert table.exit_code == 0 and table.output.split("\n")[-2].split() == ["total", "4", "0", "43", "0", "8"]
+
+
+def test_usage_command_names_a_bad_option(tmp_path: Path) -> None:
+    for args, named in ((["--by", "colour"], "--by"), (["--since", "soon"], "--since")):
+        result = CliRunner().invoke(main, ["usage", *args])
+        assert result.exit_code == 2 and named in result.output
+
+
+def test_closing_the_writer_writes_what_it_holds(tmp_path: Path) -> None:
+    """The background write is every second; a shutdown sooner than that still writes."""
+    store = SqliteStore(tmp_path)
+
+    async def run() -> int:
+        writer = UsageWriter(store, interval=1.0)
+        await writer.start()
+        for n in range(5):
+            outcome = Outcome(request_id=f"req_{n}", endpoint="messages", model="m", status=200, output_tokens=n)
+            writer.note(outcome, 0.01)
+        await writer.close()
+        reader = SqliteStore(tmp_path)
+        await reader.open()
+        try:
+            sums = await reader.sums(Query(0, 4e9))
+        finally:
+            await reader.close()
+        return sums[0].output_tokens if sums else -1
+
+    assert asyncio.run(run()) == 10
