@@ -67,3 +67,54 @@ def test_closing_the_writer_writes_what_it_holds(tmp_path: Path) -> None:
         return sums[0].output_tokens if sums else -1
 
     assert asyncio.run(run()) == 10
+
+
+def test_a_batch_request_is_the_creating_key_s_usage(upstream: FakeUpstream, gateway_from: Any) -> None:
+    from dragoman.server.auth import key_id
+    from tests.integration.test_batches import wait_ended
+    from tests.integration.test_usage_accounting import report
+
+    server = gateway_from(team_config(upstream.url, {}))
+    client = anthropic.Anthropic(base_url=server.url, api_key=KEYS["team-b"], max_retries=0)
+    upstream.json_reply(completion("x", prompt=21, completion_tokens=9))
+    params = {"model": "test-model", "max_tokens": 5, "messages": [{"role": "user", "content": "Hi"}]}
+    batch = client.messages.batches.create(requests=[{"custom_id": "one", "params": params}])  # type: ignore[list-item]
+    wait_ended(client, batch.id)
+    (result,) = client.messages.batches.results(batch.id)
+    assert result.result.type == "succeeded"
+    body = report(server.url, group_by=["api_key_id"])
+    results = [r for b in body["data"] for r in b["results"]]
+    assert [(r["api_key_id"], r["uncached_input_tokens"], r["output_tokens"]) for r in results] == [
+        (key_id(KEYS["team-b"]), result.result.message.usage.input_tokens, result.result.message.usage.output_tokens)
+    ]
+
+
+SQLITE_MIGRATE = """
+import asyncio, sys, time
+from pathlib import Path
+from dragoman.usage.sqlite import SqliteStore
+
+async def main():
+    while time.time() < float(sys.argv[2]):  # start together
+        await asyncio.sleep(0.001)
+    store = SqliteStore(Path(sys.argv[1]))
+    await store.open()
+    await store.close()
+
+asyncio.run(main())
+"""
+
+
+def test_workers_migrate_one_sqlite_file_at_once(tmp_path: Path) -> None:
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    at = time.time() + 2.0
+    processes = [subprocess.Popen([sys.executable, "-c", SQLITE_MIGRATE, str(tmp_path), str(at)], stderr=subprocess.PIPE)
+                 for _ in range(4)]  # fmt: skip
+    errors = [p.communicate(timeout=60)[1].decode() for p in processes]
+    assert [p.returncode for p in processes] == [0] * 4, errors
+    with sqlite3.connect(tmp_path / "usage.sqlite3") as db:
+        assert db.execute("SELECT version FROM dragoman_usage_schema").fetchall() == [(1,)]

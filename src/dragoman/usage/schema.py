@@ -87,7 +87,7 @@ def sums_sql(query: Query, dialect: Dialect) -> tuple[str, list[object]]:
     time: Callable[[float], str] = (lambda t: arg(t)) if dialect == "sqlite" else (lambda t: f"to_timestamp({arg(t)})")
     columns = [{"api_key_id": "key_id"}.get(g, g) for g in query.group_by]
     if query.width:  # the bucket's start: the epoch is a UTC midnight, so days are UTC days
-        width = arg(query.width)
+        width = str(int(query.width))  # a number of ours (WIDTH_SECONDS), not the client's text
         columns.insert(0, f"CAST(floor({epoch} / {width}) * {width} AS BIGINT)" if dialect == "postgres"
                           else f"(CAST({epoch} / {width} AS INTEGER) * {width})")  # fmt: skip
     where = [f"at >= {time(float(query.start))}", f"at < {time(float(query.end))}"]
