@@ -16,27 +16,31 @@ import httpx
 import pytest
 
 from dragoman.server.auth import key_id
-from tests.support.fakes import FakeUpstream, chunk, completion, text_stream, usage_chunk
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, message, text_events
+from tests.support.fakes import FakeUpstream, completion, text_stream
 from tests.support.postgres import pg_url  # noqa: F401 (fixture)
 from tests.support.servers import GatewayServer
 
 KEYS = {"team-a": "key-a", "team-b": "key-b"}
 ADMIN = "admin-key"
-MODELS = ("model-a", "model-b")
+MODELS = ("model-a", "native-model")  # translated (an OpenAI upstream), passed through (an Anthropic one)
 
 
 @pytest.fixture
-def two_models() -> Iterator[FakeUpstream]:
-    fake = FakeUpstream(models=[{"id": m, "object": "model", "owned_by": "vllm"} for m in MODELS]).start()
-    yield fake
+def two_models(native: FakeAnthropic) -> Iterator[tuple[FakeUpstream, FakeAnthropic]]:
+    fake = FakeUpstream(models=[{"id": "model-a", "object": "model", "owned_by": "vllm"}]).start()
+    yield fake, native
     fake.stop()
 
 
-def team_config(upstream_url: str, usage: dict[str, Any]) -> dict[str, Any]:
+def team_config(upstream_url: str, usage: dict[str, Any], native_url: str | None = None) -> dict[str, Any]:
+    upstreams: dict[str, Any] = {"default": {"url": upstream_url, "max_retries": 0}}
+    if native_url:
+        upstreams["native"] = {"url": native_url, "protocol": "anthropic", "max_retries": 0}
     return {
         "server": {"tenants": {tenant: [key] for tenant, key in KEYS.items()}},
         "usage": {"admin_keys": [ADMIN], **usage},
-        "upstreams": {"default": {"url": upstream_url, "max_retries": 0}},
+        "upstreams": upstreams,
     }
 
 
@@ -57,7 +61,28 @@ def wait_recorded(server: GatewayServer, count: int) -> None:
         time.sleep(0.01)
 
 
-def run_mixed(upstream: FakeUpstream, url: str) -> tuple[Counter[tuple[str, str, str]], int]:
+def _script(upstreams: tuple[FakeUpstream, FakeAnthropic], model: str, n: int, kind: str) -> None:
+    """The upstream's side of one request of the run."""
+    openai, native = upstreams
+    if model == "native-model":
+        reply = {
+            "whole": NativeReply(body=message("whole", input_tokens=20 + n, output_tokens=3 + n)),
+            "stream": NativeReply(events=text_events("streamed")),
+            "error": NativeReply(status=500, body={"type": "error", "error": {"type": "api_error", "message": "boom"}}),
+            "cut": NativeReply(events=[*text_events("first")[:3], ("sleep", 30), *text_events()[3:]]),
+        }[kind]
+        native.replies.append(reply)
+    elif kind == "whole":
+        openai.json_reply(completion("whole", prompt=20 + n, completion_tokens=3 + n, cached=4))
+    elif kind == "stream":
+        openai.stream_reply(text_stream("a", "b", "c", prompt=30 + n))
+    elif kind == "error":
+        openai.json_reply({"error": {"message": "boom", "type": "server_error"}}, status=500)
+    else:  # no answer yet when the client gives up
+        openai.stream_reply(text_stream("late"), hang=30)
+
+
+def run_mixed(upstreams: tuple[FakeUpstream, FakeAnthropic], url: str) -> tuple[Counter[tuple[str, str, str]], int]:
     """Every kind of request, for each tenant and model: the usage the SDK saw, summed by
     (key id, model, kind), and how many requests were sent."""
     seen: Counter[tuple[str, str, str]] = Counter()
@@ -72,24 +97,26 @@ def run_mixed(upstream: FakeUpstream, url: str) -> tuple[Counter[tuple[str, str,
     for n, (key, model) in enumerate((k, m) for k in KEYS.values() for m in MODELS):
         client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
         ask = {"model": model, "max_tokens": 50, "messages": [{"role": "user", "content": "Hi"}]}
-        upstream.json_reply(completion("whole", prompt=20 + n, completion_tokens=3 + n, cached=4))
+        _script(upstreams, model, n, "whole")
         saw(key, model, client.messages.create(**ask).usage)
-        upstream.stream_reply(text_stream("a", "b", "c", prompt=30 + n))
+        _script(upstreams, model, n, "stream")
         with client.messages.stream(**ask) as stream:
             saw(key, model, stream.get_final_message().usage)
-        upstream.json_reply({"error": {"message": "boom", "type": "server_error"}}, status=500)
+        _script(upstreams, model, n, "error")
         with pytest.raises(anthropic.InternalServerError):
             client.messages.create(**ask)
         with pytest.raises(anthropic.BadRequestError):  # refused before the upstream
-            client.messages.create(**{**ask, "max_tokens": -1})
-        # A client that leaves after the first words: it saw message_start's usage only.
-        upstream.stream_reply([chunk({"role": "assistant", "content": ""}), chunk({"content": "first"}),
-                               ("sleep", 30), chunk({}, "stop"), usage_chunk(99, 99)])  # fmt: skip
-        with client.messages.stream(**ask) as stream:
-            for event in stream:
-                if event.type == "text":
-                    saw(key, model, stream.current_message_snapshot.usage)
-                    break
+            client.messages.create(**ask, extra_body={"thread": 5})
+        _script(upstreams, model, n, "cut")
+        if model == "native-model":  # the client leaves after the first words: it saw message_start's usage
+            with client.messages.stream(**ask) as stream:
+                for event in stream:
+                    if event.type == "text":
+                        saw(key, model, stream.current_message_snapshot.usage)
+                        break
+        else:  # the client leaves before the reply began: it saw nothing
+            with pytest.raises(anthropic.APITimeoutError):
+                client.with_options(timeout=0.5).messages.create(**ask, stream=True)
         sent += 5
     return seen, sent
 
@@ -105,8 +132,8 @@ def reported(body: dict[str, Any]) -> Counter[tuple[str, str, str]]:
     return sums
 
 
-def test_report_equals_what_the_sdk_saw(two_models: FakeUpstream, pg_url: str, gateway_from: Any) -> None:  # noqa: F811
-    server = gateway_from(team_config(two_models.url, {"database_url": pg_url}))
+def test_report_equals_what_the_sdk_saw(two_models: Any, pg_url: str, gateway_from: Any) -> None:  # noqa: F811
+    server = gateway_from(team_config(two_models[0].url, {"database_url": pg_url}, two_models[1].url))
     seen, sent = run_mixed(two_models, server.url)
     wait_recorded(server, sent)
     body = report(server.url, group_by=["api_key_id", "model"])
@@ -119,13 +146,13 @@ def test_report_equals_what_the_sdk_saw(two_models: FakeUpstream, pg_url: str, g
     assert all(r["api_key_id"] is None and r["model"] is None for b in ungrouped["data"] for r in b["results"])
 
 
-def test_every_request_is_one_record(two_models: FakeUpstream, pg_url: str, gateway_from: Any) -> None:  # noqa: F811
+def test_every_request_is_one_record(two_models: Any, pg_url: str, gateway_from: Any) -> None:  # noqa: F811
     """Errors and disconnects are records too, with their tenant, upstream and replica."""
     import asyncio
 
     import asyncpg
 
-    server = gateway_from(team_config(two_models.url, {"database_url": pg_url}))
+    server = gateway_from(team_config(two_models[0].url, {"database_url": pg_url}, two_models[1].url))
     _, sent = run_mixed(two_models, server.url)
     wait_recorded(server, sent)
     report(server.url)  # writes what is held
@@ -140,19 +167,27 @@ def test_every_request_is_one_record(two_models: FakeUpstream, pg_url: str, gate
     records = asyncio.run(rows())
     assert len(records) == sent
     assert Counter(r["tenant"] for r in records) == {"team-a": sent // 2, "team-b": sent // 2}
-    kinds = Counter((r["status"], r["error_type"], r["disconnected"]) for r in records)
-    assert kinds == {(200, None, False): 8, (502, "api_error", False): 4, (400, "invalid_request_error", False): 4,
-                     (200, None, True): 4}  # fmt: skip
+    kinds = Counter((r["model"], r["status"], r["error_type"], r["disconnected"]) for r in records)
+    assert kinds == {
+        ("model-a", 200, None, False): 4, ("model-a", 502, "api_error", False): 2, ("model-a", 499, None, True): 2,
+        ("native-model", 200, None, False): 4, ("native-model", 500, "api_error", False): 2,
+        ("native-model", 200, None, True): 2,
+        ("", 400, "invalid_request_error", False): 4,  # refused before its model was read
+    }  # fmt: skip
     routed = [r for r in records if r["status"] != 400]
-    assert {r["replica"] for r in routed} == {two_models.url.removesuffix("/v1")}
-    assert {r["upstream"] for r in routed} == {"default"} and {r["upstream_model"] for r in routed} == set(MODELS)
-    assert sum(r["ttft"] is not None for r in records) == 8  # the streams, cut short or not, that began
+    replicas = {"default": two_models[0].url.removesuffix("/v1"), "native": two_models[1].url}
+    assert all(r["replica"] == replicas[r["upstream"]] for r in routed)
+    assert {(r["upstream"], r["upstream_model"]) for r in routed} == {
+        ("default", "model-a"),
+        ("native", "native-model"),
+    }
+    assert sum(r["ttft"] is not None for r in records) == 6  # the streams that began, cut short or not
     assert all(r["duration"] > 0 for r in records)
     assert not any(KEYS["team-a"] in str(dict(r)) for r in records)  # the key's digest only
 
 
-def test_the_report_is_for_admin_keys_only(two_models: FakeUpstream, gateway_from: Any) -> None:
-    server = gateway_from(team_config(two_models.url, {}))  # SQLite in the data directory
+def test_the_report_is_for_admin_keys_only(upstream: FakeUpstream, gateway_from: Any) -> None:
+    server = gateway_from(team_config(upstream.url, {}))  # SQLite in the data directory
     path = "/v1/organizations/usage_report/messages?starting_at=2026-01-01T00:00:00Z"
     for key, status, kind in ((None, 401, "authentication_error"), ("wrong", 401, "authentication_error"),
                               (KEYS["team-a"], 403, "permission_error")):  # fmt: skip
@@ -160,16 +195,16 @@ def test_the_report_is_for_admin_keys_only(two_models: FakeUpstream, gateway_fro
         assert (answer.status_code, answer.json()["error"]["type"]) == (status, kind)
     client = anthropic.Anthropic(base_url=server.url, api_key=ADMIN, max_retries=0)
     with pytest.raises(anthropic.PermissionDeniedError, match="admin key"):
-        client.messages.create(model="model-a", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
+        client.messages.create(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
     bad = httpx.get(server.url + path.replace("2026-01-01T00:00:00Z", "yesterday"), headers={"x-api-key": ADMIN})
     assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("starting_at:")
 
 
-def test_prometheus_counts_by_tenant_and_model(two_models: FakeUpstream, gateway_from: Any) -> None:
-    server = gateway_from(team_config(two_models.url, {}))
+def test_prometheus_counts_by_tenant_and_model(upstream: FakeUpstream, gateway_from: Any) -> None:
+    server = gateway_from(team_config(upstream.url, {}))
     client = anthropic.Anthropic(base_url=server.url, api_key=KEYS["team-b"], max_retries=0)
-    two_models.json_reply(completion("x", prompt=12, completion_tokens=7))
-    client.messages.create(model="model-b", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
+    upstream.json_reply(completion("x", prompt=12, completion_tokens=7))
+    client.messages.create(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
     text = httpx.get(server.url + "/metrics").text
-    assert 'dragoman_usage_requests_total{model="model-b",tenant="team-b"} 1.0' in text
-    assert 'dragoman_usage_tokens_total{kind="output",model="model-b",tenant="team-b"} 7.0' in text
+    assert 'dragoman_usage_requests_total{model="test-model",tenant="team-b"} 1.0' in text
+    assert 'dragoman_usage_tokens_total{kind="output",model="test-model",tenant="team-b"} 7.0' in text

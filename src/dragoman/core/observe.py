@@ -16,6 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from dragoman.core.errors import anthropic_envelope
 from dragoman.core.types import Completed, Outcome, Reply
 
 log = logging.getLogger("dragoman.access")
@@ -146,5 +147,8 @@ def observe(reply: Reply, outcome: Outcome, metrics: Metrics) -> Reply:
     (see endpoints.EventStreamResponse)."""
     outcome.status = reply.status
     if isinstance(reply, Completed):
+        if reply.status >= 400 and outcome.error_type is None:  # an upstream's error relayed as it came
+            envelope = anthropic_envelope(reply.body)
+            outcome.error_type = envelope.error.type if envelope is not None else "api_error"
         metrics.record(outcome)
     return reply
