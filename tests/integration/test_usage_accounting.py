@@ -208,3 +208,13 @@ def test_prometheus_counts_by_tenant_and_model(upstream: FakeUpstream, gateway_f
     text = httpx.get(server.url + "/metrics").text
     assert 'dragoman_usage_requests_total{model="test-model",tenant="team-b"} 1.0' in text
     assert 'dragoman_usage_tokens_total{kind="output",model="test-model",tenant="team-b"} 7.0' in text
+
+
+def test_without_admin_keys_or_accounting_nobody_reads_a_report(upstream: FakeUpstream, gateway_from: Any) -> None:
+    path = "/v1/organizations/usage_report/messages?starting_at=2026-01-01T00:00:00Z"
+    closed = gateway_from({"upstreams": {"default": {"url": upstream.url}}})
+    answer = httpx.get(closed.url + path, headers={"x-api-key": "anything"})
+    assert answer.status_code == 403 and "usage.admin_keys" in answer.json()["error"]["message"]
+    off = gateway_from(team_config(upstream.url, {"enabled": False}))
+    answer = httpx.get(off.url + path, headers={"x-api-key": ADMIN})
+    assert answer.status_code == 404 and "usage.enabled" in answer.json()["error"]["message"]

@@ -43,7 +43,7 @@ class ReportQuery:
             _timestamp("ending_at", ending_at) if ending_at is not None else (time.time() if now is None else now)
         )
         if self.end <= start:
-            raise InvalidRequest("ending_at: must be after starting_at")
+            raise InvalidRequest("starting_at: must be before ending_at (default: now)")
         page = _one(params, "page")
         self.start = _page_start("page", page, start, self.end, self.width) if page else start
         default, most = LIMITS[width]
