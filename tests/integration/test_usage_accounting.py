@@ -140,6 +140,10 @@ def test_report_equals_what_the_sdk_saw(two_models: Any, pg_url: str, gateway_fr
     assert reported(body) == +seen  # (+: zero sums dropped on both sides)
     assert {r["api_key_id"] for b in body["data"] for r in b["results"]} == {key_id(k) for k in KEYS.values()}
     assert all(b["ending_at"] > b["starting_at"] for b in body["data"]) and body["has_more"] is False
+    only = report(server.url, api_key_ids=[key_id(KEYS["team-a"])], models=["native-model"])  # filters
+    results = [r for b in only["data"] for r in b["results"]]
+    for field, kind in (("uncached_input_tokens", "input"), ("output_tokens", "output")):
+        assert sum(r[field] for r in results) == seen[(key_id(KEYS["team-a"]), "native-model", kind)] > 0
     ungrouped = report(server.url)
     total = sum((r["uncached_input_tokens"] for b in ungrouped["data"] for r in b["results"]), 0)
     assert total == sum(v for (_, _, kind), v in seen.items() if kind == "input")
