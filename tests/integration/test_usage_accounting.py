@@ -222,3 +222,20 @@ def test_without_admin_keys_or_accounting_nobody_reads_a_report(upstream: FakeUp
     off = gateway_from(team_config(upstream.url, {"enabled": False}))
     answer = httpx.get(off.url + path, headers={"x-api-key": ADMIN})
     assert answer.status_code == 404 and "usage.enabled" in answer.json()["error"]["message"]
+
+
+def test_a_client_s_odd_model_name_holds_back_no_record(upstream: FakeUpstream, pg_url: str, gateway_from: Any) -> None:  # noqa: F811
+    """PostgreSQL refuses NUL in text: a name with one is kept without it, not retried forever
+    with every record after it."""
+    server = gateway_from(team_config(upstream.url, {"database_url": pg_url}))
+    client = anthropic.Anthropic(base_url=server.url, api_key=KEYS["team-a"], max_retries=0)
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.create(
+            model="no\x00such" + "x" * 5000, max_tokens=5, messages=[{"role": "user", "content": "Hi"}]
+        )
+    upstream.json_reply(completion("x", prompt=12, completion_tokens=7))
+    client.messages.create(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
+    wait_recorded(server, 2)
+    body = report(server.url, group_by=["model"])
+    models = {r["model"]: r["output_tokens"] for b in body["data"] for r in b["results"]}
+    assert models == {"test-model": 7, "nosuch" + "x" * 249: 0}

@@ -53,7 +53,7 @@ def test_closing_the_writer_writes_what_it_holds(tmp_path: Path) -> None:
 
     async def run() -> int:
         writer = UsageWriter(store, interval=1.0)
-        await writer.start()
+        writer.start()
         for n in range(5):
             outcome = Outcome(request_id=f"req_{n}", endpoint="messages", model="m", status=200, output_tokens=n)
             writer.note(outcome, 0.01)

@@ -232,7 +232,7 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
         discovery.append(asyncio.create_task(gateway.files.adopt_flat()))  # files written flat by earlier versions
         await gateway.batches.start()
         if gateway.usage is not None:
-            await gateway.usage.start()
+            gateway.usage.start()
         try:
             yield
         finally:

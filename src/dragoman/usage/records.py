@@ -44,12 +44,21 @@ def record_of(outcome: Outcome, duration: float) -> UsageRecord:
     used = outcome.endpoint != "count_tokens"
     return UsageRecord(
         at=time.time() - duration, request_id=outcome.request_id, endpoint=outcome.endpoint,
-        key_id=outcome.key_id, tenant=outcome.tenant, model=outcome.model, upstream_model=outcome.served_model,
+        key_id=outcome.key_id, tenant=outcome.tenant, model=_text(outcome.model), upstream_model=_text(outcome.served_model),
         upstream=outcome.upstream, replica=outcome.replica, input_tokens=used and outcome.input_tokens or 0,
         cache_read_tokens=used and outcome.cache_read_tokens or 0, output_tokens=used and outcome.output_tokens or 0,
         status=outcome.status, error_type=outcome.error_type, disconnected=outcome.disconnected,
         duration=duration, ttft=ttft,
     )  # fmt: skip
+
+
+MAX_NAME = 256  # characters of a model name kept: the client chooses it
+
+
+def _text(name: str) -> str:
+    """A client's name as a store keeps it: bounded, and without NUL (PostgreSQL's text
+    refuses it, and one refused record would hold back every other)."""
+    return name[:MAX_NAME].replace("\0", "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,10 +41,10 @@ class UsageWriter:
     def held(self) -> int:
         return len(self._held)
 
-    async def start(self) -> None:
-        """Open the store (creating or migrating its schema) and start writing. A store that
-        cannot be opened now is tried again every interval; records are held meanwhile."""
-        await self._open()
+    def start(self) -> None:
+        """Start writing: the store is opened (its schema created or migrated) at once, in
+        the background, so that a database that is down or slow delays no start-up; one
+        that cannot be opened is tried again every interval, and records are held meanwhile."""
         self._task = asyncio.get_running_loop().create_task(self._run(), name="usage writer")
 
     async def _open(self) -> bool:
@@ -61,6 +61,8 @@ class UsageWriter:
         return True
 
     async def _run(self) -> None:
+        async with self._flushing:
+            await self._open()
         while True:
             await asyncio.sleep(self._interval)
             await self.flush()
