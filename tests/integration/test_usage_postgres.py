@@ -156,3 +156,25 @@ def test_the_report_pages_by_bucket(pg_url: str) -> None:  # noqa: F811
     inputs = [[r["uncached_input_tokens"] for r in d["results"]] for b in bodies for d in b["data"]]
     assert inputs == [[0], [1], [2], [3], [4]]  # the start snapped to its hour
     assert bodies[0]["data"][0]["starting_at"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(base))
+
+
+def test_a_record_the_database_refuses_holds_back_no_other(pg_url: str) -> None:  # noqa: F811
+    from dragoman.usage.postgres import PostgresStore
+    from dragoman.usage.records import UsageRecord
+
+    def record(request_id: str, model: str) -> UsageRecord:
+        return UsageRecord(at=time.time(), request_id=request_id, endpoint="messages", key_id=None, tenant=None,
+                           model=model, upstream_model="m", upstream="u", replica="r", input_tokens=1,
+                           cache_read_tokens=0, output_tokens=1, status=200, error_type=None, disconnected=False,
+                           duration=0.1, ttft=None)  # fmt: skip
+
+    async def write() -> None:
+        store = PostgresStore(pg_url)
+        await store.open()
+        try:
+            await store.write([record("req_1", "a"), record("req_2", "bad\x00"), record("req_3", "c")])
+        finally:
+            await store.close()
+
+    asyncio.run(write())
+    assert count_records(pg_url) == 2

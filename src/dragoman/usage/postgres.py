@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import zlib
 from typing import Any
 
@@ -13,6 +14,8 @@ from msgspec.structs import astuple
 
 from dragoman.usage.records import Query, Sums, UsageRecord
 from dragoman.usage.schema import CREATE_VERSIONS, LATEST, MIGRATIONS, VERSIONS_TABLE, insert_sql, sums_of, sums_sql
+
+log = logging.getLogger("dragoman.usage")
 
 # One lock for every dragoman migrating a database (pg_advisory_xact_lock takes a bigint).
 MIGRATION_LOCK = zlib.crc32(b"dragoman usage migrations")
@@ -38,10 +41,23 @@ class PostgresStore:
         self._pool = pool
 
     async def write(self, records: list[UsageRecord]) -> None:
+        """All of them in one transaction. A record the database refuses as data (not a
+        lost connection: that is retried whole) is dropped and logged, one by one, so
+        that it holds back no other."""
+        import asyncpg
+
         if not records:
             return
-        async with self._pool.acquire() as connection, connection.transaction():
-            await connection.executemany(insert_sql("postgres"), [astuple(r) for r in records])
+        async with self._pool.acquire() as connection:
+            try:
+                async with connection.transaction():
+                    await connection.executemany(insert_sql("postgres"), [astuple(r) for r in records])
+            except asyncpg.DataError:
+                for record in records:
+                    try:
+                        await connection.execute(insert_sql("postgres"), *astuple(record))
+                    except asyncpg.DataError as error:
+                        log.error("usage record %s refused by the database, dropped: %s", record.request_id, error)
 
     async def sums(self, query: Query) -> list[Sums]:
         sql, args = sums_sql(query, "postgres")
