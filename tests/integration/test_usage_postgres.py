@@ -178,3 +178,37 @@ def test_a_record_the_database_refuses_holds_back_no_other(pg_url: str) -> None:
 
     asyncio.run(write())
     assert count_records(pg_url) == 2
+
+
+def test_the_usage_command_reads_postgresql(pg_url: str, tmp_path: Any) -> None:  # noqa: F811
+    from click.testing import CliRunner
+
+    from dragoman.cli import main
+    from dragoman.usage.postgres import PostgresStore
+    from dragoman.usage.records import UsageRecord
+
+    now = time.time()
+    records = [UsageRecord(at=now - 60 * i, request_id=f"req_{i}", endpoint="messages", key_id=f"key_{i % 2}",
+                           tenant="team-a" if i % 2 else None, model="m", upstream_model="m", upstream="u",
+                           replica="r", input_tokens=10, cache_read_tokens=1, output_tokens=i, status=200,
+                           error_type="api_error" if i == 3 else None, disconnected=False, duration=0.1, ttft=None)
+               for i in range(4)]  # fmt: skip
+
+    async def write() -> None:
+        store = PostgresStore(pg_url)
+        await store.open()
+        try:
+            await store.write(records)
+        finally:
+            await store.close()
+
+    asyncio.run(write())
+    config = tmp_path / "team.toml"
+    config.write_text(f'[usage]\ndatabase_url = "{pg_url}"\n')
+    result = CliRunner().invoke(main, ["usage", "--config", str(config), "--by", "key,tenant", "--csv"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "key,tenant,requests,errors,input_tokens,cache_read_tokens,output_tokens",
+        "key_0,,2,0,20,2,2",
+        "key_1,team-a,2,1,20,2,4",
+    ]
