@@ -212,3 +212,19 @@ def test_the_usage_command_reads_postgresql(pg_url: str, tmp_path: Any) -> None:
         "key_0,,2,0,20,2,2",
         "key_1,team-a,2,1,20,2,4",
     ]
+
+
+def test_prune_deletes_only_what_is_older(pg_url: str) -> None:  # noqa: F811
+    from dragoman.usage.postgres import PostgresStore
+    from tests.integration.test_usage_sqlite import _record
+
+    async def run() -> int:
+        store = PostgresStore(pg_url)
+        await store.open()
+        try:
+            await store.write([_record("req_old", time.time() - 3 * 86400), _record("req_new", time.time() - 3600)])
+            return await store.prune(time.time() - 2 * 86400)
+        finally:
+            await store.close()
+
+    assert asyncio.run(run()) == 1 and count_records(pg_url) == 1

@@ -118,3 +118,40 @@ def test_workers_migrate_one_sqlite_file_at_once(tmp_path: Path) -> None:
     assert [p.returncode for p in processes] == [0] * 4, errors
     with sqlite3.connect(tmp_path / "usage.sqlite3") as db:
         assert db.execute("SELECT version FROM dragoman_usage_schema").fetchall() == [(1,)]
+
+
+def _record(request_id: str, at: float) -> Any:
+    from dragoman.usage.records import UsageRecord
+
+    return UsageRecord(at=at, request_id=request_id, endpoint="messages", key_id=None, tenant=None, model="m",
+                       upstream_model="m", upstream="u", replica="r", input_tokens=1, cache_read_tokens=0,
+                       output_tokens=1, status=200, error_type=None, disconnected=False, duration=0.1, ttft=None)  # fmt: skip
+
+
+def test_records_past_retain_days_are_deleted_at_start(tmp_path: Path) -> None:
+    import time
+
+    async def run() -> list[str]:
+        store = SqliteStore(tmp_path)
+        await store.open()
+        await store.write([_record("req_old", time.time() - 3 * 86400), _record("req_new", time.time() - 3600)])
+        await store.close()
+        writer = UsageWriter(SqliteStore(tmp_path), interval=0.05, retain_days=2)
+        writer.start()
+        try:
+            for _ in range(200):  # until the writer's first round has pruned (bounded)
+                sums = await writer.store.sums(Query(0, 4e9)) if writer._opened else []
+                if sums and sums[0].requests == 1:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await writer.close()
+        reader = SqliteStore(tmp_path)
+        await reader.open()
+        try:
+            rows = reader._connection().execute("SELECT request_id FROM usage_records").fetchall()
+        finally:
+            await reader.close()
+        return [r[0] for r in rows]
+
+    assert asyncio.run(run()) == ["req_new"]

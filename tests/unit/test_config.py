@@ -400,6 +400,7 @@ def test_the_example_config_loads_and_shows_every_key() -> None:
         ({"database_url": "mysql://db/x"}, "usage.database_url"),
         ({"admin_keys": ["sk-client"]}, "usage.admin_keys"),
         ({"admin_key": ["x"]}, "usage.admin_key"),
+        ({"retain_days": 0}, "usage.retain_days"),
     ],
 )
 def test_usage_settings_are_checked(usage: dict, named: str) -> None:

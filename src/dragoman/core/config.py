@@ -190,6 +190,7 @@ class UsageConfig(_Config, frozen=True):
     admin_keys: list[str] = []
     admin_keys_env: str | None = None
     flush_interval: float = 1.0  # seconds between writes of the buffered records
+    retain_days: int | None = None  # records older than this are deleted (hourly); None keeps them all
 
 
 class Config(_Config, frozen=True):
@@ -335,6 +336,10 @@ def _check_usage(config: Config) -> None:
     usage = config.usage
     if not 0 < usage.flush_interval <= 1:
         raise ConfigError(f"usage.flush_interval: must be more than 0 and at most 1 second, got {usage.flush_interval}")
+    if usage.retain_days is not None and usage.retain_days < 1:
+        raise ConfigError(
+            f"usage.retain_days: at least 1 day (leave it out to keep every record), got {usage.retain_days}"
+        )
     url = usage.database_url
     if url is not None and not url.startswith(("postgresql://", "postgres://")):  # never quoted: it may hold a password
         raise ConfigError("usage.database_url: must be a postgresql:// URL")

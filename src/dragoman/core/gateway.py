@@ -90,7 +90,7 @@ class Gateway:
         self.batches = Batches(self.pipeline, self.metrics, config.batches)
         self.usage: UsageWriter | None = None
         if config.usage.enabled:
-            self.usage = UsageWriter(store_for(config), config.usage.flush_interval)
+            self.usage = UsageWriter(store_for(config), config.usage.flush_interval, config.usage.retain_days)
             self.metrics.sinks.append(self.usage.note)
         self.admin_keys = usage_admin_keys(config)
 

@@ -65,6 +65,11 @@ class PostgresStore:
             rows = await connection.fetch(sql, *args)
         return sums_of([tuple(row) for row in rows], query)
 
+    async def prune(self, before: float) -> int:
+        async with self._pool.acquire() as connection:
+            status = await connection.execute("DELETE FROM usage_records WHERE at < to_timestamp($1)", float(before))
+        return int(status.split()[-1])  # "DELETE 42"
+
     async def close(self) -> None:
         if self._pool is not None:
             pool, self._pool = self._pool, None

@@ -59,6 +59,13 @@ class SqliteStore:
             rows = self._connection().execute(sql, args).fetchall()
         return sums_of(rows, query)
 
+    async def prune(self, before: float) -> int:
+        return await asyncio.to_thread(self._prune, before)
+
+    def _prune(self, before: float) -> int:
+        with self._lock:
+            return self._connection().execute("DELETE FROM usage_records WHERE at < ?", (before,)).rowcount
+
     async def close(self) -> None:
         with self._lock:
             if self._db is not None:

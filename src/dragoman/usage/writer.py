@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
 
 from dragoman.core.types import Outcome
 from dragoman.usage.records import UsageRecord, UsageStore, record_of
@@ -15,13 +17,16 @@ from dragoman.usage.records import UsageRecord, UsageStore, record_of
 log = logging.getLogger("dragoman.usage")
 
 MAX_HELD = 1_000_000  # records kept while the store is down (a few hundred MB at most); the oldest go first
+PRUNE_EVERY = 3600.0  # seconds between deletions of records past `retain_days`
 CLOSE_TIMEOUT = 10.0  # seconds a shutdown keeps trying to write what is held
 
 
 class UsageWriter:
-    def __init__(self, store: UsageStore, interval: float = 1.0) -> None:
+    def __init__(self, store: UsageStore, interval: float = 1.0, retain_days: int | None = None) -> None:
         self.store = store
         self._interval = interval
+        self._retain = None if retain_days is None else retain_days * 86400.0
+        self._pruned_at = -math.inf  # monotonic time of the last prune
         self._held: list[UsageRecord] = []
         self._task: asyncio.Task[None] | None = None
         self._flushing = asyncio.Lock()
@@ -64,8 +69,23 @@ class UsageWriter:
         async with self._flushing:
             await self._open()
         while True:
+            await self._prune_if_due()
             await asyncio.sleep(self._interval)
             await self.flush()
+
+    async def _prune_if_due(self) -> None:
+        """With `retain_days`: delete what is older, at start and then hourly (every
+        process does; a delete is the same from any of them)."""
+        if self._retain is None or not self._opened or time.monotonic() - self._pruned_at < PRUNE_EVERY:
+            return
+        self._pruned_at = time.monotonic()
+        try:
+            gone = await self.store.prune(time.time() - self._retain)
+        except Exception as error:  # noqa: BLE001 - the store down: tried again in an hour
+            log.warning("old usage records could not be deleted (%s: %s)", type(error).__name__, error)
+            return
+        if gone:
+            log.info("%d usage records older than %g days deleted", gone, self._retain / 86400)
 
     async def flush(self) -> bool:
         """Write what is held; False if the store refused (the records stay held)."""
