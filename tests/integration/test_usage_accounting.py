@@ -239,3 +239,17 @@ def test_a_client_s_odd_model_name_holds_back_no_record(upstream: FakeUpstream, 
     body = report(server.url, group_by=["model"])
     models = {r["model"]: r["output_tokens"] for b in body["data"] for r in b["results"]}
     assert models == {"test-model": 7, "nosuch" + "x" * 249: 0}
+
+
+def test_the_access_log_names_the_key_by_its_id(upstream: FakeUpstream, gateway_from: Any, caplog: Any) -> None:
+    import json
+    import logging
+
+    server = gateway_from(team_config(upstream.url, {}))
+    client = anthropic.Anthropic(base_url=server.url, api_key=KEYS["team-a"], max_retries=0)
+    with caplog.at_level(logging.INFO, logger="dragoman.access"):
+        client.messages.create(model="test-model", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
+        wait_recorded(server, 1)
+    (line,) = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dragoman.access"]
+    assert (line["key_id"], line["tenant"]) == (key_id(KEYS["team-a"]), "team-a")
+    assert KEYS["team-a"] not in caplog.text

@@ -126,6 +126,8 @@ def _line(outcome: Outcome, duration: float) -> str:
     fields = {
         "request_id": outcome.request_id,
         "endpoint": outcome.endpoint,
+        "key_id": outcome.key_id,  # a digest, never the key
+        "tenant": outcome.tenant,
         "model": outcome.model,
         "served_model": outcome.served_model,
         "upstream": outcome.upstream,
