@@ -104,7 +104,8 @@ class PrivatePostgres:
         missing = [tool for tool in ("initdb", "pg_ctl") if shutil.which(tool) is None]
         if missing:
             pytest.fail(f"PostgreSQL is needed: no server answers at {DEFAULT_URL}, DATABASE_URL is unset, and "
-                        f"{' and '.join(missing)} is not on PATH to start one (install PostgreSQL's server binaries)")  # fmt: skip
+                        f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on PATH to start one "
+                        "(install PostgreSQL's server binaries)")  # fmt: skip
         self.directory = Path(tempfile.mkdtemp(prefix="dragoman-pg-"))
         self.data = self.directory / "data"
         self.port = free_port()
