@@ -227,6 +227,40 @@ def check(config_path: str | None, upstream: str | None, upstream_api_key: str |
         sys.exit(1)
 
 
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")
+@click.option("--since", default=None, help="Start: a date or RFC 3339 timestamp (default: 24 hours ago).")
+@click.option("--until", default=None, help="End, exclusive (default: now).")
+@click.option("--by", default="tenant,model", show_default=True, help="Columns to sum by: tenant, model, key.")
+@click.option("--csv", "as_csv", is_flag=True, help="CSV instead of a table.")
+def usage(config_path: str | None, since: str | None, until: str | None, by: str, as_csv: bool) -> None:
+    """Usage of a period, by tenant and model, from the usage store ([usage])."""
+    import asyncio
+    import time
+
+    from dragoman.usage import summary
+    from dragoman.usage.stores import store_for
+
+    try:
+        config = load(config_path) if config_path else Config()
+    except ConfigError as error:
+        _fail(str(error))
+    columns = tuple(c.strip() for c in by.split(",") if c.strip())
+    unknown = [c for c in columns if c not in summary.BY]
+    if unknown:
+        _fail(f"--by: unknown column {unknown[0]!r} (tenant, model, key)")
+    try:
+        end = summary.parse_time(until) if until else time.time()
+        start = summary.parse_time(since) if since else end - 86400
+    except ValueError as error:
+        _fail(f"--since/--until: {error}")
+    try:
+        sums = asyncio.run(summary.summarize(store_for(config), start, end, columns))
+    except Exception as error:  # noqa: BLE001 - the store's driver: one line, not a traceback
+        _fail(f"cannot read the usage store: {type(error).__name__}: {error}")
+    click.echo(summary.as_csv(sums, columns) if as_csv else summary.as_table(sums, columns), nl=False)
+
+
 def run(config: Config, *, workers: int = 1) -> None:
     """Serve until SIGINT or SIGTERM: then stop accepting, let requests in flight
     (streams included) finish for up to 30 seconds, and exit."""

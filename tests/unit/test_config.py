@@ -391,3 +391,19 @@ def test_the_example_config_loads_and_shows_every_key() -> None:
     for table, types in structs.items():
         missing = {f for t in types for f in t.__struct_fields__} - shown.get(table, set())
         assert not missing, (table, missing)
+
+
+@pytest.mark.parametrize(
+    ("usage", "named"),
+    [
+        ({"flush_interval": 5}, "usage.flush_interval"),
+        ({"database_url": "mysql://db/x"}, "usage.database_url"),
+        ({"admin_keys": ["sk-client"]}, "usage.admin_keys"),
+        ({"admin_key": ["x"]}, "usage.admin_key"),
+        ({"retain_days": 0}, "usage.retain_days"),
+    ],
+)
+def test_usage_settings_are_checked(usage: dict, named: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        config.from_dict({"server": {"api_keys": ["sk-client"]}, "usage": usage})
+    assert str(caught.value).startswith(named) and "sk-client" not in str(caught.value)

@@ -319,7 +319,7 @@ class Runner:
             outcome.trace = tracing.batch_request(record.id, item.custom_id, record.headers.get("traceparent"))
         try:
             prepared = await self._pipeline.prepare(bytes(item.params), endpoint="batch", headers=record.headers,
-                                                    caller=Caller(owner=record.owner), outcome=outcome)  # fmt: skip
+                                                    caller=Caller(record.owner, record.key_id, record.tenant), outcome=outcome)  # fmt: skip
             reply = await self._pipeline.send(prepared, endpoint="batch")
             if not isinstance(reply, Completed):  # not asked for; never expected
                 raise UpstreamError("the backend answered a batch request with a stream")

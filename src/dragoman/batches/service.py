@@ -89,7 +89,8 @@ class Batches:
 
     # -- the API --------------------------------------------------------------------------
 
-    async def create(self, body: bytes, headers: Mapping[str, str], base_url: str, owner: str) -> MessageBatch:
+    async def create(self, body: bytes, headers: Mapping[str, str], base_url: str, owner: str, *,
+                     key_id: str | None = None, tenant: str | None = None) -> MessageBatch:  # fmt: skip
         create = decode_request(body, BATCH_CREATE)
         if not create.requests:
             raise InvalidRequest("requests: at least one request is needed")
@@ -116,7 +117,7 @@ class Batches:
         now = time.time()
         record = Record(
             id=ids.new_id(PREFIX + "01"), owner=owner, created=now, expires=now + self._config.expire_after,
-            total=len(create.requests), headers=_kept_headers(headers),
+            total=len(create.requests), headers=_kept_headers(headers), key_id=key_id, tenant=tenant,
         )  # fmt: skip
         try:
             where = await asyncio.to_thread(self._store.create, record, body)

@@ -182,11 +182,27 @@ class TracingConfig(_Config, frozen=True):
     metrics_interval: float = 60.0  # seconds between metric exports
 
 
+class UsageConfig(_Config, frozen=True):
+    """Usage accounting: one record per finished request (see `dragoman.usage`)."""
+
+    enabled: bool = True
+    # PostgreSQL, shared by every worker and replica; unset: SQLite in `dir`.
+    database_url: str | None = None
+    database_url_env: str | None = None  # a variable holding the URL (it may hold a password)
+    dir: str | None = None  # where the SQLite file is kept; default $XDG_DATA_HOME/dragoman/usage
+    # Keys that may read the usage report (and nothing else: not valid for /v1/messages).
+    admin_keys: list[str] = []
+    admin_keys_env: str | None = None
+    flush_interval: float = 1.0  # seconds between writes of the buffered records
+    retain_days: int | None = None  # records older than this are deleted (hourly); None keeps them all
+
+
 class Config(_Config, frozen=True):
     server: ServerConfig = ServerConfig()
     batches: BatchesConfig = BatchesConfig()
     files: FilesConfig = FilesConfig()
     tracing: TracingConfig = TracingConfig()
+    usage: UsageConfig = UsageConfig()
     upstreams: dict[str, UpstreamConfig] = {}
     models: list[ModelConfig] = []
 
@@ -322,9 +338,28 @@ def _check(config: Config) -> None:
         raise ConfigError(
             f"server.effort_budgets: two increasing positive numbers (low's and medium's upper budgets), got {budgets}"
         )
+    _check_usage(config)
     default = config.server.default_model
     if default and config.models and not any(default == m.name or default in m.aliases for m in config.models):
         raise ConfigError(f"server.default_model: {default!r} is not a configured model name")
+
+
+def _check_usage(config: Config) -> None:
+    usage = config.usage
+    if not 0 < usage.flush_interval <= 1:
+        raise ConfigError(f"usage.flush_interval: must be more than 0 and at most 1 second, got {usage.flush_interval}")
+    if usage.retain_days is not None and usage.retain_days < 1:
+        raise ConfigError(
+            f"usage.retain_days: at least 1 day (leave it out to keep every record), got {usage.retain_days}"
+        )
+    url = usage.database_url
+    if url is not None and not url.startswith(("postgresql://", "postgres://")):  # never quoted: it may hold a password
+        raise ConfigError("usage.database_url: must be a postgresql:// URL")
+    clients = set(config.server.api_keys) | {key for keys in config.server.tenants.values() for key in keys}
+    if clients & set(usage.admin_keys):  # never print the key
+        raise ConfigError(
+            "usage.admin_keys: a key is also a client key (server.api_keys or tenants); use separate keys"
+        )
 
 
 def _check_url(key: str, url: str) -> None:
@@ -374,6 +409,21 @@ def server_api_keys(config: Config) -> frozenset[str]:
 def key_tenants(config: Config) -> dict[str, str]:
     """Each tenant key's tenant name (`server.tenants`, checked to name every key once)."""
     return {key: tenant for tenant, keys in config.server.tenants.items() for key in keys}
+
+
+def usage_admin_keys(config: Config) -> frozenset[str]:
+    """The keys that may read the usage report: `usage.admin_keys` and `usage.admin_keys_env`."""
+    keys = set(config.usage.admin_keys)
+    if config.usage.admin_keys_env:
+        keys.update(k.strip() for k in os.environ.get(config.usage.admin_keys_env, "").split(",") if k.strip())
+    return frozenset(keys)
+
+
+def usage_database_url(config: Config) -> str | None:
+    """The PostgreSQL URL for usage records, if any (`database_url_env` first)."""
+    if config.usage.database_url_env:
+        return os.environ.get(config.usage.database_url_env) or config.usage.database_url
+    return config.usage.database_url
 
 
 def data_dir(kind: str) -> Path:

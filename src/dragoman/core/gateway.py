@@ -24,7 +24,7 @@ from dragoman.core.capabilities import (
     refresh_registry,
     registry_path,
 )
-from dragoman.core.config import Config, ConfigError, key_tenants, server_api_keys
+from dragoman.core.config import Config, ConfigError, key_tenants, server_api_keys, usage_admin_keys
 from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
 from dragoman.core.observe import Metrics, capped
 from dragoman.core.owners import Owners, load_salt
@@ -36,6 +36,8 @@ from dragoman.core.tracing import build_tracing
 from dragoman.core.types import Backend, NoModelList, Route
 from dragoman.files.store import FileStore
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
+from dragoman.usage.stores import store_for
+from dragoman.usage.writer import UsageWriter
 
 log = logging.getLogger("dragoman")
 
@@ -92,6 +94,11 @@ class Gateway:
                                  max_request_bytes=config.server.max_request_bytes,
                                  decode_whole=lambda: self.translates_only, tracing=self.tracing)  # fmt: skip
         self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
+        self.usage: UsageWriter | None = None
+        if config.usage.enabled:
+            self.usage = UsageWriter(store_for(config), config.usage.flush_interval, config.usage.retain_days)
+            self.metrics.sinks.append(self.usage.note)
+        self.admin_keys = usage_admin_keys(config)
 
     @property
     def translates_only(self) -> bool:
@@ -131,6 +138,8 @@ class Gateway:
             await backend.close()
         if self.tracing is not None:
             await self.tracing.close()
+        if self.usage is not None:
+            await self.usage.close()  # last: every request before it has been recorded
 
     async def refresh_registry(self) -> None:
         if self.registry_file is not None and needs_refresh(self.registry_file):

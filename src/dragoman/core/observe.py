@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from dragoman.core.errors import anthropic_envelope
 from dragoman.core.types import Completed, Outcome, Reply
 
 log = logging.getLogger("dragoman.access")
@@ -69,6 +71,15 @@ class Metrics:
         self.streams = Gauge("dragoman_streams_in_flight", "Streams being served", registry=r)
         self.keepalives = Counter("dragoman_keepalives", "Keep-alive comments and pings sent", registry=r)
         self.disconnects = Counter("dragoman_client_disconnects", "Clients that left before the end", registry=r)
+        # Usage by tenant (configured names, "" for keys of none) and served model: bounded label sets.
+        self.usage_requests = Counter(
+            "dragoman_usage_requests", "Finished requests, by tenant and model", ["tenant", "model"], registry=r
+        )
+        self.usage_tokens = Counter(
+            "dragoman_usage_tokens", "Tokens used, by tenant, model and kind", ["tenant", "model", "kind"], registry=r
+        )
+        # Called with every finished request's outcome and duration (usage accounting); no I/O there.
+        self.sinks: list[Callable[[Outcome, float], None]] = []
         self._cache: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def record(self, outcome: Outcome) -> None:
@@ -95,8 +106,21 @@ class Metrics:
             self.keepalives.inc(outcome.keepalives)
         if outcome.disconnected:
             self.disconnects.inc()
+        self._count_usage(outcome, model)
+        for sink in self.sinks:
+            sink(outcome, duration)
         if log.isEnabledFor(logging.INFO):  # the line is built only when someone reads it
             log.info(_line(outcome, duration))
+
+    def _count_usage(self, outcome: Outcome, model: str) -> None:
+        tenant = outcome.tenant or ""
+        self._series(self.usage_requests, tenant, model).inc()
+        if outcome.endpoint == "count_tokens":
+            return  # a count is an answer, not usage
+        for kind, tokens in (("input", outcome.input_tokens), ("cache_read", outcome.cache_read_tokens),
+                             ("output", outcome.output_tokens)):  # fmt: skip
+            if tokens:
+                self._series(self.usage_tokens, tenant, model, kind).inc(tokens)
 
     def _series(self, metric: Any, *labels: str) -> Any:
         """`metric.labels(*labels)`, looked up once per label set (it takes a lock)."""
@@ -111,6 +135,8 @@ def _line(outcome: Outcome, duration: float) -> str:
     fields = {
         "request_id": outcome.request_id,
         "endpoint": outcome.endpoint,
+        "key_id": outcome.key_id,  # a digest, never the key
+        "tenant": outcome.tenant,
         "model": outcome.model,
         "served_model": outcome.served_model,
         "upstream": outcome.upstream,
@@ -135,5 +161,8 @@ def observe(reply: Reply, outcome: Outcome, metrics: Metrics) -> Reply:
     (see endpoints.EventStreamResponse)."""
     outcome.status = reply.status
     if isinstance(reply, Completed):
+        if reply.status >= 400 and outcome.error_type is None:  # an upstream's error relayed as it came
+            envelope = anthropic_envelope(reply.body)
+            outcome.error_type = envelope.error.type if envelope is not None else "api_error"
         metrics.record(outcome)
     return reply

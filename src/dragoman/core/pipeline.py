@@ -74,6 +74,7 @@ class Pipeline:
                       outcome: Outcome) -> Prepared:  # fmt: skip
         """Resolve, decode and route one request body. A batch's request must be whole
         (no stream, no thread); the others may hold a thread, opened here."""
+        outcome.key_id, outcome.tenant = caller.key_id, caller.tenant  # for usage accounting
         if self._files.named_in(body):
             body = await self._files.resolve(body, self._max_bytes, owner=caller.owner)
         whole: anthropic.MessagesRequest | None = None

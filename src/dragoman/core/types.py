@@ -119,6 +119,9 @@ class Outcome:
     served_model: str = ""
     served_model_listed: bool = True  # False: served_model is a client's name the upstream has not listed
     upstream: str = ""
+    replica: str = ""  # the instance (URL) of the upstream that answered last
+    key_id: str | None = None  # who sent it (`Caller.key_id`, a digest), for usage accounting
+    tenant: str | None = None
     path: str = ""  # "translate" or "passthrough"
     status: int = 0
     input_tokens: int | None = None

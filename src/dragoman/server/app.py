@@ -23,7 +23,7 @@ from dragoman.core.gateway import Gateway
 from dragoman.core.observe import capped, configure_logging
 from dragoman.core.pipeline import Endpoint
 from dragoman.core.types import Backend
-from dragoman.server import batch_endpoints, endpoints, file_endpoints
+from dragoman.server import batch_endpoints, endpoints, file_endpoints, usage_endpoints
 from dragoman.server.disconnect import ClientLeft
 
 log = logging.getLogger("dragoman")
@@ -199,6 +199,7 @@ def _routes() -> list[Route]:
             Route(prefix + "/files/{file_id}", file_endpoints.retrieve, methods=["GET"]),
             Route(prefix + "/files/{file_id}", file_endpoints.delete, methods=["DELETE"]),
             Route(prefix + "/files/{file_id}/content", file_endpoints.download, methods=["GET"]),
+            Route(f"{prefix}/organizations/usage_report/messages", usage_endpoints.messages_report, methods=["GET"]),
         ]
     return routes
 
@@ -231,6 +232,8 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
         discovery.append(asyncio.create_task(gateway.keep_registry_fresh()))
         discovery.append(asyncio.create_task(gateway.files.adopt_flat()))  # files written flat by earlier versions
         await gateway.batches.start()
+        if gateway.usage is not None:
+            gateway.usage.start()
         try:
             yield
         finally:

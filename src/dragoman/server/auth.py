@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from starlette.requests import Request
 
-from dragoman.core.errors import Unauthorized
+from dragoman.core.errors import PermissionDenied, Unauthorized
 from dragoman.core.owners import Owners, legacy
 from dragoman.core.pipeline import Caller
 
@@ -24,11 +24,14 @@ def presented_key(request: Request) -> str | None:
     return None
 
 
-def check(request: Request, keys: frozenset[str]) -> None:
+def check(request: Request, keys: frozenset[str], admin_keys: frozenset[str] = frozenset()) -> None:
     """Every endpoint but the open ones (`/`, `/health`, `/ready`, `/metrics`) calls this, and
     it asks for a key whatever the path reads as: the route chose the endpoint from the raw
     ASGI path, while `request.url` is rebuilt from the `Host` header, which a client can
-    make read as `/` on Starlette before 1.0.1 (CVE-2026-48710)."""
+    make read as `/` on Starlette before 1.0.1 (CVE-2026-48710). The key must be a client
+    key; an admin key (`usage.admin_keys`) reads the usage report only, keys or not."""
+    if admin_keys and is_admin(request, admin_keys):
+        raise PermissionDenied("this is an admin key (usage.admin_keys): it reads the usage report only")
     if not keys:
         return
     key = presented_key(request)
@@ -40,6 +43,25 @@ def check(request: Request, keys: frozenset[str]) -> None:
         raise Unauthorized(
             "invalid x-api-key" if request.headers.get("x-api-key") else "invalid API key in the authorization header"
         )
+
+
+def is_admin(request: Request, admin_keys: frozenset[str]) -> bool:
+    key = presented_key(request)
+    return key is not None and any(hmac.compare_digest(key.encode(), k.encode()) for k in admin_keys)
+
+
+def check_admin(request: Request, admin_keys: frozenset[str], keys: frozenset[str]) -> None:
+    """The request's key is an admin key: else 401 (no key, an unknown one) or 403 (a client's)."""
+    if not admin_keys:
+        raise PermissionDenied("the usage report needs an admin key, and none is configured (usage.admin_keys)")
+    if is_admin(request, admin_keys):
+        return
+    key = presented_key(request)
+    if key is None:
+        raise Unauthorized("x-api-key header is required (an admin key, from usage.admin_keys)")
+    if any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
+        raise PermissionDenied("this key may not read the usage report; use an admin key (usage.admin_keys)")
+    raise Unauthorized("invalid admin key")
 
 
 def owner(request: Request, keys: frozenset[str], *, shared: bool, tenants: Mapping[str, str] | None = None,

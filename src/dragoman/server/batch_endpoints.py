@@ -9,7 +9,7 @@ from typing import IO
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from dragoman.server.endpoints import _read_body, authorized, owner, struct_response
+from dragoman.server.endpoints import _read_body, authorized, caller, owner, struct_response
 
 CHUNK = 1 << 20
 
@@ -22,7 +22,10 @@ def _base(request: Request) -> str:
 async def create(request: Request) -> Response:
     gateway = authorized(request)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
-    return struct_response(await gateway.batches.create(body, request.headers, _base(request), owner(request, gateway)))
+    who = caller(request, gateway)
+    batch = await gateway.batches.create(body, request.headers, _base(request), who.owner, key_id=who.key_id,
+                                         tenant=who.tenant)  # fmt: skip
+    return struct_response(batch)
 
 
 async def list_batches(request: Request) -> Response:

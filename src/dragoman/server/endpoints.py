@@ -24,7 +24,7 @@ from dragoman.core.errors import (
 )
 from dragoman.core.gateway import Gateway
 from dragoman.core.observe import Metrics, capped, observe
-from dragoman.core.pipeline import Endpoint, Prepared
+from dragoman.core.pipeline import Caller, Endpoint, Prepared
 from dragoman.core.threads import Turn
 from dragoman.core.types import Completed, DirectWrites, Outcome, Reply, Streaming
 from dragoman.protocol.sse import KEEPALIVE_COMMENT, PING
@@ -44,7 +44,7 @@ def _gateway(request: Request) -> Gateway:
 def authorized(request: Request) -> Gateway:
     """The gateway, once the request's key is checked (every route but the open ones)."""
     gateway = _gateway(request)
-    auth.check(request, gateway.api_keys)
+    auth.check(request, gateway.api_keys, gateway.admin_keys)
     return gateway
 
 
@@ -52,6 +52,12 @@ def owner(request: Request, gateway: Gateway) -> str:
     """Whose files and batches this (authorized) request sees: see `auth.owner`."""
     return auth.owner(request, gateway.api_keys, shared=gateway.config.server.share_between_keys,
                       tenants=gateway.tenants, owners=gateway.owners)  # fmt: skip
+
+
+def caller(request: Request, gateway: Gateway) -> Caller:
+    """Who sent this (authorized) request: its owner, key id and tenant (see `auth.caller`)."""
+    return auth.caller(request, gateway.api_keys, shared=gateway.config.server.share_between_keys,
+                       tenants=gateway.tenants, owners=gateway.owners)  # fmt: skip
 
 
 def struct_response(value: object) -> Response:
@@ -263,12 +269,12 @@ async def serve(gateway: Gateway, request: Request, endpoint: Endpoint) -> Respo
     tracing = gateway.pipeline.tracing
     if tracing is not None:
         outcome.trace = tracing.request(request.headers, endpoint, request.scope["path"])
-    auth.check(request, gateway.api_keys)
+    auth.check(request, gateway.api_keys, gateway.admin_keys)
+    who = caller(request, gateway)
+    outcome.key_id, outcome.tenant = who.key_id, who.tenant  # a body that fails to arrive is accounted too
     body = await _read_body(request, gateway.config.server.max_request_bytes)
-    caller = auth.caller(request, gateway.api_keys, shared=gateway.config.server.share_between_keys,
-                         tenants=gateway.tenants, owners=gateway.owners)  # fmt: skip
     prepared = await gateway.pipeline.prepare(
-        body, endpoint=endpoint, headers=request.headers, caller=caller, outcome=outcome
+        body, endpoint=endpoint, headers=request.headers, caller=who, outcome=outcome
     )
     reply: Reply | Response | None = None
     try:

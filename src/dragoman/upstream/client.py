@@ -184,6 +184,8 @@ class HttpClient:
         replicas = self.replicas
         while True:
             root = request.root = replicas.pick(avoid=request.root)
+            if request.outcome is not None:
+                request.outcome.replica = root  # for usage accounting: the instance that answers
             wait: float | None = None  # before the retry: None for backoff
             elsewhere = False  # the retry goes at once to another instance, which is free
             try:

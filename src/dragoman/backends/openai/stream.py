@@ -189,6 +189,8 @@ class ChatStreams:
                 response.release()  # read to the end: the connection can be reused
             elif not finished:
                 response.close()  # stops the backend's generation
+                if outcome is not None and outcome.output_tokens is None:
+                    note_usage(outcome, translator.usage)  # cut short: what the upstream reported so far
 
     def _feed(self, translator: StreamTranslator, payloads: list[bytes], out: list[anthropic.StreamEvent], *,
               first_alone: bool = False) -> int:  # fmt: skip

@@ -1,0 +1,101 @@
+"""What one finished request used, and the store interface the writer and readers share."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import msgspec
+
+from dragoman.core.types import Outcome
+
+BucketWidth = Literal["1m", "1h", "1d"]
+WIDTH_SECONDS: dict[str, int] = {"1m": 60, "1h": 3600, "1d": 86400}
+GROUPS = ("api_key_id", "model")  # the report's group_by[] values; the CLI also groups by tenant
+
+
+class UsageRecord(msgspec.Struct, frozen=True, array_like=True):
+    """One request's usage. `at` is when it started (seconds since the epoch, UTC)."""
+
+    at: float
+    request_id: str
+    endpoint: str
+    key_id: str | None
+    tenant: str | None
+    model: str  # the name the client asked for
+    upstream_model: str
+    upstream: str
+    replica: str
+    input_tokens: int
+    cache_read_tokens: int
+    output_tokens: int
+    status: int
+    error_type: str | None
+    disconnected: bool
+    duration: float  # seconds
+    ttft: float | None  # seconds to the first token, for streams
+
+
+def record_of(outcome: Outcome, duration: float) -> UsageRecord:
+    """The record of a finished request, from what its outcome holds. A count_tokens
+    request uses no tokens (its count is an answer, not usage), as on Anthropic."""
+    ttft = None if outcome.first_byte is None else outcome.first_byte - outcome.started
+    used = outcome.endpoint != "count_tokens"
+    return UsageRecord(
+        at=time.time() - duration, request_id=outcome.request_id, endpoint=outcome.endpoint,
+        key_id=outcome.key_id, tenant=outcome.tenant, model=_text(outcome.model), upstream_model=_text(outcome.served_model),
+        upstream=outcome.upstream, replica=outcome.replica, input_tokens=used and outcome.input_tokens or 0,
+        cache_read_tokens=used and outcome.cache_read_tokens or 0, output_tokens=used and outcome.output_tokens or 0,
+        status=outcome.status, error_type=outcome.error_type, disconnected=outcome.disconnected,
+        duration=duration, ttft=ttft,
+    )  # fmt: skip
+
+
+MAX_NAME = 256  # characters of a model name kept: the client chooses it
+
+
+def _text(name: str) -> str:
+    """A client's name as a store keeps it: bounded, and without NUL (PostgreSQL's text
+    refuses it, and one refused record would hold back every other)."""
+    return name[:MAX_NAME].replace("\0", "")
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Sums of usage between `start` (inclusive) and `end` (exclusive), in buckets of
+    `width` seconds (0: one bucket), grouped by `group_by` columns, optionally filtered."""
+
+    start: float
+    end: float
+    width: int = 0
+    group_by: tuple[str, ...] = ()  # of "api_key_id", "model", "tenant"
+    key_ids: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Sums:
+    bucket: float  # the bucket's start (the query's start when not bucketed)
+    groups: tuple[str | None, ...]  # in the order of Query.group_by
+    requests: int
+    input_tokens: int
+    cache_read_tokens: int
+    output_tokens: int
+    errors: int
+
+
+class UsageStore(Protocol):
+    """Where records go (SQLite or PostgreSQL). `open` creates or migrates the schema."""
+
+    async def open(self) -> None: ...
+
+    async def write(self, records: list[UsageRecord]) -> None: ...
+
+    async def sums(self, query: Query) -> list[Sums]: ...
+
+    async def prune(self, before: float) -> int:
+        """Delete the records that started before `before`; how many went."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,115 @@
+"""The usage table, its versioned migrations, and the one aggregate query, for both
+SQLite and PostgreSQL. A migration is applied once, in order, in the transaction that
+records its version; the stores run them under a lock that serializes processes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from dragoman.usage.records import Query, Sums
+
+Dialect = Literal["sqlite", "postgres"]
+
+VERSIONS_TABLE = "dragoman_usage_schema"
+CREATE_VERSIONS = (
+    f"CREATE TABLE IF NOT EXISTS {VERSIONS_TABLE} (version INTEGER PRIMARY KEY, applied_at {{time}} NOT NULL)"
+)
+
+# (version, {dialect: statements}); append only: a released migration never changes.
+MIGRATIONS: list[tuple[int, dict[Dialect, list[str]]]] = [
+    (
+        1,
+        {
+            "sqlite": [
+                """CREATE TABLE usage_records (
+                    request_id TEXT PRIMARY KEY, at REAL NOT NULL, endpoint TEXT NOT NULL, key_id TEXT, tenant TEXT,
+                    model TEXT NOT NULL, upstream_model TEXT NOT NULL, upstream TEXT NOT NULL, replica TEXT NOT NULL,
+                    input_tokens INTEGER NOT NULL, cache_read_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,
+                    status INTEGER NOT NULL, error_type TEXT, disconnected INTEGER NOT NULL,
+                    duration REAL NOT NULL, ttft REAL)""",
+                "CREATE INDEX usage_records_at ON usage_records (at)",
+            ],
+            "postgres": [
+                """CREATE TABLE usage_records (
+                    request_id TEXT PRIMARY KEY, at TIMESTAMPTZ NOT NULL, endpoint TEXT NOT NULL, key_id TEXT,
+                    tenant TEXT, model TEXT NOT NULL, upstream_model TEXT NOT NULL, upstream TEXT NOT NULL,
+                    replica TEXT NOT NULL, input_tokens BIGINT NOT NULL, cache_read_tokens BIGINT NOT NULL,
+                    output_tokens BIGINT NOT NULL, status INTEGER NOT NULL, error_type TEXT,
+                    disconnected BOOLEAN NOT NULL, duration DOUBLE PRECISION NOT NULL, ttft DOUBLE PRECISION)""",
+                "CREATE INDEX usage_records_at ON usage_records (at)",
+            ],
+        },
+    ),
+]
+
+LATEST = MIGRATIONS[-1][0]
+
+COLUMNS = (
+    "at",
+    "request_id",
+    "endpoint",
+    "key_id",
+    "tenant",
+    "model",
+    "upstream_model",
+    "upstream",
+    "replica",
+    "input_tokens",
+    "cache_read_tokens",
+    "output_tokens",
+    "status",
+    "error_type",
+    "disconnected",
+    "duration",
+    "ttft",
+)  # fmt: skip  (UsageRecord's fields, in order)
+
+
+def insert_sql(dialect: Dialect) -> str:
+    """One record's INSERT; a record written twice (a commit whose answer was lost) counts once."""
+    names = ", ".join(COLUMNS)
+    if dialect == "sqlite":
+        return f"INSERT OR IGNORE INTO usage_records ({names}) VALUES ({', '.join('?' * len(COLUMNS))})"
+    values = ", ".join("to_timestamp($1)" if i == 1 else f"${i}" for i in range(1, len(COLUMNS) + 1))
+    return f"INSERT INTO usage_records ({names}) VALUES ({values}) ON CONFLICT (request_id) DO NOTHING"
+
+
+def sums_sql(query: Query, dialect: Dialect) -> tuple[str, list[object]]:
+    """The aggregate query for `query`, and its arguments."""
+    args: list[object] = []
+
+    def arg(value: object) -> str:
+        args.append(value)
+        return "?" if dialect == "sqlite" else f"${len(args)}"
+
+    epoch = "at" if dialect == "sqlite" else "extract(epoch from at)"
+    time: Callable[[float], str] = (lambda t: arg(t)) if dialect == "sqlite" else (lambda t: f"to_timestamp({arg(t)})")
+    columns = [{"api_key_id": "key_id"}.get(g, g) for g in query.group_by]
+    if query.width:  # the bucket's start: the epoch is a UTC midnight, so days are UTC days
+        width = str(int(query.width))  # a number of ours (WIDTH_SECONDS), not the client's text
+        columns.insert(0, f"CAST(floor({epoch} / {width}) * {width} AS BIGINT)" if dialect == "postgres"
+                          else f"(CAST({epoch} / {width} AS INTEGER) * {width})")  # fmt: skip
+    where = [f"at >= {time(float(query.start))}", f"at < {time(float(query.end))}"]
+    for column, values in (("key_id", query.key_ids), ("model", query.models)):
+        if values:
+            where.append(f"{column} IN ({', '.join(arg(v) for v in values)})")
+    sums = ", ".join(f"CAST(sum({c}) AS BIGINT)" for c in ("input_tokens", "cache_read_tokens", "output_tokens"))
+    errors = "CAST(sum(CASE WHEN error_type IS NULL THEN 0 ELSE 1 END) AS BIGINT)"
+    keys = ", ".join(str(i) for i in range(1, len(columns) + 1))  # by position: grouped and ordered alike
+    sql = (f"SELECT {', '.join([*columns, 'count(*)', sums, errors])} FROM usage_records "
+           f"WHERE {' AND '.join(where)}" + (f" GROUP BY {keys} ORDER BY {keys}" if columns else ""))  # fmt: skip
+    return sql, args
+
+
+def sums_of(rows: list[tuple[object, ...]], query: Query) -> list[Sums]:
+    """The query's rows (as both drivers give them) as `Sums`."""
+    result = []
+    for row in rows:
+        at = 1 if query.width else 0
+        bucket = float(row[0]) if query.width else query.start  # type: ignore[arg-type]
+        groups = tuple(None if v is None else str(v) for v in row[at : at + len(query.group_by)])
+        count, tokens_in, cached, tokens_out, errors = (int(v or 0) for v in row[at + len(query.group_by) :])  # type: ignore[call-overload]
+        if count:  # an aggregate over no rows is one row of zeros
+            result.append(Sums(bucket, groups, count, tokens_in, cached, tokens_out, errors))
+    return result

@@ -1,0 +1,98 @@
+"""Usage records in SQLite: the embedded default, one file in the data directory that
+every `--workers` process of one host shares (WAL mode; writers take turns)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from msgspec.structs import astuple
+
+from dragoman.usage.records import Query, Sums, UsageRecord
+from dragoman.usage.schema import CREATE_VERSIONS, LATEST, MIGRATIONS, VERSIONS_TABLE, insert_sql, sums_of, sums_sql
+
+FILE = "usage.sqlite3"
+BUSY_TIMEOUT = 10.0  # seconds a writer waits for another process's transaction
+
+
+class SqliteStore:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / FILE
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()  # one connection, used from worker threads one at a time
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self._open)
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")  # WAL: a power loss may lose the last commits, never corrupt
+        migrate(db)
+        self._db = db
+
+    async def write(self, records: list[UsageRecord]) -> None:
+        if records:
+            await asyncio.to_thread(self._write, records)
+
+    def _write(self, records: list[UsageRecord]) -> None:
+        with self._lock:
+            db = self._connection()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(insert_sql("sqlite"), (astuple(r) for r in records))
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    async def sums(self, query: Query) -> list[Sums]:
+        return await asyncio.to_thread(self._sums, query)
+
+    def _sums(self, query: Query) -> list[Sums]:
+        sql, args = sums_sql(query, "sqlite")
+        with self._lock:
+            rows = self._connection().execute(sql, args).fetchall()
+        return sums_of(rows, query)
+
+    async def prune(self, before: float) -> int:
+        return await asyncio.to_thread(self._prune, before)
+
+    def _prune(self, before: float) -> int:
+        with self._lock:
+            return self._connection().execute("DELETE FROM usage_records WHERE at < ?", (before,)).rowcount
+
+    async def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError("the usage store is not open")
+        return self._db
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """Bring the schema to LATEST. BEGIN IMMEDIATE takes the database's write lock, so
+    processes starting together apply each migration once, one after the other."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute(CREATE_VERSIONS.format(time="REAL"))
+        current = db.execute(f"SELECT coalesce(max(version), 0) FROM {VERSIONS_TABLE}").fetchone()[0]
+        if current > LATEST:
+            raise RuntimeError(f"the usage database has schema version {current}; this dragoman knows up to {LATEST}")
+        for version, steps in MIGRATIONS:
+            if version > current:
+                for statement in steps["sqlite"]:
+                    db.execute(statement)
+                db.execute(f"INSERT INTO {VERSIONS_TABLE} (version, applied_at) VALUES (?, ?)", (version, time.time()))
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")

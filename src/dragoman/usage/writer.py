@@ -1,0 +1,128 @@
+"""The buffered writer: a finished request's record is appended to a list (no I/O on the
+request path) and written by a background task at least every `interval` seconds, and
+at a clean shutdown. A write that fails (the database restarting) keeps its records for
+the next one, so an outage costs no record unless the process itself dies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+
+from dragoman.core.types import Outcome
+from dragoman.usage.records import UsageRecord, UsageStore, record_of
+
+log = logging.getLogger("dragoman.usage")
+
+MAX_HELD = 1_000_000  # records kept while the store is down (a few hundred MB at most); the oldest go first
+PRUNE_EVERY = 3600.0  # seconds between deletions of records past `retain_days`
+CLOSE_TIMEOUT = 10.0  # seconds a shutdown keeps trying to write what is held
+
+
+class UsageWriter:
+    def __init__(self, store: UsageStore, interval: float = 1.0, retain_days: int | None = None) -> None:
+        self.store = store
+        self._interval = interval
+        self._retain = None if retain_days is None else retain_days * 86400.0
+        self._pruned_at = -math.inf  # monotonic time of the last prune
+        self._held: list[UsageRecord] = []
+        self._task: asyncio.Task[None] | None = None
+        self._flushing = asyncio.Lock()
+        self._failing = False  # logged once per outage
+        self._opened = False
+        self.dropped = 0
+
+    def note(self, outcome: Outcome, duration: float) -> None:
+        """Called once a request is finished (`observe.Metrics.record`): no I/O here."""
+        self._held.append(record_of(outcome, duration))
+        if len(self._held) > MAX_HELD:
+            excess = len(self._held) - MAX_HELD
+            del self._held[:excess]
+            self.dropped += excess
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    def start(self) -> None:
+        """Start writing: the store is opened (its schema created or migrated) at once, in
+        the background, so that a database that is down or slow delays no start-up; one
+        that cannot be opened is tried again every interval, and records are held meanwhile."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="usage writer")
+
+    async def _open(self) -> bool:
+        if not self._opened:
+            try:
+                await self.store.open()
+            except Exception as error:  # noqa: BLE001 - unreachable, refused: tried again
+                if not self._failing:
+                    log.error("the usage store cannot be opened (%s: %s); records are held and it is tried again",
+                              type(error).__name__, error)  # fmt: skip
+                self._failing = True
+                return False
+            self._opened = True
+        return True
+
+    async def _run(self) -> None:
+        async with self._flushing:
+            await self._open()
+        while True:
+            await self._prune_if_due()
+            await asyncio.sleep(self._interval)
+            await self.flush()
+
+    async def _prune_if_due(self) -> None:
+        """With `retain_days`: delete what is older, at start and then hourly (every
+        process does; a delete is the same from any of them)."""
+        if self._retain is None or not self._opened or time.monotonic() - self._pruned_at < PRUNE_EVERY:
+            return
+        self._pruned_at = time.monotonic()
+        try:
+            gone = await self.store.prune(time.time() - self._retain)
+        except Exception as error:  # noqa: BLE001 - the store down: tried again in an hour
+            log.warning("old usage records could not be deleted (%s: %s)", type(error).__name__, error)
+            return
+        if gone:
+            log.info("%d usage records older than %g days deleted", gone, self._retain / 86400)
+
+    async def flush(self) -> bool:
+        """Write what is held; False if the store refused (the records stay held)."""
+        async with self._flushing:
+            if not self._held:
+                return True
+            if not await self._open():
+                return False
+            batch, self._held = self._held, []
+            try:
+                await self.store.write(batch)
+            except BaseException as error:  # any driver's failure: kept and tried again
+                self._held[:0] = batch  # (written twice, a record counts once: see schema.insert_sql)
+                if not isinstance(error, Exception):
+                    raise  # cancelled
+                if not self._failing:
+                    log.warning("usage records could not be written (%s: %s); %d kept, retrying every %g s",
+                                type(error).__name__, error, len(self._held), self._interval)  # fmt: skip
+                self._failing = True
+                return False
+            if self._failing:
+                log.warning("usage records are written again (%d written)", len(batch))
+                self._failing = False
+            return True
+
+    async def close(self) -> None:
+        """Stop the background task and write what is held, trying for CLOSE_TIMEOUT."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                while not await self.flush():
+                    await asyncio.sleep(min(self._interval, 0.5))
+        if self._held:
+            log.error("%d usage records could not be written before shutdown", len(self._held))
+        if self._opened:
+            await self.store.close()
