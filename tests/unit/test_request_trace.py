@@ -56,3 +56,22 @@ def test_byte_by_byte() -> None:
     whole = stream()
     trace, passed = watched([whole[i : i + 1] for i in range(len(whole))])
     assert passed == whole and trace._reply.stop_reason == "max_tokens"
+
+
+def test_a_clients_unlisted_model_name_is_cut_short_and_no_metric_label() -> None:
+    from types import SimpleNamespace
+
+    from dragoman.core.types import Call, Route
+    from dragoman.translate.request import ModelCaps
+
+    spans: list = []
+    span = SimpleNamespace(set_attribute=lambda *args: spans.append(args))
+    trace = RequestTrace(None, span, operation="chat", capture_content=False, instruments=None)
+    name = "m" * 100_000
+    route = Route(
+        backend=SimpleNamespace(path="translate"), upstream="u", upstream_model=name, caps=ModelCaps(), listed=False
+    )
+    trace.prepared(Call(body=b"{}", model=name, upstream_model=name, headers={}, request_id="r"), route, "openai")
+    assert trace._metric_model == "unlisted"
+    assert len(trace._request_attributes["gen_ai.request.model"]) < 300
+    assert all(len(str(value)) < 300 for _, value in spans)

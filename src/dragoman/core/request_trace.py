@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from dragoman.core.observe import capped
 from dragoman.core.types import Call, Outcome, Route
 
 
@@ -92,14 +93,16 @@ class RequestTrace:
         self._wall0, self._perf0 = time.time_ns(), time.perf_counter()
         self._attempt: Any = None
         self._request_attributes: dict[str, Any] = {}
-        self._model = ""
+        self._model = self._metric_model = ""
         self._provider = "openai"
         self._reply = _Reply()
         self._output: bytes | None = None
 
     def prepared(self, call: Call, route: Route, provider: str) -> None:
         """The request as routed: what every attempt's span carries."""
-        self._model, self._provider = route.upstream_model, provider
+        # A client's own name, sent on unlisted, is cut short on spans and is no metric label.
+        self._model, self._provider = capped(route.upstream_model), provider
+        self._metric_model = route.upstream_model if route.listed else "unlisted"
         try:
             sampling = _SAMPLING.decode(call.body)
         except msgspec.DecodeError:
@@ -107,7 +110,7 @@ class RequestTrace:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": self._operation,
             "gen_ai.provider.name": provider,
-            "gen_ai.request.model": route.upstream_model,
+            "gen_ai.request.model": self._model,
             "dragoman.upstream": route.upstream,
         }
         for name in ("max_tokens", "temperature", "top_p", "top_k", "stop_sequences"):
@@ -120,7 +123,7 @@ class RequestTrace:
                 if raw:
                     attributes[key] = bytes(raw).decode()
         self._request_attributes = attributes
-        self.span.set_attribute("gen_ai.request.model", call.model)
+        self.span.set_attribute("gen_ai.request.model", capped(call.model))
         self.span.set_attribute("dragoman.request_id", call.request_id)
 
     def attempt(self, root: str, lines: bytes, reason: str | None = None) -> bytes:
@@ -263,7 +266,7 @@ class RequestTrace:
         if reply.id:
             attributes["gen_ai.response.id"] = reply.id
         if reply.model:
-            attributes["gen_ai.response.model"] = reply.model
+            attributes["gen_ai.response.model"] = capped(reply.model)
         if reply.stop_reason:
             attributes["gen_ai.response.finish_reasons"] = [reply.stop_reason]
         if self._output is not None:
@@ -290,9 +293,7 @@ class RequestTrace:
         if instruments is None or not self._model:
             return
         attributes: dict[str, Any] = {"gen_ai.operation.name": self._operation, "gen_ai.provider.name": self._provider,
-                                      "gen_ai.request.model": self._model}  # fmt: skip
-        if self._reply.model:
-            attributes["gen_ai.response.model"] = self._reply.model
+                                      "gen_ai.request.model": self._metric_model}  # fmt: skip
         if error_type is not None:
             attributes["error.type"] = error_type
         instruments.duration.record(now - outcome.started, attributes)
