@@ -7,7 +7,7 @@ import anthropic
 import pytest
 
 from dragoman.core.config import from_dict
-from tests.support import servers
+from tests.support import redis_server, servers
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fakes import FakeUpstream
 from tests.support.servers import GatewayServer, config_for, make_config
@@ -83,3 +83,17 @@ def make_gateway(upstream: FakeUpstream) -> Iterator[Callable[..., GatewayServer
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """Real Redis (tests/support/redis_server.py): REDIS_URL, 127.0.0.1:6379, or one started here."""
+    with redis_server.server_url() as url:
+        yield url
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix of this test's own in `redis_url`, cleaned up after it."""
+    with redis_server.prefix(redis_url) as name:
+        yield name

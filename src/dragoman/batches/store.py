@@ -51,7 +51,7 @@ class Record(msgspec.Struct, frozen=True):
     expires: float
     total: int
     headers: dict[str, str]
-    key_id: str | None = None  # its requests' usage is the creating key's (`Caller.key_id`) and tenant's
+    key_id: str | None = None  # its requests' usage and [limits] are the creating key's (`Caller.key_id`) and tenant's
     tenant: str | None = None
 
 

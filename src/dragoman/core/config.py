@@ -17,6 +17,9 @@ from typing import Any, Literal
 import msgspec
 from msgspec import Struct
 
+from dragoman.limits import settings as limit_settings
+from dragoman.limits.settings import LimitsConfig
+
 
 class ConfigError(Exception):
     """A configuration problem, worded for a one-line startup failure."""
@@ -203,6 +206,7 @@ class Config(_Config, frozen=True):
     files: FilesConfig = FilesConfig()
     tracing: TracingConfig = TracingConfig()
     usage: UsageConfig = UsageConfig()
+    limits: LimitsConfig = LimitsConfig()  # per key and tenant: see docs/team.md
     upstreams: dict[str, UpstreamConfig] = {}
     models: list[ModelConfig] = []
 
@@ -255,6 +259,8 @@ def from_dict(data: dict[str, Any]) -> Config:
 
 
 def _check(config: Config) -> None:
+    if (problem := limit_settings.check(config.limits, config.server.tenants)) is not None:
+        raise ConfigError(problem)
     seen: dict[str, str] = {}
     for tenant, keys in config.server.tenants.items():
         for key in keys:

@@ -35,6 +35,7 @@ from dragoman.core.threads import ThreadStore
 from dragoman.core.tracing import build_tracing
 from dragoman.core.types import Backend, NoModelList, Route
 from dragoman.files.store import FileStore
+from dragoman.limits import gate
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
 from dragoman.usage.stores import store_for
 from dragoman.usage.writer import UsageWriter
@@ -90,9 +91,11 @@ class Gateway:
             raise ConfigError(f"files.dir: cannot keep the gateway's owner salt there: {error}") from None
         self.files = FileStore(config.files, self.owners)
         self.threads = ThreadStore()
+        self.limits = gate.build(config.limits, self.metrics.registry)
         self.pipeline = Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,
                                  max_request_bytes=config.server.max_request_bytes,
-                                 decode_whole=lambda: self.translates_only, tracing=self.tracing)  # fmt: skip
+                                 decode_whole=lambda: self.translates_only, tracing=self.tracing,
+                                 limits=self.limits)  # fmt: skip
         self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
         self.usage: UsageWriter | None = None
         if config.usage.enabled:
@@ -134,6 +137,8 @@ class Gateway:
         if running:
             await asyncio.wait(running)
         await self.batches.close()
+        if self.limits is not None:
+            await self.limits.store.close()
         for backend in self.backends.values():
             await backend.close()
         if self.tracing is not None:

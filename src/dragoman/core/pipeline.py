@@ -13,6 +13,7 @@ body, resolved here (threads) or by the backend that serves it (compaction).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -25,6 +26,7 @@ from dragoman.core.tracing import Tracing
 from dragoman.core.types import Call, Completed, Outcome, Reply, Route
 from dragoman.core.validation import decode_request
 from dragoman.files.store import FileStore
+from dragoman.limits.gate import Admission, Limits
 from dragoman.protocol import anthropic
 
 Endpoint = Literal["messages", "count_tokens", "batch"]
@@ -46,6 +48,8 @@ class Prepared:
     call: Call
     route: Route
     turn: Turn | None = None
+    caller: Caller | None = None
+    admission: Admission | None = None  # what [limits] let it take: its reply's rate-limit headers
 
 
 class Pipeline:
@@ -61,6 +65,7 @@ class Pipeline:
         max_request_bytes: int,
         decode_whole: Callable[[], bool],
         tracing: Tracing | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self._route = route
         self._files = files
@@ -69,6 +74,7 @@ class Pipeline:
         self._max_bytes = max_request_bytes
         self._decode_whole = decode_whole  # every upstream translates: decode the body once, here
         self.tracing = tracing  # None: tracing is off, and no request does any tracing work
+        self._limits = limits
 
     async def prepare(self, body: bytes, *, endpoint: Endpoint, headers: Mapping[str, str], caller: Caller,
                       outcome: Outcome) -> Prepared:  # fmt: skip
@@ -108,19 +114,25 @@ class Pipeline:
                     request_id=outcome.request_id, stream=envelope.stream, outcome=outcome, request=whole)  # fmt: skip
         if outcome.trace is not None:
             outcome.trace.prepared(call, route, "anthropic" if route.path == "passthrough" else "openai")
-        return Prepared(call, route, turn)
+        return Prepared(call, route, turn, caller)
 
     async def send(self, prepared: Prepared, *, endpoint: Endpoint) -> Reply:
-        """The backend's reply, once the upstream has a slot for it. An interactive request
-        finds a full queue a 529 at once; a batch's waits its turn (it has a day)."""
+        """The backend's reply, once the caller's limits admit it (else a 429) and the upstream
+        has a slot for it. An interactive request finds a full queue a 529 at once; a batch's
+        waits its turn (it has a day)."""
         call, route = prepared.call, prepared.route
         outcome = call.outcome
         assert outcome is not None
         limiter = self._limiters.get(route.upstream)
         try:
+            if self._limits is not None:
+                caller = prepared.caller or Caller(owner="")
+                admission = await self._limits.admit(caller.key_id, caller.tenant, call, endpoint)
+                prepared.admission = admission
+                outcome.release = functools.partial(admission.settle, outcome)  # settled at its end, see observe()
             if limiter is not None:
                 await limiter.acquire(queue=endpoint != "batch")
-                outcome.release = limiter.release  # at the reply's last byte, see observe()
+                outcome.release = _both(limiter.release, outcome.release)  # at the reply's last byte, see observe()
             handler = route.backend.count_tokens if endpoint == "count_tokens" else route.backend.messages
             reply = await handler(call, route)
         except BaseException:
@@ -140,6 +152,19 @@ def _traced(reply: Reply, trace: RequestTrace) -> None:
     else:
         reply.chunks = trace.watch(reply.chunks)
         reply.direct = None
+
+
+def _both(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    if then is None:
+        return first
+
+    def both() -> None:
+        try:
+            first()
+        finally:
+            then()
+
+    return both
 
 
 def _check_batchable(request: anthropic.MessagesRequest | anthropic.Envelope) -> None:

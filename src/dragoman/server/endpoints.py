@@ -284,6 +284,8 @@ async def serve(gateway: Gateway, request: Request, endpoint: Endpoint) -> Respo
             _follow(prepared.turn, reply)
     if isinstance(reply, Response):  # the client left
         return reply
+    if prepared.admission is not None:  # JSON or a stream's head: Anthropic's anthropic-ratelimit-* headers
+        reply.headers.update(prepared.admission.headers())
     return render(observe(reply, outcome, gateway.metrics), outcome.request_id, outcome, gateway.metrics)
 
 

@@ -135,6 +135,13 @@ class StreamTranslator:
     def usage(self) -> a.Usage:
         return usage_of(self._usage)
 
+    def usage_so_far(self) -> a.Usage | None:
+        """For a stream cut short: the upstream's usage if it came, else the output as one
+        token per chunk received (the input unknown: None when nothing came)."""
+        if self._usage is not None:
+            return usage_of(self._usage)
+        return a.Usage(input_tokens=0, output_tokens=self._generated) if self._generated else None
+
     @property
     def needs_usage(self) -> bool:
         """The reply has no usage from the upstream: a stop sequence matched here ended it

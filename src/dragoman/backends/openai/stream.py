@@ -181,6 +181,12 @@ class ChatStreams:
                 handed_over = True
                 end_body(response)  # the client's reply ends now, not when the server ends its body
         finally:
+            if not finished and outcome is not None and outcome.output_tokens is None:
+                cut = translator.usage_so_far()  # what a cut stream used, for its key's limits and usage
+                if cut is not None:
+                    note_usage(outcome, cut)
+                    if translator.needs_usage:
+                        outcome.input_tokens = None  # not known: the limits estimate it
             if watch is not None:
                 watch.close()
             if opening is not None:

@@ -1,0 +1,297 @@
+"""Admitting a request under its key's or tenant's limits, and settling it at its end.
+
+    admit ─▶ concurrency slot (queued, bounded) ─▶ store.take (all buckets or none) ─▶ Admission
+    Admission.settle(outcome) ─▶ the real input and output tokens, store.adjust, slot freed
+
+Requests count 1 when admitted. Input tokens (as Anthropic counts them: no cache reads)
+are known only from the upstream's usage: a request is admitted while the input bucket
+is not empty, and charged its input at the end. Output tokens are reserved from
+`max_tokens` at the start, and the unused part refunded at the end. `count_tokens`
+counts as a request and uses no tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+from prometheus_client import CollectorRegistry, Counter
+
+from dragoman.core.errors import RateLimited
+from dragoman.core.types import Call, Outcome
+from dragoman.limits.settings import BUDGETS, RATES, LimitsConfig, LimitSet
+from dragoman.limits.slots import Concurrency
+from dragoman.limits.store import LocalStore, Store, Taken, Want
+
+MINUTE = 60.0
+DIMENSIONS = (  # (config key, header name, what a want of it costs)
+    ("requests_per_minute", "requests", "request"),
+    ("input_tokens_per_minute", "input-tokens", "input"),
+    ("output_tokens_per_minute", "output-tokens", "output"),
+)
+BATCH_WAIT_MAX = 60.0  # seconds a batch request sleeps before it asks its buckets again
+
+
+class _MaxTokens(msgspec.Struct):
+    max_tokens: int = 0
+
+
+_MAX_TOKENS = msgspec.json.Decoder(_MaxTokens)
+
+
+class LimitReached(RateLimited):
+    """A 429 that carries the limits' headers along with `retry-after`."""
+
+    def __init__(self, message: str, *, retry_after: str | None, extra: dict[str, str],
+                 should_retry: bool | None = None) -> None:  # fmt: skip
+        super().__init__(message, retry_after=retry_after, should_retry=should_retry)
+        self.extra = extra
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), **self.extra}
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """One bucket a subject's requests draw on, fixed by the configuration."""
+
+    kind: str  # request, input, output, budget
+    header: str | None  # requests, input-tokens, output-tokens; None for budgets
+    key: str  # the bucket's key, without a budget's window
+    capacity: int
+    source: str  # the configuration key that set it: named in a 429's message
+    window: str | None = None  # day or month, for budgets
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    rules: tuple[_Rule, ...]
+    slots: tuple[tuple[str, int, str], ...]  # (key, max_concurrent, source)
+    who: str  # for messages: "key key_…" or "tenant team-a"
+
+
+def rfc3339(moment: float) -> str:
+    return datetime.datetime.fromtimestamp(moment, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def window_end(window: str, now: float) -> tuple[str, float]:
+    """The budget window holding `now` (UTC): its name and when it ends."""
+    day = datetime.datetime.fromtimestamp(now, datetime.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if window == "day":
+        return day.strftime("%Y-%m-%d"), (day + datetime.timedelta(days=1)).timestamp()
+    first = day.replace(day=1)
+    following = (first + datetime.timedelta(days=32)).replace(day=1)
+    return first.strftime("%Y-%m"), following.timestamp()
+
+
+class Admission:
+    """What one admitted request took, for its reply's headers and its settlement."""
+
+    __slots__ = ("_gate", "_wants", "_rules", "_levels", "_slots", "_reserved", "_estimate", "_counts", "_now")
+
+    def __init__(self, gate: Limits, wants: list[Want], rules: list[_Rule], taken: Taken, slots: list[str],
+                 reserved: int, estimate: int, counts: bool) -> None:  # fmt: skip
+        self._gate, self._wants, self._rules, self._levels = gate, wants, rules, taken.levels
+        self._slots, self._reserved, self._estimate, self._counts = slots, reserved, estimate, counts
+        self._now = time.time()
+
+    def headers(self) -> dict[str, str]:
+        """Anthropic's `anthropic-ratelimit-*` headers for the limits that apply: per kind
+        the bucket nearest to empty; `tokens` the nearer of input and output."""
+        tightest: dict[str, tuple[float, Want]] = {}
+        for rule, want, level in zip(self._rules, self._wants, self._levels, strict=True):
+            if rule.header is not None and (rule.header not in tightest or level < tightest[rule.header][0]):
+                tightest[rule.header] = (level, want)
+        tokens = [tightest[h] for h in ("input-tokens", "output-tokens") if h in tightest]
+        if tokens:
+            tightest["tokens"] = min(tokens, key=lambda pair: pair[0])
+        headers = {}
+        for name, (level, want) in tightest.items():
+            prefix = "anthropic-ratelimit-" + name
+            headers[prefix + "-limit"] = str(int(want.capacity))
+            headers[prefix + "-remaining"] = str(max(0, math.floor(level)))
+            headers[prefix + "-reset"] = rfc3339(self._now + max(0.0, want.capacity - level) / want.per_second)
+        return headers
+
+    def settle(self, outcome: Outcome) -> None:
+        """Charge the request's real tokens and free its slots; once, at its end however it ended."""
+        for key in self._slots:
+            self._gate.concurrency.release(key)
+        self._slots = []
+        if not self._counts:
+            return
+        served = outcome.status == 200
+        used_in = outcome.input_tokens if outcome.input_tokens is not None else (self._estimate if served else 0)
+        # A stream cut before the upstream told its usage keeps its whole reservation.
+        used_out = outcome.output_tokens if outcome.output_tokens is not None else (self._reserved if served else 0)
+        changes = []
+        for rule, want in zip(self._rules, self._wants, strict=True):
+            if rule.kind == "input" and used_in:
+                changes.append((want, -float(used_in)))
+            elif rule.kind == "output" and self._reserved != used_out:
+                changes.append((want, float(self._reserved - used_out)))
+            elif rule.kind == "budget" and used_in + used_out:
+                changes.append((want, -float(used_in + used_out)))
+        self._counts = False
+        self._gate.store.adjust(changes)
+
+
+class Limits:
+    """The configured limits, their store, and the concurrency slots of this process."""
+
+    def __init__(self, config: LimitsConfig, store: Store, registry: CollectorRegistry | None = None,
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+        self.config = config
+        self.store = store
+        self.concurrency = Concurrency()
+        self._clock = clock
+        self._plans: dict[tuple[str | None, str | None, str, str], _Plan] = {}
+        self.refused = Counter("dragoman_rate_limited", "Requests refused by a limit of [limits]", ["limit"],
+                               registry=registry) if registry is not None else None  # fmt: skip
+
+    async def admit(self, key_id: str | None, tenant: str | None, call: Call, endpoint: str) -> Admission:
+        """Admitted under every limit that applies, or LimitReached (429) naming the limit."""
+        plan = self._plan(key_id, tenant, call.model, call.upstream_model)
+        batch = endpoint == "batch"
+        held: list[str] = []
+        try:
+            for key, limit, source in plan.slots:
+                if not await self.concurrency.acquire(key, limit, None if batch else self.config.queue_timeout):
+                    self._count(source)
+                    raise LimitReached(f"{source}: {plan.who} has {limit} requests in progress, its limit; none ended "
+                                       f"within {self.config.queue_timeout:g} s", retry_after="1", extra={})  # fmt: skip
+                held.append(key)
+            counts = endpoint != "count_tokens"
+            reserved = _max_tokens(call) if counts else 0
+            wants, rules = self._wants(plan, reserved)
+            while True:
+                taken = await self.store.take(wants)
+                if taken.admitted:
+                    break
+                rule = rules[taken.refused]
+                if not batch or rule.kind == "budget":
+                    raise self._refusal(plan, rules, wants, taken)
+                await asyncio.sleep(min(taken.wait, BATCH_WAIT_MAX))  # a batch has a day: it waits its turn
+        except BaseException:
+            for key in held:
+                self.concurrency.release(key)
+            raise
+        return Admission(self, wants, rules, taken, held, reserved, len(call.body) // 4, counts)
+
+    def _wants(self, plan: _Plan, reserved: int) -> tuple[list[Want], list[_Rule]]:
+        wants, rules = [], []
+        now = self._clock()
+        for rule in plan.rules:
+            if rule.kind == "budget":
+                assert rule.window is not None
+                name, end = window_end(rule.window, now)
+                wants.append(Want(f"{rule.key}:{name}", rule.capacity, 0.0, 0.0, 1.0, end - now + MINUTE))
+            else:
+                cost = 1.0 if rule.kind == "request" else float(reserved) if rule.kind == "output" else 0.0
+                need = min(cost, rule.capacity) if rule.kind != "input" else 1.0
+                wants.append(Want(rule.key, rule.capacity, rule.capacity / MINUTE, cost, need, MINUTE))
+            rules.append(rule)
+        return wants, rules
+
+    def _refusal(self, plan: _Plan, rules: list[_Rule], wants: list[Want], taken: Taken) -> LimitReached:
+        rule = rules[taken.refused]
+        self._count(rule.source)
+        if rule.kind == "budget":
+            assert rule.window is not None
+            _, end = window_end(rule.window, self._clock())
+            return LimitReached(f"{rule.source}: {plan.who} has used its budget of {rule.capacity} tokens per "
+                                f"{rule.window}; it resets at {rfc3339(end)}", retry_after=str(math.ceil(end - self._clock())),
+                                extra={}, should_retry=False)  # fmt: skip
+        seconds = max(1, math.ceil(taken.wait))
+        admission = Admission(self, wants, rules, taken, [], 0, 0, False)
+        what = {"request": "requests", "input": "input tokens", "output": "output tokens"}[rule.kind]
+        return LimitReached(f"{rule.source}: {plan.who} is over its rate limit of {rule.capacity} {what} per minute; "
+                            f"retry after {seconds} s", retry_after=str(seconds), extra=admission.headers())  # fmt: skip
+
+    def _count(self, limit: str) -> None:
+        if self.refused is not None:
+            self.refused.labels(limit.rsplit(".", 1)[-1]).inc()
+
+    def _plan(self, key_id: str | None, tenant: str | None, model: str, upstream_model: str) -> _Plan:
+        cache = (key_id, tenant, model, upstream_model)
+        plan = self._plans.get(cache)
+        if plan is None:
+            if len(self._plans) > 100_000:  # keys are bounded by the configuration; models may not be
+                self._plans.clear()
+            plan = self._plans[cache] = _make_plan(self.config, key_id, tenant, model, upstream_model)
+        return plan
+
+
+def _make_plan(config: LimitsConfig, key_id: str | None, tenant: str | None, model: str, upstream_model: str) -> _Plan:
+    """The buckets and slots of one subject (tenant, key or everyone) for one model."""
+    table = config.tenants.get(tenant) if tenant is not None else None
+    if tenant is not None:
+        subject, who = f"t:{tenant}", f"tenant {tenant}"
+    else:
+        subject, who = (f"k:{key_id}", f"key {key_id}") if key_id else ("all", "everyone")
+    # (scope, its limits as (value, the key that set it) by name)
+    own = f"limits.tenants.{tenant}" if table is not None else "limits"
+    scopes = [("*", _values(table, own, config, "limits") if table is not None else _values(config, "limits"))]
+    for name in dict.fromkeys((model, upstream_model)):
+        if table is not None and name in table.models:
+            scopes.append((name, _values(table.models[name], f"{own}.models.{name}")))
+            break
+        if name in config.models:
+            scopes.append((name, _values(config.models[name], f"limits.models.{name}")))
+            break
+    rules: list[_Rule] = []
+    slots: list[tuple[str, int, str]] = []
+    for scope, values in scopes:
+        prefix = f"{{{subject}}}:{scope}:"  # hash-tagged: Redis Cluster keeps a subject's buckets together
+        for name, header, kind in DIMENSIONS:
+            if name in values:
+                rules.append(_Rule(kind, header, prefix + kind, *values[name]))
+        for window in ("day", "month"):
+            if f"tokens_per_{window}" in values:
+                rules.append(_Rule("budget", None, prefix + window, *values[f"tokens_per_{window}"], window=window))
+        if "max_concurrent" in values:
+            slots.append((prefix + "slots", *values["max_concurrent"]))
+    return _Plan(tuple(rules), tuple(slots), who)
+
+
+def _values(own: LimitSet, path: str, base: LimitSet | None = None, base_path: str = "") -> dict[str, tuple[int, str]]:
+    """The limits set in `own`, else in `base`, each with the configuration key that set it."""
+    values = {}
+    for name in (*RATES, *BUDGETS, "max_concurrent"):
+        if getattr(own, name) is not None:
+            values[name] = (getattr(own, name), f"{path}.{name}")
+        elif base is not None and getattr(base, name) is not None:
+            values[name] = (getattr(base, name), f"{base_path}.{name}")
+    return values
+
+
+def _max_tokens(call: Call) -> int:
+    if call.request is not None:
+        return call.request.max_tokens
+    try:
+        return max(0, _MAX_TOKENS.decode(call.body).max_tokens)
+    except msgspec.DecodeError:  # decoded before: only a count_tokens body has none
+        return 0
+
+
+def build(config: LimitsConfig, registry: CollectorRegistry | None = None) -> Limits | None:
+    """The gateway's limits, or None when none are configured."""
+    if not config.enabled:
+        return None
+    store: Store
+    if config.redis_url:
+        from dragoman.limits.redis_store import RedisStore
+
+        errors = Counter("dragoman_limits_store_errors", "Redis failures met by the limits (fail_open served on)",
+                         registry=registry) if registry is not None else None  # fmt: skip
+        store = RedisStore(config.redis_url, prefix=config.redis_prefix, timeout=config.redis_timeout,
+                           fail_open=config.on_redis_error == "fail_open",
+                           on_error=errors.inc if errors is not None else lambda: None)  # fmt: skip
+    else:
+        store = LocalStore()
+    return Limits(config, store, registry)

@@ -1,0 +1,55 @@
+"""`max_concurrent`: requests at once per key or tenant, and a queue bounded in time.
+
+A request waits for a slot at most `queue_timeout` seconds (a batch's request as long
+as it takes); a client that hangs up while queued is cancelled out of the queue
+(`server.disconnect`). Slots are per process, with Redis too (see docs/team.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class _Slots:
+    __slots__ = ("semaphore", "users")
+
+    def __init__(self, limit: int) -> None:
+        self.semaphore = asyncio.Semaphore(limit)
+        self.users = 0  # holding or waiting: the entry goes once nobody is
+
+
+class Concurrency:
+    def __init__(self) -> None:
+        self._slots: dict[str, _Slots] = {}
+
+    async def acquire(self, key: str, limit: int, timeout: float | None) -> bool:
+        """True once a slot is held; False if none came within `timeout` (None: no bound)."""
+        slots = self._slots.get(key)
+        if slots is None:
+            slots = self._slots[key] = _Slots(limit)
+        slots.users += 1
+        try:
+            if slots.semaphore.locked() and timeout == 0:
+                raise TimeoutError
+            async with asyncio.timeout(timeout):
+                await slots.semaphore.acquire()
+        except BaseException as error:
+            self._leave(key, slots)
+            if isinstance(error, TimeoutError):
+                return False
+            raise
+        return True
+
+    def release(self, key: str) -> None:
+        slots = self._slots[key]
+        slots.semaphore.release()
+        self._leave(key, slots)
+
+    def _leave(self, key: str, slots: _Slots) -> None:
+        slots.users -= 1
+        if slots.users == 0:
+            del self._slots[key]
+
+    def in_use(self, key: str) -> int:
+        slots = self._slots.get(key)
+        return 0 if slots is None else slots.users

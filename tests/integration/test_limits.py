@@ -1,0 +1,159 @@
+"""[limits] through the official SDK over a real socket: Anthropic's rate-limit headers on
+every reply, a 429 before the backend is reached, settled token counts, concurrency queues."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import anthropic
+import httpx2
+import pytest
+
+from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
+
+KEYS = {"api_keys": ["sk-solo"], "tenants": {"team-a": ["sk-a1", "sk-a2"]}}
+
+
+def _config(upstream: FakeUpstream, limits: dict[str, Any], server: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"server": server or KEYS, "limits": limits,
+            "upstreams": {"default": {"url": upstream.url, "max_retries": 0}}}  # fmt: skip
+
+
+def _client(gateway: Any, key: str = "sk-solo", retries: int = 0) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=retries)
+
+
+def _ask(client: anthropic.Anthropic, max_tokens: int = 100) -> Any:
+    return client.messages.with_raw_response.create(
+        model="test-model", max_tokens=max_tokens, messages=[{"role": "user", "content": "Hi"}]
+    )
+
+
+def test_every_reply_carries_anthropics_headers(upstream, gateway_from):
+    gateway = gateway_from(_config(upstream, {"requests_per_minute": 10, "input_tokens_per_minute": 1000,
+                                              "output_tokens_per_minute": 500}))  # fmt: skip
+    upstream.queue(Reply(body=completion(prompt=30, completion_tokens=5)))
+    raw = _ask(_client(gateway))
+    headers = raw.headers
+    assert headers["anthropic-ratelimit-requests-limit"] == "10"
+    assert headers["anthropic-ratelimit-requests-remaining"] == "9"
+    assert headers["anthropic-ratelimit-output-tokens-limit"] == "500"
+    assert headers["anthropic-ratelimit-output-tokens-remaining"] == "400"  # max_tokens reserved
+    assert headers["anthropic-ratelimit-input-tokens-remaining"] == "1000"  # charged at the end
+    assert headers["anthropic-ratelimit-tokens-limit"] == "500"  # the nearer to empty of input and output
+    assert headers["anthropic-ratelimit-requests-reset"].endswith("Z")
+    # The next reply shows the first one settled: 30 input tokens taken, 95 of 100 output tokens refunded.
+    with _client(gateway).messages.with_streaming_response.create(
+        model="test-model", max_tokens=100, stream=True, messages=[{"role": "user", "content": "Hi"}]
+    ) as stream:
+        assert stream.headers["anthropic-ratelimit-requests-remaining"] == "8"
+        # (and what the buckets refilled meanwhile: 1000 and 500 a minute)
+        assert 970 <= int(stream.headers["anthropic-ratelimit-input-tokens-remaining"]) < 990
+        assert 500 - 5 - 100 <= int(stream.headers["anthropic-ratelimit-output-tokens-remaining"]) < 500 - 5 - 100 + 10
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        b"".join(stream.iter_bytes())
+
+
+def test_over_the_limit_is_a_429_that_never_reaches_the_backend(upstream, gateway_from):
+    gateway = gateway_from(_config(upstream, {"requests_per_minute": 2}))
+    client = _client(gateway)
+    for _ in range(2):
+        _ask(client)
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        _ask(client)
+    error = caught.value
+    assert error.status_code == 429
+    assert error.body["error"]["type"] == "rate_limit_error"
+    assert "limits.requests_per_minute" in error.body["error"]["message"]
+    assert int(error.response.headers["retry-after"]) == 30  # one request of 2 per minute
+    assert error.response.headers["anthropic-ratelimit-requests-remaining"] == "0"
+    assert len(upstream.requests) == 2
+    # Another key has buckets of its own.
+    _ask(_client(gateway, "sk-a1"))
+    assert len(upstream.requests) == 3
+
+
+def test_a_tenants_keys_share_its_limits(upstream, gateway_from):
+    gateway = gateway_from(
+        _config(upstream, {"requests_per_minute": 100, "tenants": {"team-a": {"requests_per_minute": 2}}})
+    )
+    _ask(_client(gateway, "sk-a1"))
+    _ask(_client(gateway, "sk-a2"))
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        _ask(_client(gateway, "sk-a1"))
+    assert "limits.tenants.team-a.requests_per_minute" in caught.value.body["error"]["message"]
+    assert "tenant team-a" in caught.value.body["error"]["message"]
+    _ask(_client(gateway, "sk-solo"))  # [limits] for a key of no tenant
+
+
+def test_per_model_limits(upstream, gateway_from):
+    config = _config(upstream, {"models": {"test-model": {"requests_per_minute": 1}}})
+    config["models"] = [{"name": "test-model", "upstream": "default"}, {"name": "other", "upstream": "default"}]
+    gateway = gateway_from(config)
+    client = _client(gateway)
+    _ask(client)
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        _ask(client)
+    assert "limits.models.test-model.requests_per_minute" in caught.value.body["error"]["message"]
+    client.messages.create(model="other", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+
+
+def test_the_sdk_retries_a_429_by_its_retry_after(upstream, gateway_from):
+    gateway = gateway_from(_config(upstream, {"requests_per_minute": 60}))  # one more each second
+    client = _client(gateway)
+    for _ in range(60):
+        _ask(client)
+    refusals: list[str] = []
+    hooks = {"response": [lambda r: refusals.append(r.headers.get("retry-after")) if r.status_code == 429 else None]}
+    retrying = anthropic.Anthropic(base_url=gateway.url, api_key="sk-solo", max_retries=2,
+                                   http_client=httpx2.Client(event_hooks=hooks))  # fmt: skip
+    message = retrying.messages.create(model="test-model", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert message.content[0].text == "Hello!"
+    assert refusals and refusals[0] == "1"  # refused once, retried after the second it named
+    assert len(upstream.requests) == 61
+
+
+def test_output_tokens_are_reserved_from_max_tokens(upstream, gateway_from):
+    gateway = gateway_from(_config(upstream, {"output_tokens_per_minute": 1000}))
+    client = _client(gateway)
+    with pytest.raises(anthropic.RateLimitError) as caught:  # 1000 are there; the request needs its max_tokens
+        blocker = threading.Event()
+        upstream.queue(Reply(body=completion(completion_tokens=900), hold=blocker))
+        first = threading.Thread(target=_ask, args=(client, 1000))
+        first.start()
+        try:
+            while not upstream.requests:
+                threading.Event().wait(0.01)
+            _ask(client, 10)  # the first holds all 1000 until it ends
+        finally:
+            blocker.set()
+            first.join()
+    assert "limits.output_tokens_per_minute" in caught.value.body["error"]["message"]
+    raw = _ask(client, 10)  # settled at 900: 100 back, and a little refill
+    assert 90 <= int(raw.headers["anthropic-ratelimit-output-tokens-remaining"]) <= 110
+
+
+def test_count_tokens_counts_as_a_request_without_tokens(upstream, gateway_from):
+    gateway = gateway_from(_config(upstream, {"requests_per_minute": 2, "output_tokens_per_minute": 50}))
+    client = _client(gateway)
+    raw = client.messages.with_raw_response.count_tokens(
+        model="test-model", messages=[{"role": "user", "content": "Hi"}]
+    )
+    assert raw.headers["anthropic-ratelimit-requests-remaining"] == "1"
+    assert raw.headers["anthropic-ratelimit-output-tokens-remaining"] == "50"
+    _ask(client, 10)
+    with pytest.raises(anthropic.RateLimitError):
+        client.messages.count_tokens(model="test-model", messages=[{"role": "user", "content": "Hi"}])
+
+
+def test_a_stream_cut_by_the_client_is_settled(upstream, gateway_from):
+    gateway = gateway_from(_config(upstream, {"output_tokens_per_minute": 1000, "max_concurrent": 1}))
+    upstream.queue(Reply(chunks=[*text_stream("a", "b"), ("sleep", 30)], done=False))
+    client = _client(gateway)
+    with client.messages.stream(model="test-model", max_tokens=300, messages=[{"role": "user", "content": "Hi"}]) as s:
+        next(iter(s.text_stream))
+    # The slot is free again (else this would queue and time out), and the reservation came back but for
+    # the two tokens the upstream reported.
+    raw = _ask(client, 10)
+    assert int(raw.headers["anthropic-ratelimit-output-tokens-remaining"]) >= 1000 - 2 - 10
