@@ -1,0 +1,140 @@
+"""The token-bucket stores: the in-process one with a hand-driven clock, and Redis (real)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from dragoman.limits import redis_store
+from dragoman.limits.redis_store import LimitsUnavailable, RedisStore
+from dragoman.limits.store import LocalStore, Want
+from tests.support.redis_server import RedisProcess
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def rpm(key: str, limit: int, cost: float = 1.0, need: float | None = None) -> Want:
+    return Want(key, limit, limit / 60, cost, cost if need is None else need, 60)
+
+
+def test_a_bucket_refills_continuously_not_by_window():
+    clock = Clock()
+    store = LocalStore(clock)
+    for _ in range(60):
+        assert store.take_now([rpm("k", 60)]).admitted
+    refused = store.take_now([rpm("k", 60)])
+    assert not refused.admitted and refused.wait == pytest.approx(1.0)
+    clock.now += 0.5
+    assert not store.take_now([rpm("k", 60)]).admitted
+    clock.now += 0.5  # one token a second, as Anthropic's 60 RPM is one request a second
+    assert store.take_now([rpm("k", 60)]).admitted
+    clock.now += 3600
+    assert store.take_now([rpm("k", 60)]).levels == [59.0]  # full again, never more
+
+
+def test_all_buckets_or_none():
+    store = LocalStore(Clock())
+    assert store.take_now([rpm("a", 10), rpm("b", 1)]).admitted
+    refused = store.take_now([rpm("a", 10), rpm("b", 1)])
+    assert not refused.admitted and refused.refused == 1
+    assert store.take_now([rpm("a", 10)]).levels == [8.0]  # "a" was not taken from by the refusal
+
+
+def test_a_cost_past_the_capacity_runs_into_debt():
+    clock = Clock()
+    store = LocalStore(clock)
+    assert store.take_now([rpm("out", 100, cost=150, need=100)]).admitted
+    refused = store.take_now([rpm("out", 100, cost=1)])
+    assert refused.wait == pytest.approx(0.6 * 51)  # 51 tokens to go at 100/60 a second
+
+
+def test_a_budget_does_not_refill():
+    store = LocalStore(Clock())
+    budget = Want("day", 100, 0.0, 0.0, 1.0, 3600)
+    store.adjust([(budget, -100.0)])
+    assert math.isinf(store.take_now([budget]).wait)
+
+
+def shared(redis_url: str, prefix: str) -> RedisStore:
+    return RedisStore(redis_url, prefix=prefix, timeout=1.0, fail_open=True)
+
+
+def test_redis_takes_atomically(redis_url, redis_prefix):
+    async def run() -> None:
+        store = shared(redis_url, redis_prefix)
+        try:
+            results = await asyncio.gather(*(store.take([rpm("k", 10)]) for _ in range(30)))
+            assert sum(r.admitted for r in results) == 10
+            refused = next(r for r in results if not r.admitted)
+            assert 0 < refused.wait <= 6.0
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+
+
+def test_redis_adjusts_and_refunds(redis_url, redis_prefix):
+    async def run() -> None:
+        store = shared(redis_url, redis_prefix)
+        try:
+            taken = await store.take([rpm("out", 1000, cost=500)])
+            assert taken.levels[0] == pytest.approx(500, abs=20)
+            store.adjust([(rpm("out", 1000), 400.0)])
+            await asyncio.gather(*store._pending)
+            again = await store.take([rpm("out", 1000, cost=0, need=0)])
+            assert again.levels[0] == pytest.approx(900, abs=20)
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+
+
+def test_redis_unreachable_fails_open_and_recovers(monkeypatch):
+    monkeypatch.setattr(redis_store, "RETRY_AFTER", 0.0)
+    own = RedisProcess().start()
+    errors: list[int] = []
+
+    async def run() -> None:
+        store = RedisStore(own.url, prefix="t:", timeout=0.5, fail_open=True, on_error=lambda: errors.append(1))
+        try:
+            assert (await store.take([rpm("k", 3)])).admitted
+            own.kill()
+            taken = [(await store.take([rpm("k", 3)])).admitted for _ in range(4)]
+            assert taken == [True, True, True, False]  # this process's own bucket meanwhile
+            assert errors
+            own.start()
+            assert (await store.take([rpm("k", 3)])).admitted  # Redis again (restarted empty: a full bucket)
+            assert (await store.take([rpm("k", 3, cost=0, need=0)])).levels[0] == pytest.approx(2, abs=0.2)
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        own.stop()
+
+
+def test_redis_unreachable_fails_closed():
+    own = RedisProcess()  # never started: nothing listens there
+
+    async def run() -> None:
+        store = RedisStore(own.url, prefix="t:", timeout=0.5, fail_open=False)
+        try:
+            with pytest.raises(LimitsUnavailable) as caught:
+                await store.take([rpm("k", 3)])
+            assert caught.value.status == 503
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        own.stop()
