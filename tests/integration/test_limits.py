@@ -10,6 +10,8 @@ import anthropic
 import httpx2
 import pytest
 
+from dragoman.server.auth import key_id as _key_id
+from tests.integration.test_batches import wait_ended
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 
 KEYS = {"api_keys": ["sk-solo"], "tenants": {"team-a": ["sk-a1", "sk-a2"]}}
@@ -157,3 +159,108 @@ def test_a_stream_cut_by_the_client_is_settled(upstream, gateway_from):
     # the two tokens the upstream reported.
     raw = _ask(client, 10)
     assert int(raw.headers["anthropic-ratelimit-output-tokens-remaining"]) >= 1000 - 2 - 10
+
+
+def _held(upstream: FakeUpstream) -> threading.Event:
+    """The next upstream request is held until the returned event is set."""
+    release = threading.Event()
+    upstream.queue(Reply(body=completion(), hold=release))
+    return release
+
+
+def _until(predicate: Any, what: str) -> None:
+    for _ in range(500):
+        if predicate():
+            return
+        threading.Event().wait(0.01)
+    pytest.fail(f"not within 5 s: {what}")
+
+
+def test_max_concurrent_queues_then_serves(upstream, gateway_from):
+    gateway = gateway_from(_config(upstream, {"max_concurrent": 1, "queue_timeout": 30}))
+    release = _held(upstream)
+    first = threading.Thread(target=_ask, args=(_client(gateway),))
+    first.start()
+    _until(lambda: len(upstream.requests) == 1, "the first request reached the upstream")
+    answers: list[Any] = []
+    second = threading.Thread(target=lambda: answers.append(_ask(_client(gateway))))
+    second.start()
+    slots = gateway.app.gateway.limits.concurrency
+    _until(lambda: slots.in_use("{k:" + _key_id("sk-solo") + "}:*:slots") == 2, "the second request queued")
+    assert len(upstream.requests) == 1  # queued, not sent
+    release.set()
+    first.join()
+    second.join()
+    assert answers[0].http_response.status_code == 200
+    assert len(upstream.requests) == 2
+
+
+def test_max_concurrent_answers_429_after_the_queue_timeout(upstream, gateway_from):
+    gateway = gateway_from(_config(upstream, {"max_concurrent": 1, "queue_timeout": 0.2}))
+    release = _held(upstream)
+    first = threading.Thread(target=_ask, args=(_client(gateway),))
+    first.start()
+    try:
+        _until(lambda: len(upstream.requests) == 1, "the first request reached the upstream")
+        with pytest.raises(anthropic.RateLimitError) as caught:
+            _ask(_client(gateway))
+        assert "limits.max_concurrent" in caught.value.body["error"]["message"]
+        _ask(_client(gateway, "sk-a1"))  # another key's slots
+    finally:
+        release.set()
+        first.join()
+
+
+def test_a_client_that_leaves_the_queue_is_not_served(upstream, gateway_from):
+    gateway = gateway_from(_config(upstream, {"max_concurrent": 1, "queue_timeout": 30}))
+    release = _held(upstream)
+    first = threading.Thread(target=_ask, args=(_client(gateway),))
+    first.start()
+    slots = gateway.app.gateway.limits.concurrency
+    key = "{k:" + _key_id("sk-solo") + "}:*:slots"
+    try:
+        _until(lambda: len(upstream.requests) == 1, "the first request reached the upstream")
+        impatient = anthropic.Anthropic(base_url=gateway.url, api_key="sk-solo", max_retries=0, timeout=0.5)
+        with pytest.raises(anthropic.APITimeoutError):
+            _ask(impatient)  # queued, then gone
+        _until(lambda: slots.in_use(key) == 1, "the client that left is out of the queue")
+    finally:
+        release.set()
+        first.join()
+    _ask(_client(gateway))
+    assert len(upstream.requests) == 2  # the one that left never reached the upstream
+
+
+def test_a_daily_budget_is_a_429_naming_it_that_is_not_retried(upstream, gateway_from):
+    gateway = gateway_from(_config(upstream, {"tenants": {"team-a": {"tokens_per_day": 50}}}))
+    upstream.queue(Reply(body=completion(prompt=30, completion_tokens=25)))
+    client = _client(gateway, "sk-a1", retries=2)
+    _ask(client)  # 55 of 50: past the budget only now
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        _ask(client)
+    message = caught.value.body["error"]["message"]
+    assert "limits.tenants.team-a.tokens_per_day" in message and "resets at" in message and "T00:00:00Z" in message
+    assert caught.value.response.headers["x-should-retry"] == "false"
+    assert len(upstream.requests) == 1  # neither retried nor sent
+    _ask(_client(gateway, "sk-solo"))  # no budget for a key of no tenant
+
+
+def test_batch_requests_draw_on_their_keys_limits(upstream, gateway_from):
+    gateway = gateway_from(_config(upstream, {"requests_per_minute": 60}))
+    client = _client(gateway)
+    params = {"model": "test-model", "max_tokens": 10, "messages": [{"role": "user", "content": "Hi"}]}
+    batch = client.messages.batches.create(requests=[{"custom_id": f"r{i}", "params": params} for i in range(61)])
+    ended = wait_ended(client, batch.id, timeout=30)
+    assert ended.request_counts.succeeded == 61  # the one past the limit waited its turn, not failed
+    with pytest.raises(anthropic.RateLimitError):
+        _ask(client)  # the key's bucket is empty
+    _ask(_client(gateway, "sk-a1"))
+
+
+def test_fail_closed_answers_503_while_redis_is_unreachable(upstream, gateway_from, dead_port):
+    gateway = gateway_from(_config(upstream, {"requests_per_minute": 10, "on_redis_error": "fail_closed",
+                                              "redis_url": f"redis://127.0.0.1:{dead_port}/0"}))  # fmt: skip
+    with pytest.raises(anthropic.InternalServerError) as caught:
+        _ask(_client(gateway))
+    assert caught.value.status_code == 503 and "Redis" in caught.value.body["error"]["message"]
+    assert not upstream.requests
