@@ -387,7 +387,8 @@ def test_the_example_config_loads_and_shows_every_key() -> None:
     config.load(Path(__file__).parents[2] / "dragoman.example.toml")
     shown = _example_keys()
     structs = {"server": [config.ServerConfig], "upstreams": [OpenAIUpstream, AnthropicUpstream, config.AutoUpstream],
-               "models": [config.ModelConfig], "batches": [config.BatchesConfig], "files": [config.FilesConfig]}  # fmt: skip
+               "models": [config.ModelConfig], "batches": [config.BatchesConfig], "files": [config.FilesConfig],
+               "limits": [config.LimitsConfig]}  # fmt: skip
     for table, types in structs.items():
         missing = {f for t in types for f in t.__struct_fields__} - shown.get(table, set())
         assert not missing, (table, missing)
