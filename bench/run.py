@@ -8,6 +8,9 @@ Targets, each fed the same Anthropic request (shapes.py) unless said otherwise:
   (the passthrough path's baseline);
 - `translating`: `dragoman serve --upstream <fake>/v1`;
 - `passthrough`: dragoman with an `protocol = "anthropic"` upstream;
+- `limits-local`, `limits-redis`: `translating` with `[limits]` on (limits never reached), its
+  buckets in the process or in Redis (REDIS_URL, else 127.0.0.1:6379; the cell is skipped when
+  no Redis answers), measured in the json and stream100 cells: what a limit check costs;
 - `litellm`: LiteLLM's proxy `/v1/messages`, one worker, the fake as an `openai/`
   model (installed on first use into its own venv under the cache directory);
 - `ccr`: claude-code-router's gateway `/v1/messages`, the fake as an OpenAI-compatible
@@ -97,11 +100,14 @@ MODES = {
 }
 RELAY = "relay-floor"  # bench/relay.py: the per-chunk CPU floor, not a gateway
 FLOOR = "asgi-floor"  # bench/asgi_floor.py: the floor of dragoman's stack (uvicorn + its upstream pool), not a gateway
-TARGETS = ("direct-openai", "direct-anthropic", RELAY, FLOOR, "translating", "passthrough", "litellm", "ccr")
+LIMITS, LIMITS_REDIS = "limits-local", "limits-redis"  # `translating` with [limits] on, in-process or in Redis
+TARGETS = ("direct-openai", "direct-anthropic", RELAY, FLOOR, "translating", LIMITS, LIMITS_REDIS, "passthrough", "litellm",
+           "ccr")  # fmt: skip
 BASELINE = {"translating": "direct-openai", "litellm": "direct-openai", "passthrough": "direct-anthropic", RELAY: "direct-openai",
-            FLOOR: "direct-anthropic", "ccr": "direct-openai"}  # fmt: skip
+            FLOOR: "direct-anthropic", "ccr": "direct-openai", LIMITS: "direct-openai", LIMITS_REDIS: "direct-openai"}  # fmt: skip
 PEERS = {"litellm": "LiteLLM", "ccr": "CCR"}  # the other gateways: each gets a throughput and a latency column
 IDLE_TARGETS = ("translating", "passthrough", "ccr")  # hold 1,000 idle streams open (LiteLLM is not measured)
+LIMITS_MODES = ("json", "stream100")  # the cells of the limits' cost per request
 RELAY_MODES = ("json", "paced100")  # the cells of the paced CPU-per-chunk figure
 FLOOR_MODES = ("json", "stream100", "paced100")  # stream500 skipped to save time
 OPENAI_TARGETS = ("direct-openai", RELAY)  # sent the OpenAI twin of the request
@@ -315,6 +321,41 @@ def start_translating(
 
     return start_on_a_free_port(procs, name, launch, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30,
                                 gateway=True, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"}, env=env)  # fmt: skip
+
+
+class Skipped(Exception):
+    """A target this machine cannot run (no Redis for `limits-redis`): left out, not a failure."""
+
+
+def redis_url() -> str:
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5).ping()
+    except (redis.RedisError, OSError) as error:
+        raise Skipped(f"no Redis answers at {url} ({type(error).__name__}); set REDIS_URL") from None
+    return url
+
+
+def start_limited(procs: Processes, fake: Server, name: str) -> Server:
+    """`translating` with [limits] too large to be reached: every request is checked and settled."""
+    store = (
+        f'redis_url = "{redis_url()}"\nredis_prefix = "dragoman-bench:{os.getpid()}:"\n' if name == LIMITS_REDIS else ""
+    )
+    config = procs.workdir / f"{name}.toml"
+    config.write_text(
+        '[server]\nlog_level = "warning"\n\n[limits]\nrequests_per_minute = 1000000000\n'
+        "input_tokens_per_minute = 1000000000000\noutput_tokens_per_minute = 1000000000000\n" + store
+        + f'\n[upstreams.default]\nurl = "{fake.url}"\n'
+    )  # fmt: skip
+
+    def launch(port: int) -> tuple[list[str], str]:
+        argv = [sys.executable, "-m", "dragoman", "serve", "--config", str(config), "--port", str(port)]
+        return argv, f"http://127.0.0.1:{port}/v1/messages"
+
+    return start_on_a_free_port(procs, name, launch, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30,
+                                gateway=True, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
 
 
 def start_passthrough(procs: Processes, fake: Server) -> Server:
@@ -681,12 +722,30 @@ def target_checks(results: dict[tuple[Case, str], load.Result], idle: dict[str, 
         if target in idle:
             figures = idle[target]
             check(f"{target}, {figures['streams']} idle streams, added memory", figures["added_mb"], 50, "MB")
+    for shape in shapes.SHAPES:
+        for mode in LIMITS_MODES:
+            plain, limited, shared = (get(shape, mode, 1, t) for t in ("translating", LIMITS, LIMITS_REDIS))
+            check(f"limits in-process, {shape} {mode} c=1, CPU per request beyond translating",
+                  _cpu_beyond(limited, plain), 30, "µs")  # fmt: skip
+            if (shared_cost := _cpu_beyond(shared, plain)) is not None:
+                more = added(shape, mode, 1, LIMITS_REDIS, 50)
+                base = added(shape, mode, 1, "translating", 50)
+                out.append(f"  - reference, not a target: limits in Redis, {shape} {mode} c=1: CPU per request beyond "
+                           f"translating {shared_cost:,.1f} µs; p50 beyond translating "
+                           f"{(more - base) if more is not None and base is not None else float('nan'):,.3f} ms (one round trip to Redis)")  # fmt: skip
     for shape, mode in (("tiny", "json"), ("claude-code", "json"), ("tiny", "stream100"), ("claude-code", "stream100")):
         t, p = added(shape, mode, 1, "translating", 50), added(shape, mode, 1, "passthrough", 50)
         share = p / t if t and p is not None and t > 0 else None
         if check(f"passthrough/translating added p50, {shape} {mode} c=1", share, 0.5, "×"):
             floor_reference(shape, mode)
     return out
+
+
+def _cpu_beyond(result: load.Result | None, base: load.Result | None) -> float | None:
+    """µs of CPU per request that `result` spent beyond `base`."""
+    if result is None or base is None or result.cpu_per_request_ms is None or base.cpu_per_request_ms is None:
+        return None
+    return (result.cpu_per_request_ms - base.cpu_per_request_ms) * 1000
 
 
 def busy_seconds() -> float:
@@ -755,13 +814,16 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
     servers: dict[str, Server] = {"direct-openai": fake, "direct-anthropic": fake}
     failed = False
     wanted = [t for t in TARGETS if t in args.targets]
-    starters = ((RELAY, start_relay), (FLOOR, start_asgi_floor), ("translating", start_translating), ("passthrough", start_passthrough),
-                ("litellm", start_litellm), ("ccr", start_ccr))  # fmt: skip
+    starters = ((RELAY, start_relay), (FLOOR, start_asgi_floor), ("translating", start_translating),
+                (LIMITS, lambda p, f: start_limited(p, f, LIMITS)), (LIMITS_REDIS, lambda p, f: start_limited(p, f, LIMITS_REDIS)),
+                ("passthrough", start_passthrough), ("litellm", start_litellm), ("ccr", start_ccr))  # fmt: skip
     for name, starter in starters:
         if name not in wanted or (name == "litellm" and not args.litellm) or (name == "ccr" and not args.ccr):
             continue
         try:
             servers[name] = starter(procs, fake)
+        except Skipped as why:
+            log(f"{name}: left out: {why}")
         except Exception as error:  # noqa: BLE001 - report, measure the others, exit non-zero
             log(f"{name}: could not start: {error}")
             failed = True
@@ -790,7 +852,8 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
     order = [c for c in cases(args.smoke) if c.shape in args.shapes and c.mode in args.modes]
     for case in order:
         cell = [t for t in targets
-                if not ((t == RELAY and case.mode not in RELAY_MODES) or (t == FLOOR and case.mode not in FLOOR_MODES))]  # fmt: skip
+                if not ((t == RELAY and case.mode not in RELAY_MODES) or (t == FLOOR and case.mode not in FLOOR_MODES)
+                        or (t in (LIMITS, LIMITS_REDIS) and case.mode not in LIMITS_MODES))]  # fmt: skip
         rounds: dict[str, list[load.Result]] = {t: [] for t in cell}
         spent = dict.fromkeys(cell, 0.0)
         for round_ in range(args.rounds):  # A, B, C, ..., then A, B, C, ... again

@@ -29,10 +29,11 @@ from dragoman.limits.slots import Concurrency
 from dragoman.limits.store import LocalStore, Store, Taken, Want
 
 MINUTE = 60.0
-DIMENSIONS = (  # (config key, header name, what a want of it costs)
-    ("requests_per_minute", "requests", "request"),
-    ("input_tokens_per_minute", "input-tokens", "input"),
-    ("output_tokens_per_minute", "output-tokens", "output"),
+_INPUT, _OUTPUT, _TOKENS = (f"anthropic-ratelimit-{kind}" for kind in ("input-tokens", "output-tokens", "tokens"))
+DIMENSIONS = (  # (config key, its headers' prefix, what a want of it costs)
+    ("requests_per_minute", "anthropic-ratelimit-requests", "request"),
+    ("input_tokens_per_minute", _INPUT, "input"),
+    ("output_tokens_per_minute", _OUTPUT, "output"),
 )
 BATCH_WAIT_MAX = 60.0  # seconds a batch request sleeps before it asks its buckets again
 
@@ -61,11 +62,12 @@ class _Rule:
     """One bucket a subject's requests draw on, fixed by the configuration."""
 
     kind: str  # request, input, output, budget
-    header: str | None  # requests, input-tokens, output-tokens; None for budgets
+    header: str | None  # its headers' prefix (anthropic-ratelimit-requests, ...); None for budgets
     key: str  # the bucket's key, without a budget's window
     capacity: int
     source: str  # the configuration key that set it: named in a 429's message
     window: str | None = None  # day or month, for budgets
+    want: Want | None = None  # what each request asks of it, where that is always the same (requests, input)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +75,20 @@ class _Plan:
     rules: tuple[_Rule, ...]
     slots: tuple[tuple[str, int, str], ...]  # (key, max_concurrent, source)
     who: str  # for messages: "key key_…" or "tenant team-a"
+    reserves: bool  # whether an output-token limit applies: only then is max_tokens read
+
+
+_STAMPS: dict[int, str] = {}  # whole seconds -> RFC 3339: a reply's headers format a few, mostly the same
 
 
 def rfc3339(moment: float) -> str:
-    return datetime.datetime.fromtimestamp(moment, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    second = math.ceil(moment)
+    stamp = _STAMPS.get(second)
+    if stamp is None:
+        if len(_STAMPS) > 4096:
+            _STAMPS.clear()
+        stamp = _STAMPS[second] = datetime.datetime.fromtimestamp(second, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return stamp
 
 
 def window_end(window: str, now: float) -> tuple[str, float]:
@@ -105,17 +117,19 @@ class Admission:
         the bucket nearest to empty; `tokens` the nearer of input and output."""
         tightest: dict[str, tuple[float, Want]] = {}
         for rule, want, level in zip(self._rules, self._wants, self._levels, strict=True):
-            if rule.header is not None and (rule.header not in tightest or level < tightest[rule.header][0]):
-                tightest[rule.header] = (level, want)
-        tokens = [tightest[h] for h in ("input-tokens", "output-tokens") if h in tightest]
-        if tokens:
-            tightest["tokens"] = min(tokens, key=lambda pair: pair[0])
+            header = rule.header
+            if header is not None and (header not in tightest or level < tightest[header][0]):
+                tightest[header] = (level, want)
+        input_, output = tightest.get(_INPUT), tightest.get(_OUTPUT)
+        if input_ is not None or output is not None:
+            tokens = input_ if output is None or (input_ is not None and input_[0] < output[0]) else output
+            tightest[_TOKENS] = tokens  # type: ignore[assignment]
         headers = {}
-        for name, (level, want) in tightest.items():
-            prefix = "anthropic-ratelimit-" + name
+        now = self._now
+        for prefix, (level, want) in tightest.items():
             headers[prefix + "-limit"] = str(int(want.capacity))
             headers[prefix + "-remaining"] = str(max(0, math.floor(level)))
-            headers[prefix + "-reset"] = rfc3339(self._now + max(0.0, want.capacity - level) / want.per_second)
+            headers[prefix + "-reset"] = rfc3339(now + max(0.0, want.capacity - level) / want.per_second)
         return headers
 
     def settle(self, outcome: Outcome) -> None:
@@ -167,7 +181,7 @@ class Limits:
                                        f"within {self.config.queue_timeout:g} s", retry_after="1", extra={})  # fmt: skip
                 held.append(key)
             counts = endpoint != "count_tokens"
-            reserved = _max_tokens(call) if counts else 0
+            reserved = _max_tokens(call) if counts and plan.reserves else 0
             wants, rules = self._wants(plan, reserved)
             while True:
                 taken = await self.store.take(wants)
@@ -187,7 +201,9 @@ class Limits:
         wants, rules = [], []
         now = self._clock()
         for rule in plan.rules:
-            if rule.kind == "budget":
+            if rule.want is not None:
+                wants.append(rule.want)
+            elif rule.kind == "budget":
                 assert rule.window is not None
                 name, end = window_end(rule.window, now)
                 wants.append(Want(f"{rule.key}:{name}", rule.capacity, 0.0, 0.0, 1.0, end - now + MINUTE))
@@ -250,13 +266,18 @@ def _make_plan(config: LimitsConfig, key_id: str | None, tenant: str | None, mod
         prefix = f"{{{subject}}}:{scope}:"  # hash-tagged: Redis Cluster keeps a subject's buckets together
         for name, header, kind in DIMENSIONS:
             if name in values:
-                rules.append(_Rule(kind, header, prefix + kind, *values[name]))
+                capacity, source = values[name]
+                cost, need = (1.0, 1.0) if kind == "request" else (0.0, 1.0)
+                want = (
+                    Want(prefix + kind, capacity, capacity / MINUTE, cost, need, MINUTE) if kind != "output" else None
+                )
+                rules.append(_Rule(kind, header, prefix + kind, capacity, source, want=want))
         for window in ("day", "month"):
             if f"tokens_per_{window}" in values:
                 rules.append(_Rule("budget", None, prefix + window, *values[f"tokens_per_{window}"], window=window))
         if "max_concurrent" in values:
             slots.append((prefix + "slots", *values["max_concurrent"]))
-    return _Plan(tuple(rules), tuple(slots), who)
+    return _Plan(tuple(rules), tuple(slots), who, any(rule.kind == "output" for rule in rules))
 
 
 def _values(own: LimitSet, path: str, base: LimitSet | None = None, base_path: str = "") -> dict[str, tuple[int, str]]:

@@ -85,9 +85,9 @@ class LocalStore:
         if now - self._pruned > PRUNE_EVERY:
             self._prune(now)
         levels = [self._level(want, now) for want in wants]
-        refusal = refused(levels, wants)
-        if refusal is not None:
-            return refusal
+        for level, want in zip(levels, wants, strict=True):
+            if level < want.need:
+                return refused(levels, wants) or Taken(False, levels, 0, 0.0)
         for index, want in enumerate(wants):
             levels[index] -= want.cost
             self._buckets[want.key] = [levels[index], now, now + want.ttl]
