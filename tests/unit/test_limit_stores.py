@@ -87,10 +87,16 @@ def test_redis_adjusts_and_refunds(redis_url, redis_prefix):
         try:
             taken = await store.take([rpm("out", 1000, cost=500)])
             assert taken.levels[0] == pytest.approx(500, abs=20)
-            store.adjust([(rpm("out", 1000), 400.0)])
-            await asyncio.gather(*store._pending)
+            store.adjust([(rpm("out", 1000), 400.0)])  # rides along with the next round trip
             again = await store.take([rpm("out", 1000, cost=0, need=0)])
             assert again.levels[0] == pytest.approx(900, abs=20)
+            store.adjust([(rpm("out", 1000), -300.0)])  # or goes alone, soon
+            while store._queued or store._pending:
+                await asyncio.sleep(0.01)
+            other = RedisStore(redis_url, prefix=redis_prefix, timeout=1.0, fail_open=True)
+            seen = await other.take([rpm("out", 1000, cost=0, need=0)])
+            await other.close()
+            assert seen.levels[0] == pytest.approx(600, abs=20)
         finally:
             await store.close()
 

@@ -263,7 +263,7 @@ def _make_plan(config: LimitsConfig, key_id: str | None, tenant: str | None, mod
     rules: list[_Rule] = []
     slots: list[tuple[str, int, str]] = []
     for scope, values in scopes:
-        prefix = f"{{{subject}}}:{scope}:"  # hash-tagged: Redis Cluster keeps a subject's buckets together
+        prefix = f"{{{subject}}}:{scope}:"  # {t:team-a}:*: or {k:key_…}:model-name:
         for name, header, kind in DIMENSIONS:
             if name in values:
                 capacity, source = values[name]

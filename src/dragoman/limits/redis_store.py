@@ -1,9 +1,12 @@
 """Token buckets in Redis, shared by every worker and replica.
 
-One Lua script per request start (`TAKE`: refill, check and take, all buckets or
-none) and one when it ends (`ADJUST`, sent without waiting), each a single round trip,
-atomic in Redis. Time is Redis's own (`TIME`), so the hosts' clocks need not agree.
-A bucket is a hash {t: tokens, at: ms} that expires once it would be full again.
+One Lua script (`STEP`), one round trip, atomic in Redis, per request: it first applies
+the settlements queued since the last call (requests that ended: their real token
+counts), then refills, checks and takes from all of this request's buckets or none. A
+settlement thus rides along with the next request's round trip, or goes on its own
+after `FLUSH_AFTER` seconds if none comes. Time is Redis's own (`TIME`), so the hosts'
+clocks need not agree. A bucket is a hash {t: tokens, at: ms} that expires once it
+would be full again.
 
 Redis unreachable: `fail_open` serves on buckets in this process (logged once per
 outage and counted in `dragoman_limits_store_errors`), `fail_closed` answers 503. Either
@@ -26,50 +29,47 @@ from dragoman.limits.store import LocalStore, Taken, Want, refused
 log = logging.getLogger("dragoman.limits")
 
 RETRY_AFTER = 1.0  # seconds after a failure before Redis is asked again
+FLUSH_AFTER = 0.1  # seconds a settlement waits for a request to ride along with
 
-# KEYS: the buckets. ARGV, 5 per bucket: capacity, refill per ms, cost, need, ttl in ms.
-# Returns {admitted, level...}; levels as strings (Lua numbers would come back truncated).
-TAKE = """
+# ARGV[1]: n, the buckets to take from (the first n KEYS); the other KEYS are settled first.
+# Then 5 ARGV per bucket taken from (capacity, refill per ms, cost, need, ttl ms), then 4 per
+# bucket settled (capacity, refill per ms, delta, ttl ms). Returns {admitted, level...} with
+# the levels as strings (Lua numbers would come back truncated).
+STEP = """
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local function level(key, cap, rate)
+  local state = redis.call('HMGET', key, 't', 'at')
+  if not state[1] then return cap end
+  return math.min(cap, tonumber(state[1]) + (now - tonumber(state[2])) * rate)
+end
+local function store(key, tokens, ttl)
+  redis.call('HSET', key, 't', tostring(tokens), 'at', now)
+  redis.call('PEXPIRE', key, ttl)
+end
+local n = tonumber(ARGV[1])
+local a = 2 + n * 5
+for i = n + 1, #KEYS do
+  local cap, rate = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  store(KEYS[i], math.min(cap, level(KEYS[i], cap, rate) + tonumber(ARGV[a + 2])), ARGV[a + 3])
+  a = a + 4
+end
 local levels, admitted = {}, 1
-for i = 1, #KEYS do
-  local a = (i - 1) * 5
-  local cap, rate = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local state = redis.call('HMGET', KEYS[i], 't', 'at')
-  local level = cap
-  if state[1] then level = math.min(cap, tonumber(state[1]) + (now - tonumber(state[2])) * rate) end
-  levels[i] = level
-  if level < tonumber(ARGV[a + 4]) then admitted = 0 end
+for i = 1, n do
+  local b = 2 + (i - 1) * 5
+  levels[i] = level(KEYS[i], tonumber(ARGV[b]), tonumber(ARGV[b + 1]))
+  if levels[i] < tonumber(ARGV[b + 3]) then admitted = 0 end
 end
 local reply = {admitted}
-for i = 1, #KEYS do
-  local a = (i - 1) * 5
+for i = 1, n do
+  local b = 2 + (i - 1) * 5
   if admitted == 1 then
-    levels[i] = levels[i] - tonumber(ARGV[a + 3])
-    redis.call('HSET', KEYS[i], 't', tostring(levels[i]), 'at', now)
-    redis.call('PEXPIRE', KEYS[i], ARGV[a + 5])
+    levels[i] = levels[i] - tonumber(ARGV[b + 2])
+    store(KEYS[i], levels[i], ARGV[b + 4])
   end
   reply[i + 1] = tostring(levels[i])
 end
 return reply
-"""
-
-# KEYS: the buckets. ARGV, 4 per bucket: capacity, refill per ms, delta, ttl in ms.
-ADJUST = """
-local now = redis.call('TIME')
-now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-for i = 1, #KEYS do
-  local a = (i - 1) * 4
-  local cap, rate = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-  local state = redis.call('HMGET', KEYS[i], 't', 'at')
-  local level = cap
-  if state[1] then level = math.min(cap, tonumber(state[1]) + (now - tonumber(state[2])) * rate) end
-  level = math.min(cap, level + tonumber(ARGV[a + 3]))
-  redis.call('HSET', KEYS[i], 't', tostring(level), 'at', now)
-  redis.call('PEXPIRE', KEYS[i], ARGV[a + 4])
-end
-return 1
 """
 
 
@@ -88,61 +88,87 @@ class RedisStore:
     def __init__(self, url: str, *, prefix: str, timeout: float, fail_open: bool,
                  on_error: Callable[[], None] = lambda: None) -> None:  # fmt: skip
         self._redis = redis.asyncio.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
-        self._take = self._redis.register_script(TAKE)
-        self._adjust = self._redis.register_script(ADJUST)
+        self._step = self._redis.register_script(STEP)
         self._prefix = prefix
         self._fail_open = fail_open
         self._on_error = on_error
         self._local = LocalStore()  # while Redis is away, under fail_open
         self._down_until: float | None = None  # set while Redis is failing
+        self._queued: list[tuple[Want, float]] = []  # settlements waiting for the next round trip
+        self._flush: asyncio.TimerHandle | None = None
         self._pending: set[asyncio.Task[None]] = set()
 
+    def _down(self) -> bool:
+        return self._down_until is not None and time.monotonic() < self._down_until
+
     async def take(self, wants: Sequence[Want]) -> Taken:
-        if self._down_until is not None and time.monotonic() < self._down_until:
+        if self._down():
             return self._fallback(wants)
-        keys, args = [self._prefix + w.key for w in wants], []
-        for w in wants:
-            args += [w.capacity, w.per_second / 1000, w.cost, w.need, _ms(w.ttl)]
+        settling = self._take_queued()
         try:
-            reply = await self._take(keys=keys, args=args)
+            reply = await self._call(wants, settling)
         except (RedisError, OSError, TimeoutError) as error:
-            self._failed(error)
+            self._failed(error, settling)
             return self._fallback(wants)
-        self._back()
         levels = [float(level) for level in reply[1:]]
         if reply[0] == 1:
             return Taken(True, levels)
         return refused(levels, wants) or Taken(False, levels, 0, 0.001)  # refilled meanwhile: ask again soon
 
+    async def _call(self, wants: Sequence[Want], settling: Sequence[tuple[Want, float]]) -> list[bytes]:
+        prefix = self._prefix
+        keys = [prefix + w.key for w in wants] + [prefix + w.key for w, _ in settling]
+        args: list[float | int] = [len(wants)]
+        for w in wants:
+            args += (w.capacity, w.per_second / 1000, w.cost, w.need, _ms(w.ttl))
+        for w, delta in settling:
+            args += (w.capacity, w.per_second / 1000, delta, _ms(w.ttl))
+        reply = await self._step(keys=keys, args=args)
+        self._back()
+        return reply  # type: ignore[no-any-return]
+
     def adjust(self, changes: Sequence[tuple[Want, float]]) -> None:
+        """Queued for the next round trip; sent alone if none comes within FLUSH_AFTER."""
         if not changes:
             return
-        if self._down_until is not None and time.monotonic() < self._down_until:
+        if self._down():
             if self._fail_open:
                 self._local.adjust(changes)
             return
-        task = asyncio.get_running_loop().create_task(self._send_adjust(changes))
+        self._queued.extend(changes)
+        if self._flush is None:
+            self._flush = asyncio.get_running_loop().call_later(FLUSH_AFTER, self._flush_now)
+
+    def _take_queued(self) -> list[tuple[Want, float]]:
+        queued, self._queued = self._queued, []
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        return queued
+
+    def _flush_now(self) -> None:
+        self._flush = None
+        task = asyncio.get_running_loop().create_task(self._settle(self._take_queued()))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _send_adjust(self, changes: Sequence[tuple[Want, float]]) -> None:
-        keys, args = [self._prefix + w.key for w, _ in changes], []
-        for w, delta in changes:
-            args += [w.capacity, w.per_second / 1000, delta, _ms(w.ttl)]
+    async def _settle(self, settling: list[tuple[Want, float]]) -> None:
+        if not settling:
+            return
         try:
-            await self._adjust(keys=keys, args=args)
+            await self._call((), settling)
         except (RedisError, OSError, TimeoutError) as error:
-            self._failed(error)
-            if self._fail_open:
-                self._local.adjust(changes)
+            self._failed(error, settling)
 
     def _fallback(self, wants: Sequence[Want]) -> Taken:
         if not self._fail_open:
             raise LimitsUnavailable("the rate-limit store (Redis) is unreachable; try again shortly", retry_after="1")
         return self._local.take_now(wants)
 
-    def _failed(self, error: BaseException) -> None:
+    def _failed(self, error: BaseException, settling: Sequence[tuple[Want, float]]) -> None:
         self._on_error()
+        if self._fail_open:
+            self._local.adjust(settling)  # what could not be settled in Redis counts here meanwhile
         if self._down_until is None:
             policy = "serving on this process's own buckets" if self._fail_open else "answering 503"
             log.warning("limits: Redis is unreachable (%s); %s until it is back", type(error).__name__, policy)
@@ -154,6 +180,7 @@ class RedisStore:
             log.warning("limits: Redis is reachable again; buckets are shared again")
 
     async def close(self) -> None:
+        self._flush_now()
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
         await self._redis.aclose()
