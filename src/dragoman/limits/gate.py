@@ -30,6 +30,8 @@ from dragoman.limits.store import LocalStore, Store, Taken, Want
 
 MINUTE = 60.0
 _INPUT, _OUTPUT, _TOKENS = (f"anthropic-ratelimit-{kind}" for kind in ("input-tokens", "output-tokens", "tokens"))
+_NAMES = {prefix: (prefix + "-limit", prefix + "-remaining", prefix + "-reset")
+          for prefix in (f"anthropic-ratelimit-{kind}" for kind in ("requests", "input-tokens", "output-tokens", "tokens"))}  # fmt: skip
 DIMENSIONS = (  # (config key, its headers' prefix, what a want of it costs)
     ("requests_per_minute", "anthropic-ratelimit-requests", "request"),
     ("input_tokens_per_minute", _INPUT, "input"),
@@ -68,6 +70,7 @@ class _Rule:
     source: str  # the configuration key that set it: named in a 429's message
     window: str | None = None  # day or month, for budgets
     want: Want | None = None  # what each request asks of it, where that is always the same (requests, input)
+    limit: str = ""  # the capacity, as its header gives it
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,21 +118,21 @@ class Admission:
     def headers(self) -> dict[str, str]:
         """Anthropic's `anthropic-ratelimit-*` headers for the limits that apply: per kind
         the bucket nearest to empty; `tokens` the nearer of input and output."""
-        tightest: dict[str, tuple[float, Want]] = {}
-        for rule, want, level in zip(self._rules, self._wants, self._levels, strict=True):
+        tightest: dict[str, tuple[float, _Rule]] = {}
+        for rule, level in zip(self._rules, self._levels, strict=True):
             header = rule.header
             if header is not None and (header not in tightest or level < tightest[header][0]):
-                tightest[header] = (level, want)
+                tightest[header] = (level, rule)
         input_, output = tightest.get(_INPUT), tightest.get(_OUTPUT)
         if input_ is not None or output is not None:
-            tokens = input_ if output is None or (input_ is not None and input_[0] < output[0]) else output
-            tightest[_TOKENS] = tokens  # type: ignore[assignment]
+            tightest[_TOKENS] = input_ if output is None or (input_ is not None and input_[0] < output[0]) else output  # type: ignore[assignment]
         headers = {}
         now = self._now
-        for prefix, (level, want) in tightest.items():
-            headers[prefix + "-limit"] = str(int(want.capacity))
-            headers[prefix + "-remaining"] = str(max(0, math.floor(level)))
-            headers[prefix + "-reset"] = rfc3339(now + max(0.0, want.capacity - level) / want.per_second)
+        for prefix, (level, rule) in tightest.items():
+            names = _NAMES[prefix]
+            headers[names[0]] = rule.limit
+            headers[names[1]] = str(int(level)) if level > 0 else "0"
+            headers[names[2]] = rfc3339(now + (rule.capacity - level) * MINUTE / rule.capacity)
         return headers
 
     def settle(self, outcome: Outcome) -> None:
@@ -271,7 +274,7 @@ def _make_plan(config: LimitsConfig, key_id: str | None, tenant: str | None, mod
                 want = (
                     Want(prefix + kind, capacity, capacity / MINUTE, cost, need, MINUTE) if kind != "output" else None
                 )
-                rules.append(_Rule(kind, header, prefix + kind, capacity, source, want=want))
+                rules.append(_Rule(kind, header, prefix + kind, capacity, source, want=want, limit=str(capacity)))
         for window in ("day", "month"):
             if f"tokens_per_{window}" in values:
                 rules.append(_Rule("budget", None, prefix + window, *values[f"tokens_per_{window}"], window=window))

@@ -78,7 +78,15 @@ class LocalStore:
         bucket = self._buckets.get(want.key)
         if bucket is None:
             return want.capacity
-        return min(want.capacity, bucket[0] + (now - bucket[1]) * want.per_second)
+        level = bucket[0] + (now - bucket[1]) * want.per_second
+        return level if level < want.capacity else want.capacity
+
+    def _set(self, want: Want, level: float, now: float) -> None:
+        bucket = self._buckets.get(want.key)
+        if bucket is None:
+            self._buckets[want.key] = [level, now, now + want.ttl]
+        else:
+            bucket[0], bucket[1], bucket[2] = level, now, now + want.ttl
 
     def take_now(self, wants: Sequence[Want]) -> Taken:
         now = self._clock()  # type: ignore[operator]
@@ -90,7 +98,7 @@ class LocalStore:
                 return refused(levels, wants) or Taken(False, levels, 0, 0.0)
         for index, want in enumerate(wants):
             levels[index] -= want.cost
-            self._buckets[want.key] = [levels[index], now, now + want.ttl]
+            self._set(want, levels[index], now)
         return Taken(True, levels)
 
     async def take(self, wants: Sequence[Want]) -> Taken:
@@ -99,8 +107,7 @@ class LocalStore:
     def adjust(self, changes: Sequence[tuple[Want, float]]) -> None:
         now = self._clock()  # type: ignore[operator]
         for want, delta in changes:
-            level = min(want.capacity, self._level(want, now) + delta)
-            self._buckets[want.key] = [level, now, now + want.ttl]
+            self._set(want, min(want.capacity, self._level(want, now) + delta), now)
 
     def _prune(self, now: float) -> None:
         self._pruned = now
