@@ -11,7 +11,7 @@ from tests.e2e.test_claude_code import FILE_CONTENT, FILE_NAME, QUIET, Harness, 
 
 pytestmark = pytest.mark.claude_code
 
-RPM = 60  # one request a second once the bucket is spent
+RPM = 4  # one request every 15 s once the bucket is spent: the CLI meets the limit, whatever its start-up takes
 
 
 def test_claude_code_retries_a_429_by_its_retry_after(harness: Harness) -> None:  # noqa: F811 (the fixture)
@@ -21,14 +21,14 @@ def test_claude_code_retries_a_429_by_its_retry_after(harness: Harness) -> None:
     harness.start_gateway(config)
     assert harness.gateway is not None
     with httpx.Client(base_url=harness.gateway.url, timeout=10) as drain:  # spend the bucket first
-        for _ in range(RPM):
-            drain.post(
-                "/v1/messages/count_tokens",
-                json={"model": "test-model", "messages": [{"role": "user", "content": "x"}]},
-            )
+        count = {"model": "test-model", "messages": [{"role": "user", "content": "x"}]}
+        while drain.post("/v1/messages/count_tokens", json=count).status_code != 429:
+            pass
+    before = len(harness.gateway.cli_exchanges())
     run = harness.run(QUIET)
     why = run.explain()
-    refused = [e for e in run.exchanges if e.status == 429]
+    exchanges = run.exchanges[before:]
+    refused = [e for e in exchanges if e.status == 429]
     assert refused, why  # the CLI met the limit ...
     assert all(b"rate_limit_error" in e.response for e in refused), why
     assert run.process.returncode == 0 and run.result.get("is_error") is False, why  # ... and retried past it
