@@ -2,6 +2,7 @@
 
     python bench/limits_cost.py                 # in-process buckets
     python bench/limits_cost.py --redis URL     # buckets in Redis (one round trip each)
+    python bench/limits_cost.py --app           # the gateway's ASGI app, limits on against off
 
 The whole-gateway cells (`bench/run.py`, targets limits-local and limits-redis) carry
 the noise of a shared machine; this isolates the limits' own cost. Process CPU time
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dragoman.core.config import from_dict
-from dragoman.core.types import Call, Outcome
+from dragoman.core.types import Call, Completed, Outcome, UpstreamModel
 from dragoman.limits import gate
 from dragoman.protocol.anthropic import MESSAGES_REQUEST
 
@@ -60,11 +61,69 @@ async def cost(shape: str, requests: int, redis_url: str | None) -> float:
     return spent / requests * 1e6
 
 
+class Instant:
+    """A backend that answers at once: what is left is the gateway's own work."""
+
+    name, path = "default", "translate"
+
+    async def messages(self, call: Call, route: Any) -> Completed:
+        assert call.outcome is not None
+        call.outcome.input_tokens, call.outcome.output_tokens = 10, 90
+        return Completed(body=b'{"id":"msg_1","type":"message"}')
+
+    async def count_tokens(self, call: Call, route: Any) -> Completed:
+        raise NotImplementedError
+
+    async def list_models(self) -> list[UpstreamModel]:
+        return [UpstreamModel("bench-model")]
+
+    async def close(self) -> None:
+        pass
+
+
+async def app_cost(shape: str, limited: bool, requests: int) -> float:
+    """µs of CPU per POST /v1/messages through the ASGI app (no sockets), best of 3 rounds."""
+    from dragoman.server.app import create_app
+
+    data: dict[str, Any] = {"upstreams": {"default": {"url": "http://127.0.0.1:1/v1"}},
+                            "models": [{"name": "bench-model", "upstream": "default"}]}  # fmt: skip
+    if limited:
+        data["limits"] = LIMITS
+    app = create_app(from_dict(data), backends={"default": Instant()})  # type: ignore[dict-item]
+    await app.gateway.discover_all(app.gateway.backends)
+    body = shapes.anthropic_body(shape, model="bench-model", max_tokens=100, stream=False)
+    scope = {"type": "http", "method": "POST", "path": "/v1/messages", "query_string": b"", "http_version": "1.1",
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+             "scheme": "http", "server": ("127.0.0.1", 1), "client": ("127.0.0.1", 2), "root_path": "", "extensions": {}}  # fmt: skip
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start" and message["status"] != 200:
+            raise RuntimeError(f"status {message['status']}")
+
+    best = float("inf")
+    for _round in range(3):
+        started = time.process_time()
+        for _ in range(requests):
+            await app(dict(scope, state={}), receive, send)
+        best = min(best, (time.process_time() - started) / requests * 1e6)
+    await app.gateway.close()
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--redis", metavar="URL", help="buckets in this Redis (default: in-process)")
+    parser.add_argument("--app", action="store_true", help="the whole ASGI app, limits on against off (in-process)")
     args = parser.parse_args()
+    if args.app:
+        for shape in shapes.SHAPES:
+            off, on = (asyncio.run(app_cost(shape, limited, args.requests // 5)) for limited in (False, True))
+            print(f"{shape:12} app        {off:8.1f} µs without limits, {on:8.1f} with: {on - off:+.1f} µs per request")
+        return
     for shape in shapes.SHAPES:
         figure = asyncio.run(cost(shape, args.requests if not args.redis else args.requests // 10, args.redis))
         print(f"{shape:12} {'redis' if args.redis else 'in-process':10} {figure:8.1f} µs CPU per request")

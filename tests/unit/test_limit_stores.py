@@ -6,6 +6,7 @@ import asyncio
 import math
 
 import pytest
+import redis
 
 from dragoman.limits import redis_store
 from dragoman.limits.redis_store import LimitsUnavailable, RedisStore
@@ -142,5 +143,32 @@ def test_redis_unreachable_fails_closed():
 
     try:
         asyncio.run(run())
+    finally:
+        own.stop()
+
+
+def test_redis_takes_one_round_trip_per_request_with_its_settlement():
+    own = RedisProcess().start()  # of its own: its command counts are this test's alone
+
+    async def run() -> None:
+        store = RedisStore(own.url, prefix="t:", timeout=1.0, fail_open=True)
+        try:
+            for _ in range(20):
+                taken = await store.take([rpm("k", 1000), rpm("out", 1000, cost=100)])
+                assert taken.admitted
+                store.adjust([(rpm("out", 1000), 90.0)])  # the request ended: rides along with the next
+        finally:
+            await store.close()  # the last settlement goes alone
+
+    try:
+        asyncio.run(run())
+        stats = redis.Redis.from_url(own.url).info("commandstats")
+        calls = {name.removeprefix("cmdstat_"): figures["calls"] for name, figures in stats.items()}
+        # 20 takes, then the last settlement alone: 21 script runs (each reads Redis's TIME once);
+        # the first EVALSHA found no script, which was loaded once and run again
+        assert calls["time"] == 21, calls
+        assert calls["evalsha"] == 22 and calls.get("script|load", calls.get("script")) == 1, calls
+        sent = set(calls) - {"time", "hmget", "hset", "pexpire"}  # those ran inside the script
+        assert sent <= {"evalsha", "script|load", "script", "info", "ping", "hello", "client|setinfo", "client"}, calls
     finally:
         own.stop()
