@@ -12,6 +12,7 @@ import pytest
 
 from dragoman.server.auth import key_id as _key_id
 from tests.integration.test_batches import wait_ended
+from tests.support.fake_anthropic import NativeReply, message, text_events
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 
 KEYS = {"api_keys": ["sk-solo"], "tenants": {"team-a": ["sk-a1", "sk-a2"]}}
@@ -264,3 +265,19 @@ def test_fail_closed_answers_503_while_redis_is_unreachable(upstream, gateway_fr
         _ask(_client(gateway))
     assert caught.value.status_code == 503 and "Redis" in caught.value.body["error"]["message"]
     assert not upstream.requests
+
+
+def test_a_passthrough_stream_cut_by_the_client_keeps_its_reservation(native, gateway_from):
+    gateway = gateway_from({"server": KEYS, "limits": {"output_tokens_per_minute": 1000},
+                            "upstreams": {"native": {"url": native.url, "protocol": "anthropic", "max_retries": 0}},
+                            "models": [{"name": "native-model", "upstream": "native"}]})  # fmt: skip
+    native.replies.append(NativeReply(events=[*text_events("Hello")[:3], ("sleep", 30)]))
+    client = _client(gateway)
+    with client.messages.stream(
+        model="native-model", max_tokens=300, messages=[{"role": "user", "content": "Hi"}]
+    ) as s:
+        next(iter(s.text_stream))
+    native.replies.append(NativeReply(body=message("ok")))
+    raw = client.messages.with_raw_response.create(model="native-model", max_tokens=10,
+                                                   messages=[{"role": "user", "content": "Hi"}])  # fmt: skip
+    assert int(raw.headers["anthropic-ratelimit-output-tokens-remaining"]) <= 1000 - 300 - 10 + 20  # (a little refill)

@@ -172,3 +172,21 @@ def test_redis_takes_one_round_trip_per_request_with_its_settlement():
         assert sent <= {"evalsha", "script|load", "script", "info", "ping", "hello", "client|setinfo", "client"}, calls
     finally:
         own.stop()
+
+
+def test_redis_budget_does_not_refill(redis_url, redis_prefix):
+    async def run() -> None:
+        store = shared(redis_url, redis_prefix)
+        budget = Want("day:2026-12-05", 100, 0.0, 0.0, 1.0, 3600)
+        try:
+            assert (await store.take([budget])).admitted
+            store.adjust([(budget, -100.0)])
+            refused = await store.take([budget])
+            assert not refused.admitted and math.isinf(refused.wait)
+            assert (
+                int(redis.Redis.from_url(redis_url).pttl(redis_prefix + budget.key)) > 3_000_000
+            )  # kept till its day ends
+        finally:
+            await store.close()
+
+    asyncio.run(run())

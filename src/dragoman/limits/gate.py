@@ -144,8 +144,13 @@ class Admission:
             return
         served = outcome.status == 200
         used_in = outcome.input_tokens if outcome.input_tokens is not None else (self._estimate if served else 0)
-        # A stream cut before the upstream told its usage keeps its whole reservation.
-        used_out = outcome.output_tokens if outcome.output_tokens is not None else (self._reserved if served else 0)
+        # A stream cut before the upstream told its usage keeps its whole reservation; so does a
+        # passthrough stream the client cut (its events told only message_start's count).
+        cut_short = outcome.disconnected and outcome.path == "passthrough"
+        if outcome.output_tokens is None or cut_short:
+            used_out = self._reserved if served else 0
+        else:
+            used_out = outcome.output_tokens
         changes = []
         for rule, want in zip(self._rules, self._wants, strict=True):
             if rule.kind == "input" and used_in:
