@@ -281,3 +281,12 @@ def test_a_passthrough_stream_cut_by_the_client_keeps_its_reservation(native, ga
     raw = client.messages.with_raw_response.create(model="native-model", max_tokens=10,
                                                    messages=[{"role": "user", "content": "Hi"}])  # fmt: skip
     assert int(raw.headers["anthropic-ratelimit-output-tokens-remaining"]) <= 1000 - 300 - 10 + 20  # (a little refill)
+
+
+def test_an_upstream_failure_carries_the_limits_headers_too(upstream, gateway_from):
+    gateway = gateway_from(_config(upstream, {"requests_per_minute": 10}))
+    upstream.queue(Reply(status=500, body={"error": {"message": "boom", "type": "server_error"}}))
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        _ask(_client(gateway))
+    assert caught.value.status_code >= 500
+    assert caught.value.response.headers["anthropic-ratelimit-requests-remaining"] == "9"

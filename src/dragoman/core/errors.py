@@ -42,6 +42,7 @@ class GatewayError(Exception):
         self.upstream: str | None = None  # set when an upstream's answer caused it
         # `error.details`: `error_code` picks the SDKs' exception class (e.g. FileNotDownloadableError)
         self.details: dict[str, str] | None = {"error_code": error_code} if error_code else None
+        self.extra_headers: dict[str, str] = {}  # more for its answer: the caller's anthropic-ratelimit-*
 
     @property
     def is_upstream(self) -> bool:
@@ -66,6 +67,8 @@ class GatewayError(Exception):
             self.should_retry is None and self.status < 500 and self.status not in (408, 409, 429)
         ):
             headers["x-should-retry"] = "false"
+        if self.extra_headers:
+            headers.update(self.extra_headers)
         return headers
 
 

@@ -53,10 +53,7 @@ class LimitReached(RateLimited):
     def __init__(self, message: str, *, retry_after: str | None, extra: dict[str, str],
                  should_retry: bool | None = None) -> None:  # fmt: skip
         super().__init__(message, retry_after=retry_after, should_retry=should_retry)
-        self.extra = extra
-
-    def headers(self) -> dict[str, str]:
-        return {**super().headers(), **self.extra}
+        self.extra_headers = extra
 
 
 @dataclass(frozen=True, slots=True)

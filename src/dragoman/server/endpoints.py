@@ -279,6 +279,10 @@ async def serve(gateway: Gateway, request: Request, endpoint: Endpoint) -> Respo
     reply: Reply | Response | None = None
     try:
         reply = await _send(gateway, request, prepared, endpoint)
+    except GatewayError as error:
+        if prepared.admission is not None:  # failed after the limits admitted it: their headers all the same
+            error.extra_headers.update(prepared.admission.headers())
+        raise
     finally:
         if prepared.turn is not None:
             _follow(prepared.turn, reply)
