@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import socket
+import threading
 
 import pytest
 import redis
@@ -190,3 +193,41 @@ def test_redis_budget_does_not_refill(redis_url, redis_prefix):
             await store.close()
 
     asyncio.run(run())
+
+
+def test_a_redis_that_never_answers_counts_as_unreachable():
+    """Once, without redis-py's own retries: the request is answered under on_redis_error,
+    and the next ones do not ask again until RETRY_AFTER."""
+    accepted: list[socket.socket] = []
+    with socket.socket() as silent:  # accepts connections and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        silent.settimeout(0.05)
+        done = threading.Event()
+
+        def accept() -> None:
+            while not done.is_set():
+                with contextlib.suppress(TimeoutError):
+                    accepted.append(silent.accept()[0])
+
+        acceptor = threading.Thread(target=accept)
+        acceptor.start()
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+
+        async def run() -> None:
+            store = RedisStore(url, prefix="t:", timeout=0.2, fail_open=True)
+            try:
+                assert (await store.take([rpm("k", 2)])).admitted  # after redis_timeout, on this process's bucket
+                assert (await store.take([rpm("k", 2)])).admitted  # not asked again: Redis is down
+                assert not (await store.take([rpm("k", 2)])).admitted
+            finally:
+                store._redis.connection_pool.reset()  # its half-open connection: nothing to close politely
+
+        try:
+            asyncio.run(run())
+        finally:
+            done.set()
+            acceptor.join()
+            for connection in accepted:
+                connection.close()
+    assert len(accepted) == 1  # one attempt: no retries

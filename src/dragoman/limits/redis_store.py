@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 
 import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from dragoman.core.errors import GatewayError
@@ -87,7 +89,10 @@ def _ms(seconds: float) -> int:
 class RedisStore:
     def __init__(self, url: str, *, prefix: str, timeout: float, fail_open: bool,
                  on_error: Callable[[], None] = lambda: None) -> None:  # fmt: skip
-        self._redis = redis.asyncio.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        # No retries of its own, whatever redis-py's default (it has changed between versions): a
+        # failure is answered at once under on_redis_error, not after seconds of backoff.
+        self._redis = redis.asyncio.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                             retry=Retry(NoBackoff(), 0))  # fmt: skip
         self._step = self._redis.register_script(STEP)
         self._prefix = prefix
         self._fail_open = fail_open
