@@ -57,7 +57,7 @@ async def cost(shape: str, requests: int, redis_url: str | None) -> float:
                 admission.settle(outcome)
             spent = time.process_time() - started
     finally:
-        await limits.store.close()
+        await limits.close()
     return spent / requests * 1e6
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from dragoman.core.config import from_dict
 from dragoman.limits import redis_store
-from tests.support.fakes import FakeUpstream
+from tests.support.fakes import FakeUpstream, Reply, completion
 from tests.support.redis_server import RedisProcess
 from tests.support.servers import GatewayServer, start_serving
 
@@ -121,3 +121,62 @@ def test_redis_killed_mid_test_fails_no_request_under_fail_open(monkeypatch, ups
     finally:
         gateway.stop()
         own.stop()
+
+
+def _shared_gateways(upstream: FakeUpstream, redis_url: str, prefix: str, **limits: Any) -> list[GatewayServer]:
+    config = from_dict({"server": {"api_keys": ["sk-shared"]},
+                        "limits": {"redis_url": redis_url, "redis_prefix": prefix, **limits},
+                        "upstreams": {"default": {"url": upstream.url, "max_retries": 0}}})  # fmt: skip
+    return [GatewayServer(config).start() for _ in range(2)]
+
+
+def _held(upstream: FakeUpstream) -> threading.Event:
+    release = threading.Event()
+    upstream.queue(Reply(body=completion(), hold=release))
+    return release
+
+
+def _wait(predicate: Any) -> None:
+    for _ in range(500):
+        if predicate():
+            return
+        time.sleep(0.01)
+    pytest.fail("not within 5 s")
+
+
+def test_max_concurrent_is_shared_through_redis(upstream, redis_url, redis_prefix):
+    gateways = _shared_gateways(upstream, redis_url, redis_prefix, max_concurrent=1, queue_timeout=30)
+    release = _held(upstream)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            held = pool.submit(_one, gateways[0].url)
+            _wait(lambda: len(upstream.requests) == 1)
+            queued = pool.submit(_one, gateways[1].url)  # the other gateway: the same slot
+            time.sleep(0.5)  # (it asks Redis again every 50 to 500 ms meanwhile)
+            assert len(upstream.requests) == 1 and not queued.done()
+            release.set()
+            assert held.result(10) == 200 and queued.result(10) == 200
+    finally:
+        release.set()
+        for gateway in gateways:
+            gateway.stop()
+
+
+def test_a_full_shared_queue_answers_429_naming_max_concurrent(upstream, redis_url, redis_prefix):
+    gateways = _shared_gateways(upstream, redis_url, redis_prefix, max_concurrent=1, queue_timeout=0.3)
+    release = _held(upstream)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            held = pool.submit(_one, gateways[0].url)
+            _wait(lambda: len(upstream.requests) == 1)
+            client = anthropic.Anthropic(base_url=gateways[1].url, api_key="sk-shared", max_retries=0)
+            with pytest.raises(anthropic.RateLimitError) as caught:
+                client.messages.create(model="test-model", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+            assert "limits.max_concurrent" in caught.value.body["error"]["message"]
+            release.set()
+            assert held.result(10) == 200
+        assert _one(gateways[1].url) == 200  # given back: free again
+    finally:
+        release.set()
+        for gateway in gateways:
+            gateway.stop()

@@ -11,7 +11,7 @@ import threading
 import pytest
 import redis
 
-from dragoman.limits import redis_store
+from dragoman.limits import redis_slots, redis_store
 from dragoman.limits.redis_store import LimitsUnavailable, RedisStore
 from dragoman.limits.store import LocalStore, Want
 from tests.support.redis_server import RedisProcess
@@ -221,7 +221,7 @@ def test_a_redis_that_never_answers_counts_as_unreachable():
                 assert (await store.take([rpm("k", 2)])).admitted  # not asked again: Redis is down
                 assert not (await store.take([rpm("k", 2)])).admitted
             finally:
-                store._redis.connection_pool.reset()  # its half-open connection: nothing to close politely
+                store.client.connection_pool.reset()  # its half-open connection: nothing to close politely
 
         try:
             asyncio.run(run())
@@ -231,3 +231,41 @@ def test_a_redis_that_never_answers_counts_as_unreachable():
             for connection in accepted:
                 connection.close()
     assert len(accepted) == 1  # one attempt: no retries
+
+
+def test_a_shared_lease_never_given_back_lapses(monkeypatch, redis_url, redis_prefix):
+    monkeypatch.setattr(redis_slots, "LEASE", 0.3)  # a process that died holding it
+
+    async def run() -> None:
+        store = shared(redis_url, redis_prefix)
+        slots = redis_slots.SharedConcurrency(store)
+        try:
+            assert await slots.acquire("k", 1, 0) is not None
+            assert await slots.acquire("k", 1, 0) is None  # full, and no queue
+            assert await slots.acquire("k", 1, 5) is not None  # waited: the first lapsed
+        finally:
+            await slots.close()
+            await store.close()
+
+    asyncio.run(run())
+
+
+def test_shared_slots_fall_back_to_the_process_while_redis_is_away():
+    own = RedisProcess()  # never started
+
+    async def run() -> None:
+        store = RedisStore(own.url, prefix="t:", timeout=0.5, fail_open=True)
+        slots = redis_slots.SharedConcurrency(store)
+        try:
+            lease = await slots.acquire("k", 1, 0)
+            assert lease == "local" and await slots.acquire("k", 1, 0) is None
+            slots.release("k", lease)
+            assert await slots.acquire("k", 1, 0) == "local"
+        finally:
+            await slots.close()
+            await store.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        own.stop()

@@ -138,7 +138,7 @@ class Gateway:
             await asyncio.wait(running)
         await self.batches.close()
         if self.limits is not None:
-            await self.limits.store.close()
+            await self.limits.close()
         for backend in self.backends.values():
             await backend.close()
         if self.tracing is not None:

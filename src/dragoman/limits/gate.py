@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter
 from dragoman.core.errors import RateLimited
 from dragoman.core.types import Call, Outcome
 from dragoman.limits.settings import BUDGETS, RATES, LimitsConfig, LimitSet
-from dragoman.limits.slots import Concurrency
+from dragoman.limits.slots import Concurrency, Slots
 from dragoman.limits.store import LocalStore, Store, Taken, Want
 
 MINUTE = 60.0
@@ -106,7 +106,7 @@ class Admission:
 
     __slots__ = ("_gate", "_wants", "_rules", "_levels", "_slots", "_reserved", "_estimate", "_counts", "_now")
 
-    def __init__(self, gate: Limits, wants: list[Want], rules: list[_Rule], taken: Taken, slots: list[str],
+    def __init__(self, gate: Limits, wants: list[Want], rules: list[_Rule], taken: Taken, slots: list[tuple[str, str]],
                  reserved: int, estimate: int, counts: bool) -> None:  # fmt: skip
         self._gate, self._wants, self._rules, self._levels = gate, wants, rules, taken.levels
         self._slots, self._reserved, self._estimate, self._counts = slots, reserved, estimate, counts
@@ -134,8 +134,8 @@ class Admission:
 
     def settle(self, outcome: Outcome) -> None:
         """Charge the request's real tokens and free its slots; once, at its end however it ended."""
-        for key in self._slots:
-            self._gate.concurrency.release(key)
+        for key, lease in self._slots:
+            self._gate.concurrency.release(key, lease)
         self._slots = []
         if not self._counts:
             return
@@ -164,10 +164,10 @@ class Limits:
     """The configured limits, their store, and the concurrency slots of this process."""
 
     def __init__(self, config: LimitsConfig, store: Store, registry: CollectorRegistry | None = None,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.time, concurrency: Slots | None = None) -> None:  # fmt: skip
         self.config = config
         self.store = store
-        self.concurrency = Concurrency()
+        self.concurrency: Slots = concurrency or Concurrency()
         self._clock = clock
         self._plans: dict[tuple[str | None, str | None, str, str], _Plan] = {}
         self.refused = Counter("dragoman_rate_limited", "Requests refused by a limit of [limits]", ["limit"],
@@ -177,14 +177,15 @@ class Limits:
         """Admitted under every limit that applies, or LimitReached (429) naming the limit."""
         plan = self._plan(key_id, tenant, call.model, call.upstream_model)
         batch = endpoint == "batch"
-        held: list[str] = []
+        held: list[tuple[str, str]] = []
         try:
             for key, limit, source in plan.slots:
-                if not await self.concurrency.acquire(key, limit, None if batch else self.config.queue_timeout):
+                lease = await self.concurrency.acquire(key, limit, None if batch else self.config.queue_timeout)
+                if lease is None:
                     self._count(source)
                     raise LimitReached(f"{source}: {plan.who} has {limit} requests in progress, its limit; none ended "
                                        f"within {self.config.queue_timeout:g} s", retry_after="1", extra={})  # fmt: skip
-                held.append(key)
+                held.append((key, lease))
             counts = endpoint != "count_tokens"
             reserved = _max_tokens(call) if counts and plan.reserves else 0
             wants, rules = self._wants(plan, reserved)
@@ -197,8 +198,8 @@ class Limits:
                     raise self._refusal(plan, rules, wants, taken)
                 await asyncio.sleep(min(taken.wait, BATCH_WAIT_MAX))  # a batch has a day: it waits its turn
         except BaseException:
-            for key in held:
-                self.concurrency.release(key)
+            for key, lease in held:
+                self.concurrency.release(key, lease)
             raise
         return Admission(self, wants, rules, taken, held, reserved, len(call.body) // 4, counts)
 
@@ -233,6 +234,10 @@ class Limits:
         what = {"request": "requests", "input": "input tokens", "output": "output tokens"}[rule.kind]
         return LimitReached(f"{rule.source}: {plan.who} is over its rate limit of {rule.capacity} {what} per minute; "
                             f"retry after {seconds} s", retry_after=str(seconds), extra=admission.headers())  # fmt: skip
+
+    async def close(self) -> None:
+        await self.concurrency.close()
+        await self.store.close()
 
     def _count(self, limit: str) -> None:
         if self.refused is not None:
@@ -311,6 +316,7 @@ def build(config: LimitsConfig, registry: CollectorRegistry | None = None) -> Li
         return None
     store: Store
     if config.redis_url:
+        from dragoman.limits.redis_slots import SharedConcurrency
         from dragoman.limits.redis_store import RedisStore
 
         errors = Counter("dragoman_limits_store_errors", "Redis failures met by the limits (fail_open served on)",
@@ -318,6 +324,5 @@ def build(config: LimitsConfig, registry: CollectorRegistry | None = None) -> Li
         store = RedisStore(config.redis_url, prefix=config.redis_prefix, timeout=config.redis_timeout,
                            fail_open=config.on_redis_error == "fail_open",
                            on_error=errors.inc if errors is not None else lambda: None)  # fmt: skip
-    else:
-        store = LocalStore()
-    return Limits(config, store, registry)
+        return Limits(config, store, registry, concurrency=SharedConcurrency(store))
+    return Limits(config, LocalStore(), registry)

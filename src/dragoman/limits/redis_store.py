@@ -91,11 +91,11 @@ class RedisStore:
                  on_error: Callable[[], None] = lambda: None) -> None:  # fmt: skip
         # No retries of its own, whatever redis-py's default (it has changed between versions): a
         # failure is answered at once under on_redis_error, not after seconds of backoff.
-        self._redis = redis.asyncio.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+        self.client = redis.asyncio.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
                                              retry=Retry(NoBackoff(), 0))  # fmt: skip
-        self._step = self._redis.register_script(STEP)
-        self._prefix = prefix
-        self._fail_open = fail_open
+        self._step = self.client.register_script(STEP)
+        self.prefix = prefix
+        self.fail_open = fail_open
         self._on_error = on_error
         self._local = LocalStore()  # while Redis is away, under fail_open
         self._down_until: float | None = None  # set while Redis is failing
@@ -103,17 +103,17 @@ class RedisStore:
         self._flush: asyncio.TimerHandle | None = None
         self._pending: set[asyncio.Task[None]] = set()
 
-    def _down(self) -> bool:
+    def down(self) -> bool:
         return self._down_until is not None and time.monotonic() < self._down_until
 
     async def take(self, wants: Sequence[Want]) -> Taken:
-        if self._down():
+        if self.down():
             return self._fallback(wants)
         settling = self._take_queued()
         try:
             reply = await self._call(wants, settling)
         except (RedisError, OSError, TimeoutError) as error:
-            self._failed(error, settling)
+            self.failed(error, settling)
             return self._fallback(wants)
         levels = [float(level) for level in reply[1:]]
         if reply[0] == 1:
@@ -121,7 +121,7 @@ class RedisStore:
         return refused(levels, wants) or Taken(False, levels, 0, 0.001)  # refilled meanwhile: ask again soon
 
     async def _call(self, wants: Sequence[Want], settling: Sequence[tuple[Want, float]]) -> list[bytes]:
-        prefix = self._prefix
+        prefix = self.prefix
         keys = [prefix + w.key for w in wants] + [prefix + w.key for w, _ in settling]
         args: list[float | int] = [len(wants)]
         for w in wants:
@@ -129,15 +129,15 @@ class RedisStore:
         for w, delta in settling:
             args += (w.capacity, w.per_second / 1000, delta, _ms(w.ttl))
         reply = await self._step(keys=keys, args=args)
-        self._back()
+        self.back()
         return reply  # type: ignore[no-any-return]
 
     def adjust(self, changes: Sequence[tuple[Want, float]]) -> None:
         """Queued for the next round trip; sent alone if none comes within FLUSH_AFTER."""
         if not changes:
             return
-        if self._down():
-            if self._fail_open:
+        if self.down():
+            if self.fail_open:
                 self._local.adjust(changes)
             return
         self._queued.extend(changes)
@@ -163,23 +163,23 @@ class RedisStore:
         try:
             await self._call((), settling)
         except (RedisError, OSError, TimeoutError) as error:
-            self._failed(error, settling)
+            self.failed(error, settling)
 
     def _fallback(self, wants: Sequence[Want]) -> Taken:
-        if not self._fail_open:
+        if not self.fail_open:
             raise LimitsUnavailable("the rate-limit store (Redis) is unreachable; try again shortly", retry_after="1")
         return self._local.take_now(wants)
 
-    def _failed(self, error: BaseException, settling: Sequence[tuple[Want, float]]) -> None:
+    def failed(self, error: BaseException, settling: Sequence[tuple[Want, float]]) -> None:
         self._on_error()
-        if self._fail_open:
+        if self.fail_open:
             self._local.adjust(settling)  # what could not be settled in Redis counts here meanwhile
         if self._down_until is None:
-            policy = "serving on this process's own buckets" if self._fail_open else "answering 503"
+            policy = "serving on this process's own buckets" if self.fail_open else "answering 503"
             log.warning("limits: Redis is unreachable (%s); %s until it is back", type(error).__name__, policy)
         self._down_until = time.monotonic() + RETRY_AFTER
 
-    def _back(self) -> None:
+    def back(self) -> None:
         if self._down_until is not None:
             self._down_until = None
             log.warning("limits: Redis is reachable again; buckets are shared again")
@@ -188,4 +188,4 @@ class RedisStore:
         self._flush_now()
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
-        await self._redis.aclose()
+        await self.client.aclose()

@@ -2,12 +2,13 @@
 
 A request waits for a slot at most `queue_timeout` seconds (a batch's request as long
 as it takes); a client that hangs up while queued is cancelled out of the queue
-(`server.disconnect`). Slots are per process, with Redis too (see docs/team.md).
+(`server.disconnect`). With Redis, `redis_slots` keeps them there instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 
 class _Slots:
@@ -18,12 +19,22 @@ class _Slots:
         self.users = 0  # holding or waiting: the entry goes once nobody is
 
 
+class Slots(Protocol):
+    """Where `max_concurrent` slots are held: this process (`Concurrency`), or Redis."""
+
+    async def acquire(self, key: str, limit: int, timeout: float | None) -> str | None: ...
+
+    def release(self, key: str, lease: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class Concurrency:
     def __init__(self) -> None:
         self._slots: dict[str, _Slots] = {}
 
-    async def acquire(self, key: str, limit: int, timeout: float | None) -> bool:
-        """True once a slot is held; False if none came within `timeout` (None: no bound)."""
+    async def acquire(self, key: str, limit: int, timeout: float | None) -> str | None:
+        """A lease ("local") once a slot is held; None if none came within `timeout` (None: no bound)."""
         slots = self._slots.get(key)
         if slots is None:
             slots = self._slots[key] = _Slots(limit)
@@ -36,11 +47,11 @@ class Concurrency:
         except BaseException as error:
             self._leave(key, slots)
             if isinstance(error, TimeoutError):
-                return False
+                return None
             raise
-        return True
+        return "local"
 
-    def release(self, key: str) -> None:
+    def release(self, key: str, lease: str = "local") -> None:
         slots = self._slots[key]
         slots.semaphore.release()
         self._leave(key, slots)
@@ -49,6 +60,9 @@ class Concurrency:
         slots.users -= 1
         if slots.users == 0:
             del self._slots[key]
+
+    async def close(self) -> None:
+        pass
 
     def in_use(self, key: str) -> int:
         slots = self._slots.get(key)
