@@ -182,11 +182,12 @@ class ChatStreams:
                 end_body(response)  # the client's reply ends now, not when the server ends its body
         finally:
             if not finished and outcome is not None and outcome.output_tokens is None:
-                cut = translator.usage_so_far()  # what a cut stream used, for its key's limits and usage
-                if cut is not None:
-                    note_usage(outcome, cut)
-                    if translator.needs_usage:
-                        outcome.input_tokens = None  # not known: the limits estimate it
+                # Cut short: what the upstream reported so far, else one output token per chunk
+                # received (its input then unknown: the limits estimate it; usage records 0).
+                cut = translator.usage_so_far()
+                note_usage(outcome, cut if cut is not None else translator.usage)
+                if translator.needs_usage:
+                    outcome.input_tokens = None
             if watch is not None:
                 watch.close()
             if opening is not None:
@@ -195,8 +196,6 @@ class ChatStreams:
                 response.release()  # read to the end: the connection can be reused
             elif not finished:
                 response.close()  # stops the backend's generation
-                if outcome is not None and outcome.output_tokens is None:
-                    note_usage(outcome, translator.usage)  # cut short: what the upstream reported so far
 
     def _feed(self, translator: StreamTranslator, payloads: list[bytes], out: list[anthropic.StreamEvent], *,
               first_alone: bool = False) -> int:  # fmt: skip
