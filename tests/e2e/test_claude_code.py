@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dragoman_local.localmodel import cache_dir
+from tests.support.claude_cli import claude_binary
 from tests.support.fakes import FakeUpstream, Reply, chunk, completion, text_stream, usage_chunk
 from tests.support.servers import GatewayServer, config_for, make_config
 
@@ -52,20 +52,6 @@ BASE_ENV = {
     "LANG": "C.UTF-8",
 }
 QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
-
-
-def claude_binary() -> Path:
-    if os.environ.get("DRAGOMAN_SKIP_CLAUDE_CODE") == "1":
-        pytest.skip("DRAGOMAN_SKIP_CLAUDE_CODE=1")
-    explicit = os.environ.get("DRAGOMAN_CLAUDE_BIN")
-    path = Path(explicit) if explicit else cache_dir() / "claude-code" / "node_modules" / ".bin" / "claude"
-    if not os.access(path, os.X_OK):
-        pytest.fail(
-            f"the Claude Code CLI is not installed at {path}: run scripts/setup-claude-code "
-            "(needs npm), or set DRAGOMAN_SKIP_CLAUDE_CODE=1 to skip these tests",
-            pytrace=False,
-        )
-    return path
 
 
 # -- recording the CLI's exchanges at the gateway -----------------------------------

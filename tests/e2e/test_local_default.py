@@ -8,14 +8,17 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import anthropic
 import httpx
 import pytest
 
-from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL
+from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, is_set_up
 
 
 def _free_port() -> int:
@@ -81,5 +84,55 @@ def test_the_local_model_answers_and_stops_with_the_gateway(tmp_path: Path, stop
             gateway.kill()
             gateway.wait()
         for pid in llama:  # never left running, whatever failed
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _read_until(stream: IO[bytes], marker: str, timeout: float) -> str:
+    """What `stream` gave until a line holding `marker` (or its end, or `timeout` seconds)."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(_lines_until(stream, marker)), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return "".join(lines)
+
+
+def _lines_until(stream: IO[bytes], marker: str) -> Iterator[str]:
+    for raw in stream:
+        line = raw.decode(errors="replace")
+        yield line
+        if marker in line:
+            return
+
+
+def test_the_banner_gives_check_and_models_commands_that_describe_the_local_model(tmp_path: Path) -> None:
+    cached = is_set_up()
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAGOMAN_") or k == "DRAGOMAN_CACHE_DIR"}
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "dragoman", "serve", "--port", str(port)], cwd=tmp_path, env={**env, "XDG_DATA_HOME": str(tmp_path)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    llama: list[int] = []
+    try:
+        assert gateway.stderr is not None
+        banner = _read_until(gateway.stderr, " models --upstream ", timeout=120)
+        llama += _children(gateway.pid)
+        if cached:  # nothing is built: the banner must not say it will be
+            assert "4 minutes" not in banner and "build" not in banner, banner
+        commands = {line.split()[1]: line.split() for line in banner.splitlines() if " --upstream http" in line}
+        assert set(commands) == {"check", "models"}, banner
+        outputs = {}
+        for name, words in commands.items():
+            assert words[0] == "dragoman", banner
+            shown = subprocess.run([sys.executable, "-m", "dragoman", *words[1:]], capture_output=True, text=True,
+                                   timeout=60, env=env)  # fmt: skip
+            assert shown.returncode == 0 and DEFAULT_LOCAL_MODEL in shown.stdout, (name, shown.stdout, shown.stderr)
+            outputs[name] = shown.stdout
+        assert "path=translate" in outputs["check"], outputs
+    finally:
+        gateway.kill()
+        gateway.wait()
+        for pid in llama:
             if not _gone(pid):
                 os.kill(pid, signal.SIGKILL)
