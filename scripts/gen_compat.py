@@ -44,7 +44,7 @@ REQUEST_NOTES = {
     "metadata": "`user_id` becomes `user` for backends that take it (OpenAI)",
     "tools": "client tools become function tools; Anthropic-defined tools get their documented schema; server tools are rejected or dropped",
     "tool_choice": "auto, any (`required`), tool (named function), none; `disable_parallel_tool_use` becomes `parallel_tool_calls: false`, and of the calls of a server that ignores it only the first comes back",
-    "thinking": "enabled/adaptive surface the backend's reasoning as thinking blocks on reasoning models; budget_tokens selects an effort; "
+    "thinking": "enabled/adaptive surface the backend's reasoning as thinking blocks on reasoning models; budget_tokens selects an effort (none: `medium`; adaptive: the model's default); "
     "as on Anthropic, a 400 for an enabled budget below 1024, or not below max_tokens (unless the `interleaved-thinking-2025-05-14` "
     "beta), or with a tool_choice that forces tool use (`any`, `tool`); passthrough leaves these to the server",
     "output_config": "`effort` becomes `reasoning_effort` on reasoning models; `format` becomes `response_format` json_schema",

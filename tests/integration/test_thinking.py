@@ -588,7 +588,8 @@ def test_a_backend_without_reasoning_text_still_applies_the_effort(gw, fake):
         ({"thinking": {"type": "enabled", "budget_tokens": 2049}}, "medium"),
         ({"thinking": {"type": "enabled", "budget_tokens": 8192}}, "medium"),
         ({"thinking": {"type": "enabled", "budget_tokens": 8193}}, "high"),
-        ({"thinking": {"type": "adaptive"}}, None),
+        ({"thinking": {"type": "enabled"}}, "medium"),  # no budget: medium, as the specifications have it
+        ({"thinking": {"type": "adaptive"}}, None),  # the model's default
         ({"thinking": {"type": "disabled"}}, None),
         ({}, None),
         ({"thinking": {"type": "adaptive"}, "output_config": {"effort": "high"}}, "high"),  # what Claude Code sends
@@ -622,6 +623,18 @@ def test_effort_header_on_a_stream(gw, fake):
     events = list(raw.parse())
     assert events[-1].type == "message_stop"
     assert fake.requests[-1]["reasoning_effort"] == "low"
+
+
+def test_enabled_thinking_without_a_budget_streams_and_counts(gw, fake):
+    """`{"type": "enabled"}` alone is no 400 on a stream or a count either."""
+    client = gw()
+    fake.stream_reply(vllm_new())
+    with client.messages.stream(model="thinker", max_tokens=500, messages=USER, thinking={"type": "enabled"}) as stream:  # type: ignore[typeddict-item]
+        message = stream.get_final_message()
+    assert [block.type for block in message.content] == ["thinking", "text"]
+    assert fake.requests[-1]["reasoning_effort"] == "medium"
+    counted = client.messages.count_tokens(model="thinker", messages=USER, thinking={"type": "enabled"})  # type: ignore[typeddict-item]
+    assert counted.input_tokens > 0
 
 
 def test_budget_thresholds_from_the_server_config(gw, fake):

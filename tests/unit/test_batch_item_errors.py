@@ -60,7 +60,7 @@ ITEMS: list[tuple[Any, str]] = [
     (params(thread={"type": "create"}), "requests.5.params.thread: message threads are not available in a batch"),
     (params(thinking={"type": "enabled", "budget_tokens": 100}),
      "requests.6.params.thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
-    (params(thinking={"type": "enabled"}), "requests.7.params.thinking.enabled.budget_tokens: Field required"),
+    (params(top_k=-1), "requests.7.params.top_k: must be greater than or equal to 0"),
     (params(thinking={"type": "enabled", "budget_tokens": 4000}), f"requests.8.params: {BUDGET_NOT_BELOW_MAX_TOKENS}"),
     (params(tools=[TOOL], tool_choice={"type": "any"}, thinking={"type": "enabled", "budget_tokens": 1024}),
      "requests.9.params: Thinking may not be enabled when tool_choice forces tool use."),

@@ -88,7 +88,6 @@ def _enabled(budget: int) -> dict[str, Any]:
     [
         (32000, _enabled(1023), frozenset(), {}, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
         (32000, _enabled(0), INTERLEAVED, {}, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
-        (32000, {"type": "enabled"}, frozenset(), {}, "thinking.enabled.budget_tokens: Field required"),
         (2000, _enabled(2000), frozenset(), {}, "`max_tokens` must be greater than `thinking.budget_tokens`."),
         (2000, _enabled(4000), frozenset({"other-beta"}), {}, "`max_tokens` must be greater than `thinking.budget_tokens`."),
         (0, _enabled(1024), frozenset(), {}, "`max_tokens` must be greater than `thinking.budget_tokens`."),
@@ -97,7 +96,7 @@ def _enabled(budget: int) -> dict[str, Any]:
         (32000, _enabled(4096), INTERLEAVED, {"tools": [TOOL], "tool_choice": {"type": "tool", "name": "get_weather"}},
          "Thinking may not be enabled when tool_choice forces tool use."),
     ],
-    ids=["below-1024", "below-1024-interleaved", "no-budget", "budget-equals-max", "budget-above-max-other-beta",
+    ids=["below-1024", "below-1024-interleaved", "budget-equals-max", "budget-above-max-other-beta",
          "max-tokens-0", "forced-any", "forced-tool"],
 )  # fmt: skip
 def test_thinking_budget_refused_as_anthropic_does(
@@ -118,6 +117,7 @@ def test_thinking_budget_refused_as_anthropic_does(
         (1025, _enabled(1024), frozenset(), {}),
         (2000, _enabled(64000), INTERLEAVED, {}),  # interleaved: the budget spans the turn's thinking, past max_tokens
         (10, {"type": "adaptive"}, frozenset(), {}),
+        (10, {"type": "enabled"}, frozenset(), {}),  # no budget: medium effort (test_thinking.py)
         (10, {"type": "adaptive", "display": "omitted"}, INTERLEAVED, {}),
         (10, {"type": "disabled"}, frozenset(), {}),
         (32000, _enabled(4096), frozenset(), {"tools": [TOOL], "tool_choice": {"type": "auto"}}),
@@ -125,7 +125,7 @@ def test_thinking_budget_refused_as_anthropic_does(
         (10, {"type": "disabled"}, frozenset(), {"tools": [TOOL], "tool_choice": {"type": "any"}}),
     ],
     ids=["claude-code-legacy", "claude-code-legacy-no-beta", "claude-code-max-thinking-tokens", "just-below-max",
-         "interleaved-past-max", "adaptive", "adaptive-omitted", "disabled", "enabled-auto", "enabled-none", "disabled-forced"],
+         "interleaved-past-max", "adaptive", "enabled-no-budget", "adaptive-omitted", "disabled", "enabled-auto", "enabled-none", "disabled-forced"],
 )  # fmt: skip
 def test_thinking_anthropic_accepts_passes(
     max_tokens: int, thinking: dict[str, Any], betas: frozenset[str], fields: dict[str, Any]

@@ -60,18 +60,18 @@ def _check_tools(request: anthropic.MessagesRequest) -> None:
 
 
 def _check_thinking(request: anthropic.MessagesRequest, betas: frozenset[str]) -> None:
-    """Only `enabled` has a budget; `adaptive` and `disabled` pass (Claude Code sends all three)."""
+    """Only `enabled` has a budget; `adaptive` and `disabled` pass (Claude Code sends all three).
+    `enabled` without a budget passes too: the budget is an effort hint here, and none means
+    medium effort (translate/thinking.py)."""
     thinking = request.thinking
     if thinking is None or thinking.type != "enabled":
         return
     budget = thinking.budget_tokens
-    if budget is None:
-        raise InvalidRequest("thinking.enabled.budget_tokens: Field required")
-    if budget < MIN_THINKING_BUDGET:
+    if budget is not None and budget < MIN_THINKING_BUDGET:
         raise InvalidRequest(
             f"thinking.enabled.budget_tokens: Input should be greater than or equal to {MIN_THINKING_BUDGET}"
         )
-    if budget >= request.max_tokens and INTERLEAVED_THINKING not in betas:
+    if budget is not None and budget >= request.max_tokens and INTERLEAVED_THINKING not in betas:
         raise InvalidRequest(BUDGET_NOT_BELOW_MAX_TOKENS)
     if request.tool_choice is not None and request.tool_choice.type in ("any", "tool"):
         raise InvalidRequest(FORCED_TOOL_USE)
