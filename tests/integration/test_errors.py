@@ -120,8 +120,10 @@ def test_unknown_model_lists_the_served_models(gateway, upstream):
     gateway.wait_discovered()
     message = _envelope(_post(gateway, {**VALID, "model": "no-such-model"}), 404, "not_found_error")
     assert "no-such-model" in message and "test-model" in message
-    with pytest.raises(anthropic.NotFoundError):
+    with pytest.raises(anthropic.NotFoundError) as caught:
         _sdk(gateway).messages.create(model="no-such-model", max_tokens=10, messages=USER)
+    # ... and how to serve any name (Claude Code's claude-* names) with one of them
+    assert "--default-model" in caught.value.message and "aliases" in caught.value.message
     assert upstream.requests == []
 
 

@@ -32,6 +32,13 @@ CLAUDE_MODEL_IDS = (
 MAX_CACHED_ROUTES = 4096  # names are chosen by clients: the cache must not grow without bound
 
 
+# How to serve a name nothing serves (Claude Code's claude-* names): said in the 404 that refuses one.
+SERVE_ANY_NAME = (
+    "To serve any other name with one of them, start dragoman with --default-model NAME "
+    '(server.default_model), or give the model aliases (wildcards such as "claude-*" work)'
+)
+
+
 class Router:
     def __init__(self, config: Config, backends: dict[str, Backend], registry: Registry | None = None) -> None:
         self._config = config
@@ -168,7 +175,7 @@ class Router:
         if listless:  # which of them could it be? Guessing would send a typo to a random server
             raise NotFound(f"model: {name!r} is not listed by any upstream, and upstreams {', '.join(listless)} have no "
                            f"model list: give their models [[models]] entries; available models: {available}")  # fmt: skip
-        raise NotFound(f"model: {name!r} is not served here; available models: {available}")
+        raise NotFound(f"model: {name!r} is not served here; available models: {available}. {SERVE_ANY_NAME}")
 
     @property
     def discovered(self) -> dict[str, list[UpstreamModel]]:
