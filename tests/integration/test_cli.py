@@ -341,6 +341,26 @@ def test_serve_with_a_default_model_the_upstream_does_not_list(tmp_path, upstrea
     assert len(warnings) == 1 and "server.default_model" in warnings[0], log.read_text()
 
 
+@pytest.mark.parametrize(
+    ("suffix", "requested", "hint"),
+    [("", "/models", "does the upstream's URL lack /v1?"), ("/v1/v1", "/v1/v1/models", "the URL has /v1 twice")],
+    ids=["missing-v1", "doubled-v1"],
+)
+def test_check_names_the_url_it_asked_and_a_missing_or_extra_v1(tmp_path, suffix, requested, hint):
+    """`dragoman check --upstream URL` pointed at a server without `/v1` (dragoman's own address,
+    say) names the URL it requested, not `/v1/models`, and what the 404 suggests."""
+    from tests.support.fakes import FakeUpstream
+
+    upstream = FakeUpstream().start()
+    root = upstream.url.removesuffix("/v1")
+    try:
+        checked = _run(tmp_path, "check", "--upstream", root + suffix)
+    finally:
+        upstream.stop()
+    assert f"(GET {root}{requested} answered 404): " in checked.stdout, checked.stdout + checked.stderr
+    assert hint in checked.stdout, checked.stdout
+
+
 def test_an_upstream_without_a_model_list_is_reachable_and_judges_the_names_no_list_has(tmp_path):
     """Two upstreams, the second without `GET /v1/models` (404): `check` shows it reachable
     (exit 0), and through the gateway a name the first lists goes to the first while any other
@@ -356,7 +376,9 @@ def test_an_upstream_without_a_model_list_is_reachable_and_judges_the_names_no_l
         checked = _run(tmp_path, "check", "--config", str(config))
         assert checked.returncode == 0, checked.stdout + checked.stderr
         lines = {line.split("\t")[0]: line for line in checked.stdout.splitlines()}
-        assert lines["hosted"].endswith("\tupstream hosted has no model list (GET /v1/models answered 404)"), lines
+        assert lines["hosted"].endswith(
+            f"\tupstream hosted has no model list (GET {listless.url}/models answered 404)"
+        ), lines
         assert "unreachable" not in checked.stdout
 
         with serving(tmp_path, "--config", str(config)) as url:

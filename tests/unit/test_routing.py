@@ -133,7 +133,7 @@ class _Listless(_Listing):
 
     async def list_models(self) -> list[UpstreamModel]:
         self.asked += 1
-        raise NoModelList(self.name, 404)
+        raise NoModelList(self.name, 404, "http://127.0.0.1:9/v1/models")
 
 
 def _gateway_with_listless(lists: dict[str, list[str] | None], server: dict[str, Any] | None = None) -> Gateway:
@@ -151,7 +151,7 @@ def test_a_name_no_list_has_goes_to_the_one_upstream_without_a_list(caplog):
         _discover_all(gateway)  # it will answer the same every time: said once
     warnings = _warnings(caplog)
     assert len(warnings) == 1 and warnings[0].startswith(
-        "upstream b has no model list (GET /v1/models answered 404)"
+        "upstream b has no model list (GET http://127.0.0.1:9/v1/models answered 404)"
     ), warnings
     assert gateway.router.resolve("m1").upstream == "a"
     route = gateway.router.resolve(

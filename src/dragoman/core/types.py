@@ -88,8 +88,21 @@ class NoModelList(UpstreamError):
     """The upstream answered, but has no model list: its models are named only by
     configuration, or reached by names that nothing else serves (see `routing`)."""
 
-    def __init__(self, upstream: str, status: int) -> None:
-        super().__init__(f"upstream {upstream} has no model list (GET /v1/models answered {status})")
+    def __init__(self, upstream: str, status: int, url: str) -> None:
+        super().__init__(f"upstream {upstream} has no model list (GET {url} answered {status}){v1_hint(url, status)}")
+
+
+def v1_hint(url: str, status: int) -> str:
+    """A 404 for a model list often means the upstream URL lacks its `/v1`, or has it twice:
+    the words that say which (empty when the URL shows neither)."""
+    if status != 404:
+        return ""
+    path = url.split("://", 1)[-1].partition("/")[2]
+    if "v1/v1/" in path:
+        return ": the URL has /v1 twice; drop one from the upstream's URL"
+    if not path.startswith("v1/") and "/v1/" not in path:
+        return ": OpenAI-compatible servers list their models at /v1/models; does the upstream's URL lack /v1?"
+    return ""
 
 
 class Backend(Protocol):

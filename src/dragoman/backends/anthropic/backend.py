@@ -110,7 +110,7 @@ class AnthropicBackend:
     async def list_models(self) -> list[UpstreamModel]:
         status, body = await self._http.get("/models")
         if status in NO_MODEL_LIST_STATUSES:
-            raise NoModelList(self.name, status)
+            raise NoModelList(self.name, status, self._http.url("/models"))
         if status != 200:
             raise UpstreamError(f"upstream {self.name} answered {status} to GET /v1/models")
         try:

@@ -100,7 +100,7 @@ class OpenAIBackend:
     async def list_models(self) -> list[UpstreamModel]:
         status, body = await self._http.get("/models")
         if status in NO_MODEL_LIST_STATUSES:
-            raise NoModelList(self.name, status)
+            raise NoModelList(self.name, status, self._http.url("/models"))
         if status != 200:
             raise from_upstream(status, body, upstream=self.name)
         try:
