@@ -229,10 +229,14 @@ def models(config_path: str | None, upstream: str | None, upstream_api_key: str 
     """Show each served model, its upstream, and whether (and why) it counts as reasoning."""
     import asyncio
 
-    from dragoman.core.inspection import describe_models
+    from dragoman.core.inspection import describe_models, registry_note
 
-    for line in asyncio.run(describe_models(_gateway("list", config_path, upstream, upstream_api_key))):
+    gateway = _gateway("list", config_path, upstream, upstream_api_key)
+    for line in asyncio.run(describe_models(gateway)):
         click.echo(line)
+    note = registry_note(gateway)
+    if note:
+        click.echo(f"dragoman: {note}", err=True)
 
 
 @main.command()

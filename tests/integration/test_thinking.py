@@ -1082,6 +1082,23 @@ def test_models_command_says_which_upstream_models_reason_and_why(tmp_path, upst
     assert "upstream=default" in lines["Qwen/Qwen3-8B"] and "model=Qwen/Qwen3-8B" in lines["Qwen/Qwen3-8B"]
 
 
+def test_models_command_says_when_the_registry_was_out_of_reach(tmp_path, upstream):
+    """Offline (here: the proxy every fetch goes through refuses connections), `models` says where
+    its reasoning decisions came from instead; the lines themselves are as before."""
+    upstream.models = [{"id": "llama-3.1-8b", "object": "model", "owned_by": "vllm"}]
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        proxy = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DRAGOMAN_")}
+        env |= {"DRAGOMAN_CACHE_DIR": str(tmp_path / "no-cache"), "HTTPS_PROXY": proxy, "NO_PROXY": "127.0.0.1"}
+        result = subprocess.run([sys.executable, "-m", "dragoman", "models", "--upstream", upstream.url],
+                                capture_output=True, text=True, timeout=30, env=env, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("llama-3.1-8b\t"), result.stdout
+    assert "the models.dev registry could not be fetched (offline?)" in result.stderr, result.stderr
+    assert "configuration and model names only" in result.stderr
+
+
 def test_models_command_reports_configuration_decisions(tmp_path, upstream):
     upstream.models = [{"id": "Qwen/Qwen3-8B", "object": "model", "owned_by": "vllm"}]
     config = tmp_path / "dragoman.toml"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import threading
@@ -276,6 +277,16 @@ def test_refresh_with_the_network_unreachable_returns_none_and_leaves_the_cache(
     else:
         assert path.read_text() == existing and path.stat().st_mtime == before
         assert not path.with_suffix(".tmp").exists()
+
+
+def test_an_unreachable_registry_is_a_debug_line_not_an_info_one(monkeypatch, tmp_path, caplog):
+    """Every start without internet finds models.dev out of reach: no news, so nothing at info."""
+    monkeypatch.setattr(capabilities, "REGISTRY_URL", f"http://127.0.0.1:{_closed_port()}/api.json")
+    with caplog.at_level(logging.DEBUG, logger="dragoman.registry"):
+        assert asyncio.run(asyncio.wait_for(refresh_registry(tmp_path / "models.dev.json"), 10)) is None
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "dragoman.registry"]
+    assert [level for level, _ in said] == [logging.DEBUG], said
+    assert "models.dev registry not reached" in said[0][1]
 
 
 def test_refresh_against_a_silent_server_gives_up_within_its_timeout(monkeypatch, tmp_path):

@@ -80,8 +80,25 @@ def needs_refresh(path: Path) -> bool:
         return True
 
 
+class Unreachable(Exception):
+    """models.dev could not be reached: offline, or behind a firewall (the usual case, not news)."""
+
+
 async def refresh_registry(path: Path, timeout: float = 5.0) -> Registry | None:
-    """Fetch the registry into the cache file; None (and a log line) when unreachable."""
+    """Fetch the registry into the cache file; None (and a log line) when it failed. Out of
+    reach (no network) is a debug line: every start without internet would say it again."""
+    try:
+        return await fetch_registry(path, timeout)
+    except Unreachable as error:
+        log.debug("models.dev registry not reached (%s); using the cache and name rules", error)
+    except (OSError, ValueError) as error:
+        log.info("models.dev registry not refreshed (%s); using the cache and name rules", error)
+    return None
+
+
+async def fetch_registry(path: Path, timeout: float = 5.0) -> Registry:
+    """Fetch the registry into the cache file. Raises Unreachable when models.dev is out of
+    reach, OSError or ValueError when it answered wrongly or the cache cannot be written."""
     import aiohttp
 
     try:
@@ -96,9 +113,10 @@ async def refresh_registry(path: Path, timeout: float = 5.0) -> Registry | None:
         tmp.write_bytes(raw)
         tmp.replace(path)
         return registry
-    except (OSError, ValueError, aiohttp.ClientError, TimeoutError) as error:
-        log.info("models.dev registry not refreshed (%s); using the cache and name rules", error or "timeout")
-        return None
+    except (aiohttp.ClientConnectionError, TimeoutError) as error:  # a refused connection is a ClientOSError too
+        raise Unreachable(str(error) or "timeout") from None
+    except aiohttp.ClientError as error:
+        raise OSError(str(error)) from None
 
 
 def decide(model: str, configured: bool | None, registry: Registry) -> Decision:

@@ -67,6 +67,7 @@ class Gateway:
             None if cache == "" else Path(cache).expanduser() if cache else registry_path()
         )
         registry = Registry.load(self.registry_file) if self.registry_file else Registry()
+        self.registry_missed = False  # the last refresh found models.dev out of reach (or failing)
         self.router = Router(config, self.backends, registry)
         self.api_keys = server_api_keys(config)
         self.tenants = key_tenants(config)
@@ -149,6 +150,7 @@ class Gateway:
     async def refresh_registry(self) -> None:
         if self.registry_file is not None and needs_refresh(self.registry_file):
             registry = await refresh_registry(self.registry_file)
+            self.registry_missed = registry is None
             if registry is not None:
                 self.router.registry = registry
 

@@ -3,9 +3,24 @@ upstreams and models, as lines for an operator."""
 
 from __future__ import annotations
 
+import time
+
 from dragoman.core.errors import GatewayError
 from dragoman.core.gateway import Gateway
 from dragoman.core.types import NoModelList, UpstreamModel
+
+
+def registry_note(gateway: Gateway) -> str | None:
+    """What `dragoman models` says when models.dev could not be fetched: where its
+    reasoning decisions came from instead (the start-up log says it only at debug level)."""
+    if not gateway.registry_missed or gateway.registry_file is None:
+        return None
+    try:
+        cached = time.strftime("%Y-%m-%d", time.localtime(gateway.registry_file.stat().st_mtime))
+        source = f"its copy cached on {cached} ({gateway.registry_file})"
+    except OSError:
+        source = "configuration and model names only (no cached copy)"
+    return f"the models.dev registry could not be fetched (offline?); reasoning is decided from {source}"
 
 
 async def describe_models(gateway: Gateway) -> list[str]:
