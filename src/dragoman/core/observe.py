@@ -150,6 +150,11 @@ def _line(outcome: Outcome, duration: float) -> str:
         "error": outcome.error_type,
         "client_disconnected": outcome.disconnected or None,
     }
+    return json_line(fields)
+
+
+def json_line(fields: dict[str, Any]) -> str:
+    """An access-log record: the fields that have a value, as compact JSON, each string capped."""
     return json.dumps(
         {k: capped(v) if isinstance(v, str) else v for k, v in fields.items() if v is not None and v != ""},
         separators=(",", ":"),

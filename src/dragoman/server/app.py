@@ -24,6 +24,7 @@ from dragoman.core.observe import capped, configure_logging
 from dragoman.core.pipeline import Endpoint
 from dragoman.core.types import Backend
 from dragoman.server import batch_endpoints, endpoints, file_endpoints, usage_endpoints
+from dragoman.server.access import AccessLogMiddleware
 from dragoman.server.disconnect import ClientLeft
 
 log = logging.getLogger("dragoman")
@@ -59,6 +60,7 @@ def error_response(scope: Scope, gateway: Gateway, error: GatewayError, *, with_
     state = scope.get("state", {})
     request_id = state.get("request_id")
     outcome = state.get("outcome")
+    state["error_type"] = error.type  # for the access line (server/access.py)
     if outcome is not None:  # a /v1/messages request that failed before its reply
         outcome.status, outcome.error_type = error.status, error.type
         outcome.upstream_failed = error.is_upstream
@@ -173,9 +175,10 @@ EXCEPTION_HANDLERS = {
 
 
 def _routes() -> list[Route]:
+    """Each route is named as the access log names its endpoint (server/access.py)."""
     routes = [
-        Route("/", endpoints.root, methods=["GET", "HEAD"]),
-        Route("/api/hello", endpoints.root, methods=["GET", "HEAD"]),  # Claude Code's connection warm-up
+        Route("/", endpoints.root, methods=["GET", "HEAD"], name="root"),
+        Route("/api/hello", endpoints.root, methods=["GET", "HEAD"], name="root"),  # Claude Code's connection warm-up
         Route("/health", endpoints.health, methods=["GET"]),
         Route("/ready", endpoints.ready, methods=["GET"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
@@ -184,23 +187,24 @@ def _routes() -> list[Route]:
     for prefix in ("/v1", "/v1/v1"):
         routes += [
             # POST is served by App directly; these answer other methods with a 405.
-            Route(f"{prefix}/messages", endpoints.messages, methods=["POST"]),
-            Route(f"{prefix}/messages/count_tokens", endpoints.count_tokens, methods=["POST"]),
-            Route(f"{prefix}/models", endpoints.list_models, methods=["GET"]),
-            Route(prefix + "/models/{model_id:path}", endpoints.get_model, methods=["GET"]),
-            Route(f"{prefix}/messages/batches", batch_endpoints.create, methods=["POST"]),
-            Route(f"{prefix}/messages/batches", batch_endpoints.list_batches, methods=["GET"]),
-            Route(prefix + "/messages/batches/{batch_id}", batch_endpoints.retrieve, methods=["GET"]),
-            Route(prefix + "/messages/batches/{batch_id}", batch_endpoints.delete, methods=["DELETE"]),
-            Route(prefix + "/messages/batches/{batch_id}/cancel", batch_endpoints.cancel, methods=["POST"]),
-            Route(prefix + "/messages/batches/{batch_id}/results", batch_endpoints.results, methods=["GET"]),
-            Route(f"{prefix}/files", file_endpoints.upload, methods=["POST"]),
-            Route(f"{prefix}/files", file_endpoints.list_files, methods=["GET"]),
-            Route(prefix + "/files/{file_id}", file_endpoints.retrieve, methods=["GET"]),
-            Route(prefix + "/files/{file_id}", file_endpoints.delete, methods=["DELETE"]),
-            Route(prefix + "/files/{file_id}/content", file_endpoints.download, methods=["GET"]),
-            Route(f"{prefix}/organizations/usage_report/messages", usage_endpoints.messages_report, methods=["GET"]),
-        ]
+            Route(f"{prefix}/messages", endpoints.messages, methods=["POST"], name="messages"),
+            Route(f"{prefix}/messages/count_tokens", endpoints.count_tokens, methods=["POST"], name="count_tokens"),
+            Route(f"{prefix}/models", endpoints.list_models, methods=["GET"], name="models"),
+            Route(prefix + "/models/{model_id:path}", endpoints.get_model, methods=["GET"], name="model"),
+            Route(f"{prefix}/messages/batches", batch_endpoints.create, methods=["POST"], name="batches.create"),
+            Route(f"{prefix}/messages/batches", batch_endpoints.list_batches, methods=["GET"], name="batches.list"),
+            Route(prefix + "/messages/batches/{batch_id}", batch_endpoints.retrieve, methods=["GET"], name="batches.retrieve"),
+            Route(prefix + "/messages/batches/{batch_id}", batch_endpoints.delete, methods=["DELETE"], name="batches.delete"),
+            Route(prefix + "/messages/batches/{batch_id}/cancel", batch_endpoints.cancel, methods=["POST"], name="batches.cancel"),
+            Route(prefix + "/messages/batches/{batch_id}/results", batch_endpoints.results, methods=["GET"], name="batches.results"),
+            Route(f"{prefix}/files", file_endpoints.upload, methods=["POST"], name="files.upload"),
+            Route(f"{prefix}/files", file_endpoints.list_files, methods=["GET"], name="files.list"),
+            Route(prefix + "/files/{file_id}", file_endpoints.retrieve, methods=["GET"], name="files.retrieve"),
+            Route(prefix + "/files/{file_id}", file_endpoints.delete, methods=["DELETE"], name="files.delete"),
+            Route(prefix + "/files/{file_id}/content", file_endpoints.download, methods=["GET"], name="files.content"),
+            Route(f"{prefix}/organizations/usage_report/messages", usage_endpoints.messages_report, methods=["GET"],
+                  name="usage_report"),
+        ]  # fmt: skip
     return routes
 
 
@@ -248,6 +252,7 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
     )
     app.router.redirect_slashes = False  # POST /v1/messages/ is an unknown path (404 envelope), not a bodiless redirect
     app.state.gateway = gateway
+    app.add_middleware(AccessLogMiddleware)  # inside RequestIdMiddleware: the last added runs first
     app.add_middleware(RequestIdMiddleware)
     return App(app, gateway)
 

@@ -1,0 +1,70 @@
+"""One access line for everything a client does, not only the Messages endpoints: what
+Claude Code and the SDKs send first (`HEAD /`, the model list), Batches, Files, token
+counts, and requests for no endpoint. Ids, never contents or keys."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from tests.support.servers import GatewayServer
+
+KEY = "sk-never-logged"
+USER = [{"role": "user", "content": "the secret question"}]
+
+
+def _logged(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    lines = [r.getMessage() for r in caplog.records if r.name == "dragoman.access"]
+    assert not [line for line in lines if "secret" in line or KEY in line], lines
+    return [json.loads(line) for line in lines]
+
+
+def test_every_endpoint_a_client_uses_gets_its_line(gateway: GatewayServer, caplog: pytest.LogCaptureFixture) -> None:
+    gateway.wait_discovered()
+    client = anthropic.Anthropic(base_url=gateway.url, api_key=KEY, max_retries=0)
+    with caplog.at_level(logging.INFO, logger="dragoman.access"):
+        assert httpx.head(gateway.url + "/").status_code == 200  # Claude Code's first request
+        client.models.list()
+        client.models.retrieve("test-model")
+        client.messages.count_tokens(model="test-model", messages=USER)  # type: ignore[arg-type]
+        uploaded = client.beta.files.upload(file=("secret.txt", b"the secret content", "text/plain"))
+        client.beta.files.list()
+        client.beta.files.delete(uploaded.id)
+        batch = client.messages.batches.create(
+            requests=[{"custom_id": "a", "params": {"model": "test-model", "max_tokens": 5, "messages": USER}}]  # type: ignore[list-item]
+        )
+        client.messages.batches.retrieve(batch.id)
+        client.messages.batches.list()
+        with pytest.raises(anthropic.NotFoundError):
+            client.messages.batches.retrieve("msgbatch_nope")
+        assert httpx.get(gateway.url + "/v1/nothing-here").status_code == 404
+        for probe in ("/health", "/metrics"):  # the infrastructure's, many a minute: no line
+            assert httpx.get(gateway.url + probe).status_code == 200
+    logged = [e for e in _logged(caplog) if e["endpoint"] != "batch"]  # the batch's request runs when it runs
+    seen = [(e["endpoint"], e.get("method"), e["status"]) for e in logged]
+    assert seen == [
+        ("root", "HEAD", 200),
+        ("models", "GET", 200),
+        ("model", "GET", 200),
+        ("count_tokens", None, 200),
+        ("files.upload", "POST", 200),
+        ("files.list", "GET", 200),
+        ("files.delete", "DELETE", 200),
+        ("batches.create", "POST", 200),
+        ("batches.retrieve", "GET", 200),
+        ("batches.list", "GET", 200),
+        ("batches.retrieve", "GET", 404),
+        ("unknown", "GET", 404),
+    ], seen
+    assert all(e["request_id"].startswith("req_") and "duration_ms" in e for e in logged)
+    by_endpoint = {(e["endpoint"], e["status"]): e for e in logged}
+    assert by_endpoint[("files.delete", 200)]["file_id"] == uploaded.id
+    assert by_endpoint[("batches.retrieve", 200)]["batch_id"] == batch.id
+    assert by_endpoint[("batches.retrieve", 404)]["error"] == "not_found_error"
+    assert by_endpoint[("model", 200)]["model_id"] == "test-model"
+    assert by_endpoint[("unknown", 404)]["url_path"] == "/v1/nothing-here"
