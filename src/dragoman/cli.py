@@ -41,8 +41,10 @@ def build_config(
     base = load(config_path) if config_path else Config()
     data: dict[str, Any] = msgspec.to_builtins(base)
     server = data.setdefault("server", {})
+    flags: dict[str, str] = {}  # the keys set by a flag, and the flag
     if upstream:
         entry: dict[str, Any] = {"url": upstream, "protocol": "openai"}
+        flags["upstreams.default.url"] = "--upstream"
         if upstream_api_key:
             entry["api_key"] = upstream_api_key
         data.setdefault("upstreams", {})["default"] = entry
@@ -52,7 +54,17 @@ def build_config(
     for key, value in (("default_model", default_model), ("host", host), ("port", port), ("log_level", log_level)):
         if value is not None:
             server[key] = value
-    return from_dict(data)
+            flags[f"server.{key}"] = "--" + key.replace("_", "-")
+    try:
+        return from_dict(data)
+    except ConfigError as error:  # a key the user never wrote: name the flag that set it
+        raise ConfigError([_named_by_flag(problem, flags) for problem in error.problems]) from None
+
+
+def _named_by_flag(problem: str, flags: dict[str, str]) -> str:
+    """`upstreams.default.url: ...` -> `--upstream: ...` when the flag set that key."""
+    key, _, rest = problem.partition(": ")
+    return f"{flags[key]}: {rest}" if key in flags and rest else problem
 
 
 def _check_port(host: str, port: int) -> None:

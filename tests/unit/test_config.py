@@ -408,3 +408,34 @@ def test_usage_settings_are_checked(usage: dict, named: str) -> None:
     with pytest.raises(ConfigError) as caught:
         config.from_dict({"server": {"api_keys": ["sk-client"]}, "usage": usage})
     assert str(caught.value).startswith(named) and "sk-client" not in str(caught.value)
+
+
+def test_every_problem_is_reported_with_a_suggestion_for_typos() -> None:
+    with pytest.raises(ConfigError) as caught:
+        config.from_dict(
+            {
+                "server": {"defualt_model": "q", "log_level": "VERBOSE"},
+                "upstreams": {
+                    "a": {"url": "http://127.0.0.1:1/v1", "flavour": "vllm", "max_retries": -1},
+                    "b": {"protocol": "grpc", "url": "http://127.0.0.1:2"},
+                    "c": {"api_key": "k"},
+                },
+                "models": [{"name": "m", "upstream": "a", "reasoning_effort": ["low"]}],
+                "batches": {"max_concurent": 3},
+            }
+        )
+    assert caught.value.problems == [
+        "server.defualt_model: unknown key (did you mean default_model?)",
+        "server.log_level: Invalid enum value 'VERBOSE'",
+        "upstreams.a.flavour: unknown key (did you mean flavor?)",
+        "upstreams.b.protocol: Invalid value 'grpc'",
+        "upstreams.c.url: required key is missing",
+        "models.0.reasoning_effort: unknown key (did you mean reasoning_efforts?)",
+        "batches.max_concurent: unknown key (did you mean max_concurrent?)",
+        "upstreams.a.max_retries: must be 0 or more, got -1",
+    ]
+    assert str(caught.value).startswith("8 problems:\n  server.defualt_model: ")
+
+
+def test_one_problem_is_one_line_without_a_count() -> None:
+    assert failure(good(server={"prot": 1})) == "server.prot: unknown key (did you mean port?)"

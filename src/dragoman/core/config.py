@@ -17,12 +17,21 @@ from typing import Any, Literal
 import msgspec
 from msgspec import Struct
 
+from dragoman.core.config_sift import readable, sift
 from dragoman.limits import settings as limit_settings
 from dragoman.limits.settings import LimitsConfig
 
 
 class ConfigError(Exception):
-    """A configuration problem, worded for a one-line startup failure."""
+    """Configuration problems, worded for a startup failure: one line for one problem, a count
+    and a line each for several (all of a file's mistakes are reported at once)."""
+
+    def __init__(self, problems: str | list[str]) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        if len(self.problems) == 1:
+            super().__init__(self.problems[0])
+        else:
+            super().__init__(f"{len(self.problems)} problems:\n" + "\n".join(f"  {p}" for p in self.problems))
 
 
 class _Config(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
@@ -216,107 +225,43 @@ class Config(_Config, frozen=True):
         return upstream.api_key
 
 
-_PATH = re.compile(r" - at `\$\.?(.*)`$")
-_FIELD = re.compile(r"^Object (missing required|contains unknown) field `(.+)`$")
-
-
-def _readable(error: msgspec.ValidationError, prefix: str = "") -> str:
-    """`Expected int, got str - at $.server.port` -> `server.port: Expected int, got str`;
-    a missing or unknown key is named in the path (`upstreams.x.url: required key is missing`)."""
-    text = str(error)
-    match = _PATH.search(text)
-    path = re.sub(r"\[(\d+)\]", r".\1", match.group(1)) if match else ""
-    text = text[: match.start()] if match else text
-    field = _FIELD.match(text)
-    if field:
-        path = f"{path}.{field.group(2)}" if path else field.group(2)
-        text = "required key is missing" if field.group(1) == "missing required" else "unknown key"
-    path = ".".join(p for p in (prefix, path) if p)
-    return f"{path}: {text}" if path else text
-
-
 def from_dict(data: dict[str, Any]) -> Config:
-    # Upstreams are converted one by one: msgspec names a dict entry `upstreams[...]`,
-    # and an error must say which upstream it is about.
-    upstreams: dict[str, UpstreamConfig] = {}
-    raw_upstreams = data.get("upstreams", {})
-    if not isinstance(raw_upstreams, dict):
-        raise ConfigError(f"upstreams: expected a table of upstreams, got {type(raw_upstreams).__name__}")
-    for name, upstream in raw_upstreams.items():
-        if isinstance(upstream, dict):
-            upstream = {"protocol": "openai", **upstream}
-        try:
-            upstreams[name] = msgspec.convert(upstream, UpstreamConfig)
-        except msgspec.ValidationError as error:
-            raise ConfigError(_readable(error, prefix=f"upstreams.{name}")) from None
+    """The configuration `data` describes, or a ConfigError naming every problem in it."""
+    upstreams = data.get("upstreams")
+    if isinstance(upstreams, dict):  # the protocol picks the upstream's keys; unsaid, it is openai
+        data = {**data, "upstreams": {name: {"protocol": "openai", **u} if isinstance(u, dict) else u
+                                      for name, u in upstreams.items()}}  # fmt: skip
+    problems: list[str] = []
+    kept = sift(data, Config, "", problems)
     try:
-        config = msgspec.convert({k: v for k, v in data.items() if k != "upstreams"}, Config)
-    except msgspec.ValidationError as error:
-        raise ConfigError(_readable(error)) from None
-    config = msgspec.structs.replace(config, upstreams=upstreams)
-    _check(config)
+        config = msgspec.convert(kept or {}, Config)
+    except msgspec.ValidationError as error:  # sift let through what msgspec refuses: say that much
+        raise ConfigError([*problems, readable(error)]) from None
+    _check(config, problems)
+    if problems:
+        raise ConfigError(problems)
     return config
 
 
-def _check(config: Config) -> None:
+def _check(config: Config, problems: list[str]) -> None:
+    """What the types cannot say, every problem appended to `problems`."""
     if (problem := limit_settings.check(config.limits, config.server.tenants)) is not None:
-        raise ConfigError(problem)
-    seen: dict[str, str] = {}
-    for tenant, keys in config.server.tenants.items():
-        for key in keys:
-            if not key.strip():
-                raise ConfigError(f"server.tenants.{tenant}: an empty key")
-            if key in seen and seen[key] != tenant:  # never print the key itself
-                raise ConfigError(
-                    f"server.tenants.{tenant}: a key is also listed in tenant {seen[key]!r}; a key belongs to one tenant"
-                )
-            seen[key] = tenant
+        problems.append(problem)
+    _check_server(config, problems)
+    for name, upstream in config.upstreams.items():
+        _check_upstream(f"upstreams.{name}", upstream, problems)
     for index, model in enumerate(config.models):
         if model.upstream not in config.upstreams:
             known = ", ".join(sorted(config.upstreams)) or "none defined"
-            raise ConfigError(f"models.{index}.upstream: unknown upstream {model.upstream!r} (known: {known})")
-    if not 0 < config.server.port < 65536:
-        raise ConfigError(f"server.port: must be 1 to 65535, got {config.server.port}")
-    for name, upstream in config.upstreams.items():
-        for key, url in [("url", upstream.url)] + [("replicas", r) for r in upstream.replicas]:
-            if not url.startswith(("http://", "https://")):
-                raise ConfigError(f"upstreams.{name}.{key}: must start with http:// or https://, got {url!r}")
-            _check_url(f"upstreams.{name}.{key}", url)
-        for key in ("ca_bundle", "client_cert", "client_key"):
-            path = getattr(upstream, key)
-            if path and not os.path.isfile(os.path.expanduser(path)):
-                raise ConfigError(f"upstreams.{name}.{key}: no such file: {path}")
-        if upstream.proxy is not None and not re.match(r"http://[^/?#]+(/|$)", upstream.proxy):
-            raise ConfigError(f"upstreams.{name}.proxy: must be an http:// URL (https:// proxies are not supported)")
-        for header, value in upstream.headers.items():
-            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", header) or re.search(r"[\r\n\0]", value):
-                raise ConfigError(
-                    f"upstreams.{name}.headers.{header}: not a valid header name, or a value with a line break"
-                )
-        for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
-            if getattr(upstream, key) <= 0:
-                raise ConfigError(f"upstreams.{name}.{key}: must be a positive number of seconds")
-        if upstream.max_concurrent is not None and upstream.max_concurrent < 1:  # 0 would hold every request forever
-            raise ConfigError(
-                f"upstreams.{name}.max_concurrent: must be 1 or more (leave it out for no limit), got {upstream.max_concurrent}"
-            )
-        for key in ("max_queue", "max_retries", "retry_budget"):
-            if getattr(upstream, key) < 0:
-                raise ConfigError(f"upstreams.{name}.{key}: must be 0 or more, got {getattr(upstream, key)}")
-    for index, model in enumerate(config.models):
+            problems.append(f"models.{index}.upstream: unknown upstream {model.upstream!r} (known: {known})")
         for key in ("context_window", "max_output_tokens"):
             if getattr(model, key) is not None and getattr(model, key) < 1:
-                raise ConfigError(
-                    f"models.{index}.{key}: must be a positive number of tokens, got {getattr(model, key)}"
-                )
+                problems.append(f"models.{index}.{key}: must be a positive number of tokens, got {getattr(model, key)}")
         if not model.reasoning_efforts:
-            raise ConfigError(f"models.{index}.reasoning_efforts: at least one effort is needed")
-    for key in ("max_request_bytes", "max_connections", "fetch_max_bytes", "fetch_timeout"):
-        if getattr(config.server, key) <= 0:
-            raise ConfigError(f"server.{key}: must be positive, got {getattr(config.server, key)}")
+            problems.append(f"models.{index}.reasoning_efforts: at least one effort is needed")
     for key in ("max_bytes", "max_total_bytes", "max_files"):
         if getattr(config.files, key) <= 0:
-            raise ConfigError(f"files.{key}: must be positive, got {getattr(config.files, key)}")
+            problems.append(f"files.{key}: must be positive, got {getattr(config.files, key)}")
     for key in (
         "max_concurrent",
         "max_requests",
@@ -327,59 +272,101 @@ def _check(config: Config) -> None:
         "retain_for",
     ):
         if getattr(config.batches, key) <= 0:
-            raise ConfigError(f"batches.{key}: must be positive, got {getattr(config.batches, key)}")
-    for key in ("expire_after", "retain_for"):
-        if getattr(config.batches, key) > 366 * 24 * 3600:
-            raise ConfigError(
-                f"batches.{key}: at most a year of seconds (31622400), got {getattr(config.batches, key)}"
-            )
-    if config.server.shutdown_grace < 0:
-        raise ConfigError(f"server.shutdown_grace: must be 0 or more seconds, got {config.server.shutdown_grace}")
-    if config.server.keepalive_interval <= 0:
-        raise ConfigError(
-            f"server.keepalive_interval: must be a positive number of seconds, got {config.server.keepalive_interval}"
-        )
-    budgets = config.server.effort_budgets
-    if len(budgets) != 2 or not 0 < budgets[0] < budgets[1]:
-        raise ConfigError(
-            f"server.effort_budgets: two increasing positive numbers (low's and medium's upper budgets), got {budgets}"
-        )
-    _check_usage(config)
+            problems.append(f"batches.{key}: must be positive, got {getattr(config.batches, key)}")
+        elif key in ("expire_after", "retain_for") and getattr(config.batches, key) > 366 * 24 * 3600:
+            problems.append(f"batches.{key}: at most a year of seconds (31622400), got {getattr(config.batches, key)}")
+    _check_usage(config, problems)
     default = config.server.default_model
     if default and config.models and not any(default == m.name or default in m.aliases for m in config.models):
-        raise ConfigError(f"server.default_model: {default!r} is not a configured model name")
+        problems.append(f"server.default_model: {default!r} is not a configured model name")
 
 
-def _check_usage(config: Config) -> None:
+def _check_usage(config: Config, problems: list[str]) -> None:
     usage = config.usage
     if not 0 < usage.flush_interval <= 1:
-        raise ConfigError(f"usage.flush_interval: must be more than 0 and at most 1 second, got {usage.flush_interval}")
+        problems.append(f"usage.flush_interval: must be more than 0 and at most 1 second, got {usage.flush_interval}")
     if usage.retain_days is not None and usage.retain_days < 1:
-        raise ConfigError(
+        problems.append(
             f"usage.retain_days: at least 1 day (leave it out to keep every record), got {usage.retain_days}"
         )
     url = usage.database_url
     if url is not None and not url.startswith(("postgresql://", "postgres://")):  # never quoted: it may hold a password
-        raise ConfigError("usage.database_url: must be a postgresql:// URL")
+        problems.append("usage.database_url: must be a postgresql:// URL")
     clients = set(config.server.api_keys) | {key for keys in config.server.tenants.values() for key in keys}
     if clients & set(usage.admin_keys):  # never print the key
-        raise ConfigError(
-            "usage.admin_keys: a key is also a client key (server.api_keys or tenants); use separate keys"
+        problems.append("usage.admin_keys: a key is also a client key (server.api_keys or tenants); use separate keys")
+
+
+def _check_server(config: Config, problems: list[str]) -> None:
+    server = config.server
+    seen: dict[str, str] = {}
+    for tenant, keys in server.tenants.items():
+        for key in keys:
+            if not key.strip():
+                problems.append(f"server.tenants.{tenant}: an empty key")
+            elif key in seen and seen[key] != tenant:  # never print the key itself
+                problems.append(
+                    f"server.tenants.{tenant}: a key is also listed in tenant {seen[key]!r}; a key belongs to one tenant"
+                )
+            seen[key] = tenant
+    if not 0 < server.port < 65536:
+        problems.append(f"server.port: must be 1 to 65535, got {server.port}")
+    for key in ("max_request_bytes", "max_connections", "fetch_max_bytes", "fetch_timeout"):
+        if getattr(server, key) <= 0:
+            problems.append(f"server.{key}: must be positive, got {getattr(server, key)}")
+    if server.shutdown_grace < 0:
+        problems.append(f"server.shutdown_grace: must be 0 or more seconds, got {server.shutdown_grace}")
+    if server.keepalive_interval <= 0:
+        problems.append(
+            f"server.keepalive_interval: must be a positive number of seconds, got {server.keepalive_interval}"
+        )
+    budgets = server.effort_budgets
+    if len(budgets) != 2 or not 0 < budgets[0] < budgets[1]:
+        problems.append(
+            f"server.effort_budgets: two increasing positive numbers (low's and medium's upper budgets), got {budgets}"
         )
 
 
-def _check_url(key: str, url: str) -> None:
-    """A URL the upstream client can connect to. Never quoted: it may hold a password."""
+def _check_upstream(where: str, upstream: UpstreamConfig, problems: list[str]) -> None:
+    for key, url in [("url", upstream.url)] + [("replicas", r) for r in upstream.replicas]:
+        if not url.startswith(("http://", "https://")):
+            problems.append(f"{where}.{key}: must start with http:// or https://, got {url!r}")
+        elif (problem := _url_problem(url)) is not None:
+            problems.append(f"{where}.{key}: {problem}")
+    for key in ("ca_bundle", "client_cert", "client_key"):
+        path = getattr(upstream, key)
+        if path and not os.path.isfile(os.path.expanduser(path)):
+            problems.append(f"{where}.{key}: no such file: {path}")
+    if upstream.proxy is not None and not re.match(r"http://[^/?#]+(/|$)", upstream.proxy):
+        problems.append(f"{where}.proxy: must be an http:// URL (https:// proxies are not supported)")
+    for header, value in upstream.headers.items():
+        if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", header) or re.search(r"[\r\n\0]", value):
+            problems.append(f"{where}.headers.{header}: not a valid header name, or a value with a line break")
+    for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
+        if getattr(upstream, key) <= 0:
+            problems.append(f"{where}.{key}: must be a positive number of seconds")
+    if upstream.max_concurrent is not None and upstream.max_concurrent < 1:  # 0 would hold every request forever
+        problems.append(
+            f"{where}.max_concurrent: must be 1 or more (leave it out for no limit), got {upstream.max_concurrent}"
+        )
+    for key in ("max_queue", "max_retries", "retry_budget"):
+        if getattr(upstream, key) < 0:
+            problems.append(f"{where}.{key}: must be 0 or more, got {getattr(upstream, key)}")
+
+
+def _url_problem(url: str) -> str | None:
+    """Why the upstream client cannot connect to `url`, if it cannot. Never quotes it: it may hold a password."""
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port  # a port that is not a number, or out of range, is a ValueError here
     except ValueError as error:
-        raise ConfigError(f"{key}: not a valid URL: {error}") from None
+        return f"not a valid URL: {error}"
     if parts.query or parts.fragment or "@" in parts.netloc:
-        raise ConfigError(f"{key}: a URL without a query, fragment or user:password@ is needed "
-                          "(keys go in api_key or api_key_env, other headers in headers)")  # fmt: skip
+        return ("a URL without a query, fragment or user:password@ is needed "
+                "(keys go in api_key or api_key_env, other headers in headers)")  # fmt: skip
     if not parts.hostname or port == 0:
-        raise ConfigError(f"{key}: a URL with a host (and a port from 1 to 65535, if any) is needed")
+        return "a URL with a host (and a port from 1 to 65535, if any) is needed"
+    return None
 
 
 def load(path: str | Path) -> Config:
