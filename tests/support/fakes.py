@@ -65,6 +65,7 @@ class FakeUpstream:
         self.abandoned = 0  # requests the gateway closed while the fake was still "thinking"
         self.completed = 0  # streams written out to the end
         self.no_model_list = False  # GET /v1/models answers 404, as on a server without one
+        self.template_drops_tools = False  # /tokenize counts no tools, as for a chat template without them
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
@@ -107,7 +108,7 @@ class FakeUpstream:
         body = await request.json()
         self.tokenize_requests.append(body)
         words = sum(len(str(m.get("content") or "").split()) for m in body.get("messages", []))
-        words += len(json.dumps(body["tools"]).split()) if body.get("tools") else 0
+        words += len(json.dumps(body["tools"]).split()) if body.get("tools") and not self.template_drops_tools else 0
         return web.json_response({"count": words + 5, "max_model_len": 8192, "tokens": []})
 
     async def _show(self, request: web.Request) -> web.Response:

@@ -192,6 +192,12 @@ class Gateway:
         for model, (serving, others) in self.router.shadowed().items():
             warnings.add(f"model {model!r} is listed by more than one upstream: {serving} serves it (first in the "
                          f"configuration); its requests never reach {', '.join(others)}")  # fmt: skip
+        for upstream, listed in self.router.discovered.items():
+            for entry in listed:
+                if entry.renders_tools is False:
+                    warnings.add(f"upstream {upstream}: the chat template of model {entry.id!r} renders no tools: requests "
+                                 "with tools reach the model without them (Claude Code only seems to work); serve a model "
+                                 "whose template supports tool calls (docs/claude-code.md)")  # fmt: skip
         if self.router.default_unlisted():
             warnings.add(f"default model {self.config.server.default_model!r} (server.default_model) is not listed by any "
                          "upstream: a name nothing else serves (claude-*, say) gets 404 until an upstream lists it")  # fmt: skip

@@ -23,6 +23,10 @@ def registry_note(gateway: Gateway) -> str | None:
     return f"the models.dev registry could not be fetched (offline?); reasoning is decided from {source}"
 
 
+# A model whose chat template drops a request's tools (backends/openai/tool_support.py).
+NO_TOOLS = "tools dropped: its chat template renders none"
+
+
 async def describe_models(gateway: Gateway) -> list[str]:
     """One line per served model: its upstream, upstream id, and whether (and why) it reasons."""
     await gateway.refresh_registry()
@@ -36,6 +40,8 @@ async def describe_models(gateway: Gateway) -> list[str]:
             decision = gateway.router.decision(route.upstream_model, configured)
             kind = "reasoning" if decision.reasoning else "not reasoning"
             line = f"{name}\tupstream={route.upstream}\tmodel={route.upstream_model}\t{kind} ({decision.why})"
+            if route.renders_tools is False:
+                line += f"\t{NO_TOOLS}"
             if name in shadowed and route.upstream == shadowed[name][0]:
                 line += f"\talso listed by {', '.join(shadowed[name][1])} (shadowed)"
             lines.append(line)
@@ -79,4 +85,6 @@ def _listed_model(upstream: str, model: UpstreamModel, shadowed: dict[str, tuple
     """`id (N tokens)`, and who serves it instead when an earlier upstream lists it too."""
     serving, others = shadowed.get(model.id, (upstream, []))
     note = f", shadowed by {serving}" if upstream in others else ""
+    if model.renders_tools is False:
+        note += f", {NO_TOOLS}"
     return f"{model.id} ({model.context_window or '?'} tokens{note})"

@@ -149,6 +149,7 @@ def _line(outcome: Outcome, duration: float) -> str:
         "duration_ms": round(duration * 1000, 1),
         "error": outcome.error_type,
         "client_disconnected": outcome.disconnected or None,
+        "tools_dropped": outcome.tools_dropped or None,
     }
     return json_line(fields)
 

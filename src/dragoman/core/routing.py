@@ -104,7 +104,8 @@ class Router:
             max_output_tokens=model.max_output_tokens,
             drop_server_tools=None if model.server_tools is None else model.server_tools == "drop",
         )
-        window = model.context_window or self._discovered_window(model.upstream, model.served_model)
+        entry = self._discovered_entry(model.upstream, model.served_model)
+        window = model.context_window or (entry.context_window if entry else None)
         return Route(
             self._backends[model.upstream],
             model.upstream,
@@ -112,27 +113,29 @@ class Router:
             caps,
             window,
             self._counters.get(model.name),
+            renders_tools=entry.renders_tools if entry else None,
         )
 
-    def _discovered_window(self, upstream: str, model_id: str) -> int | None:
+    def _discovered_entry(self, upstream: str, model_id: str) -> UpstreamModel | None:
         entries = self.discovered.get(upstream, ())
         for entry in entries:
             if entry.id == model_id:
-                return entry.context_window
+                return entry
         # llama.cpp serves one model whatever the name asked for.
-        return entries[0].context_window if len(entries) == 1 and entries[0].owned_by == "llamacpp" else None
+        return entries[0] if len(entries) == 1 and entries[0].owned_by == "llamacpp" else None
 
     def _route_upstream_model(
-        self, upstream: str, name: str, context_window: int | None = None, *, listed: bool = True
+        self, upstream: str, name: str, entry: UpstreamModel | None = None, *, listed: bool = True
     ) -> Route:
         caps = ModelCaps(reasoning=self._reasoning(name, None))
-        return Route(self._backends[upstream], upstream, name, caps, context_window, listed=listed)
+        window, tools = (entry.context_window, entry.renders_tools) if entry else (None, None)
+        return Route(self._backends[upstream], upstream, name, caps, window, listed=listed, renders_tools=tools)
 
     def _route_discovered(self, name: str) -> Route | None:
         for upstream in self.discovering:
             for entry in self.discovered.get(upstream, ()):
                 if entry.id == name:
-                    return self._route_upstream_model(upstream, name, entry.context_window)
+                    return self._route_upstream_model(upstream, name, entry)
         return None
 
     def resolve(self, name: str) -> Route:

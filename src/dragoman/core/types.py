@@ -77,6 +77,7 @@ class UpstreamModel:
     id: str
     owned_by: str | None = None
     context_window: int | None = None
+    renders_tools: bool | None = None  # False: its chat template drops a request's tools (None: unknown)
 
 
 # What `GET /models` answers on a server that has no model list at all, as opposed to one
@@ -145,6 +146,7 @@ class Outcome:
     error_type: str | None = None
     upstream_failed: bool = False  # the error came from the upstream, not the client or gateway
     disconnected: bool = False
+    tools_dropped: bool = False  # the request's tools reached a model whose chat template drops them
     started: float = field(default_factory=time.perf_counter)
     first_byte: float | None = None
     release: Callable[[], None] | None = None  # frees the request's concurrency slot
@@ -172,6 +174,7 @@ class Route:
     # False: `upstream_model` is the client's name, passed on unchecked while the upstream's
     # model list is unknown (so it is no metrics label: clients choose it).
     listed: bool = True
+    renders_tools: bool | None = None  # as the upstream's model list found it (UpstreamModel)
 
     @property
     def path(self) -> str:

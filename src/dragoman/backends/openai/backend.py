@@ -22,6 +22,7 @@ from dragoman.backends.openai.stream import (
     completion_of,
     note_usage,
 )
+from dragoman.backends.openai.tool_support import renders_tools
 from dragoman.core import ids
 from dragoman.core.config import Config, OpenAIUpstream
 from dragoman.core.errors import GatewayError, UpstreamError, from_upstream
@@ -58,6 +59,7 @@ if TYPE_CHECKING:  # routing and observe import the backends
     from dragoman.core.types import Outcome, Route
 
 log = logging.getLogger("dragoman.upstream")
+MAX_TOOL_PROBES = 16  # models per list whose chat template is checked for tools (a hosted list may have hundreds)
 
 T = TypeVar("T")
 
@@ -88,6 +90,7 @@ class OpenAIBackend:
         )
         self.profile: Profile = profile_for(upstream) if upstream.flavor != "auto" else PROFILES["generic"]
         self._counts = CountCache()
+        self._tool_support: dict[str, bool] = {}
         self._keepalive = config.server.keepalive_interval
         self._streams = ChatStreams(name, upstream, self._keepalive)
         self._server = config.server
@@ -112,7 +115,20 @@ class OpenAIBackend:
         windows = [m.context_window for m in models]
         if self.profile.context_probe == "ollama_show":
             windows = await asyncio.gather(*(ollama_context(self._http, m.id) for m in models))
-        return [UpstreamModel(m.id, m.owned_by, window) for m, window in zip(models, windows, strict=True)]
+        tools = await asyncio.gather(*(self._renders_tools(m.id) for m in models[:MAX_TOOL_PROBES]))
+        return [
+            UpstreamModel(m.id, m.owned_by, window, tools[i] if i < len(tools) else None)
+            for i, (m, window) in enumerate(zip(models, windows, strict=True))
+        ]
+
+    async def _renders_tools(self, model: str) -> bool | None:
+        """Whether the model's chat template shows it tools (tool_support), asked once per model."""
+        if model not in self._tool_support:
+            found = await renders_tools(self._http, self.profile, model)
+            if found is None:
+                return None  # asked again at the next discovery: the server may be starting
+            self._tool_support[model] = found
+        return self._tool_support[model]
 
     # -- messages ------------------------------------------------------------------
 
@@ -176,6 +192,9 @@ class OpenAIBackend:
         # them reads the upstream as a stream even when the client did not ask for one.
         upstream_stream = request.stream or bool(request.stop_sequences) or self.profile.stream_upstream
         translated = await self._translate_call(request, route, upstream_stream, anthropic.betas(call.headers))
+        dropped = bool(translated.chat.tools) and route.renders_tools is False
+        if dropped and call.outcome is not None:
+            call.outcome.tools_dropped = True
         fitted = await fitted_body(
             translated.chat, route, request.max_tokens, lambda chat: self._count(chat, route, estimate=0)
         )
@@ -213,9 +232,9 @@ class OpenAIBackend:
                     self._keepalive,
                     lambda response: self._translated(response, translator, call.outcome, _sse, counted, direct),
                 )
-                return Streaming(chunks, headers=_headers(translated), direct=direct)
+                return Streaming(chunks, headers=_headers(translated, dropped), direct=direct)
             chunks = self._translated(head, translator, call.outcome, _sse, counted, direct)
-            return Streaming(chunks, headers=_headers(translated), on_close=head.close, direct=direct)
+            return Streaming(chunks, headers=_headers(translated, dropped), on_close=head.close, direct=direct)
         response = await post
         if not upstream_stream:
             with upstream_errors(self.name):
@@ -229,13 +248,13 @@ class OpenAIBackend:
                 message.usage.input_tokens = await prompt_tokens()
                 message.usage.output_tokens = completion_estimate(completion.choices[0].message)
             note_usage(call.outcome, message.usage)
-            return Completed(msgspec.json.encode(message), headers=_headers(translated))
+            return Completed(msgspec.json.encode(message), headers=_headers(translated, dropped))
         folder = Folder(upstream=self.name)  # the events folded as they come: none is kept
         batches = self._translated(response, StreamTranslator(**reply), call.outcome, _as_events, counted)
         async with contextlib.aclosing(batches):  # a reply refused part-way closes its upstream request now
             async for batch in batches:
                 folder.feed(batch)
-        return Completed(msgspec.json.encode(folder.message()), headers=_headers(translated))
+        return Completed(msgspec.json.encode(folder.message()), headers=_headers(translated, dropped))
 
     async def _warm_cache(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
         """max_tokens 0: run the prompt (so the backend caches it), return nothing generated."""
@@ -306,9 +325,9 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-def _headers(translated: Translated) -> dict[str, str]:
-    """Response headers that say what the gateway applied."""
-    headers = {}
+def _headers(translated: Translated, tools_dropped: bool = False) -> dict[str, str]:
+    """Response headers that say what the gateway applied, and what the backend drops."""
+    headers = {"x-tools-dropped": "chat-template"} if tools_dropped else {}
     if translated.effort:
         headers["x-reasoning-effort"] = translated.effort
     applied = translated.chat.max_completion_tokens or translated.chat.max_tokens

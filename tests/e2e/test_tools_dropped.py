@@ -1,0 +1,39 @@
+"""The local demo's model, SmolLM2, has a chat template without tools: llama-server says so
+in `GET /props`, and dragoman passes it on (tests/integration/test_tools_dropped.py has the
+counting fallback and every place it is said)."""
+
+from __future__ import annotations
+
+import logging
+
+import anthropic
+import httpx
+
+from dragoman.core.config import from_dict
+from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
+from tests.support.servers import GatewayServer
+
+TOOL = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+USER = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+def test_llama_server_reports_smollm2s_template_has_no_tools(llama_server: LlamaServer, caplog) -> None:
+    caps = httpx.get(llama_server.base_url + "/props", timeout=10).json()["chat_template_caps"]
+    assert caps["supports_tools"] is False  # what dragoman reads
+    config = from_dict({"upstreams": {"local": {"url": llama_server.base_url + "/v1", "flavor": "llamacpp"}},
+                        "server": {"default_model": DEFAULT_LOCAL_MODEL}})  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="dragoman"):
+        gateway = GatewayServer(config).start()
+        try:
+            gateway.wait_discovered()
+            client = anthropic.Anthropic(base_url=gateway.url, api_key="any", max_retries=0, timeout=120)
+            raw = client.messages.with_raw_response.create(
+                model="claude-sonnet-4-6",
+                max_tokens=8,
+                messages=USER,
+                tools=[TOOL],  # type: ignore[arg-type,list-item]
+            )
+        finally:
+            gateway.stop()
+    assert raw.headers.get("x-tools-dropped") == "chat-template"
+    assert [r for r in caplog.records if f"{DEFAULT_LOCAL_MODEL!r} renders no tools" in r.getMessage()]
