@@ -85,7 +85,7 @@ def test_the_readme_line_starts_claude_code_on_a_fresh_home(gateway: GatewayServ
     (tmp_path / "home").mkdir()
     (tmp_path / "work").mkdir()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "home"), "TERM": "xterm-256color", "LANG": "C.UTF-8",
-           "DISABLE_AUTOUPDATER": "1", "ANTHROPIC_BASE_URL": gateway.url, **environment}  # fmt: skip
+           "ANTHROPIC_BASE_URL": gateway.url, **environment}  # fmt: skip
     terminal = Terminal([str(claude_binary())], env=env, cwd=tmp_path / "work")
     try:
         first_run(terminal)
