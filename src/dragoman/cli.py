@@ -224,7 +224,8 @@ def _gateway(command: str, config_path: str | None, upstream: str | None, upstre
                               default_model=None, host=None, port=None, log_level=None)  # fmt: skip
         if not config.upstreams:  # `serve` would start the local model; there is nothing here to inspect
             raise ConfigError(
-                f"no upstream configured: nothing to {command} (give --upstream URL, or --config FILE with [upstreams.NAME])"
+                f"no upstream configured: nothing to {command} (give --upstream URL, or --config FILE with "
+                "[upstreams.NAME]; for the local model of scripts/run, the command its banner prints)"
             )
         # No client is served here: the clients' keys (`api_keys_env` may name a variable only
         # the serving environment sets) do not matter, and must not stop a check of upstreams.
