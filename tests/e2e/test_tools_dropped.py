@@ -8,6 +8,7 @@ import logging
 
 import anthropic
 import httpx
+import pytest
 
 from dragoman.core.config import from_dict
 from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
@@ -17,10 +18,13 @@ TOOL = {"name": "get_weather", "input_schema": {"type": "object", "properties": 
 USER = [{"role": "user", "content": "Weather in Paris?"}]
 
 
-def test_llama_server_reports_smollm2s_template_has_no_tools(llama_server: LlamaServer, caplog) -> None:
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"], ids=["translate", "passthrough"])
+def test_llama_server_reports_smollm2s_template_has_no_tools(llama_server: LlamaServer, caplog, protocol: str) -> None:
+    """On either path: llama-server's own /v1/messages renders with the same template."""
     caps = httpx.get(llama_server.base_url + "/props", timeout=10).json()["chat_template_caps"]
     assert caps["supports_tools"] is False  # what dragoman reads
-    config = from_dict({"upstreams": {"local": {"url": llama_server.base_url + "/v1", "flavor": "llamacpp"}},
+    url = llama_server.base_url + ("/v1" if protocol == "openai" else "")
+    config = from_dict({"upstreams": {"local": {"url": url, "protocol": protocol}},
                         "server": {"default_model": DEFAULT_LOCAL_MODEL}})  # fmt: skip
     with caplog.at_level(logging.WARNING, logger="dragoman"):
         gateway = GatewayServer(config).start()

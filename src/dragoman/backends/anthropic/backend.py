@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING
@@ -29,6 +30,7 @@ from dragoman.backends.anthropic.events import (
 )
 from dragoman.backends.documents import documents_as_text
 from dragoman.backends.images import inline_url_images, may_have_url_images
+from dragoman.backends.openai.tool_support import llamacpp_renders_tools, sends_tools
 from dragoman.core.config import AnthropicUpstream, Config
 from dragoman.core.errors import (
     GatewayError,
@@ -66,6 +68,15 @@ if TYPE_CHECKING:  # routing imports the backends
     from dragoman.core.types import Route
 
 HEAD_LIMIT = 64 * 1024  # how far into a stream the model name is looked for
+
+
+def _tools_dropped(call: Call, route: Route) -> dict[str, str]:
+    """The header for a request whose tools the server's chat template drops (and the log field)."""
+    if route.renders_tools is not False or not sends_tools(call.body):
+        return {}
+    if call.outcome is not None:
+        call.outcome.tools_dropped = True
+    return {"x-tools-dropped": "chat-template"}
 
 
 def _reply_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -118,8 +129,12 @@ class AnthropicBackend:
         except (msgspec.DecodeError, AttributeError):
             raise UpstreamError(f"upstream {self.name} sent an unreadable model list") from None
         models = [UpstreamModel(str(m["id"]), m.get("owned_by")) for m in data if isinstance(m, dict) and "id" in m]
+        llamacpp = any(m.owned_by == "llamacpp" for m in models)
         if self._documents == "auto":  # llama-server's own /v1/messages ignores document blocks
-            self._documents_as_text = any(m.owned_by == "llamacpp" for m in models)
+            self._documents_as_text = llamacpp
+        if llamacpp:  # its own /v1/messages renders the prompt with the same chat template
+            tools = await llamacpp_renders_tools(self._http)
+            models = [dataclasses.replace(m, renders_tools=tools) for m in models]
         self._listed = True
         return models
 
@@ -164,17 +179,20 @@ class AnthropicBackend:
     async def messages(self, call: Call, route: Route) -> Reply:
         # The body first: a document that cannot become text is a 400, before a stream is committed.
         send = self._send(call, "/messages", await self._body(call), stream=call.stream)
+        said = _tools_dropped(call, route)
         if not call.stream:
             response = await send
-            return await self._complete(response, call, _reply_headers(response.headers))
+            return await self._complete(response, call, _reply_headers(response.headers) | said)
         head = await head_or_task(send, self._keepalive)
         direct = DirectWrites()
         if isinstance(head, asyncio.Task):
             # Committed to 200 before the upstream answered: its refusal becomes an error event.
             return Streaming(
-                late_start(head, self._keepalive, lambda r: self._late_relay(r, call, direct)), direct=direct
+                late_start(head, self._keepalive, lambda r: self._late_relay(r, call, direct)),
+                headers=said,
+                direct=direct,
             )
-        headers = _reply_headers(head.headers)
+        headers = _reply_headers(head.headers) | said
         if head.content_type == "text/event-stream" and head.status == 200:
             return Streaming(
                 self._relay(head, call, direct, headers), headers=headers, on_close=head.close, direct=direct

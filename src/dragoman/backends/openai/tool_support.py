@@ -38,6 +38,20 @@ class _Props(msgspec.Struct):
     chat_template_caps: _Caps | None = None
 
 
+class _Tools(msgspec.Struct):
+    tools: list[msgspec.Raw] | None = None
+
+
+def sends_tools(body: bytes) -> bool:
+    """Whether a Messages request body (as the client sent it) has tools."""
+    if b'"tools"' not in body:
+        return False
+    try:
+        return bool(msgspec.json.decode(body, type=_Tools).tools)
+    except msgspec.DecodeError:
+        return False
+
+
 PROBE_TIMEOUT = 5.0  # seconds: discovery does not wait longer for the answer
 
 
@@ -52,7 +66,7 @@ async def renders_tools(http: HttpClient, profile: Profile, model: str) -> bool 
 
 async def _renders_tools(http: HttpClient, profile: Profile, model: str) -> bool | None:
     if profile.token_counter == "llamacpp":
-        said = await _llamacpp_caps(http)
+        said = await llamacpp_renders_tools(http)
         if said is not None:
             return said
     if profile.token_counter is None:
@@ -66,7 +80,8 @@ async def _renders_tools(http: HttpClient, profile: Profile, model: str) -> bool
         return None
 
 
-async def _llamacpp_caps(http: HttpClient) -> bool | None:
+async def llamacpp_renders_tools(http: HttpClient) -> bool | None:
+    """What llama-server's `GET /props` says of its template's tools (None: it does not say)."""
     try:
         status, body = await http.get("/props", from_root=True)
         if status != 200:
