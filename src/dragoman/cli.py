@@ -187,8 +187,8 @@ The local model (llama-server) listens at {upstream_url} while this runs; to ins
 
 
 def _program() -> str:
-    """How to run this dragoman again: its name when the shell finds this one by it, else its path
-    (`scripts/run` installs into .venv, which is not on PATH)."""
+    """How to run this dragoman again: its name when the shell finds this one by it, else its full
+    path (`scripts/run` installs into .venv, which is not on PATH, from the repository's root)."""
     import shutil
 
     invoked = sys.argv[0]
@@ -197,8 +197,7 @@ def _program() -> str:
     found = shutil.which("dragoman")
     if found and os.path.realpath(found) == os.path.realpath(invoked):
         return "dragoman"
-    relative = os.path.relpath(invoked)
-    return os.path.abspath(invoked) if relative.startswith("..") else relative
+    return os.path.abspath(invoked)
 
 
 def _inspection_options(command: Any) -> Any:
