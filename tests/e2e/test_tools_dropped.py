@@ -30,13 +30,13 @@ def test_llama_server_reports_smollm2s_template_has_no_tools(llama_server: Llama
         gateway = GatewayServer(config).start()
         try:
             gateway.wait_discovered()
-            client = anthropic.Anthropic(base_url=gateway.url, api_key="any", max_retries=0, timeout=120)
-            raw = client.messages.with_raw_response.create(
-                model="claude-sonnet-4-6",
-                max_tokens=8,
-                messages=USER,
-                tools=[TOOL],  # type: ignore[arg-type,list-item]
-            )
+            with anthropic.Anthropic(base_url=gateway.url, api_key="any", max_retries=0, timeout=120) as client:
+                raw = client.messages.with_raw_response.create(
+                    model="claude-sonnet-4-6",
+                    max_tokens=8,
+                    messages=USER,
+                    tools=[TOOL],  # type: ignore[arg-type,list-item]
+                )
         finally:
             gateway.stop()
     assert raw.headers.get("x-tools-dropped") == "chat-template"

@@ -26,8 +26,10 @@ def _logged(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
 
 def test_every_endpoint_a_client_uses_gets_its_line(gateway: GatewayServer, caplog: pytest.LogCaptureFixture) -> None:
     gateway.wait_discovered()
-    client = anthropic.Anthropic(base_url=gateway.url, api_key=KEY, max_retries=0)
-    with caplog.at_level(logging.INFO, logger="dragoman.access"):
+    with (
+        anthropic.Anthropic(base_url=gateway.url, api_key=KEY, max_retries=0) as client,
+        caplog.at_level(logging.INFO, logger="dragoman.access"),
+    ):
         assert httpx.head(gateway.url + "/").status_code == 200  # Claude Code's first request
         client.models.list()
         client.models.retrieve("test-model")

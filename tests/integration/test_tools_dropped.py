@@ -37,11 +37,11 @@ def test_a_template_that_drops_tools_is_said_everywhere(upstream: FakeUpstream, 
         gateway = GatewayServer(make_config(upstream.url)).start()
         try:
             gateway.wait_discovered()
-            client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
-            with_tools = client.messages.with_raw_response.create(
-                model="test-model", max_tokens=5, messages=USER, tools=[TOOL]
-            )  # type: ignore[list-item]
-            without = client.messages.with_raw_response.create(model="test-model", max_tokens=5, messages=USER)  # type: ignore[arg-type]
+            with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0) as client:
+                with_tools = client.messages.with_raw_response.create(
+                    model="test-model", max_tokens=5, messages=USER, tools=[TOOL]
+                )  # type: ignore[list-item]
+                without = client.messages.with_raw_response.create(model="test-model", max_tokens=5, messages=USER)  # type: ignore[arg-type]
         finally:
             gateway.stop()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -59,8 +59,10 @@ def test_a_template_that_renders_tools_is_not_reported(upstream: FakeUpstream, t
     gateway = GatewayServer(make_config(upstream.url)).start()
     try:
         gateway.wait_discovered()
-        client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
-        raw = client.messages.with_raw_response.create(model="test-model", max_tokens=5, messages=USER, tools=[TOOL])  # type: ignore[list-item]
+        with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0) as client:
+            raw = client.messages.with_raw_response.create(
+                model="test-model", max_tokens=5, messages=USER, tools=[TOOL]
+            )  # type: ignore[list-item]
     finally:
         gateway.stop()
     assert "x-tools-dropped" not in raw.headers

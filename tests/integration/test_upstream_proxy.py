@@ -25,6 +25,12 @@ def _post(gateway, body: dict) -> httpx.Response:
     return httpx.post(gateway.url + "/v1/messages", json=body, timeout=10, trust_env=False)
 
 
+def _chat_posts(proxy: ForwardProxy) -> list:
+    """The requests forwarded to the upstream's chat endpoint (discovery also POSTs /tokenize,
+    to find out whether the model's chat template renders tools)."""
+    return [s for s in proxy.forwarded if s.line.startswith("POST ") and "/chat/completions" in s.line]
+
+
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return self_signed(tmp_path_factory.mktemp("tls"), "upstream")
@@ -45,7 +51,7 @@ def test_messages_through_a_proxy_in_absolute_form_with_its_credentials(make_gat
         assert response.status_code == 200, response.text
         assert response.json()["content"] == [{"type": "text", "text": "Hello!"}]
         assert len(upstream.requests) == 1
-        posts = [s for s in proxy.forwarded if s.line.startswith("POST ")]
+        posts = _chat_posts(proxy)
         assert [s.line for s in posts] == [f"POST http://127.0.0.1:{upstream.port}/v1/chat/completions HTTP/1.1"]
         assert posts[0].headers["proxy-authorization"] == CREDENTIALS
         assert posts[0].headers["host"] == f"127.0.0.1:{upstream.port}"
@@ -76,7 +82,7 @@ def test_repeated_requests_reuse_the_connection_to_the_proxy(make_gateway, upstr
         gateway.wait_discovered()  # model discovery (GET /v1/models) is done with its connection: no second one in parallel
         for _ in range(3):
             assert _post(gateway, BODY).status_code == 200
-        assert len([s for s in proxy.forwarded if s.line.startswith("POST ")]) == 3
+        assert len(_chat_posts(proxy)) == 3
         assert proxy.connections == 1
         assert all("proxy-authorization" not in s.headers for s in proxy.seen)  # no credentials in the URL: none sent
 
@@ -135,6 +141,6 @@ def test_the_environment_proxy_is_used_when_none_is_configured(make_gateway, ups
         monkeypatch.setenv("HTTP_PROXY", f"http://env:pw@127.0.0.1:{proxy.port}")
         gateway = make_gateway(server={"default_model": "test-model"})
         assert _post(gateway, BODY).status_code == 200
-        posts = [s for s in proxy.forwarded if s.line.startswith("POST ")]
+        posts = _chat_posts(proxy)
         assert [s.line for s in posts] == [f"POST http://127.0.0.1:{upstream.port}/v1/chat/completions HTTP/1.1"]
         assert posts[0].headers["proxy-authorization"] == "Basic " + base64.b64encode(b"env:pw").decode()
