@@ -12,7 +12,7 @@ import pytest
 
 from dragoman.core.config import from_dict
 from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
-from tests.support.servers import GatewayServer
+from tests.support.servers import GatewayServer, wait_tool_support
 
 TOOL = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
 USER = [{"role": "user", "content": "Weather in Paris?"}]
@@ -29,7 +29,7 @@ def test_llama_server_reports_smollm2s_template_has_no_tools(llama_server: Llama
     with caplog.at_level(logging.WARNING, logger="dragoman"):
         gateway = GatewayServer(config).start()
         try:
-            gateway.wait_discovered()
+            wait_tool_support(gateway, "local")
             with anthropic.Anthropic(base_url=gateway.url, api_key="any", max_retries=0, timeout=120) as client:
                 raw = client.messages.with_raw_response.create(
                     model="claude-sonnet-4-6",

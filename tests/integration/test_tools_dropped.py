@@ -17,7 +17,7 @@ from pathlib import Path
 import anthropic
 
 from tests.support.fakes import FakeUpstream
-from tests.support.servers import GatewayServer, make_config
+from tests.support.servers import GatewayServer, make_config, wait_tool_support
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 TOOL = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -36,7 +36,7 @@ def test_a_template_that_drops_tools_is_said_everywhere(upstream: FakeUpstream, 
     with caplog.at_level(logging.INFO, logger="dragoman"):
         gateway = GatewayServer(make_config(upstream.url)).start()
         try:
-            gateway.wait_discovered()
+            wait_tool_support(gateway, "default")
             with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0) as client:
                 with_tools = client.messages.with_raw_response.create(
                     model="test-model", max_tokens=5, messages=USER, tools=[TOOL]
@@ -58,7 +58,7 @@ def test_a_template_that_drops_tools_is_said_everywhere(upstream: FakeUpstream, 
 def test_a_template_that_renders_tools_is_not_reported(upstream: FakeUpstream, tmp_path: Path) -> None:
     gateway = GatewayServer(make_config(upstream.url)).start()
     try:
-        gateway.wait_discovered()
+        wait_tool_support(gateway, "default")
         with anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0) as client:
             raw = client.messages.with_raw_response.create(
                 model="test-model", max_tokens=5, messages=USER, tools=[TOOL]

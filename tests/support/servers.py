@@ -192,6 +192,17 @@ class GatewayServer:
             time.sleep(0.01)
 
 
+def wait_tool_support(server: GatewayServer, upstream: str, timeout: float = 10.0) -> None:
+    """Wait until discovery has found out, for each model `upstream` lists, whether its chat
+    template shows it tools (checked after the list is in use: see Gateway.discover)."""
+    router = server.app.state.gateway.router
+    deadline = time.monotonic() + timeout
+    while not (entries := router.discovered.get(upstream)) or any(e.renders_tools is None for e in entries):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the chat template check of upstream {upstream} did not finish")
+        time.sleep(0.01)
+
+
 def make_config(
     upstream_url: str,
     *,

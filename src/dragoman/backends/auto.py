@@ -113,6 +113,9 @@ class AutoBackend:
     async def list_models(self) -> list[UpstreamModel]:
         return await (await self.choose()).list_models()
 
+    async def tool_support(self, models: list[UpstreamModel]) -> list[UpstreamModel]:
+        return await (await self.choose()).tool_support(models)
+
     async def close(self) -> None:
         await self._translate.close()
         await self._passthrough.close()

@@ -33,7 +33,7 @@ from dragoman.core.pipeline import Pipeline
 from dragoman.core.routing import Router
 from dragoman.core.threads import ThreadStore
 from dragoman.core.tracing import build_tracing
-from dragoman.core.types import Backend, NoModelList, Route
+from dragoman.core.types import Backend, NoModelList, Route, UpstreamModel
 from dragoman.files.store import FileStore
 from dragoman.limits import gate
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
@@ -53,6 +53,13 @@ EPOCH = "1970-01-01T00:00:00Z"
 
 
 LIFECYCLES = frozenset({"active", "deprecated", "retired"})
+
+
+async def with_tool_support(backend: Backend, models: list[UpstreamModel]) -> list[UpstreamModel]:
+    """`models` with whether each chat template shows the model tools, where the backend can
+    tell (backends/openai/tool_support.py); a backend without the check keeps its list."""
+    probe = getattr(backend, "tool_support", None)
+    return models if probe is None else await probe(models)
 
 
 class Gateway:
@@ -176,6 +183,9 @@ class Gateway:
         else:
             self.router.set_discovered(upstream, models)
             log.info("upstream %s serves: %s", upstream, capped(", ".join(m.id for m in models)) or "no models")
+            probed = await with_tool_support(self.backends[upstream], models)
+            if probed != models and self.router.discovered.get(upstream) is models:  # not replaced meanwhile
+                self.router.set_discovered(upstream, probed)
         self._asked.add(upstream)
 
     async def discover_all(self, upstreams: Iterable[str]) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from dragoman.core.errors import GatewayError
-from dragoman.core.gateway import Gateway
+from dragoman.core.gateway import Gateway, with_tool_support
 from dragoman.core.types import NoModelList, UpstreamModel
 
 
@@ -59,7 +59,7 @@ async def check_upstreams(gateway: Gateway) -> tuple[list[str], int]:
     try:
         for name, backend in gateway.backends.items():
             try:
-                listed[name] = await backend.list_models()
+                listed[name] = await with_tool_support(backend, await backend.list_models())
             except NoModelList as error:  # it answered: reachable, its models named by configuration
                 lines[name] = f"{name}\tpath={getattr(backend, 'path', '?')}\t{error.message}"
                 gateway.router.set_listless(name)

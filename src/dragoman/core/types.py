@@ -120,6 +120,11 @@ class Backend(Protocol):
 
     async def list_models(self) -> list[UpstreamModel]: ...
 
+    async def tool_support(self, models: list[UpstreamModel]) -> list[UpstreamModel]:
+        """`models` with `renders_tools` filled in where the server can tell (after discovery:
+        asking may take a few requests, which the list's users should not wait for)."""
+        ...
+
     async def close(self) -> None: ...
 
 

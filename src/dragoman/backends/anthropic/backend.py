@@ -114,6 +114,7 @@ class AnthropicBackend:
         self._documents_as_text = upstream.documents == "as_text"  # "auto": decided by the model list
         self._listed = False
         self._list_asked = -LIST_EVERY
+        self._renders_tools: bool | None = None  # llama-server's template, once it said
 
     async def close(self) -> None:
         await self._http.close()
@@ -128,15 +129,19 @@ class AnthropicBackend:
             data = msgspec.json.decode(body).get("data", [])
         except (msgspec.DecodeError, AttributeError):
             raise UpstreamError(f"upstream {self.name} sent an unreadable model list") from None
-        models = [UpstreamModel(str(m["id"]), m.get("owned_by")) for m in data if isinstance(m, dict) and "id" in m]
-        llamacpp = any(m.owned_by == "llamacpp" for m in models)
+        models = [UpstreamModel(str(m["id"]), m.get("owned_by"), renders_tools=self._renders_tools)
+                  for m in data if isinstance(m, dict) and "id" in m]  # fmt: skip
         if self._documents == "auto":  # llama-server's own /v1/messages ignores document blocks
-            self._documents_as_text = llamacpp
-        if llamacpp:  # its own /v1/messages renders the prompt with the same chat template
-            tools = await llamacpp_renders_tools(self._http)
-            models = [dataclasses.replace(m, renders_tools=tools) for m in models]
+            self._documents_as_text = any(m.owned_by == "llamacpp" for m in models)
         self._listed = True
         return models
+
+    async def tool_support(self, models: list[UpstreamModel]) -> list[UpstreamModel]:
+        """`models` with whether the chat template shows them tools: llama-server says so, and its
+        own /v1/messages renders the prompt with the same template (tool_support.py)."""
+        if self._renders_tools is None and any(m.owned_by == "llamacpp" for m in models):
+            self._renders_tools = await llamacpp_renders_tools(self._http)
+        return [dataclasses.replace(m, renders_tools=self._renders_tools) for m in models]
 
     async def _body(self, call: Call) -> bytes:
         """The body as the client sent it, unless the model is renamed, documents go as text or

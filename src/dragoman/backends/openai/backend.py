@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -115,20 +116,19 @@ class OpenAIBackend:
         windows = [m.context_window for m in models]
         if self.profile.context_probe == "ollama_show":
             windows = await asyncio.gather(*(ollama_context(self._http, m.id) for m in models))
-        tools = await asyncio.gather(*(self._renders_tools(m.id) for m in models[:MAX_TOOL_PROBES]))
         return [
-            UpstreamModel(m.id, m.owned_by, window, tools[i] if i < len(tools) else None)
-            for i, (m, window) in enumerate(zip(models, windows, strict=True))
+            UpstreamModel(m.id, m.owned_by, window, self._tool_support.get(m.id))
+            for m, window in zip(models, windows, strict=True)
         ]
 
-    async def _renders_tools(self, model: str) -> bool | None:
-        """Whether the model's chat template shows it tools (tool_support), asked once per model."""
-        if model not in self._tool_support:
-            found = await renders_tools(self._http, self.profile, model)
-            if found is None:
-                return None  # asked again at the next discovery: the server may be starting
-            self._tool_support[model] = found
-        return self._tool_support[model]
+    async def tool_support(self, models: list[UpstreamModel]) -> list[UpstreamModel]:
+        """`models` with whether each one's chat template shows it tools (tool_support.py), asked
+        once per model, after the list is in use: no request waits for it."""
+        unknown = [m.id for m in models if m.id not in self._tool_support][:MAX_TOOL_PROBES]
+        found = await asyncio.gather(*(renders_tools(self._http, self.profile, model) for model in unknown))
+        # None (the server could not say: it may be starting) is asked again at the next discovery.
+        self._tool_support.update((model, said) for model, said in zip(unknown, found, strict=True) if said is not None)
+        return [dataclasses.replace(m, renders_tools=self._tool_support.get(m.id)) for m in models]
 
     # -- messages ------------------------------------------------------------------
 
