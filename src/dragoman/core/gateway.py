@@ -59,7 +59,13 @@ async def with_tool_support(backend: Backend, models: list[UpstreamModel]) -> li
     """`models` with whether each chat template shows the model tools, where the backend can
     tell (backends/openai/tool_support.py); a backend without the check keeps its list."""
     probe = getattr(backend, "tool_support", None)
-    return models if probe is None else await probe(models)
+    if probe is None:
+        return models
+    try:
+        return list(await probe(models))
+    except GatewayError as error:  # the list stands without it
+        log.info("upstream %s: whether its chat templates render tools is unknown (%s)", backend.name, error.message)
+        return models
 
 
 class Gateway:
