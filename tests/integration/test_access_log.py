@@ -12,6 +12,7 @@ import anthropic
 import httpx
 import pytest
 
+from dragoman.server.auth import key_id
 from tests.support.servers import GatewayServer
 
 KEY = "sk-never-logged"
@@ -70,3 +71,13 @@ def test_every_endpoint_a_client_uses_gets_its_line(gateway: GatewayServer, capl
     assert by_endpoint[("batches.retrieve", 404)]["error"] == "not_found_error"
     assert by_endpoint[("model", 200)]["model_id"] == "test-model"
     assert by_endpoint[("unknown", 404)]["url_path"] == "/v1/nothing-here"
+
+
+def test_a_known_key_is_named_by_its_id_and_tenant(make_gateway, caplog: pytest.LogCaptureFixture) -> None:
+    gateway = make_gateway(server={"tenants": {"team-a": [KEY]}})
+    with caplog.at_level(logging.INFO, logger="dragoman.access"):
+        assert httpx.get(gateway.url + "/v1/files", headers={"x-api-key": KEY}).status_code == 200
+        assert httpx.get(gateway.url + "/v1/files", headers={"x-api-key": "sk-someone-else"}).status_code == 401
+    known, unknown = _logged(caplog)
+    assert known["key_id"] == key_id(KEY) and known["tenant"] == "team-a"
+    assert unknown["status"] == 401 and "key_id" not in unknown and "someone" not in json.dumps(unknown)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import logging
 import time
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dragoman.core.observe import json_line, log
+from dragoman.server.auth import key_id, presented_key
 
 PROBES = frozenset({"/health", "/ready", "/metrics"})
 IDS = ("model_id", "batch_id", "file_id")  # path parameters worth a field of their own
@@ -64,4 +66,18 @@ def _fields(scope: Scope, status: int, duration: float) -> dict[str, object]:
         "client_disconnected": True if status == 499 else None,
     }
     fields.update({key: str(params[key]) for key in IDS if key in params})
+    fields.update(_key_fields(scope))
     return fields
+
+
+def _key_fields(scope: Scope) -> dict[str, object]:
+    """The key's id and tenant, as the Messages endpoints' lines name them: only for a key the
+    gateway knows (an unknown one is no one's; the key itself is never logged)."""
+    app = scope.get("app")
+    gateway = getattr(getattr(app, "state", None), "gateway", None)
+    if gateway is None or not gateway.api_keys:
+        return {}
+    key = presented_key(Request(scope))
+    if key is None or key not in gateway.api_keys:
+        return {}
+    return {"key_id": key_id(key), "tenant": gateway.tenants.get(key)}
