@@ -161,26 +161,33 @@ def test_a_client_that_leaves_mid_stream_ends_its_trace(traced, upstream, receiv
     assert one(spans, CLIENT).attributes["error.type"] == "client_disconnected"
 
 
-def test_each_batch_request_has_a_trace_linked_to_the_batch(traced, upstream, receiver):
-    gateway = traced()
-    client = sdk(gateway)
+def _run_batch(client: anthropic.Anthropic, **extra: Any) -> str:
     params = {"model": "test-model", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}
     created = client.messages.batches.create(
-        requests=[{"custom_id": "a", "params": params}, {"custom_id": "b", "params": params}],
-        extra_headers={"traceparent": TRACEPARENT},
+        requests=[{"custom_id": "a", "params": params}, {"custom_id": "b", "params": params}], **extra
     )
     deadline = time.monotonic() + 10
     while client.messages.batches.retrieve(created.id).processing_status != "ended":
         assert time.monotonic() < deadline, "the batch did not end"
         time.sleep(0.02)
+    return created.id
+
+
+@pytest.mark.parametrize("continued", [True, False])
+def test_each_batch_request_has_a_trace_linked_to_the_batch(traced, upstream, receiver, continued):
+    gateway = traced()
+    batch_id = _run_batch(sdk(gateway), **({"extra_headers": {"traceparent": TRACEPARENT}} if continued else {}))
     spans = flushed(gateway, receiver)
 
+    create = one([span for span in spans if span.name == "POST /v1/messages/batches"], SERVER)
+    assert create.attributes["dragoman.batch.id"] == batch_id
+    assert (create.trace_id, create.parent_span_id) == ((TRACE_ID, PARENT_ID) if continued else (create.trace_id, ""))
     roots = [span for span in spans if span.name == "batch request"]
     assert sorted(span.attributes["dragoman.batch.custom_id"] for span in roots) == ["a", "b"]
-    assert len({span.trace_id for span in roots}) == 2 and TRACE_ID not in {span.trace_id for span in roots}
+    assert len({span.trace_id for span in roots}) == 2 and create.trace_id not in {span.trace_id for span in roots}
     for root in roots:
-        assert root.attributes["dragoman.batch.id"] == created.id
-        assert root.links == [(TRACE_ID, PARENT_ID)]
+        assert root.attributes["dragoman.batch.id"] == batch_id
+        assert root.links == [(create.trace_id, create.span_id)]
         attempt = [span for span in spans if span.parent_span_id == root.span_id]
         assert len(attempt) == 1 and attempt[0].name == "chat test-model"
 

@@ -55,12 +55,13 @@ CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 ADOPT_EVERY = 30.0  # seconds between sweeps when nothing else prompts one
 
 
-def _kept_headers(headers: Mapping[str, str]) -> dict[str, str]:
+def _kept_headers(headers: Mapping[str, str], traceparent: str | None) -> dict[str, str]:
     """What a batch keeps of its creating request's headers: those sent on with each of its
-    requests, and the `traceparent` its requests' traces link to."""
+    requests, and the `traceparent` of the creating request's span, which its requests'
+    traces link to (tracing on)."""
     kept = forwarded_headers(headers)
-    if "traceparent" in headers:
-        kept["traceparent"] = headers["traceparent"][:55]  # version-traceid-spanid-flags
+    if traceparent:
+        kept["traceparent"] = traceparent[:55]  # version-traceid-spanid-flags
     return kept
 
 
@@ -90,7 +91,8 @@ class Batches:
     # -- the API --------------------------------------------------------------------------
 
     async def create(self, body: bytes, headers: Mapping[str, str], base_url: str, owner: str, *,
-                     key_id: str | None = None, tenant: str | None = None) -> MessageBatch:  # fmt: skip
+                     key_id: str | None = None, tenant: str | None = None,
+                     traceparent: str | None = None) -> MessageBatch:  # fmt: skip
         create = decode_request(body, BATCH_CREATE)
         if not create.requests:
             raise InvalidRequest("requests: at least one request is needed")
@@ -117,7 +119,7 @@ class Batches:
         now = time.time()
         record = Record(
             id=ids.new_id(PREFIX + "01"), owner=owner, created=now, expires=now + self._config.expire_after,
-            total=len(create.requests), headers=_kept_headers(headers), key_id=key_id, tenant=tenant,
+            total=len(create.requests), headers=_kept_headers(headers, traceparent), key_id=key_id, tenant=tenant,
         )  # fmt: skip
         try:
             where = await asyncio.to_thread(self._store.create, record, body)

@@ -84,6 +84,19 @@ class Tracing:
                                                   "dragoman.endpoint": endpoint})  # fmt: skip
         return self._trace(span, "count_tokens" if endpoint == "count_tokens" else "chat")
 
+    def batch_created(self, headers: Mapping[str, str], path: str) -> tuple[Any, str]:
+        """The server span of a request that creates a batch, and the `traceparent` naming it,
+        which each of the batch's requests links its own trace to."""
+        from opentelemetry.trace import SpanKind, format_span_id, format_trace_id
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        parent = TraceContextTextMapPropagator().extract(carrier={"traceparent": headers.get("traceparent", "")})
+        span = self.tracer.start_span(f"POST {path}", context=parent, kind=SpanKind.SERVER,
+                                      attributes={"http.request.method": "POST", "url.path": path})  # fmt: skip
+        context = span.get_span_context()
+        flags = "01" if context.trace_flags.sampled else "00"
+        return span, f"00-{format_trace_id(context.trace_id)}-{format_span_id(context.span_id)}-{flags}"
+
     def batch_request(self, batch_id: str, custom_id: str, created_by: str | None) -> RequestTrace:
         """A trace of its own for one request of a batch, linked to the request that created the
         batch when that one carried a `traceparent`."""

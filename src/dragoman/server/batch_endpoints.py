@@ -9,6 +9,7 @@ from typing import IO
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from dragoman.core.errors import GatewayError
 from dragoman.server.endpoints import _read_body, authorized, caller, owner, struct_response
 
 CHUNK = 1 << 20
@@ -23,8 +24,23 @@ async def create(request: Request) -> Response:
     gateway = authorized(request)
     body = await _read_body(request, gateway.config.server.max_request_bytes)
     who = caller(request, gateway)
-    batch = await gateway.batches.create(body, request.headers, _base(request), who.owner, key_id=who.key_id,
-                                         tenant=who.tenant)  # fmt: skip
+    tracing = gateway.pipeline.tracing
+    if tracing is None:
+        batch = await gateway.batches.create(body, request.headers, _base(request), who.owner, key_id=who.key_id,
+                                             tenant=who.tenant)  # fmt: skip
+        return struct_response(batch)
+    span, traceparent = tracing.batch_created(request.headers, request.scope["path"])
+    try:  # the batch's requests each get a trace of their own, linked to this span
+        batch = await gateway.batches.create(body, request.headers, _base(request), who.owner, key_id=who.key_id,
+                                             tenant=who.tenant, traceparent=traceparent)  # fmt: skip
+        span.set_attribute("dragoman.batch.id", batch.id)
+        span.set_attribute("http.response.status_code", 200)
+    except GatewayError as error:
+        span.set_attribute("http.response.status_code", error.status)
+        span.set_attribute("error.type", error.type)
+        raise
+    finally:
+        span.end()
     return struct_response(batch)
 
 
