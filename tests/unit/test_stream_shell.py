@@ -17,6 +17,7 @@ from dragoman.core.config import from_dict
 from dragoman.core.errors import GatewayError, UpstreamError
 from dragoman.protocol.sse import DataDecoder
 from dragoman.translate.stream import StreamTranslator
+from tests.support.responses import ScriptedResponse as Response
 
 
 def chunk(**delta: Any) -> bytes:
@@ -27,31 +28,6 @@ def chunk(**delta: Any) -> bytes:
 FINISH = b'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
 USAGE = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}\n\n'
 DONE = b"data: [DONE]\n\n"
-
-
-class Response:
-    """An upstream response whose body arrives in the given reads."""
-
-    content_type = "text/event-stream"
-    opening = None  # its body has begun (HttpClient's Opening is not in play here)
-
-    def __init__(self, reads: list[bytes]) -> None:
-        self._reads = list(reads)
-        self.released = self.closed = False
-
-    @property
-    def ended(self) -> bool:
-        return not self._reads
-
-    async def readany(self) -> bytes:
-        await asyncio.sleep(0)
-        return self._reads.pop(0) if self._reads else b""
-
-    def release(self) -> None:
-        self.released = True
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def backend() -> OpenAIBackend:

@@ -19,15 +19,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from dragoman.backends.anthropic.events import (
-    Events,
-    completed_message,
-    completed_start,
-    error_event_data,
-    leading_comments,
-    note_usage,
-    with_start,
-)
+from dragoman.backends.anthropic.events import completed_message, note_usage
+from dragoman.backends.anthropic.relay import Relay, renamed
 from dragoman.backends.documents import documents_as_text
 from dragoman.backends.images import inline_url_images, may_have_url_images
 from dragoman.backends.openai.tool_support import llamacpp_renders_tools, sends_tools
@@ -37,7 +30,6 @@ from dragoman.core.errors import (
     InvalidRequest,
     UpstreamError,
     anthropic_envelope,
-    from_error_event,
     from_upstream,
     redact_bytes,
 )
@@ -52,22 +44,14 @@ from dragoman.core.types import (
     UpstreamModel,
 )
 from dragoman.protocol import anthropic
-from dragoman.protocol.sse import KEEPALIVE_COMMENT, PING
 from dragoman.upstream.client import MAX_ERROR_BODY, HttpClient
 from dragoman.upstream.errors import upstream_errors
-from dragoman.upstream.keepalive import (
-    ReadWatch,
-    Silence,
-    end_body,
-    head_or_task,
-    late_start,
-)
+from dragoman.upstream.keepalive import head_or_task, late_start
+from dragoman.upstream.pump import Pump
 from dragoman.upstream.transport.response import Response
 
 if TYPE_CHECKING:  # routing imports the backends
     from dragoman.core.types import Route
-
-HEAD_LIMIT = 64 * 1024  # how far into a stream the model name is looked for
 
 
 def _tools_dropped(call: Call, route: Route) -> dict[str, str]:
@@ -109,6 +93,7 @@ class AnthropicBackend:
         self._http = HttpClient(name, upstream, config.upstream_key(upstream), auth_header="x-api-key", prefix="/v1",
                                 defaults={"anthropic-version": "2023-06-01"})  # fmt: skip
         self._keepalive = config.server.keepalive_interval
+        self._pump = Pump(name, upstream, self._keepalive)
         self._server = config.server
         self._documents = upstream.documents
         self._documents_as_text = upstream.documents == "as_text"  # "auto": decided by the model list
@@ -239,7 +224,7 @@ class AnthropicBackend:
                 raise UpstreamError(
                     f"upstream {self.name} answered 200 with {response.content_type or 'no content type'}, not a message"
                 )
-            body = completed_message(self._rename(body, call))
+            body = completed_message(renamed(body, call))
             note_usage(call, body)
             return Completed(body, status=200, headers=headers)
         if response.status in (401, 403) or anthropic_envelope(body) is None:
@@ -248,130 +233,12 @@ class AnthropicBackend:
             raise from_upstream(response.status, body, upstream=self.name, retry_after=headers.get("retry-after"))
         return Completed(redact_bytes(body), status=response.status, headers=headers)
 
-    def _refuse_opening_error(self, head: bytes, headers: Mapping[str, str] | None) -> None:
-        """Raise the error the stream's first event is, if it is one (nothing of the stream has gone out)."""
-        data = error_event_data(head)
-        if data is not None:
-            retry_after = headers.get("retry-after") if headers is not None else None
-            raise from_error_event(data, upstream=self.name, retry_after=retry_after)
-
-    def _rename(self, data: bytes, call: Call) -> bytes:
-        if call.upstream_model == call.model:
-            return data
-        old = msgspec.json.encode(call.upstream_model)
-        new = msgspec.json.encode(call.model)
-        return data.replace(b'"model":' + old, b'"model":' + new, 1).replace(b'"model": ' + old, b'"model": ' + new, 1)
-
-    def _head(self, head: bytes, call: Call) -> bytes:
-        """The stream's first events, once: the client's model name, a `message_start`
-        (supplied if missing) with the null fields the SDKs type."""
-        return completed_start(with_start(self._rename(head, call), call))
-
-    async def _relay(
+    def _relay(
         self, response: Response, call: Call, direct: DirectWrites | None = None, headers: dict[str, str] | None = None,
         *, committed: bool = False,
     ) -> AsyncIterator[bytes]:  # fmt: skip
-        """Forward stream events as they arrive, whole: an event cut by a read waits for
-        its end, so that an upstream failing mid-event ends the client's stream with a
-        clean `error` event. Silences get comment lines until `message_start` (a server may
-        answer 200 before its prefill), pings after it, never past the upstream's idle timeout.
-        Once `message_start` has gone out, reads go straight to `direct`'s writer when
-        there is one, from the connection's callback. `headers`, the reply's (not sent before
-        the first chunk), become those of the instance the stream came from in the end.
-
-        A stream whose first event is an `error`, while nothing has been sent (`committed`: the
-        client's 200 went out with a comment line), raises it as the HTTP error the server would
-        have answered (errors.from_error_event): the SDKs retry that, and not an error event."""
-        head: bytes | None = b""
-        finished = False
-        events = Events(call, self.name)
-        watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
-        writes = direct if direct is not None else DirectWrites()
-        opening = response.opening  # a stream's head alone is no answer: until its body begins
-
-        def relay_to_client(chunk: bytes) -> bool:  # Response.drain_to's sink
-            writer = writes.writer
-            if writer is None or not writer.ready():
-                return False  # the client is slow: this read goes through `readany`, and `send` waits
-            watch.touch()
-            whole = events.take(chunk)
-            if whole:
-                writer.write(whole)
-            if events.ended:
-                response.stop_sink()
-            return True
-
-        try:
-            while (
-                opening is not None
-            ):  # until the body begins: it may come from another instance (only comments have gone out)
-                try:
-                    with upstream_errors(self.name):
-                        begun = await opening.begun(response, watch)
-                    if begun is not response and headers is not None:  # sent again, to another instance
-                        headers.clear()
-                        headers.update(_reply_headers(begun.headers))
-                    response = begun
-                    break
-                except Silence:
-                    committed = True
-                    yield KEEPALIVE_COMMENT
-            while not events.ended:
-                if head is None and writes.writer is not None:
-                    try:
-                        await watch.read(response.drain_to(relay_to_client))
-                    except Silence:
-                        if events.at_boundary:
-                            yield PING
-                        continue
-                    if events.ended:
-                        break
-                try:
-                    with upstream_errors(self.name):
-                        chunk = await watch.read(response.readany())
-                except Silence:
-                    if (
-                        head is not None
-                    ):  # nothing has gone out yet (llama-server's prefill): a ping would precede message_start
-                        committed = True
-                        yield KEEPALIVE_COMMENT
-                    elif events.at_boundary:
-                        yield PING
-                    continue
-                if not chunk:
-                    break
-                if head is not None:
-                    head += chunk
-                    skip = leading_comments(head)
-                    if skip:  # the server's own keep-alives: comments before message_start, as ours are
-                        committed = True
-                        yield head[:skip]
-                        head = head[skip:]
-                    if b"\n\n" not in head and b"\n\r\n" not in head and len(head) < HEAD_LIMIT:
-                        continue
-                    if not committed:
-                        self._refuse_opening_error(head, headers)
-                    chunk, head = self._head(head, call), None
-                    note_usage(call, chunk[: chunk.find(b"\n\n")])  # message_start: the input tokens
-                whole = events.take(chunk)
-                if whole:
-                    yield whole
-            if head:
-                if not committed:
-                    self._refuse_opening_error(head, headers)
-                whole = events.take(self._head(head, call))
-                if whole:
-                    yield whole
-            whole = events.finish()  # an error event the server closed on without its blank line
-            if whole:
-                yield whole
-            if not events.complete():
-                raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
-            finished = True
-            end_body(response)  # the client's reply ends now, not when the server ends its body
-        finally:
-            watch.close()
-            if opening is not None:
-                opening.close()
-            if not finished:
-                response.close()
+        """Forward stream events as they arrive, whole (`relay.Relay`, read by the one pump).
+        Once `message_start` has gone out, reads go straight to `direct`'s writer when there
+        is one, from the connection's callback."""
+        relay = Relay(self.name, call, headers, _reply_headers, committed=committed)
+        return self._pump.run(response, relay, direct)

@@ -1,11 +1,11 @@
-"""The translating backend's stream loop: an OpenAI-compatible server's Chat Completions
-stream read as batches of Anthropic events, for the client (SSE) or to fold into one
-message (`backends.openai`)."""
+"""The translating backend's streams: an OpenAI-compatible server's Chat Completions
+stream read (by the one pump, `upstream.pump`) as batches of Anthropic events, for the
+client (SSE) or to fold into one message (`backends.openai`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import msgspec
 
@@ -16,13 +16,13 @@ from dragoman.core.errors import (
     from_stream_error,
     upstream_message,
 )
-from dragoman.core.types import DirectWrites
+from dragoman.core.types import ClientWriter, DirectWrites
 from dragoman.protocol import anthropic, openai
 from dragoman.protocol.sse import DataDecoder, encode_all
 from dragoman.tokens.estimate import completion_estimate
 from dragoman.translate.stream import StreamTranslator
 from dragoman.upstream.errors import upstream_errors
-from dragoman.upstream.keepalive import ReadWatch, Silence, end_body
+from dragoman.upstream.pump import Pump
 from dragoman.upstream.transport.response import Response
 
 if TYPE_CHECKING:  # observe imports the backends
@@ -35,17 +35,16 @@ FIRST_PIECE = 2048  # bytes of a stream's first read split into events before it
 
 
 class ChatStreams:
-    """How one upstream's streams are read: its name (in errors), its read timeouts, and
-    the keep-alive interval (a ping batch after that long without a read)."""
+    """How one upstream's streams are read (`upstream.pump.Pump`: its name, timeouts and
+    keep-alive interval), each through a `Translation`."""
 
-    __slots__ = ("_keepalive", "_upstream", "name")
+    __slots__ = ("_pump", "name")
 
     def __init__(self, name: str, upstream: OpenAIUpstream, keepalive: float) -> None:
         self.name = name
-        self._upstream = upstream
-        self._keepalive = keepalive
+        self._pump = Pump(name, upstream, keepalive)
 
-    async def translated(
+    def translated(
         self,
         response: Response,
         translator: StreamTranslator,
@@ -53,155 +52,146 @@ class ChatStreams:
         encode: Callable[[Batch], T],
         prompt_tokens: Callable[[], Awaitable[int]] | None = None,
         direct: DirectWrites | None = None,
-    ) -> AsyncGenerator[T, None]:
+    ) -> AsyncIterator[T]:
         """An upstream stream as batches of Anthropic events (one per network read, the
         first token alone), each passed through `encode`: SSE bytes for the client, or
         the events themselves to fold. After the first token, reads go straight to
         `direct`'s writer when there is one (SSE only), from the connection's callback.
         Raises GatewayError after yielding what came before the failure; always closes
         or releases the upstream response."""
-        finished = handed_over = False
-        watch: ReadWatch | None = None
-        opening = response.opening  # a stream's head alone is no answer: until its body begins
+        translation = Translation(self.name, translator, outcome, encode, prompt_tokens)
+        if response.content_type == "application/json":  # the upstream ignored `stream: true`
+            return translation.whole(response)
+        return self._pump.run(response, translation, direct)
+
+
+class Translation(Generic[T]):
+    """The translating path's `upstream.pump.Transformer`: Chat Completions chunks in,
+    batches of Anthropic events out (`encode`d)."""
+
+    __slots__ = ("_decoder", "_encode", "_opening", "_outcome", "_prompt_tokens", "_started", "name", "translator")
+
+    def __init__(self, name: str, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T],
+                 prompt_tokens: Callable[[], Awaitable[int]] | None) -> None:  # fmt: skip
+        self.name = name
+        self.translator = translator
+        self._outcome = outcome
+        self._encode = encode
+        self._prompt_tokens = prompt_tokens
+        self._decoder = DataDecoder()
+        self._started = False
+        # `message_start` goes out with what comes first (the first token, a ping, the end):
+        # one write fewer before the first token, whose time clients see.
+        self._opening: Batch = translator.start()
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    @property
+    def ended(self) -> bool:
+        return self.translator.done or self.translator.upstream_ended
+
+    @property
+    def cut(self) -> bool:
+        return self.translator.done
+
+    def silence(self) -> T:
+        return self._with_start(PINGS)
+
+    def resent(self, response: Response) -> None:
+        pass  # the reply's headers were the gateway's own, sent already
+
+    def _with_start(self, batch: Batch) -> T:
+        if self._opening:
+            batch, self._opening = self._opening + batch, []
+        return self._encode(batch)
+
+    def feed(self, data: bytes) -> Iterable[T]:
+        if not self._started:
+            return self._first(data)
+        out: Batch = []
         try:
-            if response.content_type == "application/json":  # the upstream ignored `stream: true`
-                with upstream_errors(self.name):
-                    body = await response.read()
-                completion = completion_of(body, self.name)
-                choice = completion.choices[0]
-                whole = openai.ChatChunk(
-                    choices=[openai.ChunkChoice(delta=choice.message, finish_reason=choice.finish_reason)],
-                    usage=completion.usage,
-                )
-                events = translator.start() + translator.feed(whole)
-                if translator.needs_usage and prompt_tokens is not None:  # a server that reports none
-                    translator.assume_usage(await prompt_tokens(), completion_estimate(choice.message))
-                events += translator.finish()
-                note_usage(outcome, translator.usage)
-                finished = True
-                yield encode(events)
-                return
-            # `message_start` goes out with what comes first (the first token, a ping, the end):
-            # one write fewer before the first token, whose time clients see.
-            opening_events = translator.start()
+            self._feed(self._decoder.feed(data), out)
+        except GatewayError as error:
+            if not out:
+                raise
+            return _then_raise(self._encode(out), error)  # what came before the failure still reaches the client
+        return (self._encode(out),) if out else ()
 
-            def with_start(batch: Batch) -> T:
-                nonlocal opening_events
-                if opening_events:
-                    batch, opening_events = opening_events + batch, []
-                return encode(batch)
-
-            decoder = DataDecoder()
-            watch = reads = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
-            while (
-                opening is not None
-            ):  # until the body begins: it may come from another instance (no content block has gone out)
-                try:
-                    with upstream_errors(self.name):
-                        response = await opening.begun(response, reads)
+    def _first(self, data: bytes) -> Iterator[T]:
+        """A read before the first token: it can hold a whole burst. The first token goes
+        out before the rest is translated, and before most of the read is even split into events."""
+        out: Batch = []
+        try:
+            for piece in (data,) if len(data) <= FIRST_PIECE else (data[:FIRST_PIECE], data[FIRST_PIECE:]):
+                if self.ended:
                     break
-                except Silence:
-                    yield with_start(PINGS)
-            started = False
-            writes = direct if direct is not None else DirectWrites()
-            failed: list[BaseException] = []  # what a direct read raised, re-raised here
+                payloads = self._decoder.feed(piece)
+                used = self._feed(payloads, out, first_alone=not self._started)
+                if out and not self._started:
+                    self._started = True
+                    yield self._with_start(out)
+                    out = []
+                self._feed(payloads[used:], out)
+        except GatewayError:
+            if out:
+                yield self._with_start(out)  # what came before the failure still reaches the client
+            raise
+        if out:
+            yield self._encode(out)
 
-            def translate_to_client(raw: bytes) -> bool:  # Response.drain_to's sink: must not raise
-                writer = writes.writer
-                if writer is None or failed or not writer.ready():
-                    return False  # e.g. the client is slow: this read goes through `readany`, and `send` waits
-                reads.touch()
-                out: list[anthropic.StreamEvent] = []
-                try:
-                    try:
-                        self._feed(translator, decoder.feed(raw), out)
-                    finally:
-                        if out:
-                            writer.write(encode_all(out))  # what came before a failure still reaches the client
-                except BaseException as error:  # noqa: BLE001 - handed to the generator, which raises it
-                    failed.append(error)
-                if failed or translator.done or translator.upstream_ended:
-                    response.stop_sink()
-                return True
-
-            while not translator.done and not translator.upstream_ended:
-                if started and writes.writer is not None:
-                    try:
-                        await reads.read(response.drain_to(translate_to_client))
-                    except Silence:
-                        if not failed:  # (a failure in the same loop turn as the ping's timer: no ping)
-                            yield encode(PINGS)
-                            continue
-                    if failed:
-                        raise failed[0]
-                    if translator.done or translator.upstream_ended:
-                        break
-                try:
-                    with upstream_errors(self.name):
-                        raw = await reads.read(response.readany())
-                except Silence:
-                    yield with_start(PINGS)
-                    continue
-                if not raw:
-                    break
-                out: list[anthropic.StreamEvent] = []
-                try:
-                    if started:
-                        self._feed(translator, decoder.feed(raw), out)
-                    else:
-                        # A read can hold a whole burst: the first token goes out before the rest is
-                        # translated, and before most of the read is even split into events.
-                        for piece in (raw,) if len(raw) <= FIRST_PIECE else (raw[:FIRST_PIECE], raw[FIRST_PIECE:]):
-                            if translator.done or translator.upstream_ended:
-                                break
-                            payloads = decoder.feed(piece)
-                            used = self._feed(translator, payloads, out, first_alone=not started)
-                            if out and not started:
-                                started = True
-                                yield with_start(out)
-                                out = []
-                            self._feed(translator, payloads[used:], out)
-                except GatewayError:
-                    if out:
-                        yield with_start(out)  # what came before the failure still reaches the client
-                    raise
-                if out:
-                    yield encode(out)
-            if not translator.done and not translator.finished_upstream:
-                raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
-            if translator.needs_usage and prompt_tokens is not None:
-                if translator.done:
-                    response.close()  # a stop sequence matched: the generation stops now, not after the count below
-                translator.assume_usage(await prompt_tokens())
-            final = translator.finish()
-            note_usage(outcome, translator.usage)
-            yield with_start(final)
-            finished = not translator.done
-            if finished and translator.upstream_ended:
-                handed_over = True
-                end_body(response)  # the client's reply ends now, not when the server ends its body
+    def feed_to(self, data: bytes, writer: ClientWriter) -> None:
+        out: Batch = []
+        try:
+            self._feed(self._decoder.feed(data), out)
         finally:
-            if not finished and outcome is not None and outcome.output_tokens is None:
-                # Cut short: what the upstream reported so far, else one output token per chunk
-                # received (its input then unknown: the limits estimate it; usage records 0).
-                cut = translator.usage_so_far()
-                note_usage(outcome, cut if cut is not None else translator.usage)
-                if translator.needs_usage:
-                    outcome.input_tokens = None
-            if watch is not None:
-                watch.close()
+            if out:
+                writer.write(encode_all(out))  # what came before a failure still reaches the client
+
+    async def finish(self) -> AsyncIterator[T]:
+        translator = self.translator
+        if not translator.done and not translator.finished_upstream:
+            raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
+        if translator.needs_usage and self._prompt_tokens is not None:
+            translator.assume_usage(await self._prompt_tokens())
+        final = translator.finish()
+        note_usage(self._outcome, translator.usage)
+        yield self._with_start(final)
+
+    async def whole(self, response: Response) -> AsyncIterator[T]:
+        """The reply of an upstream that answered a stream request with one completion."""
+        opening = response.opening
+        try:
+            with upstream_errors(self.name):
+                body = await response.read()
+            completion = completion_of(body, self.name)
+        except BaseException:
+            response.close()
+            raise
+        finally:
             if opening is not None:
                 opening.close()
-            if finished and not handed_over:
-                response.release()  # read to the end: the connection can be reused
-            elif not finished:
-                response.close()  # stops the backend's generation
+        response.release()  # read to the end: the connection can be reused
+        choice = completion.choices[0]
+        whole = openai.ChatChunk(
+            choices=[openai.ChunkChoice(delta=choice.message, finish_reason=choice.finish_reason)],
+            usage=completion.usage,
+        )
+        translator = self.translator
+        events = self._opening + translator.feed(whole)
+        self._opening = []
+        if translator.needs_usage and self._prompt_tokens is not None:  # a server that reports none
+            translator.assume_usage(await self._prompt_tokens(), completion_estimate(choice.message))
+        events += translator.finish()
+        note_usage(self._outcome, translator.usage)
+        yield self._encode(events)
 
-    def _feed(self, translator: StreamTranslator, payloads: list[bytes], out: list[anthropic.StreamEvent], *,
-              first_alone: bool = False) -> int:  # fmt: skip
+    def _feed(self, payloads: list[bytes], out: Batch, *, first_alone: bool = False) -> int:
         """Translate a read's `data:` payloads into `out`, up to `[DONE]` or the reply's end;
         with `first_alone`, stop once `out` holds something. How many payloads were used
         (all of them at `[DONE]` or the end)."""
+        translator = self.translator
         for used, payload in enumerate(payloads, 1):
             if payload == b"[DONE]":
                 translator.upstream_ended = True
@@ -224,6 +214,11 @@ class ChatStreams:
             except msgspec.DecodeError:
                 pass
             raise UpstreamError(f"upstream {self.name} sent an unreadable stream chunk: {error}") from None
+
+
+def _then_raise(out: T, error: BaseException) -> Iterator[T]:
+    yield out
+    raise error
 
 
 def completion_of(body: bytes, upstream: str) -> openai.ChatCompletion:

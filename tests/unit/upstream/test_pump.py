@@ -1,0 +1,102 @@
+"""The one stream pump (`upstream.pump`) with a transformer of the test's own: each path
+plugs into it the same way, and what becomes of the upstream response is the pump's."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from dragoman.core.config import from_dict
+from dragoman.core.errors import GatewayError, UpstreamError
+from dragoman.core.types import ClientWriter
+from dragoman.upstream.pump import Pump
+from tests.support.responses import ScriptedResponse
+
+
+class Upper:
+    """Upper-cases each read; the reply ends at a read saying b"end" (cut: at b"stop");
+    a read saying b"bad" fails after its output."""
+
+    def __init__(self) -> None:
+        self.started = self.ended = self.cut = False
+        self.finished = False
+
+    def silence(self) -> bytes | None:
+        return b":\n\n"
+
+    def resent(self, response: Any) -> None:
+        pass
+
+    def feed(self, data: bytes) -> Iterable[bytes]:
+        self.started = True
+        self.ended = data in (b"end", b"stop")
+        self.cut = data == b"stop"
+        if data == b"bad":
+            return self._fail(data)
+        return (data.upper(),)
+
+    def _fail(self, data: bytes) -> Iterable[bytes]:
+        yield data.upper()
+        raise UpstreamError("bad read")
+
+    def feed_to(self, data: bytes, writer: ClientWriter) -> None:
+        raise AssertionError("no direct writer here")
+
+    async def finish(self) -> AsyncIterator[bytes]:
+        self.finished = True
+        if not self.ended:
+            raise UpstreamError("closed too soon")
+        yield b"FIN"
+
+
+def pump() -> Pump:
+    config = from_dict({"upstreams": {"up": {"url": "http://127.0.0.1:9/v1"}}})
+    return Pump("up", config.upstreams["up"], keepalive=15)
+
+
+async def run(reads: list[bytes]) -> tuple[list[bytes], ScriptedResponse, BaseException | None]:
+    response = ScriptedResponse(reads)
+    out: list[bytes] = []
+    try:
+        async for chunk in pump().run(response, Upper()):  # type: ignore[arg-type]
+            out.append(chunk)
+    except GatewayError as error:
+        return out, response, error
+    return out, response, None
+
+
+def test_each_read_goes_through_the_transformer_then_its_finish_and_the_connection_is_reused() -> None:
+    out, response, error = asyncio.run(run([b"a", b"b", b"end"]))
+    assert error is None
+    assert out == [b"A", b"B", b"END", b"FIN"]
+    assert response.released and not response.closed
+
+
+def test_a_failing_read_sends_what_came_before_it_and_drops_the_connection() -> None:
+    out, response, error = asyncio.run(run([b"a", b"bad", b"end"]))
+    assert isinstance(error, UpstreamError) and "bad read" in str(error)
+    assert out == [b"A", b"BAD"]
+    assert response.closed and not response.released
+
+
+def test_a_stream_ending_too_soon_is_the_transformers_error_and_drops_the_connection() -> None:
+    out, response, error = asyncio.run(run([b"a"]))
+    assert isinstance(error, UpstreamError) and "too soon" in str(error)
+    assert out == [b"A"]
+    assert response.closed
+
+
+def test_a_cut_reply_closes_the_upstream_before_its_last_outputs() -> None:
+    out, response, error = asyncio.run(run([b"a", b"stop", b"more"]))
+    assert error is None and out == [b"A", b"STOP", b"FIN"]
+    assert response.closed and not response.released
+
+
+def test_the_pump_reads_nothing_more_once_the_reply_ended() -> None:
+    response = ScriptedResponse([b"a", b"end", b"never"])
+
+    async def go() -> list[bytes]:
+        return [chunk async for chunk in pump().run(response, Upper())]  # type: ignore[arg-type]
+
+    assert asyncio.run(go()) == [b"A", b"END", b"FIN"]  # what follows the end is no part of the reply
