@@ -86,26 +86,28 @@ class Pump:
         """The stream's outputs. After the first, reads go straight to `direct`'s writer when
         there is one, from the connection's callback. Raises GatewayError after yielding what
         came before the failure; always releases or closes the upstream response."""
-        watch = ReadWatch.for_upstream(self._upstream, interval=self._keepalive, name=self.name)
-        return _Run(self.name, response, transformer, watch, direct).outputs()
+        return _Run(self, response, transformer, direct).outputs()
 
 
 class _Run(Generic[T]):
     """One stream being pumped."""
 
-    __slots__ = ("_name", "_response", "_t", "_watch", "_writes", "_failed")
+    __slots__ = ("_name", "_pump", "_response", "_t", "_watch", "_writes", "_failed")
 
-    def __init__(self, name: str, response: Response, transformer: Transformer[T], watch: ReadWatch,
-                 direct: DirectWrites | None) -> None:  # fmt: skip
-        self._name = name
+    def __init__(
+        self, pump: Pump, response: Response, transformer: Transformer[T], direct: DirectWrites | None
+    ) -> None:
+        self._name = pump.name
+        self._pump = pump
         self._response = response
         self._t = transformer
-        self._watch = watch
+        self._watch: ReadWatch  # made once the stream is read: it times the reading task
         self._writes = direct if direct is not None else DirectWrites()
         self._failed: BaseException | None = None  # what a direct write raised, raised again by `outputs`
 
     async def outputs(self) -> AsyncIterator[T]:
-        t, watch = self._t, self._watch
+        pump, t = self._pump, self._t
+        self._watch = watch = ReadWatch.for_upstream(pump._upstream, interval=pump._keepalive, name=pump.name)
         opening = self._response.opening  # a stream's head alone is no answer: until its body begins
         finished = False
         try:
