@@ -358,8 +358,10 @@ def start_limited(procs: Processes, fake: Server, name: str) -> Server:
                                 gateway=True, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
 
 
-def start_passthrough(procs: Processes, fake: Server) -> Server:
-    config = procs.workdir / "passthrough.toml"
+def start_passthrough(
+    procs: Processes, fake: Server, *, name: str = "passthrough", env: dict[str, str] | None = None
+) -> Server:
+    config = procs.workdir / f"{name}.toml"
     config.write_text(
         '[server]\nlog_level = "warning"\n\n'
         f'[upstreams.fake]\nurl = "{fake.url.removesuffix("/v1")}"\nprotocol = "anthropic"\n\n'
@@ -370,8 +372,8 @@ def start_passthrough(procs: Processes, fake: Server) -> Server:
         argv = [sys.executable, "-m", "dragoman", "serve", "--config", str(config), "--port", str(port)]
         return argv, f"http://127.0.0.1:{port}/v1/messages"
 
-    return start_on_a_free_port(procs, "passthrough", launch, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30,
-                                gateway=True, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
+    return start_on_a_free_port(procs, name, launch, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30,
+                                gateway=True, env=env, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
 
 
 def litellm_executable() -> Path:
