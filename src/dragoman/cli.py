@@ -308,7 +308,7 @@ def run(config: Config, *, workers: int = 1) -> None:
 
     from dragoman.core.observe import configure_logging
     from dragoman.server.app import CONFIG_ENV, create_app, settle_garbage_collector
-    from dragoman.server.serving import http_protocol
+    from dragoman.server.serving import server_options
 
     server = config.server
     configure_logging(server.log_level)
@@ -340,7 +340,7 @@ def run(config: Config, *, workers: int = 1) -> None:
         log_level=server.log_level,
         access_log=False,
         loop="uvloop" if _has("uvloop") else "asyncio",
-        http=http_protocol(server.max_connections),
+        **server_options(server.max_connections),
         timeout_graceful_shutdown=server.shutdown_grace,  # type: ignore[arg-type]  # typed int, used as a float timeout
     )
 

@@ -18,7 +18,7 @@ import uvicorn
 
 from dragoman.core.config import Config, from_dict
 from dragoman.server.app import create_app
-from dragoman.server.serving import http_protocol
+from dragoman.server.serving import server_options
 
 
 def free_port() -> int:
@@ -158,7 +158,8 @@ class GatewayServer:
         self._socket = server_socket()
         self.port = self._socket.getsockname()[1]
         uv_config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", access_log=False, lifespan="on",
-                                   http=http or http_protocol(config.server.max_connections), timeout_keep_alive=timeout_keep_alive)  # type: ignore[arg-type]  # fmt: skip
+                                   **{**server_options(config.server.max_connections), **({"http": http} if http else {})},
+                                   timeout_keep_alive=timeout_keep_alive)  # type: ignore[arg-type]  # fmt: skip
         self.server = _Server(uv_config)
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._socket]}, daemon=True)
 

@@ -7,17 +7,24 @@ each request's scope, a stream's tokens are written to the client from the upstr
 connection's own callback instead (see `backends.body.Body.drain_to`).
 
 The protocol reads ten attributes of uvicorn's request cycle, one of its flow
-control and four of the protocol's own. `http_protocol()` checks them once; if uvicorn
-changed them, or httptools is missing, the server is uvicorn's own and streams take the
-ASGI path, which works the same, a little slower (without the connection limits below,
-and with chunked streams to HTTP/1.0 clients). Direct writes bypass any wrapper around
-ASGI `send`: only the hot endpoints use them, which `app.App` serves without middleware.
+control and four of the protocol's own: uvicorn is pinned in pyproject.toml to the
+versions the suite tests it with. `http_protocol()` checks them once; if uvicorn changed
+them, or httptools is missing, it logs a warning and the server is uvicorn's h11
+protocol: streams take the ASGI path, which works the same, slower. Of the protections
+below, the two that need no internals hold there too, by h11 and uvicorn's public
+options (`server_options`): a response to HTTP/1.0 is never chunked, and a head past
+MAX_HEAD_BYTES is refused (400 rather than 431). The others (408 for a stalled request,
+idle connections closed, the connection limit, every pipelined request told of a hang-up) live in the
+protocol, since no ASGI app sees a request before its head is whole. Direct writes
+bypass any wrapper around ASGI `send`: only the hot endpoints use them, which `app.App`
+serves without middleware.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 from typing import TYPE_CHECKING, Any
 
 from dragoman.core.errors import InvalidRequest, RequestHeadersTooLarge, RequestTimeout
@@ -29,6 +36,8 @@ if TYPE_CHECKING or HTTPTOOLS:
     _Base = httptools_impl.HttpToolsProtocol
 else:
     _Base = object
+
+logger = logging.getLogger("dragoman")
 
 DIRECT_BODY = "dragoman.direct_body"  # the scope extension's name
 _CYCLE_ATTRIBUTES = ("scope", "transport", "flow", "disconnected", "response_started", "response_complete", "chunked_encoding",
@@ -275,25 +284,56 @@ class DirectBodyProtocol(_Base):
 
 
 def http_protocol(max_connections: int | None = None) -> Any:
-    """What to pass to uvicorn as `http`: the protocol with the direct writer (and, if
-    given, its own connection limit: a partial, which `--workers` processes can unpickle),
-    or uvicorn's own choice when that cannot work here."""
+    """What to pass to uvicorn as `http`: the protocol with the direct writer and the
+    protections above (and, if given, its own connection limit: a partial, which
+    `--workers` processes can unpickle), or, with a warning, uvicorn's h11 protocol when
+    that cannot work here (`server_options`)."""
+    missing = _missing_internals()
+    if missing is None:
+        if max_connections is not None:
+            return functools.partial(DirectBodyProtocol, max_connections=max_connections)
+        return DirectBodyProtocol
+    logger.warning(
+        "dragoman's HTTP protocol cannot be installed (%s): serving with uvicorn's h11 protocol, slower, without "
+        "the 408 for stalled requests, the close of idle connections, the connection limit or the direct stream "
+        "writer (uvicorn %s; dragoman is tested with the range pinned in its pyproject.toml)",
+        missing,
+        _uvicorn_version(),
+    )
+    return "h11"
+
+
+def server_options(max_connections: int | None = None) -> dict[str, Any]:
+    """uvicorn's options for `dragoman serve` (and the tests' server): the protocol, and the
+    head limit h11 enforces itself, through uvicorn's own setting, should it be the fallback
+    (h11 also never chunks a response to an HTTP/1.0 client). httptools ignores the limit."""
+    return {"http": http_protocol(max_connections), "h11_max_incomplete_event_size": MAX_HEAD_BYTES}
+
+
+def _missing_internals() -> str | None:
+    """What keeps DirectBodyProtocol from working with the uvicorn installed, if anything."""
     if not HTTPTOOLS:
-        return "h11"
-    if not (_sets(httptools_impl.RequestResponseCycle, _CYCLE_ATTRIBUTES) and _sets(flow_control.FlowControl, ("write_paused",))
-            and _sets(httptools_impl.HttpToolsProtocol, _PROTOCOL_ATTRIBUTES)):  # fmt: skip
-        return "httptools"  # uvicorn changed what the protocol reads
-    if max_connections is not None:
-        return functools.partial(DirectBodyProtocol, max_connections=max_connections)
-    return DirectBodyProtocol
+        return "httptools is not installed"
+    for cls, names in ((httptools_impl.RequestResponseCycle, _CYCLE_ATTRIBUTES), (flow_control.FlowControl, ("write_paused",)),
+                       (httptools_impl.HttpToolsProtocol, _PROTOCOL_ATTRIBUTES)):  # fmt: skip
+        absent = _unset(cls, names)
+        if absent:
+            return f"uvicorn's {cls.__name__} no longer sets {', '.join(absent)}"
+    return None
 
 
-def _sets(cls: type, names: tuple[str, ...]) -> bool:
-    """Whether `cls.__init__` assigns each of `names` to its instance."""
+def _uvicorn_version() -> str:
+    import uvicorn
+
+    return uvicorn.__version__
+
+
+def _unset(cls: type, names: tuple[str, ...]) -> list[str]:
+    """Which of `names` `cls.__init__` does not assign to its instance."""
     init = getattr(cls.__dict__.get("__init__"), "__code__", None)
     if init is None:
-        return False
+        return list(names)
     import dis
 
     stored = {i.argval for i in dis.get_instructions(init) if i.opname == "STORE_ATTR"}
-    return all(name in stored for name in names)
+    return [name for name in names if name not in stored]
