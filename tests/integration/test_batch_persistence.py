@@ -7,48 +7,28 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
-from pathlib import Path
 
 import anthropic
 import pytest
 
 from dragoman.batches import service as batches_module
 from dragoman.batches import store as batch_store
-from tests.integration.test_batches import (
+from tests.support.batches import (
+    KEYS,
     answer_per_marker,
     counts,
+    keeping_start,
     marker_of,
     params,
     results_of,
+    sdk,
     wait_ended,
     wait_until,
 )
 from tests.support.fakes import FakeUpstream, Reply, completion
 from tests.support.helpers import batch_path
-from tests.support.servers import GatewayServer
 
-KEYS = ["key-a", "key-b"]
-
-
-@pytest.fixture
-def start(
-    upstream: FakeUpstream, tmp_path: Path, gateway_from: Callable[[dict], GatewayServer]
-) -> Callable[..., GatewayServer]:
-    """`start(batches=..., server=...)`: a gateway keeping its batches in this test's directory."""
-
-    def run(*, batches: dict | None = None, server: dict | None = None) -> GatewayServer:
-        return gateway_from({
-            "server": server or {},
-            "batches": {"dir": str(tmp_path / "batches"), **(batches or {})},
-            "upstreams": {"default": {"url": upstream.url, "max_retries": 0}},
-        })  # fmt: skip
-
-    return run
-
-
-def sdk(gateway: GatewayServer, key: str = "test-key") -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0, timeout=5)
+start = keeping_start  # the fixture: a gateway keeping its batches in the test's directory
 
 
 def hang_on(upstream: FakeUpstream, slow: str) -> None:

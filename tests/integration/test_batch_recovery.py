@@ -25,13 +25,14 @@ from dragoman.batches import runs as batch_runs
 from dragoman.batches import service as batches_module
 from dragoman.batches import store as batch_store
 from dragoman.batches.store import BatchStore, Record
-from tests.integration import test_batch_persistence as persistence
-from tests.integration.test_batch_persistence import KEYS, sdk
-from tests.integration.test_batches import (
+from tests.support.batches import (
+    KEYS,
     answer_per_marker,
     counts,
+    keeping_start,
     marker_of,
     params,
+    sdk,
     wait_ended,
     wait_until,
 )
@@ -39,7 +40,7 @@ from tests.support.fakes import FakeUpstream, Reply, completion
 from tests.support.helpers import batch_path
 
 EPOCH_STAMP = "1970-01-01T00:00:00.000000Z"
-start = persistence.start  # the fixture: a gateway keeping its batches in the test's directory
+start = keeping_start  # the fixture: a gateway keeping its batches in the test's directory
 
 
 # -- a storage error while settling: the run lets go of the batch with requests still running ----

@@ -10,26 +10,9 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.core.config import from_dict
-from tests.support.fake_anthropic import FakeAnthropic, NativeReply, event, message, text_events
+from tests.support.fake_anthropic import ASK, FakeAnthropic, NativeReply, event, message, text_events
+from tests.support.fake_anthropic import passthrough_config as _config
 from tests.support.servers import GatewayServer
-
-
-def _config(native: FakeAnthropic, **server: object):
-    return from_dict(
-        {
-            "server": server,
-            "upstreams": {
-                "native": {
-                    "url": native.url + "/v1",
-                    "protocol": "anthropic",
-                    "api_key": "upstream-secret",
-                    "max_retries": 0,
-                }
-            },
-            "models": [{"name": "claude-test", "upstream": "native", "upstream_model": "native-model"}],
-        }
-    )
 
 
 @pytest.fixture
@@ -162,9 +145,6 @@ def test_upstream_errors_pass_through_unchanged(passthrough, native):
     assert response.json() == body
     assert response.headers["retry-after"] == "7"
     assert response.headers["request-id"].startswith("req_")
-
-
-ASK = {"model": "claude-test", "max_tokens": 10, "messages": [{"role": "user", "content": "Hi"}]}
 
 
 @pytest.mark.parametrize(

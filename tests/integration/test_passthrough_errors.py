@@ -13,8 +13,8 @@ import anthropic
 import httpx
 import pytest
 
-from tests.integration.test_passthrough import ASK, _config
-from tests.support.fake_anthropic import FakeAnthropic, NativeReply, event, text_events
+from tests.support.fake_anthropic import ASK, FakeAnthropic, NativeReply, event, text_events
+from tests.support.fake_anthropic import passthrough_config as _config
 from tests.support.servers import GatewayServer
 
 

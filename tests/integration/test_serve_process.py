@@ -205,7 +205,7 @@ def test_every_worker_answers_for_a_batch(upstream, stop_later):
 
 
 def test_a_batch_survives_its_process_being_killed(upstream, stop_later):
-    from tests.integration.test_batches import marker_of
+    from tests.support.batches import marker_of
     from tests.support.fakes import Reply, completion
 
     upstream.responder = lambda body: Reply(body=completion("late"), hang=30.0 if marker_of(body) == "m1" else 0.0)

@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dragoman.core.config import Config, from_dict
 from tests.support.threaded_site import ThreadedSite
 
 
@@ -146,3 +147,17 @@ class FakeAnthropic:
             self.disconnects += 1
             raise
         return response
+
+
+ASK = {"model": "claude-test", "max_tokens": 10, "messages": [{"role": "user", "content": "Hi"}]}
+
+
+def passthrough_config(native: FakeAnthropic, **server: object) -> Config:
+    """A gateway passing `claude-test` through to `native` as `native-model` (no retries)."""
+    return from_dict({
+        "server": server,
+        "upstreams": {
+            "native": {"url": native.url + "/v1", "protocol": "anthropic", "api_key": "upstream-secret", "max_retries": 0}
+        },
+        "models": [{"name": "claude-test", "upstream": "native", "upstream_model": "native-model"}],
+    })  # fmt: skip

@@ -16,7 +16,7 @@ import pytest
 from dragoman.core.errors import UpstreamError, UpstreamTimeout
 from dragoman.upstream.keepalive import ReadWatch, Silence
 from dragoman.upstream.opening import Opening, Sending
-from tests.unit.test_upstream_connection import Peer, Script, new_pool
+from tests.support.peers import Peer, Script, new_pool
 
 A, B = "http://a:8000", "http://b:8000"
 TIMEOUT = 0.1  # first_byte_timeout

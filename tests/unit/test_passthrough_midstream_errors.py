@@ -11,7 +11,7 @@ import json
 import pytest
 
 from dragoman.core.errors import register_secret
-from tests.unit.test_passthrough_relay import BLOCK, DELTA, START, events_of, relay
+from tests.support.passthrough_stream import BLOCK, DELTA, START, events_of, relay
 
 
 def error_event(data: bytes) -> bytes:

@@ -15,8 +15,8 @@ from dragoman.backends.anthropic.events import error_event_data
 from dragoman.core.config import from_dict
 from dragoman.core.errors import GatewayError, from_error_event, register_secret
 from dragoman.core.types import Call, Outcome
-from tests.unit.test_passthrough_relay import BLOCK, DELTA, START
-from tests.unit.test_stream_shell import Response
+from tests.support.passthrough_stream import BLOCK, DELTA, START
+from tests.support.responses import ScriptedResponse as Response
 
 
 def anthropic_error(kind: str, message: str) -> bytes:

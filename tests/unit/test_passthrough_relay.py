@@ -11,48 +11,9 @@ import pytest
 
 from dragoman.backends.anthropic.backend import AnthropicBackend
 from dragoman.core.config import from_dict
-from dragoman.core.errors import GatewayError
 from dragoman.core.types import Call, Outcome
-from tests.unit.test_stream_shell import Response
-
-# A server that sends every field the SDKs type: its events go through unchanged.
-START = (
-    b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant",'
-    b'"model":"served","content":[],"stop_reason":null,"stop_sequence":null,"stop_details":null,"container":null,'
-    b'"diagnostics":null,"usage":{"input_tokens":31,"output_tokens":1,"cache_read_input_tokens":7}}}\n\n'
-)
-BLOCK = b'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n'
-DELTA = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}\n\n'
-STOP = b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
-END = (
-    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null,'
-    b'"stop_details":null,"container":null},"usage":{"output_tokens":12}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n'
-)
-
-
-def relay(reads: list[bytes]) -> tuple[bytes, Outcome, Response]:
-    config = from_dict({"upstreams": {"native": {"url": "http://127.0.0.1:9", "protocol": "anthropic"}}})
-    backend = AnthropicBackend("native", config.upstreams["native"], config)  # type: ignore[arg-type]
-    outcome = Outcome(request_id="req_1", endpoint="messages")
-    call = Call(b"{}", "client-name", "served", {}, "req_1", True, outcome)
-    response = Response(reads)
-
-    async def run() -> bytes:
-        return await client_stream(backend._relay(response, call))  # type: ignore[arg-type]
-
-    return asyncio.run(run()), outcome, response
-
-
-async def client_stream(chunks: Any) -> bytes:
-    """The stream as the client gets it: a GatewayError the relay raises becomes the
-    `error` event the endpoint sends (endpoints.EventStreamResponse._relay)."""
-    out = []
-    try:
-        async for chunk in chunks:
-            out.append(chunk)
-    except GatewayError as error:
-        out.append(error.event())
-    return b"".join(out)
+from tests.support.passthrough_stream import BLOCK, DELTA, END, START, STOP, client_stream, events_of, relay
+from tests.support.responses import ScriptedResponse as Response
 
 
 def test_tokens_arriving_one_by_one_are_counted_from_message_start_and_message_delta() -> None:
@@ -87,19 +48,6 @@ def relay_failing(reads: list[bytes]) -> bytes:
         return await client_stream(backend._relay(FailingResponse(reads), call))  # type: ignore[arg-type]
 
     return asyncio.run(run())
-
-
-def events_of(body: bytes) -> list[tuple[str, dict]]:
-    """The stream as the SDK's decoder reads it: every event must be whole JSON."""
-    import json
-
-    found = []
-    for frame in body.replace(b"\r\n", b"\n").split(b"\n\n"):
-        if not frame:
-            continue
-        fields = dict(line.split(b": ", 1) for line in frame.split(b"\n"))
-        found.append((fields[b"event"].decode(), json.loads(fields[b"data"])))
-    return found
 
 
 def test_an_upstream_failing_mid_event_ends_with_an_error_event_after_the_last_whole_one() -> None:

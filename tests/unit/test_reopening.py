@@ -20,7 +20,7 @@ from dragoman.upstream.client import HttpClient
 from dragoman.upstream.keepalive import ReadWatch, Silence
 from dragoman.upstream.transport.failures import Disconnected
 from dragoman.upstream.transport.response import Response
-from tests.unit.test_upstream_connection import Peer, Script
+from tests.support.peers import Peer, Script
 
 STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 CLOSE_DELIMITED_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"  # the body runs to the close

@@ -20,8 +20,7 @@ from dragoman.upstream.transport.connection import (
     BadResponse,
     BodyTimeout,
 )
-from tests.support.samples import MiB, gzip_bomb
-from tests.unit.test_upstream_connection import (  # noqa: F401 (loop_kind: the fixture)
+from tests.support.peers import (  # noqa: F401 (loop_kind: the fixture)
     Peer,
     Script,
     fed,
@@ -31,6 +30,7 @@ from tests.unit.test_upstream_connection import (  # noqa: F401 (loop_kind: the 
     ok,
     run,
 )
+from tests.support.samples import MiB, gzip_bomb
 
 # The most one callback or one `readany` inflates before handing over: its budget, plus the last piece.
 STEP = HIGH_WATER + INFLATE_PIECE

@@ -20,7 +20,7 @@ from dragoman.upstream.transport.connection import (
     HeadTimeout,
 )
 from dragoman.upstream.transport.pool import Origin, Pool
-from tests.unit.test_upstream_connection import (  # noqa: F401 (loop_kind: the fixture)
+from tests.support.peers import (  # noqa: F401 (loop_kind: the fixture)
     Peer,
     Script,
     fed,
