@@ -1,11 +1,10 @@
 """The server dragoman runs when its HTTP protocol cannot be installed (a uvicorn whose
-internals changed, or no httptools): a warning says so, and uvicorn's h11 protocol serves,
-with the protections that need no internals (HTTP/1.0 responses unchunked, a head past
-MAX_HEAD_BYTES refused). Beside it, the hooked server the pinned uvicorn gets."""
+internals changed, or no httptools; the warning: tests/unit/server/test_serving.py):
+uvicorn's h11 protocol, with the protections that need no internals (HTTP/1.0 responses
+unchunked, a head past MAX_HEAD_BYTES refused). The hooked server is every other test's."""
 
 from __future__ import annotations
 
-import logging
 import socket
 from collections.abc import Iterator
 
@@ -31,33 +30,6 @@ def plain(upstream: FakeUpstream, uvicorn_changed: None) -> Iterator[GatewayServ
     gateway = GatewayServer(make_config(upstream.url)).start()
     yield gateway
     gateway.stop()
-
-
-def test_the_pinned_uvicorn_gets_the_hooked_protocol_without_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="dragoman"):
-        assert serving.http_protocol() is serving.DirectBodyProtocol
-    assert not [r for r in caplog.records if r.name == "dragoman"]
-
-
-def test_a_changed_uvicorn_is_a_warning_naming_what_changed_and_the_h11_server(
-    uvicorn_changed: None, caplog: pytest.LogCaptureFixture
-) -> None:
-    with caplog.at_level(logging.WARNING, logger="dragoman"):
-        options = serving.server_options()
-    assert options["http"] == "h11"
-    assert options["h11_max_incomplete_event_size"] == serving.MAX_HEAD_BYTES
-    [record] = [r for r in caplog.records if r.name == "dragoman"]
-    assert record.levelno == logging.WARNING
-    assert "renamed_in_a_later_uvicorn" in record.getMessage() and "h11" in record.getMessage()
-
-
-def test_without_httptools_the_server_is_h11_with_a_warning(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setattr(serving, "HTTPTOOLS", False)
-    with caplog.at_level(logging.WARNING, logger="dragoman"):
-        assert serving.http_protocol() == "h11"
-    assert any("httptools is not installed" in r.getMessage() for r in caplog.records)
 
 
 def test_the_plain_server_streams_and_answers_through_the_sdk(upstream: FakeUpstream, plain: GatewayServer) -> None:

@@ -23,7 +23,7 @@ from dragoman.translate.request import BILLING_PREFIX, ModelCaps, to_chat_reques
 from dragoman.translate.thinking import ReasoningCaps
 from tests.support.helpers import wire
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude_code"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "claude_code"
 MAIN_LOOP = ["main_loop_turn1", "main_loop_turn2", "bare_turn2"]
 ALL = [*MAIN_LOOP, "session_title"]
 PROFILE_NAMES = ["vllm", "llamacpp"]

@@ -18,7 +18,7 @@ from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check-image"
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "check-image"
 
 # Refuses `run` with the error the real runtime gave until every flag in FAKE_NEEDS is given.
 FAKE_ENGINE = """\

@@ -373,7 +373,7 @@ def _example_keys() -> dict[str, set[str]]:
 
     keys: dict[str, set[str]] = {}
     table = ""
-    for line in (Path(__file__).parents[2] / "dragoman.example.toml").read_text().splitlines():
+    for line in (Path(__file__).parents[3] / "dragoman.example.toml").read_text().splitlines():
         line = re.sub(r"^#\s?", "", line)
         header = re.match(r"^\[\[?([a-z_]+)", line)
         if header:
@@ -384,7 +384,7 @@ def _example_keys() -> dict[str, set[str]]:
 
 
 def test_the_example_config_loads_and_shows_every_key() -> None:
-    config.load(Path(__file__).parents[2] / "dragoman.example.toml")
+    config.load(Path(__file__).parents[3] / "dragoman.example.toml")
     shown = _example_keys()
     structs = {"server": [config.ServerConfig], "upstreams": [OpenAIUpstream, AnthropicUpstream, config.AutoUpstream],
                "models": [config.ModelConfig], "batches": [config.BatchesConfig], "files": [config.FilesConfig],

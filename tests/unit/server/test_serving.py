@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from uvicorn.protocols.http import httptools_impl
 
@@ -23,13 +25,41 @@ def test_a_connection_limit_reaches_worker_processes() -> None:
     assert protocol.func is serving.DirectBodyProtocol and protocol.keywords == {"max_connections": 7}
 
 
-def test_a_changed_request_cycle_falls_back_to_uvicorns_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_pinned_uvicorn_gets_the_hooked_protocol_without_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="dragoman"):
+        assert serving.http_protocol() is serving.DirectBodyProtocol
+    assert not [r for r in caplog.records if r.name == "dragoman"]
+
+
+def test_a_changed_uvicorn_is_a_warning_naming_what_changed_and_the_h11_server(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(serving, "_CYCLE_ATTRIBUTES", (*serving._CYCLE_ATTRIBUTES, "renamed_in_a_later_uvicorn"))
+    with caplog.at_level(logging.WARNING, logger="dragoman"):
+        options = serving.server_options()
+    assert options["http"] == "h11"
+    assert options["h11_max_incomplete_event_size"] == serving.MAX_HEAD_BYTES
+    [record] = [r for r in caplog.records if r.name == "dragoman"]
+    assert record.levelno == logging.WARNING
+    assert "renamed_in_a_later_uvicorn" in record.getMessage() and "h11" in record.getMessage()
+
+
+def test_without_httptools_the_server_is_h11_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(serving, "HTTPTOOLS", False)
+    with caplog.at_level(logging.WARNING, logger="dragoman"):
+        assert serving.http_protocol() == "h11"
+    assert any("httptools is not installed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_changed_request_cycle_falls_back_to_uvicorns_h11_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
     def changed_init(self: object, scope: object, transport: object) -> None:
         self.scope = scope  # type: ignore[attr-defined]
         self.writer = transport  # type: ignore[attr-defined]
 
     monkeypatch.setattr(httptools_impl.RequestResponseCycle, "__init__", changed_init)
-    assert serving.http_protocol() == "httptools"
+    assert serving.http_protocol() == "h11"  # with a warning (tests/integration/test_plain_server.py)
 
 
 def test_without_httptools_the_server_is_h11(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,7 +75,7 @@ def test_a_changed_flow_control_falls_back_too(monkeypatch: pytest.MonkeyPatch) 
         self.paused_for_writes = False  # type: ignore[attr-defined]
 
     monkeypatch.setattr(flow_control.FlowControl, "__init__", changed_init)
-    assert serving.http_protocol() == "httptools"
+    assert serving.http_protocol() == "h11"  # with a warning (tests/integration/test_plain_server.py)
 
 
 def test_a_changed_protocol_falls_back_too(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,7 +85,7 @@ def test_a_changed_protocol_falls_back_too(monkeypatch: pytest.MonkeyPatch) -> N
         self.keep_alive_timeout = 5  # type: ignore[attr-defined]  # renamed: the idle close reads timeout_keep_alive
 
     monkeypatch.setattr(httptools_impl.HttpToolsProtocol, "__init__", changed_init)
-    assert serving.http_protocol() == "httptools"
+    assert serving.http_protocol() == "h11"  # with a warning (tests/integration/test_plain_server.py)
 
 
 class Transport:
