@@ -1,4 +1,4 @@
-"""Extended thinking tests' shared pieces: a gateway in front of the scripted upstream, the SDK client, and the request and reply shapes they send."""
+"""Shared shapes of the extended thinking tests (tests/integration/thinking): the requests, the upstream streams of each reasoning flavor, and readers of the blocks the SDK returns."""
 
 from __future__ import annotations
 
