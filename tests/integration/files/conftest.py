@@ -10,10 +10,7 @@ import pytest
 
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fakes import FakeUpstream
-from tests.support.files_scaffold import (
-    MODEL,
-    NATIVE_UPSTREAM,
-)
+from tests.support.files_scaffold import MODEL, NATIVE_UPSTREAM
 from tests.support.servers import GatewayServer
 
 

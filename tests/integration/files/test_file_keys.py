@@ -13,16 +13,7 @@ import httpx
 import pytest
 
 from tests.support.envelopes import error_of, raw_error
-from tests.support.files_scaffold import (
-    MODEL,
-    ask,
-    document_file,
-    image_file,
-    on_disk,
-    path_of,
-    sdk,
-    stored,
-)
+from tests.support.files_scaffold import MODEL, ask, document_file, image_file, on_disk, path_of, sdk, stored
 
 
 def test_files_survive_a_restart(start, upstream, files_dir):

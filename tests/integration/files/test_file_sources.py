@@ -18,15 +18,7 @@ import pytest
 
 from tests.support.envelopes import error_of, raw_error
 from tests.support.fakes import completion
-from tests.support.files_scaffold import (
-    KEY,
-    MODEL,
-    PNG,
-    ask,
-    document_file,
-    image_file,
-    sdk,
-)
+from tests.support.files_scaffold import KEY, MODEL, PNG, ask, document_file, image_file, sdk
 from tests.support.samples import pdf_bytes
 
 GIF = bytes.fromhex("47494638396101000100800000000000ffffff21f90401000000002c00000000010001000002024401003b")  # 1x1 GIF

@@ -16,17 +16,7 @@ import httpx
 import pytest
 
 from tests.support.envelopes import error_of, raw_error
-from tests.support.files_scaffold import (
-    KEY,
-    MODEL,
-    PNG,
-    ask,
-    document_file,
-    on_disk,
-    path_of,
-    sdk,
-    stored,
-)
+from tests.support.files_scaffold import KEY, MODEL, PNG, ask, document_file, on_disk, path_of, sdk, stored
 
 
 def test_upload_returns_file_metadata_and_keeps_the_file(start, files_dir):

@@ -7,17 +7,7 @@ import anthropic
 import pytest
 
 from tests.support.fakes import chunk, completion, usage_chunk
-from tests.support.thinking_scaffold import (
-    ANSWER,
-    REASONING,
-    THINK,
-    USER,
-    _blocks,
-    _error,
-    _stream,
-    vllm_new,
-    vllm_old,
-)
+from tests.support.thinking_scaffold import ANSWER, REASONING, THINK, USER, _blocks, _error, _stream, vllm_new, vllm_old
 
 REASONING_USAGE = {
     "prompt_tokens": 20,

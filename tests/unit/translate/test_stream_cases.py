@@ -14,21 +14,8 @@ import base64
 
 import pytest
 
-from tests.support.helpers import (
-    chunk,
-    usage,
-    usage_chunk,
-)
-from tests.support.stream_cases import (
-    Case,
-    calls,
-    check_case,
-    tc,
-    text_block,
-    thinking_block,
-    tokens,
-    tool_block,
-)
+from tests.support.helpers import chunk, usage, usage_chunk
+from tests.support.stream_cases import Case, calls, check_case, tc, text_block, thinking_block, tokens, tool_block
 
 CASES = [
     Case(

@@ -6,20 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.helpers import (
-    chunk,
-    usage_chunk,
-)
-from tests.support.stream_cases import (
-    Case,
-    calls,
-    check_blocks,
-    check_case,
-    tc,
-    text_block,
-    tokens,
-    tool_block,
-)
+from tests.support.helpers import chunk, usage_chunk
+from tests.support.stream_cases import Case, calls, check_blocks, check_case, tc, text_block, tokens, tool_block
 
 CASES = [
     # Parallel calls whose fragments interleave (servers that introduce several calls in one

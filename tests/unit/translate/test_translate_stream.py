@@ -28,15 +28,7 @@ from tests.support.helpers import (
     usage,
     usage_chunk,
 )
-from tests.support.stream_cases import (
-    block_events,
-    calls,
-    run,
-    tc,
-    text_block,
-    tool_block,
-    translator,
-)
+from tests.support.stream_cases import block_events, calls, run, tc, text_block, tool_block, translator
 
 
 @pytest.mark.parametrize(

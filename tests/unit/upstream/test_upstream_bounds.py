@@ -14,12 +14,7 @@ import pytest
 from dragoman.core.errors import UpstreamError, UpstreamTimeout
 from dragoman.upstream.errors import _mapped
 from dragoman.upstream.transport import connection
-from dragoman.upstream.transport.connection import (
-    HIGH_WATER,
-    INFLATE_PIECE,
-    BadResponse,
-    BodyTimeout,
-)
+from dragoman.upstream.transport.connection import HIGH_WATER, INFLATE_PIECE, BadResponse, BodyTimeout
 from tests.support.peers import (  # noqa: F401 (loop_kind: the fixture)
     Peer,
     Script,

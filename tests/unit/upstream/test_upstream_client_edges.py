@@ -14,11 +14,7 @@ import pytest
 from dragoman.upstream.errors import _mapped
 from dragoman.upstream.keepalive import head_or_task
 from dragoman.upstream.transport import pool as pool_module
-from dragoman.upstream.transport.connection import (
-    STALE_WINDOW,
-    Disconnected,
-    HeadTimeout,
-)
+from dragoman.upstream.transport.connection import STALE_WINDOW, Disconnected, HeadTimeout
 from dragoman.upstream.transport.pool import Origin, Pool
 from tests.support.peers import (  # noqa: F401 (loop_kind: the fixture)
     Peer,

@@ -11,10 +11,7 @@ import asyncio
 import pytest
 
 from dragoman.upstream.transport import pool as pool_module
-from dragoman.upstream.transport.connection import (
-    Disconnected,
-    StaleConnection,
-)
+from dragoman.upstream.transport.connection import Disconnected, StaleConnection
 from tests.support.peers import (
     Peer,
     Script,

@@ -19,12 +19,7 @@ import pytest
 from dragoman.core.errors import UpstreamError, UpstreamTimeout
 from dragoman.upstream.client import _encode_headers
 from dragoman.upstream.errors import _mapped
-from dragoman.upstream.transport.connection import (
-    HIGH_WATER,
-    BadResponse,
-    ConnectFailed,
-    Disconnected,
-)
+from dragoman.upstream.transport.connection import HIGH_WATER, BadResponse, ConnectFailed, Disconnected
 from dragoman.upstream.transport.pool import Origin
 from tests.support.forward_proxy import ForwardProxy
 from tests.support.peers import (
