@@ -89,6 +89,7 @@ def counts(batch: Any) -> dict[str, int]:
     return batch.request_counts.model_dump()
 
 
+KEY = "test-key"  # the gateway's API key in most batch tests
 KEYS = ["key-a", "key-b"]
 
 
@@ -108,5 +109,5 @@ def keeping_start(
     return run
 
 
-def sdk(gateway: GatewayServer, key: str = "test-key") -> anthropic.Anthropic:
+def sdk(gateway: GatewayServer, key: str = KEY) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0, timeout=5)

@@ -7,6 +7,7 @@ from typing import Any
 
 import anthropic
 
+from dragoman.core.owners import SALT_FILE
 from tests.support.servers import GatewayServer
 
 KEY = "test-key"
