@@ -3,15 +3,11 @@
 Connections are dragoman's own (`dragoman.upstream.transport.pool`): aiohttp cost three times
 as much CPU per request (bench/clients.py measures both).
 
-Before any byte has gone to the client, a transient failure (connection refused or
-reset, no connection in time, 429, 502, 503, 504, 529) is retried with backoff and
-jitter, honouring `retry-after`, within a bounded budget. A replica that failed, or
-sent `retry-after`, is passed over for a while (`dragoman.upstream.replicas`) and the
-request goes at once to another one that is free. No first byte within
-`first_byte_timeout` is retried too, once, and only on another free replica: each such
-wait costs the whole timeout. For a stream, the first byte is the first of its body, not
-its head (`dragoman.upstream.opening`). Non-2xx answers are mapped here, once, so callers see a
-2xx response or a GatewayError (unless they ask for the raw response, as passthrough does).
+Which failures are retried, how often and on which replica is described once, for people,
+in docs/operations.md (Retries and replicas); this module applies it (`_may_retry`), with
+`upstream.replicas` choosing the instance and `upstream.opening` watching a stream's first
+body bytes. Non-2xx answers are mapped here, once, so callers see a 2xx response or a
+GatewayError (unless they ask for the raw response, as passthrough does).
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """A stream's response until its body begins, and the one place that may send it again.
 
-A server may send a stream's head at once and its first body bytes only once it has
-generated something: vLLM does, and with its engine hung it sends the head and then
-nothing. So for a stream the head is no answer: the instance answers
-(`Replicas.answered`) with the first body bytes, due within `first_byte_timeout` of the
-request, as a head is. One that sends none in time is silent (`Replicas.failed(root,
-silent=True)`): passed over, and the request goes once more, at once, to another free
-instance, by the rule for a head that never came (`HttpClient.resends_silent`). One whose
-body ends or fails before a byte (it closed or reset the connection after the head: it
-restarts, or crashed) failed as one that closed before its head did (`Replicas.failed(root,
-silent=False)`), and the request goes once more to another free instance too
-(`HttpClient.resends_broken`).
-
-That retry is invisible to the client, whichever stream loop reads the response: before
-the first body bytes, passthrough has sent only keep-alive comments (SSE comments, which
-clients ignore) and the translating path its own `message_start` (its ids and model name
-are the gateway's) and pings; the retried instance's events follow them. Once body bytes
-came, nothing is retried (before any content block could reach the client): a stall from
-then on is the stream's `idle_timeout`'s, and ends it with an `error` event.
-
-Both stream loops call `begun` until it returns, before their first read; their per-chunk
-reads are untouched.
+A server may send a stream's head at once and its body only once it has generated
+something (vLLM does, and with its engine hung sends the head and then nothing), so a
+stream's head is no answer: its first body bytes are. When they do not come in time, or
+the connection breaks before them, the request may go once more to another instance;
+the rules, and why the client never sees the retry, are in docs/operations.md (Retries
+and replicas). The stream pump (`upstream.pump`) calls `begun` until it returns, before
+its first read; its per-chunk reads are untouched.
 """
 
 from __future__ import annotations
