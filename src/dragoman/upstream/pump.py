@@ -106,7 +106,7 @@ class _Run(Generic[T]):
         self._failed: BaseException | None = None  # what a direct write raised, raised again by `outputs`
 
     async def outputs(self) -> AsyncIterator[T]:
-        pump, t = self._pump, self._t
+        pump, t, writes = self._pump, self._t, self._writes
         self._watch = watch = ReadWatch.for_upstream(pump._upstream, interval=pump._keepalive, name=pump.name)
         opening = self._response.opening  # a stream's head alone is no answer: until its body begins
         finished = False
@@ -114,8 +114,9 @@ class _Run(Generic[T]):
             if opening is not None:
                 async for keepalive in self._begin(opening):
                     yield keepalive
+            response = self._response  # the one whose body began
             while not t.ended:
-                if t.started and self._writes.writer is not None:
+                if t.started and writes.writer is not None:
                     if await self._drain():  # a silence
                         ping = t.silence()
                         if ping is not None:
@@ -125,7 +126,7 @@ class _Run(Generic[T]):
                         break
                 try:
                     with upstream_errors(self._name):
-                        data = await watch.read(self._response.readany())
+                        data = await watch.read(response.readany())
                 except Silence:
                     ping = t.silence()
                     if ping is not None:

@@ -218,19 +218,16 @@ class Events:
     `{"error": {...}}`) is put in it. `finish`, at the stream's end, takes an error event the
     server closed on without its blank line."""
 
-    __slots__ = ("_call", "_upstream", "_held", "_ended", "_cut_sent")
+    __slots__ = ("_call", "_upstream", "_held", "ended", "_cut_sent")
 
     def __init__(self, call: Call, upstream: str) -> None:
         self._call = call
         self._upstream = upstream  # the server's name, for the messages of the errors it sends
         self._held = b""
-        self._ended = False
+        # `message_stop` or an `error` event went past: nothing after it is relayed. An
+        # attribute, not a property: read once per read.
+        self.ended = False
         self._cut_sent = False  # part of an oversized event went out
-
-    @property
-    def ended(self) -> bool:
-        """`message_stop` or an `error` event went past: nothing after it is relayed."""
-        return self._ended
 
     @property
     def at_boundary(self) -> bool:
@@ -274,7 +271,7 @@ class Events:
         found = _end_event(chunk)
         if found is None:
             return chunk  # a text, a stop sequence or a tool named so
-        self._ended = True
+        self.ended = True
         self._held = b""  # what follows the end (a proxy's `data: [DONE]`) is no part of the reply
         end = chunk.find(b"\n\n", found.end())
         crlf_end = chunk.find(b"\n\r\n", found.end())  # the end of that event: whole events only came here
@@ -319,7 +316,7 @@ class Events:
         is (the stream's end, in Anthropic's envelope); else nothing, and the stream is
         incomplete as it was. Nothing of this is done per read."""
         held = self._held
-        if self._ended or not _whole_error(held):
+        if self.ended or not _whole_error(held):
             return b""
         self._held = b""
         line_end = b"\r\n" if b"\r" in held else b"\n"  # the server's (an event cut in its first line: \n)
@@ -330,4 +327,4 @@ class Events:
         return self.take(held + line_end)
 
     def complete(self) -> bool:
-        return self._ended and not self._cut_sent
+        return self.ended and not self._cut_sent

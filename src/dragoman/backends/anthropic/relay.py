@@ -44,7 +44,7 @@ class Relay:
     `headers`, the reply's (not sent before the first chunk), become those of the instance
     the stream came from in the end (`reply_headers` picks them)."""
 
-    __slots__ = ("_call", "_committed", "_events", "_head", "_headers", "_reply_headers", "name")
+    __slots__ = ("_call", "_committed", "_events", "_head", "_headers", "_reply_headers", "ended", "name", "started")
 
     def __init__(self, name: str, call: Call, headers: dict[str, str] | None,
                  reply_headers: Callable[[Mapping[str, str]], dict[str, str]], *, committed: bool) -> None:  # fmt: skip
@@ -55,18 +55,11 @@ class Relay:
         self._committed = committed
         self._events = Events(call, name)
         self._head: bytes | None = b""  # None once the head has gone out
+        # Plain attributes, not properties: the pump reads them once per read.
+        self.started = False  # the head has gone out
+        self.ended = False  # `message_stop` or an `error` event went past (`Events.ended`)
 
-    @property
-    def started(self) -> bool:
-        return self._head is None
-
-    @property
-    def ended(self) -> bool:
-        return self._events.ended
-
-    @property
-    def cut(self) -> bool:
-        return False  # the reply ends with the server's
+    cut = False  # the reply ends with the server's
 
     def silence(self) -> bytes | None:
         if (
@@ -84,11 +77,15 @@ class Relay:
     def feed(self, data: bytes) -> Iterable[bytes]:
         if self._head is not None:
             return self._feed_head(data)
-        whole = self._events.take(data)
+        events = self._events
+        whole = events.take(data)
+        self.ended = events.ended
         return (whole,) if whole else ()
 
     def feed_to(self, data: bytes, writer: ClientWriter) -> None:
-        whole = self._events.take(data)
+        events = self._events
+        whole = events.take(data)
+        self.ended = events.ended
         if whole:
             writer.write(whole)
 
@@ -105,9 +102,11 @@ class Relay:
             self._head = head
             return out
         self._head = None
+        self.started = True
         chunk = self._opened(head)
         note_usage(self._call, chunk[: chunk.find(b"\n\n")])  # message_start: the input tokens
         whole = self._events.take(chunk)
+        self.ended = self._events.ended
         if whole:
             out.append(whole)
         return out

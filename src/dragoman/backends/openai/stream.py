@@ -69,7 +69,8 @@ class Translation(Generic[T]):
     """The translating path's `upstream.pump.Transformer`: Chat Completions chunks in,
     batches of Anthropic events out (`encode`d)."""
 
-    __slots__ = ("_decoder", "_encode", "_opening", "_outcome", "_prompt_tokens", "_started", "name", "translator")
+    __slots__ = ("_decoder", "_encode", "_opening", "_outcome", "_prompt_tokens", "cut", "ended", "name", "started",
+                 "translator")  # fmt: skip
 
     def __init__(self, name: str, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T],
                  prompt_tokens: Callable[[], Awaitable[int]] | None) -> None:  # fmt: skip
@@ -79,22 +80,13 @@ class Translation(Generic[T]):
         self._encode = encode
         self._prompt_tokens = prompt_tokens
         self._decoder = DataDecoder()
-        self._started = False
+        # Plain attributes, not properties: the pump reads them once per read.
+        self.started = False  # the first token has gone out
+        self.ended = False  # `[DONE]` came, or a stop sequence matched
+        self.cut = False  # a stop sequence matched: the upstream is closed at once
         # `message_start` goes out with what comes first (the first token, a ping, the end):
         # one write fewer before the first token, whose time clients see.
         self._opening: Batch = translator.start()
-
-    @property
-    def started(self) -> bool:
-        return self._started
-
-    @property
-    def ended(self) -> bool:
-        return self.translator.done or self.translator.upstream_ended
-
-    @property
-    def cut(self) -> bool:
-        return self.translator.done
 
     def silence(self) -> T:
         return self._with_start(PINGS)
@@ -108,7 +100,7 @@ class Translation(Generic[T]):
         return self._encode(batch)
 
     def feed(self, data: bytes) -> Iterable[T]:
-        if not self._started:
+        if not self.started:
             return self._first(data)
         out: Batch = []
         try:
@@ -128,9 +120,9 @@ class Translation(Generic[T]):
                 if self.ended:
                     break
                 payloads = self._decoder.feed(piece)
-                used = self._feed(payloads, out, first_alone=not self._started)
-                if out and not self._started:
-                    self._started = True
+                used = self._feed(payloads, out, first_alone=not self.started)
+                if out and not self.started:
+                    self.started = True
                     yield self._with_start(out)
                     out = []
                 self._feed(payloads[used:], out)
@@ -194,10 +186,11 @@ class Translation(Generic[T]):
         translator = self.translator
         for used, payload in enumerate(payloads, 1):
             if payload == b"[DONE]":
-                translator.upstream_ended = True
+                translator.upstream_ended = self.ended = True
                 break
             out.extend(translator.feed(self._chunk(payload)))
             if translator.done:
+                self.ended = self.cut = True
                 break
             if first_alone and out:
                 return used
