@@ -11,7 +11,7 @@ response at the end (reused, read to its end in the background, or closed).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from typing import Generic, Protocol, TypeVar
 
 from dragoman.core.config import UpstreamConfig
@@ -82,7 +82,7 @@ class Pump:
 
     def run(
         self, response: Response, transformer: Transformer[T], direct: DirectWrites | None = None
-    ) -> AsyncIterator[T]:
+    ) -> AsyncGenerator[T, None]:
         """The stream's outputs. After the first, reads go straight to `direct`'s writer when
         there is one, from the connection's callback. Raises GatewayError after yielding what
         came before the failure; always releases or closes the upstream response."""
@@ -105,7 +105,7 @@ class _Run(Generic[T]):
         self._writes = direct if direct is not None else DirectWrites()
         self._failed: BaseException | None = None  # what a direct write raised, raised again by `outputs`
 
-    async def outputs(self) -> AsyncIterator[T]:
+    async def outputs(self) -> AsyncGenerator[T, None]:
         pump, t, writes = self._pump, self._t, self._writes
         self._watch = watch = ReadWatch.for_upstream(pump._upstream, interval=pump._keepalive, name=pump.name)
         opening = self._response.opening  # a stream's head alone is no answer: until its body begins

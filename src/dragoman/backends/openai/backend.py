@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
@@ -279,7 +279,7 @@ class OpenAIBackend:
         encode: Callable[[Batch], T],
         prompt_tokens: Callable[[], Awaitable[int]] | None = None,
         direct: DirectWrites | None = None,
-    ) -> AsyncIterator[T]:
+    ) -> AsyncGenerator[T, None]:
         """The upstream stream as batches of Anthropic events (`ChatStreams.translated`)."""
         return self._streams.translated(response, translator, outcome, encode, prompt_tokens, direct)
 

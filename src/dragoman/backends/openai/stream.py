@@ -4,7 +4,7 @@ client (SSE) or to fold into one message (`backends.openai`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import msgspec
@@ -52,7 +52,7 @@ class ChatStreams:
         encode: Callable[[Batch], T],
         prompt_tokens: Callable[[], Awaitable[int]] | None = None,
         direct: DirectWrites | None = None,
-    ) -> AsyncIterator[T]:
+    ) -> AsyncGenerator[T, None]:
         """An upstream stream as batches of Anthropic events (one per network read, the
         first token alone), each passed through `encode`: SSE bytes for the client, or
         the events themselves to fold. After the first token, reads go straight to
@@ -151,7 +151,7 @@ class Translation(Generic[T]):
         note_usage(self._outcome, translator.usage)
         yield self._with_start(final)
 
-    async def whole(self, response: Response) -> AsyncIterator[T]:
+    async def whole(self, response: Response) -> AsyncGenerator[T, None]:
         """The reply of an upstream that answered a stream request with one completion."""
         opening = response.opening
         try:
