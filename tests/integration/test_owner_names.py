@@ -18,7 +18,7 @@ from dragoman.batches.store import BatchStore, Record
 from dragoman.core.config import FilesConfig
 from dragoman.core.owners import legacy
 from dragoman.files.store import FileStore
-from tests.integration.test_batches import answer_per_marker, params, wait_ended
+from tests.support.batches import answer_per_marker, params, wait_ended
 from tests.support.fakes import FakeUpstream
 from tests.support.servers import GatewayServer
 
