@@ -9,7 +9,7 @@ from typing import Any
 
 from dragoman.core.config import from_dict
 from dragoman.core.errors import GatewayError, UpstreamError
-from dragoman.core.types import ClientWriter
+from dragoman.core.types import ClientWriter, DirectWrites
 from dragoman.upstream.pump import Pump
 from tests.support.responses import ScriptedResponse
 
@@ -41,7 +41,8 @@ class Upper:
         raise UpstreamError("bad read")
 
     def feed_to(self, data: bytes, writer: ClientWriter) -> None:
-        raise AssertionError("no direct writer here")
+        self.ended = data in (b"end", b"stop")
+        writer.write(data.upper())
 
     async def finish(self) -> AsyncIterator[bytes]:
         self.finished = True
@@ -50,9 +51,22 @@ class Upper:
         yield b"FIN"
 
 
-def pump() -> Pump:
+def pump(keepalive: float = 15) -> Pump:
     config = from_dict({"upstreams": {"up": {"url": "http://127.0.0.1:9/v1"}}})
-    return Pump("up", config.upstreams["up"], keepalive=15)
+    return Pump("up", config.upstreams["up"], keepalive=keepalive)
+
+
+class Writer:
+    """The client's side of direct writes: always ready, keeps what it was given."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def ready(self) -> bool:
+        return True
+
+    def write(self, chunk: bytes) -> None:
+        self.written.append(chunk)
 
 
 async def run(reads: list[bytes]) -> tuple[list[bytes], ScriptedResponse, BaseException | None]:
@@ -100,3 +114,27 @@ def test_the_pump_reads_nothing_more_once_the_reply_ended() -> None:
         return [chunk async for chunk in pump().run(response, Upper())]  # type: ignore[arg-type]
 
     assert asyncio.run(go()) == [b"A", b"END", b"FIN"]  # what follows the end is no part of the reply
+
+
+def test_a_silent_upstream_gets_the_transformers_keepalive_between_reads() -> None:
+    response = ScriptedResponse([b"a", 0.3, b"end"])  # quiet for longer than the keep-alive interval
+
+    async def go() -> list[bytes]:
+        return [chunk async for chunk in pump(keepalive=0.05).run(response, Upper())]  # type: ignore[arg-type]
+
+    out = asyncio.run(go())
+    assert out[0] == b"A" and out[-2:] == [b"END", b"FIN"]
+    assert set(out[1:-2]) == {b":\n\n"} and out[1:-2]  # keep-alives only, at least one
+
+
+def test_after_the_first_output_pieces_go_straight_to_the_clients_writer() -> None:
+    response = ScriptedResponse([b"a", b"b", b"c", b"end"])
+    writer = Writer()
+
+    async def go() -> list[bytes]:
+        direct = DirectWrites(writer)
+        return [chunk async for chunk in pump().run(response, Upper(), direct)]  # type: ignore[arg-type]
+
+    assert asyncio.run(go()) == [b"A", b"FIN"]  # the first through the generator, the end too
+    assert writer.written == [b"B", b"C", b"END"]
+    assert response.released
