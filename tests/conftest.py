@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -10,6 +11,7 @@ from dragoman.core.config import from_dict
 from tests.support import redis_server, servers
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fakes import FakeUpstream
+from tests.support.serve_process import _kill
 from tests.support.servers import GatewayServer, config_for, make_config
 
 
@@ -97,3 +99,12 @@ def redis_prefix(redis_url: str) -> Iterator[str]:
     """A key prefix of this test's own in `redis_url`, cleaned up after it."""
     with redis_server.prefix(redis_url) as name:
         yield name
+
+
+@pytest.fixture
+def stop_later() -> Iterator[Any]:
+    """`stop_later(process)`: a `dragoman serve` process killed, with its workers, when the test ends."""
+    processes: list[subprocess.Popen[bytes]] = []
+    yield processes.append
+    for process in processes:
+        _kill(process)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,38 +16,10 @@ import pytest
 
 from tests.support.fakes import chunk, text_stream, usage_chunk
 from tests.support.helpers import batch_path
-from tests.support.servers import sse_frames, start_serving, worker_serving
+from tests.support.serve_process import _kill, _start
+from tests.support.servers import sse_frames, worker_serving
 
 BODY = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "Hi"}]}
-
-
-def _start(upstream_url: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
-    def start(port: int) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "dragoman", "serve", "--upstream", upstream_url, "--port", str(port), *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "DRAGOMAN_CACHE_DIR": "/nonexistent"},
-            start_new_session=True,  # its own process group: killing it takes `--workers` children along
-        )  # fmt: skip
-
-    def output(process: subprocess.Popen[bytes]) -> str:
-        return process.stderr.read().decode() if process.stderr else ""
-
-    return start_serving(start, output, path="/health")
-
-
-@pytest.fixture
-def stop_later():
-    processes: list[subprocess.Popen[bytes]] = []
-    yield processes.append
-    for process in processes:
-        _kill(process)
-
-
-def _kill(process: subprocess.Popen[bytes]) -> None:
-    """The server and any worker processes it started (a SIGKILLed supervisor orphans them)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(5)
 
 
 def test_several_workers_serve_one_port(upstream, stop_later):

@@ -5,8 +5,6 @@ Records go to a real PostgreSQL, each test in a schema of its own."""
 
 from __future__ import annotations
 
-import datetime
-import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -19,11 +17,7 @@ from dragoman.server.auth import key_id
 from tests.support.fake_anthropic import FakeAnthropic, NativeReply, message, text_events
 from tests.support.fakes import FakeUpstream, completion, text_stream
 from tests.support.postgres import pg_url  # noqa: F401 (fixture)
-from tests.support.servers import GatewayServer
-
-KEYS = {"team-a": "key-a", "team-b": "key-b"}
-ADMIN = "admin-key"
-MODELS = ("model-a", "native-model")  # translated (an OpenAI upstream), passed through (an Anthropic one)
+from tests.support.usage import ADMIN, KEYS, MODELS, report, team_config, wait_recorded
 
 
 @pytest.fixture
@@ -31,34 +25,6 @@ def two_models(native: FakeAnthropic) -> Iterator[tuple[FakeUpstream, FakeAnthro
     fake = FakeUpstream(models=[{"id": "model-a", "object": "model", "owned_by": "vllm"}]).start()
     yield fake, native
     fake.stop()
-
-
-def team_config(upstream_url: str, usage: dict[str, Any], native_url: str | None = None) -> dict[str, Any]:
-    upstreams: dict[str, Any] = {"default": {"url": upstream_url, "max_retries": 0}}
-    if native_url:
-        upstreams["native"] = {"url": native_url, "protocol": "anthropic", "max_retries": 0}
-    return {
-        "server": {"tenants": {tenant: [key] for tenant, key in KEYS.items()}},
-        "usage": {"admin_keys": [ADMIN], **usage},
-        "upstreams": upstreams,
-    }
-
-
-def report(url: str, **params: Any) -> dict[str, Any]:
-    admin = anthropic.Anthropic(base_url=url, api_key=ADMIN, max_retries=0)
-    start = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=1)
-    query = {"starting_at": start.isoformat(), "bucket_width": "1d", **params}
-    return admin.get("/v1/organizations/usage_report/messages", cast_to=object, options={"params": query})  # type: ignore[return-value]
-
-
-def wait_recorded(server: GatewayServer, count: int) -> None:
-    """Until the gateway has finished `count` requests (a disconnect is noticed a moment later)."""
-    requests = server.app.state.gateway.metrics.requests
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if sum(s.value for s in requests.collect()[0].samples if s.name.endswith("_total")) >= count:
-            return
-        time.sleep(0.01)
 
 
 def _script(upstreams: tuple[FakeUpstream, FakeAnthropic], model: str, n: int, kind: str) -> None:

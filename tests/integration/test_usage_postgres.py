@@ -12,7 +12,6 @@ from typing import Any
 import anthropic
 import asyncpg
 
-from tests.integration.test_usage_accounting import KEYS, team_config, wait_recorded
 from tests.support.fakes import FakeUpstream, completion, text_stream
 from tests.support.postgres import (  # noqa: F401 (fixtures)
     PrivatePostgres,
@@ -21,6 +20,7 @@ from tests.support.postgres import (  # noqa: F401 (fixtures)
     private_postgres,
     schema_url,
 )
+from tests.support.usage import KEYS, team_config, wait_recorded
 
 
 def test_a_database_restart_loses_no_record(
@@ -216,7 +216,7 @@ def test_the_usage_command_reads_postgresql(pg_url: str, tmp_path: Any) -> None:
 
 def test_prune_deletes_only_what_is_older(pg_url: str) -> None:  # noqa: F811
     from dragoman.usage.postgres import PostgresStore
-    from tests.integration.test_usage_sqlite import _record
+    from tests.support.usage import usage_record as _record
 
     async def run() -> int:
         store = PostgresStore(pg_url)

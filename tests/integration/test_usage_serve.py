@@ -9,11 +9,11 @@ import anthropic
 from click.testing import CliRunner
 
 from dragoman.cli import main
-from tests.integration.test_serve_process import _start, stop_later  # noqa: F401 (fixture)
 from tests.support.fakes import FakeUpstream, completion
+from tests.support.serve_process import _start
 
 
-def test_sigterm_loses_no_record_of_either_worker(upstream: FakeUpstream, stop_later) -> None:  # noqa: F811
+def test_sigterm_loses_no_record_of_either_worker(upstream: FakeUpstream, stop_later) -> None:
     process, url = _start(upstream.url, "--workers", "2")
     stop_later(process)
     for n in range(10):

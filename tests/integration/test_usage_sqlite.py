@@ -16,8 +16,9 @@ from dragoman.core.types import Outcome
 from dragoman.usage.records import Query
 from dragoman.usage.sqlite import SqliteStore
 from dragoman.usage.writer import UsageWriter
-from tests.integration.test_usage_accounting import KEYS, team_config
 from tests.support.fakes import FakeUpstream, completion
+from tests.support.usage import KEYS, team_config
+from tests.support.usage import usage_record as _record
 
 
 def test_a_clean_shutdown_writes_every_record(upstream: FakeUpstream, gateway_from: Any, tmp_path: Path) -> None:
@@ -71,8 +72,8 @@ def test_closing_the_writer_writes_what_it_holds(tmp_path: Path) -> None:
 
 def test_a_batch_request_is_the_creating_key_s_usage(upstream: FakeUpstream, gateway_from: Any) -> None:
     from dragoman.server.auth import key_id
-    from tests.integration.test_batches import wait_ended
-    from tests.integration.test_usage_accounting import report
+    from tests.support.batches import wait_ended
+    from tests.support.usage import report
 
     server = gateway_from(team_config(upstream.url, {}))
     client = anthropic.Anthropic(base_url=server.url, api_key=KEYS["team-b"], max_retries=0)
@@ -118,14 +119,6 @@ def test_workers_migrate_one_sqlite_file_at_once(tmp_path: Path) -> None:
     assert [p.returncode for p in processes] == [0] * 4, errors
     with sqlite3.connect(tmp_path / "usage.sqlite3") as db:
         assert db.execute("SELECT version FROM dragoman_usage_schema").fetchall() == [(1,)]
-
-
-def _record(request_id: str, at: float) -> Any:
-    from dragoman.usage.records import UsageRecord
-
-    return UsageRecord(at=at, request_id=request_id, endpoint="messages", key_id=None, tenant=None, model="m",
-                       upstream_model="m", upstream="u", replica="r", input_tokens=1, cache_read_tokens=0,
-                       output_tokens=1, status=200, error_type=None, disconnected=False, duration=0.1, ttft=None)  # fmt: skip
 
 
 def test_records_past_retain_days_are_deleted_at_start(tmp_path: Path) -> None:

@@ -68,6 +68,11 @@ class Transformer(Protocol[T_co]):
         """The reply's last outputs; GatewayError if the upstream's stream ended too soon."""
         ...
 
+    def abandoned(self) -> None:
+        """The stream ended before the reply did (a failure, the client leaving): note what
+        is known so far (the usage the upstream reported)."""
+        ...
+
 
 class Pump:
     """How one upstream's streams are read: its name (in errors), its timeouts, and the
@@ -149,6 +154,7 @@ class _Run(Generic[T]):
                 opening.close()
             if not finished:
                 self._response.close()  # stops the backend's generation
+                t.abandoned()
 
     async def _begin(self, opening: Opening) -> AsyncIterator[T]:
         """Keep-alives until the body begins: it may come from another instance (no content

@@ -4,6 +4,7 @@ plugs into it the same way, and what becomes of the upstream response is the pum
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -20,13 +21,16 @@ class Upper:
 
     def __init__(self) -> None:
         self.started = self.ended = self.cut = False
-        self.finished = False
+        self.finished = self.left = False
 
     def silence(self) -> bytes | None:
         return b":\n\n"
 
     def resent(self, response: Any) -> None:
         pass
+
+    def abandoned(self) -> None:
+        self.left = True
 
     def feed(self, data: bytes) -> Iterable[bytes]:
         self.started = True
@@ -138,3 +142,15 @@ def test_after_the_first_output_pieces_go_straight_to_the_clients_writer() -> No
     assert asyncio.run(go()) == [b"A", b"FIN"]  # the first through the generator, the end too
     assert writer.written == [b"B", b"C", b"END"]
     assert response.released
+
+
+def test_a_stream_that_fails_tells_its_transformer_so_and_one_that_ends_does_not() -> None:
+    async def go(reads: list[bytes]) -> Upper:
+        upper = Upper()
+        with contextlib.suppress(GatewayError):
+            async for _ in pump().run(ScriptedResponse(reads), upper):  # type: ignore[arg-type]
+                pass
+        return upper
+
+    assert asyncio.run(go([b"a", b"bad"])).left  # it notes the usage reported so far
+    assert not asyncio.run(go([b"a", b"end"])).left

@@ -69,6 +69,9 @@ class Relay:
             return KEEPALIVE_COMMENT
         return PING if self._events.at_boundary else None
 
+    def abandoned(self) -> None:
+        pass  # the events noted their token counts as they went by
+
     def resent(self, response: Response) -> None:
         if self._headers is not None:
             self._headers.clear()

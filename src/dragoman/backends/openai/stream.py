@@ -94,6 +94,11 @@ class Translation(Generic[T]):
     def resent(self, response: Response) -> None:
         pass  # the reply's headers were the gateway's own, sent already
 
+    def abandoned(self) -> None:
+        outcome = self._outcome
+        if outcome is not None and outcome.output_tokens is None:
+            note_usage(outcome, self.translator.usage)  # cut short: what the upstream reported so far
+
     def _with_start(self, batch: Batch) -> T:
         if self._opening:
             batch, self._opening = self._opening + batch, []
@@ -160,6 +165,7 @@ class Translation(Generic[T]):
             completion = completion_of(body, self.name)
         except BaseException:
             response.close()
+            self.abandoned()
             raise
         finally:
             if opening is not None:

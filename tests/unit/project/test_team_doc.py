@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dragoman.core.config import Config, from_dict
 
-DOC = Path(__file__).parents[2] / "docs" / "team.md"
+DOC = Path(__file__).parents[3] / "docs" / "team.md"
 
 
 def test_the_example_configuration_loads() -> None:
