@@ -11,7 +11,7 @@ import httpx2
 import pytest
 
 from dragoman.server.auth import key_id as _key_id
-from tests.integration.test_batches import wait_ended
+from tests.support.batches import wait_ended
 from tests.support.fake_anthropic import NativeReply, message, text_events
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 

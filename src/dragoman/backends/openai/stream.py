@@ -97,7 +97,13 @@ class Translation(Generic[T]):
     def abandoned(self) -> None:
         outcome = self._outcome
         if outcome is not None and outcome.output_tokens is None:
-            note_usage(outcome, self.translator.usage)  # cut short: what the upstream reported so far
+            # Cut short: what the upstream reported so far, else one output token per chunk
+            # received (its input then unknown: the limits estimate it; usage records 0).
+            translator = self.translator
+            cut = translator.usage_so_far()
+            note_usage(outcome, cut if cut is not None else translator.usage)
+            if translator.needs_usage:
+                outcome.input_tokens = None
 
     def _with_start(self, batch: Batch) -> T:
         if self._opening:
