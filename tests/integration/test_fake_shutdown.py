@@ -47,6 +47,7 @@ BODY = {"model": "test-model", "max_tokens": 5, "messages": [{"role": "user", "c
 def leftovers(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], list[str]]]:
     """What collecting the garbage reports once the test has run a scenario: asyncio's errors,
     unraisable exceptions, ResourceWarnings."""
+    gc.collect()  # what earlier tests in this worker left is theirs, not this scenario's
     unraisable: list[str] = []
     monkeypatch.setattr(sys, "unraisablehook", lambda hooked: unraisable.append(f"unraisable: {hooked.exc_value!r}"))
     caplog.set_level(logging.ERROR, logger="asyncio")

@@ -7,6 +7,7 @@ import asyncio
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from msgspec.structs import astuple
@@ -16,6 +17,21 @@ from dragoman.usage.schema import CREATE_VERSIONS, LATEST, MIGRATIONS, VERSIONS_
 
 FILE = "usage.sqlite3"
 BUSY_TIMEOUT = 10.0  # seconds a writer waits for another process's transaction
+
+
+def _while_locked(step: Callable[[], object]) -> None:
+    """Run `step`, again while another process holds the lock: switching a new file to WAL,
+    as every worker does at once at start-up, fails at once with "database is locked"
+    rather than waiting out the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    while True:
+        try:
+            step()
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 class SqliteStore:
@@ -30,9 +46,9 @@ class SqliteStore:
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
+        _while_locked(lambda: db.execute("PRAGMA journal_mode=WAL"))
         db.execute("PRAGMA synchronous=NORMAL")  # WAL: a power loss may lose the last commits, never corrupt
-        migrate(db)
+        _while_locked(lambda: migrate(db))
         self._db = db
 
     async def write(self, records: list[UsageRecord]) -> None:
