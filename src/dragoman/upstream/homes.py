@@ -8,6 +8,10 @@ order (by identity), so two gateways that saw the same active conversations assi
 same homes, whatever order they saw them in; a conversation new since then is placed
 alone. Conversations not seen for `max_age` seconds are dropped.
 
+A conversation whose home was out (failed, passed over) when it came is pinned to the
+replica it went to instead, and pins are placed first: a replica that comes back takes new
+conversations as they come, rather than all of its old ones at once, each recomputed.
+
 Bounded: at most `max_conversations` are remembered (the longest unseen dropped first),
 about 200 bytes each with a replica list of eight.
 """
@@ -23,8 +27,8 @@ _hash = xxhash.xxh3_64_intdigest
 
 
 class Homes:
-    __slots__ = ("_clock", "_computed", "_counts", "_every", "_home", "_max", "_max_age", "_orders", "_seeds",
-                 "_seen", "_spread", "roots")  # fmt: skip
+    __slots__ = ("_clock", "_computed", "_counts", "_every", "_home", "_max", "_max_age", "_orders", "_pinned",
+                 "_seeds", "_seen", "_spread", "roots")  # fmt: skip
 
     def __init__(
         self,
@@ -46,6 +50,7 @@ class Homes:
         self._seen: dict[bytes, float] = {}  # identity -> last seen (insertion order: oldest first)
         self._orders: dict[bytes, list[int]] = {}  # identity -> replica indexes, rendezvous order
         self._home: dict[bytes, int] = {}
+        self._pinned: dict[bytes, int] = {}
         self._counts = [0] * len(roots)
         self._computed = -math.inf
 
@@ -65,6 +70,14 @@ class Homes:
             self._place(identity, self._room())
         home = self._home[identity]
         return [self.roots[home], *(self.roots[i] for i in order if i != home)]
+
+    def pin(self, identity: bytes, root: str) -> None:
+        """The conversation lives on `root` from now on (its home was out)."""
+        home, index = self._home.get(identity), self.roots.index(root)
+        if home is not None:
+            self._counts[home] -= 1
+        self._pinned[identity] = self._home[identity] = index
+        self._counts[index] += 1
 
     def _rank(self, identity: bytes) -> list[int]:
         weights = [_hash(identity, seed) for seed in self._seeds]
@@ -87,13 +100,18 @@ class Homes:
             self._drop(identity)
         self._home.clear()
         self._counts = [0] * len(self.roots)
+        for identity, home in self._pinned.items():
+            self._home[identity] = home
+            self._counts[home] += 1
         room = self._room()
         for identity in sorted(self._seen):
-            self._place(identity, room)
+            if identity not in self._pinned:
+                self._place(identity, room)
 
     def _drop(self, identity: bytes) -> None:
         del self._seen[identity]
         del self._orders[identity]
+        self._pinned.pop(identity, None)
         home = self._home.pop(identity, None)
         if home is not None:
             self._counts[home] -= 1

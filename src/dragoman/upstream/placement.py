@@ -98,8 +98,8 @@ def _chat_order(body: bytes) -> tuple[bytes, int] | None:
     user = data.find(b'{"role":"user"')
     if user < 0:
         return data, len(data)
-    after = data.find(b'{"role":"', user + 1)
-    return data, after if after > 0 else len(data)
+    end = data.find(b',{"role":"', user)  # the next message; else the end of the list
+    return data, end if end > 0 else data.rfind(b"}]", user) + 1
 
 
 def _messages_order(body: bytes) -> tuple[bytes, int] | None:
@@ -202,7 +202,8 @@ class Placement:
         cap = sum(loads) / len(loads) * settings.balance_rel + settings.balance_abs
         # The conversation's home, then its rendezvous order: what every gateway replica computes.
         free = set(candidates)
-        order = [root for root in self.homes.order(prompt.identity) if root in free]
+        ranked = self.homes.order(prompt.identity)
+        order = [root for root in ranked if root in free]
         eligible = [root for root in order if in_flight[root] <= cap] or order
         block_tokens = settings.block_bytes // BYTES_PER_TOKEN
         indexes, tokens = self.indexes, prompt.tokens
@@ -214,6 +215,8 @@ class Placement:
         ]
         chosen = costs.index(min(costs))
         root, matched = eligible[chosen], matches[chosen]
+        if ranked[0] not in free:
+            self.homes.pin(prompt.identity, root)  # its home is out: this is its home now
         if matched and matches.count(matched) == 1 and matched == max(matches):
             reason = "prefix"  # the only replica holding this much of the prompt
         elif root == order[0]:
