@@ -52,8 +52,8 @@ class Settings:
     replicas: int = 8
     conversations: int = 128
     gateways: int = 1
-    duration: float = 300.0  # simulated seconds
-    warmup: float = 60.0
+    duration: float = 200.0  # simulated seconds
+    warmup: float = 40.0
     cache_tokens: int = 400_000
     slots: int = 16
     prefill_rate: float = 10_000.0  # tokens per second

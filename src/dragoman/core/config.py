@@ -83,9 +83,9 @@ class CacheRouting(_Config, frozen=True):
     """The cache-aware rule's weights and bounds (docs/routing.md says how they were chosen)."""
 
     block_bytes: int = 4096  # the prompt is hashed in blocks of this many bytes (about 1024 tokens)
-    max_blocks: int = 32768  # blocks remembered per replica (LRU): 128 MiB of prompt, about 3 MB of memory
+    max_blocks: int = 32768  # blocks remembered per replica (LRU): 128 MiB of prompt, about 4 MB of memory
     max_age: float = 600.0  # seconds a block is believed cached after it was last sent
-    load_tokens: int = 128  # the cost of one request in flight on a replica, in prompt tokens to recompute
+    load_tokens: int = 512  # the cost of one request in flight on a replica, in prompt tokens to recompute
     home_tokens: int = 16384  # the cost of each step down a conversation's rendezvous order, in tokens
     spread: float = 1.2  # a replica is home to at most spread x an even share of the active conversations
     balance_rel: float = 1.5  # a replica with more in flight than balance_rel x the mean + balance_abs

@@ -13,7 +13,7 @@ replica it went to instead, and pins are placed first: a replica that comes back
 conversations as they come, rather than all of its old ones at once, each recomputed.
 
 Bounded: at most `max_conversations` are remembered (the longest unseen dropped first),
-about 200 bytes each with a replica list of eight.
+about 300 bytes each with eight replicas (6 MB at most).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Homes:
         max_age: float,
         clock: Callable[[], float],
         every: float = 1.0,
-        max_conversations: int = 100_000,
+        max_conversations: int = 20_000,
     ) -> None:
         self.roots = roots
         self._seeds = [_hash(root.encode()) for root in roots]

@@ -120,7 +120,7 @@ def _messages_order(body: bytes) -> tuple[bytes, int] | None:
 class PrefixIndex:
     """The prompt blocks recently sent to one replica: at most `max_blocks` (least recently
     sent dropped first), each believed cached for `max_age` seconds after it was last sent.
-    About 90 bytes a block (an OrderedDict entry: int key, float time)."""
+    About 125 bytes a block (an OrderedDict entry: 64-bit int key, float time)."""
 
     __slots__ = ("_blocks", "_max_age", "_max_blocks")
 
