@@ -2,6 +2,7 @@
 
     python bench/fleet.py                       # the default matrix, about a minute
     python bench/fleet.py --replicas 32 --conversations 512 --gateways 1,3 --duration 300
+    python bench/fleet.py --decision-cost       # CPU of one decision for an 80 KB request
 
 Time here is simulated, not measured: an event loop over a virtual clock, so 32 replicas and
 512 conversations run on one core in seconds and every run is the same for a seed. The routing
@@ -310,6 +311,30 @@ class Fleet:
         }
 
 
+def decision_cost(replicas: int, repeat: int = 2000) -> dict[str, float]:
+    """CPU µs of one routing decision for the benchmark's 80 KB claude-code request
+    (bench/shapes.py): reading its prompt, choosing among `replicas` warm ones, noting it sent."""
+    import shapes  # bench/shapes.py, beside this file
+
+    bodies = {"translate": ("chat", shapes.openai_body("claude-code", model="m", max_tokens=100, stream=True)),
+              "passthrough": ("messages", shapes.anthropic_body("claude-code", model="m", max_tokens=100, stream=True))}  # fmt: skip
+    roots = [f"http://10.0.0.{i + 1}:8000" for i in range(replicas)]
+    out = {}
+    for path, (kind, body) in bodies.items():
+        placement = Placement(roots, "cache_aware", CacheRouting())
+        for root in roots:  # every replica holds the prompt: each match is a full search
+            placement.sent(root, prompt_of(body, kind, None, placement.settings.block_bytes))  # type: ignore[arg-type]
+        started = time.process_time()
+        for _ in range(repeat):
+            prompt = prompt_of(body, kind, None, placement.settings.block_bytes)  # type: ignore[arg-type]
+            root = placement.choose(roots, prompt).root
+            placement.sent(root, prompt)
+            placement.ended(root)
+        out[path] = (time.process_time() - started) / repeat * 1e6
+        out[path + "_bytes"] = len(body)
+    return out
+
+
 def _quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
 
@@ -338,7 +363,14 @@ def main(argv: list[str] | None = None) -> int:
         help="a cache_routing setting for this run (repeatable), e.g. --set load_tokens=256",
     )
     parser.add_argument("--json", help="write the results here too")
+    parser.add_argument("--decision-cost", action="store_true", help="only the CPU of one decision (8 and 32 replicas)")
     args = parser.parse_args(argv)
+    if args.decision_cost:
+        for replicas in (8, 32):
+            cost = decision_cost(replicas)
+            print(f"{replicas} replicas: {cost['translate']:.0f} µs translated ({cost['translate_bytes']:.0f} B body), "
+                  f"{cost['passthrough']:.0f} µs passed through ({cost['passthrough_bytes']:.0f} B)")  # fmt: skip
+        return 0
     if args.replicas or args.conversations:
         cells = [(int(r), int(c), int(g)) for r in (args.replicas or "8").split(",")
                  for c in (args.conversations or "128").split(",") for g in args.gateways.split(",")]  # fmt: skip
