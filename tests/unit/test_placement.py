@@ -310,3 +310,14 @@ def test_a_replica_that_comes_back_is_warmed_not_flooded(silent: bool) -> None:
     for index in moved:
         longer = prompt(chat_body(f"task {index} " * 60, "ok " * 40, "go on " * 40))
         assert fleet.place(prompt=longer).root == moved[index]
+
+
+def test_a_retry_that_leaves_a_conversations_home_does_not_move_the_conversation() -> None:
+    """Left once (a 502 retried elsewhere) is not out: the next turn goes home again."""
+    clock = Clock()
+    fleet = replicas(clock)
+    assert fleet.placement is not None
+    body = chat_body("task " * 100)
+    home = fleet.place(prompt=prompt(body)).root
+    assert fleet.place(avoid=home, prompt=prompt(body)).root != home
+    assert fleet.place(prompt=prompt(chat_body("task " * 100, "ok", "next"))).root == home

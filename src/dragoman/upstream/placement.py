@@ -183,12 +183,13 @@ class Placement:
     def wants_prompt(self) -> bool:
         return self.policy == "cache_aware"
 
-    def choose(self, candidates: list[str], prompt: Prompt | None) -> Decision:
+    def choose(self, candidates: list[str], prompt: Prompt | None, avoid: str | None = None) -> Decision:
+        """Among the free `candidates` (`avoid`, the one a retry leaves, is not out: only left)."""
         if len(candidates) == 1:
             return Decision(candidates[0], "only", 0, prompt.tokens if prompt else 0)
         if self.policy != "cache_aware" or prompt is None:
             return Decision(self._least_loaded(candidates), "least_loaded", 0, prompt.tokens if prompt else 0)
-        return self._cache_aware(candidates, prompt)
+        return self._cache_aware(candidates, prompt, avoid)
 
     def _least_loaded(self, candidates: list[str]) -> str:
         in_flight = self.in_flight
@@ -196,7 +197,7 @@ class Placement:
         rotated = candidates[start:] + candidates[:start]
         return min(rotated, key=in_flight.__getitem__)
 
-    def _cache_aware(self, candidates: list[str], prompt: Prompt) -> Decision:
+    def _cache_aware(self, candidates: list[str], prompt: Prompt, avoid: str | None) -> Decision:
         settings, in_flight, now = self.settings, self.in_flight, self._clock()
         loads = [in_flight[root] for root in candidates]
         cap = sum(loads) / len(loads) * settings.balance_rel + settings.balance_abs
@@ -215,8 +216,8 @@ class Placement:
         ]
         chosen = costs.index(min(costs))
         root, matched = eligible[chosen], matches[chosen]
-        if ranked[0] not in free:
-            self.homes.pin(prompt.identity, root)  # its home is out: this is its home now
+        if ranked[0] not in free and ranked[0] != avoid:
+            self.homes.pin(prompt.identity, root)  # its home is out (passed over): this is its home now
         if matched and matches.count(matched) == 1 and matched == max(matches):
             reason = "prefix"  # the only replica holding this much of the prompt
         elif root == order[0]:

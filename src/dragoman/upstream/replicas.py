@@ -99,7 +99,7 @@ class Replicas:
         if not candidates:  # every other instance is passed over: one is still asked
             candidates = [root for root in self.roots if root != avoid] or self.roots
         if placement is not None:
-            decision = placement.choose(candidates, prompt)
+            decision = placement.choose(candidates, prompt, avoid)
         else:
             decision = Decision(self._next_of(candidates), "round_robin")
         root = decision.root
