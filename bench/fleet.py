@@ -180,8 +180,9 @@ class Fleet:
         self.replicas = {root: Replica(root, settings.cache_tokens // BLOCK_TOKENS) for root in roots}
         self.roots = roots
         defaults = msgspec.structs.replace(CacheRouting(), **settings.routing)
+        self.now = 0.0  # the simulated clock, which the gateways read too
         self.gateways = [
-            Placement(roots, "cache_aware" if policy == "cache_aware" else "least_loaded", defaults)
+            Placement(roots, "cache_aware" if policy == "cache_aware" else "least_loaded", defaults, clock=self.clock)
             for _ in range(settings.gateways)
         ]
         self.turns = [0] * settings.gateways  # round robin's position, per gateway
@@ -193,6 +194,9 @@ class Fleet:
         self.decision_seconds = 0.0
         self.decisions = 0
         self.moves = self.later_turns = 0  # turns sent to another replica than the turn before
+
+    def clock(self) -> float:
+        return self.now
 
     def at(self, when: float, kind: str, what: object) -> None:
         heapq.heappush(self.events, (when, next(self.seq), kind, what))
@@ -215,6 +219,7 @@ class Fleet:
             now, _, kind, what = heapq.heappop(self.events)
             if now > s.duration:
                 break
+            self.now = now
             getattr(self, "_" + kind)(now, what)
         for replica in self.replicas.values():
             replica.note_load(s.duration, s.warmup)
