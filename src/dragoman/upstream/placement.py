@@ -7,10 +7,10 @@ Cache aware (docs/routing.md): a backend keeps the prompts it computed recently 
 prefix cache (vLLM, SGLang, llama-server's slots). The gateway remembers, per replica, the
 prompts it sent there as chained hashes of fixed-size blocks (`PrefixIndex`), so a block's
 hash stands for everything before it. A request costs, on each replica, the prompt tokens
-that replica would have to compute again plus a price per request it already has in flight;
-leaving the conversation's rendezvous home costs a little too, so that gateway replicas that
-know nothing of a conversation still agree where it lives. A replica far above the mean load
-takes nothing while another is below it.
+that replica would have to compute again plus a price per request it already has in flight,
+plus a price per step away from the conversation's home (`dragoman.upstream.homes`), high
+enough that gateway replicas that know nothing of a conversation still send it where the
+others do. A replica far above the mean load takes nothing while another is below it.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Decision:
     """Where a request went and why (for the access log and the metrics)."""
 
     root: str
-    reason: str  # prefix | home | load | least_loaded | only
+    reason: str  # prefix | home | load | least_loaded | only | round_robin
     matched_tokens: int = 0
     prompt_tokens: int = 0
 
