@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import anthropic
 import httpx
@@ -51,17 +51,27 @@ def replicas_of(name: str, *fakes: list[dict]) -> set[int]:
     return {i for i, requests in enumerate(fakes) for body in requests if _first_user_text(body).startswith(name)}
 
 
-def _client(gateway_url: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=gateway_url, api_key="k", max_retries=0)
+@pytest.fixture
+def sdk() -> Iterator[Callable[[str], anthropic.Anthropic]]:
+    """The official SDK's client for a gateway URL, closed at teardown (no socket left to the GC)."""
+    clients: list[anthropic.Anthropic] = []
+
+    def make(url: str) -> anthropic.Anthropic:
+        clients.append(anthropic.Anthropic(base_url=url, api_key="k", max_retries=0))
+        return clients[-1]
+
+    yield make
+    for client in clients:
+        client.close()
 
 
 @pytest.mark.parametrize("routing", [None, "cache_aware", "round_robin"])
 def test_a_translated_conversation_stays_on_one_replica_unless_routed_round_robin(
-    make_gateway, upstream, second, routing
+    make_gateway, upstream, second, routing, sdk
 ):
     settings = {"replicas": [second.url]} | ({"routing": routing} if routing else {})
     gateway = make_gateway(upstream=settings, server={"default_model": "test-model"})
-    client = _client(gateway.url)
+    client = sdk(gateway.url)
     for index in range(CONVERSATIONS):
         converse(client, f"conversation-{index}")
     assert upstream.requests and second.requests  # both replicas took conversations
@@ -72,12 +82,12 @@ def test_a_translated_conversation_stays_on_one_replica_unless_routed_round_robi
         assert all(len(served) == 1 for served in spread), spread
 
 
-def test_a_passed_through_conversation_stays_on_one_replica(gateway_from):
+def test_a_passed_through_conversation_stays_on_one_replica(gateway_from, sdk):
     fakes = [FakeAnthropic().start(), FakeAnthropic().start()]
     try:
         gateway = gateway_from({"server": {"default_model": "native-model"}, "upstreams": {"n": {
             "url": fakes[0].url, "replicas": [fakes[1].url], "protocol": "anthropic", "max_retries": 0}}})  # fmt: skip
-        client = _client(gateway.url)
+        client = sdk(gateway.url)
         for index in range(CONVERSATIONS):
             converse(client, f"conversation-{index}", model="native-model")
         bodies = [[body for path, body, _ in fake.requests if path == "/v1/messages"] for fake in fakes]
@@ -89,9 +99,9 @@ def test_a_passed_through_conversation_stays_on_one_replica(gateway_from):
             fake.stop()
 
 
-def test_the_log_and_metrics_say_which_replica_and_why(make_gateway, upstream, second, caplog):
+def test_the_log_and_metrics_say_which_replica_and_why(make_gateway, upstream, second, caplog, sdk):
     gateway = make_gateway(upstream={"replicas": [second.url]}, server={"default_model": "test-model"})
-    client = _client(gateway.url)
+    client = sdk(gateway.url)
     with caplog.at_level(logging.INFO, logger="dragoman.access"):
         converse(client, "logged")
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dragoman.access"]
@@ -113,11 +123,11 @@ def test_the_log_and_metrics_say_which_replica_and_why(make_gateway, upstream, s
     assert "dragoman_routing_prefix_match_tokens_bucket" in metrics
 
 
-def test_a_conversations_replica_that_refuses_is_failed_over_as_before(make_gateway, upstream, second):
+def test_a_conversations_replica_that_refuses_is_failed_over_as_before(make_gateway, upstream, second, sdk):
     gateway = make_gateway(
         upstream={"replicas": [second.url], "max_retries": 2}, server={"default_model": "test-model"}
     )
-    client = _client(gateway.url)
+    client = sdk(gateway.url)
     converse(client, "moving")
     home, other = (upstream, second) if upstream.requests else (second, upstream)
     assert len(home.requests) == TURNS and not other.requests
