@@ -13,6 +13,7 @@ GatewayError (unless they ask for the raw response, as passthrough does).
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import ssl
 import time
@@ -208,19 +209,21 @@ class HttpClient:
         return decision.root
 
     def _release(self, request: Sending) -> None:
-        held, request.held = request.held, None
-        if held is not None and self.replicas.placement is not None:
-            self.replicas.placement.ended(held)
+        if self.replicas.placement is not None:
+            _release(self.replicas.placement, request)
 
     def _answered(self, request: Sending) -> None:
         """The reply came: the request stays in flight until it ends (or at once, with no outcome to say so)."""
         if request.held is None:
             return
+        placement = self.replicas.placement
+        assert placement is not None  # only it holds
         if request.outcome is None:
-            self._release(request)
+            _release(placement, request)
         elif not request.counted:
             request.counted = True
-            request.outcome.on_finish(lambda: self._release(request))
+            # Not a closure over the client: the outcome would keep its pool and sockets alive.
+            request.outcome.on_finish(functools.partial(_release, placement, request))
 
     async def _attempts(self, request: Sending, raw: bool) -> Response:
         replicas = self.replicas
@@ -443,6 +446,13 @@ class HttpClient:
             except ConnectionError as error:  # no connection, or it failed: passed over, as for a POST
                 self.replicas.failed(root, silent=isinstance(error, ConnectTimeout))
                 raise
+
+
+def _release(placement: Placement, request: Sending) -> None:
+    """The request's instance no longer counts it in flight (its attempt or its reply ended)."""
+    held, request.held = request.held, None
+    if held is not None:
+        placement.ended(held)
 
 
 def _note(outcome: Any, decision: Decision) -> None:
