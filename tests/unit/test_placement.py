@@ -321,3 +321,14 @@ def test_a_retry_that_leaves_a_conversations_home_does_not_move_the_conversation
     home = fleet.place(prompt=prompt(body)).root
     assert fleet.place(avoid=home, prompt=prompt(body)).root != home
     assert fleet.place(prompt=prompt(chat_body("task " * 100, "ok", "next"))).root == home
+
+
+def test_a_cache_routing_setting_out_of_range_is_a_start_up_error_naming_it() -> None:
+    from dragoman.core.config import ConfigError, from_dict
+
+    upstream = {"url": "http://127.0.0.1:8000/v1", "replicas": ["http://127.0.0.1:8001/v1"]}
+    with pytest.raises(ConfigError, match=r"upstreams\.u\.cache_routing\.block_bytes: must be positive, got 0"):
+        from_dict({"upstreams": {"u": {**upstream, "cache_routing": {"block_bytes": 0}}}})
+    with pytest.raises(ConfigError, match=r"upstreams\.u\.routing"):
+        from_dict({"upstreams": {"u": {**upstream, "routing": "random"}}})
+    assert from_dict({"upstreams": {"u": upstream}}).upstreams["u"].routing is None  # cache_aware, with replicas
