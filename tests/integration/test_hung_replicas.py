@@ -23,7 +23,9 @@ from tests.support.servers import GatewayServer, sse_frames
 
 VALID = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
 FIRST_BYTE_TIMEOUT = 1.0  # small, yet far above what a healthy fake takes to answer on a loaded machine
-FLEET = {"max_retries": 2, "first_byte_timeout": FIRST_BYTE_TIMEOUT}
+# Rotation sends each test's requests to the failing replica too (cache-aware routing would keep one
+# conversation on one replica: docs/routing.md).
+FLEET = {"max_retries": 2, "first_byte_timeout": FIRST_BYTE_TIMEOUT, "routing": "round_robin"}
 
 
 def _hangs(body: dict) -> Reply:

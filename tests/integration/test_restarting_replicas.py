@@ -18,7 +18,9 @@ from tests.support.fakes import FakeUpstream, Reply, text_stream
 
 VALID = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
 NATIVE = {"model": "native-model", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
-FLEET = {"max_retries": 2}
+# Rotation sends each test's requests to the failing replica too (cache-aware routing would keep one
+# conversation on one replica: docs/routing.md).
+FLEET = {"max_retries": 2, "routing": "round_robin"}
 STREAMS = 3  # round robin over two replicas: at least one goes to the one that closes
 
 

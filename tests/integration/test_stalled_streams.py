@@ -18,7 +18,9 @@ from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
 from tests.support.fakes import FakeUpstream, Reply, chunk, text_stream
 
 FIRST_BYTE_TIMEOUT = 1.0  # small, yet far above what a healthy fake takes to answer on a loaded machine
-FLEET = {"max_retries": 2, "first_byte_timeout": FIRST_BYTE_TIMEOUT}
+# Rotation sends each test's requests to the failing replica too (cache-aware routing would keep one
+# conversation on one replica: docs/routing.md).
+FLEET = {"max_retries": 2, "first_byte_timeout": FIRST_BYTE_TIMEOUT, "routing": "round_robin"}
 VALID = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
 NATIVE = {"model": "native-model", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
 KEEPALIVES = pytest.mark.parametrize("keepalive", [15.0, 0.2], ids=["no-keepalives", "keepalives"])

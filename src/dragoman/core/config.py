@@ -76,6 +76,20 @@ class ServerConfig(_Config, frozen=True):
 
 
 Flavor = Literal["auto", "vllm", "sglang", "llamacpp", "ollama", "openai", "generic"]
+Routing = Literal["round_robin", "least_loaded", "cache_aware"]
+
+
+class CacheRouting(_Config, frozen=True):
+    """The cache-aware rule's weights and bounds (docs/routing.md says how they were chosen)."""
+
+    block_bytes: int = 4096  # the prompt is hashed in blocks of this many bytes (about 1024 tokens)
+    max_blocks: int = 32768  # blocks remembered per replica (LRU): 128 MiB of prompt, about 4 MB of memory
+    max_age: float = 600.0  # seconds a block is believed cached after it was last sent
+    load_tokens: int = 512  # the cost of one request in flight on a replica, in prompt tokens to recompute
+    home_tokens: int = 16384  # the cost of each step down a conversation's rendezvous order, in tokens
+    spread: float = 1.2  # a replica is home to at most spread x an even share of the active conversations
+    balance_rel: float = 1.5  # a replica with more in flight than balance_rel x the mean + balance_abs
+    balance_abs: float = 4.0  # takes no request while another is below that
 
 
 class _UpstreamBase(_Config, frozen=True):
@@ -85,6 +99,9 @@ class _UpstreamBase(_Config, frozen=True):
     headers: dict[str, str] = {}
     # More URLs serving the same models: requests spread over them, retries go elsewhere.
     replicas: list[str] = []
+    # How a request picks a replica; unset: cache_aware with replicas (docs/routing.md).
+    routing: Routing | None = None
+    cache_routing: CacheRouting = CacheRouting()
     connect_timeout: float = 10.0
     first_byte_timeout: float = 600.0
     idle_timeout: float = 300.0
@@ -352,6 +369,16 @@ def _check_upstream(where: str, upstream: UpstreamConfig, problems: list[str]) -
     for key in ("max_queue", "max_retries", "retry_budget"):
         if getattr(upstream, key) < 0:
             problems.append(f"{where}.{key}: must be 0 or more, got {getattr(upstream, key)}")
+    _check_cache_routing(f"{where}.cache_routing", upstream.cache_routing, problems)
+
+
+def _check_cache_routing(where: str, routing: CacheRouting, problems: list[str]) -> None:
+    for key in ("block_bytes", "max_blocks", "max_age", "balance_rel", "spread"):
+        if getattr(routing, key) <= 0:
+            problems.append(f"{where}.{key}: must be positive, got {getattr(routing, key)}")
+    for key in ("load_tokens", "home_tokens", "balance_abs"):
+        if getattr(routing, key) < 0:
+            problems.append(f"{where}.{key}: must be 0 or more, got {getattr(routing, key)}")
 
 
 def _url_problem(url: str) -> str | None:

@@ -40,6 +40,7 @@ def capped(text: str) -> str:
 
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+TOKEN_BUCKETS = (0, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
 class Metrics:
@@ -80,6 +81,26 @@ class Metrics:
         )
         # Called with every finished request's outcome and duration (usage accounting); no I/O there.
         self.sinks: list[Callable[[Outcome, float], None]] = []
+        self.routed = Counter(
+            "dragoman_routing_decisions",
+            "Requests placed on a replica, by reason",
+            ["upstream", "replica", "reason"],
+            registry=r,
+        )
+        self.routed_tokens = Counter(
+            "dragoman_routing_prompt_tokens",
+            "Prompt tokens placed on a replica (estimated)",
+            ["upstream", "replica"],
+            registry=r,
+        )
+        self.expected_cached = Counter(
+            "dragoman_routing_expected_cached_tokens", "Prompt tokens routing expected the replica to hold cached",
+            ["upstream", "replica"], registry=r,
+        )  # fmt: skip
+        self.prefix_match = Histogram(
+            "dragoman_routing_prefix_match_tokens", "Prompt tokens matched in the chosen replica's prefix index",
+            ["upstream", "replica"], buckets=TOKEN_BUCKETS, registry=r,
+        )  # fmt: skip
         self._cache: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def record(self, outcome: Outcome) -> None:
@@ -109,6 +130,8 @@ class Metrics:
         self._count_usage(outcome, model)
         for sink in self.sinks:
             sink(outcome, duration)
+        if outcome.routing:
+            self._routing(outcome)
         if log.isEnabledFor(logging.INFO):  # the line is built only when someone reads it
             log.info(_line(outcome, duration))
 
@@ -121,6 +144,15 @@ class Metrics:
                              ("output", outcome.output_tokens)):  # fmt: skip
             if tokens:
                 self._series(self.usage_tokens, tenant, model, kind).inc(tokens)
+
+    def _routing(self, outcome: Outcome) -> None:
+        upstream, replica = outcome.upstream, outcome.replica
+        self._series(self.routed, upstream, replica, outcome.routing).inc()
+        if outcome.routed_tokens:
+            matched = outcome.prefix_tokens or 0
+            self._series(self.routed_tokens, upstream, replica).inc(outcome.routed_tokens)
+            self._series(self.expected_cached, upstream, replica).inc(matched)
+            self._series(self.prefix_match, upstream, replica).observe(matched)
 
     def _series(self, metric: Any, *labels: str) -> Any:
         """`metric.labels(*labels)`, looked up once per label set (it takes a lock)."""
@@ -145,6 +177,9 @@ def _line(outcome: Outcome, duration: float) -> str:
         "input_tokens": outcome.input_tokens,
         "output_tokens": outcome.output_tokens,
         "cache_read_input_tokens": outcome.cache_read_tokens,
+        "replica": outcome.replica,
+        "routing": outcome.routing,
+        "prefix_match_tokens": outcome.prefix_tokens if outcome.routed_tokens else None,
         "ttft_ms": None if outcome.first_byte is None else round((outcome.first_byte - outcome.started) * 1000, 1),
         "duration_ms": round(duration * 1000, 1),
         "error": outcome.error_type,

@@ -30,6 +30,9 @@ from dragoman.limits.gate import Admission, Limits
 from dragoman.protocol import anthropic
 
 Endpoint = Literal["messages", "count_tokens", "batch"]
+# Claude Code's session (the session_id of its metadata.user_id): one conversation and its
+# sub-agents, which cache-aware routing keeps on one replica (docs/routing.md).
+SESSION_HEADER = "x-claude-code-session-id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +114,8 @@ class Pipeline:
                 turn.answered(None)
                 raise
         call = Call(body=body, model=envelope.model, upstream_model=route.upstream_model, headers=headers,
-                    request_id=outcome.request_id, stream=envelope.stream, outcome=outcome, request=whole)  # fmt: skip
+                    request_id=outcome.request_id, stream=envelope.stream, outcome=outcome, request=whole,
+                    conversation=headers.get(SESSION_HEADER) or None)  # fmt: skip
         if outcome.trace is not None:
             outcome.trace.prepared(call, route, "anthropic" if route.path == "passthrough" else "openai")
         return Prepared(call, route, turn, caller)

@@ -29,6 +29,7 @@ class Call:
     stream: bool = False
     outcome: Outcome | None = None  # what the backend saw: tokens, keep-alives, retries
     request: MessagesRequest | None = None  # the body decoded whole, when the core already did
+    conversation: str | None = None  # the client's session (Claude Code's), for routing to its replica
 
 
 @dataclass(slots=True)
@@ -156,10 +157,28 @@ class Outcome:
     first_byte: float | None = None
     release: Callable[[], None] | None = None  # frees the request's concurrency slot
     trace: Any = None  # its RequestTrace (core.request_trace) when tracing is on; ended once it is recorded
+    routing: str = ""  # why `replica` served it (dragoman.upstream.placement), under a routing policy
+    prefix_tokens: int | None = None  # prompt tokens routing expected that replica to hold cached
+    routed_tokens: int | None = None  # prompt tokens, as routing estimated them
 
     def routed(self, route: Route) -> None:
         self.upstream, self.served_model, self.path = route.upstream, route.upstream_model, route.path
         self.served_model_listed = route.listed
+
+    def on_finish(self, release: Callable[[], None]) -> None:
+        """Also call `release` when the request ends (after what is there already)."""
+        before = self.release
+        if before is None:
+            self.release = release
+        else:
+
+            def both() -> None:
+                try:
+                    before()
+                finally:
+                    release()
+
+            self.release = both
 
     def finish(self) -> None:
         """Frees what the request held; safe to call more than once."""

@@ -13,6 +13,7 @@ GatewayError (unless they ask for the raw response, as passthrough does).
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import ssl
 import time
@@ -32,6 +33,7 @@ from dragoman.core.errors import (
 )
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.opening import Opening, Sending
+from dragoman.upstream.placement import Decision, Placement, PromptKind, prompt_of
 from dragoman.upstream.replicas import Replicas
 from dragoman.upstream.transport.failures import ConnectTimeout, HeadTimeout
 from dragoman.upstream.transport.pool import Pool
@@ -110,7 +112,10 @@ class HttpClient:
         self.roots = roots
         self.prefix = prefix
         # A trial request to a silent replica takes at most a connection and a first byte.
-        self.replicas = Replicas(name, roots, trial_for=upstream.connect_timeout + upstream.first_byte_timeout)
+        policy = upstream.routing or ("cache_aware" if len(roots) > 1 else "round_robin")
+        placement = Placement(roots, policy, upstream.cache_routing) if policy != "round_robin" else None
+        self.replicas = Replicas(name, roots, trial_for=upstream.connect_timeout + upstream.first_byte_timeout,
+                                 placement=placement)  # fmt: skip
         self._proxies = {root: _proxy_for(root, upstream.proxy) for root in roots}
         try:
             self._encoded = _encode_headers(self.headers)
@@ -165,21 +170,65 @@ class HttpClient:
         raw: bool = False,
         outcome: Any = None,
         stream: bool = False,
+        prompt: PromptKind | None = None,
+        conversation: str | None = None,
     ) -> Response:
         """POST and wait for the response head, retrying transient failures.
 
         Raises the mapped GatewayError for a non-2xx (with `raw`, returns the last
         response whatever its status, for passthrough to relay). With `stream`, a
         `200 text/event-stream` head is no answer yet: the response's `opening` waits
-        for its first body bytes (`dragoman.upstream.opening`), and may send it again."""
+        for its first body bytes (`dragoman.upstream.opening`), and may send it again.
+        `prompt` says the body is a model's prompt of that kind, which cache-aware
+        routing matches (with the client's `conversation`, if it named one)."""
         request = Sending(path if from_root else self.prefix + path, self._header_lines(headers), body, outcome, stream,
-                          time.monotonic() + self._upstream.retry_budget)  # fmt: skip
+                          time.monotonic() + self._upstream.retry_budget, kind=prompt,
+                          conversation=conversation)  # fmt: skip
         return await self._post(request, raw)
 
     async def _post(self, request: Sending, raw: bool) -> Response:
+        try:
+            return await self._attempts(request, raw)
+        except BaseException:
+            self._release(request)
+            raise
+
+    def _place(self, request: Sending) -> str:
+        """The instance for this attempt; it counts the request in flight until its reply ends."""
+        self._release(request)  # the attempt before, if any
+        placement = self.replicas.placement
+        if placement is None:
+            return self.replicas.pick(avoid=request.root)
+        if request.kind is not None and request.prompt is None and placement.wants_prompt():
+            request.prompt = prompt_of(request.body, request.kind, request.conversation, placement.settings.block_bytes)
+        decision = self.replicas.place(avoid=request.root, prompt=request.prompt)
+        placement.sent(decision.root, request.prompt)
+        request.held = decision.root
+        if request.outcome is not None:
+            _note(request.outcome, decision)
+        return decision.root
+
+    def _release(self, request: Sending) -> None:
+        if self.replicas.placement is not None:
+            _release(self.replicas.placement, request)
+
+    def _answered(self, request: Sending) -> None:
+        """The reply came: the request stays in flight until it ends (or at once, with no outcome to say so)."""
+        if request.held is None:
+            return
+        placement = self.replicas.placement
+        assert placement is not None  # only it holds
+        if request.outcome is None:
+            _release(placement, request)
+        elif not request.counted:
+            request.counted = True
+            # Not a closure over the client: the outcome would keep its pool and sockets alive.
+            request.outcome.on_finish(functools.partial(_release, placement, request))
+
+    async def _attempts(self, request: Sending, raw: bool) -> Response:
         replicas = self.replicas
         while True:
-            root = request.root = replicas.pick(avoid=request.root)
+            root = request.root = self._place(request)
             if request.outcome is not None:
                 request.outcome.replica = root  # for usage accounting: the instance that answers
             wait: float | None = None  # before the retry: None for backoff
@@ -201,6 +250,7 @@ class HttpClient:
                 if response.status < 300:
                     if response.opening is None:
                         replicas.answered(root)
+                    self._answered(request)
                     return response
                 replicas.answered(root)  # a refusal is an answer
                 retryable = response.status in RETRY_STATUSES
@@ -209,6 +259,7 @@ class HttpClient:
                     elsewhere = replicas.pass_over(root, wait)  # another instance free: no reason to wait for this one
                 if not retryable or not self._may_retry(request.attempt, request.budget_end, wait, elsewhere):
                     if raw:
+                        self._answered(request)
                         return response
                     try:
                         with upstream_errors(self.name):
@@ -395,6 +446,19 @@ class HttpClient:
             except ConnectionError as error:  # no connection, or it failed: passed over, as for a POST
                 self.replicas.failed(root, silent=isinstance(error, ConnectTimeout))
                 raise
+
+
+def _release(placement: Placement, request: Sending) -> None:
+    """The request's instance no longer counts it in flight (its attempt or its reply ended)."""
+    held, request.held = request.held, None
+    if held is not None:
+        placement.ended(held)
+
+
+def _note(outcome: Any, decision: Decision) -> None:
+    """The routing decision, for the access log and the metrics (the last attempt's)."""
+    outcome.replica, outcome.routing = decision.root, decision.reason
+    outcome.prefix_tokens, outcome.routed_tokens = decision.matched_tokens, decision.prompt_tokens
 
 
 def _below_500(status: int, content_type: str) -> bool:

@@ -12,6 +12,9 @@ costs a whole timeout to find out about again. So once its cool-down is over it 
 request at a time, a trial, until it answers: otherwise every request sent to it while
 the first waits out its timeout would wait too. A trial that answers puts the instance
 back in the rotation; one that is silent again starts another cool-down.
+
+Among the instances that are free, the upstream's `routing` policy chooses
+(`dragoman.upstream.placement`): round robin here, least loaded or cache aware there.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from dragoman.upstream.placement import Decision, Placement, Prompt
 
 log = logging.getLogger("dragoman.upstream")
 
@@ -49,7 +54,8 @@ class Replicas:
     never be reported, the instance is free again after that. `clock` is injectable
     for tests; cool-downs read COOL_DOWNS when the upstream is built."""
 
-    __slots__ = ("_clock", "_cool_downs", "_on_trial", "_silent", "_trial_for", "_turn", "_until", "name", "roots")
+    __slots__ = ("_clock", "_cool_downs", "_on_trial", "_silent", "_trial_for", "_turn", "_until", "name", "placement",
+                 "roots")  # fmt: skip
 
     def __init__(
         self,
@@ -59,9 +65,11 @@ class Replicas:
         trial_for: float,
         cool_downs: CoolDowns | None = None,
         clock: Callable[[], float] = time.monotonic,
+        placement: Placement | None = None,
     ) -> None:
         self.name = name
         self.roots = roots
+        self.placement = placement  # None: round robin
         self._trial_for = trial_for
         self._cool_downs = cool_downs or COOL_DOWNS
         self._clock = clock
@@ -74,17 +82,31 @@ class Replicas:
         """The next instance that is not passed over (nor `avoid`, the one a retry leaves);
         if there is none, the next of the others anyway. With `trial`, a silent instance
         picked is held for this request alone until `answered`, `failed` or `abandoned`."""
+        return self.place(avoid, trial=trial).root
+
+    def place(self, avoid: str | None = None, *, trial: bool = True, prompt: Prompt | None = None) -> Decision:
+        """`pick`, with the reason: among the free instances the policy chooses (`prompt`
+        is what cache-aware routing matches)."""
+        placement = self.placement
+        if placement is not None and prompt is None and placement.wants_prompt():
+            placement = None  # cache aware with no prompt to match (a count, a probe): in turn
         if not self._until and avoid is None:  # none ever passed over (a silent one has a time here): the next in turn
-            return self.roots[next(self._turn)] if len(self.roots) > 1 else self.roots[0]
+            if placement is not None:
+                return placement.choose(self.roots, prompt)
+            return Decision(self.roots[next(self._turn)] if len(self.roots) > 1 else self.roots[0], "round_robin")
         now = self._clock()
         candidates = [root for root in self.roots if root != avoid and self._until.get(root, 0.0) <= now]
         if not candidates:  # every other instance is passed over: one is still asked
             candidates = [root for root in self.roots if root != avoid] or self.roots
-        root = self._next_of(candidates)
+        if placement is not None:
+            decision = placement.choose(candidates, prompt, avoid)
+        else:
+            decision = Decision(self._next_of(candidates), "round_robin")
+        root = decision.root
         if trial and root in self._silent:
             self._on_trial.add(root)
             self._until[root] = max(self._until.get(root, 0.0), now + self._trial_for)
-        return root
+        return decision
 
     def _next_of(self, candidates: list[str]) -> str:
         if len(candidates) == 1:
@@ -118,6 +140,8 @@ class Replicas:
     def failed(self, root: str, *, silent: bool) -> None:
         """`root` failed a request before answering: passed over for its cool-down (a
         longer `retry-after` it sent stands; a trial's hold does not)."""
+        if self.placement is not None:
+            self.placement.forget(root)
         held = 0.0 if root in self._on_trial else self._until.get(root, 0.0)
         self._on_trial.discard(root)
         if silent:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from dragoman.core.config import OpenAIUpstream
+from dragoman.core.types import Outcome
 from dragoman.upstream.client import HttpClient
 from dragoman.upstream.keepalive import ReadWatch, Silence
 from dragoman.upstream.transport.failures import Disconnected
@@ -97,7 +97,7 @@ def test_a_stream_broken_after_its_head_goes_to_another_replica(how: str) -> Non
         head_read = asyncio.Event()
         async with Script(breaks(how, head_read)) as broken, Script(answers) as other:
             client = client_for(broken.root, other.root)
-            outcome = SimpleNamespace(retries=0)
+            outcome = Outcome(request_id="req", endpoint="messages")
             try:
                 response = await stream(client, outcome, head_read)
                 assert await response.read() == ANSWER
@@ -122,7 +122,7 @@ def test_a_second_stream_broken_after_its_head_is_not_sent_again() -> None:
             Script(answers) as third,
         ):
             client = client_for(first.root, second.root, third.root)
-            outcome = SimpleNamespace(retries=0)
+            outcome = Outcome(request_id="req", endpoint="messages")
             try:
                 response = await stream(client, outcome, head_read)
                 with pytest.raises(Disconnected):  # the stream loop's read: an `error` event for the client
@@ -144,7 +144,7 @@ def test_after_a_silent_replica_a_stream_broken_after_its_head_is_still_sent_aga
         async with (Script(hangs_after_head) as silent, Script(breaks("close", head_read)) as broken,
                     Script(answers) as other):  # fmt: skip
             client = client_for(silent.root, broken.root, other.root, first_byte_timeout=0.3)
-            outcome = SimpleNamespace(retries=0)
+            outcome = Outcome(request_id="req", endpoint="messages")
             try:
                 response = await stream(client, outcome, head_read)
                 assert await response.read() == ANSWER
@@ -166,7 +166,7 @@ def test_with_no_retry_allowed_the_broken_stream_is_read_as_before(case: str) ->
             client = client_for(*roots, max_retries=0 if case == "no retries left" else 2)
             if case == "other passed over":
                 client.replicas.failed(other.root, silent=False)
-            outcome = SimpleNamespace(retries=0)
+            outcome = Outcome(request_id="req", endpoint="messages")
             try:
                 response = await stream(client, outcome, head_read)
                 with pytest.raises(Disconnected):

@@ -47,6 +47,7 @@ from dragoman.protocol import anthropic
 from dragoman.upstream.client import MAX_ERROR_BODY, HttpClient
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.keepalive import head_or_task, late_start
+from dragoman.upstream.placement import PromptKind
 from dragoman.upstream.pump import Pump
 from dragoman.upstream.transport.response import Response
 
@@ -164,7 +165,11 @@ class AnthropicBackend:
 
     async def _send(self, call: Call, path: str, body: bytes, *, stream: bool = False) -> Response:
         headers = anthropic.forwarded_headers(call.headers)
-        return await self._http.post(path, body, headers=headers, raw=True, outcome=call.outcome, stream=stream)
+        prompt: PromptKind | None = (
+            "messages" if path == "/messages" else None
+        )  # a count runs no prompt: nothing cached
+        return await self._http.post(path, body, headers=headers, raw=True, outcome=call.outcome, stream=stream,
+                                     prompt=prompt, conversation=call.conversation)  # fmt: skip
 
     async def messages(self, call: Call, route: Route) -> Reply:
         # The body first: a document that cannot become text is a 400, before a stream is committed.

@@ -198,7 +198,8 @@ class OpenAIBackend:
         fitted = await fitted_body(
             translated.chat, route, request.max_tokens, lambda chat: self._count(chat, route, estimate=0)
         )
-        post = self._http.post("/chat/completions", fitted.body, outcome=call.outcome, stream=upstream_stream)
+        post = self._http.post("/chat/completions", fitted.body, outcome=call.outcome, stream=upstream_stream,
+                               prompt="chat", conversation=call.conversation)  # fmt: skip
         reply: ReplySettings = {
             "model": call.model,
             "message_id": ids.message_id(),

@@ -1,0 +1,117 @@
+"""Each conversation's home replica, agreed by gateway replicas that never talk.
+
+A conversation's rendezvous order ranks the replicas by a hash of its identity and each
+replica's URL: every gateway computes the same order. Its home is the first replica in
+that order with room, room being `spread` x an even share of the active conversations.
+The homes are assigned afresh every `every` seconds, conversations taken in one canonical
+order (by identity), so two gateways that saw the same active conversations assign the
+same homes, whatever order they saw them in; a conversation new since then is placed
+alone. Conversations not seen for `max_age` seconds are dropped.
+
+A conversation whose home was out (failed, passed over) when it came is pinned to the
+replica it went to instead, and pins are placed first: a replica that comes back takes new
+conversations as they come, rather than all of its old ones at once, each recomputed.
+
+Bounded: at most `max_conversations` are remembered (the longest unseen dropped first),
+about 300 bytes each with eight replicas (6 MB at most).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import xxhash
+
+_hash = xxhash.xxh3_64_intdigest
+
+
+class Homes:
+    __slots__ = ("_clock", "_computed", "_counts", "_every", "_home", "_max", "_max_age", "_orders", "_pinned",
+                 "_seeds", "_seen", "_spread", "roots")  # fmt: skip
+
+    def __init__(
+        self,
+        roots: list[str],
+        *,
+        spread: float,
+        max_age: float,
+        clock: Callable[[], float],
+        every: float = 1.0,
+        max_conversations: int = 20_000,
+    ) -> None:
+        self.roots = roots
+        self._seeds = [_hash(root.encode()) for root in roots]
+        self._spread = spread
+        self._max_age = max_age
+        self._clock = clock
+        self._every = every
+        self._max = max_conversations
+        self._seen: dict[bytes, float] = {}  # identity -> last seen (insertion order: oldest first)
+        self._orders: dict[bytes, list[int]] = {}  # identity -> replica indexes, rendezvous order
+        self._home: dict[bytes, int] = {}
+        self._pinned: dict[bytes, int] = {}
+        self._counts = [0] * len(roots)
+        self._computed = -math.inf
+
+    def order(self, identity: bytes) -> list[str]:
+        """The replicas for this conversation, its home first, then its rendezvous order."""
+        now = self._clock()
+        self._seen.pop(identity, None)
+        self._seen[identity] = now  # moved to the end: the most recently seen
+        order = self._orders.get(identity)
+        if order is None:
+            order = self._orders[identity] = self._rank(identity)
+            if len(self._seen) > self._max:
+                self._drop(next(iter(self._seen)))
+        if now - self._computed >= self._every:
+            self._assign(now)
+        elif identity not in self._home:
+            self._place(identity, self._room())
+        home = self._home[identity]
+        return [self.roots[home], *(self.roots[i] for i in order if i != home)]
+
+    def pin(self, identity: bytes, root: str) -> None:
+        """The conversation lives on `root` from now on (its home was out)."""
+        home, index = self._home.get(identity), self.roots.index(root)
+        if home is not None:
+            self._counts[home] -= 1
+        self._pinned[identity] = self._home[identity] = index
+        self._counts[index] += 1
+
+    def _rank(self, identity: bytes) -> list[int]:
+        weights = [_hash(identity, seed) for seed in self._seeds]
+        return sorted(range(len(self.roots)), key=weights.__getitem__, reverse=True)
+
+    def _room(self) -> int:
+        return max(1, math.ceil(self._spread * len(self._seen) / len(self.roots)))
+
+    def _place(self, identity: bytes, room: int) -> None:
+        counts = self._counts
+        order = self._orders[identity]
+        home = next((i for i in order if counts[i] < room), order[0])
+        self._home[identity] = home
+        counts[home] += 1
+
+    def _assign(self, now: float) -> None:
+        self._computed = now
+        oldest = now - self._max_age
+        for identity in [i for i, seen in self._seen.items() if seen < oldest]:
+            self._drop(identity)
+        self._home.clear()
+        self._counts = [0] * len(self.roots)
+        for identity, home in self._pinned.items():
+            self._home[identity] = home
+            self._counts[home] += 1
+        room = self._room()
+        for identity in sorted(self._seen):
+            if identity not in self._pinned:
+                self._place(identity, room)
+
+    def _drop(self, identity: bytes) -> None:
+        del self._seen[identity]
+        del self._orders[identity]
+        self._pinned.pop(identity, None)
+        home = self._home.pop(identity, None)
+        if home is not None:
+            self._counts[home] -= 1

@@ -1,0 +1,240 @@
+"""Which of an upstream's free replicas a request goes to: least loaded, or cache aware.
+
+Round robin stays with `dragoman.upstream.replicas`, which also decides which replicas are
+free (failover, cool-downs, trials): a policy here only chooses among those.
+
+Cache aware (docs/routing.md): a backend keeps the prompts it computed recently in its
+prefix cache (vLLM, SGLang, llama-server's slots). The gateway remembers, per replica, the
+prompts it sent there as chained hashes of fixed-size blocks (`PrefixIndex`), so a block's
+hash stands for everything before it. A request costs, on each replica, the prompt tokens
+that replica would have to compute again plus a price per request it already has in flight,
+plus a price per step away from the conversation's home (`dragoman.upstream.homes`), high
+enough that gateway replicas that know nothing of a conversation still send it where the
+others do. A replica far above the mean load takes nothing while another is below it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+import xxhash
+
+from dragoman.core.config import CacheRouting, Routing
+from dragoman.upstream.homes import Homes
+
+BYTES_PER_TOKEN = 4  # prompt bytes per token, for costs and metrics (JSON text of code and prose)
+PromptKind = Literal["chat", "messages"]  # a Chat Completions body, an Anthropic Messages body
+
+_hash = xxhash.xxh3_64_intdigest  # deterministic across processes: gateway replicas agree on it
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A request's prompt as routing sees it: in prompt order (tools, system, messages)."""
+
+    blocks: list[int]  # chained hashes of its fixed-size blocks
+    size: int  # bytes
+    identity: bytes  # the conversation: its session, else a hash of everything to its first user turn
+
+    @property
+    def tokens(self) -> int:
+        return self.size // BYTES_PER_TOKEN
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Where a request went and why (for the access log and the metrics)."""
+
+    root: str
+    reason: str  # prefix | home | load | least_loaded | only | round_robin
+    matched_tokens: int = 0
+    prompt_tokens: int = 0
+
+
+class _Segments(msgspec.Struct):
+    """The parts of a Messages body that make its prompt, left undecoded."""
+
+    model: str = ""
+    messages: list[msgspec.Raw] = []
+    tools: msgspec.Raw = msgspec.Raw(b"")
+    system: msgspec.Raw = msgspec.Raw(b"")
+
+
+_SEGMENTS = msgspec.json.Decoder(_Segments)
+# Anthropic breakpoints move to the newest turn each time: the turn before lost its marker.
+_CACHE_CONTROL = re.compile(rb'"cache_control"\s*:\s*\{[^{}]*\}')
+_SYSTEM_ROLE = re.compile(rb'^\{\s*"role"\s*:\s*"system"')
+
+
+def prompt_of(body: bytes, kind: PromptKind, conversation: str | None, block_bytes: int) -> Prompt | None:
+    """The prompt of a request body as sent upstream; None if it is no JSON object."""
+    ordered = _chat_order(body) if kind == "chat" else _messages_order(body)
+    if ordered is None:
+        return None
+    data, opening = ordered
+    view = memoryview(data)
+    identity = conversation.encode() if conversation else _hash(view[:opening]).to_bytes(8, "little")
+    blocks = []
+    chained = 0
+    for start in range(0, len(data), block_bytes):
+        chained = _hash(view[start : start + block_bytes], chained)
+        blocks.append(chained)
+    return Prompt(blocks, len(data), identity)
+
+
+def _chat_order(body: bytes) -> tuple[bytes, int] | None:
+    """A Chat Completions body as dragoman's translator encodes it (compact, `messages` before
+    `tools`, each message's `role` first), tools first, without decoding it: no key can hide in
+    a string, whose quotes are escaped. Returns the bytes and where its first user turn ends."""
+    tools = body.rfind(b',"tools":[')
+    data = body[tools:] + body[:tools] if tools > 0 else body
+    user = data.find(b'{"role":"user"')
+    if user < 0:
+        return data, len(data)
+    end = data.find(b',{"role":"', user)  # the next message; else the end of the list
+    return data, end if end > 0 else data.rfind(b"}]", user) + 1
+
+
+def _messages_order(body: bytes) -> tuple[bytes, int] | None:
+    """An Anthropic Messages body, whatever its formatting: tools, system, then messages."""
+    try:
+        segments = _SEGMENTS.decode(body)
+    except msgspec.DecodeError:
+        return None
+    messages: list[bytes | msgspec.Raw] = list(segments.messages)
+    for index in range(max(0, len(messages) - 2), len(messages)):
+        messages[index] = _CACHE_CONTROL.sub(b"", bytes(messages[index]))
+    first_user = next((i for i, m in enumerate(messages) if not _SYSTEM_ROLE.match(m)), len(messages) - 1)
+    model = segments.model.encode()
+    opening = len(model) + len(segments.tools) + len(segments.system) + sum(len(m) for m in messages[: first_user + 1])
+    return b"".join([model, segments.tools, segments.system, *messages]), opening
+
+
+class PrefixIndex:
+    """The prompt blocks recently sent to one replica: at most `max_blocks` (least recently
+    sent dropped first), each believed cached for `max_age` seconds after it was last sent.
+    About 125 bytes a block (an OrderedDict entry: 64-bit int key, float time)."""
+
+    __slots__ = ("_blocks", "_max_age", "_max_blocks")
+
+    def __init__(self, max_blocks: int, max_age: float) -> None:
+        self._blocks: OrderedDict[int, float] = OrderedDict()
+        self._max_blocks = max_blocks
+        self._max_age = max_age
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def match(self, blocks: Sequence[int], now: float) -> int:
+        """How many leading `blocks` are held. A chained block held means its prefix was
+        sent, so the held ones form a prefix: a binary search finds its end."""
+        held, oldest = self._blocks, now - self._max_age
+        low, high = 0, len(blocks)
+        while low < high:
+            middle = (low + high + 1) // 2
+            sent = held.get(blocks[middle - 1])
+            if sent is not None and sent >= oldest:
+                low = middle
+            else:
+                high = middle - 1
+        return low
+
+    def add(self, blocks: Sequence[int], now: float) -> None:
+        held = self._blocks
+        for block in blocks:
+            held[block] = now
+            held.move_to_end(block)
+        oldest = now - self._max_age
+        while held and (len(held) > self._max_blocks or next(iter(held.values())) < oldest):
+            held.popitem(last=False)
+
+    def clear(self) -> None:
+        self._blocks.clear()
+
+
+class Placement:
+    """The choice among free replicas for one upstream, and what it needs to remember:
+    requests in flight per replica (from this gateway process) and, for cache_aware, each
+    replica's PrefixIndex."""
+
+    def __init__(
+        self,
+        roots: list[str],
+        policy: Routing,
+        settings: CacheRouting,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.policy = policy
+        self.settings = settings
+        self._clock = clock
+        self.in_flight = dict.fromkeys(roots, 0)
+        self.indexes = {root: PrefixIndex(settings.max_blocks, settings.max_age) for root in roots}
+        self.homes = Homes(roots, spread=settings.spread, max_age=settings.max_age, clock=clock)
+        self._turn = itertools.cycle(range(len(roots)))
+
+    def wants_prompt(self) -> bool:
+        return self.policy == "cache_aware"
+
+    def choose(self, candidates: list[str], prompt: Prompt | None, avoid: str | None = None) -> Decision:
+        """Among the free `candidates` (`avoid`, the one a retry leaves, is not out: only left)."""
+        if len(candidates) == 1:
+            return Decision(candidates[0], "only", 0, prompt.tokens if prompt else 0)
+        if self.policy != "cache_aware" or prompt is None:
+            return Decision(self._least_loaded(candidates), "least_loaded", 0, prompt.tokens if prompt else 0)
+        return self._cache_aware(candidates, prompt, avoid)
+
+    def _least_loaded(self, candidates: list[str]) -> str:
+        in_flight = self.in_flight
+        start = next(self._turn) % len(candidates)  # ties taken in turn
+        rotated = candidates[start:] + candidates[:start]
+        return min(rotated, key=in_flight.__getitem__)
+
+    def _cache_aware(self, candidates: list[str], prompt: Prompt, avoid: str | None) -> Decision:
+        settings, in_flight, now = self.settings, self.in_flight, self._clock()
+        loads = [in_flight[root] for root in candidates]
+        cap = sum(loads) / len(loads) * settings.balance_rel + settings.balance_abs
+        # The conversation's home, then its rendezvous order: what every gateway replica computes.
+        free = set(candidates)
+        ranked = self.homes.order(prompt.identity)
+        order = [root for root in ranked if root in free]
+        eligible = [root for root in order if in_flight[root] <= cap] or order
+        block_tokens = settings.block_bytes // BYTES_PER_TOKEN
+        indexes, tokens = self.indexes, prompt.tokens
+        matches = [min(indexes[root].match(prompt.blocks, now) * block_tokens, tokens) for root in eligible]
+        rank = {root: position for position, root in enumerate(order)}
+        costs = [
+            tokens - matched + settings.load_tokens * in_flight[root] + settings.home_tokens * rank[root]
+            for root, matched in zip(eligible, matches, strict=True)
+        ]
+        chosen = costs.index(min(costs))
+        root, matched = eligible[chosen], matches[chosen]
+        if ranked[0] not in free and ranked[0] != avoid:
+            self.homes.pin(prompt.identity, root)  # its home is out (passed over): this is its home now
+        if matched and matches.count(matched) == 1 and matched == max(matches):
+            reason = "prefix"  # the only replica holding this much of the prompt
+        elif root == order[0]:
+            reason = "home"
+        else:
+            reason = "load"
+        return Decision(root, reason, matched, prompt.tokens)
+
+    def sent(self, root: str, prompt: Prompt | None) -> None:
+        """A request went to `root`: one more in flight, and its prompt is (soon) cached there."""
+        self.in_flight[root] += 1
+        if prompt is not None and self.policy == "cache_aware":
+            self.indexes[root].add(prompt.blocks, self._clock())
+
+    def ended(self, root: str) -> None:
+        self.in_flight[root] = max(0, self.in_flight[root] - 1)
+
+    def forget(self, root: str) -> None:
+        """`root` failed: a server that restarts comes back with an empty cache."""
+        self.indexes[root].clear()

@@ -1,0 +1,136 @@
+"""Cache-aware routing end to end: the official SDK over a real socket, scripted replicas.
+Each conversation's turns reach one replica (where its prefix is cached), on the translating
+and the passthrough path; round robin spreads them; the access log and /metrics say where
+each request went and why; failover is unchanged (docs/routing.md)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+
+import anthropic
+import httpx
+import pytest
+
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fakes import FakeUpstream
+
+SYSTEM = "You are a careful coding agent working in a repository. " * 100  # a few of routing's 4 KiB blocks
+CONVERSATIONS = 6
+TURNS = 3
+
+
+@pytest.fixture
+def second() -> Iterator[FakeUpstream]:
+    fake = FakeUpstream().start()
+    yield fake
+    fake.stop()
+
+
+def converse(client: anthropic.Anthropic, name: str, *, model: str = "test-model") -> None:
+    """TURNS turns of one conversation, each repeating the ones before (as Claude Code does)."""
+    messages: list[dict] = []
+    for turn in range(TURNS):
+        messages.append({"role": "user", "content": f"{name}: step {turn} " * 300})
+        reply = client.messages.create(model=model, max_tokens=20, system=SYSTEM, messages=messages,
+                                       extra_headers={"x-claude-code-session-id": name})  # fmt: skip
+        messages.append({"role": "assistant", "content": reply.content[0].text})  # type: ignore[union-attr]
+
+
+def _first_user_text(body: dict) -> str:
+    for message in body["messages"]:
+        if message["role"] == "user":
+            content = message["content"]
+            return content if isinstance(content, str) else content[0]["text"]
+    raise AssertionError("no user message")
+
+
+def replicas_of(name: str, *fakes: list[dict]) -> set[int]:
+    """Which of the replicas (by position) served the conversation `name`."""
+    return {i for i, requests in enumerate(fakes) for body in requests if _first_user_text(body).startswith(name)}
+
+
+@pytest.fixture
+def sdk() -> Iterator[Callable[[str], anthropic.Anthropic]]:
+    """The official SDK's client for a gateway URL, closed at teardown (no socket left to the GC)."""
+    clients: list[anthropic.Anthropic] = []
+
+    def make(url: str) -> anthropic.Anthropic:
+        clients.append(anthropic.Anthropic(base_url=url, api_key="k", max_retries=0))
+        return clients[-1]
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.mark.parametrize("routing", [None, "cache_aware", "round_robin"])
+def test_a_translated_conversation_stays_on_one_replica_unless_routed_round_robin(
+    make_gateway, upstream, second, routing, sdk
+):
+    settings = {"replicas": [second.url]} | ({"routing": routing} if routing else {})
+    gateway = make_gateway(upstream=settings, server={"default_model": "test-model"})
+    client = sdk(gateway.url)
+    for index in range(CONVERSATIONS):
+        converse(client, f"conversation-{index}")
+    assert upstream.requests and second.requests  # both replicas took conversations
+    spread = [replicas_of(f"conversation-{i}", upstream.requests, second.requests) for i in range(CONVERSATIONS)]
+    if routing == "round_robin":
+        assert all(len(served) == 2 for served in spread)  # three turns over two replicas in turn
+    else:
+        assert all(len(served) == 1 for served in spread), spread
+
+
+def test_a_passed_through_conversation_stays_on_one_replica(gateway_from, sdk):
+    fakes = [FakeAnthropic().start(), FakeAnthropic().start()]
+    try:
+        gateway = gateway_from({"server": {"default_model": "native-model"}, "upstreams": {"n": {
+            "url": fakes[0].url, "replicas": [fakes[1].url], "protocol": "anthropic", "max_retries": 0}}})  # fmt: skip
+        client = sdk(gateway.url)
+        for index in range(CONVERSATIONS):
+            converse(client, f"conversation-{index}", model="native-model")
+        bodies = [[body for path, body, _ in fake.requests if path == "/v1/messages"] for fake in fakes]
+        assert all(bodies)
+        for index in range(CONVERSATIONS):
+            assert len(replicas_of(f"conversation-{index}", *bodies)) == 1
+    finally:
+        for fake in fakes:
+            fake.stop()
+
+
+def test_the_log_and_metrics_say_which_replica_and_why(make_gateway, upstream, second, caplog, sdk):
+    gateway = make_gateway(upstream={"replicas": [second.url]}, server={"default_model": "test-model"})
+    client = sdk(gateway.url)
+    with caplog.at_level(logging.INFO, logger="dragoman.access"):
+        converse(client, "logged")
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dragoman.access"]
+    assert len(lines) == TURNS
+    assert len({line["replica"] for line in lines}) == 1
+    assert lines[0]["replica"] in (upstream.url.removesuffix("/v1"), second.url.removesuffix("/v1"))
+    assert lines[0]["routing"] == "home"  # nothing of it cached anywhere yet: its rendezvous home
+    assert [line["routing"] for line in lines[1:]] == ["prefix", "prefix"]  # then where its prefix is
+    assert lines[2]["prefix_match_tokens"] > lines[1]["prefix_match_tokens"] > 0
+    metrics = httpx.get(gateway.url + "/metrics").text
+    replica = lines[0]["replica"]
+    assert f'dragoman_routing_decisions_total{{reason="prefix",replica="{replica}",upstream="default"}} 2.0' in metrics
+    expected = [
+        line for line in metrics.splitlines() if line.startswith("dragoman_routing_expected_cached_tokens_total")
+    ]
+    routed = [line for line in metrics.splitlines() if line.startswith("dragoman_routing_prompt_tokens_total")]
+    assert float(expected[0].split()[-1]) == lines[1]["prefix_match_tokens"] + lines[2]["prefix_match_tokens"]
+    assert 0 < float(expected[0].split()[-1]) < float(routed[0].split()[-1])
+    assert "dragoman_routing_prefix_match_tokens_bucket" in metrics
+
+
+def test_a_conversations_replica_that_refuses_is_failed_over_as_before(make_gateway, upstream, second, sdk):
+    gateway = make_gateway(
+        upstream={"replicas": [second.url], "max_retries": 2}, server={"default_model": "test-model"}
+    )
+    client = sdk(gateway.url)
+    converse(client, "moving")
+    home, other = (upstream, second) if upstream.requests else (second, upstream)
+    assert len(home.requests) == TURNS and not other.requests
+    home.stop()  # it goes away: refused connections
+    converse(client, "moving")  # the SDK sees no error: each turn is retried on the other replica
+    assert len(other.requests) == TURNS

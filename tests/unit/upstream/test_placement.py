@@ -1,0 +1,334 @@
+"""Cache-aware routing's pieces, deterministic: the prompt as routing sees it, the per-replica
+prefix index, each conversation's home, and the choice (dragoman.upstream.placement)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from dragoman.core.config import CacheRouting
+from dragoman.protocol import openai
+from dragoman.upstream.homes import Homes
+from dragoman.upstream.placement import Placement, PrefixIndex, Prompt, prompt_of
+from dragoman.upstream.replicas import Replicas
+
+ROOTS = [f"http://10.0.0.{i}:8000" for i in range(1, 5)]
+BLOCK = 256
+TOOLS = [{"type": "function", "function": {"name": f"tool{i}", "description": "d" * 400, "parameters": {"type": "object"}}}
+         for i in range(4)]  # fmt: skip
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def chat_body(*turns: str, system: str = "You are a coding agent. " * 40, tools: Any = TOOLS) -> bytes:
+    """A Chat Completions body as the translator encodes it (the ChatRequest struct)."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for index, turn in enumerate(turns):
+        messages.append({"role": "user" if index % 2 == 0 else "assistant", "content": turn})
+    request = msgspec.convert({"model": "m", "messages": messages, "tools": tools, "max_tokens": 100,
+                               "stream": True}, openai.ChatRequest)  # fmt: skip
+    return openai.ENCODER.encode(request)
+
+
+def messages_body(*turns: str, spaced: bool = False) -> bytes:
+    """An Anthropic body shaped like Claude Code's: messages first, the breakpoint on the last block."""
+    messages = []
+    for index, turn in enumerate(turns):
+        messages.append(
+            {"role": "user" if index % 2 == 0 else "assistant", "content": [{"type": "text", "text": turn}]}
+        )
+    messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    body = {"model": "m", "messages": messages, "system": [{"type": "text", "text": "agent " * 200}],
+            "tools": [{"name": "Bash", "description": "run " * 300, "input_schema": {"type": "object"}}],
+            "max_tokens": 100}  # fmt: skip
+    return json.dumps(body, separators=(", ", ": ") if spaced else (",", ":")).encode()
+
+
+def prompt(body: bytes, kind: str = "chat", conversation: str | None = None) -> Prompt:
+    result = prompt_of(body, kind, conversation, BLOCK)  # type: ignore[arg-type]
+    assert result is not None
+    return result
+
+
+def shared(a: Prompt, b: Prompt) -> int:
+    count = 0
+    for x, y in zip(a.blocks, b.blocks, strict=False):
+        if x != y:
+            break
+        count += 1
+    return count
+
+
+# -- the prompt ------------------------------------------------------------------------
+
+
+def test_a_later_turn_repeats_every_block_of_the_turn_before_but_its_last_partial_one() -> None:
+    first = prompt(chat_body("fix the bug in parser.py " * 30))
+    second = prompt(chat_body("fix the bug in parser.py " * 30, "I read it. " * 50, "the test output " * 40))
+    assert shared(first, second) >= len(first.blocks) - 1
+    assert len(second.blocks) > len(first.blocks)
+
+
+def test_tools_and_system_come_first_so_sessions_share_them() -> None:
+    """The Chat Completions body has its tools last; routing reads them first, as a template
+    renders them, so two conversations share every block of their tools and system prompt."""
+    one, other = prompt(chat_body("one task " * 50)), prompt(chat_body("another task " * 50))
+    common = len(json.dumps(TOOLS)) + len("You are a coding agent. " * 40)
+    assert shared(one, other) >= common // BLOCK - 1
+    assert one.blocks[-1] != other.blocks[-1]
+
+
+def test_without_a_session_the_identity_is_the_conversation_up_to_its_first_user_turn() -> None:
+    first = prompt(chat_body("task A " * 20))
+    later = prompt(chat_body("task A " * 20, "done", "now the tests"))
+    assert first.identity == later.identity
+    assert prompt(chat_body("task B " * 20)).identity != first.identity
+    assert prompt(chat_body("task A " * 20), conversation="session-1").identity == b"session-1"
+
+
+def test_a_moved_cache_breakpoint_does_not_break_an_anthropic_conversations_prefix() -> None:
+    """Claude Code marks the last block of the newest turn; next turn that mark has moved on."""
+    for spaced in (False, True):
+        first = prompt(messages_body("read parser.py " * 80, spaced=spaced), "messages")
+        second = prompt(messages_body("read parser.py " * 80, "ok " * 100, "next " * 100, spaced=spaced), "messages")
+        assert shared(first, second) >= len(first.blocks) - 1
+
+
+def test_a_body_that_is_no_json_object_has_no_prompt() -> None:
+    assert prompt_of(b"not json", "messages", None, BLOCK) is None
+    assert prompt_of(b"[1, 2]", "messages", None, BLOCK) is None
+
+
+# -- the prefix index --------------------------------------------------------------------
+
+
+def test_the_index_matches_the_longest_prefix_it_was_sent() -> None:
+    index = PrefixIndex(max_blocks=100, max_age=60)
+    index.add([1, 2, 3], now=0)
+    assert index.match([1, 2, 3, 4], now=1) == 3
+    assert index.match([1, 2, 9], now=1) == 2
+    assert index.match([7, 8], now=1) == 0
+
+
+def test_the_index_is_bounded_least_recently_sent_first() -> None:
+    index = PrefixIndex(max_blocks=4, max_age=60)
+    index.add([1, 2], now=0)
+    index.add([10, 11, 12], now=1)
+    assert len(index) == 4
+    assert index.match([1, 2], now=2) == 0  # block 1 went first
+    index.add([10, 11, 12, 13, 14, 15], now=3)
+    assert len(index) == 4
+
+
+def test_blocks_older_than_max_age_are_not_believed_cached() -> None:
+    index = PrefixIndex(max_blocks=100, max_age=60)
+    index.add([1, 2], now=0)
+    index.add([1], now=50)
+    assert index.match([1, 2], now=100) == 1  # block 2 was last sent 100 s ago
+    assert index.match([1, 2], now=111) == 0
+    index.add([5], now=200)  # adding drops what aged out
+    assert len(index) == 1
+
+
+# -- homes ---------------------------------------------------------------------------------
+
+
+def test_gateways_that_saw_the_same_conversations_in_any_order_agree_on_their_homes() -> None:
+    clock = Clock()
+    identities = [f"conversation-{i}".encode() for i in range(40)]
+    one = Homes(ROOTS, spread=1.2, max_age=600, clock=clock)
+    other = Homes(ROOTS, spread=1.2, max_age=600, clock=clock)
+    for identity in identities:
+        one.order(identity)
+    for identity in reversed(identities):
+        other.order(identity)
+    clock.now += 2  # both assign afresh, in one canonical order
+    assert [one.order(i)[0] for i in identities] == [other.order(i)[0] for i in identities]
+
+
+def test_no_replica_is_home_to_more_than_its_share() -> None:
+    clock = Clock()
+    homes = Homes(ROOTS, spread=1.2, max_age=600, clock=clock)
+    identities = [f"c{i}".encode() for i in range(100)]
+    for identity in identities:
+        homes.order(identity)
+    clock.now += 2
+    counts = {root: 0 for root in ROOTS}
+    for identity in identities:
+        counts[homes.order(identity)[0]] += 1
+    assert max(counts.values()) <= 30  # 1.2 x 100 / 4
+
+
+def test_homes_forget_conversations_not_seen_for_max_age_and_are_bounded() -> None:
+    clock = Clock()
+    homes = Homes(ROOTS, spread=1.2, max_age=60, clock=clock, max_conversations=10)
+    for i in range(15):
+        homes.order(f"c{i}".encode())
+    assert len(homes._seen) == 10
+    clock.now += 61
+    homes.order(b"new")
+    assert list(homes._seen) == [b"new"]
+
+
+# -- the choice -----------------------------------------------------------------------------
+
+
+def placement(policy: str = "cache_aware", clock: Clock | None = None, **settings: Any) -> Placement:
+    routing = msgspec.structs.replace(CacheRouting(block_bytes=BLOCK), **settings)
+    return Placement(ROOTS, policy, routing, clock=clock or Clock())  # type: ignore[arg-type]
+
+
+def send(place: Placement, body: bytes, conversation: str | None = None, *, end: bool = True) -> str:
+    request = prompt(body, conversation=conversation)
+    decision = place.choose(ROOTS, request)
+    place.sent(decision.root, request)
+    if end:
+        place.ended(decision.root)
+    return decision.root
+
+
+def test_every_turn_of_a_conversation_goes_where_the_turn_before_went() -> None:
+    place = placement()
+    turns = ["task " * 100]
+    roots = set()
+    for turn in range(6):
+        roots.add(send(place, chat_body(*turns)))
+        turns += [f"answer {turn} " * 50, f"tool output {turn} " * 80]
+    assert len(roots) == 1
+
+
+def test_a_conversation_not_on_its_home_stays_where_its_prefix_is() -> None:
+    """When what it would recompute elsewhere costs more than leaving its home (home_tokens)."""
+    place = placement(home_tokens=256)
+    body = chat_body("task " * 100)
+    request = prompt(body)
+    elsewhere = place.homes.order(request.identity)[1]
+    place.sent(elsewhere, request)  # it went elsewhere once (its home was busy)
+    place.ended(elsewhere)
+    decision = place.choose(ROOTS, prompt(chat_body("task " * 100, "ok " * 200, "more " * 300)))
+    assert (decision.root, decision.reason) == (elsewhere, "prefix")
+    assert decision.matched_tokens >= len(body) // 4 - BLOCK // 4
+
+
+def test_a_hot_conversation_does_not_pile_onto_its_replica_while_others_idle() -> None:
+    place = placement(balance_rel=1.5, balance_abs=2.0)
+    body = chat_body("the same long task " * 100)
+    held = [send(place, body, end=False) for _ in range(12)]
+    assert len(set(held)) > 1  # past the bound, requests went elsewhere
+    counts = [held.count(root) for root in ROOTS]
+    assert max(counts) <= 12 / len(ROOTS) * 1.5 + 2 + 1
+
+
+def test_first_turns_spread_over_the_replicas() -> None:
+    place = placement()
+    chosen = [send(place, chat_body(f"task number {i} " * 40)) for i in range(40)]
+    assert set(chosen) == set(ROOTS)
+
+
+def test_gateway_replicas_send_a_conversation_one_of_them_never_saw_to_the_same_replica() -> None:
+    clock = Clock()
+    one, other = placement(clock=clock), placement(clock=clock)
+    turns = ["task " * 100]
+    first = send(one, chat_body(*turns), "session-7")
+    turns += ["answer " * 50, "tool output " * 80]
+    assert send(other, chat_body(*turns), "session-7") == first
+
+
+def test_the_decision_notes_what_it_expected_cached() -> None:
+    place = placement()
+    body = chat_body("task " * 100)
+    send(place, body)
+    decision = place.choose(ROOTS, prompt(body))
+    assert decision.reason == "prefix"
+    assert decision.matched_tokens == decision.prompt_tokens == prompt(body).tokens
+
+
+def test_least_loaded_takes_the_replica_with_fewest_in_flight_ties_in_turn() -> None:
+    place = placement("least_loaded")
+    for root in ROOTS[:3]:
+        place.sent(root, None)
+    assert place.choose(ROOTS, None).root == ROOTS[3]
+    place.sent(ROOTS[3], None)
+    assert {place.choose(ROOTS, None).root for _ in range(8)} == set(ROOTS)
+
+
+# -- with failover (Replicas) ------------------------------------------------------------------
+
+
+def replicas(clock: Clock) -> Replicas:
+    return Replicas("up", ROOTS, trial_for=5.0, clock=clock, placement=placement(clock=clock))
+
+
+def test_a_replica_passed_over_is_not_chosen_even_holding_the_prefix() -> None:
+    clock = Clock()
+    fleet = replicas(clock)
+    assert fleet.placement is not None
+    request = prompt(chat_body("task " * 100))
+    root = fleet.place(prompt=request).root
+    fleet.placement.sent(root, request)
+    fleet.failed(root, silent=False)
+    assert fleet.place(prompt=request).root != root
+    assert fleet.place(avoid=ROOTS[0], prompt=request).root != ROOTS[0]
+
+
+@pytest.mark.parametrize("silent", [False, True])
+def test_a_replica_that_comes_back_is_warmed_not_flooded(silent: bool) -> None:
+    """It failed: its cache is presumed lost. Conversations that moved on while it was out
+    stay where their prefix now is; it takes new ones."""
+    clock = Clock()
+    fleet = replicas(clock)
+    placement = fleet.placement
+    assert placement is not None
+    conversations = [chat_body(f"task {i} " * 60) for i in range(12)]
+    first = {}
+    for index, body in enumerate(conversations):
+        request = prompt(body)
+        first[index] = fleet.place(prompt=request).root
+        placement.sent(first[index], request)
+        placement.ended(first[index])
+    down = first[0]
+    fleet.failed(down, silent=silent)
+    moved = {}
+    for index, body in enumerate(conversations):
+        if first[index] == down:
+            request = prompt(body)
+            moved[index] = fleet.place(prompt=request).root
+            assert moved[index] != down
+            placement.sent(moved[index], request)
+            placement.ended(moved[index])
+    clock.now += 120  # its cool-down is over
+    fleet.answered(down)
+    for index in moved:
+        longer = prompt(chat_body(f"task {index} " * 60, "ok " * 40, "go on " * 40))
+        assert fleet.place(prompt=longer).root == moved[index]
+
+
+def test_a_retry_that_leaves_a_conversations_home_does_not_move_the_conversation() -> None:
+    """Left once (a 502 retried elsewhere) is not out: the next turn goes home again."""
+    clock = Clock()
+    fleet = replicas(clock)
+    assert fleet.placement is not None
+    body = chat_body("task " * 100)
+    home = fleet.place(prompt=prompt(body)).root
+    assert fleet.place(avoid=home, prompt=prompt(body)).root != home
+    assert fleet.place(prompt=prompt(chat_body("task " * 100, "ok", "next"))).root == home
+
+
+def test_a_cache_routing_setting_out_of_range_is_a_start_up_error_naming_it() -> None:
+    from dragoman.core.config import ConfigError, from_dict
+
+    upstream = {"url": "http://127.0.0.1:8000/v1", "replicas": ["http://127.0.0.1:8001/v1"]}
+    with pytest.raises(ConfigError, match=r"upstreams\.u\.cache_routing\.block_bytes: must be positive, got 0"):
+        from_dict({"upstreams": {"u": {**upstream, "cache_routing": {"block_bytes": 0}}}})
+    with pytest.raises(ConfigError, match=r"upstreams\.u\.routing"):
+        from_dict({"upstreams": {"u": {**upstream, "routing": "random"}}})
+    assert from_dict({"upstreams": {"u": upstream}}).upstreams["u"].routing is None  # cache_aware, with replicas
