@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
@@ -54,10 +54,9 @@ from dragoman.translate.stream import StreamTranslator
 from dragoman.upstream.client import HttpClient
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.keepalive import head_or_task, late_start
-from dragoman.upstream.transport.response import Response
 
 if TYPE_CHECKING:  # routing and observe import the backends
-    from dragoman.core.types import Outcome, Route
+    from dragoman.core.types import Route
 
 log = logging.getLogger("dragoman.upstream")
 MAX_TOOL_PROBES = 16  # models per list whose chat template is checked for tools (a hosted list may have hundreds)
@@ -231,10 +230,12 @@ class OpenAIBackend:
                 chunks = late_start(
                     head,
                     self._keepalive,
-                    lambda response: self._translated(response, translator, call.outcome, _sse, counted, direct),
+                    lambda response: self._streams.translated(
+                        response, translator, call.outcome, _sse, counted, direct
+                    ),
                 )
                 return Streaming(chunks, headers=_headers(translated, dropped), direct=direct)
-            chunks = self._translated(head, translator, call.outcome, _sse, counted, direct)
+            chunks = self._streams.translated(head, translator, call.outcome, _sse, counted, direct)
             return Streaming(chunks, headers=_headers(translated, dropped), on_close=head.close, direct=direct)
         response = await post
         if not upstream_stream:
@@ -251,7 +252,7 @@ class OpenAIBackend:
             note_usage(call.outcome, message.usage)
             return Completed(msgspec.json.encode(message), headers=_headers(translated, dropped))
         folder = Folder(upstream=self.name)  # the events folded as they come: none is kept
-        batches = self._translated(response, StreamTranslator(**reply), call.outcome, _as_events, counted)
+        batches = self._streams.translated(response, StreamTranslator(**reply), call.outcome, _as_events, counted)
         async with contextlib.aclosing(batches):  # a reply refused part-way closes its upstream request now
             async for batch in batches:
                 folder.feed(batch)
@@ -271,18 +272,6 @@ class OpenAIBackend:
         if request.stream:
             return Streaming(_once(encode_all(events_of(message))), headers=reply.headers)
         return Completed(msgspec.json.encode(message), headers=reply.headers)
-
-    def _translated(
-        self,
-        response: Response,
-        translator: StreamTranslator,
-        outcome: Outcome | None,
-        encode: Callable[[Batch], T],
-        prompt_tokens: Callable[[], Awaitable[int]] | None = None,
-        direct: DirectWrites | None = None,
-    ) -> AsyncGenerator[T, None]:
-        """The upstream stream as batches of Anthropic events (`ChatStreams.translated`)."""
-        return self._streams.translated(response, translator, outcome, encode, prompt_tokens, direct)
 
     # -- token counting and limits -------------------------------------------------
 
