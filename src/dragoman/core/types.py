@@ -147,6 +147,7 @@ class Outcome:
     input_tokens: int | None = None
     output_tokens: int | None = None
     cache_read_tokens: int | None = None
+    cache_creation_tokens: int | None = None  # written to the prompt cache (passthrough usage); counts as input
     keepalives: int = 0
     retries: int = 0
     error_type: str | None = None

@@ -141,6 +141,7 @@ class Admission:
             return
         served = outcome.status == 200
         used_in = outcome.input_tokens if outcome.input_tokens is not None else (self._estimate if served else 0)
+        used_in += outcome.cache_creation_tokens or 0  # Anthropic counts prompt-cache writes as input; reads not
         # A stream cut before the upstream told its usage keeps its whole reservation; so does a
         # passthrough stream the client cut (its events told only message_start's count).
         cut_short = outcome.disconnected and outcome.path == "passthrough"

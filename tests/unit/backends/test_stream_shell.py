@@ -41,7 +41,7 @@ def translator() -> StreamTranslator:
 
 async def collect(reads: list[bytes], encode: Any) -> tuple[list[Any], Response]:
     response = Response(reads)
-    out = [batch async for batch in backend()._translated(response, translator(), None, encode)]  # type: ignore[arg-type]
+    out = [batch async for batch in backend()._streams.translated(response, translator(), None, encode)]  # type: ignore[arg-type]
     return out, response
 
 
@@ -83,7 +83,7 @@ def test_a_large_burst_is_split_into_events_only_in_part_before_its_first_token(
 
     async def run() -> tuple[list[Any], int]:
         batches, fed_at_first = [], 0
-        async for batch in backend()._translated(Response([burst]), translator(), None, _as_events):  # type: ignore[arg-type]
+        async for batch in backend()._streams.translated(Response([burst]), translator(), None, _as_events):  # type: ignore[arg-type]
             if not batches:
                 fed_at_first = sum(fed)
             batches.append(batch)
@@ -125,7 +125,7 @@ def test_a_ping_before_the_first_token_follows_message_start() -> None:
     response = SlowStart([chunk(content="a"), FINISH + USAGE + DONE])
 
     async def run() -> list[Any]:
-        return [batch async for batch in slow._translated(response, translator(), None, _as_events)]  # type: ignore[arg-type]
+        return [batch async for batch in slow._streams.translated(response, translator(), None, _as_events)]  # type: ignore[arg-type]
 
     batches = [kinds(b) for b in asyncio.run(run())]
     assert batches[0] == ["MessageStart", "Ping"]  # message_start first, as Anthropic orders them
@@ -143,7 +143,7 @@ def test_a_stream_cut_before_its_first_token_raises_before_anything_is_yielded()
     async def run() -> tuple[list[Any], BaseException | None]:
         batches: list[Any] = []
         try:
-            async for batch in backend()._translated(
+            async for batch in backend()._streams.translated(
                 Response([chunk(role="assistant", content="")]), translator(), None, _as_events
             ):  # type: ignore[arg-type]
                 batches.append(batch)
@@ -196,7 +196,7 @@ def test_a_body_kept_open_after_done_ends_the_reply_at_once_and_its_connection_i
 
     async def run() -> tuple[list[Any], OpenBody, tuple[bool, bool]]:
         response = OpenBody([chunk(content="a") + FINISH + USAGE + DONE])
-        batches = [batch async for batch in backend()._translated(response, translator(), None, _as_events)]  # type: ignore[arg-type]
+        batches = [batch async for batch in backend()._streams.translated(response, translator(), None, _as_events)]  # type: ignore[arg-type]
         at_the_end = (response.released, response.closed)  # the reply is whole; the body is still being read
         for _ in range(200):
             if response.closed:

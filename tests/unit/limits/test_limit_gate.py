@@ -69,6 +69,13 @@ def test_settling_refunds_unused_output_and_charges_input():
     assert 880 <= int(headers["anthropic-ratelimit-output-tokens-remaining"]) < 890  # 1000 - 20 - this one's 100
 
 
+def test_cache_writes_count_as_input_and_cache_reads_do_not():
+    limiter = limits({"input_tokens_per_minute": 1000})
+    admit(limiter).settle(Outcome(request_id="r", endpoint="messages", status=200, input_tokens=100, output_tokens=5,
+                                  cache_read_tokens=400, cache_creation_tokens=200))  # fmt: skip
+    assert 700 <= int(admit(limiter).headers()["anthropic-ratelimit-input-tokens-remaining"]) < 710
+
+
 def test_a_failed_request_gets_its_whole_reservation_back():
     limiter = limits({"output_tokens_per_minute": 1000})
     admit(limiter).settle(Outcome(request_id="r", endpoint="messages", status=502))

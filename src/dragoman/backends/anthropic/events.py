@@ -15,7 +15,7 @@ from dragoman.core.types import Call
 from dragoman.protocol import anthropic
 from dragoman.protocol.sse import encode
 
-_TOKENS = re.compile(rb'"(input_tokens|output_tokens|cache_read_input_tokens)"\s*:\s*(\d+)')
+_TOKENS = re.compile(rb'"(input_tokens|output_tokens|cache_read_input_tokens|cache_creation_input_tokens)"\s*:\s*(\d+)')
 
 
 def note_usage(call: Call, data: bytes) -> None:
@@ -28,8 +28,10 @@ def note_usage(call: Call, data: bytes) -> None:
             outcome.input_tokens = int(value)
         elif name == b"output_tokens":
             outcome.output_tokens = int(value)
-        else:
+        elif name == b"cache_read_input_tokens":
             outcome.cache_read_tokens = int(value)
+        else:
+            outcome.cache_creation_tokens = int(value)
 
 
 def leading_comments(head: bytes) -> int:
