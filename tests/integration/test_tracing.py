@@ -234,6 +234,19 @@ def test_spans_go_over_grpc_too(upstream, gateway_from):
     assert {span.service for span in spans} == {"gateway-7"}
 
 
+def test_the_replica_and_why_routing_chose_it_are_on_the_attempt(traced, upstream, receiver):
+    other = FakeUpstream().start()
+    try:
+        gateway = traced(upstream_keys={"replicas": [other.url], "routing": "cache_aware"})
+        sdk(gateway).messages.create(**ASK)
+        attempt = one(flushed(gateway, receiver), CLIENT)
+    finally:
+        other.stop()
+    assert attempt.attributes["dragoman.replica"] in {upstream.url.removesuffix("/v1"), other.url.removesuffix("/v1")}
+    assert attempt.attributes["dragoman.route.reason"]
+    assert isinstance(attempt.attributes["dragoman.route.prefix_tokens"], int)
+
+
 def test_tracing_is_off_unless_asked_for(monkeypatch):
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED"):
         monkeypatch.delenv(name, raising=False)

@@ -126,7 +126,7 @@ class RequestTrace:
         self.span.set_attribute("gen_ai.request.model", capped(call.model))
         self.span.set_attribute("dragoman.request_id", call.request_id)
 
-    def attempt(self, root: str, lines: bytes, reason: str | None = None) -> bytes:
+    def attempt(self, root: str, lines: bytes, reason: str | None = None, prefix_tokens: int | None = None) -> bytes:
         """Start the span of one try at `root` (a retry's is a sibling of the one before), and
         the request's header lines with its `traceparent`, so the upstream continues the trace."""
         from opentelemetry.trace import SpanKind, format_span_id, format_trace_id, set_span_in_context
@@ -136,8 +136,10 @@ class RequestTrace:
         attributes = {**self._request_attributes, "server.address": address.hostname or "", "dragoman.replica": root}
         if address.port is not None:
             attributes["server.port"] = address.port
-        if reason:
+        if reason:  # why routing chose this replica, and how much of the prompt it expected cached
             attributes["dragoman.route.reason"] = reason
+            if prefix_tokens is not None:
+                attributes["dragoman.route.prefix_tokens"] = prefix_tokens
         name = f"{self._operation} {self._model}".strip()
         span = self._attempt = self._tracer.start_span(name, context=set_span_in_context(self.span),
                                                                kind=SpanKind.CLIENT, attributes=attributes)  # fmt: skip

@@ -279,7 +279,10 @@ class HttpClient:
         (an answer is for `_post` to note: a stream's head alone is none)."""
         replicas = self.replicas
         trace = getattr(request.outcome, "trace", None)  # tracing on: a span per attempt, its traceparent sent
-        lines = request.lines if trace is None else trace.attempt(root, request.lines)
+        if trace is None:
+            lines = request.lines
+        else:  # the routing decision (_pick) was noted on the outcome just before
+            lines = trace.attempt(root, request.lines, request.outcome.routing, request.outcome.prefix_tokens)
         try:
             response = await self._pool.request(root, b"POST", request.target, lines, request.body,
                                                 head_timeout=self._upstream.first_byte_timeout,
