@@ -16,6 +16,8 @@ import base64
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgspec
+
 from dragoman.backends.fetch import Budget, fetch
 from dragoman.core.config import ServerConfig
 from dragoman.core.errors import InvalidRequest
@@ -26,10 +28,48 @@ from dragoman.protocol import anthropic as a
 _Found = tuple[str, str, Callable[[str, str], None]]
 
 
+class _Source(msgspec.Struct):
+    type: str = ""
+    content: str | list[_Block] | None = None  # a `content` document's blocks
+
+
+class _Block(msgspec.Struct):
+    type: str = ""
+    source: _Source | None = None
+    content: str | list[_Block] | None = None  # a tool result's blocks
+
+
+class _Message(msgspec.Struct):
+    content: str | list[_Block] = ""
+
+
+class _Messages(msgspec.Struct):
+    messages: list[_Message] = []
+
+
+_MESSAGES = msgspec.json.Decoder(_Messages)  # every other field is skipped, not built
+
+
 def may_have_url_images(body: bytes) -> bool:
-    """A cheap pre-check, so most requests without URL images pay nothing. A body with any
-    `\\u` escape is looked through too: `"\\u0075rl"` decodes to `"url"`."""
-    return (b'"url"' in body and b'"image"' in body) or b"\\u" in body
+    """Whether the body gives an image by URL, decoded (so an escaped `"\\u0075rl"` is seen as
+    `"url"`) into only the fields that say so: about 30 µs for an 80 KB Claude Code body,
+    where scanning its bytes for every spelling cost over 100. A body that does not decode
+    so is looked through whole by `inline_url_images`."""
+    try:
+        messages = _MESSAGES.decode(body).messages
+    except msgspec.DecodeError:
+        return True
+    return any(
+        _url_image(block) for message in messages if isinstance(message.content, list) for block in message.content
+    )
+
+
+def _url_image(block: _Block) -> bool:
+    source = block.source
+    if block.type == "image":
+        return source is not None and source.type == "url"
+    inner = block.content if block.type == "tool_result" else source.content if source is not None else None
+    return isinstance(inner, list) and any(_url_image(item) for item in inner)
 
 
 async def inline_url_images(messages: list[Any], server: ServerConfig) -> bool:

@@ -1,0 +1,53 @@
+"""backends.images.may_have_url_images: the check every request pays, exact on what a
+model server would read (escapes decoded), nested images included."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dragoman.backends.images import may_have_url_images
+
+URL = {"type": "url", "url": "http://169.254.169.254/x.png"}
+
+
+def body(*blocks: object) -> bytes:
+    return json.dumps({"model": "m", "messages": [{"role": "user", "content": list(blocks)}]}).encode()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        body({"type": "image", "source": URL}),
+        body({"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image", "source": URL}]}),
+        body({"type": "document", "source": {"type": "content", "content": [{"type": "image", "source": URL}]}}),
+        body({"type": "image", "source": URL}).replace(b'"url"', b'"\\u0075rl"', 1),  # escaped: still "url"
+        body({"type": "image", "source": URL}).replace(b'"image"', b'"\\u0069mage"', 1),
+    ],
+)
+def test_an_image_given_by_url_is_found_however_it_is_spelled_or_nested(raw: bytes) -> None:
+    assert may_have_url_images(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        body({"type": "text", "text": 'an "image" with a "url" and \\u escapes'}),
+        body({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}),
+        body({"type": "document", "source": URL}),  # a URL document: fetch_documents' business
+        json.dumps(
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "Hello"}],
+                "tools": [{"name": "fetch", "input_schema": {"properties": {"url": {"type": "string"}}}}],
+            }
+        ).encode(),  # fmt: skip
+    ],
+)
+def test_no_image_url_means_no_fetch(raw: bytes) -> None:
+    assert not may_have_url_images(raw)
+
+
+def test_a_body_of_another_shape_is_looked_through_whole() -> None:
+    assert may_have_url_images(b'{"messages": [{"content": [42]}]}')
