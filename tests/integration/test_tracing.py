@@ -5,7 +5,6 @@ incoming `traceparent` is continued and a child's sent upstream."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 
 from dragoman.core.config import TracingConfig
 from dragoman.core.tracing import build_tracing, wanted
+from tests.support.batches import wait_ended
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 from tests.support.otlp import GrpcOtlpReceiver, OtlpReceiver, Span
 from tests.support.servers import GatewayServer
@@ -166,10 +166,7 @@ def _run_batch(client: anthropic.Anthropic, **extra: Any) -> str:
     created = client.messages.batches.create(
         requests=[{"custom_id": "a", "params": params}, {"custom_id": "b", "params": params}], **extra
     )
-    deadline = time.monotonic() + 10
-    while client.messages.batches.retrieve(created.id).processing_status != "ended":
-        assert time.monotonic() < deadline, "the batch did not end"
-        time.sleep(0.02)
+    wait_ended(client, created.id)
     return created.id
 
 

@@ -79,6 +79,22 @@ class Instruments:
                                              description="Tokens per request, by type")  # fmt: skip
 
 
+def traceparent_of(span: Any) -> str:
+    """The W3C `traceparent` naming `span`: sent upstream, or kept with a batch to link to."""
+    from opentelemetry.trace import format_span_id, format_trace_id
+
+    context = span.get_span_context()
+    flags = "01" if context.trace_flags.sampled else "00"
+    return f"00-{format_trace_id(context.trace_id)}-{format_span_id(context.span_id)}-{flags}"
+
+
+def context_of(traceparent: str, tracestate: str = "") -> Any:
+    """The OpenTelemetry context a `traceparent` (and `tracestate`) header names; empty if none."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return TraceContextTextMapPropagator().extract(carrier={"traceparent": traceparent, "tracestate": tracestate})
+
+
 class RequestTrace:
     """Filled in as the request goes: `prepared`, `attempt` per upstream try, the reply
     (`completed` or `watch`), then `end` with the request's Outcome."""
@@ -129,7 +145,7 @@ class RequestTrace:
     def attempt(self, root: str, lines: bytes, reason: str | None = None, prefix_tokens: int | None = None) -> bytes:
         """Start the span of one try at `root` (a retry's is a sibling of the one before), and
         the request's header lines with its `traceparent`, so the upstream continues the trace."""
-        from opentelemetry.trace import SpanKind, format_span_id, format_trace_id, set_span_in_context
+        from opentelemetry.trace import SpanKind, set_span_in_context
 
         self._end_attempt("retried")
         address = urlsplit(root)
@@ -143,10 +159,7 @@ class RequestTrace:
         name = f"{self._operation} {self._model}".strip()
         span = self._attempt = self._tracer.start_span(name, context=set_span_in_context(self.span),
                                                                kind=SpanKind.CLIENT, attributes=attributes)  # fmt: skip
-        context = span.get_span_context()
-        flags = "01" if context.trace_flags.sampled else "00"
-        header = f"traceparent: 00-{format_trace_id(context.trace_id)}-{format_span_id(context.span_id)}-{flags}\r\n"
-        return lines + header.encode()
+        return lines + f"traceparent: {traceparent_of(span)}\r\n".encode()
 
     def attempt_failed(self, error_type: str) -> None:
         """The current try failed (no answer, or a status it will be retried for)."""

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dragoman.core.config import ConfigError, TracingConfig
-from dragoman.core.request_trace import Instruments, RequestTrace
+from dragoman.core.request_trace import Instruments, RequestTrace, context_of, traceparent_of
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -74,48 +74,36 @@ class Tracing:
 
     def request(self, headers: Mapping[str, str], endpoint: str, path: str) -> RequestTrace:
         """A server span for one HTTP request, continuing the client's `traceparent`."""
-        from opentelemetry.trace import SpanKind
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-        parent = TraceContextTextMapPropagator().extract(carrier={"traceparent": headers.get("traceparent", ""),
-                                                                  "tracestate": headers.get("tracestate", "")})  # fmt: skip
-        span = self.tracer.start_span(f"POST {path}", context=parent, kind=SpanKind.SERVER,
-                                      attributes={"http.request.method": "POST", "url.path": path,
-                                                  "dragoman.endpoint": endpoint})  # fmt: skip
+        span = self._server_span(headers, path, {"dragoman.endpoint": endpoint})
         return self._trace(span, "count_tokens" if endpoint == "count_tokens" else "chat")
 
     def batch_created(self, headers: Mapping[str, str], path: str) -> tuple[Any, str]:
         """The server span of a request that creates a batch, and the `traceparent` naming it,
         which each of the batch's requests links its own trace to."""
-        from opentelemetry.trace import SpanKind, format_span_id, format_trace_id
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-        parent = TraceContextTextMapPropagator().extract(carrier={"traceparent": headers.get("traceparent", "")})
-        span = self.tracer.start_span(f"POST {path}", context=parent, kind=SpanKind.SERVER,
-                                      attributes={"http.request.method": "POST", "url.path": path})  # fmt: skip
-        context = span.get_span_context()
-        flags = "01" if context.trace_flags.sampled else "00"
-        return span, f"00-{format_trace_id(context.trace_id)}-{format_span_id(context.span_id)}-{flags}"
+        span = self._server_span(headers, path, {})
+        return span, traceparent_of(span)
 
     def batch_request(self, batch_id: str, custom_id: str, created_by: str | None) -> RequestTrace:
-        """A trace of its own for one request of a batch, linked to the request that created the
-        batch when that one carried a `traceparent`."""
+        """A trace of its own for one request of a batch, linked to the span that created the batch."""
+        from opentelemetry.context import Context
         from opentelemetry.trace import Link, SpanKind, get_current_span
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         links = []
         if created_by:
-            context = get_current_span(
-                TraceContextTextMapPropagator().extract({"traceparent": created_by})
-            ).get_span_context()
+            context = get_current_span(context_of(created_by)).get_span_context()
             if context.is_valid:
                 links.append(Link(context, {"dragoman.link": "batch.create"}))
-        from opentelemetry.context import Context
-
         span = self.tracer.start_span("batch request", context=Context(), kind=SpanKind.INTERNAL, links=links,
                                       attributes={"dragoman.batch.id": batch_id,
                                                   "dragoman.batch.custom_id": custom_id})  # fmt: skip
         return self._trace(span, "chat")
+
+    def _server_span(self, headers: Mapping[str, str], path: str, attributes: dict[str, str]) -> Any:
+        from opentelemetry.trace import SpanKind
+
+        parent = context_of(headers.get("traceparent", ""), headers.get("tracestate", ""))
+        return self.tracer.start_span(f"POST {path}", context=parent, kind=SpanKind.SERVER,
+                                      attributes={"http.request.method": "POST", "url.path": path, **attributes})  # fmt: skip
 
     def _trace(self, span: Any, operation: str) -> RequestTrace:
         return RequestTrace(self.tracer, span, operation=operation, capture_content=self.config.capture_content,
