@@ -58,26 +58,25 @@ MODELS = [
 PIECES = ["Let me think. ", "The user greets."]
 
 
-def vllm_old() -> list:
+def vllm_stream(*fields: str) -> list:
+    """A vLLM stream whose reasoning comes under `fields` (`reasoning_content` before PR #27752,
+    `reasoning` after, both during the transition), then the answer "Hello there"."""
     return [
         chunk({"role": "assistant", "content": ""}),
-        *[chunk({"reasoning_content": p}) for p in PIECES],
+        *[chunk(dict.fromkeys(fields, p)) for p in PIECES],
         chunk({"content": "Hello"}),
         chunk({"content": " there"}),
         chunk({}, "stop"),
         usage_chunk(10, 7),
     ]
+
+
+def vllm_old() -> list:
+    return vllm_stream("reasoning_content")
 
 
 def vllm_new() -> list:
-    return [
-        chunk({"role": "assistant", "content": ""}),
-        *[chunk({"reasoning": p}) for p in PIECES],
-        chunk({"content": "Hello"}),
-        chunk({"content": " there"}),
-        chunk({}, "stop"),
-        usage_chunk(10, 7),
-    ]
+    return vllm_stream("reasoning")
 
 
 def ollama() -> list:

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from tests.support.fakes import chunk, completion, usage_chunk
+from tests.support.openai_shapes import usage
 from tests.support.thinking_scaffold import (
     ANSWER,
     PIECES,
@@ -25,23 +26,13 @@ from tests.support.thinking_scaffold import (
     sglang,
     vllm_new,
     vllm_old,
+    vllm_stream,
 )
-
-
-def _usage(prompt: int = 10, completion_tokens: int = 7) -> dict:
-    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens, "total_tokens": prompt + completion_tokens}
 
 
 def vllm_both() -> list:
     """The transition (vLLM PR #27752): `reasoning` added, `reasoning_content` kept with the same text."""
-    return [
-        chunk({"role": "assistant", "content": ""}),
-        *[chunk({"reasoning": p, "reasoning_content": p}) for p in PIECES],
-        chunk({"content": "Hello"}),
-        chunk({"content": " there"}),
-        chunk({}, "stop"),
-        usage_chunk(10, 7),
-    ]
+    return vllm_stream("reasoning", "reasoning_content")
 
 
 def deepseek() -> list:
@@ -51,7 +42,7 @@ def deepseek() -> list:
         *[chunk({"content": None, "reasoning_content": p}) for p in PIECES],
         chunk({"content": "Hello", "reasoning_content": None}),
         chunk({"content": " there", "reasoning_content": None}),
-        chunk({"content": "", "reasoning_content": None}, "stop", usage=_usage()),
+        chunk({"content": "", "reasoning_content": None}, "stop", usage=usage(10, 7)),
     ]
 
 
