@@ -30,6 +30,7 @@ from dragoman.core.observe import Metrics, capped
 from dragoman.core.owners import Owners, load_salt
 from dragoman.core.paging import list_param, page_of
 from dragoman.core.pipeline import Pipeline
+from dragoman.core.request_trace import end_trace
 from dragoman.core.routing import Router
 from dragoman.core.threads import ThreadStore
 from dragoman.core.tracing import build_tracing
@@ -98,6 +99,8 @@ class Gateway:
         self._readiness: asyncio.Future[list[str]] | None = None  # the latest /ready round
         self._ready_at = 0.0  # when it ended
         self.tracing = build_tracing(config.tracing, __version__)
+        if self.tracing is not None:
+            self.metrics.sinks.append(end_trace)
         try:  # a salt only where keys name owners: a gateway without keys writes nothing at start
             named = bool(self.api_keys) and not config.server.share_between_keys
             self.owners = Owners(load_salt(FileStore.directory(config.files)) if named else None)

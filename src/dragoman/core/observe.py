@@ -79,7 +79,7 @@ class Metrics:
         self.usage_tokens = Counter(
             "dragoman_usage_tokens", "Tokens used, by tenant, model and kind", ["tenant", "model", "kind"], registry=r
         )
-        # Called with every finished request's outcome and duration (usage accounting); no I/O there.
+        # Called with every finished request's outcome and duration (usage accounting, a trace's end); no I/O there.
         self.sinks: list[Callable[[Outcome, float], None]] = []
         self.routed = Counter(
             "dragoman_routing_decisions",
@@ -105,9 +105,6 @@ class Metrics:
 
     def record(self, outcome: Outcome) -> None:
         outcome.finish()
-        if outcome.trace is not None:  # tracing is on: its spans end with the request
-            trace, outcome.trace = outcome.trace, None
-            trace.end(outcome)
         duration = time.perf_counter() - outcome.started
         # Labelled by the served model: client-chosen names would make series without bound.
         model = (outcome.served_model if outcome.served_model_listed else "unlisted") or "unknown"

@@ -95,6 +95,13 @@ def context_of(traceparent: str, tracestate: str = "") -> Any:
     return TraceContextTextMapPropagator().extract(carrier={"traceparent": traceparent, "tracestate": tracestate})
 
 
+def end_trace(outcome: Outcome, duration: float) -> None:
+    """A metrics sink (`Metrics.sinks`, with tracing on): the request's spans end with it."""
+    trace, outcome.trace = outcome.trace, None
+    if trace is not None:
+        trace.end(outcome)
+
+
 class RequestTrace:
     """Filled in as the request goes: `prepared`, `attempt` per upstream try, the reply
     (`completed` or `watch`), then `end` with the request's Outcome."""
