@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -22,10 +21,7 @@ from dragoman.backends.anthropic.backend import AnthropicBackend
 from dragoman.backends.openai.backend import OpenAIBackend
 from dragoman.core.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
 from dragoman.core.errors import UpstreamError, UpstreamTimeout
-from dragoman.core.types import Backend, Call, Reply, UpstreamModel
-
-if TYPE_CHECKING:  # routing imports the backends
-    from dragoman.core.types import Route
+from dragoman.core.types import Backend, Call, Reply, Route, UpstreamModel
 
 log = logging.getLogger("dragoman.upstream")
 

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from dragoman.core.config import UpstreamConfig
 from dragoman.core.errors import UpstreamTimeout
 from dragoman.protocol.sse import KEEPALIVE_COMMENT
-
-if TYPE_CHECKING:
-    from dragoman.upstream.transport.response import Response
+from dragoman.upstream.transport.response import Response
 
 T = TypeVar("T")
 

@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -40,6 +39,7 @@ from dragoman.core.types import (
     DirectWrites,
     NoModelList,
     Reply,
+    Route,
     Streaming,
     UpstreamModel,
 )
@@ -50,9 +50,6 @@ from dragoman.upstream.keepalive import head_or_task, late_start
 from dragoman.upstream.placement import PromptKind
 from dragoman.upstream.pump import Pump
 from dragoman.upstream.transport.response import Response
-
-if TYPE_CHECKING:  # routing imports the backends
-    from dragoman.core.types import Route
 
 
 def _tools_dropped(call: Call, route: Route) -> dict[str, str]:

@@ -7,8 +7,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import msgspec
 
@@ -36,6 +36,7 @@ from dragoman.core.types import (
     DirectWrites,
     NoModelList,
     Reply,
+    Route,
     Streaming,
     UpstreamModel,
 )
@@ -54,9 +55,7 @@ from dragoman.translate.stream import StreamTranslator
 from dragoman.upstream.client import HttpClient
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.keepalive import head_or_task, late_start
-
-if TYPE_CHECKING:  # routing and observe import the backends
-    from dragoman.core.types import Route
+from dragoman.upstream.transport.response import Response
 
 log = logging.getLogger("dragoman.upstream")
 MAX_TOOL_PROBES = 16  # models per list whose chat template is checked for tools (a hosted list may have hundreds)
@@ -199,7 +198,39 @@ class OpenAIBackend:
         )
         post = self._http.post("/chat/completions", fitted.body, outcome=call.outcome, stream=upstream_stream,
                                prompt="chat", conversation=call.conversation)  # fmt: skip
-        reply: ReplySettings = {
+        reply = self._reply_settings(call, translated, fitted.window_bound)
+
+        async def prompt_tokens() -> int:  # for a reply without the upstream's usage
+            return (await self._count(translated.chat, route, estimate=count_estimate(translated.chat)))[0]
+
+        headers = _headers(translated, dropped)
+        if request.stream:
+            return await self._streamed(post, StreamTranslator(**reply), call, prompt_tokens, headers)
+        response = await post
+        if upstream_stream:  # read as a stream, folded into one message
+            folder = Folder(upstream=self.name)  # the events folded as they come: none is kept
+            batches = self._streams.translated(response, StreamTranslator(**reply), call.outcome, _as_events,
+                                               prompt_tokens)  # fmt: skip
+            async with contextlib.aclosing(batches):  # a reply refused part-way closes its upstream request now
+                async for batch in batches:
+                    folder.feed(batch)
+            return Completed(msgspec.json.encode(folder.message()), headers=headers)
+        with upstream_errors(self.name):
+            try:
+                body = await response.read()
+            finally:
+                response.release()
+        completion = completion_of(body, self.name)
+        message = to_message(completion, **reply)
+        if completion.usage is None and completion.choices:  # a server that reports none: counted here
+            message.usage.input_tokens = await prompt_tokens()
+            message.usage.output_tokens = completion_estimate(completion.choices[0].message)
+        note_usage(call.outcome, message.usage)
+        return Completed(msgspec.json.encode(message), headers=headers)
+
+    def _reply_settings(self, call: Call, translated: Translated, window_bound: bool) -> ReplySettings:
+        """What translating the reply back needs to know of the request."""
+        return {
             "model": call.model,
             "message_id": ids.message_id(),
             "new_tool_id": ids.tool_use_id,
@@ -212,51 +243,23 @@ class OpenAIBackend:
             # A cut at a limit the window set is `model_context_window_exceeded` (stop_reason_of).
             # Every reply is built here, batches' included; compaction's summary says
             # `compaction` and max_tokens 0's warm-up `max_tokens` whatever the cut.
-            "window_bound": fitted.window_bound,
+            "window_bound": window_bound,
             # Servers asked to continue explicitly never repeat the prefill; native ones may.
             "prefill": translated.prefill if self.profile.prefill == "native" else "",
             "upstream": self.name,
         }
 
-        async def prompt_tokens() -> int:  # for a reply without the upstream's usage
-            return (await self._count(translated.chat, route, estimate=count_estimate(translated.chat)))[0]
-
-        counted = prompt_tokens
-        if request.stream:
-            translator = StreamTranslator(**reply)
-            direct = DirectWrites()
-            head = await head_or_task(post, self._keepalive)
-            if isinstance(head, asyncio.Task):
-                chunks = late_start(
-                    head,
-                    self._keepalive,
-                    lambda response: self._streams.translated(
-                        response, translator, call.outcome, _sse, counted, direct
-                    ),
-                )
-                return Streaming(chunks, headers=_headers(translated, dropped), direct=direct)
-            chunks = self._streams.translated(head, translator, call.outcome, _sse, counted, direct)
-            return Streaming(chunks, headers=_headers(translated, dropped), on_close=head.close, direct=direct)
-        response = await post
-        if not upstream_stream:
-            with upstream_errors(self.name):
-                try:
-                    body = await response.read()
-                finally:
-                    response.release()
-            completion = completion_of(body, self.name)
-            message = to_message(completion, **reply)
-            if completion.usage is None and completion.choices:  # a server that reports none: counted here
-                message.usage.input_tokens = await prompt_tokens()
-                message.usage.output_tokens = completion_estimate(completion.choices[0].message)
-            note_usage(call.outcome, message.usage)
-            return Completed(msgspec.json.encode(message), headers=_headers(translated, dropped))
-        folder = Folder(upstream=self.name)  # the events folded as they come: none is kept
-        batches = self._streams.translated(response, StreamTranslator(**reply), call.outcome, _as_events, counted)
-        async with contextlib.aclosing(batches):  # a reply refused part-way closes its upstream request now
-            async for batch in batches:
-                folder.feed(batch)
-        return Completed(msgspec.json.encode(folder.message()), headers=_headers(translated, dropped))
+    async def _streamed(self, post: Awaitable[Response], translator: StreamTranslator, call: Call,
+                        prompt_tokens: Callable[[], Awaitable[int]], headers: dict[str, str]) -> Streaming:  # fmt: skip
+        """The client's stream: its head may wait for the upstream's (keep-alives meanwhile)."""
+        direct = DirectWrites()
+        head = await head_or_task(post, self._keepalive)
+        if isinstance(head, asyncio.Task):
+            chunks = late_start(head, self._keepalive, lambda response: self._streams.translated(
+                response, translator, call.outcome, _sse, prompt_tokens, direct))  # fmt: skip
+            return Streaming(chunks, headers=headers, direct=direct)
+        chunks = self._streams.translated(head, translator, call.outcome, _sse, prompt_tokens, direct)
+        return Streaming(chunks, headers=headers, on_close=head.close, direct=direct)
 
     async def _warm_cache(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
         """max_tokens 0: run the prompt (so the backend caches it), return nothing generated."""

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from dragoman.core.errors import context_limit, context_overflow
+from dragoman.core.types import Route
 from dragoman.protocol import openai
-
-if TYPE_CHECKING:  # routing imports the backends
-    from dragoman.core.types import Route
 
 log = logging.getLogger("dragoman.upstream")
 

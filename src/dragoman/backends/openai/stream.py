@@ -5,7 +5,7 @@ client (SSE) or to fold into one message (`backends.openai`)."""
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import msgspec
 
@@ -16,7 +16,7 @@ from dragoman.core.errors import (
     from_stream_error,
     upstream_message,
 )
-from dragoman.core.types import ClientWriter, DirectWrites
+from dragoman.core.types import ClientWriter, DirectWrites, Outcome
 from dragoman.protocol import anthropic, openai
 from dragoman.protocol.sse import DataDecoder, encode_all
 from dragoman.tokens.estimate import completion_estimate
@@ -24,9 +24,6 @@ from dragoman.translate.stream import StreamTranslator
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.pump import Pump
 from dragoman.upstream.transport.response import Response
-
-if TYPE_CHECKING:  # observe imports the backends
-    from dragoman.core.types import Outcome
 
 T = TypeVar("T")
 Batch = list[anthropic.StreamEvent]
