@@ -113,9 +113,10 @@ class Pipeline:
             except BaseException:
                 turn.answered(None)
                 raise
+        parts = envelope if turn is None and isinstance(envelope, anthropic.Envelope) else None  # read from `body`
         call = Call(body=body, model=envelope.model, upstream_model=route.upstream_model, headers=headers,
                     request_id=outcome.request_id, stream=envelope.stream, outcome=outcome, request=whole,
-                    conversation=headers.get(SESSION_HEADER) or None)  # fmt: skip
+                    conversation=headers.get(SESSION_HEADER) or None, envelope=parts)  # fmt: skip
         if outcome.trace is not None:
             outcome.trace.prepared(call, route, "anthropic" if route.path == "passthrough" else "openai")
         return Prepared(call, route, turn, caller)

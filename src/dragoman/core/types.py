@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dragoman.core.errors import UpstreamError
-from dragoman.protocol.anthropic import MessagesRequest
+from dragoman.protocol.anthropic import Envelope, MessagesRequest
 from dragoman.tokens.tokenizer import LocalCounter, TiktokenCounter
 from dragoman.translate.request import ModelCaps
 
@@ -30,6 +30,7 @@ class Call:
     outcome: Outcome | None = None  # what the backend saw: tokens, keep-alives, retries
     request: MessagesRequest | None = None  # the body decoded whole, when the core already did
     conversation: str | None = None  # the client's session (Claude Code's), for routing to its replica
+    envelope: Envelope | None = None  # else its top fields and prompt parts, when `body` is what was read
 
 
 @dataclass(slots=True)

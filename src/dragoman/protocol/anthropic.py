@@ -275,11 +275,16 @@ class CountTokensRequest(_In):
 
 
 class Envelope(_In):
-    """The two fields the gateway core needs before it knows which backend serves."""
+    """What the gateway core needs before it knows which backend serves, and the parts of the
+    prompt left undecoded (`Raw`, no copy): a passed-through body is read once, for its route,
+    its URL images (`backends.images`) and cache-aware routing (`upstream.placement`)."""
 
     model: str
     stream: bool = False
     thread: ThreadParam | None = None
+    messages: list[msgspec.Raw] = []
+    tools: msgspec.Raw = msgspec.Raw(b"")
+    system: msgspec.Raw = msgspec.Raw(b"")
 
 
 MESSAGES_REQUEST = msgspec.json.Decoder(MessagesRequest)

@@ -33,7 +33,7 @@ from dragoman.core.errors import (
 )
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.opening import Opening, Sending
-from dragoman.upstream.placement import Decision, Placement, PromptKind, prompt_of
+from dragoman.upstream.placement import Decision, MessagesParts, Placement, PromptKind, prompt_of
 from dragoman.upstream.replicas import Replicas
 from dragoman.upstream.transport.failures import ConnectTimeout, HeadTimeout
 from dragoman.upstream.transport.pool import Pool
@@ -170,7 +170,7 @@ class HttpClient:
         raw: bool = False,
         outcome: Any = None,
         stream: bool = False,
-        prompt: PromptKind | None = None,
+        prompt: PromptKind | MessagesParts | None = None,
         conversation: str | None = None,
     ) -> Response:
         """POST and wait for the response head, retrying transient failures.
@@ -179,8 +179,9 @@ class HttpClient:
         response whatever its status, for passthrough to relay). With `stream`, a
         `200 text/event-stream` head is no answer yet: the response's `opening` waits
         for its first body bytes (`dragoman.upstream.opening`), and may send it again.
-        `prompt` says the body is a model's prompt of that kind, which cache-aware
-        routing matches (with the client's `conversation`, if it named one)."""
+        `prompt` says the body is a model's prompt of that kind (or gives its parts, read
+        already), which cache-aware routing matches (with the client's `conversation`, if
+        it named one)."""
         request = Sending(path if from_root else self.prefix + path, self._header_lines(headers), body, outcome, stream,
                           time.monotonic() + self._upstream.retry_budget, kind=prompt,
                           conversation=conversation)  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from dragoman.core.errors import UpstreamError, UpstreamTimeout
 from dragoman.upstream.keepalive import ReadWatch
-from dragoman.upstream.placement import Prompt, PromptKind
+from dragoman.upstream.placement import MessagesParts, Prompt, PromptKind
 from dragoman.upstream.replicas import Replicas
 from dragoman.upstream.transport.response import Response
 
@@ -37,7 +37,7 @@ class Sending:
     timed_out: bool = False  # an instance was silent: a second silence is not retried
     broke: bool = False  # an instance closed a stream before its body began: a second such close is not retried
     root: str | None = None  # the instance of the latest attempt
-    kind: PromptKind | None = None  # the body is a prompt of this kind (routing may match it), or none
+    kind: PromptKind | MessagesParts | None = None  # the body is a prompt of this kind (routing may match it), or none
     conversation: str | None = None  # the client's session, if it named one
     prompt: Prompt | None = None  # the body as routing sees it, once read
     held: str | None = None  # the instance counting this request in flight (until the reply ends)

@@ -21,7 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import msgspec
 import xxhash
@@ -31,6 +31,17 @@ from dragoman.upstream.homes import Homes
 
 BYTES_PER_TOKEN = 4  # prompt bytes per token, for costs and metrics (JSON text of code and prose)
 PromptKind = Literal["chat", "messages"]  # a Chat Completions body, an Anthropic Messages body
+
+
+class MessagesParts(Protocol):
+    """An Anthropic Messages body's prompt parts, undecoded, as the core read them already
+    (`protocol.anthropic.Envelope`): routing need not read the body again."""
+
+    model: str
+    messages: list[msgspec.Raw]
+    tools: msgspec.Raw
+    system: msgspec.Raw
+
 
 _hash = xxhash.xxh3_64_intdigest  # deterministic across processes: gateway replicas agree on it
 
@@ -73,9 +84,17 @@ _CACHE_CONTROL = re.compile(rb'"cache_control"\s*:\s*\{[^{}]*\}')
 _SYSTEM_ROLE = re.compile(rb'^\{\s*"role"\s*:\s*"system"')
 
 
-def prompt_of(body: bytes, kind: PromptKind, conversation: str | None, block_bytes: int) -> Prompt | None:
-    """The prompt of a request body as sent upstream; None if it is no JSON object."""
-    ordered = _chat_order(body) if kind == "chat" else _messages_order(body)
+def prompt_of(
+    body: bytes, kind: PromptKind | MessagesParts, conversation: str | None, block_bytes: int
+) -> Prompt | None:
+    """The prompt of a request body as sent upstream (or of its parts, read already); None if
+    it is no JSON object."""
+    if kind == "chat":
+        ordered = _chat_order(body)
+    elif kind == "messages":
+        ordered = _messages_order(body)
+    else:
+        ordered = _parts_order(kind)
     if ordered is None:
         return None
     data, opening = ordered
@@ -105,9 +124,12 @@ def _chat_order(body: bytes) -> tuple[bytes, int] | None:
 def _messages_order(body: bytes) -> tuple[bytes, int] | None:
     """An Anthropic Messages body, whatever its formatting: tools, system, then messages."""
     try:
-        segments = _SEGMENTS.decode(body)
+        return _parts_order(_SEGMENTS.decode(body))
     except msgspec.DecodeError:
         return None
+
+
+def _parts_order(segments: MessagesParts) -> tuple[bytes, int]:
     messages: list[bytes | msgspec.Raw] = list(segments.messages)
     for index in range(max(0, len(messages) - 2), len(messages)):
         messages[index] = _CACHE_CONTROL.sub(b"", bytes(messages[index]))

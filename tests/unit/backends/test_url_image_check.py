@@ -1,5 +1,6 @@
 """backends.images.may_have_url_images: the check every request pays, exact on what a
-model server would read (escapes decoded), nested images included."""
+model server would read (escapes decoded), nested images included; from the body, or from
+the messages the core read already (`Envelope`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ import json
 import pytest
 
 from dragoman.backends.images import may_have_url_images
+from dragoman.protocol import anthropic
 
 URL = {"type": "url", "url": "http://169.254.169.254/x.png"}
+
+
+def check(raw: bytes, read: bool) -> bool:
+    return may_have_url_images(raw, anthropic.ENVELOPE.decode(raw).messages if read else None)
 
 
 def body(*blocks: object) -> bytes:
@@ -26,8 +32,9 @@ def body(*blocks: object) -> bytes:
         body({"type": "image", "source": URL}).replace(b'"image"', b'"\\u0069mage"', 1),
     ],
 )
-def test_an_image_given_by_url_is_found_however_it_is_spelled_or_nested(raw: bytes) -> None:
-    assert may_have_url_images(raw)
+@pytest.mark.parametrize("read", [False, True])
+def test_an_image_given_by_url_is_found_however_it_is_spelled_or_nested(raw: bytes, read: bool) -> None:
+    assert check(raw, read)
 
 
 @pytest.mark.parametrize(
@@ -45,9 +52,11 @@ def test_an_image_given_by_url_is_found_however_it_is_spelled_or_nested(raw: byt
         ).encode(),  # fmt: skip
     ],
 )
-def test_no_image_url_means_no_fetch(raw: bytes) -> None:
-    assert not may_have_url_images(raw)
+@pytest.mark.parametrize("read", [False, True])
+def test_no_image_url_means_no_fetch(raw: bytes, read: bool) -> None:
+    assert not check(raw, read)
 
 
 def test_a_body_of_another_shape_is_looked_through_whole() -> None:
     assert may_have_url_images(b'{"messages": [{"content": [42]}]}')
+    assert check(b'{"model": "m", "messages": [{"content": [42]}]}', read=True)

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from dragoman.core.config import CacheRouting
-from dragoman.protocol import openai
+from dragoman.protocol import anthropic, openai
 from dragoman.upstream.homes import Homes
 from dragoman.upstream.placement import Placement, PrefixIndex, Prompt, prompt_of
 from dragoman.upstream.replicas import Replicas
@@ -101,6 +101,16 @@ def test_a_moved_cache_breakpoint_does_not_break_an_anthropic_conversations_pref
         first = prompt(messages_body("read parser.py " * 80, spaced=spaced), "messages")
         second = prompt(messages_body("read parser.py " * 80, "ok " * 100, "next " * 100, spaced=spaced), "messages")
         assert shared(first, second) >= len(first.blocks) - 1
+
+
+def test_the_parts_the_core_read_give_the_prompt_the_body_gives() -> None:
+    """A passed-through body is read once (`Envelope`): routing's prompt from its parts is the
+    one it reads from the body itself, blocks and identity alike."""
+    for spaced in (False, True):
+        body = messages_body("read parser.py " * 80, "ok " * 100, "next " * 100, spaced=spaced)
+        parts = anthropic.ENVELOPE.decode(body)
+        assert prompt_of(body, parts, None, BLOCK) == prompt(body, "messages")
+        assert prompt_of(body, parts, "s-1", BLOCK) == prompt(body, "messages", "s-1")
 
 
 def test_a_body_that_is_no_json_object_has_no_prompt() -> None:

@@ -47,7 +47,7 @@ from dragoman.protocol import anthropic
 from dragoman.upstream.client import MAX_ERROR_BODY, HttpClient
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.keepalive import head_or_task, late_start
-from dragoman.upstream.placement import PromptKind
+from dragoman.upstream.placement import MessagesParts, PromptKind
 from dragoman.upstream.pump import Pump
 from dragoman.upstream.transport.response import Response
 
@@ -133,7 +133,10 @@ class AnthropicBackend:
             with contextlib.suppress(GatewayError):  # what server is it? (not known yet: it was down at start)
                 await self.list_models()  # within the model list's own time (http.MODEL_LIST_TIMEOUT)
         as_text = self._documents_as_text and b'"document"' in call.body
-        images = may_have_url_images(call.body)  # fetched here: the server would fetch them from inside the network
+        parts = call.envelope
+        images = may_have_url_images(
+            call.body, parts.messages if parts is not None else None
+        )  # fetched here: the server would fetch them from inside the network
         if call.upstream_model == call.model and not as_text and not images:
             return call.body
         try:
@@ -162,9 +165,11 @@ class AnthropicBackend:
 
     async def _send(self, call: Call, path: str, body: bytes, *, stream: bool = False) -> Response:
         headers = anthropic.forwarded_headers(call.headers)
-        prompt: PromptKind | None = (
-            "messages" if path == "/messages" else None
-        )  # a count runs no prompt: nothing cached
+        # A count runs no prompt: nothing cached. Routing reads the parts the core read already,
+        # the client's (a renamed model or inlined images change no conversation's blocks).
+        prompt: PromptKind | MessagesParts | None = None
+        if path == "/messages":
+            prompt = call.envelope or "messages"
         return await self._http.post(path, body, headers=headers, raw=True, outcome=call.outcome, stream=stream,
                                      prompt=prompt, conversation=call.conversation)  # fmt: skip
 
