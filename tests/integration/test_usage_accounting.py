@@ -19,6 +19,8 @@ from tests.support.fakes import FakeUpstream, completion, text_stream
 from tests.support.postgres import pg_url  # noqa: F401 (fixture)
 from tests.support.usage import ADMIN, KEYS, MODELS, report, team_config, wait_recorded
 
+CUT_TEXT = "the first words of a longer answer"  # 34 bytes: 9 output tokens counted, message_start said 2
+
 
 @pytest.fixture
 def two_models(native: FakeAnthropic) -> Iterator[tuple[FakeUpstream, FakeAnthropic]]:
@@ -35,7 +37,7 @@ def _script(upstreams: tuple[FakeUpstream, FakeAnthropic], model: str, n: int, k
             "whole": NativeReply(body=message("whole", input_tokens=20 + n, output_tokens=3 + n)),
             "stream": NativeReply(events=text_events("streamed")),
             "error": NativeReply(status=500, body={"type": "error", "error": {"type": "api_error", "message": "boom"}}),
-            "cut": NativeReply(events=[*text_events("first")[:3], ("sleep", 30), *text_events()[3:]]),
+            "cut": NativeReply(events=[*text_events(CUT_TEXT)[:3], ("sleep", 30), *text_events()[3:]]),
         }[kind]
         native.replies.append(reply)
     elif kind == "whole":
@@ -74,11 +76,13 @@ def run_mixed(upstreams: tuple[FakeUpstream, FakeAnthropic], url: str) -> tuple[
         with pytest.raises(anthropic.BadRequestError):  # refused before the upstream
             client.messages.create(**ask, extra_body={"thread": 5})
         _script(upstreams, model, n, "cut")
-        if model == "native-model":  # the client leaves after the first words: it saw message_start's usage
-            with client.messages.stream(**ask) as stream:
+        if model == "native-model":  # the client leaves after the first words: it saw message_start's usage,
+            with client.messages.stream(**ask) as stream:  # and the text the gateway counts (4 bytes a token)
                 for event in stream:
                     if event.type == "text":
-                        saw(key, model, stream.current_message_snapshot.usage)
+                        usage = stream.current_message_snapshot.usage
+                        relayed = -(-len(event.text.encode()) // 4)
+                        saw(key, model, usage.model_copy(update={"output_tokens": max(usage.output_tokens, relayed)}))
                         break
         else:  # the client leaves before the reply began: it saw nothing
             with pytest.raises(anthropic.APITimeoutError):
