@@ -170,6 +170,7 @@ class Outcome:
     output_tokens: int | None = None
     cache_read_tokens: int | None = None
     cache_creation_tokens: int | None = None  # written to the prompt cache (passthrough usage); counts as input
+    cache_creation_1h_tokens: int | None = None  # of those, written for an hour (usage.cache_creation's breakdown)
     keepalives: int = 0
     retries: int = 0
     error_type: str | None = None

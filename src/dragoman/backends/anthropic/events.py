@@ -16,7 +16,10 @@ from dragoman.core.types import Call, max_tokens
 from dragoman.protocol import anthropic
 from dragoman.protocol.sse import encode
 
-_TOKENS = re.compile(rb'"(input_tokens|output_tokens|cache_read_input_tokens|cache_creation_input_tokens)"\s*:\s*(\d+)')
+_TOKENS = re.compile(
+    rb'"(input_tokens|output_tokens|cache_read_input_tokens|cache_creation_input_tokens|ephemeral_1h_input_tokens)"'
+    rb"\s*:\s*(\d+)"
+)
 
 
 def note_usage(call: Call, data: bytes) -> bool:
@@ -34,8 +37,10 @@ def note_usage(call: Call, data: bytes) -> bool:
             counted = True
         elif name == b"cache_read_input_tokens":
             outcome.cache_read_tokens = int(value)
-        else:
+        elif name == b"cache_creation_input_tokens":
             outcome.cache_creation_tokens = int(value)
+        else:  # usage.cache_creation's; its 5-minute part is the rest of cache_creation_input_tokens
+            outcome.cache_creation_1h_tokens = int(value)
     return counted
 
 
