@@ -19,6 +19,8 @@ from tests.support.fakes import FakeUpstream, completion, text_stream
 from tests.support.postgres import pg_url  # noqa: F401 (fixture)
 from tests.support.usage import ADMIN, KEYS, MODELS, report, team_config, wait_recorded
 
+CUT_TEXT = "the first words of a longer answer"  # 34 bytes: 9 output tokens counted, message_start said 2
+
 
 @pytest.fixture
 def two_models(native: FakeAnthropic) -> Iterator[tuple[FakeUpstream, FakeAnthropic]]:
@@ -32,10 +34,18 @@ def _script(upstreams: tuple[FakeUpstream, FakeAnthropic], model: str, n: int, k
     openai, native = upstreams
     if model == "native-model":
         reply = {
-            "whole": NativeReply(body=message("whole", input_tokens=20 + n, output_tokens=3 + n)),
-            "stream": NativeReply(events=text_events("streamed")),
+            "whole": NativeReply(
+                body=message(
+                    "whole",
+                    input_tokens=20 + n,
+                    output_tokens=3 + n,
+                    cache_creation_input_tokens=10 + n,
+                    cache_creation={"ephemeral_5m_input_tokens": 6 + n, "ephemeral_1h_input_tokens": 4},
+                )
+            ),
+            "stream": NativeReply(events=text_events("streamed", cache_creation_input_tokens=5)),  # (no breakdown)
             "error": NativeReply(status=500, body={"type": "error", "error": {"type": "api_error", "message": "boom"}}),
-            "cut": NativeReply(events=[*text_events("first")[:3], ("sleep", 30), *text_events()[3:]]),
+            "cut": NativeReply(events=[*text_events(CUT_TEXT)[:3], ("sleep", 30), *text_events()[3:]]),
         }[kind]
         native.replies.append(reply)
     elif kind == "whole":
@@ -59,6 +69,9 @@ def run_mixed(upstreams: tuple[FakeUpstream, FakeAnthropic], url: str) -> tuple[
         seen[(kid, model, "input")] += usage.input_tokens
         seen[(kid, model, "cache_read")] += usage.cache_read_input_tokens or 0
         seen[(kid, model, "output")] += usage.output_tokens
+        hour = usage.cache_creation.ephemeral_1h_input_tokens if usage.cache_creation else 0
+        seen[(kid, model, "cache_creation_5m")] += (usage.cache_creation_input_tokens or 0) - hour
+        seen[(kid, model, "cache_creation_1h")] += hour
 
     for n, (key, model) in enumerate((k, m) for k in KEYS.values() for m in MODELS):
         client = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0)
@@ -74,11 +87,13 @@ def run_mixed(upstreams: tuple[FakeUpstream, FakeAnthropic], url: str) -> tuple[
         with pytest.raises(anthropic.BadRequestError):  # refused before the upstream
             client.messages.create(**ask, extra_body={"thread": 5})
         _script(upstreams, model, n, "cut")
-        if model == "native-model":  # the client leaves after the first words: it saw message_start's usage
-            with client.messages.stream(**ask) as stream:
+        if model == "native-model":  # the client leaves after the first words: it saw message_start's usage,
+            with client.messages.stream(**ask) as stream:  # and the text the gateway counts (4 bytes a token)
                 for event in stream:
                     if event.type == "text":
-                        saw(key, model, stream.current_message_snapshot.usage)
+                        usage = stream.current_message_snapshot.usage
+                        relayed = -(-len(event.text.encode()) // 4)
+                        saw(key, model, usage.model_copy(update={"output_tokens": max(usage.output_tokens, relayed)}))
                         break
         else:  # the client leaves before the reply began: it saw nothing
             with pytest.raises(anthropic.APITimeoutError):
@@ -95,6 +110,8 @@ def reported(body: dict[str, Any]) -> Counter[tuple[str, str, str]]:
             sums[(*group, "input")] += result["uncached_input_tokens"]
             sums[(*group, "cache_read")] += result["cache_read_input_tokens"]
             sums[(*group, "output")] += result["output_tokens"]
+            sums[(*group, "cache_creation_5m")] += result["cache_creation"]["ephemeral_5m_input_tokens"]
+            sums[(*group, "cache_creation_1h")] += result["cache_creation"]["ephemeral_1h_input_tokens"]
     return sums
 
 
@@ -104,6 +121,8 @@ def test_report_equals_what_the_sdk_saw(two_models: Any, pg_url: str, gateway_fr
     wait_recorded(server, sent)
     body = report(server.url, group_by=["api_key_id", "model"])
     assert reported(body) == +seen  # (+: zero sums dropped on both sides)
+    kinds = ("cache_creation_5m", "cache_creation_1h")  # passed through: the upstream's cache writes
+    assert all(seen[(key_id(key), "native-model", kind)] > 0 for key in KEYS.values() for kind in kinds)
     assert {r["api_key_id"] for b in body["data"] for r in b["results"]} == {key_id(k) for k in KEYS.values()}
     assert all(b["ending_at"] > b["starting_at"] for b in body["data"]) and body["has_more"] is False
     only = report(server.url, api_key_ids=[key_id(KEYS["team-a"])], models=["native-model"])  # filters
@@ -219,3 +238,28 @@ def test_the_access_log_names_the_key_by_its_id(upstream: FakeUpstream, gateway_
     (line,) = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dragoman.access"]
     assert (line["key_id"], line["tenant"]) == (key_id(KEYS["team-a"]), "team-a")
     assert KEYS["team-a"] not in caplog.text
+
+
+def test_prompt_cache_writes_a_passthrough_upstream_reports_are_in_the_report(
+    upstream: FakeUpstream, native: FakeAnthropic, gateway_from: Any
+) -> None:
+    """Streamed or not; Anthropic's breakdown by lifetime kept, a total without one counted as
+    5-minute writes (Anthropic's default). Also a Prometheus usage kind."""
+    server = gateway_from(team_config(upstream.url, {}, native.url))  # SQLite in the data directory
+    breakdown = {"ephemeral_5m_input_tokens": 200, "ephemeral_1h_input_tokens": 1000}
+    native.replies.append(
+        NativeReply(events=text_events("a", cache_creation_input_tokens=1200, cache_creation=breakdown))
+    )
+    native.replies.append(NativeReply(body=message("b", cache_creation_input_tokens=300)))
+    client = anthropic.Anthropic(base_url=server.url, api_key=KEYS["team-a"], max_retries=0)
+    ask = {"model": "native-model", "max_tokens": 50, "messages": [{"role": "user", "content": "Hi"}]}
+    with client.messages.stream(**ask) as stream:
+        assert stream.get_final_message().usage.cache_creation_input_tokens == 1200
+    assert client.messages.create(**ask).usage.cache_creation_input_tokens == 300
+    wait_recorded(server, 2)
+    results = [r for b in report(server.url, group_by=["model"])["data"] for r in b["results"]]
+    assert [(r["model"], r["cache_creation"]) for r in results] == [
+        ("native-model", {"ephemeral_1h_input_tokens": 1000, "ephemeral_5m_input_tokens": 500})
+    ]
+    text = httpx.get(server.url + "/metrics").text
+    assert 'dragoman_usage_tokens_total{kind="cache_creation",model="native-model",tenant="team-a"} 1500.0' in text

@@ -191,7 +191,8 @@ def test_the_usage_command_reads_postgresql(pg_url: str, tmp_path: Any) -> None:
     records = [UsageRecord(at=now - 60 * i, request_id=f"req_{i}", endpoint="messages", key_id=f"key_{i % 2}",
                            tenant="team-a" if i % 2 else None, model="m", upstream_model="m", upstream="u",
                            replica="r", input_tokens=10, cache_read_tokens=1, output_tokens=i, status=200,
-                           error_type="api_error" if i == 3 else None, disconnected=False, duration=0.1, ttft=None)
+                           error_type="api_error" if i == 3 else None, disconnected=False, duration=0.1, ttft=None,
+                           cache_creation_tokens=5 * i)
                for i in range(4)]  # fmt: skip
 
     async def write() -> None:
@@ -208,9 +209,9 @@ def test_the_usage_command_reads_postgresql(pg_url: str, tmp_path: Any) -> None:
     result = CliRunner().invoke(main, ["usage", "--config", str(config), "--by", "key,tenant", "--csv"])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
-        "key,tenant,requests,errors,input_tokens,cache_read_tokens,output_tokens",
-        "key_0,,2,0,20,2,2",
-        "key_1,team-a,2,1,20,2,4",
+        "key,tenant,requests,errors,input_tokens,cache_read_tokens,cache_creation_tokens,output_tokens",
+        "key_0,,2,0,20,2,10,2",
+        "key_1,team-a,2,1,20,2,20,4",
     ]
 
 

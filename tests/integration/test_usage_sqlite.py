@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from dragoman.cli import main
 from dragoman.core.types import Outcome
 from dragoman.usage.records import Query
+from dragoman.usage.schema import MIGRATIONS
 from dragoman.usage.sqlite import SqliteStore
 from dragoman.usage.writer import UsageWriter
 from tests.support.fakes import FakeUpstream, completion
@@ -34,12 +35,12 @@ def test_a_clean_shutdown_writes_every_record(upstream: FakeUpstream, gateway_fr
     result = CliRunner().invoke(main, ["usage", "--csv", "--since", "2026-01-01"])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
-        "tenant,model,requests,errors,input_tokens,cache_read_tokens,output_tokens",
-        "team-a,test-model,3,0,33,0,6",
-        "team-b,test-model,1,0,10,0,2",
+        "tenant,model,requests,errors,input_tokens,cache_read_tokens,cache_creation_tokens,output_tokens",
+        "team-a,test-model,3,0,33,0,0,6",  # (OpenAI-compatible servers tell no cache writes)
+        "team-b,test-model,1,0,10,0,0,2",
     ]
     table = CliRunner().invoke(main, ["usage", "--by", "tenant", "--since", "2026-01-01"])
-    assert table.exit_code == 0 and table.output.split("\n")[-2].split() == ["total", "4", "0", "43", "0", "8"]
+    assert table.exit_code == 0 and table.output.split("\n")[-2].split() == ["total", "4", "0", "43", "0", "0", "8"]
 
 
 def test_usage_command_names_a_bad_option(tmp_path: Path) -> None:
@@ -118,7 +119,7 @@ def test_workers_migrate_one_sqlite_file_at_once(tmp_path: Path) -> None:
     errors = [p.communicate(timeout=60)[1].decode() for p in processes]
     assert [p.returncode for p in processes] == [0] * 4, errors
     with sqlite3.connect(tmp_path / "usage.sqlite3") as db:
-        assert db.execute("SELECT version FROM dragoman_usage_schema").fetchall() == [(1,)]
+        assert db.execute("SELECT version FROM dragoman_usage_schema").fetchall() == [(v,) for v, _ in MIGRATIONS]
 
 
 def test_records_past_retain_days_are_deleted_at_start(tmp_path: Path) -> None:

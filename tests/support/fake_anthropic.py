@@ -14,13 +14,14 @@ from dragoman.core.config import Config, from_dict
 from tests.support.threaded_site import ThreadedSite
 
 
-def message(text: str = "Hi", model: str = "native-model", **usage: int) -> dict:
-    """A reply with every field the SDKs type (the gateway passes it unchanged)."""
+def message(text: str = "Hi", model: str = "native-model", **usage: Any) -> dict:
+    """A reply with every field the SDKs type (the gateway passes it unchanged); `usage` as
+    given (cache_creation_input_tokens, ...), 7 input and 2 output tokens unless said."""
     return {
         "id": "msg_native", "type": "message", "role": "assistant", "model": model,
         "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
         "stop_details": None, "container": None, "diagnostics": None,
-        "usage": {"input_tokens": usage.get("input_tokens", 7), "output_tokens": usage.get("output_tokens", 2)},
+        "usage": {"input_tokens": 7, "output_tokens": 2, **usage},
     }  # fmt: skip
 
 
@@ -28,8 +29,9 @@ def event(name: str, data: dict) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def text_events(text: str = "Hello", model: str = "native-model") -> list[bytes]:
-    start = message("", model)
+def text_events(text: str = "Hello", model: str = "native-model", **usage: Any) -> list[bytes]:
+    """A whole stream of `text`; `usage` goes in message_start's (as Anthropic's input counts do)."""
+    start = message("", model, **usage)
     start["content"] = []
     return [
         event("message_start", {"type": "message_start", "message": start}),

@@ -28,9 +28,20 @@ END = (
 )
 
 
-def relay(reads: list[bytes]) -> tuple[bytes, Outcome, Response]:
+def delta(value: str, kind: str = "text") -> bytes:
+    """A `content_block_delta` of generated text: `kind` text, thinking or partial_json."""
+    types = {"text": "text_delta", "thinking": "thinking_delta", "partial_json": "input_json_delta"}
+    data = {"type": "content_block_delta", "index": 0, "delta": {"type": types[kind], kind: value}}
+    return b"event: content_block_delta\ndata: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _backend() -> AnthropicBackend:
     config = from_dict({"upstreams": {"native": {"url": "http://127.0.0.1:9", "protocol": "anthropic"}}})
-    backend = AnthropicBackend("native", config.upstreams["native"], config)  # type: ignore[arg-type]
+    return AnthropicBackend("native", config.upstreams["native"], config)  # type: ignore[arg-type]
+
+
+def relay(reads: list[bytes]) -> tuple[bytes, Outcome, Response]:
+    backend = _backend()
     outcome = Outcome(request_id="req_1", endpoint="messages")
     call = Call(b"{}", "client-name", "served", {}, "req_1", True, outcome)
     response = Response(reads)
@@ -39,6 +50,26 @@ def relay(reads: list[bytes]) -> tuple[bytes, Outcome, Response]:
         return await client_stream(backend._relay(response, call))  # type: ignore[arg-type]
 
     return asyncio.run(run()), outcome, response
+
+
+def relay_cut(reads: list[bytes], chunks: int, body: bytes = b"{}") -> tuple[bytes, Outcome]:
+    """The stream relayed until the client has had `chunks` chunks and leaves: what it got,
+    and the request's outcome once the stream is closed."""
+    backend = _backend()
+    outcome = Outcome(request_id="req_1", endpoint="messages")
+    call = Call(body, "client-name", "served", {}, "req_1", True, outcome)
+
+    async def run() -> bytes:
+        stream = backend._relay(Response(reads), call)
+        got = []
+        async for chunk in stream:
+            got.append(chunk)
+            if len(got) == chunks:
+                break
+        await stream.aclose()  # type: ignore[attr-defined]
+        return b"".join(got)
+
+    return asyncio.run(run()), outcome
 
 
 async def client_stream(chunks: Any) -> bytes:

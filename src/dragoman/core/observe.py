@@ -112,8 +112,9 @@ class Metrics:
         self._series(self.latency, outcome.endpoint, outcome.path).observe(duration)
         if outcome.first_byte is not None:
             self._series(self.ttft, outcome.path).observe(outcome.first_byte - outcome.started)
-        if outcome.input_tokens:
-            self._series(self.tokens, model, "input").inc(outcome.input_tokens + (outcome.cache_read_tokens or 0))
+        if outcome.input_tokens:  # the whole prompt: Anthropic's input_tokens leaves out cache reads and writes
+            prompt = outcome.input_tokens + (outcome.cache_read_tokens or 0) + (outcome.cache_creation_tokens or 0)
+            self._series(self.tokens, model, "input").inc(prompt)
         if outcome.output_tokens:
             self._series(self.tokens, model, "output").inc(outcome.output_tokens)
         if outcome.upstream_failed:
@@ -138,7 +139,7 @@ class Metrics:
         if outcome.endpoint == "count_tokens":
             return  # a count is an answer, not usage
         for kind, tokens in (("input", outcome.input_tokens), ("cache_read", outcome.cache_read_tokens),
-                             ("output", outcome.output_tokens)):  # fmt: skip
+                             ("cache_creation", outcome.cache_creation_tokens), ("output", outcome.output_tokens)):  # fmt: skip
             if tokens:
                 self._series(self.usage_tokens, tenant, model, kind).inc(tokens)
 
@@ -174,6 +175,7 @@ def _line(outcome: Outcome, duration: float) -> str:
         "input_tokens": outcome.input_tokens,
         "output_tokens": outcome.output_tokens,
         "cache_read_input_tokens": outcome.cache_read_tokens,
+        "cache_creation_input_tokens": outcome.cache_creation_tokens,
         "replica": outcome.replica,
         "routing": outcome.routing,
         "prefix_match_tokens": outcome.prefix_tokens if outcome.routed_tokens else None,

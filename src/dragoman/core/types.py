@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
+
 from dragoman.core.errors import UpstreamError
 from dragoman.protocol.anthropic import Envelope, MessagesRequest
 from dragoman.tokens.tokenizer import LocalCounter, TiktokenCounter
@@ -31,6 +33,25 @@ class Call:
     request: MessagesRequest | None = None  # the body decoded whole, when the core already did
     conversation: str | None = None  # the client's session (Claude Code's), for routing to its replica
     envelope: Envelope | None = None  # else its top fields and prompt parts, when `body` is what was read
+
+
+class _MaxTokens(msgspec.Struct):
+    max_tokens: int = 0
+
+
+_MAX_TOKENS = msgspec.json.Decoder(_MaxTokens)
+
+
+def max_tokens(call: Call) -> int:
+    """The request's `max_tokens` (0 without one: a `count_tokens` body), from the request
+    decoded whole if the core did, else read alone from the body (which was decoded before:
+    it is JSON)."""
+    if call.request is not None:
+        return call.request.max_tokens
+    try:
+        return max(0, _MAX_TOKENS.decode(call.body).max_tokens)
+    except msgspec.DecodeError:
+        return 0
 
 
 @dataclass(slots=True)
@@ -149,6 +170,7 @@ class Outcome:
     output_tokens: int | None = None
     cache_read_tokens: int | None = None
     cache_creation_tokens: int | None = None  # written to the prompt cache (passthrough usage); counts as input
+    cache_creation_1h_tokens: int | None = None  # of those, written for an hour (usage.cache_creation's breakdown)
     keepalives: int = 0
     retries: int = 0
     error_type: str | None = None

@@ -19,11 +19,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
 from dragoman.core.errors import RateLimited
-from dragoman.core.types import Call, Outcome
+from dragoman.core.types import Call, Outcome, max_tokens
 from dragoman.limits.settings import BUDGETS, RATES, LimitsConfig, LimitSet
 from dragoman.limits.slots import Concurrency, Slots
 from dragoman.limits.store import LocalStore, Store, Taken, Want
@@ -38,13 +37,6 @@ DIMENSIONS = (  # (config key, its headers' prefix, what a want of it costs)
     ("output_tokens_per_minute", _OUTPUT, "output"),
 )
 BATCH_WAIT_MAX = 60.0  # seconds a batch request sleeps before it asks its buckets again
-
-
-class _MaxTokens(msgspec.Struct):
-    max_tokens: int = 0
-
-
-_MAX_TOKENS = msgspec.json.Decoder(_MaxTokens)
 
 
 class LimitReached(RateLimited):
@@ -142,10 +134,9 @@ class Admission:
         served = outcome.status == 200
         used_in = outcome.input_tokens if outcome.input_tokens is not None else (self._estimate if served else 0)
         used_in += outcome.cache_creation_tokens or 0  # Anthropic counts prompt-cache writes as input; reads not
-        # A stream cut before the upstream told its usage keeps its whole reservation; so does a
-        # passthrough stream the client cut (its events told only message_start's count).
-        cut_short = outcome.disconnected and outcome.path == "passthrough"
-        if outcome.output_tokens is None or cut_short:
+        # A stream cut short has the count its path noted when it was abandoned: what the upstream
+        # reported by then, else an estimate of what reached the client. None: nothing was known.
+        if outcome.output_tokens is None:
             used_out = self._reserved if served else 0
         else:
             used_out = outcome.output_tokens
@@ -188,7 +179,7 @@ class Limits:
                                        f"within {self.config.queue_timeout:g} s", retry_after="1", extra={})  # fmt: skip
                 held.append((key, lease))
             counts = endpoint != "count_tokens"
-            reserved = _max_tokens(call) if counts and plan.reserves else 0
+            reserved = max_tokens(call) if counts and plan.reserves else 0
             wants, rules = self._wants(plan, reserved)
             while True:
                 taken = await self.store.take(wants)
@@ -300,15 +291,6 @@ def _values(own: LimitSet, path: str, base: LimitSet | None = None, base_path: s
         elif base is not None and getattr(base, name) is not None:
             values[name] = (getattr(base, name), f"{base_path}.{name}")
     return values
-
-
-def _max_tokens(call: Call) -> int:
-    if call.request is not None:
-        return call.request.max_tokens
-    try:
-        return max(0, _MAX_TOKENS.decode(call.body).max_tokens)
-    except msgspec.DecodeError:  # decoded before: only a count_tokens body has none
-        return 0
 
 
 def build(config: LimitsConfig, registry: CollectorRegistry | None = None) -> Limits | None:

@@ -35,6 +35,10 @@ class UsageRecord(msgspec.Struct, frozen=True, array_like=True):
     disconnected: bool
     duration: float  # seconds
     ttft: float | None  # seconds to the first token, for streams
+    # Written to the prompt cache (passthrough: the upstream's usage; OpenAI-compatible servers
+    # tell none), and how many of those for an hour rather than five minutes. Last: schema v2.
+    cache_creation_tokens: int = 0
+    cache_creation_1h_tokens: int = 0
 
 
 def record_of(outcome: Outcome, duration: float) -> UsageRecord:
@@ -48,7 +52,8 @@ def record_of(outcome: Outcome, duration: float) -> UsageRecord:
         upstream=outcome.upstream, replica=outcome.replica, input_tokens=used and outcome.input_tokens or 0,
         cache_read_tokens=used and outcome.cache_read_tokens or 0, output_tokens=used and outcome.output_tokens or 0,
         status=outcome.status, error_type=outcome.error_type, disconnected=outcome.disconnected,
-        duration=duration, ttft=ttft,
+        duration=duration, ttft=ttft, cache_creation_tokens=used and outcome.cache_creation_tokens or 0,
+        cache_creation_1h_tokens=used and outcome.cache_creation_1h_tokens or 0,
     )  # fmt: skip
 
 
@@ -83,6 +88,8 @@ class Sums:
     cache_read_tokens: int
     output_tokens: int
     errors: int
+    cache_creation_tokens: int = 0
+    cache_creation_1h_tokens: int = 0  # of those
 
 
 class UsageStore(Protocol):

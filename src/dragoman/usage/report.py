@@ -93,7 +93,11 @@ def _result(sums: Sums, grouped: tuple[str, ...], asked: tuple[str, ...]) -> dic
     values = dict(zip(grouped, sums.groups, strict=True))
     result: dict[str, Any] = {
         "uncached_input_tokens": sums.input_tokens,
-        "cache_creation": {"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0},
+        "cache_creation": {
+            "ephemeral_1h_input_tokens": sums.cache_creation_1h_tokens,
+            # Anthropic's default lifetime: also where writes go whose upstream told no breakdown
+            "ephemeral_5m_input_tokens": max(0, sums.cache_creation_tokens - sums.cache_creation_1h_tokens),
+        },
         "cache_read_input_tokens": sums.cache_read_tokens,
         "output_tokens": sums.output_tokens,
         "server_tool_use": {"web_search_requests": 0},

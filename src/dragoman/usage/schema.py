@@ -41,6 +41,19 @@ MIGRATIONS: list[tuple[int, dict[Dialect, list[str]]]] = [
             ],
         },
     ),
+    (
+        2,  # prompt-cache writes (the report's cache_creation); records of before have none
+        {
+            "sqlite": [
+                "ALTER TABLE usage_records ADD COLUMN cache_creation_tokens INTEGER NOT NULL DEFAULT 0",
+                "ALTER TABLE usage_records ADD COLUMN cache_creation_1h_tokens INTEGER NOT NULL DEFAULT 0",
+            ],
+            "postgres": [  # a constant default: no table rewrite (PostgreSQL 11 and later)
+                "ALTER TABLE usage_records ADD COLUMN cache_creation_tokens BIGINT NOT NULL DEFAULT 0",
+                "ALTER TABLE usage_records ADD COLUMN cache_creation_1h_tokens BIGINT NOT NULL DEFAULT 0",
+            ],
+        },
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -63,7 +76,12 @@ COLUMNS = (
     "disconnected",
     "duration",
     "ttft",
+    "cache_creation_tokens",
+    "cache_creation_1h_tokens",
 )  # fmt: skip  (UsageRecord's fields, in order)
+
+
+SUMMED = ("input_tokens", "cache_read_tokens", "output_tokens", "cache_creation_tokens", "cache_creation_1h_tokens")
 
 
 def insert_sql(dialect: Dialect) -> str:
@@ -94,10 +112,10 @@ def sums_sql(query: Query, dialect: Dialect) -> tuple[str, list[object]]:
     for column, values in (("key_id", query.key_ids), ("model", query.models)):
         if values:
             where.append(f"{column} IN ({', '.join(arg(v) for v in values)})")
-    sums = ", ".join(f"CAST(sum({c}) AS BIGINT)" for c in ("input_tokens", "cache_read_tokens", "output_tokens"))
+    sums = ", ".join(f"CAST(sum({c}) AS BIGINT)" for c in SUMMED)
     errors = "CAST(sum(CASE WHEN error_type IS NULL THEN 0 ELSE 1 END) AS BIGINT)"
     keys = ", ".join(str(i) for i in range(1, len(columns) + 1))  # by position: grouped and ordered alike
-    sql = (f"SELECT {', '.join([*columns, 'count(*)', sums, errors])} FROM usage_records "
+    sql = (f"SELECT {', '.join([*columns, 'count(*)', errors, sums])} FROM usage_records "
            f"WHERE {' AND '.join(where)}" + (f" GROUP BY {keys} ORDER BY {keys}" if columns else ""))  # fmt: skip
     return sql, args
 
@@ -109,7 +127,7 @@ def sums_of(rows: list[tuple[object, ...]], query: Query) -> list[Sums]:
         at = 1 if query.width else 0
         bucket = float(row[0]) if query.width else query.start  # type: ignore[arg-type]
         groups = tuple(None if v is None else str(v) for v in row[at : at + len(query.group_by)])
-        count, tokens_in, cached, tokens_out, errors = (int(v or 0) for v in row[at + len(query.group_by) :])  # type: ignore[call-overload]
+        count, errors, *summed = (int(v or 0) for v in row[at + len(query.group_by) :])  # type: ignore[call-overload]
         if count:  # an aggregate over no rows is one row of zeros
-            result.append(Sums(bucket, groups, count, tokens_in, cached, tokens_out, errors))
+            result.append(Sums(bucket, groups, count, errors=errors, **dict(zip(SUMMED, summed, strict=True))))
     return result

@@ -9,7 +9,7 @@ import io
 
 from dragoman.usage.records import Query, Sums, UsageStore
 
-COLUMNS = ("requests", "errors", "input_tokens", "cache_read_tokens", "output_tokens")
+COLUMNS = ("requests", "errors", "input_tokens", "cache_read_tokens", "cache_creation_tokens", "output_tokens")
 BY = {"tenant": "tenant", "model": "model", "key": "api_key_id"}
 
 
@@ -32,12 +32,9 @@ async def summarize(store: UsageStore, start: float, end: float, by: tuple[str, 
 
 def _rows(sums: list[Sums], by: tuple[str, ...]) -> tuple[list[str], list[list[str]]]:
     header = [*by, *COLUMNS]
-    rows = [[*(g if g is not None else "" for g in s.groups),
-             *(str(v) for v in (s.requests, s.errors, s.input_tokens, s.cache_read_tokens, s.output_tokens))]
-            for s in sums]  # fmt: skip
+    rows = [[*(g if g is not None else "" for g in s.groups), *(str(getattr(s, c)) for c in COLUMNS)] for s in sums]
     if len(rows) != 1 or by:
-        totals = [sum(getattr(s, c) for s in sums) for c in ("requests", "errors", "input_tokens",
-                                                            "cache_read_tokens", "output_tokens")]  # fmt: skip
+        totals = [sum(getattr(s, c) for s in sums) for c in COLUMNS]
         rows.append(["total" if i == 0 else "" for i in range(len(by))] + [str(t) for t in totals])
     return header, rows
 

@@ -9,29 +9,39 @@ from collections.abc import Iterable
 
 import msgspec
 
+from dragoman.backends.anthropic.output import RelayedOutput
 from dragoman.core.errors import anthropic_envelope, from_error_event, redact_bytes
 from dragoman.core.ids import message_id
-from dragoman.core.types import Call
+from dragoman.core.types import Call, max_tokens
 from dragoman.protocol import anthropic
 from dragoman.protocol.sse import encode
 
-_TOKENS = re.compile(rb'"(input_tokens|output_tokens|cache_read_input_tokens|cache_creation_input_tokens)"\s*:\s*(\d+)')
+_TOKENS = re.compile(
+    rb'"(input_tokens|output_tokens|cache_read_input_tokens|cache_creation_input_tokens|ephemeral_1h_input_tokens)"'
+    rb"\s*:\s*(\d+)"
+)
 
 
-def note_usage(call: Call, data: bytes) -> None:
-    """Token counts for the metrics, read from the reply without decoding it."""
+def note_usage(call: Call, data: bytes) -> bool:
+    """Token counts for the metrics, read from the reply without decoding it; whether they
+    held an output count."""
     outcome = call.outcome
     if outcome is None:
-        return
+        return False
+    counted = False
     for name, value in _TOKENS.findall(data):
         if name == b"input_tokens":
             outcome.input_tokens = int(value)
         elif name == b"output_tokens":
             outcome.output_tokens = int(value)
+            counted = True
         elif name == b"cache_read_input_tokens":
             outcome.cache_read_tokens = int(value)
-        else:
+        elif name == b"cache_creation_input_tokens":
             outcome.cache_creation_tokens = int(value)
+        else:  # usage.cache_creation's; its 5-minute part is the rest of cache_creation_input_tokens
+            outcome.cache_creation_1h_tokens = int(value)
+    return counted
 
 
 def leading_comments(head: bytes) -> int:
@@ -214,13 +224,15 @@ _ERROR_TYPE = re.compile(rb'"error": ?\{[^{}]*?"type": ?"([a-z_]+)"')
 class Events:
     """A passthrough stream cut at event boundaries: `take` gives the whole events so
     far and holds a cut one back. Also notes the token counts of `message_delta` for
-    the metrics, puts DELTA_NULLS in its delta, and whether the stream ended as Anthropic ends one (`message_stop` or
+    the metrics (without one, `count_output` estimates them from what was relayed), puts
+    DELTA_NULLS in its delta, and whether the stream ended as Anthropic ends one (`message_stop` or
     an `error` event, named or unnamed); nothing after that end is relayed. An `error` event not
     in Anthropic's envelope (llama-server's bare `{"code", "message", "type"}`, OpenAI's
     `{"error": {...}}`) is put in it. `finish`, at the stream's end, takes an error event the
     server closed on without its blank line."""
 
-    __slots__ = ("_call", "_upstream", "_held", "ended", "_cut_sent")
+    __slots__ = ("_call", "_upstream", "_held", "ended", "_cut_sent", "_counted", "_relayed", "_measure_past",
+                 "_output")  # fmt: skip
 
     def __init__(self, call: Call, upstream: str) -> None:
         self._call = call
@@ -230,6 +242,12 @@ class Events:
         # attribute, not a property: read once per read.
         self.ended = False
         self._cut_sent = False  # part of an oversized event went out
+        # For `count_output`, where no `message_delta` tells the output tokens: the bytes
+        # relayed, and the read measured next (`output`) once they are past `_measure_past`.
+        self._counted = False
+        self._relayed = 0
+        self._measure_past = -1
+        self._output = RelayedOutput()
 
     @property
     def at_boundary(self) -> bool:
@@ -259,7 +277,9 @@ class Events:
         if chunk:
             at = chunk.rfind(b"message_delta")
             if at >= 0:  # the counts follow the event's name; not the whole burst is searched
-                note_usage(self._call, chunk[at:])
+                if note_usage(self._call, chunk[at:]):
+                    self._counted = True
+                    self._measure_past = 1 << 62  # nothing more to estimate
                 chunk = _completed_event(chunk, at, "message_delta", "delta", DELTA_NULLS)
             # Only then the closer look. "error", not '"error"': llama-server's bare error object
             # says it only in its `event: error` line. Still these two searches per read, the
@@ -267,7 +287,24 @@ class Events:
             # which finds no end there.
             if b'"message_stop"' in chunk or b"error" in chunk:
                 chunk = self._end(chunk)
+            self._relayed += len(chunk)
+            if self._relayed > self._measure_past:
+                self._measure_past = self._output.measure(chunk, self._relayed)
         return chunk
+
+    def count_output(self) -> None:
+        """At the stream's end, however it ended: where no `message_delta` told the output
+        tokens (the client left, the upstream failed or ended with an `error` event), the
+        estimate of what was relayed, which only `message_start`'s count may exceed. An
+        estimate is at most `max_tokens`: the upstream generates no more."""
+        outcome = self._call.outcome
+        if outcome is None or self._counted:
+            return
+        relayed = self._output.tokens(self._relayed)
+        if relayed:
+            most = max_tokens(self._call)
+            relayed = min(relayed, most) if most else relayed
+        outcome.output_tokens = max(outcome.output_tokens or 0, relayed)
 
     def _end(self, chunk: bytes) -> bytes:
         found = _end_event(chunk)

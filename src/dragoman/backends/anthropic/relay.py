@@ -70,7 +70,7 @@ class Relay:
         return PING if self._events.at_boundary else None
 
     def abandoned(self) -> None:
-        pass  # the events noted their token counts as they went by
+        self._events.count_output()
 
     def resent(self, response: Response) -> None:
         if self._headers is not None:
@@ -134,5 +134,6 @@ class Relay:
         whole = events.finish()  # an error event the server closed on without its blank line
         if whole:
             yield whole
+        events.count_output()  # (a stream ended by an `error` event told no output count)
         if not events.complete():
             raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
