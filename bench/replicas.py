@@ -130,7 +130,8 @@ async def _replay(url: str, args: argparse.Namespace, system: str) -> list[float
 
 def measure(policy: str, args: argparse.Namespace, workdir: Path) -> dict[str, float | str]:
     system = "You are a careful coding agent. Rules: " + _text(random.Random(args.seed), args.system_words)
-    servers = [LlamaServer(ctx=args.ctx, parallel=args.parallel, extra_args=["--metrics"], log_dir=workdir)
+    extra = ["--metrics", *args.server_args.split()]
+    servers = [LlamaServer(ctx=args.ctx, parallel=args.parallel, extra_args=extra, log_dir=workdir)
                for _ in range(args.replicas)]  # fmt: skip
     gateway: subprocess.Popen[bytes] | None = None
     try:
@@ -163,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--parallel", type=int, default=2, help="slots per llama-server")
     parser.add_argument("--ctx", type=int, default=8192)
+    parser.add_argument("--server-args", default="", help="more llama-server arguments, e.g. '--cache-ram 0 -t 1'")
     parser.add_argument("--conversations", type=int, default=3)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--system-words", type=int, default=200, help="the shared system prompt")

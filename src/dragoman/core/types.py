@@ -43,11 +43,12 @@ _MAX_TOKENS = msgspec.json.Decoder(_MaxTokens)
 
 
 def max_tokens(call: Call) -> int:
-    """The request's `max_tokens` (0 without one: a `count_tokens` body), from the request
-    decoded whole if the core did, else read alone from the body (which was decoded before:
-    it is JSON)."""
-    if call.request is not None:
-        return call.request.max_tokens
+    """The request's `max_tokens` (0 without one: a `count_tokens` body), from what the core
+    read of the body (whole, or its envelope), else read alone from the body (which was
+    decoded before: it is JSON)."""
+    read = call.request or call.envelope
+    if read is not None:
+        return max(0, read.max_tokens)
     try:
         return max(0, _MAX_TOKENS.decode(call.body).max_tokens)
     except msgspec.DecodeError:

@@ -282,6 +282,7 @@ class Envelope(_In):
     model: str
     stream: bool = False
     thread: ThreadParam | None = None
+    max_tokens: int = 0  # the output the limits reserve (0: none given, as in a count)
     messages: list[msgspec.Raw] = []
     tools: msgspec.Raw = msgspec.Raw(b"")
     system: msgspec.Raw = msgspec.Raw(b"")

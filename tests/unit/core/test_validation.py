@@ -124,6 +124,18 @@ def test_count_tokens_request() -> None:
     assert rejected(json.dumps({"model": "m"}).encode(), a.COUNT_TOKENS_REQUEST) == "messages: Field required"
 
 
+def test_a_passed_through_envelope_names_a_bad_field_and_keeps_the_rest_undecoded() -> None:
+    """The envelope is all the core reads of a passed-through body: the fields it reads are
+    checked there (named in the 400), the prompt's parts are kept as they came."""
+    body = {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}], "system": "s"}
+    envelope = decode_request(json.dumps(body).encode(), a.ENVELOPE)
+    assert envelope.max_tokens == 64
+    assert [bytes(m) for m in envelope.messages] == [b'{"role": "user", "content": "hi"}']
+    assert bytes(envelope.system) == b'"s"'
+    assert "max_tokens" in rejected(json.dumps({**body, "max_tokens": "64"}).encode(), a.ENVELOPE)
+    assert "messages" in rejected(json.dumps({**body, "messages": "hi"}).encode(), a.ENVELOPE)
+
+
 def test_hostile_nesting_is_a_400_not_a_crash():
     import pytest
 
