@@ -105,6 +105,10 @@ class _UpstreamBase(_Config, frozen=True):
     # How a request picks a replica; unset: cache_aware with replicas (docs/routing.md).
     routing: Routing | None = None
     cache_routing: CacheRouting = CacheRouting()
+    # With replicas and routing other than round_robin: read each replica's own load (queue, KV
+    # cache) from its Prometheus /metrics every load_metrics_interval seconds (docs/routing.md).
+    load_metrics: bool = True
+    load_metrics_interval: float = 1.0
     connect_timeout: float = 10.0
     first_byte_timeout: float = 600.0
     idle_timeout: float = 300.0
@@ -362,7 +366,7 @@ def _check_upstream(where: str, upstream: UpstreamConfig, problems: list[str]) -
     for header, value in upstream.headers.items():
         if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", header) or re.search(r"[\r\n\0]", value):
             problems.append(f"{where}.headers.{header}: not a valid header name, or a value with a line break")
-    for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
+    for key in ("connect_timeout", "first_byte_timeout", "idle_timeout", "load_metrics_interval"):
         if getattr(upstream, key) <= 0:
             problems.append(f"{where}.{key}: must be a positive number of seconds")
     if upstream.max_concurrent is not None and upstream.max_concurrent < 1:  # 0 would hold every request forever

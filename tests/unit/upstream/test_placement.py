@@ -428,6 +428,10 @@ def test_a_cache_routing_setting_out_of_range_is_a_start_up_error_naming_it() ->
         from_dict({"upstreams": {"u": {**upstream, "cache_routing": {"block_bytes": 0}}}})
     with pytest.raises(ConfigError, match=r"upstreams\.u\.cache_routing\.kv_high: must be from 0 to less than 1"):
         from_dict({"upstreams": {"u": {**upstream, "cache_routing": {"kv_high": 1.0}}}})
+    with pytest.raises(ConfigError, match=r"upstreams\.u\.load_metrics_interval: must be a positive number"):
+        from_dict({"upstreams": {"u": {**upstream, "load_metrics_interval": 0}}})
+    with pytest.raises(ConfigError, match=r"upstreams\.u\.load_metric: unknown key \(did you mean load_metrics\?\)"):
+        from_dict({"upstreams": {"u": {**upstream, "load_metric": False}}})
     with pytest.raises(ConfigError, match=r"upstreams\.u\.routing"):
         from_dict({"upstreams": {"u": {**upstream, "routing": "random"}}})
     assert from_dict({"upstreams": {"u": upstream}}).upstreams["u"].routing is None  # cache_aware, with replicas
