@@ -238,15 +238,24 @@ class Placement:
         """Requests on `root`: this gateway's in flight or, while believed, what the replica
         published, every gateway's, plus this gateway's own since (those it ended since,
         less). Never less than this gateway's own: the reading may predate them."""
-        own = self.in_flight[root]
-        seen = self.reported.get(root)
-        if seen is None or now > seen.until:
-            return own
-        return max(own, seen.requests + own - seen.own)
+        return self._loads([root], now)[0][root]
 
-    def _surcharge(self, root: str, now: float) -> float:
-        seen = self.reported.get(root)
-        return 0.0 if seen is None or now > seen.until else seen.surcharge
+    def _loads(self, candidates: list[str], now: float) -> tuple[dict[str, float], dict[str, float]]:
+        """`load` of each candidate, and the surcharge of those whose figures are believed (in one
+        pass: with 32 replicas, a method call each was a tenth of a decision's time)."""
+        in_flight, reported = self.in_flight, self.reported
+        loads: dict[str, float] = {}
+        surcharges: dict[str, float] = {}
+        for root in candidates:
+            load: float = in_flight[root]
+            seen = reported.get(root)
+            if seen is not None and now <= seen.until:
+                published = seen.requests + load - seen.own
+                if published > load:
+                    load = published
+                surcharges[root] = seen.surcharge
+            loads[root] = load
+        return loads, surcharges
 
     def choose(self, candidates: list[str], prompt: Prompt | None, avoid: str | None = None) -> Decision:
         """Among the free `candidates` (`avoid`, the one a retry leaves, is not out: only left)."""
@@ -261,13 +270,13 @@ class Placement:
     def _least_loaded(self, candidates: list[str]) -> tuple[str, float]:
         now = self._clock()
         start = next(self._turn) % len(candidates)  # ties taken in turn
-        loads = [(self.load(root, now), root) for root in candidates[start:] + candidates[:start]]
-        load, root = min(loads, key=lambda pair: pair[0])
-        return root, load
+        loads = self._loads(candidates[start:] + candidates[:start], now)[0]  # in that order
+        root = min(loads, key=loads.__getitem__)
+        return root, loads[root]
 
     def _cache_aware(self, candidates: list[str], prompt: Prompt, avoid: str | None) -> Decision:
         settings, now = self.settings, self._clock()
-        loads = {root: self.load(root, now) for root in candidates}
+        loads, surcharges = self._loads(candidates, now)
         cap = sum(loads.values()) / len(loads) * settings.balance_rel + settings.balance_abs
         # The conversation's home, then its rendezvous order: what every gateway replica computes.
         ranked = self.homes.order(prompt.identity)
@@ -278,7 +287,7 @@ class Placement:
         matches = [min(indexes[root].match(prompt.blocks, now) * block_tokens, tokens) for root in eligible]
         rank = {root: position for position, root in enumerate(order)}
         costs = [
-            tokens - matched + settings.load_tokens * loads[root] + self._surcharge(root, now)
+            tokens - matched + settings.load_tokens * loads[root] + surcharges.get(root, 0.0)
             + settings.home_tokens * rank[root]
             for root, matched in zip(eligible, matches, strict=True)
         ]  # fmt: skip
