@@ -19,6 +19,13 @@ is dragoman's own (`dragoman.upstream.placement`: the request body as the gatewa
   one request at a time, and decoding output tokens / `--decode-rate`.
 - Gateway replicas (`--gateways 3`): each request goes to one at random; each has its own
   prefix index and in-flight counts, and they share nothing.
+- With `--load-metrics SECONDS`, each gateway reads every replica's own figures that often (as
+  `dragoman.upstream.gauges` does from /metrics; each gateway at its own phase): requests
+  running and waiting, and KV-cache usage, modelled as the running requests' tokens over
+  `--cache-tokens`. `--load-metrics 0,1` compares without and with.
+- `--outside N`: the first quarter of the replicas each also serve N requests at all times
+  from clients that do not go through the gateways (8k-token prompts, none cached, 300 tokens
+  out; a new one as each ends): load only the replicas' own figures show. Not measured.
 
 Reported per cell, over the requests sent after `--warmup` seconds: prompt tokens recomputed
 (evaluated, not served from cache) and the cache hit rate, time to first token p50/p90,
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import itertools
 import json
 import random
 import sys
@@ -62,6 +70,8 @@ class Settings:
     decode_rate: float = 50.0  # tokens per second per request
     seed: int = 1
     routing: dict[str, float] = field(default_factory=dict)  # cache_routing settings to override
+    load_metrics: float = 0.0  # seconds between each gateway's reads of the replicas' own load; 0: none
+    outside: int = 0  # requests kept in flight on each of the first quarter of the replicas by other clients
 
 
 class Text:
@@ -126,7 +136,7 @@ def _message(role: str, rng: random.Random, tokens: int) -> bytes:
 
 @dataclass
 class Request:
-    conversation: Conversation
+    conversation: Conversation | None  # None: another client's, not the gateways'
     sent: float
     prompt_tokens: int
     output_tokens: int
@@ -142,6 +152,7 @@ class Replica:
     capacity_blocks: int
     cache: OrderedDict[int, None] = field(default_factory=OrderedDict)
     running: int = 0
+    active_tokens: int = 0  # the running requests' prompt and output tokens: their KV cache
     waiting: deque[Request] = field(default_factory=deque)
     prefilling: deque[Request] = field(default_factory=deque)
     prefill_busy: bool = False
@@ -216,6 +227,12 @@ class Fleet:
         s = self.s
         for _ in range(s.conversations):
             self.at(self.rng.uniform(0, 10), "send", self.new_conversation())
+        for root in self.roots[: max(1, s.replicas // 4)] if s.outside else ():
+            for _ in range(s.outside):
+                self._outside(0.0, self.replicas[root])
+        if s.load_metrics and self.policy != "round_robin":
+            for gateway in range(s.gateways):
+                self.at(self.rng.uniform(0, s.load_metrics), "scrape", gateway)
         while self.events:
             now, _, kind, what = heapq.heappop(self.events)
             if now > s.duration:
@@ -246,17 +263,32 @@ class Fleet:
             self.moves += conversation.replica != request.root
             self.later_turns += 1
         conversation.replica = request.root
-        replica = self.replicas[request.root]
+        self._arrive(now, self.replicas[request.root], request)
+
+    def _outside(self, now: float, replica: Replica) -> None:
+        self._arrive(now, replica, Request(None, now, 8000, 300, -1, replica.root))
+
+    def _arrive(self, now: float, replica: Replica, request: Request) -> None:
         replica.note_load(now, self.s.warmup)
         if replica.running < self.s.slots:
             self._start(now, replica, request)
         else:
             replica.waiting.append(request)
 
+    def _scrape(self, now: float, gateway: object) -> None:
+        """A gateway reads every replica's own figures (as from /metrics) and believes them for 3 reads."""
+        assert isinstance(gateway, int)
+        placement, capacity = self.gateways[gateway], self.s.cache_tokens
+        for root, replica in self.replicas.items():
+            kv = min(1.0, replica.active_tokens / capacity)
+            placement.report(root, replica.running, len(replica.waiting), kv, 3 * self.s.load_metrics)
+        self.at(now + self.s.load_metrics, "scrape", gateway)
+
     def _start(self, now: float, replica: Replica, request: Request) -> None:
         replica.running += 1
-        keys = request.conversation.text.keys
-        request.cached_tokens = replica.lookup(keys) * BLOCK_TOKENS
+        replica.active_tokens += request.prompt_tokens + request.output_tokens
+        if request.conversation is not None:
+            request.cached_tokens = replica.lookup(request.conversation.text.keys) * BLOCK_TOKENS
         replica.prefilling.append(request)
         if not replica.prefill_busy:
             self._next_prefill(now, replica)
@@ -273,7 +305,8 @@ class Fleet:
     def _prefilled(self, now: float, replica: Replica) -> None:
         request = replica.prefilling.popleft()
         request.first_token = now
-        replica.store(request.conversation.text.keys)
+        if request.conversation is not None:
+            replica.store(request.conversation.text.keys)
         self.at(now + request.output_tokens / self.s.decode_rate, "decoded", request)
         self._next_prefill(now, replica)
 
@@ -281,6 +314,11 @@ class Fleet:
         replica, conversation, rng = self.replicas[request.root], request.conversation, self.rng
         replica.note_load(now, self.s.warmup)
         replica.running -= 1
+        replica.active_tokens -= request.prompt_tokens + request.output_tokens
+        if conversation is None:
+            self._next_waiting(now, replica)
+            self._outside(now, replica)  # the other client sends its next
+            return
         if self.policy != "round_robin":
             self.gateways[request.gateway].ended(request.root)
         conversation.append(_message("assistant", rng, request.output_tokens))
@@ -292,6 +330,9 @@ class Fleet:
         else:
             conversation.append(_message("user", rng, rng.randint(200, 3000)))
         self.at(now + rng.uniform(1.0, 4.0), "send", conversation)
+        self._next_waiting(now, replica)
+
+    def _next_waiting(self, now: float, replica: Replica) -> None:
         if replica.waiting:
             self._start(now, replica, replica.waiting.popleft())
 
@@ -332,8 +373,9 @@ def decision_cost(replicas: int, repeat: int = 2000) -> dict[str, float]:
     out = {}
     for path, (kind, body) in bodies.items():
         placement = Placement(roots, "cache_aware", CacheRouting())
-        for root in roots:  # every replica holds the prompt: each match is a full search
+        for index, root in enumerate(roots):  # every replica holds the prompt: each match is a full search
             placement.sent(root, prompt_of(body, kind, None, placement.settings.block_bytes))  # type: ignore[arg-type]
+            placement.report(root, 8 + index % 3, index % 2, 0.85 + index % 3 * 0.05, 1e9)  # and published its load
         started = time.process_time()
         for _ in range(repeat):
             prompt = prompt_of(body, kind, None, placement.settings.block_bytes)  # type: ignore[arg-type]
@@ -370,6 +412,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-rate", type=float, default=Settings.decode_rate)
     parser.add_argument("--seed", type=int, default=Settings.seed)
     parser.add_argument(
+        "--outside",
+        type=int,
+        default=0,
+        metavar="N",
+        help="requests other clients keep in flight on each of the first quarter of the replicas",
+    )
+    parser.add_argument("--load-metrics", default="0", metavar="SECONDS",
+                        help="comma-separated intervals at which gateways read the replicas' own load; 0: never")  # fmt: skip
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -393,19 +444,23 @@ def main(argv: list[str] | None = None) -> int:
         cells = DEFAULT_CELLS
     routing = {key: type(getattr(CacheRouting(), key))(value) for key, value in (s.split("=", 1) for s in args.set)}
     results = []
-    print(f"{'replicas':>8} {'convs':>5} {'gw':>2} {'policy':<13} {'requests':>8} {'recomputed':>10} {'per req':>7} {'hit':>5} "
-          f"{'ttft p50':>8} {'ttft p90':>8} {'req/s':>6} {'imbal':>5} {'moved':>5} {'µs/decision':>11}")  # fmt: skip
-    for replicas, conversations, gateways in cells:
-        for policy in args.policies.split(","):
-            settings = Settings(replicas, conversations, gateways, args.duration, args.warmup, args.cache_tokens,
-                                args.slots, args.prefill_rate, args.decode_rate, args.seed, routing)  # fmt: skip
-            result = Fleet(settings, policy).run()
-            results.append({"replicas": replicas, "conversations": conversations, "gateways": gateways,
-                            "policy": policy, **result})  # fmt: skip
-            print(f"{replicas:>8} {conversations:>5} {gateways:>2} {policy:<13} {result['requests']:>8} "
-                  f"{result['recomputed_mtok']:>9.1f}M {result['recomputed_per_request']:>7.0f} {result['hit_rate']:>5.2f} {result['ttft_p50']:>7.2f}s "
-                  f"{result['ttft_p90']:>7.2f}s {result['throughput_rps']:>6.1f} {result['imbalance']:>5.2f} "
-                  f"{result['moved']:>5.2f} {result['decision_us']:>11.0f}", flush=True)  # fmt: skip
+    print(f"{'replicas':>8} {'convs':>5} {'gw':>2} {'lm':>3} {'policy':<13} {'requests':>8} {'recomputed':>10} {'per req':>7} "
+          f"{'hit':>5} {'ttft p50':>8} {'ttft p90':>8} {'req/s':>6} {'imbal':>5} {'moved':>5} {'µs/decision':>11}")  # fmt: skip
+    for (replicas, conversations, gateways), metrics, policy in itertools.product(
+        cells, [float(m) for m in args.load_metrics.split(",")], args.policies.split(",")
+    ):
+        if metrics and policy == "round_robin":
+            continue  # nothing is read under round robin
+        settings = Settings(replicas, conversations, gateways, args.duration, args.warmup, args.cache_tokens,
+                            args.slots, args.prefill_rate, args.decode_rate, args.seed, routing, metrics,
+                            args.outside)  # fmt: skip
+        result = Fleet(settings, policy).run()
+        results.append({"replicas": replicas, "conversations": conversations, "gateways": gateways,
+                        "load_metrics": metrics, "policy": policy, **result})  # fmt: skip
+        print(f"{replicas:>8} {conversations:>5} {gateways:>2} {metrics:>3g} {policy:<13} {result['requests']:>8} "
+              f"{result['recomputed_mtok']:>9.1f}M {result['recomputed_per_request']:>7.0f} {result['hit_rate']:>5.2f} "
+              f"{result['ttft_p50']:>7.2f}s {result['ttft_p90']:>7.2f}s {result['throughput_rps']:>6.1f} "
+              f"{result['imbalance']:>5.2f} {result['moved']:>5.2f} {result['decision_us']:>11.0f}", flush=True)  # fmt: skip
     if args.json:
         with open(args.json, "w") as file:
             json.dump({"cells": results}, file, indent=1)

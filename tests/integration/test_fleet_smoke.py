@@ -24,6 +24,25 @@ def test_the_simulated_fleet_runs_every_policy(tmp_path: Path) -> None:
     assert all(c["requests"] > 0 and 0 <= c["hit_rate"] <= 1 for c in cells)
 
 
+def test_gateways_reading_the_replicas_own_load_with_other_clients_on_them(tmp_path: Path) -> None:
+    out = tmp_path / "fleet.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "fleet.py"), "--replicas", "4", "--conversations", "8", "--gateways", "2",
+         "--duration", "40", "--warmup", "10", "--load-metrics", "0,1", "--outside", "4", "--json", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    cells = json.loads(out.read_text())["cells"]
+    assert {(c["policy"], c["load_metrics"]) for c in cells} == {  # round robin reads nothing
+        ("round_robin", 0.0),
+        ("least_loaded", 0.0),
+        ("cache_aware", 0.0),
+        ("least_loaded", 1.0),
+        ("cache_aware", 1.0),
+    }
+    assert all(c["requests"] > 0 for c in cells)
+
+
 def test_the_decision_cost_cell_runs() -> None:
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "fleet.py"), "--decision-cost"],
                             capture_output=True, text=True, timeout=120)  # fmt: skip

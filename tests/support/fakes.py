@@ -66,11 +66,14 @@ class FakeUpstream:
         self.completed = 0  # streams written out to the end
         self.no_model_list = False  # GET /v1/models answers 404, as on a server without one
         self.template_drops_tools = False  # /tokenize counts no tools, as for a chat template without them
+        self.metrics: str | None = None  # Prometheus text served at GET /metrics (None: 404, as on a server without)
+        self.metrics_requests = 0
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/api/show", self._show)
         app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_get("/metrics", self._metrics)
         self._site = ThreadedSite(app, ssl_context)
         self.port = 0
 
@@ -102,6 +105,12 @@ class FakeUpstream:
 
     def stop(self) -> None:
         self._site.stop()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        self.metrics_requests += 1
+        if self.metrics is None:
+            return web.Response(status=404, text="404: Not Found")
+        return web.Response(text=self.metrics, content_type="text/plain", charset="utf-8")
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         """vLLM's chat-form /tokenize: one token per whitespace-separated word here."""

@@ -62,6 +62,7 @@ class AutoBackend:
         # Both clients reach the same instances (the same roots): an instance the probe or one
         # path passed over is passed over by the other too.
         self._translate._http.replicas = self._passthrough._http.replicas
+        self._translate._http.loads = self._passthrough._http.loads  # which report to those replicas' placement
         self.chosen: Backend | None = None
         self._key = config.upstream_key(upstream)
         self._lock = asyncio.Lock()

@@ -85,7 +85,10 @@ class CacheRouting(_Config, frozen=True):
     block_bytes: int = 4096  # the prompt is hashed in blocks of this many bytes (about 1024 tokens)
     max_blocks: int = 32768  # blocks remembered per replica (LRU): 128 MiB of prompt, about 4 MB of memory
     max_age: float = 600.0  # seconds a block is believed cached after it was last sent
-    load_tokens: int = 512  # the cost of one request in flight on a replica, in prompt tokens to recompute
+    load_tokens: int = 512  # the cost of one request on a replica (in flight, or the replica's own count), in tokens
+    queue_tokens: int = 4096  # more for each request the replica says is waiting (its /metrics)
+    kv_tokens: int = 4096  # more, up to this, for a KV cache the replica says is fuller than kv_high
+    kv_high: float = 0.9  # the used fraction of a replica's KV cache from which it costs more
     home_tokens: int = 16384  # the cost of each step down a conversation's rendezvous order, in tokens
     spread: float = 1.2  # a replica is home to at most spread x an even share of the active conversations
     balance_rel: float = 1.5  # a replica with more in flight than balance_rel x the mean + balance_abs
@@ -102,6 +105,10 @@ class _UpstreamBase(_Config, frozen=True):
     # How a request picks a replica; unset: cache_aware with replicas (docs/routing.md).
     routing: Routing | None = None
     cache_routing: CacheRouting = CacheRouting()
+    # With replicas and routing other than round_robin: read each replica's own load (queue, KV
+    # cache) from its Prometheus /metrics every load_metrics_interval seconds (docs/routing.md).
+    load_metrics: bool = True
+    load_metrics_interval: float = 1.0
     connect_timeout: float = 10.0
     first_byte_timeout: float = 600.0
     idle_timeout: float = 300.0
@@ -359,7 +366,7 @@ def _check_upstream(where: str, upstream: UpstreamConfig, problems: list[str]) -
     for header, value in upstream.headers.items():
         if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", header) or re.search(r"[\r\n\0]", value):
             problems.append(f"{where}.headers.{header}: not a valid header name, or a value with a line break")
-    for key in ("connect_timeout", "first_byte_timeout", "idle_timeout"):
+    for key in ("connect_timeout", "first_byte_timeout", "idle_timeout", "load_metrics_interval"):
         if getattr(upstream, key) <= 0:
             problems.append(f"{where}.{key}: must be a positive number of seconds")
     if upstream.max_concurrent is not None and upstream.max_concurrent < 1:  # 0 would hold every request forever
@@ -376,9 +383,11 @@ def _check_cache_routing(where: str, routing: CacheRouting, problems: list[str])
     for key in ("block_bytes", "max_blocks", "max_age", "balance_rel", "spread"):
         if getattr(routing, key) <= 0:
             problems.append(f"{where}.{key}: must be positive, got {getattr(routing, key)}")
-    for key in ("load_tokens", "home_tokens", "balance_abs"):
+    for key in ("load_tokens", "queue_tokens", "kv_tokens", "home_tokens", "balance_abs"):
         if getattr(routing, key) < 0:
             problems.append(f"{where}.{key}: must be 0 or more, got {getattr(routing, key)}")
+    if not 0 <= routing.kv_high < 1:
+        problems.append(f"{where}.kv_high: must be from 0 to less than 1 (a used fraction), got {routing.kv_high}")
 
 
 def _url_problem(url: str) -> str | None:

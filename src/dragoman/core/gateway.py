@@ -38,6 +38,7 @@ from dragoman.core.types import Backend, NoModelList, Route, UpstreamModel
 from dragoman.files.store import FileStore
 from dragoman.limits import gate
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
+from dragoman.upstream.gauges import LoadCollector
 from dragoman.usage.stores import store_for
 from dragoman.usage.writer import UsageWriter
 
@@ -75,6 +76,7 @@ class Gateway:
     ) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
+        self.metrics.registry.register(LoadCollector())  # what each replica says of its load
         self.backends = backends if backends is not None else build(config)
         cache = config.server.registry_cache
         self.registry_file: Path | None = (

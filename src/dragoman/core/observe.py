@@ -179,6 +179,7 @@ def _line(outcome: Outcome, duration: float) -> str:
         "replica": outcome.replica,
         "routing": outcome.routing,
         "prefix_match_tokens": outcome.prefix_tokens if outcome.routed_tokens else None,
+        "replica_load": outcome.replica_load,
         "ttft_ms": None if outcome.first_byte is None else round((outcome.first_byte - outcome.started) * 1000, 1),
         "duration_ms": round(duration * 1000, 1),
         "error": outcome.error_type,

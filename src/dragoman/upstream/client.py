@@ -31,6 +31,7 @@ from dragoman.core.errors import (
     from_upstream,
     register_secret,
 )
+from dragoman.upstream import gauges
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.opening import Opening, Sending
 from dragoman.upstream.placement import Decision, MessagesParts, Placement, PromptKind, prompt_of
@@ -122,6 +123,8 @@ class HttpClient:
             self._encoded_with: dict[tuple[tuple[str, str], ...], bytes] = {}
             self._pool = Pool(roots, connect_timeout=upstream.connect_timeout, tls=self._tls(), proxies=self._proxies,
                               host=self.headers.get("host"))  # fmt: skip
+            # Each replica's own load, read in the background from the first request on (docs/routing.md).
+            self.loads = gauges.for_upstream(name, upstream, placement, self._pool, self._encoded)
         except (
             ValueError,
             OSError,
@@ -155,6 +158,8 @@ class HttpClient:
         return context
 
     async def close(self) -> None:
+        if self.loads is not None:
+            await self.loads.stop()
         await self._pool.close()
 
     def url(self, path: str, *, from_root: bool = False, root: str | None = None) -> str:
@@ -200,6 +205,8 @@ class HttpClient:
         placement = self.replicas.placement
         if placement is None:
             return self.replicas.pick(avoid=request.root)
+        if self.loads is not None:
+            self.loads.start()  # once: it needs the running loop
         if request.kind is not None and request.prompt is None and placement.wants_prompt():
             request.prompt = prompt_of(request.body, request.kind, request.conversation, placement.settings.block_bytes)
         decision = self.replicas.place(avoid=request.root, prompt=request.prompt)
@@ -463,6 +470,7 @@ def _note(outcome: Any, decision: Decision) -> None:
     """The routing decision, for the access log and the metrics (the last attempt's)."""
     outcome.replica, outcome.routing = decision.root, decision.reason
     outcome.prefix_tokens, outcome.routed_tokens = decision.matched_tokens, decision.prompt_tokens
+    outcome.replica_load = decision.load
 
 
 def _below_500(status: int, content_type: str) -> bool:

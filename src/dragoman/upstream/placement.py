@@ -7,10 +7,15 @@ Cache aware (docs/routing.md): a backend keeps the prompts it computed recently 
 prefix cache (vLLM, SGLang, llama-server's slots). The gateway remembers, per replica, the
 prompts it sent there as chained hashes of fixed-size blocks (`PrefixIndex`), so a block's
 hash stands for everything before it. A request costs, on each replica, the prompt tokens
-that replica would have to compute again plus a price per request it already has in flight,
+that replica would have to compute again plus a price per request it already has (`load`),
 plus a price per step away from the conversation's home (`dragoman.upstream.homes`), high
 enough that gateway replicas that know nothing of a conversation still send it where the
 others do. A replica far above the mean load takes nothing while another is below it.
+
+A replica's load is the requests this gateway has in flight there, or, where the replica
+publishes its own (`dragoman.upstream.gauges` reads them in the background), what it said it
+was running and queueing, every gateway's requests together, corrected by this gateway's own
+since it said so. A queue and a nearly full KV cache it published cost more (`surcharge`).
 """
 
 from __future__ import annotations
@@ -67,6 +72,17 @@ class Decision:
     reason: str  # prefix | home | load | least_loaded | only | round_robin
     matched_tokens: int = 0
     prompt_tokens: int = 0
+    load: float | None = None  # the replica's load as routing counted it (`Placement.load`)
+
+
+@dataclass(slots=True)
+class Reported:
+    """What a replica last published about its load, as routing uses it."""
+
+    requests: float  # running and waiting, every gateway's
+    own: int  # this gateway's requests in flight there when it was read
+    surcharge: float  # tokens: its queue and KV cache's price (`Placement.report`)
+    until: float  # believed until then
 
 
 class _Segments(msgspec.Struct):
@@ -198,6 +214,7 @@ class Placement:
         self.settings = settings
         self._clock = clock
         self.in_flight = dict.fromkeys(roots, 0)
+        self.reported: dict[str, Reported] = {}  # by replica: its own figures (`report`)
         self.indexes = {root: PrefixIndex(settings.max_blocks, settings.max_age) for root in roots}
         self.homes = Homes(roots, spread=settings.spread, max_age=settings.max_age, clock=clock)
         self._turn = itertools.cycle(range(len(roots)))
@@ -205,40 +222,78 @@ class Placement:
     def wants_prompt(self) -> bool:
         return self.policy == "cache_aware"
 
+    def report(self, root: str, running: float, waiting: float, kv_usage: float | None, fresh_for: float) -> None:
+        """`root` published its own load: believed for `fresh_for` seconds. Its price beyond
+        the requests is computed here, once, not per request: `queue_tokens` a waiting request,
+        and up to `kv_tokens` for a KV cache fuller than `kv_high` (it will queue or preempt,
+        and evict the prefixes it holds, soon)."""
+        settings = self.settings
+        surcharge = settings.queue_tokens * waiting
+        if kv_usage is not None and kv_usage > settings.kv_high:
+            surcharge += settings.kv_tokens * min(1.0, (kv_usage - settings.kv_high) / (1.0 - settings.kv_high))
+        own = self.in_flight[root]
+        self.reported[root] = Reported(running + waiting, own, surcharge, self._clock() + fresh_for)
+
+    def load(self, root: str, now: float) -> float:
+        """Requests on `root`: this gateway's in flight or, while believed, what the replica
+        published, every gateway's, plus this gateway's own since (those it ended since,
+        less). Never less than this gateway's own: the reading may predate them."""
+        return self._loads([root], now)[0][root]
+
+    def _loads(self, candidates: list[str], now: float) -> tuple[dict[str, float], dict[str, float]]:
+        """`load` of each candidate, and the surcharge of those whose figures are believed (in one
+        pass: with 32 replicas, a method call each was a tenth of a decision's time)."""
+        in_flight, reported = self.in_flight, self.reported
+        loads: dict[str, float] = {}
+        surcharges: dict[str, float] = {}
+        for root in candidates:
+            load: float = in_flight[root]
+            seen = reported.get(root)
+            if seen is not None and now <= seen.until:
+                published = seen.requests + load - seen.own
+                if published > load:
+                    load = published
+                surcharges[root] = seen.surcharge
+            loads[root] = load
+        return loads, surcharges
+
     def choose(self, candidates: list[str], prompt: Prompt | None, avoid: str | None = None) -> Decision:
         """Among the free `candidates` (`avoid`, the one a retry leaves, is not out: only left)."""
+        tokens = prompt.tokens if prompt else 0
         if len(candidates) == 1:
-            return Decision(candidates[0], "only", 0, prompt.tokens if prompt else 0)
+            return Decision(candidates[0], "only", 0, tokens, self.load(candidates[0], self._clock()))
         if self.policy != "cache_aware" or prompt is None:
-            return Decision(self._least_loaded(candidates), "least_loaded", 0, prompt.tokens if prompt else 0)
+            root, load = self._least_loaded(candidates)
+            return Decision(root, "least_loaded", 0, tokens, load)
         return self._cache_aware(candidates, prompt, avoid)
 
-    def _least_loaded(self, candidates: list[str]) -> str:
-        in_flight = self.in_flight
+    def _least_loaded(self, candidates: list[str]) -> tuple[str, float]:
+        now = self._clock()
         start = next(self._turn) % len(candidates)  # ties taken in turn
-        rotated = candidates[start:] + candidates[:start]
-        return min(rotated, key=in_flight.__getitem__)
+        loads = self._loads(candidates[start:] + candidates[:start], now)[0]  # in that order
+        root = min(loads, key=loads.__getitem__)
+        return root, loads[root]
 
     def _cache_aware(self, candidates: list[str], prompt: Prompt, avoid: str | None) -> Decision:
-        settings, in_flight, now = self.settings, self.in_flight, self._clock()
-        loads = [in_flight[root] for root in candidates]
-        cap = sum(loads) / len(loads) * settings.balance_rel + settings.balance_abs
+        settings, now = self.settings, self._clock()
+        loads, surcharges = self._loads(candidates, now)
+        cap = sum(loads.values()) / len(loads) * settings.balance_rel + settings.balance_abs
         # The conversation's home, then its rendezvous order: what every gateway replica computes.
-        free = set(candidates)
         ranked = self.homes.order(prompt.identity)
-        order = [root for root in ranked if root in free]
-        eligible = [root for root in order if in_flight[root] <= cap] or order
+        order = [root for root in ranked if root in loads]
+        eligible = [root for root in order if loads[root] <= cap] or order
         block_tokens = settings.block_bytes // BYTES_PER_TOKEN
         indexes, tokens = self.indexes, prompt.tokens
         matches = [min(indexes[root].match(prompt.blocks, now) * block_tokens, tokens) for root in eligible]
         rank = {root: position for position, root in enumerate(order)}
         costs = [
-            tokens - matched + settings.load_tokens * in_flight[root] + settings.home_tokens * rank[root]
+            tokens - matched + settings.load_tokens * loads[root] + surcharges.get(root, 0.0)
+            + settings.home_tokens * rank[root]
             for root, matched in zip(eligible, matches, strict=True)
-        ]
+        ]  # fmt: skip
         chosen = costs.index(min(costs))
         root, matched = eligible[chosen], matches[chosen]
-        if ranked[0] not in free and ranked[0] != avoid:
+        if ranked[0] not in loads and ranked[0] != avoid:
             self.homes.pin(prompt.identity, root)  # its home is out (passed over): this is its home now
         if matched and matches.count(matched) == 1 and matched == max(matches):
             reason = "prefix"  # the only replica holding this much of the prompt
@@ -246,7 +301,7 @@ class Placement:
             reason = "home"
         else:
             reason = "load"
-        return Decision(root, reason, matched, prompt.tokens)
+        return Decision(root, reason, matched, prompt.tokens, loads[root])
 
     def sent(self, root: str, prompt: Prompt | None) -> None:
         """A request went to `root`: one more in flight, and its prompt is (soon) cached there."""

@@ -271,6 +271,93 @@ def test_least_loaded_takes_the_replica_with_fewest_in_flight_ties_in_turn() -> 
     assert {place.choose(ROOTS, None).root for _ in range(8)} == set(ROOTS)
 
 
+# -- the replicas' own load (their /metrics: dragoman.upstream.gauges) ------------------------
+
+
+def report_all(place: Placement, running: float = 4, waiting: float = 0, kv_usage: float = 0.5) -> None:
+    for root in ROOTS:
+        place.report(root, running, waiting, kv_usage, 3.0)
+
+
+def test_the_load_is_the_replicas_own_count_corrected_by_this_gateways_requests_since() -> None:
+    clock = Clock()
+    place = placement(clock=clock)
+    root = ROOTS[0]
+    place.sent(root, None)
+    place.sent(root, None)
+    place.report(root, running=5, waiting=3, kv_usage=None, fresh_for=3.0)  # 8, this gateway's 2 among them
+    assert place.load(root, clock.now) == 8
+    place.sent(root, None)  # one more since it was read
+    assert place.load(root, clock.now) == 9
+    for _ in range(3):
+        place.ended(root)
+    assert place.load(root, clock.now) == 6  # the other gateways' 6 remain
+    place.sent(root, None)
+    clock.now += 3.1
+    assert place.load(root, clock.now) == 1  # too old to believe: this gateway's own in flight
+    place.report(root, running=0, waiting=0, kv_usage=None, fresh_for=3.0)
+    place.sent(root, None)
+    assert place.load(root, clock.now) == 2  # never less than this gateway's own
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_where_prefixes_tie_a_conversation_goes_where_the_replicas_queue_is_shorter(held: bool) -> None:
+    place = placement()
+    request = prompt(chat_body("a task " * 100))
+    home, second = place.homes.order(request.identity)[:2]
+    if held:  # both hold its prompt (it was sent to each once): the same match
+        for root in (home, second):
+            place.sent(root, request)
+            place.ended(root)
+    assert place.choose(ROOTS, request).root == home
+    report_all(place, running=8)
+    place.report(home, running=8, waiting=12, kv_usage=0.5, fresh_for=3.0)  # other gateways' requests queue there
+    decision = place.choose(ROOTS, request)
+    assert (decision.root, decision.reason, decision.load) == (second, "load", 8)
+
+
+@pytest.mark.parametrize(("waiting", "stays"), [(2, True), (12, False)])
+def test_a_conversation_stays_on_its_prefix_unless_the_queue_there_is_much_longer(waiting: int, stays: bool) -> None:
+    place = placement(home_tokens=0)  # only its prefix holds it there
+    turns = ["a long task " * 6000]  # about 18k tokens
+    there = send(place, chat_body(*turns))
+    turns += ["answer " * 50, "tool output " * 80]
+    report_all(place, running=4)
+    place.report(there, running=4, waiting=waiting, kv_usage=0.5, fresh_for=3.0)
+    decision = place.choose(ROOTS, prompt(chat_body(*turns)))
+    assert (decision.root == there) is stays
+    assert decision.reason == ("prefix" if stays else "load")
+
+
+def test_a_replica_whose_kv_cache_is_nearly_full_costs_more() -> None:
+    place = placement(home_tokens=1024)
+    request = prompt(chat_body("a task " * 100))
+    home, second = place.homes.order(request.identity)[:2]
+    report_all(place)
+    place.report(home, running=4, waiting=0, kv_usage=0.89, fresh_for=3.0)  # below kv_high: no more
+    assert place.choose(ROOTS, request).root == home
+    place.report(home, running=4, waiting=0, kv_usage=0.99, fresh_for=3.0)
+    assert place.choose(ROOTS, request).root == second
+
+
+def test_the_load_bound_counts_every_gateways_requests_on_a_replica() -> None:
+    place = placement()
+    body = chat_body("the same long task " * 100)
+    there = send(place, body)
+    report_all(place, running=2)
+    place.report(there, running=30, waiting=0, kv_usage=0.5, fresh_for=3.0)  # other gateways keep it busy
+    decision = place.choose(ROOTS, prompt(body))
+    assert decision.root != there and decision.reason == "load"
+
+
+def test_least_loaded_counts_what_the_replicas_say_they_run() -> None:
+    place = placement("least_loaded")
+    report_all(place, running=10)
+    place.report(ROOTS[2], running=2, waiting=1, kv_usage=None, fresh_for=3.0)
+    decision = place.choose(ROOTS, None)
+    assert (decision.root, decision.load) == (ROOTS[2], 3)
+
+
 # -- with failover (Replicas) ------------------------------------------------------------------
 
 
@@ -339,6 +426,12 @@ def test_a_cache_routing_setting_out_of_range_is_a_start_up_error_naming_it() ->
     upstream = {"url": "http://127.0.0.1:8000/v1", "replicas": ["http://127.0.0.1:8001/v1"]}
     with pytest.raises(ConfigError, match=r"upstreams\.u\.cache_routing\.block_bytes: must be positive, got 0"):
         from_dict({"upstreams": {"u": {**upstream, "cache_routing": {"block_bytes": 0}}}})
+    with pytest.raises(ConfigError, match=r"upstreams\.u\.cache_routing\.kv_high: must be from 0 to less than 1"):
+        from_dict({"upstreams": {"u": {**upstream, "cache_routing": {"kv_high": 1.0}}}})
+    with pytest.raises(ConfigError, match=r"upstreams\.u\.load_metrics_interval: must be a positive number"):
+        from_dict({"upstreams": {"u": {**upstream, "load_metrics_interval": 0}}})
+    with pytest.raises(ConfigError, match=r"upstreams\.u\.load_metric: unknown key \(did you mean load_metrics\?\)"):
+        from_dict({"upstreams": {"u": {**upstream, "load_metric": False}}})
     with pytest.raises(ConfigError, match=r"upstreams\.u\.routing"):
         from_dict({"upstreams": {"u": {**upstream, "routing": "random"}}})
     assert from_dict({"upstreams": {"u": upstream}}).upstreams["u"].routing is None  # cache_aware, with replicas

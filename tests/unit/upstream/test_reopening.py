@@ -58,9 +58,10 @@ async def answers(peer: Peer) -> None:
 
 
 def client_for(*roots: str, **settings: Any) -> HttpClient:
-    upstream = OpenAIUpstream(
-        url=roots[0] + "/v1", replicas=[root + "/v1" for root in roots[1:]], **{"max_retries": 2, **settings}
-    )
+    upstream = OpenAIUpstream(  # no load_metrics: a GET /metrics would take one of a script's connections
+        url=roots[0] + "/v1", replicas=[root + "/v1" for root in roots[1:]],
+        **{"max_retries": 2, "load_metrics": False, **settings},
+    )  # fmt: skip
     return HttpClient("up", upstream, None, prefix="/v1")
 
 
