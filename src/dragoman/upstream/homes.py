@@ -2,7 +2,8 @@
 
 A conversation's rendezvous order ranks the replicas by a hash of its identity and each
 replica's URL: every gateway computes the same order. Its home is the first replica in
-that order with room, room being `spread` x an even share of the active conversations.
+that order with room, room being `spread` x an even share of the active conversations
+(or the even share alone, where `spread` adds less than one conversation to it).
 The homes are assigned afresh every `every` seconds, conversations taken in one canonical
 order (by identity), so two gateways that saw the same active conversations assign the
 same homes, whatever order they saw them in; a conversation new since then is placed
@@ -84,7 +85,13 @@ class Homes:
         return sorted(range(len(self.roots)), key=weights.__getitem__, reverse=True)
 
     def _room(self) -> int:
-        return max(1, math.ceil(self._spread * len(self._seen) / len(self.roots)))
+        """`spread` x an even share, rounded up, where that leaves room for at least one more
+        conversation than the even share; else the even share, rounded up. With few
+        conversations the rounding, not `spread`, would decide: 3 of 4 on one replica of two,
+        whose cache, sized for two, would drop one of them at every turn."""
+        even = len(self._seen) / len(self.roots)
+        share = self._spread * even
+        return max(1, math.ceil(share if share - even >= 1 else even))
 
     def _place(self, identity: bytes, room: int) -> None:
         counts = self._counts

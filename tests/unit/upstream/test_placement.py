@@ -4,6 +4,7 @@ prefix index, each conversation's home, and the choice (dragoman.upstream.placem
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -176,6 +177,21 @@ def test_no_replica_is_home_to_more_than_its_share() -> None:
     for identity in identities:
         counts[homes.order(identity)[0]] += 1
     assert max(counts.values()) <= 30  # 1.2 x 100 / 4
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_few_conversations_are_shared_evenly(seed: int) -> None:
+    """Four conversations on two replicas: two each, whatever their hashes (a replica whose
+    cache holds two would drop one of three at every turn)."""
+    clock = Clock()
+    roots = [f"http://127.0.0.1:{40000 + seed * 7 + i}" for i in range(2)]
+    homes = Homes(roots, spread=1.2, max_age=600, clock=clock)
+    identities = [f"session-{seed}-{i}".encode() for i in range(4)]
+    for identity in identities:
+        homes.order(identity)
+    for _ in range(2):  # as they came, and as assigned afresh
+        assert sorted(Counter(homes.order(i)[0] for i in identities).values()) == [2, 2]
+        clock.now += 2
 
 
 def test_homes_forget_conversations_not_seen_for_max_age_and_are_bounded() -> None:
