@@ -20,7 +20,8 @@ from dragoman.batches.runs import Run, Runner
 from dragoman.batches.service import Batches
 from dragoman.batches.store import BatchDir, BatchStore, Record
 from dragoman.core import paging
-from dragoman.core.config import BatchesConfig, from_dict
+from dragoman.core.config import BatchesConfig
+from dragoman.core.config_load import from_dict
 from dragoman.core.errors import InvalidRequest
 from dragoman.core.gateway import Gateway
 from tests.support.helpers import batch_path
