@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 from msgspec import UNSET
 
-from dragoman.core.errors import UpstreamError, from_stream_error
+from dragoman.core.error_mapping import from_stream_error
+from dragoman.core.errors import UpstreamError
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
 from dragoman.translate.reply import reasoning_as_answer, stop_reason_of, usage_of

@@ -24,13 +24,9 @@ from urllib.parse import urlsplit
 
 from dragoman import __version__
 from dragoman.core.config import ConfigError, UpstreamConfig
-from dragoman.core.errors import (
-    GatewayError,
-    UpstreamError,
-    UpstreamTimeout,
-    from_upstream,
-    register_secret,
-)
+from dragoman.core.error_mapping import from_upstream
+from dragoman.core.errors import GatewayError, UpstreamError, UpstreamTimeout
+from dragoman.core.redaction import register_secret
 from dragoman.upstream import gauges
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.opening import Opening, Sending
