@@ -25,9 +25,9 @@ from urllib.parse import urlsplit
 from dragoman import __version__
 from dragoman.core.config import ConfigError, UpstreamConfig
 from dragoman.core.error_mapping import from_upstream
-from dragoman.core.errors import GatewayError, UpstreamError, UpstreamTimeout
+from dragoman.core.errors import UpstreamError, UpstreamTimeout
 from dragoman.core.redaction import register_secret
-from dragoman.upstream import gauges
+from dragoman.upstream import gauges, hedge
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.opening import Opening, Sending
 from dragoman.upstream.placement import Decision, MessagesParts, Placement, PromptKind, prompt_of
@@ -39,7 +39,6 @@ from dragoman.upstream.transport.response import Response
 MAX_ERROR_BODY = 64 * 1024
 RETRY_STATUSES = frozenset({429, 502, 503, 504, 529})
 BACKOFF_BASE = 0.25
-HEDGE_AFTER = 1.0  # seconds a GET (a model list) waits on one instance before the next is asked too
 # Seconds a model list may take, every instance together (the hedged GET): what /ready,
 # discovery and `dragoman check` report is what it saw by then (a 503, or no answer).
 MODEL_LIST_TIMEOUT = 5.0
@@ -380,63 +379,18 @@ class HttpClient:
         from_root: bool = False,
         pass_over_silent: bool = False,
     ) -> tuple[int, str, bytes]:
-        """(status, content type, body) of the first answer `accept` takes, for a request that
-        costs the server nothing (a model list, the protocol probe). The next instance is asked
-        at once after a failure (no connection, an answer not taken), or alongside one still
-        silent after HEDGE_AFTER seconds, so that one instance that hangs does not fail it; each
-        once. `timeout` bounds the whole; the last failure is raised, or the last answer returned,
-        at the timeout too (an instance that answered 503 is told as such, not as a timeout).
-        `pass_over_silent`: instances still silent when one answered are passed over as silent
-        (the protocol probe: the requests that follow it avoid them). Answers do not end a
-        replica's cool-down: a server may list its models while its engine hangs."""
+        """(status, content type, body) of the first answer `accept` takes from any instance
+        (`upstream.hedge`), for a request that costs the server nothing (a model list, the
+        protocol probe). `pass_over_silent`: instances still silent when one answered are passed
+        over as silent (the protocol probe: the requests that follow it avoid them). Answers do
+        not end a replica's cool-down: a server may list its models while its engine hangs."""
         target = path if from_root else self.prefix + path
         lines = self._header_lines(headers)
         limit = None if method == b"GET" else MAX_ERROR_BODY
-        waiting = self.replicas.order()
-        asking: dict[asyncio.Task[tuple[int, str, bytes]], str] = {}
-        failed: tuple[int, str, bytes] | GatewayError | None = None
-        try:
-            with upstream_errors(self.name):
-                try:
-                    async with asyncio.timeout(timeout):
-                        while waiting or asking:
-                            if waiting:  # the first, or the next after a failure or a silence
-                                root = waiting.pop(0)
-                                asking[asyncio.ensure_future(self._ask(root, method, target, lines, body, limit))] = (
-                                    root
-                                )
-                            done, _ = await asyncio.wait(
-                                asking, timeout=HEDGE_AFTER if waiting else None, return_when=asyncio.FIRST_COMPLETED
-                            )
-                            for task in done:
-                                root = asking.pop(task)
-                                error = task.exception()
-                                if error is None and accept(*task.result()[:2]):
-                                    if pass_over_silent:
-                                        for other, silent in asking.items():
-                                            if not other.done():
-                                                self.replicas.failed(silent, silent=True)
-                                    return task.result()
-                                if error is not None and not isinstance(error, GatewayError):
-                                    raise error
-                                failed = task.result() if error is None else error
-                except TimeoutError:
-                    if failed is None:  # no instance answered: the timeout is the news
-                        raise TimeoutError(f"no instance answered within {timeout:g} s") from None
-        finally:
-            for task in asking:
-                task.cancel()  # closes its connection: the instance stops working on it
-            if asking:
-                await asyncio.wait(asking)
-                for (
-                    task
-                ) in asking:  # cancel() silences an error a task had already; not one it ends with as it is cancelled
-                    if not task.cancelled():
-                        task.exception()  # retrieved (of no interest), so never logged as "never retrieved"
-        if isinstance(failed, GatewayError):
-            raise failed
-        assert failed is not None
-        return failed
+        on_silent = functools.partial(self.replicas.failed, silent=True) if pass_over_silent else None
+        return await hedge.first_answer(self.name, self.replicas.order(),
+                                        lambda root: self._ask(root, method, target, lines, body, limit),
+                                        timeout=timeout, accept=accept, on_silent=on_silent)  # fmt: skip
 
     async def _ask(
         self, root: str, method: bytes, target: str, lines: bytes, body: bytes | None, limit: int | None
