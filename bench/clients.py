@@ -74,7 +74,7 @@ async def _httpx(url: str, concurrency: int, seconds: float) -> tuple[float, flo
 
 
 async def _dragoman(url: str, concurrency: int, seconds: float) -> tuple[float, float]:
-    from dragoman.core.config import from_dict
+    from dragoman.core.config_load import from_dict
     from dragoman.upstream.client import HttpClient
 
     upstream = from_dict({"upstreams": {"fake": {"url": url.removesuffix("/chat/completions")}}}).upstreams["fake"]

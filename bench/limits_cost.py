@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from dragoman.core.types import Call, Completed, Outcome, UpstreamModel
 from dragoman.limits import gate
 from dragoman.protocol.anthropic import MESSAGES_REQUEST

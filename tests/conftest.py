@@ -7,7 +7,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from tests.support import redis_server, servers
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fakes import FakeUpstream

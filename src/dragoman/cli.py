@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dragoman import __version__
-from dragoman.core.config import Config, ConfigError, from_dict, load
+from dragoman.core.config import Config, ConfigError
+from dragoman.core.config_load import from_dict, load
 
 if TYPE_CHECKING:
     from dragoman.core.gateway import Gateway

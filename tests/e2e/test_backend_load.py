@@ -13,7 +13,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from dragoman.upstream.gauges import parse
 from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
 from tests.support.servers import GatewayServer

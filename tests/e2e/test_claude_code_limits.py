@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from tests.e2e.test_claude_code import FILE_CONTENT, FILE_NAME, QUIET, Harness, harness  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.claude_code

@@ -10,7 +10,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
 from tests.support.servers import GatewayServer, wait_tool_support
 

@@ -10,7 +10,7 @@ import time
 import anthropic
 import pytest
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from tests.support.fakes import completion
 from tests.support.servers import GatewayServer
 

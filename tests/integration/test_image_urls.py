@@ -13,7 +13,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from tests.support.envelopes import error_of, raw_error
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.samples import TINY_PNG

@@ -16,7 +16,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from dragoman.limits import redis_store
 from tests.support.fakes import FakeUpstream, Reply, completion
 from tests.support.redis_server import RedisProcess

@@ -449,7 +449,7 @@ def test_a_reply_cut_at_a_limit_the_window_set_says_so_on_every_path(
 def test_a_model_unknown_while_another_upstreams_list_is_unreadable_is_a_502_not_a_404(upstream, dead_port):
     """Two upstreams without [[models]], one down at start: a name that may be its is not
     'not found' (final, not retried) but a 502 the SDKs retry; a name of the live one works."""
-    from dragoman.core.config import from_dict
+    from dragoman.core.config_load import from_dict
     from tests.support.servers import GatewayServer
 
     down = f"http://127.0.0.1:{dead_port}/v1"

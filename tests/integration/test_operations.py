@@ -252,9 +252,10 @@ def test_discovery_logs_what_the_model_list_saw(gateway_from, monkeypatch, caplo
     503, not that nothing answered (discovery's own 5 s used to cut the model list's 10 s short).
     With no other instance, it is the model list's own limit that the log names."""
     from dragoman.upstream import client as http
+    from dragoman.upstream import hedge
 
     monkeypatch.setattr(http, "MODEL_LIST_TIMEOUT", 0.5, raising=False)
-    monkeypatch.setattr(http, "HEDGE_AFTER", 0.05)
+    monkeypatch.setattr(hedge, "HEDGE_AFTER", 0.05)
     other = FakeAnthropic().start()
     other.models_down = True
     with (

@@ -17,7 +17,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.samples import pdf_bytes
 from tests.support.servers import GatewayServer

@@ -11,7 +11,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from dragoman.translate import fold
 from dragoman.upstream.transport import inflate
 from tests.support.envelopes import error_of

@@ -10,7 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
-from dragoman.core.config import Config, from_dict
+from dragoman.core.config import Config
+from dragoman.core.config_load import from_dict
 from tests.support.threaded_site import ThreadedSite
 
 

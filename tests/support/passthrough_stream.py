@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from dragoman.backends.anthropic.backend import AnthropicBackend
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from dragoman.core.errors import GatewayError
 from dragoman.core.types import Call, Outcome
 from tests.support.responses import ScriptedResponse as Response

@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import uvicorn
 
-from dragoman.core.config import Config, from_dict
+from dragoman.core.config import Config
+from dragoman.core.config_load import from_dict
 from dragoman.server.app import create_app
 from dragoman.server.serving import server_options
 

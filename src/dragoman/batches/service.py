@@ -8,20 +8,15 @@ the batch has ended, and a batch not done within `expire_after` has its remainin
 requests `expired`.
 
 Batches are kept on disk (`dragoman.batches.store`), so every process sees every batch and
-a restart loses none. A keeper in each process sweeps the directory: at start, every
-ADOPT_EVERY seconds, and whenever this process has room for another batch. It starts the
-oldest batches no process runs, as many as there is room for (a canceled or expired one
-always: it ends at once), so a batch whose process died is taken over, running only the
-requests without a result (one in flight at the crash runs again).
+a restart loses none; a keeper in each process (`dragoman.batches.keeper`) starts them, and
+takes over those whose process died.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import shutil
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,9 +24,11 @@ from typing import IO, Literal
 
 import msgspec
 
+from dragoman.batches.catalog import Catalog
+from dragoman.batches.keeper import Keeper
 from dragoman.batches.quota import Usage, check_room
-from dragoman.batches.runs import Run, Runner
-from dragoman.batches.store import PREFIX, BatchDir, BatchStore, Ended, Record
+from dragoman.batches.runs import Runner
+from dragoman.batches.store import PREFIX, BatchDir, BatchStore, Record
 from dragoman.core import ids
 from dragoman.core.config import BatchesConfig, data_dir
 from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
@@ -48,11 +45,8 @@ from dragoman.protocol.batches import (
     RequestCounts,
 )
 
-log = logging.getLogger("dragoman.batches")
-
 Status = Literal["in_progress", "canceling", "ended"]
 CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
-ADOPT_EVERY = 30.0  # seconds between sweeps when nothing else prompts one
 
 
 def _kept_headers(headers: Mapping[str, str], traceparent: str | None) -> dict[str, str]:
@@ -70,18 +64,11 @@ class Batches:
         self, pipeline: Pipeline, metrics: Metrics, config: BatchesConfig, owners: Owners | None = None
     ) -> None:
         self._config = config
-        self._owners = owners  # reads owners that earlier versions recorded (see `core.owners`)
         self._store = BatchStore(Path(config.dir).expanduser() if config.dir else data_dir("batches"))
-        self._records: dict[
-            str, Record
-        ] = {}  # never change once written; of batches on disk (the sweep drops the others)
-        self._ended: dict[str, Ended] = {}  # nor do these
+        self._catalog = Catalog(self._store, config.retain_for, owners)
         self._deleted: dict[str, Record] = {}  # the latest deleted here, so that a cursor naming one still places
-        self._runner = Runner(pipeline, metrics, config, self._ended.__setitem__, self._wake_keeper)
-        self._keeper: asyncio.Task[None] | None = None
-        self._wake: asyncio.Event | None = None
-        self._sweeping: asyncio.Future[float] | None = None
-        self._closing = threading.Event()  # read by the sweep thread
+        self._runner = Runner(pipeline, metrics, config, self._catalog.ended.__setitem__, self._wake_keeper)
+        self._keeper = Keeper(self._catalog, self._runner)
 
     @property
     def root(self) -> Path:
@@ -125,14 +112,14 @@ class Batches:
             where = await asyncio.to_thread(self._store.create, record, body)
         except OSError as error:
             raise GatewayError(f"could not store the batch: {error.strerror or error}") from None
-        self._records[record.id] = record
-        if self._keeper is None:  # served without a lifespan (it starts the keeper otherwise)
+        self._catalog.records[record.id] = record
+        if not self._keeper.started:  # served without a lifespan (it starts the keeper otherwise)
             await self.start()
         self._wake_keeper()  # it starts the batch if this process has room, else it waits its turn
         return self._view(where, record, base_url)
 
     def retrieve(self, batch_id: str, owner: str, base_url: str) -> MessageBatch:
-        where, record = self._find(batch_id, owner)
+        where, record = self._catalog.find(batch_id, owner)
         return self._view(where, record, base_url)
 
     async def page(self, query: Mapping[str, str], owner: str, base_url: str) -> dict[str, object]:
@@ -144,16 +131,16 @@ class Batches:
 
     def _page(self, query: Mapping[str, str], owner: str, base_url: str) -> dict[str, object]:
         cutoff = time.time() - self._config.retain_for
-        loaded = ((where, self._load(where)) for where in self._store.batches(owner))
+        loaded = ((where, self._catalog.load(where)) for where in self._store.batches(owner))
         listed = sorted(
             ((where, record) for where, record in loaded
-             if record is not None and record.owner == owner and not self._expired(where, record, cutoff)),
+             if record is not None and record.owner == owner and not self._catalog.expired(where, record, cutoff)),
             key=lambda item: (item[1].created, item[1].id), reverse=True,
         )  # fmt: skip
         views = {record.id: (where, record) for where, record in listed}
 
         def position(gone: str) -> int | None:  # a deleted batch of this key: after every newer one
-            record = self._records.get(gone) or self._deleted.get(gone)
+            record = self._catalog.records.get(gone) or self._deleted.get(gone)
             if record is None or record.owner != owner:
                 return None  # another key's batch is not told apart from no batch
             return sum(1 for _, r in listed if (r.created, r.id) > (record.created, record.id))
@@ -164,8 +151,8 @@ class Batches:
         return page_of(list(views), query, describe, "batch", position)
 
     async def cancel(self, batch_id: str, owner: str, base_url: str) -> MessageBatch:
-        where, record = self._find(batch_id, owner)
-        if self._ended_of(where, record) is None:
+        where, record = self._catalog.find(batch_id, owner)
+        if self._catalog.ended_of(where, record) is None:
             try:  # synced to disk: in a thread, not holding up the event loop
                 at = await asyncio.to_thread(
                     where.cancel, time.time()
@@ -181,14 +168,13 @@ class Batches:
         return self._view(where, record, base_url)
 
     async def delete(self, batch_id: str, owner: str) -> DeletedBatch:
-        where, record = self._find(batch_id, owner)
-        if self._ended_of(where, record) is None:
+        where, record = self._catalog.find(batch_id, owner)
+        if self._catalog.ended_of(where, record) is None:
             raise InvalidRequest(
                 f"message_batch_id: batch {batch_id} is still processing; cancel it and wait for it to end first"
             )
         gone = self._store.hide(where)
-        self._ended.pop(batch_id, None)
-        self._records.pop(batch_id, None)
+        self._catalog.forget((batch_id,))
         remember_deleted(self._deleted, batch_id, record)  # a cursor naming the batch still places
         if gone is not None:
             await asyncio.to_thread(shutil.rmtree, gone, True)
@@ -196,8 +182,8 @@ class Batches:
 
     def results(self, batch_id: str, owner: str) -> IO[bytes]:
         """The results file, open (a delete from now on does not cut the reply short)."""
-        where, record = self._find(batch_id, owner)
-        if self._ended_of(where, record) is None:
+        where, record = self._catalog.find(batch_id, owner)
+        if self._catalog.ended_of(where, record) is None:
             raise InvalidRequest(
                 f"message_batch_id: batch {batch_id} has not ended; its results are ready once processing_status is ended"
             )
@@ -207,16 +193,10 @@ class Batches:
             raise NotFound(f"message_batch_id: no batch {batch_id!r}") from None
 
     async def start(self) -> None:
-        self._wake = asyncio.Event()
-        self._keeper = asyncio.get_running_loop().create_task(self._keep(), name="batch keeper")
+        self._keeper.start()
 
     async def close(self) -> None:
-        self._closing.set()  # a sweep in its thread now starts nothing
-        if self._keeper is not None:
-            self._keeper.cancel()
-            await asyncio.gather(self._keeper, return_exceptions=True)
-        if self._sweeping is not None:
-            await asyncio.gather(self._sweeping, return_exceptions=True)  # the thread cannot be cancelled: wait for it
+        await self._keeper.close()
         await self._runner.close()
 
     def _usage(self, owner: str) -> Usage:
@@ -224,70 +204,19 @@ class Batches:
         usage = Usage()
         cutoff = time.time() - self._config.retain_for
         for where in self._store.batches(owner):
-            record = self._load(where)
-            if record is None or record.owner != owner or self._expired(where, record, cutoff):
+            record = self._catalog.load(where)
+            if record is None or record.owner != owner or self._catalog.expired(where, record, cutoff):
                 continue
             usage.batches += 1
             usage.stored_bytes += where.stored_bytes()
-            if self._ended_of(where, record) is None:
+            if self._catalog.ended_of(where, record) is None:
                 usage.queued += record.total
         return usage
-
-    # -- finding -----------------------------------------------------------------------------
-
-    def _load(self, where: BatchDir) -> Record | None:
-        record = self._records.get(where.id)
-        if record is None:
-            try:
-                record = where.record()
-            except (OSError, msgspec.DecodeError):  # being deleted, or not one of ours
-                return None
-            if self._owners is not None and record.owner:  # as this gateway names it: its runs name files so too
-                record = msgspec.structs.replace(record, owner=self._owners.canonical(record.owner))
-            self._records[where.id] = record
-        return record
-
-    def _find(self, batch_id: str, owner: str) -> tuple[BatchDir, Record]:
-        missing = NotFound(f"message_batch_id: no batch {batch_id!r}")
-        where = self._store.batch(batch_id, owner)
-        if where is None:
-            raise missing
-        record = self._load(where)
-        if (
-            record is None
-            or record.owner != owner
-            or self._expired(where, record, time.time() - self._config.retain_for)
-        ):
-            raise missing  # another key's batch is not told apart from no batch
-        return where, record
-
-    def _ended_of(self, where: BatchDir, record: Record) -> Ended | None:
-        ended = self._ended.get(record.id)
-        # Read from disk even for a batch running here: once its outcome is written every other
-        # process says `ended`, and so must this one, before the run's own `on_end` catches up.
-        if ended is None:
-            try:
-                ended = where.ended()
-            except OSError:
-                return None
-            if ended is not None:
-                self._ended[record.id] = ended
-        return ended
-
-    def _expired(self, where: BatchDir, record: Record, cutoff: float) -> bool:
-        """Ended longer ago than `retain_for`: its results are gone (removed here if not yet)."""
-        ended = self._ended_of(where, record)
-        if ended is None or ended.at >= cutoff:
-            return False
-        self._store.hide(where)  # its files are removed by the next sweep, off the event loop
-        self._ended.pop(record.id, None)
-        self._records.pop(record.id, None)
-        return True
 
     def _view(self, where: BatchDir, record: Record, base_url: str) -> MessageBatch:
         """As the SDK sees it; `base_url` is the gateway as the asking client reached it (a
         results URL is never one another client's Host header chose)."""
-        ended = self._ended_of(where, record)
+        ended = self._catalog.ended_of(where, record)
         run = self._runner.runs.get(record.id)
         canceled = run.canceling_since if run is not None else None
         if canceled is None:  # canceled through another process: the run sees it at its next look
@@ -305,109 +234,5 @@ class Batches:
             results_url=f"{base_url}/v1/messages/batches/{record.id}/results" if ended is not None else None,
         )  # fmt: skip
 
-    # -- the keeper ----------------------------------------------------------------------------
-
     def _wake_keeper(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
-
-    async def _keep(self) -> None:
-        assert self._wake is not None
-        loop = asyncio.get_running_loop()
-        while True:
-            self._wake.clear()
-            pause = ADOPT_EVERY
-            try:
-                self._sweeping = loop.run_in_executor(None, self._sweep, loop)
-                pause = min(pause, await asyncio.shield(self._sweeping))
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a bad directory must not stop the keeper
-                log.exception("looking for batches to run failed")
-            try:
-                await asyncio.wait_for(self._wake.wait(), max(pause, 0.0))
-            except TimeoutError:
-                pass
-
-    def _sweep(self, loop: asyncio.AbstractEventLoop) -> float:
-        """(In a thread.) Start the oldest batches no process runs, as many as there is room
-        for, and any canceled or expired one; remove what retention and crashes left. The
-        seconds until a batch left waiting expires (the next sweep ends it then)."""
-        self._store.clear_debris()
-        now = time.time()
-        cutoff = now - self._config.retain_for
-        waiting: list[tuple[BatchDir, Record]] = []
-        known = list(self._records)  # before the listing: a batch created since is not taken for gone
-        on_disk = self._store.batches()
-        self._forget(set(known).difference(where.id for where in on_disk))
-        for where in on_disk:
-            if self._runner.holds(where.id) or self._runner.resting.get(where.id, 0.0) > now:
-                continue
-            record = self._load(where)
-            if (
-                record is not None
-                and not self._expired(where, record, cutoff)
-                and self._ended_of(where, record) is None
-            ):
-                waiting.append((where, record))
-        waiting.sort(key=lambda item: (item[1].created, item[1].id))
-        next_expiry = float("inf")
-        for where, record in waiting:
-            if self._closing.is_set():
-                break
-            try:
-                next_expiry = min(next_expiry, self._consider(where, record, now, loop))
-            except OSError as error:  # this batch cannot be read or locked: the others still can
-                if where.path.exists():  # else deleted since the listing: nothing to run, nothing wrong
-                    log.error("batch %s cannot be run: %s", record.id, error)
-        return next_expiry - time.time()
-
-    def _forget(self, gone: set[str]) -> None:
-        """(In the sweep thread.) Drop what is kept of batches no longer on disk (another
-        process deleted them): kept, a process's memory grew with every delete elsewhere."""
-        for batch_id in gone:
-            self._records.pop(batch_id, None)
-            self._ended.pop(batch_id, None)
-
-    def _consider(self, where: BatchDir, record: Record, now: float, loop: asyncio.AbstractEventLoop) -> float:
-        """(In the sweep thread.) Start a waiting batch if there is room, or end it if it is
-        canceled or expired (that takes no turn); the time it expires if it is left waiting."""
-        canceled = where.canceled_at() is not None
-        stopped = canceled or record.expires <= now
-        if not stopped and self._runner.room() <= 0:
-            return record.expires
-        run = self._runner.claim(where, record)
-        if run is None:
-            return float("inf")  # a live process holds it
-        try:
-            if self._ended_of(where, record) is not None:  # it ended between the two looks
-                self._runner.let_go(run)
-                return float("inf")
-            requests: list | None
-            try:
-                requests = where.requests()
-            except FileNotFoundError:  # ended, but its outcome file was lost: the results stand for the requests
-                requests = None
-            if stopped:  # here, in this thread: no worker, and one batch's files open at a time
-                self._runner.finish_stopped(run, requests or [], "canceled" if canceled else "expired")
-                return float("inf")
-            run.open(requests or [])
-            if requests is None and sum(msgspec.structs.astuple(run.counts)) < record.total:
-                raise OSError("its requests file is gone and its results are incomplete")
-        except (OSError, msgspec.DecodeError) as error:
-            self._runner.let_go(run)
-            log.error("batch %s cannot be run: %s", record.id, error)
-            return float("inf")
-        if run.todo and len(run.todo) < record.total:
-            log.info("taking over batch %s: %d of %d requests left to run", record.id, len(run.todo), record.total)
-        try:
-            loop.call_soon_threadsafe(self._begin, run)
-        except RuntimeError:  # the loop has closed
-            self._runner.let_go(run)
-        return float("inf")
-
-    def _begin(self, run: Run) -> None:
-        if self._closing.is_set():
-            self._runner.let_go(run)
-            return
-        self._runner.start(run)
+        self._keeper.wake()

@@ -1,24 +1,19 @@
-"""Typed configuration, loaded once (TOML file, then flags) and passed into the app.
+"""Typed configuration: the structs a configuration file becomes, and the values they resolve.
 
-The same msgspec structs validate the file and are used by the code, so an error
-names the offending key (`upstreams.local.url: ...`). Secrets named by `*_env`
+The same msgspec structs validate the file (`core.config_load`) and are used by the code,
+so an error names the offending key (`upstreams.local.url: ...`). Secrets named by `*_env`
 keys are resolved here, once; nothing else reads the environment.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import tomllib
-import urllib.parse
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 from msgspec import Struct
 
-from dragoman.core.config_sift import readable, sift
-from dragoman.limits import settings as limit_settings
 from dragoman.limits.settings import LimitsConfig
 
 
@@ -247,180 +242,6 @@ class Config(_Config, frozen=True):
         if upstream.api_key_env:
             return os.environ.get(upstream.api_key_env) or upstream.api_key
         return upstream.api_key
-
-
-def from_dict(data: dict[str, Any]) -> Config:
-    """The configuration `data` describes, or a ConfigError naming every problem in it."""
-    upstreams = data.get("upstreams")
-    if isinstance(upstreams, dict):  # the protocol picks the upstream's keys; unsaid, it is openai
-        data = {**data, "upstreams": {name: {"protocol": "openai", **u} if isinstance(u, dict) else u
-                                      for name, u in upstreams.items()}}  # fmt: skip
-    problems: list[str] = []
-    kept = sift(data, Config, "", problems)
-    try:
-        config = msgspec.convert(kept or {}, Config)
-    except msgspec.ValidationError as error:  # sift let through what msgspec refuses: say that much
-        raise ConfigError([*problems, readable(error)]) from None
-    _check(config, problems)
-    if problems:
-        raise ConfigError(problems)
-    return config
-
-
-def _check(config: Config, problems: list[str]) -> None:
-    """What the types cannot say, every problem appended to `problems`."""
-    if (problem := limit_settings.check(config.limits, config.server.tenants)) is not None:
-        problems.append(problem)
-    _check_server(config, problems)
-    for name, upstream in config.upstreams.items():
-        _check_upstream(f"upstreams.{name}", upstream, problems)
-    for index, model in enumerate(config.models):
-        if model.upstream not in config.upstreams:
-            known = ", ".join(sorted(config.upstreams)) or "none defined"
-            problems.append(f"models.{index}.upstream: unknown upstream {model.upstream!r} (known: {known})")
-        for key in ("context_window", "max_output_tokens"):
-            if getattr(model, key) is not None and getattr(model, key) < 1:
-                problems.append(f"models.{index}.{key}: must be a positive number of tokens, got {getattr(model, key)}")
-        if not model.reasoning_efforts:
-            problems.append(f"models.{index}.reasoning_efforts: at least one effort is needed")
-    for key in ("max_bytes", "max_total_bytes", "max_files"):
-        if getattr(config.files, key) <= 0:
-            problems.append(f"files.{key}: must be positive, got {getattr(config.files, key)}")
-    for key in (
-        "max_concurrent",
-        "max_requests",
-        "max_queued_requests",
-        "max_batches",
-        "max_stored_bytes",
-        "expire_after",
-        "retain_for",
-    ):
-        if getattr(config.batches, key) <= 0:
-            problems.append(f"batches.{key}: must be positive, got {getattr(config.batches, key)}")
-        elif key in ("expire_after", "retain_for") and getattr(config.batches, key) > 366 * 24 * 3600:
-            problems.append(f"batches.{key}: at most a year of seconds (31622400), got {getattr(config.batches, key)}")
-    _check_usage(config, problems)
-    default = config.server.default_model
-    if default and config.models and not any(default == m.name or default in m.aliases for m in config.models):
-        problems.append(f"server.default_model: {default!r} is not a configured model name")
-
-
-def _check_usage(config: Config, problems: list[str]) -> None:
-    usage = config.usage
-    if not 0 < usage.flush_interval <= 1:
-        problems.append(f"usage.flush_interval: must be more than 0 and at most 1 second, got {usage.flush_interval}")
-    if usage.retain_days is not None and usage.retain_days < 1:
-        problems.append(
-            f"usage.retain_days: at least 1 day (leave it out to keep every record), got {usage.retain_days}"
-        )
-    url = usage.database_url
-    if url is not None and not url.startswith(("postgresql://", "postgres://")):  # never quoted: it may hold a password
-        problems.append("usage.database_url: must be a postgresql:// URL")
-    clients = set(config.server.api_keys) | {key for keys in config.server.tenants.values() for key in keys}
-    if clients & set(usage.admin_keys):  # never print the key
-        problems.append("usage.admin_keys: a key is also a client key (server.api_keys or tenants); use separate keys")
-
-
-def _check_server(config: Config, problems: list[str]) -> None:
-    server = config.server
-    seen: dict[str, str] = {}
-    for tenant, keys in server.tenants.items():
-        for key in keys:
-            if not key.strip():
-                problems.append(f"server.tenants.{tenant}: an empty key")
-            elif key in seen and seen[key] != tenant:  # never print the key itself
-                problems.append(
-                    f"server.tenants.{tenant}: a key is also listed in tenant {seen[key]!r}; a key belongs to one tenant"
-                )
-            seen[key] = tenant
-    if not 0 < server.port < 65536:
-        problems.append(f"server.port: must be 1 to 65535, got {server.port}")
-    for key in ("max_request_bytes", "max_connections", "fetch_max_bytes", "fetch_timeout"):
-        if getattr(server, key) <= 0:
-            problems.append(f"server.{key}: must be positive, got {getattr(server, key)}")
-    if server.shutdown_grace < 0:
-        problems.append(f"server.shutdown_grace: must be 0 or more seconds, got {server.shutdown_grace}")
-    if server.keepalive_interval <= 0:
-        problems.append(
-            f"server.keepalive_interval: must be a positive number of seconds, got {server.keepalive_interval}"
-        )
-    budgets = server.effort_budgets
-    if len(budgets) != 2 or not 0 < budgets[0] < budgets[1]:
-        problems.append(
-            f"server.effort_budgets: two increasing positive numbers (low's and medium's upper budgets), got {budgets}"
-        )
-
-
-def _check_upstream(where: str, upstream: UpstreamConfig, problems: list[str]) -> None:
-    for key, url in [("url", upstream.url)] + [("replicas", r) for r in upstream.replicas]:
-        if not url.startswith(("http://", "https://")):
-            problems.append(f"{where}.{key}: must start with http:// or https://, got {url!r}")
-        elif (problem := _url_problem(url)) is not None:
-            problems.append(f"{where}.{key}: {problem}")
-    for key in ("ca_bundle", "client_cert", "client_key"):
-        path = getattr(upstream, key)
-        if path and not os.path.isfile(os.path.expanduser(path)):
-            problems.append(f"{where}.{key}: no such file: {path}")
-    if upstream.proxy is not None and not re.match(r"http://[^/?#]+(/|$)", upstream.proxy):
-        problems.append(f"{where}.proxy: must be an http:// URL (https:// proxies are not supported)")
-    for header, value in upstream.headers.items():
-        if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", header) or re.search(r"[\r\n\0]", value):
-            problems.append(f"{where}.headers.{header}: not a valid header name, or a value with a line break")
-    for key in ("connect_timeout", "first_byte_timeout", "idle_timeout", "load_metrics_interval"):
-        if getattr(upstream, key) <= 0:
-            problems.append(f"{where}.{key}: must be a positive number of seconds")
-    if upstream.max_concurrent is not None and upstream.max_concurrent < 1:  # 0 would hold every request forever
-        problems.append(
-            f"{where}.max_concurrent: must be 1 or more (leave it out for no limit), got {upstream.max_concurrent}"
-        )
-    for key in ("max_queue", "max_retries", "retry_budget"):
-        if getattr(upstream, key) < 0:
-            problems.append(f"{where}.{key}: must be 0 or more, got {getattr(upstream, key)}")
-    _check_cache_routing(f"{where}.cache_routing", upstream.cache_routing, problems)
-
-
-def _check_cache_routing(where: str, routing: CacheRouting, problems: list[str]) -> None:
-    for key in ("block_bytes", "max_blocks", "max_age", "balance_rel", "spread"):
-        if getattr(routing, key) <= 0:
-            problems.append(f"{where}.{key}: must be positive, got {getattr(routing, key)}")
-    for key in ("load_tokens", "queue_tokens", "kv_tokens", "home_tokens", "balance_abs"):
-        if getattr(routing, key) < 0:
-            problems.append(f"{where}.{key}: must be 0 or more, got {getattr(routing, key)}")
-    if not 0 <= routing.kv_high < 1:
-        problems.append(f"{where}.kv_high: must be from 0 to less than 1 (a used fraction), got {routing.kv_high}")
-
-
-def _url_problem(url: str) -> str | None:
-    """Why the upstream client cannot connect to `url`, if it cannot. Never quotes it: it may hold a password."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port  # a port that is not a number, or out of range, is a ValueError here
-    except ValueError as error:
-        return f"not a valid URL: {error}"
-    if parts.query or parts.fragment or "@" in parts.netloc:
-        return ("a URL without a query, fragment or user:password@ is needed "
-                "(keys go in api_key or api_key_env, other headers in headers)")  # fmt: skip
-    if not parts.hostname or port == 0:
-        return "a URL with a host (and a port from 1 to 65535, if any) is needed"
-    return None
-
-
-def load(path: str | Path) -> Config:
-    try:
-        with open(path, "rb") as file:
-            data = tomllib.load(file)
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: invalid TOML: {error}") from None
-    except UnicodeDecodeError as error:
-        raise ConfigError(f"{path}: invalid TOML: not UTF-8 text (byte {error.start})") from None
-    except OSError as error:  # a directory, no permission to read it
-        raise ConfigError(f"cannot read config file {path}: {error.strerror}") from None
-    try:
-        return from_dict(data)
-    except ConfigError as error:
-        raise ConfigError(f"{path}: {error}") from None
 
 
 def server_api_keys(config: Config) -> frozenset[str]:

@@ -5,13 +5,8 @@ upload, written atomically, so they survive restarts and every `--workers` proce
 replica sharing the directory) sees the same files. Each owner's files are in a
 subdirectory of their own, so an upload or a list reads only the caller's files; files that
 earlier versions kept flat are moved there at start-up and served from either place (see
-`file_layout`). A request whose image or document block names a `file_id` has that source
-replaced by the file's content (base64 for images and PDFs, text for text files; by the type
-its first bytes show where the declared one is no help, see `sniff`) before it is routed, so
-both the translating and the passthrough paths, token counting and batches get a request an
-upstream can read. A file id the gateway does not have is left as sent: the translating path
-answers it with a 404, passthrough forwards it (an Anthropic upstream may know it). As on
-Anthropic, uploaded files cannot be downloaded again.
+`file_layout`). A request that names a `file_id` gets the file's content in its place before
+it is routed (`files.sources`). As on Anthropic, uploaded files cannot be downloaded again.
 
 An upload may ask to expire (`expires_in_seconds`, 1 hour to 90 days, as on Anthropic): past its
 `expires_at` the metadata stays (listed, retrievable, deletable) but the content is gone: naming
@@ -35,7 +30,7 @@ overshoot the quotas by at most those uploads.
 from __future__ import annotations
 
 import asyncio
-import base64
+import functools
 import logging
 import os
 import time
@@ -48,12 +43,11 @@ import msgspec
 
 from dragoman.core import ids
 from dragoman.core.config import FilesConfig, data_dir
-from dragoman.core.errors import InvalidRequest, NotFound, RequestTooLarge
+from dragoman.core.errors import InvalidRequest, NotFound
 from dragoman.core.owners import Owners
 from dragoman.core.paging import list_param, page_of, remember_deleted
-from dragoman.files.charsets import decode_text
 from dragoman.files.layout import Layout
-from dragoman.files.sniff import IMAGE_TYPES, PDF, is_text, usable_type
+from dragoman.files.sources import fill_sources, names_a_file
 from dragoman.protocol.anthropic import timestamp
 
 log = logging.getLogger("dragoman.files")
@@ -221,102 +215,28 @@ class FileStore:
 
     async def resolve(self, body: bytes, limit: int, *, owner: str) -> bytes:
         """The request with every `{"type": "file", "file_id": ...}` source of an image or
-        document block replaced by the file's content; at most `limit` bytes in all (a
-        small request naming a large file many times must not grow without bound). Only
-        `owner`'s files are filled in: another owner's is left as sent, as an unknown id
-        is. Runs in a thread: reading files and base64-encoding them would hold up the
-        event loop."""
-        return await asyncio.to_thread(self._resolve, body, limit, owner)
+        document block replaced by the file's content (`files.sources`); at most `limit` bytes
+        in all. Only `owner`'s files are filled in: another owner's is left as sent, as an
+        unknown id is. Runs in a thread: reading files and base64-encoding them would hold up
+        the event loop."""
+        return await asyncio.to_thread(fill_sources, body, limit, functools.partial(self._content, owner=owner))
 
-    def _resolve(self, body: bytes, limit: int, owner: str) -> bytes:
+    def _content(self, file_id: str, where: str, *, owner: str) -> tuple[str, bytes] | None:
+        """The declared type and content of `owner`'s file, named by a source at `where`; None
+        for an unknown id or another owner's. An expired file is a 404: it is ours, so it is
+        never forwarded, and its bytes are gone for good."""
         try:
-            data = msgspec.json.decode(body)
-        except (msgspec.DecodeError, RecursionError):
-            return body  # the request's own decoding reports it, with its usual message
-        messages = data.get("messages") if isinstance(data, dict) else None
-        if not isinstance(messages, list):
-            return body
-        loaded: dict[str, tuple[StoredFile, bytes] | None] = {}  # each file read once, however often it is named
-        budget = [limit - len(body)]
-        changed = False
-        for m, message in enumerate(messages):
-            content = message.get("content") if isinstance(message, dict) else None
-            if not isinstance(content, list):
-                continue
-            changed |= self._resolve_blocks(content, f"messages.{m}.content", owner, loaded, budget)
-        return msgspec.json.encode(data) if changed else body
-
-    def _resolve_blocks(self, blocks: list[Any], where: str, owner: str, loaded: dict[str, tuple[StoredFile, bytes] | None],
-                        budget: list[int], depth: int = 0) -> bool:  # fmt: skip
-        """`_resolve_block` for each block and for the blocks they hold: a tool result's content,
-        a document's `content` source (a document inside a tool result: two levels at most)."""
-        changed = False
-        for b, block in enumerate(blocks):
-            changed |= self._resolve_block(block, f"{where}.{b}", owner, loaded, budget)
-            if depth >= 2 or not isinstance(block, dict):
-                continue
-            source = block.get("source")
-            if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
-                changed |= self._resolve_blocks(
-                    block["content"], f"{where}.{b}.content", owner, loaded, budget, depth + 1
-                )
-            elif block.get("type") == "document" and isinstance(source, dict) and source.get("type") == "content" \
-                    and isinstance(source.get("content"), list):  # fmt: skip
-                changed |= self._resolve_blocks(
-                    source["content"], f"{where}.{b}.source.content", owner, loaded, budget, depth + 1
-                )
-        return changed
-
-    def _resolve_block(self, block: Any, where: str, owner: str, loaded: dict[str, tuple[StoredFile, bytes] | None],
-                       budget: list[int]) -> bool:  # fmt: skip
-        if not isinstance(block, dict) or block.get("type") not in ("image", "document"):
-            return False
-        source = block.get("source")
-        if not isinstance(source, dict) or source.get("type") != "file":
-            return False
-        file_id = source.get("file_id")
-        if not isinstance(file_id, str):
-            raise InvalidRequest(f"{where}.source.file_id: a string is needed")
-        if file_id not in loaded:
-            try:
-                stored: StoredFile | None = self._load(file_id, owner)
-            except NotFound:
-                stored = None
-            if stored is not None and stored.expired():  # ours, so never forwarded: its bytes are gone for good
-                self.layout.remove(file_id, owner, content_only=True)
-                raise NotFound(f"{where}.source.file_id: {file_id} expired at {stored.expires_at}; its content is no longer "
-                               "available", error_code="file_expired")  # fmt: skip
-            try:
-                loaded[file_id] = (stored, self.layout.read(file_id, owner, "")) if stored is not None else None
-            except FileNotFoundError:  # deleted meanwhile
-                loaded[file_id] = None
-        found = loaded[file_id]
-        if (
-            found is None
-        ):  # unknown, or another owner's: the translator answers 404; passthrough forwards it (the upstream may know it)
-            return False
-        meta, data = found
-        budget[0] -= len(data) * 4 // 3 + 64  # what it adds, base64 or text
-        if budget[0] < 0:
-            raise RequestTooLarge(f"{where}.source.file_id: with the files it names filled in, the request would pass "
-                                  "server.max_request_bytes")  # fmt: skip
-        usable = usable_type(
-            meta.mime_type, data
-        )  # what its first bytes show, where the declared type does not fit them
-        mime = usable.partition(";")[0].strip().lower()
-        if block["type"] == "image":
-            if mime not in IMAGE_TYPES:
-                raise InvalidRequest(
-                    f"{where}.source.file_id: {file_id} is {mime}, not an image ({', '.join(IMAGE_TYPES)})"
-                )
-            block["source"] = {"type": "base64", "media_type": mime, "data": base64.b64encode(data).decode()}
-        elif mime == PDF:
-            block["source"] = {"type": "base64", "media_type": mime, "data": base64.b64encode(data).decode()}
-        elif is_text(mime):
-            block["source"] = {"type": "text", "media_type": "text/plain", "data": decode_text(data, _charset(usable))}
-        else:
-            raise InvalidRequest(f"{where}.source.file_id: {file_id} is {mime}; a document must be a PDF or text")
-        return True
+            stored = self._load(file_id, owner)
+        except NotFound:
+            return None
+        if stored.expired():
+            self.layout.remove(file_id, owner, content_only=True)
+            raise NotFound(f"{where}.source.file_id: {file_id} expired at {stored.expires_at}; its content is no longer "
+                           "available", error_code="file_expired")  # fmt: skip
+        try:
+            return stored.mime_type, self.layout.read(file_id, owner, "")
+        except FileNotFoundError:  # deleted meanwhile
+            return None
 
     # -- storage ------------------------------------------------------------------------------
 
@@ -391,18 +311,3 @@ EXTENSIONS = {"image/jpeg": ".jpg", "image/png": ".png", "image/gif": ".gif", "i
 def _unnamed(mime_type: str) -> str:
     """The name of an upload sent without one: `unnamed` and its type's extension, as on Anthropic."""
     return "unnamed" + EXTENSIONS.get(mime_type.partition(";")[0].strip().lower(), "")
-
-
-def _charset(mime_type: str) -> str | None:
-    """The text encoding the upload declared (`text/csv; charset=windows-1252`), if any: it is
-    honoured (charsets.decode_text), not read as UTF-8 into replacement characters."""
-    for param in mime_type.split(";")[1:]:
-        name, _, value = param.partition("=")
-        if name.strip().lower() == "charset":
-            return value
-    return None
-
-
-def names_a_file(body: bytes) -> bool:
-    """A cheap pre-check, so requests without file sources pay nothing."""
-    return b'"file_id"' in body

@@ -1,7 +1,7 @@
 """The `[limits]` configuration: what each key (or tenant, or model) may use.
 
-A leaf: `core.config` embeds `LimitsConfig` and calls `check`; nothing here reads the
-environment or opens anything.
+A leaf: `core.config` embeds `LimitsConfig` and `core.config_load` calls `check`; nothing
+here reads the environment or opens anything.
 """
 
 from __future__ import annotations

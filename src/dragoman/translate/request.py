@@ -7,31 +7,22 @@ reply back (tool names, stop sequences, whether thinking was asked for).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
-
-import msgspec
 
 from dragoman.core.errors import InvalidRequest
 from dragoman.core.profiles import Profile
 from dragoman.protocol import anthropic, openai
 from dragoman.translate import content
-from dragoman.translate.builtin_tools import (
-    CLIENT_TOOL_FAMILIES,
-    SERVER_TOOL_FAMILIES,
-    builtin_schema,
-    known_builtin_types,
-)
 from dragoman.translate.checks import check_request
 from dragoman.translate.compaction import with_summaries
 from dragoman.translate.thinking import ReasoningCaps, plan, replayed_reasoning
-from dragoman.translate.tool_changes import CHANGES, tools_in_force
+from dragoman.translate.tool_changes import CHANGES
+from dragoman.translate.tool_defs import offered_tools
 from dragoman.translate.tool_ids import upstream_tool_id
 from dragoman.translate.tool_results import tool_result_messages
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
-MAX_TOOL_NAME = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +57,6 @@ class Translated:
     single_tool_call: bool = False
     # the tool_use ids of the conversation: a reply's calls get others (translate/tool_ids.py)
     tool_ids: set[str] = field(default_factory=set)
-
-
-def short_tool_name(name: str) -> str:
-    """A reversible-by-table, deterministic name within the backend's 64-char limit."""
-    if len(name) <= MAX_TOOL_NAME:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{name[: MAX_TOOL_NAME - 9]}_{digest}"
 
 
 def _system_text(system: str | list[anthropic.TextBlock] | None, options: Options) -> list[str]:
@@ -179,101 +162,6 @@ def _assistant_message(blocks: list[Any], names: dict[str, str], replay_field: s
     return message
 
 
-def _strip_keys(schema: Any, keys: tuple[str, ...]) -> Any:
-    if not keys:
-        return schema
-    if isinstance(schema, dict):
-        return {k: _strip_keys(v, keys) for k, v in schema.items() if k not in keys}
-    if isinstance(schema, list):
-        return [_strip_keys(v, keys) for v in schema]
-    return schema
-
-
-def _input_schema(
-    schema: msgspec.Raw | dict[str, Any] | None, index: int, profile: Profile
-) -> msgspec.Raw | dict[str, Any]:
-    """A client tool's schema: a JSON object, left as the client's text unless keys go."""
-    if schema is None:
-        raise InvalidRequest(f"tools.{index}.input_schema: Field required")
-    if isinstance(schema, msgspec.Raw):
-        text = memoryview(schema)
-        if not text or text == b"null":
-            raise InvalidRequest(f"tools.{index}.input_schema: Field required")
-        if text[:1] != b"{":
-            raise InvalidRequest(
-                f"tools.{index}.input_schema: Expected `object`, got `{bytes(text[:20]).decode(errors='replace')}`"
-            )
-        if not profile.strip_schema_keys:
-            return schema
-        schema = msgspec.json.decode(schema)
-    return _strip_keys(schema, profile.strip_schema_keys)
-
-
-def _tools(
-    tools: list[anthropic.Tool], profile: Profile, drop_server_tools: bool, names: dict[str, str], loaded: set[str]
-) -> list[openai.FunctionTool]:
-    result = []
-    for index, tool in enumerate(tools):
-        if tool.defer_loading and tool.name not in loaded:
-            continue  # as on Anthropic: the model sees a deferred tool once a search loaded it
-        kind = tool.type
-        if kind in (None, "custom"):
-            description, schema = tool.description, _input_schema(tool.input_schema, index, profile)
-        elif kind.startswith(SERVER_TOOL_FAMILIES):
-            if drop_server_tools:
-                continue
-            raise InvalidRequest(
-                f"tools.{index}: server tool {kind!r} ({tool.name}) runs on Anthropic's servers and is not available "
-                'through this gateway; remove it, or set server_tools = "drop" for the server or this model'
-            )
-        else:
-            builtin = builtin_schema(tool)
-            if builtin is None:
-                family = next((f for f in CLIENT_TOOL_FAMILIES if kind.startswith(f)), None)
-                known = f" Known versions: {', '.join(known_builtin_types(family))}." if family else ""
-                raise InvalidRequest(f"tools.{index}.type: unknown tool type {kind!r}.{known}")
-            description, schema = builtin[0], _strip_keys(builtin[1], profile.strip_schema_keys)
-        upstream_name = names.setdefault(tool.name, short_tool_name(tool.name))
-        result.append(
-            openai.FunctionTool(
-                function=openai.FunctionDef(
-                    name=upstream_name,
-                    description=description,
-                    parameters=schema,
-                    strict=tool.strict,
-                )
-            )
-        )
-    return result
-
-
-def _loaded_tools(turns: list[tuple[str, list[Any], int]]) -> set[str]:
-    """Names of deferred tools that tool searches in the conversation have loaded."""
-    loaded: set[str] = set()
-    for _, blocks, _ in turns:
-        for block in blocks:
-            if isinstance(block, anthropic.ToolResultBlock) and isinstance(block.content, list):
-                loaded.update(b.tool_name for b in block.content if isinstance(b, anthropic.ToolReferenceBlock))
-    return loaded
-
-
-def _tool_choice(choice: anthropic.ToolChoice | None, names: dict[str, str]) -> tuple[Any, bool | None]:
-    if choice is None:
-        return None, None
-    parallel = False if choice.disable_parallel_tool_use else None
-    if choice.type == "auto":
-        return "auto", parallel
-    if choice.type == "any":
-        return "required", parallel
-    if choice.type == "none":
-        return "none", None
-    if not choice.name:
-        raise InvalidRequest("tool_choice.name: Field required when tool_choice.type is 'tool'")
-    if choice.name not in names:
-        raise InvalidRequest(f"tool_choice.name: no tool named {choice.name!r} in tools")
-    return {"type": "function", "function": {"name": names[choice.name]}}, parallel
-
-
 def to_chat_request(
     request: anthropic.MessagesRequest,
     *,
@@ -290,47 +178,12 @@ def to_chat_request(
     if not turns:
         raise InvalidRequest("messages: at least one user or assistant message is required")
     _check_tool_pairing(turns)
-
-    names: dict[str, str] = {}
     drop = options.drop_server_tools if caps.drop_server_tools is None else caps.drop_server_tools
-    offered, referenced = tools_in_force(request)
-    tools = _tools(offered, profile, drop, names, _loaded_tools(turns) | referenced) if offered else []
-    for _, blocks, _ in turns:  # history may name tools no longer offered
-        for block in blocks:
-            if isinstance(block, anthropic.ToolUseBlock):
-                names.setdefault(block.name, short_tool_name(block.name))
-    # vLLM's default tool_choice is "none": say "auto" whenever tools are offered.
-    tool_choice, parallel = _tool_choice(request.tool_choice, names) if tools else (None, None)
-    if tools and tool_choice is None:
-        tool_choice = "auto"
-
+    names, tools, tool_choice, parallel = offered_tools(request, turns, profile, drop)
     reasoning = plan(request, caps.reasoning, model=request.model)
     replay_field = profile.reasoning_field if caps.reasoning_replay else None
-    messages: list[openai.ChatMessage] = []
-    if system:
-        messages.append(openai.SystemMessage(content="\n\n".join(system)))
-    for role, blocks, index in turns:
-        where = f"messages.{index}.content"
-        if role == "assistant":
-            messages.append(_assistant_message(blocks, names, replay_field))
-            continue
-        tool_messages, tool_images = tool_result_messages(blocks, where, caps.vision)
-        messages.extend(tool_messages)
-        parts = tool_images + content.user_parts(blocks, where, vision=caps.vision)
-        if parts or not tool_messages:
-            messages.append(openai.UserMessage(content=content.collapse(parts)))
-
-    prefill = ""
-    continue_final = add_generation_prompt = None
-    last = messages[-1]
-    if isinstance(last, openai.AssistantMessage):
-        if last.tool_calls:
-            raise InvalidRequest(f"messages.{turns[-1][2]}: the final assistant turn cannot end with a tool_use block")
-        prefill = (last.content or "").rstrip()
-        messages[-1] = openai.AssistantMessage(content=prefill)
-        if profile.prefill == "continue_final_message":
-            continue_final, add_generation_prompt = True, False
-
+    messages = _chat_messages(system, turns, names, caps.vision, replay_field)
+    prefill, continue_final = _prefill(messages, turns, profile)
     chat = openai.ChatRequest(
         model=upstream_model,
         messages=messages,
@@ -347,7 +200,7 @@ def to_chat_request(
         reasoning_effort=reasoning.effort,
         chat_template_kwargs=reasoning.chat_template_kwargs,
         continue_final_message=continue_final,
-        add_generation_prompt=add_generation_prompt,
+        add_generation_prompt=False if continue_final else None,
     )
     # max_tokens 0 only warms the prompt cache: one token is generated and not returned.
     limit = max(request.max_tokens, 1)
@@ -355,24 +208,68 @@ def to_chat_request(
         chat.max_completion_tokens = limit
     else:
         chat.max_tokens = limit
-    reverse = {short: original for original, short in names.items() if short != original}
     return Translated(
         chat=chat,
-        tool_names=reverse,
+        tool_names={short: original for original, short in names.items() if short != original},
         stop_sequences=list(request.stop_sequences or ()),
         prefill=prefill,
         surface_thinking=reasoning.surface_thinking,
         omit_thinking_text=reasoning.omit_thinking_text,
         effort=reasoning.effort,
         single_tool_call=bool(request.tool_choice and request.tool_choice.disable_parallel_tool_use),
-        tool_ids={
-            block.id
-            for message in request.messages
-            if not isinstance(message.content, str)
-            for block in message.content
-            if isinstance(block, anthropic.ToolUseBlock)
-        },  # fmt: skip
+        tool_ids=_conversation_tool_ids(request),
     )
+
+
+def _chat_messages(
+    system: list[str],
+    turns: list[tuple[str, list[Any], int]],
+    names: dict[str, str],
+    vision: bool | None,
+    replay_field: str | None,
+) -> list[openai.ChatMessage]:
+    """The conversation as chat messages: a user turn's tool results become tool messages
+    (before its other content, as the chat format wants them right after the calls)."""
+    messages: list[openai.ChatMessage] = []
+    if system:
+        messages.append(openai.SystemMessage(content="\n\n".join(system)))
+    for role, blocks, index in turns:
+        where = f"messages.{index}.content"
+        if role == "assistant":
+            messages.append(_assistant_message(blocks, names, replay_field))
+            continue
+        tool_messages, tool_images = tool_result_messages(blocks, where, vision)
+        messages.extend(tool_messages)
+        parts = tool_images + content.user_parts(blocks, where, vision=vision)
+        if parts or not tool_messages:
+            messages.append(openai.UserMessage(content=content.collapse(parts)))
+    return messages
+
+
+def _prefill(
+    messages: list[openai.ChatMessage], turns: list[tuple[str, list[Any], int]], profile: Profile
+) -> tuple[str, bool | None]:
+    """(prefill, continue_final_message): a final assistant turn is text the reply continues,
+    its trailing whitespace dropped; servers that can are told to continue it, not to start anew."""
+    last = messages[-1]
+    if not isinstance(last, openai.AssistantMessage):
+        return "", None
+    if last.tool_calls:
+        raise InvalidRequest(f"messages.{turns[-1][2]}: the final assistant turn cannot end with a tool_use block")
+    prefill = (last.content or "").rstrip()
+    messages[-1] = openai.AssistantMessage(content=prefill)
+    return prefill, True if profile.prefill == "continue_final_message" else None
+
+
+def _conversation_tool_ids(request: anthropic.MessagesRequest) -> set[str]:
+    """The tool_use ids the conversation holds: the reply's calls must get others."""
+    return {
+        block.id
+        for message in request.messages
+        if not isinstance(message.content, str)
+        for block in message.content
+        if isinstance(block, anthropic.ToolUseBlock)
+    }
 
 
 def _response_format(request: anthropic.MessagesRequest) -> dict[str, Any] | None:

@@ -34,8 +34,6 @@ def to_message(
         raise UpstreamError(f"upstream {upstream} returned a completion without choices")
     choice = completion.choices[0]
     message = choice.message
-    names = tool_names or {}
-    taken = set() if taken_tool_ids is None else taken_tool_ids
     content: list[a.ContentBlock] = []
     reasoning = message.reasoning or message.reasoning_content or ""
     if reasoning and surface_thinking:
@@ -52,25 +50,12 @@ def to_message(
         calls = calls[:1]  # the client asked for one (`disable_parallel_tool_use`); the server may not know the option
     if text:
         content.append(a.OutTextBlock(text=text))
-    for call in calls:
-        function = call.function or openai.ResponseFunction()
-        name = names.get(function.name or "", function.name or "")
-        content.append(
-            a.OutToolUseBlock(
-                id=client_tool_id(call.id, taken) if call.id else new_tool_id(),
-                name=name,
-                input=parse_arguments(function.arguments, tool=name),
-            )  # fmt: skip
+    if calls:
+        _add_tool_uses(
+            content, calls, tool_names or {}, set() if taken_tool_ids is None else taken_tool_ids, new_tool_id
         )
-    if not any(isinstance(block, (a.OutTextBlock, a.OutToolUseBlock)) for block in content):
-        # No text or tool call: the reasoning is the answer, if the model ended the reply
-        # itself; otherwise a thinking block alone, or an empty text block. Content that a
-        # stop sequence cut to nothing is an empty answer, not the reasoning.
-        as_answer = reasoning_as_answer(choice.finish_reason, saw_content=bool(message.content or message.refusal))
-        if as_answer and reasoning:
-            content.append(a.OutTextBlock(text=reasoning))
-        elif not content:
-            content.append(a.OutTextBlock(text=""))
+    elif not text:  # no answer yet: the reasoning may be it
+        _add_fallback(content, choice, reasoning)
     return a.Message(
         id=message_id,
         model=model,
@@ -81,3 +66,35 @@ def to_message(
         stop_sequence=matcher.matched,
         usage=usage_of(completion.usage),
     )
+
+
+def _add_tool_uses(
+    content: list[a.ContentBlock],
+    calls: list[openai.ResponseToolCall],
+    names: dict[str, str],
+    taken: set[str],
+    new_tool_id: Callable[[], str],
+) -> None:
+    """The calls as tool_use blocks: the client's tool names, ids the conversation has not used."""
+    for call in calls:
+        function = call.function or openai.ResponseFunction()
+        name = names.get(function.name or "", function.name or "")
+        content.append(
+            a.OutToolUseBlock(
+                id=client_tool_id(call.id, taken) if call.id else new_tool_id(),
+                name=name,
+                input=parse_arguments(function.arguments, tool=name),
+            )  # fmt: skip
+        )
+
+
+def _add_fallback(content: list[a.ContentBlock], choice: openai.Choice, reasoning: str) -> None:
+    """No text or tool call: the reasoning is the answer, if the model ended the reply itself;
+    otherwise a thinking block alone, or an empty text block. Content that a stop sequence
+    cut to nothing is an empty answer, not the reasoning."""
+    message = choice.message
+    as_answer = reasoning_as_answer(choice.finish_reason, saw_content=bool(message.content or message.refusal))
+    if as_answer and reasoning:
+        content.append(a.OutTextBlock(text=reasoning))
+    elif not content:
+        content.append(a.OutTextBlock(text=""))

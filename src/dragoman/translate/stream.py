@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 from msgspec import UNSET
 
-from dragoman.core.errors import UpstreamError, from_stream_error
+from dragoman.core.error_mapping import from_stream_error
+from dragoman.core.errors import UpstreamError
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
 from dragoman.translate.reply import reasoning_as_answer, stop_reason_of, usage_of
@@ -49,9 +50,7 @@ class StreamTranslator:
         self._message_id = message_id
         self._new_tool_id = new_tool_id
         self._tool_names = tool_names or {}
-        self._taken_ids = (
-            set() if taken_tool_ids is None else taken_tool_ids
-        )  # the conversation's tool ids, then the reply's
+        self._taken_ids = set() if taken_tool_ids is None else taken_tool_ids  # the conversation's, then the reply's
         self._stops = StopMatcher(stop_sequences or [])
         self._matching = bool(self._stops)  # checked per token: a plain flag, not StopMatcher.__bool__
         self._echo = PrefillEcho(prefill)
@@ -274,42 +273,16 @@ class StreamTranslator:
         other_id = call.id is not None and (
             call.id != target.id if target.id is not None else bool(function.name and target.name)
         )
-        if self._dropping:
-            kept = call.id == target.id if call.id is not None else (
-                call.index is not None and call.index == target.index and call.index != self._dropped_index
-            )  # fmt: skip
-            if not kept:
-                return  # a fragment of a call after the first
-            self._dropping = False
+        if self._dropping and self._drops(call, target):
+            return  # a fragment of a call after the first
         if self._live is not None and not other_id and (call.index is None or call.index == target.index):
             if target.id is None:
                 target.id = call.id  # the upstream's id came after the name (the block has ours)
         else:
-            key = call.id if (other_id and (call.index is None or call.index == target.index)) else call.index
-            if key is None:
-                key = call.id or f"call-{len(self._closed_tools)}"
-            if self._single_tool_call and self._saw_tool:
-                self._dropping = True  # the client asked for one call (`disable_parallel_tool_use`)
-                self._dropped_index = call.index
+            begun = self._begin_call(call, function, target, other_id, events)
+            if begun is None:
                 return
-            if key in self._closed_tools:
-                if (
-                    self._closed_tools[key]
-                    and not isinstance(function.arguments, dict)
-                    and not (function.arguments or "").strip()
-                ):
-                    return  # whitespace after a call's whole arguments: nothing the client needs
-                raise UpstreamError(
-                    f"upstream {self._upstream} sent more of tool call {key!r} after the call had ended"
-                )
-            target = self._tool = ToolCall(key=key, index=call.index, id=call.id)
-            self._answered = self._saw_tool = True
-            if self._live is None:
-                self._close(events)
-                self._live = target
-            else:
-                self._queued.append(target)
-                self._advance(events)  # the live call may be whole (the common case: calls one after another)
+            target = begun
         if not target.started and function.name and not target.name:
             target.name = self._tool_names.get(function.name, function.name)
         arguments = function.arguments
@@ -327,6 +300,50 @@ class StreamTranslator:
         # last fragment ends with its brace: only then is it worth decoding them).
         if self._queued and target is self._live and arguments and arguments.rstrip().endswith("}"):
             self._advance(events)
+
+    def _drops(self, call: openai.ResponseToolCall, target: ToolCall) -> bool:
+        """Whether a fragment, while calls after the first are dropped, is one of theirs; the
+        first call's next fragment ends the dropping."""
+        kept = call.id == target.id if call.id is not None else (
+            call.index is not None and call.index == target.index and call.index != self._dropped_index
+        )  # fmt: skip
+        if kept:
+            self._dropping = False
+        return not kept
+
+    def _begin_call(
+        self,
+        call: openai.ResponseToolCall,
+        function: openai.ResponseFunction,
+        target: ToolCall,
+        other_id: bool,
+        events: list[a.StreamEvent],
+    ) -> ToolCall | None:
+        """The call a fragment begins, keyed by its index or its id (servers without indices), else
+        by its place; live at once, or queued behind the live one. None when nothing of it goes
+        out: a call after the first when only one may come back, or whitespace after a call's
+        whole arguments."""
+        key = call.id if (other_id and (call.index is None or call.index == target.index)) else call.index
+        if key is None:
+            key = call.id or f"call-{len(self._closed_tools)}"
+        if self._single_tool_call and self._saw_tool:
+            self._dropping = True  # the client asked for one call (`disable_parallel_tool_use`)
+            self._dropped_index = call.index
+            return None
+        if key in self._closed_tools:
+            rest = function.arguments
+            if self._closed_tools[key] and not isinstance(rest, dict) and not (rest or "").strip():
+                return None  # whitespace after a call's whole arguments: nothing the client needs
+            raise UpstreamError(f"upstream {self._upstream} sent more of tool call {key!r} after the call had ended")
+        begun = self._tool = ToolCall(key=key, index=call.index, id=call.id)
+        self._answered = self._saw_tool = True
+        if self._live is None:
+            self._close(events)
+            self._live = begun
+        else:
+            self._queued.append(begun)
+            self._advance(events)  # the live call may be whole (the common case: calls one after another)
+        return begun
 
     def _open_call_named(self, call: openai.ResponseToolCall) -> ToolCall:
         assert self._live is not None  # calls wait only behind a live one

@@ -25,6 +25,44 @@ def completion_suffix(text: str) -> str | None:
     complete (or no repair applies: the caller's decode judges it). Only appends: a stream has
     sent the text already. A key cut short gets `null` as its value, a literal or a
     number cut short is finished (`tr` -> `true`, `1.` -> `1.0`)."""
+    state = _scan(text)
+    if state is None:
+        return None
+    stack, expect, in_string, escaped, is_key, hex_left, token = state
+    suffix = ""
+    if in_string:
+        suffix += ("\\" if escaped else "") + "0" * hex_left + '"'
+        if is_key:
+            suffix += ":null"
+    elif token:
+        literal = next((word for word in _LITERALS if word.startswith(token)), None)
+        if literal is not None:
+            suffix += literal[len(token) :]
+        elif token[-1] in "+-.eE":
+            suffix += "0"
+    elif expect == "colon":
+        suffix += ":null"
+    elif expect == "value" and text.rstrip().endswith((":", ",")):
+        suffix += "null"  # after a colon, or a comma in a list
+    elif expect == "key" and text.rstrip().endswith(","):
+        return None  # would need an invented key, or a deletion
+    suffix += "".join(reversed(stack))
+    if suffix:  # what was read as a literal may be none (`Paris`): never a repair that is not JSON
+        try:
+            msgspec.json.decode(text + suffix)
+        except msgspec.DecodeError:
+            return None
+    return suffix
+
+
+_State = tuple[list[str], str, bool, bool, bool, int, str]
+
+
+def _scan(text: str) -> _State | None:
+    """Where a JSON text stops: (open containers' closers, what it needs next, in a string,
+    after a backslash, the string is a key, \\u digits owed, the number or literal being read);
+    None at the first character no JSON text could have there. One pass, locals only: the
+    text may be a whole tool call's arguments."""
     stack: list[str] = []  # the open containers' closing characters
     expect = "value"  # what the text needs next: value, key (or end), colon, more (comma or end)
     in_string = escaped = is_key = False
@@ -77,31 +115,7 @@ def completion_suffix(text: str) -> str | None:
             token, expect = char, "more"
         else:
             return None
-    suffix = ""
-    if in_string:
-        suffix += ("\\" if escaped else "") + "0" * hex_left + '"'
-        if is_key:
-            suffix += ":null"
-        expect = "more"
-    elif token:
-        literal = next((word for word in _LITERALS if word.startswith(token)), None)
-        if literal is not None:
-            suffix += literal[len(token) :]
-        elif token[-1] in "+-.eE":
-            suffix += "0"
-    elif expect == "colon":
-        suffix += ":null"
-    elif expect == "value" and text.rstrip().endswith((":", ",")):
-        suffix += "null"  # after a colon, or a comma in a list
-    elif expect == "key" and text.rstrip().endswith(","):
-        return None  # would need an invented key, or a deletion
-    suffix += "".join(reversed(stack))
-    if suffix:  # what was read as a literal may be none (`Paris`): never a repair that is not JSON
-        try:
-            msgspec.json.decode(text + suffix)
-        except msgspec.DecodeError:
-            return None
-    return suffix
+    return stack, expect, in_string, escaped, is_key, hex_left, token
 
 
 def parse_arguments(raw: str | dict[str, Any] | None, *, tool: str) -> dict[str, Any]:

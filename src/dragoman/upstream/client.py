@@ -4,7 +4,7 @@ Connections are dragoman's own (`dragoman.upstream.transport.pool`): aiohttp cos
 as much CPU per request (bench/clients.py measures both).
 
 Which failures are retried, how often and on which replica is described once, for people,
-in docs/operations.md (Retries and replicas); this module applies it (`_may_retry`), with
+in docs/operations.md (Retries and replicas); this module applies it (`upstream.retries`), with
 `upstream.replicas` choosing the instance and `upstream.opening` watching a stream's first
 body bytes. Non-2xx answers are mapped here, once, so callers see a 2xx response or a
 GatewayError (unless they ask for the raw response, as passthrough does).
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import random
 import ssl
 import time
 import urllib.request
@@ -24,26 +23,20 @@ from urllib.parse import urlsplit
 
 from dragoman import __version__
 from dragoman.core.config import ConfigError, UpstreamConfig
-from dragoman.core.errors import (
-    GatewayError,
-    UpstreamError,
-    UpstreamTimeout,
-    from_upstream,
-    register_secret,
-)
-from dragoman.upstream import gauges
+from dragoman.core.error_mapping import from_upstream
+from dragoman.core.errors import UpstreamError, UpstreamTimeout
+from dragoman.core.redaction import register_secret
+from dragoman.upstream import gauges, hedge
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.opening import Opening, Sending
 from dragoman.upstream.placement import Decision, MessagesParts, Placement, PromptKind, prompt_of
 from dragoman.upstream.replicas import Replicas
+from dragoman.upstream.retries import RETRY_STATUSES, backoff, count_retry, may_retry, retry_after
 from dragoman.upstream.transport.failures import ConnectTimeout, HeadTimeout
 from dragoman.upstream.transport.pool import Pool
 from dragoman.upstream.transport.response import Response
 
 MAX_ERROR_BODY = 64 * 1024
-RETRY_STATUSES = frozenset({429, 502, 503, 504, 529})
-BACKOFF_BASE = 0.25
-HEDGE_AFTER = 1.0  # seconds a GET (a model list) waits on one instance before the next is asked too
 # Seconds a model list may take, every instance together (the hedged GET): what /ready,
 # discovery and `dragoman check` report is what it saw by then (a 503, or no answer).
 MODEL_LIST_TIMEOUT = 5.0
@@ -62,13 +55,6 @@ def _encode_headers(headers: dict[str, str]) -> bytes:
 
 
 _OWN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})  # set by the pool
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(float(value), 0.0) if value is not None else None
-    except ValueError:
-        return None  # an HTTP date: fall back to backoff
 
 
 def _proxy_for(root: str, configured: str | None) -> str | None:
@@ -252,7 +238,7 @@ class HttpClient:
                     raise
             except UpstreamError:
                 elsewhere = replicas.others_free(root)  # it is passed over (by _send): no reason to wait for it
-                if not self._may_retry(request.attempt, request.budget_end, None, elsewhere):
+                if not may_retry(request.attempt, self._upstream.max_retries, request.budget_end, None, elsewhere):
                     raise
             else:
                 if response.status < 300:
@@ -262,10 +248,12 @@ class HttpClient:
                     return response
                 replicas.answered(root)  # a refusal is an answer
                 retryable = response.status in RETRY_STATUSES
-                wait = _retry_after(response.headers.get("retry-after"))
+                wait = retry_after(response.headers.get("retry-after"))
                 if retryable and wait and len(self.roots) > 1:
                     elsewhere = replicas.pass_over(root, wait)  # another instance free: no reason to wait for this one
-                if not retryable or not self._may_retry(request.attempt, request.budget_end, wait, elsewhere):
+                if not retryable or not may_retry(
+                    request.attempt, self._upstream.max_retries, request.budget_end, wait, elsewhere
+                ):
                     if raw:
                         self._answered(request)
                         return response
@@ -278,9 +266,9 @@ class HttpClient:
                         response.status, error_body, upstream=self.name, retry_after=response.headers.get("retry-after")
                     )
                 response.release()
-            self._count_retry(request)
+            count_retry(request)
             if not elsewhere:
-                await asyncio.sleep(self._delay(request.attempt, wait, request.budget_end))
+                await asyncio.sleep(backoff(request.attempt, wait, request.budget_end))
 
     async def _send(self, root: str, request: Sending) -> Response:
         """POST to `root` and wait for the head; a failure decides when `root` is asked again
@@ -332,36 +320,12 @@ class HttpClient:
 
     def _resends_elsewhere(self, request: Sending, root: str) -> bool:
         elsewhere = self.replicas.others_free(root)
-        return elsewhere and self._may_retry(request.attempt, request.budget_end, None, elsewhere)
+        return elsewhere and may_retry(request.attempt, self._upstream.max_retries, request.budget_end, None, elsewhere)
 
     async def resend(self, request: Sending) -> Response:
         """`request` again, after `resends_silent` or `resends_broken` said so (the stream's opening asks)."""
-        self._count_retry(request)
+        count_retry(request)
         return await self._post(request, raw=False)  # a refusal now can only be an error event: mapped here
-
-    @staticmethod
-    def _count_retry(request: Sending) -> None:
-        request.attempt += 1
-        if request.outcome is not None:
-            request.outcome.retries += 1
-
-    def _may_retry(self, attempt: int, budget_end: float, wait: float | None, elsewhere: bool) -> bool:
-        """Within max_retries; a retry that waits (backoff, `retry-after`) only within the
-        budget, which is time spent waiting: one sent at once to another instance (`elsewhere`)
-        waits for nothing (a connect timeout may have used the whole budget by then)."""
-        if attempt >= self._upstream.max_retries:
-            return False
-        if elsewhere:
-            return True
-        remaining = budget_end - time.monotonic()
-        return remaining > 0 and (wait is None or wait <= remaining)
-
-    def _delay(self, attempt: int, retry_after: float | None, budget_end: float) -> float:
-        if retry_after is not None:
-            delay = retry_after
-        else:
-            delay = BACKOFF_BASE * 2 ** (attempt - 1) * random.uniform(0.75, 1.25)
-        return max(0.0, min(delay, budget_end - time.monotonic()))
 
     async def get(self, path: str, *, timeout: float | None = None, from_root: bool = False) -> tuple[int, bytes]:
         """A GET (the model list): the first answer below 500 from any instance (`first_answer`),
@@ -384,63 +348,18 @@ class HttpClient:
         from_root: bool = False,
         pass_over_silent: bool = False,
     ) -> tuple[int, str, bytes]:
-        """(status, content type, body) of the first answer `accept` takes, for a request that
-        costs the server nothing (a model list, the protocol probe). The next instance is asked
-        at once after a failure (no connection, an answer not taken), or alongside one still
-        silent after HEDGE_AFTER seconds, so that one instance that hangs does not fail it; each
-        once. `timeout` bounds the whole; the last failure is raised, or the last answer returned,
-        at the timeout too (an instance that answered 503 is told as such, not as a timeout).
-        `pass_over_silent`: instances still silent when one answered are passed over as silent
-        (the protocol probe: the requests that follow it avoid them). Answers do not end a
-        replica's cool-down: a server may list its models while its engine hangs."""
+        """(status, content type, body) of the first answer `accept` takes from any instance
+        (`upstream.hedge`), for a request that costs the server nothing (a model list, the
+        protocol probe). `pass_over_silent`: instances still silent when one answered are passed
+        over as silent (the protocol probe: the requests that follow it avoid them). Answers do
+        not end a replica's cool-down: a server may list its models while its engine hangs."""
         target = path if from_root else self.prefix + path
         lines = self._header_lines(headers)
         limit = None if method == b"GET" else MAX_ERROR_BODY
-        waiting = self.replicas.order()
-        asking: dict[asyncio.Task[tuple[int, str, bytes]], str] = {}
-        failed: tuple[int, str, bytes] | GatewayError | None = None
-        try:
-            with upstream_errors(self.name):
-                try:
-                    async with asyncio.timeout(timeout):
-                        while waiting or asking:
-                            if waiting:  # the first, or the next after a failure or a silence
-                                root = waiting.pop(0)
-                                asking[asyncio.ensure_future(self._ask(root, method, target, lines, body, limit))] = (
-                                    root
-                                )
-                            done, _ = await asyncio.wait(
-                                asking, timeout=HEDGE_AFTER if waiting else None, return_when=asyncio.FIRST_COMPLETED
-                            )
-                            for task in done:
-                                root = asking.pop(task)
-                                error = task.exception()
-                                if error is None and accept(*task.result()[:2]):
-                                    if pass_over_silent:
-                                        for other, silent in asking.items():
-                                            if not other.done():
-                                                self.replicas.failed(silent, silent=True)
-                                    return task.result()
-                                if error is not None and not isinstance(error, GatewayError):
-                                    raise error
-                                failed = task.result() if error is None else error
-                except TimeoutError:
-                    if failed is None:  # no instance answered: the timeout is the news
-                        raise TimeoutError(f"no instance answered within {timeout:g} s") from None
-        finally:
-            for task in asking:
-                task.cancel()  # closes its connection: the instance stops working on it
-            if asking:
-                await asyncio.wait(asking)
-                for (
-                    task
-                ) in asking:  # cancel() silences an error a task had already; not one it ends with as it is cancelled
-                    if not task.cancelled():
-                        task.exception()  # retrieved (of no interest), so never logged as "never retrieved"
-        if isinstance(failed, GatewayError):
-            raise failed
-        assert failed is not None
-        return failed
+        on_silent = functools.partial(self.replicas.failed, silent=True) if pass_over_silent else None
+        return await hedge.first_answer(self.name, self.replicas.order(),
+                                        lambda root: self._ask(root, method, target, lines, body, limit),
+                                        timeout=timeout, accept=accept, on_silent=on_silent)  # fmt: skip
 
     async def _ask(
         self, root: str, method: bytes, target: str, lines: bytes, body: bytes | None, limit: int | None

@@ -11,7 +11,7 @@ import threading
 import anthropic
 import pytest
 
-from dragoman.batches import service as batches_module
+from dragoman.batches import keeper
 from dragoman.batches import store as batch_store
 from tests.support.batches import (
     KEYS,
@@ -151,7 +151,7 @@ def test_the_gateway_running_a_batch_says_ended_as_soon_as_the_others_do(start, 
 
 
 def test_a_live_gateway_takes_over_a_batch_whose_gateway_stopped(start, upstream, monkeypatch):
-    monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.1)
+    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.1)
     hang_on(upstream, slow="m0")
     first = start(batches={"max_concurrent": 1})
     created = sdk(first).messages.batches.create(
@@ -170,7 +170,7 @@ def test_a_live_gateway_takes_over_a_batch_whose_gateway_stopped(start, upstream
 
 
 def test_only_one_of_two_gateways_takes_over_a_batch(start, upstream, monkeypatch):
-    monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.05)
+    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.05)
     hang_on(upstream, slow="m0")
     first = start(batches={"max_concurrent": 1})
     created = sdk(first).messages.batches.create(

@@ -21,8 +21,8 @@ import httpx
 import pytest
 import uvicorn.config
 
+from dragoman.batches import keeper
 from dragoman.batches import runs as batch_runs
-from dragoman.batches import service as batches_module
 from dragoman.batches import store as batch_store
 from dragoman.batches.store import BatchStore, Record
 from tests.support.batches import (
@@ -52,7 +52,7 @@ def test_a_storage_error_on_one_result_stops_the_other_requests_before_the_batch
     """The disk fills while r0's result is stored: the run stops r1 (in flight) before it lets
     the batch go, so nothing is written through a closed or reused descriptor, and the batch,
     taken over again, ends with each result once."""
-    monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.05)
+    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.05)
     monkeypatch.setattr(batch_runs, "REST_AFTER_FAILURE", 0.05)
     released: set[int] = set()
     late: list[str] = []
@@ -102,7 +102,7 @@ def test_a_storage_error_on_one_result_stops_the_other_requests_before_the_batch
 def test_a_batch_whose_results_cannot_be_stored_rests_before_it_runs_again(start, upstream, monkeypatch):
     """A disk that stays full: each run stops at its first result, and the batch rests
     REST_AFTER_FAILURE before this process runs it again: no tight loop of upstream calls."""
-    monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.02)
+    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.02)
     monkeypatch.setattr(batch_runs, "REST_AFTER_FAILURE", 0.5)
 
     def settle(self: batch_runs.Run, custom_id: str, outcome: str, result: bytes) -> None:
@@ -144,7 +144,7 @@ class _ShortFirstWrite:
 
 def test_a_result_line_written_short_does_not_corrupt_the_results(start, upstream, monkeypatch, tmp_path):
     monkeypatch.setattr(batch_runs, "os", _ShortFirstWrite())
-    monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.05)
+    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.05)
     monkeypatch.setattr(batch_runs, "REST_AFTER_FAILURE", 0.05)
     answer_per_marker(upstream)
     client = sdk(start(batches={"max_concurrent": 1}))
@@ -240,7 +240,7 @@ def test_another_keys_batch_id_as_a_list_cursor_is_an_unknown_id(start, upstream
 def test_an_unreadable_ended_file_does_not_leave_the_batch_in_progress_forever(start, upstream, tmp_path, monkeypatch):
     """An outcome file left empty (a power loss) with every result stored: the next process
     rebuilds the outcome from the results; the batch does not stay in progress forever."""
-    monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.05)
+    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.05)
     answer_per_marker(upstream)
     first = start()
     created = sdk(first).messages.batches.create(
@@ -309,7 +309,7 @@ def test_an_overlong_batch_id_is_a_404_not_a_500(start, upstream, method, suffix
 def test_a_create_that_fails_after_storing_the_batch_leaves_no_batch_that_never_runs(start, upstream, monkeypatch):
     """The results file cannot be opened when the batch first runs (EMFILE under load): the
     create still answers, and the batch runs once the keeper tries again."""
-    monkeypatch.setattr(batches_module, "ADOPT_EVERY", 0.05)
+    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.05)
     answer_per_marker(upstream)
     real_open = batch_store.BatchDir.open_results
     failed: list[bool] = []

@@ -1,7 +1,7 @@
 """A passthrough stream's `error` event after `message_start`: it goes out in Anthropic's
 envelope whatever shape the server wrote it in (llama-server writes its bare
 `{"code", "message", "type"}`), mapped as the same error opening the stream is
-(errors.from_error_event), and the metrics record the mapped type. Anthropic's own
+(error_mapping.from_error_event), and the metrics record the mapped type. Anthropic's own
 envelope goes out as it came (the gateway's key redacted)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from dragoman.core.errors import register_secret
+from dragoman.core.redaction import register_secret
 from tests.support.passthrough_stream import BLOCK, DELTA, START, events_of, relay
 
 

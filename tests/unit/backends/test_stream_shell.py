@@ -13,7 +13,7 @@ from typing import Any
 from dragoman.backends.openai.backend import OpenAIBackend, _as_events, _sse
 from dragoman.backends.openai.stream import FIRST_PIECE
 from dragoman.core import ids
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from dragoman.core.errors import GatewayError, UpstreamError
 from dragoman.protocol.sse import DataDecoder
 from dragoman.translate.stream import StreamTranslator

@@ -16,7 +16,7 @@ import pytest
 
 from dragoman.batches.runs import Runner
 from dragoman.batches.store import Record
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from dragoman.core.errors import UpstreamError
 from dragoman.core.gateway import Gateway
 from dragoman.core.validation import within

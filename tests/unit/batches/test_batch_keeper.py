@@ -20,7 +20,8 @@ from dragoman.batches.runs import Run, Runner
 from dragoman.batches.service import Batches
 from dragoman.batches.store import BatchDir, BatchStore, Record
 from dragoman.core import paging
-from dragoman.core.config import BatchesConfig, from_dict
+from dragoman.core.config import BatchesConfig
+from dragoman.core.config_load import from_dict
 from dragoman.core.errors import InvalidRequest
 from dragoman.core.gateway import Gateway
 from tests.support.helpers import batch_path
@@ -116,7 +117,7 @@ def _swept(batches: Batches) -> list[Run]:
     """The runs one sweep would start (released again: no test leaves a lock held)."""
     loop = _Loop()
     try:
-        batches._sweep(loop)  # type: ignore[arg-type]
+        batches._keeper.sweep(loop)  # type: ignore[arg-type]
     finally:
         for run in loop.started:
             run.release()
@@ -183,7 +184,7 @@ def test_stopped_batches_end_in_the_sweep_one_at_a_time(tmp_path: Path) -> None:
                 pass
         return [t for t in targets if t.startswith(str(root))]
 
-    batches._sweep(loop)  # type: ignore[arg-type]
+    batches._keeper.sweep(loop)  # type: ignore[arg-type]
     assert open_under_root() == []  # nothing left open
     assert loop.started == []
     for path in (root / "shared").iterdir():
@@ -258,7 +259,7 @@ def test_deleted_batches_are_kept_within_a_bound_and_a_cursor_naming_a_recent_on
     root = tmp_path / "b"
     made = [_batch(root, f"x{i}", 1, created=time.time() - 7200 + i, expires_in=3600)[1].id for i in range(5)]
     batches = _batches(root, max_concurrent=1)
-    batches._sweep(_Loop())  # type: ignore[arg-type]  # each expired: ended in the sweep
+    batches._keeper.sweep(_Loop())  # type: ignore[arg-type]  # each expired: ended in the sweep
 
     async def main() -> dict:
         for batch_id in made[:4]:
@@ -266,7 +267,7 @@ def test_deleted_batches_are_kept_within_a_bound_and_a_cursor_naming_a_recent_on
         return await batches.page({"after_id": made[3]}, "", "http://gw")
 
     assert asyncio.run(main())["data"] == []  # the latest deleted still places (after the one batch left)
-    assert list(batches._records) == [made[4]]
+    assert list(batches._catalog.records) == [made[4]]
     assert list(batches._deleted) == made[2:4]
     with pytest.raises(InvalidRequest):  # forgotten: an unknown id, as after a restart
         asyncio.run(batches.page({"after_id": made[0]}, "", "http://gw"))
@@ -277,10 +278,10 @@ def test_a_sweep_drops_what_it_kept_of_batches_another_process_deleted(tmp_path:
     kept, deleted = _batch(root, "kept", 1)[1].id, _batch(root, "gone", 1)[1].id
     batches = _batches(root, max_concurrent=0)
     _swept(batches)
-    assert sorted(batches._records) == sorted([kept, deleted])
+    assert sorted(batches._catalog.records) == sorted([kept, deleted])
     BatchStore(root).hide(BatchDir(batch_path(root, deleted)))  # as another process's delete does
     _swept(batches)
-    assert list(batches._records) == [kept]
+    assert list(batches._catalog.records) == [kept]
 
 
 def test_a_batch_deleted_while_the_sweep_looks_at_it_is_passed_by_without_an_error(tmp_path: Path, caplog) -> None:
@@ -295,14 +296,14 @@ def test_a_batch_deleted_while_the_sweep_looks_at_it_is_passed_by_without_an_err
     batches = _batches(root)
     listed = [BatchDir(batch_path(root, i)) for i in (gone, bad, good)]
     batches._store.batches = lambda owner=None: listed  # type: ignore[method-assign]
-    consider = batches._consider
+    consider = batches._keeper._consider
 
     def deleted_first(where, record, now, loop):  # type: ignore[no-untyped-def]
         if record.id == gone:
             shutil.rmtree(where.path)  # another process deleted it just now
         return consider(where, record, now, loop)
 
-    batches._consider = deleted_first  # type: ignore[method-assign]
+    batches._keeper._consider = deleted_first  # type: ignore[method-assign]
     with caplog.at_level(logging.ERROR, logger="dragoman.batches"):
         assert [run.record.id for run in _swept(batches)] == [good]
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]

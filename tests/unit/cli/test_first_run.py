@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dragoman.cli import quickstart
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from tests.support.claude_cli import claude_command_line, claude_environment, readme_claude_environment
 
 LOCAL = "http://127.0.0.1:40123/v1"

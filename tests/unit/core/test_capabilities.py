@@ -24,7 +24,7 @@ from dragoman.core.capabilities import (
     refresh_registry,
     registry_path,
 )
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from dragoman.core.routing import Router
 
 # A small registry shaped like https://models.dev/api.json: providers -> models -> flags.

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.core import config
+from dragoman.core import config, config_load
 from dragoman.core.config import AnthropicUpstream, ConfigError, OpenAIUpstream
 
 
@@ -23,24 +23,24 @@ def good(**overrides: Any) -> dict[str, Any]:
 
 def failure(data: dict[str, Any]) -> str:
     with pytest.raises(ConfigError) as caught:
-        config.from_dict(data)
+        config_load.from_dict(data)
     return str(caught.value)
 
 
 def test_defaults() -> None:
-    loaded = config.from_dict({})
+    loaded = config_load.from_dict({})
     assert loaded.server.host == "127.0.0.1" and loaded.upstreams == {} and loaded.models == []
 
 
 def test_protocol_defaults_to_openai() -> None:
-    loaded = config.from_dict(good())
+    loaded = config_load.from_dict(good())
     upstream = loaded.upstreams["local"]
     assert isinstance(upstream, OpenAIUpstream) and upstream.flavor == "auto"
     assert loaded.models[0].served_model == "qwen"
 
 
 def test_anthropic_protocol() -> None:
-    loaded = config.from_dict(good(upstreams={"claude": {"url": "https://api.anthropic.com", "protocol": "anthropic"}},
+    loaded = config_load.from_dict(good(upstreams={"claude": {"url": "https://api.anthropic.com", "protocol": "anthropic"}},
                                    models=[{"name": "c", "upstream": "claude"}]))  # fmt: skip
     assert isinstance(loaded.upstreams["claude"], AnthropicUpstream)
 
@@ -90,7 +90,7 @@ def test_load_prefixes_errors_with_the_file(tmp_path: Path) -> None:
     path = tmp_path / "dragoman.toml"
     path.write_text('[upstreams.local]\nurl = "ftp://nope"\n')
     with pytest.raises(ConfigError) as caught:
-        config.load(path)
+        config_load.load(path)
     assert str(caught.value).startswith(f"{path}: upstreams.local.url:")
 
 
@@ -101,7 +101,7 @@ def test_load_reads_toml(tmp_path: Path) -> None:
         '[upstreams.gpu]\nurl = "http://gpu:8000/v1"\nflavor = "vllm"\n\n'
         '[[models]]\nname = "qwen3"\nupstream = "gpu"\naliases = ["claude-sonnet-4-5"]\n'
     )
-    loaded = config.load(path)
+    loaded = config_load.load(path)
     assert loaded.server.port == 9100
     assert loaded.upstreams["gpu"].flavor == "vllm"
     assert loaded.models[0].aliases == ["claude-sonnet-4-5"]
@@ -113,12 +113,12 @@ def test_unreadable_files(tmp_path: Path, content: str | None, fragment: str) ->
     if content is not None:
         path.write_text(content)
     with pytest.raises(ConfigError) as caught:
-        config.load(path)
+        config_load.load(path)
     assert fragment in str(caught.value) and str(path) in str(caught.value)
 
 
 def test_upstream_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    loaded = config.from_dict(
+    loaded = config_load.from_dict(
         good(upstreams={"local": {"url": "http://a", "api_key": "inline", "api_key_env": "DRAGOMAN_TEST_KEY"}})
     )
     upstream = loaded.upstreams["local"]
@@ -130,7 +130,7 @@ def test_upstream_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
 
 def test_server_api_keys_merge_file_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DRAGOMAN_TEST_KEYS", " k2 , k3,, ")
-    loaded = config.from_dict({"server": {"api_keys": ["k1"], "api_keys_env": "DRAGOMAN_TEST_KEYS"}})
+    loaded = config_load.from_dict({"server": {"api_keys": ["k1"], "api_keys_env": "DRAGOMAN_TEST_KEYS"}})
     assert config.server_api_keys(loaded) == {"k1", "k2", "k3"}
 
 
@@ -142,10 +142,10 @@ def test_api_keys_env_without_a_key_is_a_startup_error_not_an_open_gateway(
         monkeypatch.delenv("DRAGOMAN_TEST_KEYS", raising=False)
     else:
         monkeypatch.setenv("DRAGOMAN_TEST_KEYS", value)
-    loaded = config.from_dict({"server": {"api_keys_env": "DRAGOMAN_TEST_KEYS"}})
+    loaded = config_load.from_dict({"server": {"api_keys_env": "DRAGOMAN_TEST_KEYS"}})
     with pytest.raises(ConfigError, match="^server.api_keys_env: the environment variable DRAGOMAN_TEST_KEYS is unset"):
         config.server_api_keys(loaded)
-    with_file_keys = config.from_dict({"server": {"api_keys": ["k1"], "api_keys_env": "DRAGOMAN_TEST_KEYS"}})
+    with_file_keys = config_load.from_dict({"server": {"api_keys": ["k1"], "api_keys_env": "DRAGOMAN_TEST_KEYS"}})
     assert config.server_api_keys(with_file_keys) == {"k1"}  # still keyed: fewer keys than meant, never none
 
 
@@ -190,7 +190,7 @@ def test_numbers_out_of_range_are_startup_errors(data: dict[str, Any], prefix: s
 
 
 def test_zero_queue_and_retries_are_allowed() -> None:
-    loaded = config.from_dict(
+    loaded = config_load.from_dict(
         good(
             upstreams={
                 "local": {"url": "http://a", "max_concurrent": 1, "max_queue": 0, "max_retries": 0, "retry_budget": 0.0}
@@ -203,7 +203,8 @@ def test_zero_queue_and_retries_are_allowed() -> None:
 def test_effort_budgets_must_be_two_increasing_numbers():
     import pytest
 
-    from dragoman.core.config import ConfigError, from_dict
+    from dragoman.core.config import ConfigError
+    from dragoman.core.config_load import from_dict
 
     for budgets in ([8192, 2048], [4096], [0, 10]):
         with pytest.raises(ConfigError, match="server.effort_budgets"):
@@ -213,7 +214,7 @@ def test_effort_budgets_must_be_two_increasing_numbers():
 @pytest.mark.parametrize("interval", [0, -1])
 def test_keepalive_interval_must_be_positive(interval: float) -> None:
     with pytest.raises(ConfigError, match="server.keepalive_interval: must be a positive number"):
-        config.from_dict({"server": {"keepalive_interval": interval}})
+        config_load.from_dict({"server": {"keepalive_interval": interval}})
 
 
 @pytest.mark.parametrize("proxy", ["https://proxy.example:3128", "socks5://127.0.0.1:1080", "proxy.example:3128"])
@@ -243,7 +244,9 @@ def test_a_proxy_from_the_environment_that_is_not_http_is_a_startup_error(monkey
     for name in ("no_proxy", "NO_PROXY", "http_proxy", "HTTP_PROXY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTPS_PROXY", "https://user:s3cret@proxy.example:3128")
-    upstream = config.from_dict(good(upstreams={"local": {"url": "https://api.example.com/v1"}})).upstreams["local"]
+    upstream = config_load.from_dict(good(upstreams={"local": {"url": "https://api.example.com/v1"}})).upstreams[
+        "local"
+    ]
     with pytest.raises(ConfigError) as caught:
         HttpClient("local", upstream, None, prefix="/v1")
     assert str(caught.value).startswith("upstreams.local: only http:// proxies are supported")
@@ -288,15 +291,15 @@ def test_a_config_file_that_is_not_utf8_or_not_readable_is_a_config_error(tmp_pa
     path = tmp_path / "dragoman.toml"
     path.write_bytes(b'[server]\nhost = "\xff"\n')
     with pytest.raises(ConfigError, match="invalid TOML: not UTF-8"):
-        config.load(path)
+        config_load.load(path)
     with pytest.raises(ConfigError, match=f"cannot read config file {tmp_path}"):
-        config.load(tmp_path)  # a directory: as unreadable as a file without read permission
+        config_load.load(tmp_path)  # a directory: as unreadable as a file without read permission
 
 
 def test_a_proxy_password_with_a_slash_is_not_printed() -> None:
     from dragoman.upstream.client import HttpClient
 
-    upstream = config.from_dict(
+    upstream = config_load.from_dict(
         good(upstreams={"local": {"url": "http://10.1.2.3:8000/v1", "proxy": "http://alice:s3c/ret@proxy:3128"}})
     )
     with pytest.raises(ConfigError) as caught:
@@ -307,7 +310,7 @@ def test_a_proxy_password_with_a_slash_is_not_printed() -> None:
 def test_an_api_key_with_a_line_break_is_a_startup_error() -> None:
     from dragoman.upstream.client import HttpClient
 
-    upstream = config.from_dict(good()).upstreams["local"]
+    upstream = config_load.from_dict(good()).upstreams["local"]
     with pytest.raises(ConfigError) as caught:
         HttpClient("local", upstream, "sk-abc\r\nx-admin: 1", prefix="/v1")
     assert str(caught.value).startswith("upstreams.local: header 'authorization'") and "sk-abc" not in str(caught.value)
@@ -319,7 +322,7 @@ def test_batch_settings_must_be_positive(key: str) -> None:
 
 
 def test_batch_settings_are_read() -> None:
-    loaded = config.from_dict(good(batches={"max_concurrent": 2, "expire_after": 60}))
+    loaded = config_load.from_dict(good(batches={"max_concurrent": 2, "expire_after": 60}))
     assert (
         loaded.batches.max_concurrent == 2
         and loaded.batches.expire_after == 60
@@ -333,14 +336,14 @@ def test_batch_times_are_at_most_a_year() -> None:
 
 
 def test_files_max_total_bytes_defaults_to_100_gib_and_is_read() -> None:
-    assert config.from_dict({}).files.max_total_bytes == 100 * 1024**3
-    loaded = config.from_dict(good(files={"max_total_bytes": 5000}))
+    assert config_load.from_dict({}).files.max_total_bytes == 100 * 1024**3
+    loaded = config_load.from_dict(good(files={"max_total_bytes": 5000}))
     assert loaded.files.max_total_bytes == 5000 and loaded.files.max_bytes == 100 * 1024 * 1024
 
 
 def test_files_max_files_defaults_to_10000_and_is_read() -> None:
-    assert config.from_dict({}).files.max_files == 10_000
-    assert config.from_dict(good(files={"max_files": 3})).files.max_files == 3
+    assert config_load.from_dict({}).files.max_files == 10_000
+    assert config_load.from_dict(good(files={"max_files": 3})).files.max_files == 3
 
 
 @pytest.mark.parametrize("key", ["max_bytes", "max_total_bytes", "max_files"])
@@ -354,7 +357,7 @@ def test_files_max_total_bytes_must_be_an_integer() -> None:
 
 
 def test_tenant_keys_are_api_keys_and_name_their_tenant() -> None:
-    loaded = config.from_dict(
+    loaded = config_load.from_dict(
         good(server={"api_keys": ["sk-solo"], "tenants": {"team-a": ["sk-old", "sk-new"], "team-b": ["sk-b"]}})
     )
     assert config.server_api_keys(loaded) == {"sk-solo", "sk-old", "sk-new", "sk-b"}
@@ -384,7 +387,7 @@ def _example_keys() -> dict[str, set[str]]:
 
 
 def test_the_example_config_loads_and_shows_every_key() -> None:
-    config.load(Path(__file__).parents[3] / "dragoman.example.toml")
+    config_load.load(Path(__file__).parents[3] / "dragoman.example.toml")
     shown = _example_keys()
     structs = {"server": [config.ServerConfig], "upstreams": [OpenAIUpstream, AnthropicUpstream, config.AutoUpstream],
                "models": [config.ModelConfig], "batches": [config.BatchesConfig], "files": [config.FilesConfig],
@@ -406,13 +409,13 @@ def test_the_example_config_loads_and_shows_every_key() -> None:
 )
 def test_usage_settings_are_checked(usage: dict, named: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        config.from_dict({"server": {"api_keys": ["sk-client"]}, "usage": usage})
+        config_load.from_dict({"server": {"api_keys": ["sk-client"]}, "usage": usage})
     assert str(caught.value).startswith(named) and "sk-client" not in str(caught.value)
 
 
 def test_every_problem_is_reported_with_a_suggestion_for_typos() -> None:
     with pytest.raises(ConfigError) as caught:
-        config.from_dict(
+        config_load.from_dict(
             {
                 "server": {"defualt_model": "q", "log_level": "VERBOSE"},
                 "upstreams": {

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from dragoman.core.gateway import Gateway
 
 

@@ -1,4 +1,4 @@
-"""errors.from_upstream / from_stream_error: backends' real error bodies -> what the
+"""error_mapping.from_upstream / from_stream_error: backends' real error bodies -> what the
 client sees. Statuses matter to the SDKs (they retry 408, 409, 429 and >= 500), and
 Claude Code reacts to Anthropic's two context-overflow wordings: `prompt is too
 long: P tokens > L maximum` (compact the conversation) and `input length and
@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from dragoman.core.error_mapping import from_stream_error, from_upstream
 from dragoman.core.errors import (
     GatewayError,
     InvalidRequest,
@@ -22,8 +23,6 @@ from dragoman.core.errors import (
     RequestTooLarge,
     UpstreamError,
     UpstreamTimeout,
-    from_stream_error,
-    from_upstream,
 )
 
 PROMPT_TOO_LONG = re.compile(r"^prompt is too long: (\d+) tokens > (\d+) maximum")
@@ -340,7 +339,7 @@ def test_error_body_and_event_use_anthropics_envelope() -> None:
 
 
 def test_a_registered_key_is_redacted_even_where_the_message_is_shortened() -> None:
-    from dragoman.core.errors import register_secret
+    from dragoman.core.redaction import register_secret
 
     key = "gsk_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123"
     register_secret(key)
@@ -353,7 +352,7 @@ def test_a_registered_key_is_redacted_even_where_the_message_is_shortened() -> N
 
 
 def test_keys_are_redacted_longest_first_and_a_header_schemes_token_alone() -> None:
-    from dragoman.core.errors import redact, register_secret
+    from dragoman.core.redaction import redact, register_secret
 
     register_secret("shortkey-12345")
     register_secret("shortkey-12345-and-a-longer-tail")
@@ -378,6 +377,6 @@ def test_keys_are_redacted_longest_first_and_a_header_schemes_token_alone() -> N
     ids=["anthropic", "vllm", "llama", "openai", "not-error-type", "no-error-type", "html"],
 )  # fmt: skip
 def test_anthropics_envelope_is_told_from_other_servers_shapes(body: bytes, is_anthropic: bool) -> None:
-    from dragoman.core.errors import anthropic_envelope
+    from dragoman.core.error_mapping import anthropic_envelope
 
     assert (anthropic_envelope(body) is not None) is is_anthropic

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from dragoman.core.gateway import Gateway
 from dragoman.core.types import UpstreamModel
 

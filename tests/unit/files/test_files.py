@@ -15,7 +15,8 @@ import pytest
 
 from dragoman.core.config import FilesConfig
 from dragoman.core.errors import InvalidRequest, NotFound
-from dragoman.files.store import FileStore, names_a_file
+from dragoman.files.sources import names_a_file
+from dragoman.files.store import FileStore
 from dragoman.server.file_endpoints import _expires_in
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dragoman.core.config import ConfigError, from_dict
+from dragoman.core.config import ConfigError
+from dragoman.core.config_load import from_dict
 from dragoman.limits import gate
 
 TENANTS = {"tenants": {"team-a": ["sk-a"]}}

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from dragoman.core.types import Call, Outcome
 from dragoman.limits import gate
 from dragoman.limits.gate import LimitReached, window_end

@@ -6,7 +6,8 @@ import re
 import tomllib
 from pathlib import Path
 
-from dragoman.core.config import Config, from_dict
+from dragoman.core.config import Config
+from dragoman.core.config_load import from_dict
 
 DOC = Path(__file__).parents[3] / "docs" / "team.md"
 

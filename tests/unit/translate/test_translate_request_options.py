@@ -12,7 +12,8 @@ import pytest
 
 from dragoman.core.errors import NotFound
 from dragoman.core.profiles import PROFILES
-from dragoman.translate.request import MAX_TOOL_NAME, ModelCaps, Options
+from dragoman.translate.request import ModelCaps, Options
+from dragoman.translate.tool_defs import MAX_TOOL_NAME
 from tests.support.helpers import assistant, image, text, tool_result, tool_use, translate, user, wire
 from tests.support.samples import pdf_bytes
 from tests.support.translate_request_scaffold import TOOL, body, error, messages

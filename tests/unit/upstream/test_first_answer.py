@@ -13,7 +13,7 @@ import pytest
 
 from dragoman.core.config import OpenAIUpstream
 from dragoman.core.errors import UpstreamError
-from dragoman.upstream import client as http
+from dragoman.upstream import hedge
 from dragoman.upstream.client import HttpClient
 from dragoman.upstream.replicas import Replicas
 
@@ -73,7 +73,7 @@ def test_answers_not_taken_are_retrieved_never_logged_later(monkeypatch: pytest.
     """The first instance is hedged; the second's answer is taken. What the first ends with,
     an error in the same round ("same round") or one raised as it is cancelled
     ("cancelled"), is not logged later as a task exception never retrieved."""
-    monkeypatch.setattr(http, "HEDGE_AFTER", 0.001)
+    monkeypatch.setattr(hedge, "HEDGE_AFTER", 0.001)
     unretrieved: list[dict[str, Any]] = []
 
     async def main() -> None:

@@ -437,7 +437,8 @@ def test_a_retry_that_leaves_a_conversations_home_does_not_move_the_conversation
 
 
 def test_a_cache_routing_setting_out_of_range_is_a_start_up_error_naming_it() -> None:
-    from dragoman.core.config import ConfigError, from_dict
+    from dragoman.core.config import ConfigError
+    from dragoman.core.config_load import from_dict
 
     upstream = {"url": "http://127.0.0.1:8000/v1", "replicas": ["http://127.0.0.1:8001/v1"]}
     with pytest.raises(ConfigError, match=r"upstreams\.u\.cache_routing\.block_bytes: must be positive, got 0"):

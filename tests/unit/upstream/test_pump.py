@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from dragoman.core.config import from_dict
+from dragoman.core.config_load import from_dict
 from dragoman.core.errors import GatewayError, UpstreamError
 from dragoman.core.types import ClientWriter, DirectWrites
 from dragoman.upstream.pump import Pump

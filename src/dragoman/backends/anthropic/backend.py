@@ -24,14 +24,9 @@ from dragoman.backends.documents import documents_as_text
 from dragoman.backends.images import inline_url_images, may_have_url_images
 from dragoman.backends.openai.tool_support import llamacpp_renders_tools, sends_tools
 from dragoman.core.config import AnthropicUpstream, Config
-from dragoman.core.errors import (
-    GatewayError,
-    InvalidRequest,
-    UpstreamError,
-    anthropic_envelope,
-    from_upstream,
-    redact_bytes,
-)
+from dragoman.core.error_mapping import anthropic_envelope, from_upstream
+from dragoman.core.errors import GatewayError, InvalidRequest, UpstreamError
+from dragoman.core.redaction import redact_bytes
 from dragoman.core.types import (
     NO_MODEL_LIST_STATUSES,
     Call,

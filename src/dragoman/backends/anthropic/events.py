@@ -10,8 +10,9 @@ from collections.abc import Iterable
 import msgspec
 
 from dragoman.backends.anthropic.output import RelayedOutput
-from dragoman.core.errors import anthropic_envelope, from_error_event, redact_bytes
+from dragoman.core.error_mapping import anthropic_envelope, from_error_event
 from dragoman.core.ids import message_id
+from dragoman.core.redaction import redact_bytes
 from dragoman.core.types import Call, max_tokens
 from dragoman.protocol import anthropic
 from dragoman.protocol.sse import encode
@@ -337,7 +338,7 @@ class Events:
         Anthropic's envelope, and the error's type if it was put there. Anthropic's envelope
         goes as it came; another shape (llama-server's `{"code": 500, "message", "type"}`,
         OpenAI's `{"error": {...}}`) is mapped as the same error opening the stream is
-        (errors.from_error_event), so the SDKs' exception has Anthropic's `.body`."""
+        (error_mapping.from_error_event), so the SDKs' exception has Anthropic's `.body`."""
         lf, crlf = chunk.rfind(b"\n\n", 0, at), chunk.rfind(b"\n\r\n", 0, at)
         start = max(lf + 2 if lf >= 0 else 0, crlf + 3 if crlf >= 0 else 0)  # the event's first line
         data = error_event_data(chunk[start:])

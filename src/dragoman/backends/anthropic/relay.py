@@ -16,7 +16,8 @@ from dragoman.backends.anthropic.events import (
     note_usage,
     with_start,
 )
-from dragoman.core.errors import UpstreamError, from_error_event
+from dragoman.core.error_mapping import from_error_event
+from dragoman.core.errors import UpstreamError
 from dragoman.core.types import Call, ClientWriter
 from dragoman.protocol.sse import KEEPALIVE_COMMENT, PING
 from dragoman.upstream.transport.response import Response
@@ -40,7 +41,7 @@ class Relay:
 
     A stream whose first event is an `error`, while nothing has been sent (`committed`: the
     client's 200 went out with a comment line), raises it as the HTTP error the server would
-    have answered (errors.from_error_event): the SDKs retry that, and not an error event.
+    have answered (error_mapping.from_error_event): the SDKs retry that, and not an error event.
     `headers`, the reply's (not sent before the first chunk), become those of the instance
     the stream came from in the end (`reply_headers` picks them)."""
 

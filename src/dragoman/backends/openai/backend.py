@@ -26,7 +26,8 @@ from dragoman.backends.openai.stream import (
 from dragoman.backends.openai.tool_support import renders_tools
 from dragoman.core import ids
 from dragoman.core.config import Config, OpenAIUpstream
-from dragoman.core.errors import GatewayError, UpstreamError, from_upstream
+from dragoman.core.error_mapping import from_upstream
+from dragoman.core.errors import GatewayError, UpstreamError
 from dragoman.core.offload import offload
 from dragoman.core.profiles import PROFILES, Profile, profile_for
 from dragoman.core.types import (

@@ -10,12 +10,8 @@ from typing import Generic, TypeVar
 import msgspec
 
 from dragoman.core.config import OpenAIUpstream
-from dragoman.core.errors import (
-    GatewayError,
-    UpstreamError,
-    from_stream_error,
-    upstream_message,
-)
+from dragoman.core.error_mapping import from_stream_error, upstream_message
+from dragoman.core.errors import GatewayError, UpstreamError
 from dragoman.core.types import ClientWriter, DirectWrites, Outcome
 from dragoman.protocol import anthropic, openai
 from dragoman.protocol.sse import DataDecoder, encode_all
