@@ -154,7 +154,8 @@ def measure(policy: str, args: argparse.Namespace, workdir: Path) -> dict[str, f
         for server in servers:
             server.stop()
     return {"policy": policy, "evaluated": evaluated, "cached": cached, "requests": len(ttfts),
-            "ttft_p50": statistics.median(ttfts), "ttft_max": max(ttfts), "seconds": elapsed}  # fmt: skip
+            "ttft_p50": statistics.median(ttfts), "ttft_mean": statistics.fmean(ttfts), "ttft_max": max(ttfts),
+            "seconds": elapsed}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                 result = measure(policy, args, Path(workdir))
                 results.append({"round": round_ + 1, **result})
                 print(f"round {round_ + 1} {policy:<13} evaluated {result['evaluated']:>7.0f}  cached "
-                      f"{result['cached']:>7.0f}  ttft p50 {result['ttft_p50']:>6.2f}s  max {result['ttft_max']:>6.2f}s  "
+                      f"{result['cached']:>7.0f}  ttft p50 {result['ttft_p50']:>6.2f}s  mean {result['ttft_mean']:>6.2f}s  "
+                      f"max {result['ttft_max']:>6.2f}s  "
                       f"({result['requests']} requests, {result['seconds']:.0f} s)", flush=True)  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"results": results, "settings": vars(args)}, indent=1))
