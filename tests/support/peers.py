@@ -7,8 +7,9 @@ run its tests on both."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Self
 
 import pytest
@@ -140,6 +141,17 @@ class Script:
 def new_pool(*roots: str, proxies: dict[str, str | None] | None = None, tls: ssl.SSLContext | None = None,
              connect_timeout: float = 2.0) -> Pool:  # fmt: skip
     return Pool(list(roots), connect_timeout=connect_timeout, tls=tls, proxies=proxies or {})
+
+
+@contextlib.asynccontextmanager
+async def scripted_pool(handler: Handler) -> AsyncIterator[tuple[Script, Pool]]:
+    """A `Script` server and a pool to it, the pool closed at the end however it ends."""
+    async with Script(handler) as server:
+        pool = new_pool(server.root)
+        try:
+            yield server, pool
+        finally:
+            await pool.close()
 
 
 def ok(body: bytes, *extra: bytes) -> bytes:

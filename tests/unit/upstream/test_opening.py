@@ -16,7 +16,7 @@ import pytest
 from dragoman.core.errors import UpstreamError, UpstreamTimeout
 from dragoman.upstream.keepalive import ReadWatch, Silence
 from dragoman.upstream.opening import Opening, Sending
-from tests.support.peers import Peer, Script, new_pool
+from tests.support.peers import Peer, scripted_pool
 
 A, B = "http://a:8000", "http://b:8000"
 TIMEOUT = 0.1  # first_byte_timeout
@@ -270,8 +270,7 @@ def test_readable_waits_for_the_first_body_bytes_and_leaves_them_for_readany() -
         peer.close()  # mid-body
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"POST", "/stream", b"", b"{}")
             waiting = asyncio.ensure_future(response.readable())
             await asyncio.sleep(0.01)
@@ -281,7 +280,6 @@ def test_readable_waits_for_the_first_body_bytes_and_leaves_them_for_readany() -
             assert await response.readany() == b"first"
             assert await response.readable() is False  # broken before more came
             response.close()
-            await pool.close()
 
     asyncio.run(main())
 

@@ -15,15 +15,14 @@ from dragoman.core.errors import UpstreamError, UpstreamTimeout
 from dragoman.upstream.errors import _mapped
 from dragoman.upstream.transport import connection
 from dragoman.upstream.transport.connection import HIGH_WATER, INFLATE_PIECE, BadResponse, BodyTimeout
-from tests.support.peers import (  # noqa: F401 (loop_kind: the fixture)
+from tests.support.peers import (
     Peer,
     Script,
     fed,
     get,
-    loop_kind,
-    new_pool,
     ok,
     run,
+    scripted_pool,  # noqa: F401 (loop_kind: the fixture)
 )
 from tests.support.samples import MiB, gzip_bomb
 
@@ -79,8 +78,7 @@ def test_a_bomb_read_whole_fails_at_max_body_with_a_502() -> None:
         await peer.send(b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(bomb), bomb)
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"POST", "/v1/chat/completions", b"", b"{}")
             with pytest.raises(BadResponse, match="exceeds 64 MiB") as caught:
                 await response.read()
@@ -88,7 +86,6 @@ def test_a_bomb_read_whole_fails_at_max_body_with_a_502() -> None:
             response.release()
             mapped = _mapped(caught.value, "up")
             assert isinstance(mapped, UpstreamError) and mapped.status == 502 and "exceeds 64 MiB" in str(mapped)
-            await pool.close()
 
     run(main)
 
@@ -105,8 +102,7 @@ def test_a_streamed_bomb_stays_within_high_water_and_fails_past_max_inflated(mon
         await peer.until_eof()
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"POST", "/", b"", b"{}")
             seen = 0
             with pytest.raises(BadResponse, match="inflates past 8 MiB") as caught:
@@ -119,7 +115,6 @@ def test_a_streamed_bomb_stays_within_high_water_and_fails_past_max_inflated(mon
             await asyncio.wait_for(server.peers[0].eof.wait(), 2)  # and the connection is dropped
             assert _mapped(caught.value, "up").status == 502  # type: ignore[union-attr]
             response.release()
-            await pool.close()
 
     run(main)
 
@@ -155,8 +150,7 @@ def test_a_large_compressed_body_arrives_whole_and_the_connection_is_reused(sink
         await peer.send(ok(b"next"))
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"GET", "/", b"", None)
             parts: list[bytes] = []
             while True:
@@ -170,7 +164,6 @@ def test_a_large_compressed_body_arrives_whole_and_the_connection_is_reused(sink
             response.release()
             assert await get(pool, server.root) == b"next"
             assert len(server.peers) == 1
-            await pool.close()
 
     run(main)
 
@@ -203,8 +196,7 @@ def test_a_body_read_whole_fails_past_max_body_naming_the_size(monkeypatch: pyte
             peer.eof.set()
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"POST", "/", b"", b"{}")
             with pytest.raises(BadResponse, match="exceeds 1 MiB"):
                 await response.read()
@@ -212,7 +204,6 @@ def test_a_body_read_whole_fails_past_max_body_naming_the_size(monkeypatch: pyte
             with pytest.raises(BadResponse, match="exceeds 1 MiB"):  # and a read after the failure fails, not hangs
                 await response.read()
             response.release()
-            await pool.close()
 
     run(main)
 
@@ -234,8 +225,7 @@ def test_a_body_that_stops_coming_fails_after_idle_timeout_and_drops_the_connect
         await peer.until_eof(timeout=5)  # headers, a few bytes, then silence
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"POST", "/", b"", b"{}", head_timeout=5, idle_timeout=0.2)
             with pytest.raises(BodyTimeout, match="no bytes for 0.2 s") as caught:
                 await response.read()
@@ -243,7 +233,6 @@ def test_a_body_that_stops_coming_fails_after_idle_timeout_and_drops_the_connect
             response.release()
             mapped = _mapped(caught.value, "up")
             assert isinstance(mapped, UpstreamTimeout) and mapped.type == "timeout_error" and mapped.status == 504
-            await pool.close()
 
     run(main)
 
@@ -262,12 +251,10 @@ def test_a_body_that_keeps_coming_outlasts_idle_timeout() -> None:
         await peer.request()
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"POST", "/", b"", b"{}", idle_timeout=0.2)
             assert await response.read() == b"x" * 12
             response.release()
-            await pool.close()
 
     run(main)
 
@@ -321,12 +308,10 @@ def test_an_endless_header_value_fails_at_max_head_and_drops_the_connection() ->
         peer.eof.set()
 
     async def main() -> None:
-        async with Script(endless) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(endless) as (server, pool):
             with pytest.raises(BadResponse, match="response head exceeds 64 KB"):
                 await get(pool, server.root)
             await asyncio.wait_for(server.peers[0].eof.wait(), 5)
-            await pool.close()
 
     run(main)
 

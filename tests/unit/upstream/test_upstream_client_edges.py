@@ -16,15 +16,15 @@ from dragoman.upstream.keepalive import head_or_task
 from dragoman.upstream.transport import pool as pool_module
 from dragoman.upstream.transport.connection import STALE_WINDOW, Disconnected, HeadTimeout
 from dragoman.upstream.transport.pool import Origin, Pool
-from tests.support.peers import (  # noqa: F401 (loop_kind: the fixture)
+from tests.support.peers import (
     Peer,
     Script,
     fed,
     get,
-    loop_kind,
     new_pool,
     ok,
     run,
+    scripted_pool,  # noqa: F401 (loop_kind: the fixture)
 )
 
 
@@ -41,14 +41,12 @@ def test_a_request_the_upstream_held_before_dropping_it_is_not_sent_again() -> N
             return
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             assert await get(pool, server.root, "/a") == b"ok"
             with pytest.raises(Disconnected, match="before answering"):
                 await get(pool, server.root, "/b")
             assert len(server.peers) == 1  # no second connection: not sent again
             assert len(server.peers[0].requests) == 2
-            await pool.close()
 
     run(main)
 
@@ -192,12 +190,10 @@ def test_a_head_later_than_head_timeout_is_a_timeout_and_drops_the_connection() 
         await peer.until_eof(timeout=5)  # never answers; sees the gateway hang up
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             with pytest.raises(HeadTimeout, match="no response within 0.2 s"):
                 await pool.request(server.root, b"POST", "/v1/chat/completions", b"", b"{}", head_timeout=0.2)
             await asyncio.wait_for(server.peers[0].eof.wait(), 2)
             assert _mapped(HeadTimeout("no response within 0.2 s"), "up").type == "timeout_error"
-            await pool.close()
 
     run(main)

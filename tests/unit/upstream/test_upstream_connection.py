@@ -14,13 +14,12 @@ from dragoman.upstream.transport import pool as pool_module
 from dragoman.upstream.transport.connection import Disconnected, StaleConnection
 from tests.support.peers import (
     Peer,
-    Script,
     answer_each,
     get,
     loop_kind,  # noqa: F401 (the fixture: each test on asyncio and uvloop)
-    new_pool,
     ok,
     run,
+    scripted_pool,
 )
 
 
@@ -32,8 +31,7 @@ def test_content_length_body_and_head() -> None:
         await peer.request()
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"GET", "/", b"", None)
             assert response.status == 201
             assert response.headers["x-thing"] == "a, b"  # names lower-cased, repeats joined
@@ -41,7 +39,6 @@ def test_content_length_body_and_head() -> None:
             assert await response.read() == b"hello world"
             assert await response.readany() == b""
             response.release()
-            await pool.close()
 
     run(main)
 
@@ -62,8 +59,7 @@ def test_chunked_body_arrives_in_pieces_then_ends() -> None:
         await peer.request()
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"POST", "/stream", b"", b"{}")
             assert response.content_type == "text/event-stream"
             assert await response.readany() == b"hello"
@@ -74,7 +70,6 @@ def test_chunked_body_arrives_in_pieces_then_ends() -> None:
             assert await response.readany() == b""
             assert await response.readany() == b""  # and stays at the end
             response.release()
-            await pool.close()
 
     run(main)
 
@@ -94,8 +89,7 @@ def test_drain_to_hands_pieces_to_the_sink_until_it_declines_one_then_readany_ha
         await peer.request()
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"POST", "/stream", b"", b"{}")
             taken: list[bytes] = []
             begin.set()
@@ -115,7 +109,6 @@ def test_drain_to_hands_pieces_to_the_sink_until_it_declines_one_then_readany_ha
             await response.drain_to(sink)  # the body has ended: returns at once
             assert await response.readany() == b""
             response.release()
-            await pool.close()
 
     run(main)
 
@@ -136,8 +129,7 @@ def test_drain_to_returns_when_the_sink_stops_or_the_body_ends_or_fails() -> Non
         peer.close()  # mid-body
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"POST", "/stream", b"", b"{}")
             taken: list[bytes] = []
 
@@ -159,7 +151,6 @@ def test_drain_to_returns_when_the_sink_stops_or_the_body_ends_or_fails() -> Non
             with pytest.raises(Disconnected):  # drain_to returned at the failure; readany reports it
                 await response.readany()
             response.close()
-            await pool.close()
 
     run(main)
 
@@ -172,25 +163,21 @@ def test_close_delimited_body_ends_at_the_close_and_is_not_reused() -> None:
         await peer.send(b"def")  # then the handler returns: the server closes
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             assert await get(pool, server.root) == b"abcdef"
             assert await get(pool, server.root) == b"abcdef"
             assert len(server.peers) == 2
-            await pool.close()
 
     run(main)
 
 
 def test_keep_alive_two_requests_share_one_connection() -> None:
     async def main() -> None:
-        async with Script(answer_each) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(answer_each) as (server, pool):
             assert await get(pool, server.root, "/a") == b"ok"
             assert await get(pool, server.root, "/b") == b"ok"
             assert len(server.peers) == 1
             assert [r.split(b" ")[1] for r in server.peers[0].requests] == [b"/a", b"/b"]
-            await pool.close()
 
     run(main)
 
@@ -200,14 +187,12 @@ def test_a_connection_close_response_is_not_reused() -> None:
         await answer_each(peer, ok(b"ok", b"connection: close\r\n"))
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             assert await get(pool, server.root) == b"ok"
             assert await get(pool, server.root) == b"ok"
             assert len(server.peers) == 2
             await asyncio.wait_for(server.peers[0].eof.wait(), 2)  # the client closed the first
             assert len(server.peers[0].requests) == 1
-            await pool.close()
 
     run(main)
 
@@ -222,14 +207,12 @@ def test_release_before_the_body_is_read_closes_the_connection() -> None:
             await answer_each(peer)
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"GET", "/", b"", None)
             response.release()
             await asyncio.wait_for(server.peers[0].eof.wait(), 2)
             assert await get(pool, server.root) == b"ok"
             assert len(server.peers) == 2
-            await pool.close()
 
     run(main)
 
@@ -241,36 +224,31 @@ def test_release_of_a_partly_read_body_closes_the_connection() -> None:
         await peer.until_eof()
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"GET", "/", b"", None)
             assert await response.readany() == b"abc"
             response.release()
             await asyncio.wait_for(server.peers[0].eof.wait(), 2)
-            await pool.close()
 
     run(main)
 
 
 def test_close_drops_a_connection_that_could_have_been_reused() -> None:
     async def main() -> None:
-        async with Script(answer_each) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(answer_each) as (server, pool):
             response = await pool.request(server.root, b"GET", "/", b"", None)
             assert await response.read() == b"ok"
             response.close()
             await asyncio.wait_for(server.peers[0].eof.wait(), 2)
             assert await get(pool, server.root) == b"ok"
             assert len(server.peers) == 2
-            await pool.close()
 
     run(main)
 
 
 def test_the_most_recently_used_idle_connection_is_taken() -> None:
     async def main() -> None:
-        async with Script(answer_each) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(answer_each) as (server, pool):
             first = await pool.request(server.root, b"GET", "/1", b"", None)
             second = await pool.request(server.root, b"GET", "/2", b"", None)  # the first is busy: a second connection
             assert len(server.peers) == 2
@@ -280,7 +258,6 @@ def test_the_most_recently_used_idle_connection_is_taken() -> None:
             second.release()  # released last: taken first
             assert await get(pool, server.root, "/3") == b"ok"
             assert [r.split(b" ")[1] for r in server.peers[1].requests] == [b"/2", b"/3"]
-            await pool.close()
 
     run(main)
 
@@ -289,13 +266,11 @@ def test_a_connection_idle_too_long_is_not_reused(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(pool_module, "IDLE_LIMIT", 0.0)
 
     async def main() -> None:
-        async with Script(answer_each) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(answer_each) as (server, pool):
             assert await get(pool, server.root) == b"ok"
             assert await get(pool, server.root) == b"ok"
             assert len(server.peers) == 2
             await asyncio.wait_for(server.peers[0].eof.wait(), 2)
-            await pool.close()
 
     run(main)
 
@@ -306,8 +281,7 @@ def test_a_pool_left_idle_closes_its_connections_after_the_idle_limit(monkeypatc
     monkeypatch.setattr(pool_module, "IDLE_LIMIT", 0.2)
 
     async def main() -> None:
-        async with Script(answer_each) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(answer_each) as (server, pool):
             first = await pool.request(server.root, b"GET", "/1", b"", None)
             second = await pool.request(server.root, b"GET", "/2", b"", None)
             for response in (first, second):
@@ -315,7 +289,6 @@ def test_a_pool_left_idle_closes_its_connections_after_the_idle_limit(monkeypatc
                 response.release()
             await asyncio.wait_for(asyncio.gather(*(peer.eof.wait() for peer in server.peers)), 2)
             assert all(not origin.idle for origin in pool._origins.values())
-            await pool.close()
 
     run(main)
 
@@ -334,14 +307,12 @@ def test_bytes_on_an_idle_connection_make_it_unusable() -> None:
             await answer_each(peer)
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             assert await get(pool, server.root) == b"ok"
             await asyncio.wait_for(server.peers[0].eof.wait(), 2)  # the client dropped it on the unasked-for bytes
             assert await get(pool, server.root) == b"ok"
             assert len(server.peers) == 2
             assert len(server.peers[0].requests) == 1
-            await pool.close()
 
     run(main)
 
@@ -353,15 +324,13 @@ def test_a_pooled_connection_closed_while_idle_is_replaced(pause: float) -> None
         await peer.send(ok(b"first"))  # keep-alive by default, but the server closes right after
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             assert await get(pool, server.root) == b"first"
             await asyncio.sleep(
                 pause
             )  # at once: the close may come while the request is on its way (then it is resent)
             assert await get(pool, server.root) == b"first"
             assert len(server.peers) == 2
-            await pool.close()
 
     run(main)
 
@@ -376,14 +345,12 @@ def test_a_pooled_connection_closed_as_the_request_is_sent_is_resent_once_on_a_n
         await answer_each(peer)
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             assert await get(pool, server.root, "/a") == b"ok"
             assert await get(pool, server.root, "/b") == b"ok"
             assert len(server.peers) == 2
             assert [r.split(b" ")[1] for r in server.peers[0].requests] == [b"/a", b"/b"]
             assert [r.split(b" ")[1] for r in server.peers[1].requests] == [b"/b"]  # sent again, once
-            await pool.close()
 
     run(main)
 
@@ -396,14 +363,12 @@ def test_a_pooled_connection_closed_after_a_partial_answer_is_not_resent() -> No
         await peer.send(b"HTTP/1.1 200 OK\r\ncont")  # the upstream started answering: not safe to resend
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             assert await get(pool, server.root) == b"ok"
             with pytest.raises(Disconnected) as caught:
                 await pool.request(server.root, b"POST", "/", b"", b"{}")
             assert not isinstance(caught.value, StaleConnection)
             assert len(server.peers) == 1
-            await pool.close()
 
     run(main)
 
@@ -414,8 +379,7 @@ def test_a_content_length_body_cut_short_is_disconnected() -> None:
         await peer.send(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nhello")
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"GET", "/", b"", None)
             received = b""
             with pytest.raises(Disconnected, match="mid-reply"):
@@ -425,7 +389,6 @@ def test_a_content_length_body_cut_short_is_disconnected() -> None:
             with pytest.raises(Disconnected):  # and again on the next read
                 await response.readany()
             response.release()
-            await pool.close()
 
     run(main)
 
@@ -437,14 +400,12 @@ def test_a_chunked_body_cut_short_is_disconnected() -> None:
         await asyncio.sleep(0.05)
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"GET", "/", b"", None)
             assert await response.readany() == b"hello"
             with pytest.raises(Disconnected, match="mid-reply"):
                 await response.readany()
             response.release()
-            await pool.close()
 
     run(main)
 
@@ -454,12 +415,10 @@ def test_a_new_connection_closed_before_an_answer_is_disconnected_and_not_resent
         await peer.request()  # then close
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             with pytest.raises(Disconnected, match="before answering") as caught:
                 await pool.request(server.root, b"POST", "/", b"", b"{}")
             assert not isinstance(caught.value, StaleConnection)
             assert len(server.peers) == 1
-            await pool.close()
 
     run(main)

@@ -32,6 +32,7 @@ from tests.support.peers import (
     new_pool,
     ok,
     run,
+    scripted_pool,
 )
 from tests.support.samples import self_signed
 
@@ -50,13 +51,11 @@ def test_a_gzip_body_is_decoded() -> None:
         await peer.request()
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             assert len(packed) < len(text) // 4
             assert await get(pool, server.root) == text
             assert await get(pool, server.root) == text  # chunked and in pieces, on the same connection
             assert len(server.peers) == 1
-            await pool.close()
 
     run(main)
 
@@ -69,10 +68,8 @@ def test_a_deflate_body_is_decoded() -> None:
         await peer.send(ok(zlib.compress(text), b"content-encoding: deflate\r\n"))
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             assert await get(pool, server.root) == text
-            await pool.close()
 
     run(main)
 
@@ -87,14 +84,12 @@ def test_a_corrupt_gzip_body_is_a_bad_response() -> None:
         await peer.until_eof()  # the client drops the connection: the rest never goes
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"GET", "/", b"", None)
             with pytest.raises(BadResponse, match="corrupt"):
                 await response.read()
             await asyncio.wait_for(server.peers[0].eof.wait(), 2)
             response.release()
-            await pool.close()
 
     run(main)
 
@@ -148,12 +143,10 @@ def test_an_unknown_content_encoding_is_a_bad_response() -> None:
         await peer.until_eof()
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             with pytest.raises(BadResponse, match="content-encoding.*br"):
                 await pool.request(server.root, b"GET", "/", b"", None)
             await asyncio.wait_for(server.peers[0].eof.wait(), 2)  # and the connection is dropped
-            await pool.close()
 
     run(main)
 
@@ -165,12 +158,10 @@ def test_garbage_instead_of_http_is_a_bad_response() -> None:
         await peer.until_eof()
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             with pytest.raises(BadResponse, match="unreadable HTTP"):
                 await pool.request(server.root, b"GET", "/", b"", None)
             await asyncio.wait_for(server.peers[0].eof.wait(), 2)
-            await pool.close()
 
     run(main)
 
@@ -186,8 +177,7 @@ def test_interim_responses_are_skipped() -> None:
         await answer_each(peer)
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"POST", "/", b"", b"{}")
             assert response.status == 200
             assert response.headers.get("x-final") == "yes"
@@ -196,7 +186,6 @@ def test_interim_responses_are_skipped() -> None:
             response.release()
             assert await get(pool, server.root) == b"ok"  # and the connection is still good for the next
             assert len(server.peers) == 1
-            await pool.close()
 
     run(main)
 
@@ -210,8 +199,7 @@ def test_cancelling_a_request_waiting_for_its_head_closes_the_connection() -> No
         await peer.until_eof(timeout=5)
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             task = asyncio.ensure_future(pool.request(server.root, b"POST", "/slow", b"", b"{}"))
             await asyncio.wait_for(asked.wait(), 2)
             task.cancel()
@@ -220,7 +208,6 @@ def test_cancelling_a_request_waiting_for_its_head_closes_the_connection() -> No
             await asyncio.wait_for(
                 server.peers[0].eof.wait(), 4
             )  # closed by the cancel: the peer itself gives up only at 5 s
-            await pool.close()
 
     run(main)
 
@@ -231,13 +218,11 @@ def test_a_timeout_around_the_request_closes_the_connection() -> None:
         await peer.until_eof(timeout=5)
 
     async def main() -> None:
-        async with Script(handler) as server:
-            pool = new_pool(server.root)
+        async with scripted_pool(handler) as (server, pool):
             with pytest.raises(TimeoutError):
                 async with asyncio.timeout(0.2):
                     await pool.request(server.root, b"POST", "/slow", b"", b"{}")
             await asyncio.wait_for(server.peers[0].eof.wait(), 2)
-            await pool.close()
 
     run(main)
 
