@@ -15,14 +15,15 @@ from dragoman.core.errors import UpstreamError, UpstreamTimeout
 from dragoman.upstream.errors import _mapped
 from dragoman.upstream.transport import connection
 from dragoman.upstream.transport.connection import HIGH_WATER, INFLATE_PIECE, BadResponse, BodyTimeout
-from tests.support.peers import (
+from tests.support.peers import (  # noqa: F401 (loop_kind: the fixture)
     Peer,
     Script,
     fed,
     get,
+    loop_kind,
     ok,
     run,
-    scripted_pool,  # noqa: F401 (loop_kind: the fixture)
+    scripted_pool,
 )
 from tests.support.samples import MiB, gzip_bomb
 

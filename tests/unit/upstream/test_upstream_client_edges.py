@@ -16,15 +16,16 @@ from dragoman.upstream.keepalive import head_or_task
 from dragoman.upstream.transport import pool as pool_module
 from dragoman.upstream.transport.connection import STALE_WINDOW, Disconnected, HeadTimeout
 from dragoman.upstream.transport.pool import Origin, Pool
-from tests.support.peers import (
+from tests.support.peers import (  # noqa: F401 (loop_kind: the fixture)
     Peer,
     Script,
     fed,
     get,
+    loop_kind,
     new_pool,
     ok,
     run,
-    scripted_pool,  # noqa: F401 (loop_kind: the fixture)
+    scripted_pool,
 )
 
 
