@@ -14,7 +14,7 @@ from typing import Literal
 import msgspec
 from msgspec import Struct
 
-from dragoman.limits.settings import LimitsConfig
+from dragoman.core.limit_settings import LimitsConfig
 
 
 class ConfigError(Exception):

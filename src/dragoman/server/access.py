@@ -16,7 +16,7 @@ import time
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dragoman.core.observe import json_line, log
+from dragoman.assembly.observe import json_line, log
 from dragoman.server.auth import key_id, presented_key
 
 PROBES = frozenset({"/health", "/ready", "/metrics"})

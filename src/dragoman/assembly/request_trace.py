@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from dragoman.core.observe import capped
-from dragoman.core.types import Call, Outcome, Route
+from dragoman.assembly.observe import capped
+from dragoman.calls.types import Call, Outcome, Route
 
 
 class _Sampling(msgspec.Struct):

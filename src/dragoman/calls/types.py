@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 import msgspec
 
+from dragoman.core.capabilities import ModelCaps
 from dragoman.core.errors import UpstreamError
 from dragoman.protocol.anthropic import Envelope, MessagesRequest
 from dragoman.tokens.tokenizer import LocalCounter, TiktokenCounter
-from dragoman.translate.request import ModelCaps
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,15 @@ class Call:
     request: MessagesRequest | None = None  # the body decoded whole, when the core already did
     conversation: str | None = None  # the client's session (Claude Code's), for routing to its replica
     envelope: Envelope | None = None  # else its top fields and prompt parts, when `body` is what was read
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request, as its entry point authenticated it."""
+
+    owner: str  # whose files, batches and threads it may name (see `server.auth.owner`)
+    key_id: str | None = None  # a digest naming the key it presented (never the key), None without keys
+    tenant: str | None = None  # the key's tenant (`server.tenants`), if it belongs to one
 
 
 class _MaxTokens(msgspec.Struct):
