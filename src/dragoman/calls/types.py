@@ -1,7 +1,7 @@
 """The types every layer shares: what a request is (`Call`), what the core learned
 while serving it (`Outcome`), where it goes (`Route`), what comes back (`Reply`), and
-the `Backend` interface. A leaf: it imports nothing of dragoman's but wire types,
-errors and the translators' capability records, so that any module may import it.
+the `Backend` interface, and who sent it (`Caller`). It imports nothing of dragoman's but
+`core/`, wire types and the tokenizers, so that the backends and every layer above may import it.
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ class Outcome:
     started: float = field(default_factory=time.perf_counter)
     first_byte: float | None = None
     release: Callable[[], None] | None = None  # frees the request's concurrency slot
-    trace: Any = None  # its RequestTrace (core.request_trace) when tracing is on; ended once it is recorded
+    trace: Any = None  # its RequestTrace (assembly.request_trace) when tracing is on; ended once it is recorded
     routing: str = ""  # why `replica` served it (dragoman.upstream.placement), under a routing policy
     prefix_tokens: int | None = None  # prompt tokens routing expected that replica to hold cached
     routed_tokens: int | None = None  # prompt tokens, as routing estimated them
