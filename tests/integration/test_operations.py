@@ -13,7 +13,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.core import gateway as gateway_module
+from dragoman.assembly import gateway as gateway_module
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 
@@ -308,7 +308,7 @@ def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native
 
 def test_ready_probes_are_shared_so_nobody_can_multiply_upstream_calls(gateway_from, native, monkeypatch):
     # /ready is open to anyone, and each round asks every upstream its model list (an authenticated call)
-    monkeypatch.setattr("dragoman.core.gateway.READY_REUSE", 3600.0)
+    monkeypatch.setattr("dragoman.assembly.gateway.READY_REUSE", 3600.0)
     gateway = gateway_from({"upstreams": {"native": {"url": native.url, "protocol": "anthropic"}}})
     gateway.wait_discovered()
     before = native.model_lists

@@ -8,10 +8,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from dragoman.core.capabilities import ModelCaps
 from dragoman.core.errors import InvalidRequest
 from dragoman.core.profiles import PROFILES
 from dragoman.protocol import anthropic
-from dragoman.translate.request import ModelCaps, to_chat_request
+from dragoman.translate.request import to_chat_request
 
 TOOL = {"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}
 USE = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
