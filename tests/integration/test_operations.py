@@ -140,9 +140,20 @@ def test_a_client_that_hangs_up_while_queued_leaves_the_queue_and_is_never_sent_
 
 def test_streams_hold_their_slot_until_the_end(make_gateway, upstream):
     gateway = make_gateway(upstream={"max_concurrent": 1, "max_queue": 0})
-    upstream.stream_reply(text_stream("a", "b"))
-    with httpx.stream("POST", gateway.url + "/v1/messages", json={**VALID, "stream": True}) as response:
-        response.read()
+    resume = threading.Event()
+    chunks = text_stream("a", "b")
+    upstream.stream_reply([*chunks[:2], ("wait", resume), *chunks[2:]])
+    try:
+        with httpx.stream("POST", gateway.url + "/v1/messages", json={**VALID, "stream": True}) as response:
+            events = response.iter_lines()
+            assert next(line for line in events if "text_delta" in line)  # the stream is under way
+            # While it runs it holds the only slot, and there is no queue: a second request is turned away.
+            during = httpx.post(gateway.url + "/v1/messages", json=VALID)
+            assert during.status_code == 529 and during.json()["error"]["type"] == "overloaded_error"
+            resume.set()
+            assert any("message_stop" in line for line in events)
+    finally:
+        resume.set()
     # The stream ended, so its slot is free again.
     assert httpx.post(gateway.url + "/v1/messages", json=VALID).status_code == 200
 
