@@ -51,7 +51,8 @@ def _public(address: str) -> bool:
 def _checked(url: str | URL, allow_private: bool, kind: str = "document") -> URL:
     """The URL as aiohttp reads it (yarl, not urllib: it turns a host written in full-width
     digits into 127.0.0.1, an address aiohttp then connects to without resolving it), with a
-    literal address checked here, as the resolver below never sees it."""
+    literal address checked here, as the resolver below never sees it. A numeric host in any
+    other form is refused, whatever the installed aiohttp would do with it."""
     try:
         parsed = url if isinstance(url, URL) else URL(url)
         host = parsed.raw_host
@@ -62,10 +63,24 @@ def _checked(url: str | URL, allow_private: bool, kind: str = "document") -> URL
     try:
         literal = ipaddress.ip_address(host)
     except ValueError:
+        if ":" in host or _inet_aton(host):  # an address `ipaddress` does not read, which the socket layer would
+            raise InvalidRequest(f"{kind} URL {str(url)!r}: refusing a numeric host not written as four decimal "
+                                 f"numbers or an IPv6 address ({host!r})") from None  # fmt: skip
         return parsed
     if not allow_private and not _public(str(literal)):
         raise InvalidRequest(f"{kind} URL {str(url)!r}: refusing to fetch from a private, loopback or reserved address")
     return parsed
+
+
+def _inet_aton(host: str) -> bool:
+    """Whether the socket layer reads `host` as an IPv4 address, in forms `ipaddress` does not:
+    `2130706433`, `127.1`, `0177.0.0.1` and `0` aiohttp before 3.14.1 connected to without asking
+    the resolver below (aio-libs/aiohttp#12827); `0x7f.1` and the like reach it (glibc reads them)."""
+    try:
+        socket.inet_aton(host)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 class _PublicOnlyResolver(aiohttp.abc.AbstractResolver):
