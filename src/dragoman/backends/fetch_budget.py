@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -42,8 +41,8 @@ class Budget:
     def __init__(self, server: ServerConfig) -> None:
         self._server = server
         self._left = {"document": MAX_DOCUMENTS, "image": MAX_DOCUMENTS}
-        self._uses: Counter[tuple[str, str]] = Counter()  # the places each URL fills, by kind
-        self._sizes: Counter[tuple[str, str]] = Counter()  # the bytes fetched from each URL, by kind
+        self._uses: dict[tuple[str, str], int] = {}  # the places each URL fills, by kind (dicts: made per request)
+        self._sizes: dict[tuple[str, str], int] = {}  # the bytes fetched from each URL, by kind
         self.bytes = server.max_request_bytes  # what its fetches may still add to the request
         self.held = 0  # of the process's `_held`
         self._slots: asyncio.Semaphore | None = None
@@ -55,14 +54,14 @@ class Budget:
         self._left[kind] -= 1
         if self._left[kind] < 0:
             raise InvalidRequest(f"{where}.source: at most {MAX_DOCUMENTS} {kind}s are fetched by URL for one request")
-        self._uses[kind, url] += 1
+        self._uses[kind, url] = self._uses.get((kind, url), 0) + 1
 
     def take(self, size: int, url: str, kind: str = "document", places: int | None = None) -> None:
         """`size` more bytes fetched from `url`, counted for each place it fills (or `places`)."""
         global _held
         if places is None:  # fetched now
-            self._sizes[kind, url] += size
-        size *= max(1, self._uses[kind, url]) if places is None else places
+            self._sizes[kind, url] = self._sizes.get((kind, url), 0) + size
+        size *= max(1, self._uses.get((kind, url), 0)) if places is None else places
         self.bytes -= size
         if self.bytes < 0:
             raise InvalidRequest(f"{kind} URL {url!r}: the images and documents fetched for this request together "
@@ -76,7 +75,7 @@ class Budget:
 
     def size(self, url: str, kind: str = "document") -> int:
         """The bytes fetched from `url`."""
-        return self._sizes[kind, url]
+        return self._sizes.get((kind, url), 0)
 
     def release(self) -> None:
         """Give back what the request held."""
