@@ -31,8 +31,8 @@ def claude_binary() -> Path:
 
 
 def claude_command_line(text: str) -> str:
-    """The first line of `text` that starts Claude Code: `VAR=value ... claude`."""
-    match = re.search(r"((?:ANTHROPIC_\w+=\S+[ \t]+)+claude)[ \t]*$", text, re.MULTILINE)
+    """The first line of `text` that starts Claude Code: `VAR=value ... claude` (or `.../bin/claude`)."""
+    match = re.search(r"((?:ANTHROPIC_\w+=\S+[ \t]+)+(?:\S*/)?claude)[ \t]*$", text, re.MULTILINE)
     assert match, "no `ANTHROPIC_...=... claude` line"
     return match.group(1)
 
@@ -40,7 +40,7 @@ def claude_command_line(text: str) -> str:
 def claude_environment(line: str) -> dict[str, str]:
     """The variables a `VAR=value ... claude` line sets."""
     *assignments, program = shlex.split(line)
-    assert program == "claude", line
+    assert Path(program).name == "claude", line
     return dict(assignment.split("=", 1) for assignment in assignments)
 
 
