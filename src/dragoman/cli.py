@@ -141,7 +141,7 @@ def run_local(config: Config, local_port: int) -> None:
     import msgspec
 
     from dragoman.quickstart import quickstart
-    from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer, is_set_up
+    from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, FIRST_BUILD, LlamaServer, is_set_up
 
     if local_port:
         _check_port("127.0.0.1", local_port, "for the local model (--local-port N picks another, 0 any free one)")
@@ -150,7 +150,7 @@ def run_local(config: Config, local_port: int) -> None:
     else:
         click.echo(
             "dragoman: no upstream configured; building and starting the local model "
-            "(this first run builds llama-server, about 4 minutes; later runs start in seconds)",
+            f"(this first run builds llama-server: {FIRST_BUILD}; later runs start in seconds)",
             err=True,
         )
     try:
