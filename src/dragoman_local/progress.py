@@ -62,7 +62,7 @@ def run_with_progress(command: Sequence[str | os.PathLike[str]], what: str, log:
             code = process.wait(timeout=every)
             break
         except subprocess.TimeoutExpired:
-            done = "starting" if output.percent is None else f"{output.percent}%"
+            done = "running" if output.percent is None else f"{output.percent}%"  # cmake's configure says none
             log(f"{what}: {done} after {elapsed(time.monotonic() - start)}")
     output.reader.join()
     if code != 0:
