@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from dragoman.core.types import Call, Completed, Reply
+from dragoman.calls.types import Call, Completed, Reply
 
 NoticeMode = Literal["claude-code", "all", "off"]
 MARK = "[dragoman gateway note]"

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
-from dragoman.core.types import Call, Completed, Outcome, Streaming
+from dragoman.calls.types import Call, Completed, Outcome, Streaming
 from dragoman.notices.tools_dropped import MARK, NOTE, note_events, noted, wants_note, without_notes
 from tests.support.servers import sse_frames
 
