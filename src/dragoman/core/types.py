@@ -178,6 +178,9 @@ class Outcome:
     upstream_failed: bool = False  # the error came from the upstream, not the client or gateway
     disconnected: bool = False
     tools_dropped: bool = False  # the request's tools reached a model whose chat template drops them
+    web_search_requests: int = 0  # searches the gateway ran for it (dragoman.servertools)
+    web_fetch_requests: int = 0
+    server_tool_runs: list[tuple[str, str, str]] = field(default_factory=list)  # (tool, provider, outcome) each
     started: float = field(default_factory=time.perf_counter)
     first_byte: float | None = None
     release: Callable[[], None] | None = None  # frees the request's concurrency slot

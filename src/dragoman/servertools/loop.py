@@ -1,0 +1,146 @@
+"""The loop: offer the model the request's server tools as functions, run the calls it makes,
+hand the results back and ask again, until it answers (its stop reason), calls a client tool
+(`tool_use`), or MAX_ITERATIONS model calls have run tools (`pause_turn`: the client sends the
+turn back to continue, as on Anthropic)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from dragoman.core.config import Config
+from dragoman.core.types import Outcome
+from dragoman.protocol import anthropic as a
+from dragoman.servertools.history import has_server_blocks, rewritten
+from dragoman.servertools.runners import Result, Runner, Tally
+from dragoman.servertools.sealing import Sealer
+from dragoman.servertools.search import Provider
+from dragoman.servertools.stream import Batch, Call, Interleaver
+from dragoman.servertools.websearch import WebSearch, replayed_text
+
+MAX_ITERATIONS = 10  # model calls that ran tools in one request, as Anthropic's default
+AUTO = a.ToolChoice(type="auto")
+
+# One model call: the request, translated and sent upstream, read back as batches of events.
+Ask = Callable[[a.MessagesRequest], Awaitable[AsyncIterator[Batch]]]
+
+
+@dataclass(slots=True)
+class Plan:
+    """A request whose server tools the gateway runs: `request` is what the model is asked
+    (functions for the tools, the history rewritten); `runners` by function name."""
+
+    request: a.MessagesRequest
+    runners: dict[str, Runner]
+    tally: Tally
+
+
+class ServerTools:
+    """The server tools configured for a backend; `plan` reads a request for them."""
+
+    def __init__(self, config: Config) -> None:
+        search = config.web_search
+        self._provider = Provider(search) if search is not None else None
+        self._sealer = Sealer.from_env(search.secret_env) if search is not None else None
+        self._keepalive = config.server.keepalive_interval
+
+    @staticmethod
+    def configured(config: Config) -> bool:
+        return config.web_search is not None
+
+    def plan(self, request: a.MessagesRequest) -> Plan | None:
+        """None when the request has nothing for the gateway to run or replay."""
+        search = self._search_tools(request)
+        if not search and not has_server_blocks(request.messages):
+            return None
+        tally = Tally()
+        runners: dict[str, Runner] = {}
+        tools: list[a.Tool] = []
+        for index, tool in enumerate(request.tools or ()):
+            if index in search:
+                assert self._provider is not None and self._sealer is not None
+                runner = WebSearch(tool, f"tools.{index}", self._provider, self._sealer, tally)
+                runners[tool.name] = runner
+                tools.append(runner.function)
+            else:
+                tools.append(tool)
+        messages = rewritten(request.messages, self._replay)
+        changed = msgspec.structs.replace(request, messages=messages, tools=tools if request.tools is not None else None)
+        return Plan(changed, runners, tally)
+
+    def _search_tools(self, request: a.MessagesRequest) -> set[int]:
+        if self._provider is None:
+            return set()
+        return {i for i, t in enumerate(request.tools or ()) if (t.type or "").startswith("web_search_")}
+
+    def _replay(self, block: Any, where: str) -> str | None:
+        if isinstance(block, a.WebSearchToolResultBlock) and self._sealer is not None:
+            return replayed_text(block, where, self._sealer)
+        return None
+
+    async def run(self, plan: Plan, ask: Ask, outcome: Outcome | None) -> AsyncGenerator[Batch, None]:
+        """The client's message, as batches of events (pings while tools run)."""
+        joined = Interleaver(plan.runners)
+        request = plan.request
+        stop: a.StopReason | None = None
+        for iteration in range(MAX_ITERATIONS):
+            async for batch in await ask(request):
+                out = joined.model(batch)
+                if out:
+                    yield out
+            blocks, calls, client_calls = joined.turn()
+            stop = joined.stop_reason
+            if not calls or stop != "tool_use":
+                break
+            results: list[Result] = []
+            async for pings in self._running(calls, results):
+                _count_pings(outcome, pings)
+                yield pings
+            yield joined.results([r.block for r in results])
+            if client_calls:
+                break
+            answers: list[Any] = [a.ToolResultBlock(tool_use_id=c.id, content=r.text, is_error=r.is_error)
+                       for c, r in zip(calls, results, strict=True)]  # fmt: skip
+            request = msgspec.structs.replace(
+                request,
+                messages=[*request.messages, a.MessageParam(role="assistant", content=blocks),
+                          a.MessageParam(role="user", content=answers)],
+                tool_choice=AUTO if request.tool_choice is not None and request.tool_choice.type != "none" else request.tool_choice,
+            )  # fmt: skip
+            if iteration == MAX_ITERATIONS - 1:
+                stop = "pause_turn"
+        _note(outcome, joined, plan.tally)
+        yield joined.end(stop, plan.tally.usage())
+
+    async def _running(self, calls: list[Call], results: list[Result]) -> AsyncIterator[Batch]:
+        """Runs the calls at once, filling `results` in order; yields a ping each keep-alive interval."""
+        task = asyncio.ensure_future(asyncio.gather(*(c.runner.run(c.id, c.arguments) for c in calls)))
+        try:
+            while not task.done():
+                done, _ = await asyncio.wait({task}, timeout=self._keepalive)
+                if not done:
+                    yield [a.Ping()]
+            results.extend(task.result())
+        finally:
+            task.cancel()
+
+
+def _count_pings(outcome: Outcome | None, pings: Batch) -> None:
+    if outcome is not None:
+        outcome.keepalives += len(pings)
+
+
+def _note(outcome: Outcome | None, joined: Interleaver, tally: Tally) -> None:
+    """The whole loop's usage in the outcome (each model call noted only its own)."""
+    if outcome is None:
+        return
+    usage = joined.usage
+    outcome.input_tokens, outcome.output_tokens = usage.input_tokens, usage.output_tokens
+    outcome.cache_read_tokens = usage.cache_read_input_tokens
+    outcome.web_search_requests += tally.web_search_requests
+    outcome.web_fetch_requests += tally.web_fetch_requests
+    outcome.server_tool_runs.extend(tally.runs)
