@@ -26,7 +26,9 @@ class Result:
 
 
 DEFAULT_RESULTS = [
-    Result("https://dragoman.example.org/guide", "Dragoman guide", "Dragoman translates the Messages API.", "2026-11-02"),
+    Result(
+        "https://dragoman.example.org/guide", "Dragoman guide", "Dragoman translates the Messages API.", "2026-11-02"
+    ),
     Result("https://news.example.com/gateways", "Gateways compared", "Open-model gateways, compared side by side."),
 ]
 
@@ -88,7 +90,11 @@ class FakeSearch:
     async def _brave(self, request: web.Request) -> web.Response:
         results = [{"type": "search_result", "url": r.url, "title": r.title, "description": r.snippet,
                     "age": r.date, "page_age": r.date} for r in self.results]  # fmt: skip
-        body = {"type": "search", "query": {"original": request.query.get("q")}, "web": {"type": "search", "results": results}}
+        body = {
+            "type": "search",
+            "query": {"original": request.query.get("q")},
+            "web": {"type": "search", "results": results},
+        }
         return await self._answer(request, dict(request.query), body)
 
     async def _tavily(self, request: web.Request) -> web.Response:

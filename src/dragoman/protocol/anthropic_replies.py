@@ -135,7 +135,13 @@ ContentBlock = (
 CALL_BLOCKS = (OutToolUseBlock, OutServerToolUseBlock, OutMcpToolUseBlock)
 
 StopReason = Literal[
-    "end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal", "model_context_window_exceeded",
+    "end_turn",
+    "max_tokens",
+    "stop_sequence",
+    "tool_use",
+    "pause_turn",
+    "refusal",
+    "model_context_window_exceeded",
     "compaction",
 ]
 

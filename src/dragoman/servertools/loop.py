@@ -69,7 +69,9 @@ class ServerTools:
             else:
                 tools.append(tool)
         messages = rewritten(request.messages, self._replay)
-        changed = msgspec.structs.replace(request, messages=messages, tools=tools if request.tools is not None else None)
+        changed = msgspec.structs.replace(
+            request, messages=messages, tools=tools if request.tools is not None else None
+        )
         return Plan(changed, runners, tally)
 
     def _search_tools(self, request: a.MessagesRequest) -> set[int]:

@@ -57,7 +57,9 @@ class Sealer:
         except (binascii.Error, ValueError):
             raw = b""
         mac, body = raw[:_MAC], raw[_MAC:]
-        if len(raw) <= _MAC + 1 or not hmac.compare_digest(mac, hmac.new(self._secret, body, hashlib.sha256).digest()[:_MAC]):
+        if len(raw) <= _MAC + 1 or not hmac.compare_digest(
+            mac, hmac.new(self._secret, body, hashlib.sha256).digest()[:_MAC]
+        ):
             raise InvalidRequest(f"{where}: invalid encrypted_content; send the block back exactly as it was received")
         try:
             return msgspec.msgpack.decode(zlib.decompress(body[1:], bufsize=4096), type=Sealed)

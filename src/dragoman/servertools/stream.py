@@ -91,7 +91,9 @@ class Interleaver:
                     call.arguments = block.input
                     calls.append(call)
                 client_calls = client_calls or call is None
-                blocks.append(a.ToolUseBlock(id=block.id if call is None else call.id, name=block.name, input=block.input))
+                blocks.append(
+                    a.ToolUseBlock(id=block.id if call is None else call.id, name=block.name, input=block.input)
+                )
         self._offset += len(message.content)
         self._folder, self._calls = Folder(), {}
         return blocks, calls, client_calls
@@ -100,7 +102,10 @@ class Interleaver:
         """Result blocks, each whole in its `content_block_start`."""
         out: Batch = []
         for block in blocks:
-            out += [a.ContentBlockStart(index=self._offset, content_block=block), a.ContentBlockStop(index=self._offset)]
+            out += [
+                a.ContentBlockStart(index=self._offset, content_block=block),
+                a.ContentBlockStop(index=self._offset),
+            ]
             self._offset += 1
         return out
 

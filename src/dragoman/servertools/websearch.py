@@ -42,7 +42,9 @@ def results_text(items: list[Sealed]) -> str:
     if not items:
         return "No results."
     return "\n\n".join(
-        f"[{n}] {item.title}\nURL: {item.url}" + (f"\nAge: {item.page_age}" if item.page_age else "") + f"\n{item.snippet}"
+        f"[{n}] {item.title}\nURL: {item.url}"
+        + (f"\nAge: {item.page_age}" if item.page_age else "")
+        + f"\n{item.snippet}"
         for n, item in enumerate(items, 1)
     )
 
