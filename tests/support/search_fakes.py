@@ -103,3 +103,41 @@ class FakeSearch:
                    for r in self.results]  # fmt: skip
         body = {"query": params.get("query"), "answer": None, "images": [], "results": results, "response_time": 0.1}
         return await self._answer(request, params, body)
+
+
+PAGE = """<!doctype html><html><head><title>Dragoman handbook</title><style>body{color:red}</style>
+<script>var secret = "not page text";</script></head><body><h1>Dragoman</h1>
+<p>Dragoman runs web search &amp; web fetch for open models.</p><p>It is configured in TOML.</p></body></html>"""
+
+
+class FakePages:
+    """Web pages on a loopback socket for the web fetch tool: `/page.html` (HTML with a title,
+    a script and a style), `/notes.txt`, `/image.png` (not text); `requests` counts the fetches."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        app = web.Application()
+        app.router.add_get("/{name}", self._page)
+        self._site = ThreadedSite(app)
+        self.port = 0
+
+    def url(self, name: str = "page.html") -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def start(self) -> FakePages:
+        self.port = self._site.start()
+        return self
+
+    def stop(self) -> None:
+        self._site.stop()
+
+    async def _page(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        self.requests.append(name)
+        if name == "page.html":
+            return web.Response(text=PAGE, content_type="text/html")
+        if name == "notes.txt":
+            return web.Response(text="plain notes " * 50, content_type="text/plain")
+        if name == "image.png":
+            return web.Response(body=b"\x89PNG\r\n\x1a\n" + b"\0" * 64, content_type="image/png")
+        return web.Response(status=404, text="no such page")

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import ipaddress
 import socket
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -19,6 +20,7 @@ import aiohttp.abc
 from aiohttp.abc import ResolveResult
 from yarl import URL
 
+from dragoman.core.config import ServerConfig
 from dragoman.core.errors import InvalidRequest
 from dragoman.files.charsets import decode_text
 from dragoman.files.sniff import is_text, usable_type
@@ -164,6 +166,18 @@ async def fetch(url: str, *, max_bytes: int, timeout: float, allow_private: bool
         raise InvalidRequest(f"{kind} URL {url!r}: could not be fetched: {error}") from None
     except aiohttp.ClientError as error:
         raise InvalidRequest(f"{kind} URL {url!r}: could not be fetched: {error}") from None
+
+
+def page_fetcher(server: ServerConfig) -> Callable[[str], Awaitable[tuple[bytes, str, str | None]]]:
+    """Fetches one page under the server's rules (its own budget each): for the web fetch
+    tool (dragoman.servertools), which lies below this layer."""
+
+    async def fetch_page(url: str) -> tuple[bytes, str, str | None]:
+        return await fetch(url, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout,
+                           allow_private=server.fetch_allow_private, budget=Budget(server.max_request_bytes),
+                           kind="web_fetch")  # fmt: skip
+
+    return fetch_page
 
 
 async def _read(response: aiohttp.ClientResponse, url: str, max_bytes: int, budget: Budget, kind: str) -> bytes:

@@ -20,6 +20,8 @@ from dragoman.servertools.runners import Result, Runner, Tally
 from dragoman.servertools.sealing import Sealer
 from dragoman.servertools.search import Provider
 from dragoman.servertools.stream import Batch, Call, Interleaver
+from dragoman.servertools.webfetch import Fetch, WebFetch, context_urls, urls_in
+from dragoman.servertools.webfetch import replayed_text as fetched_text
 from dragoman.servertools.websearch import WebSearch, replayed_text
 
 MAX_ITERATIONS = 10  # model calls that ran tools in one request, as Anthropic's default
@@ -37,51 +39,67 @@ class Plan:
     request: a.MessagesRequest
     runners: dict[str, Runner]
     tally: Tally
+    seen: set[str]  # URLs in the conversation so far: what web fetch may fetch
 
 
 class ServerTools:
     """The server tools configured for a backend; `plan` reads a request for them."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, fetch: Fetch) -> None:
         search = config.web_search
         self._provider = Provider(search) if search is not None else None
         self._sealer = Sealer.from_env(search.secret_env) if search is not None else None
         self._keepalive = config.server.keepalive_interval
+        self._fetch = config.web_fetch
+        self._fetch_page = fetch
 
     @staticmethod
     def configured(config: Config) -> bool:
-        return config.web_search is not None
+        return config.web_search is not None or config.web_fetch is not None
+
+    def _kind(self, tool: a.Tool) -> str | None:
+        kind = tool.type or ""
+        if kind.startswith("web_search_") and self._provider is not None:
+            return "search"
+        if kind.startswith("web_fetch_") and self._fetch is not None:
+            return "fetch"
+        return None
 
     def plan(self, request: a.MessagesRequest) -> Plan | None:
         """None when the request has nothing for the gateway to run or replay."""
-        search = self._search_tools(request)
-        if not search and not has_server_blocks(request.messages):
+        tools = request.tools or []
+        kinds = [self._kind(tool) for tool in tools]
+        if not any(kinds) and not has_server_blocks(request.messages):
             return None
         tally = Tally()
+        seen = context_urls(request.messages) if "fetch" in kinds else set()
         runners: dict[str, Runner] = {}
-        tools: list[a.Tool] = []
-        for index, tool in enumerate(request.tools or ()):
-            if index in search:
-                assert self._provider is not None and self._sealer is not None
-                runner = WebSearch(tool, f"tools.{index}", self._provider, self._sealer, tally)
+        offered: list[a.Tool] = []
+        for index, (tool, kind) in enumerate(zip(tools, kinds, strict=True)):
+            runner = self._runner(tool, kind, f"tools.{index}", seen, tally)
+            if runner is not None:
                 runners[tool.name] = runner
-                tools.append(runner.function)
-            else:
-                tools.append(tool)
+            offered.append(tool if runner is None else runner.function)
         messages = rewritten(request.messages, self._replay)
         changed = msgspec.structs.replace(
-            request, messages=messages, tools=tools if request.tools is not None else None
+            request, messages=messages, tools=offered if request.tools is not None else None
         )
-        return Plan(changed, runners, tally)
+        return Plan(changed, runners, tally, seen)
 
-    def _search_tools(self, request: a.MessagesRequest) -> set[int]:
-        if self._provider is None:
-            return set()
-        return {i for i, t in enumerate(request.tools or ()) if (t.type or "").startswith("web_search_")}
+    def _runner(self, tool: a.Tool, kind: str | None, where: str, seen: set[str], tally: Tally) -> Runner | None:
+        if kind == "search":
+            assert self._provider is not None and self._sealer is not None
+            return WebSearch(tool, where, self._provider, self._sealer, tally)
+        if kind == "fetch":
+            assert self._fetch is not None
+            return WebFetch(tool, where, self._fetch_page, self._fetch.max_content_tokens, seen, tally)
+        return None
 
     def _replay(self, block: Any, where: str) -> str | None:
         if isinstance(block, a.WebSearchToolResultBlock) and self._sealer is not None:
             return replayed_text(block, where, self._sealer)
+        if isinstance(block, a.WebFetchToolResultBlock) and self._fetch is not None:
+            return fetched_text(block)
         return None
 
     async def run(self, plan: Plan, ask: Ask, outcome: Outcome | None) -> AsyncGenerator[Batch, None]:
@@ -103,6 +121,8 @@ class ServerTools:
                 _count_pings(outcome, pings)
                 yield pings
             yield joined.results([r.block for r in results])
+            for result in results:  # what a search found may be fetched next
+                plan.seen.update(urls_in(result.text))
             if client_calls:
                 break
             answers: list[Any] = [a.ToolResultBlock(tool_use_id=c.id, content=r.text, is_error=r.is_error)

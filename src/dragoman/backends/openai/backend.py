@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import msgspec
 
-from dragoman.backends.fetch import has_url_documents, resolve_url_documents
+from dragoman.backends.fetch import has_url_documents, page_fetcher, resolve_url_documents
 from dragoman.backends.images import inline_url_images, may_have_url_images
 from dragoman.backends.openai.counting import CountCache, count_prompt, ollama_context
 from dragoman.backends.openai.fitting import fitted_body
@@ -95,7 +95,9 @@ class OpenAIBackend:
         self._keepalive = config.server.keepalive_interval
         self._streams = ChatStreams(name, upstream, self._keepalive)
         self._server = config.server
-        self._server_tools = ServerTools(config) if ServerTools.configured(config) else None
+        self._server_tools = (
+            ServerTools(config, page_fetcher(config.server)) if ServerTools.configured(config) else None
+        )
 
     async def close(self) -> None:
         await self._http.close()
