@@ -180,6 +180,27 @@ def page_fetcher(server: ServerConfig) -> Callable[[str], Awaitable[tuple[bytes,
     return fetch_page
 
 
+def address_check(allow_private: bool) -> Callable[[str, str], Awaitable[None]]:
+    """Refuses (400) a URL on a private, loopback or reserved address unless `allow_private`:
+    for connections other clients make (the MCP connector, dragoman.servertools). The name is
+    resolved here; the client connecting later resolves it again."""
+
+    async def check(url: str, kind: str) -> None:
+        parsed = _checked(url, allow_private, kind)
+        if allow_private or parsed.raw_host is None:
+            return
+        try:
+            ipaddress.ip_address(parsed.raw_host)
+        except ValueError:
+            resolver = _PublicOnlyResolver(kind)
+            try:
+                await resolver.resolve(parsed.raw_host, parsed.port or 0)
+            finally:
+                await resolver.close()
+
+    return check
+
+
 async def _read(response: aiohttp.ClientResponse, url: str, max_bytes: int, budget: Budget, kind: str) -> bytes:
     """The whole body, refused once past `max_bytes`. (`content.read(n)` returns what has
     arrived so far, at most n bytes: a document that came in pieces was cut to its first.)"""

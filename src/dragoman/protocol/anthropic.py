@@ -222,7 +222,7 @@ class Tool(_In):
     """A tool definition. Client tools carry `input_schema`; Anthropic-defined and
     server tools are recognised by a versioned `type` such as `bash_20250124`."""
 
-    name: str
+    name: str = ""  # required but for `mcp_toolset`, which names its server instead (__post_init__)
     type: str | None = None
     description: str | None = None
     # Kept as the client's JSON text: forwarded as is unless a backend strips keys
@@ -234,6 +234,11 @@ class Tool(_In):
     # Options of Anthropic-defined tools that shape their synthesised schema.
     display_width_px: int | None = None
     display_height_px: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name and self.type != "mcp_toolset":  # worded as msgspec words a missing field
+            raise ValueError("Object missing required field `name`")
+
     # Options of the server tools the gateway runs (dragoman.servertools).
     max_uses: int | None = None
     allowed_domains: list[str] | None = None

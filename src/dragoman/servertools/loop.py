@@ -16,6 +16,7 @@ from dragoman.core.config import Config
 from dragoman.core.types import Outcome
 from dragoman.protocol import anthropic as a
 from dragoman.servertools.history import has_server_blocks, rewritten
+from dragoman.servertools.mcp_client import CheckURL, mcp_runners
 from dragoman.servertools.runners import Result, Runner, Tally
 from dragoman.servertools.sealing import Sealer
 from dragoman.servertools.search import Provider
@@ -45,17 +46,19 @@ class Plan:
 class ServerTools:
     """The server tools configured for a backend; `plan` reads a request for them."""
 
-    def __init__(self, config: Config, fetch: Fetch) -> None:
+    def __init__(self, config: Config, fetch: Fetch, check_url: CheckURL) -> None:
         search = config.web_search
         self._provider = Provider(search) if search is not None else None
         self._sealer = Sealer.from_env(search.secret_env) if search is not None else None
         self._keepalive = config.server.keepalive_interval
         self._fetch = config.web_fetch
         self._fetch_page = fetch
+        self._check_url = check_url
+        self._mcp = config.mcp
 
     @staticmethod
     def configured(config: Config) -> bool:
-        return config.web_search is not None or config.web_fetch is not None
+        return config.web_search is not None or config.web_fetch is not None or config.mcp is not None
 
     def _kind(self, tool: a.Tool) -> str | None:
         kind = tool.type or ""
@@ -65,11 +68,12 @@ class ServerTools:
             return "fetch"
         return None
 
-    def plan(self, request: a.MessagesRequest) -> Plan | None:
+    async def plan(self, request: a.MessagesRequest) -> Plan | None:
         """None when the request has nothing for the gateway to run or replay."""
         tools = request.tools or []
         kinds = [self._kind(tool) for tool in tools]
-        if not any(kinds) and not has_server_blocks(request.messages):
+        uses_mcp = self._mcp is not None and bool(request.mcp_servers)
+        if not any(kinds) and not uses_mcp and not has_server_blocks(request.messages):
             return None
         tally = Tally()
         seen = context_urls(request.messages) if "fetch" in kinds else set()
@@ -79,10 +83,19 @@ class ServerTools:
             runner = self._runner(tool, kind, f"tools.{index}", seen, tally)
             if runner is not None:
                 runners[tool.name] = runner
-            offered.append(tool if runner is None else runner.function)
+            if tool.type != "mcp_toolset" or self._mcp is None:
+                offered.append(tool if runner is None else runner.function)
+        if uses_mcp:
+            assert self._mcp is not None
+            found = await mcp_runners(request, self._check_url, self._mcp.timeout, tally)
+            runners.update(found)
+            offered += [runner.function for runner in found.values()]
         messages = rewritten(request.messages, self._replay)
         changed = msgspec.structs.replace(
-            request, messages=messages, tools=offered if request.tools is not None else None
+            request,
+            messages=messages,
+            tools=offered if request.tools is not None or offered else None,
+            mcp_servers=None,
         )
         return Plan(changed, runners, tally, seen)
 
@@ -100,6 +113,9 @@ class ServerTools:
             return replayed_text(block, where, self._sealer)
         if isinstance(block, a.WebFetchToolResultBlock) and self._fetch is not None:
             return fetched_text(block)
+        if isinstance(block, a.McpToolResultBlock) and self._mcp is not None:
+            content = block.content
+            return content if isinstance(content, str) else "\n".join(b.text for b in content or ())
         return None
 
     async def run(self, plan: Plan, ask: Ask, outcome: Outcome | None) -> AsyncGenerator[Batch, None]:

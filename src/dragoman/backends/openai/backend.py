@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import msgspec
 
-from dragoman.backends.fetch import has_url_documents, page_fetcher, resolve_url_documents
+from dragoman.backends.fetch import address_check, has_url_documents, page_fetcher, resolve_url_documents
 from dragoman.backends.images import inline_url_images, may_have_url_images
 from dragoman.backends.openai.counting import CountCache, count_prompt, ollama_context
 from dragoman.backends.openai.fitting import fitted_body
@@ -96,7 +96,9 @@ class OpenAIBackend:
         self._streams = ChatStreams(name, upstream, self._keepalive)
         self._server = config.server
         self._server_tools = (
-            ServerTools(config, page_fetcher(config.server)) if ServerTools.configured(config) else None
+            ServerTools(config, page_fetcher(config.server), address_check(config.server.fetch_allow_private))
+            if ServerTools.configured(config)
+            else None
         )
 
     async def close(self) -> None:
@@ -191,7 +193,7 @@ class OpenAIBackend:
             )
 
     async def _respond(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
-        if self._server_tools is not None and (plan := self._server_tools.plan(request)) is not None:
+        if self._server_tools is not None and (plan := await self._server_tools.plan(request)) is not None:
             if plan.runners:
                 return await self._looped(call, route, plan)
             request = plan.request  # server-tool blocks sent back, shown to the model as what they were
