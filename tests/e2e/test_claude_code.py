@@ -505,7 +505,7 @@ def test_claude_code_searches_the_web_through_the_gateway(harness: Harness) -> N
                 "models": [{"name": "test-model", "upstream": "default", "reasoning": True, "aliases": ["claude-*"]}],
                 "web_search": {"provider": "searxng", "url": search.url}}  # fmt: skip
         model = harness.start_gateway(from_dict(data), plan=("WebSearch", "WebSearch"))
-        run = harness.run(QUIET)
+        run = harness.run(QUIET, "--allowedTools", "WebSearch")
     finally:
         search.stop()
     why = run.explain()
