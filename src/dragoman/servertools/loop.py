@@ -68,11 +68,12 @@ class ServerTools:
             return "fetch"
         return None
 
-    async def plan(self, request: a.MessagesRequest) -> Plan | None:
-        """None when the request has nothing for the gateway to run or replay."""
+    async def plan(self, request: a.MessagesRequest, connect: bool = True) -> Plan | None:
+        """None when the request has nothing for the gateway to run or replay. Without `connect`
+        (a token count), MCP servers are not asked for their tools: their toolsets count as none."""
         tools = request.tools or []
         kinds = [self._kind(tool) for tool in tools]
-        uses_mcp = self._mcp is not None and bool(request.mcp_servers)
+        uses_mcp = self._mcp is not None and (bool(request.mcp_servers) or any(t.type == "mcp_toolset" for t in tools))
         if not any(kinds) and not uses_mcp and not has_server_blocks(request.messages):
             return None
         tally = Tally()
@@ -85,7 +86,7 @@ class ServerTools:
                 runners[tool.name] = runner
             if tool.type != "mcp_toolset" or self._mcp is None:
                 offered.append(tool if runner is None else runner.function)
-        if uses_mcp:
+        if uses_mcp and connect:
             assert self._mcp is not None
             found = await mcp_runners(request, self._check_url, self._mcp.timeout, tally)
             runners.update(found)

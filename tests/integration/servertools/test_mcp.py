@@ -110,3 +110,12 @@ def test_a_toolset_naming_no_server_or_an_unreachable_server_is_a_400(client, up
     with pytest.raises(anthropic.BadRequestError, match=r"mcp_servers\.0: could not list the tools") as refused:
         _ask(gateway, down)
     assert TOKEN not in refused.value.message and upstream.requests == []
+
+
+def test_a_token_count_leaves_mcp_servers_alone(client, upstream):
+    counted = client().beta.messages.count_tokens(
+        model="test-model", betas=[BETA], messages=[{"role": "user", "content": "hi"}],
+        mcp_servers=[{"type": "url", "url": "http://127.0.0.1:9/mcp", "name": "dictionary"}],
+        tools=[{"type": "mcp_toolset", "mcp_server_name": "dictionary"}],
+    )  # fmt: skip
+    assert counted.input_tokens > 0

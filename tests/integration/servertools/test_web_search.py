@@ -299,3 +299,9 @@ def test_searches_are_counted_in_the_usage_report_and_the_metric(upstream, searc
 
 def _searches(answer: dict) -> list[int]:
     return [r["server_tool_use"]["web_search_requests"] for bucket in answer["data"] for r in bucket["results"]]
+
+
+def test_a_token_count_counts_the_search_tool_as_the_function_the_model_is_offered(start, upstream, search):
+    client = _client(start(search))
+    counted = client.messages.count_tokens(model="test-model", messages=ASK, tools=[SEARCH_TOOL])
+    assert counted.input_tokens > 0

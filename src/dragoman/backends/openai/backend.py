@@ -347,6 +347,8 @@ class OpenAIBackend:
             tools=counted.tools, tool_choice=counted.tool_choice,
         )  # fmt: skip
         await self._fetch_documents(call, request)
+        if self._server_tools is not None and (plan := await self._server_tools.plan(request, connect=False)):
+            request = plan.request  # counted as the model is shown it: server tools as functions
         translated = await self._translate_call(request, route, stream=False)
         tokens, method = await self._count(translated.chat, route, estimate=count_estimate(translated.chat))
         body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=tokens))
