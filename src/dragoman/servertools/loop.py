@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
+from dragoman.calls.types import Outcome
 from dragoman.core.config import Config
-from dragoman.core.types import Outcome
 from dragoman.protocol import anthropic as a
 from dragoman.servertools.history import has_server_blocks, rewritten
 from dragoman.servertools.mcp_client import CheckURL, mcp_runners
