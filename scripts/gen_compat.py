@@ -96,9 +96,9 @@ RUN_HERE = {  # server tools the gateway runs itself (dragoman.servertools), whe
     "`max_uses`, `allowed_domains`, `blocked_domains`, `user_location` (country); without it rejected (400), or removed "
     'with `server.server_tools = "drop"`',
     "web_fetch_": "run by the gateway with `[web_fetch]`, through its URL fetcher: only URLs already in the conversation; "
-    "`max_uses`, domain lists, `max_content_tokens`; without it rejected (400), or removed with `server_tools = \"drop\"`",
+    '`max_uses`, domain lists, `max_content_tokens`; without it rejected (400), or removed with `server_tools = "drop"`',
     "mcp_toolset": "with `[mcp]`: the toolset's server served by the gateway as an MCP client; `default_config` and `configs` "
-    "say which tools are offered; without it rejected (400), or removed with `server_tools = \"drop\"`",
+    'say which tools are offered; without it rejected (400), or removed with `server_tools = "drop"`',
 }
 
 
@@ -175,7 +175,9 @@ def tools() -> list[str]:
         if run is not None:
             lines.append(_row(f"`{family}*`", SUPPORTED, run))
         else:
-            lines.append(_row(f"`{family}*`", REJECTED, 'server tool; `server.server_tools = "drop"` removes it instead'))
+            lines.append(
+                _row(f"`{family}*`", REJECTED, 'server tool; `server.server_tools = "drop"` removes it instead')
+            )
     lines.append(
         _row(
             "other versions of `bash_`, `text_editor_`, `computer_`, `memory_`",

@@ -47,6 +47,9 @@ def context_urls(messages: list[a.MessageParam]) -> set[str]:
     return urls_in(msgspec.json.encode(messages).decode())
 
 
+HIDDEN = ("script", "style", "noscript", "template")  # elements whose text is not the page's
+
+
 class _Text(HTMLParser):
     """A page's visible text and title (scripts, styles and markup dropped)."""
 
@@ -58,11 +61,13 @@ class _Text(HTMLParser):
         self._in_title = False
 
     def handle_starttag(self, tag: str, attrs: Any) -> None:
-        self._skip += tag in ("script", "style", "noscript")
+        if tag in HIDDEN:
+            self._skip += 1
         self._in_title = tag == "title"
 
     def handle_endtag(self, tag: str) -> None:
-        self._skip -= tag in ("script", "style", "noscript") and self._skip > 0
+        if tag in HIDDEN and self._skip > 0:
+            self._skip -= 1
         self._in_title = False
         if tag in ("p", "div", "br", "li", "h1", "h2", "h3", "h4", "tr", "section", "article"):
             self.parts.append("\n")
