@@ -218,11 +218,14 @@ class MessageParam(_In):
 # -- tools and other request options -----------------------------------------
 
 
+_ABSENT = "\x00absent"  # a Tool's name when the request gave none
+
+
 class Tool(_In):
     """A tool definition. Client tools carry `input_schema`; Anthropic-defined and
     server tools are recognised by a versioned `type` such as `bash_20250124`."""
 
-    name: str = ""  # required but for `mcp_toolset`, which names its server instead (__post_init__)
+    name: str = _ABSENT  # required but for `mcp_toolset`, which names its server instead (__post_init__)
     type: str | None = None
     description: str | None = None
     # Kept as the client's JSON text: forwarded as is unless a backend strips keys
@@ -236,8 +239,10 @@ class Tool(_In):
     display_height_px: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.name and self.type != "mcp_toolset":  # worded as msgspec words a missing field
-            raise ValueError("Object missing required field `name`")
+        if self.name == _ABSENT:
+            if self.type != "mcp_toolset":  # worded as msgspec words a missing field
+                raise ValueError("Object missing required field `name`")
+            self.name = ""
 
     # Options of the server tools the gateway runs (dragoman.servertools).
     max_uses: int | None = None
