@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from dragoman.core import ids
-from dragoman.core.errors import InvalidRequest
+from dragoman.core.errors import InvalidRequest, Overloaded
 from dragoman.files.charsets import decode_text
 from dragoman.files.sniff import is_text, usable_type
 from dragoman.protocol import anthropic as a
@@ -125,6 +125,8 @@ class WebFetch:
         self._used += 1  # failed fetches count against max_uses, as on Anthropic
         try:
             data, declared, charset = await self._fetch(url)
+        except Overloaded:  # the process holds all the fetched bytes it may: a later try may pass
+            return self._error(call_id, "too_many_requests")
         except InvalidRequest as refused:
             return self._error(call_id, "url_not_allowed" if "private" in refused.message else "url_not_accessible")
         kind = usable_type(declared, data).partition(";")[0]
