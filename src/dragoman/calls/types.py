@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from dragoman.calls.streams import Observer, Stages, StreamTransform
 from dragoman.core.capabilities import ModelCaps
 from dragoman.core.errors import UpstreamError
 from dragoman.protocol.anthropic import Envelope, MessagesRequest
@@ -88,6 +89,7 @@ class DirectWrites:
     first chunk is asked for, if the server offers one; else the stream yields every chunk."""
 
     writer: ClientWriter | None = None
+    stages: Stages | None = None  # what `Streaming.observe` and `transform` registered: the pump runs them
 
 
 @dataclass(slots=True)
@@ -98,8 +100,30 @@ class Streaming:
     # Called once the stream is over, however it ended: closes the upstream response even
     # if `chunks` never started (a generator's own clean-up runs only once it has).
     on_close: Callable[[], None] | None = None
-    # Chunks may bypass `chunks` (written straight to the client) once this has a writer.
+    # Chunks may bypass `chunks` (written straight to the client) once this has a writer:
+    # never wrap `chunks` to see or change them; `observe` or `transform` the stream.
     direct: DirectWrites | None = None
+    stages: Stages | None = None  # with no pump behind `chunks` (no `direct`): run around them
+
+    def observe(self, observer: Observer) -> None:
+        """`observer` sees every piece the client gets, on either path (`calls.streams`)."""
+        self._stages().observers.append(observer)
+
+    def transform(self, transform: StreamTransform) -> None:
+        """`transform` may hold, rewrite or add to the stream's events (`calls.streams`),
+        after the transforms registered before it."""
+        self._stages().transforms.append(transform)
+
+    def _stages(self) -> Stages:
+        direct = self.direct
+        if direct is not None:  # the pump runs them, on both of its paths
+            if direct.stages is None:
+                direct.stages = Stages()
+            return direct.stages
+        if self.stages is None:
+            self.stages = Stages()
+            self.chunks = self.stages.around(self.chunks)
+        return self.stages
 
 
 Reply = Completed | Streaming
