@@ -81,7 +81,10 @@ def test_a_failure_after_a_streams_head_keeps_its_status() -> None:
 
 
 def test_a_client_that_left_is_a_499_only_if_nothing_was_answered() -> None:
-    unanswered, streaming = Outcome(request_id="a", endpoint="messages"), Outcome(request_id="b", endpoint="messages", status=200)
+    unanswered, streaming = (
+        Outcome(request_id="a", endpoint="messages"),
+        Outcome(request_id="b", endpoint="messages", status=200),
+    )
     unanswered.left()
     streaming.left()
     assert (unanswered.status, unanswered.disconnected) == (499, True)
