@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from dragoman.calls.types import Outcome
-from tests.support.batches import wait_ended, wait_until
+from tests.support.batches import wait_ended
 from tests.support.fakes import FakeUpstream, Reply, chunk, completion, text_stream
 from tests.support.servers import GatewayServer
+from tests.support.waiting import eventually
 
 VALID = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -51,13 +52,15 @@ def assert_one_slot_free(server: GatewayServer, upstream: FakeUpstream, ends: En
     sent = len(upstream.requests)
     held = threading.Thread(target=lambda: httpx.post(server.url + "/v1/messages", json=VALID, timeout=10))
     held.start()
-    wait_until(lambda: len(upstream.requests) > sent)  # it holds the slot, at the upstream
+    eventually(
+        lambda: len(upstream.requests) > sent, "the held request at the upstream"
+    )  # it holds the slot, at the upstream
     turned_away = httpx.post(server.url + "/v1/messages", json=VALID, timeout=10)
     release.set()
     held.join()
     assert turned_away.status_code == 529  # not freed twice before
     assert httpx.post(server.url + "/v1/messages", json=VALID, timeout=10).status_code == 200  # freed
-    wait_until(lambda: len(ends.outcomes) == before + 3)
+    eventually(lambda: len(ends.outcomes) == before + 3, "the requests recorded")
     assert ends.each_once()
 
 
@@ -71,7 +74,7 @@ def test_an_answer_and_a_finished_stream_end_once(one_slot, upstream):
     upstream.stream_reply(text_stream("a", "b"))
     with sdk(server).messages.stream(**VALID) as stream:
         assert stream.get_final_text() == "ab"
-    wait_until(lambda: len(ends.outcomes) == 2)
+    eventually(lambda: len(ends.outcomes) == 2, "the requests recorded")
     assert [o.status for o in ends.outcomes] == [200, 200]
     assert_one_slot_free(server, upstream, ends)
 
@@ -83,7 +86,7 @@ def test_errors_before_and_from_the_upstream_end_once(one_slot, upstream):
     upstream.json_reply({"error": {"message": "bad things"}}, status=500)
     with pytest.raises(anthropic.InternalServerError):  # the upstream's failure, with the slot held
         sdk(server).messages.create(**VALID)
-    wait_until(lambda: len(ends.outcomes) == 2)
+    eventually(lambda: len(ends.outcomes) == 2, "the requests recorded")
     assert [(o.status, o.error_type) for o in ends.outcomes] == [(400, "invalid_request_error"), (502, "api_error")]
     assert_one_slot_free(server, upstream, ends)
 
@@ -93,7 +96,7 @@ def test_a_stream_the_upstream_cuts_short_ends_once(one_slot, upstream):
     upstream.stream_reply([chunk({"role": "assistant", "content": ""}), chunk({"content": "a"})], done=False)
     with pytest.raises(anthropic.APIStatusError), sdk(server).messages.stream(**VALID) as stream:
         stream.get_final_text()  # the stream's `error` event
-    wait_until(lambda: len(ends.outcomes) == 1)
+    eventually(lambda: len(ends.outcomes) == 1, "the requests recorded")
     assert ends.outcomes[0].status == 200 and ends.outcomes[0].error_type == "api_error"
     assert_one_slot_free(server, upstream, ends)
 
@@ -106,7 +109,7 @@ def test_a_client_leaving_mid_stream_ends_once(one_slot, upstream):
         for event in stream:
             if event.type == "content_block_delta":
                 break  # and the block's end closes the stream: the client leaves
-    wait_until(lambda: len(ends.outcomes) == 1)
+    eventually(lambda: len(ends.outcomes) == 1, "the requests recorded")
     assert ends.outcomes[0].disconnected
     assert_one_slot_free(server, upstream, ends)
 
@@ -114,7 +117,7 @@ def test_a_client_leaving_mid_stream_ends_once(one_slot, upstream):
 def test_a_count_ends_once(one_slot, upstream):
     server, ends = one_slot
     assert sdk(server).messages.count_tokens(model="test-model", messages=VALID["messages"]).input_tokens > 0
-    wait_until(lambda: len(ends.of("count_tokens")) == 1)
+    eventually(lambda: len(ends.of("count_tokens")) == 1, "the requests recorded")
     assert ends.of("count_tokens")[0].status == 200
     assert_one_slot_free(server, upstream, ends)
 
@@ -128,6 +131,6 @@ def test_each_request_of_a_batch_ends_once(one_slot, upstream):
     )
     ended = wait_ended(client, batch.id)
     assert (ended.request_counts.succeeded, ended.request_counts.errored) == (1, 1)
-    wait_until(lambda: len(ends.of("batch")) == 2)
+    eventually(lambda: len(ends.of("batch")) == 2, "the requests recorded")
     assert sorted(o.status for o in ends.of("batch")) == [200, 502]
     assert_one_slot_free(server, upstream, ends)
