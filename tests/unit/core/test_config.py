@@ -391,7 +391,7 @@ def test_the_example_config_loads_and_shows_every_key() -> None:
     shown = _example_keys()
     structs = {"server": [config.ServerConfig], "upstreams": [OpenAIUpstream, AnthropicUpstream, config.AutoUpstream],
                "models": [config.ModelConfig], "batches": [config.BatchesConfig], "files": [config.FilesConfig],
-               "limits": [config.LimitsConfig]}  # fmt: skip
+               "limits": [config.LimitsConfig], "admin": [config.AdminConfig]}  # fmt: skip
     for table, types in structs.items():
         missing = {f for t in types for f in t.__struct_fields__} - shown.get(table, set())
         assert not missing, (table, missing)
