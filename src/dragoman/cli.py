@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from dragoman import __version__
+from dragoman import __version__, keys_command
 from dragoman.core.config import Config, ConfigError
 from dragoman.core.config_load import from_dict, load
 
@@ -299,6 +299,9 @@ def usage(config_path: str | None, since: str | None, until: str | None, by: str
     except Exception as error:  # noqa: BLE001 - the store's driver: one line, not a traceback
         _fail(f"cannot read the usage store: {type(error).__name__}: {error}")
     click.echo(summary.as_csv(sums, columns) if as_csv else summary.as_table(sums, columns), nl=False)
+
+
+main.add_command(keys_command.keys)
 
 
 def run(config: Config, *, workers: int = 1) -> None:

@@ -7,6 +7,7 @@ others at their next poll."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -20,6 +21,7 @@ from dragoman.keys.records import Budget, Grant, KeyRow, digest, hint, key_id, n
 from dragoman.keys.ring import Keyring
 from dragoman.keys.store import KeyStore
 
+OPEN_WAIT = 5.0  # seconds an admin request waits for a store still opening (just started, or the database away)
 STATUSES = ("active", "inactive", "archived", "expired")
 Spent = Callable[[str, Budget], Awaitable[float | None]]  # (key id, budget) -> nano-dollars this period
 
@@ -34,16 +36,19 @@ class KeyAdmin:
         self._spent = spent
         self.started_at = time.time()  # configured keys' created_at: when this process read them
 
-    @property
-    def store(self) -> KeyStore:
+    async def _store(self) -> KeyStore:
+        """The store, once open: a gateway just started opens it in the background."""
         if self.ring.store is None:
             raise NotFound("keys made at run time are off (admin.api_keys = false, or no admin key is configured)")
-        if not self.ring.opened:
-            raise Unavailable("the key store cannot be reached yet; try again shortly", should_retry=True)
+        deadline = time.monotonic() + OPEN_WAIT
+        while not self.ring.opened:
+            if time.monotonic() > deadline:
+                raise Unavailable("the key store cannot be reached; try again shortly", should_retry=True)
+            await asyncio.sleep(0.02)
         return self.ring.store
 
     async def create(self, body: bytes, actor: str) -> dict[str, Any]:
-        store = self.store
+        store = await self._store()
         request: bodies.Create = bodies.decode(body, bodies.Create)
         values = bodies.checked(msgspec.structs.asdict(request), request.role)
         if values["expires_at"] is not None and values["expires_at"] <= time.time():
@@ -59,7 +64,7 @@ class KeyAdmin:
         return {**await self.describe(row), "key": secret}
 
     async def update(self, key: str, body: bytes, actor: str) -> dict[str, Any]:
-        store = self.store
+        store = await self._store()
         self._writable(key)
         request: bodies.Update = bodies.decode(body, bodies.Update)
         given = {k: v for k, v in msgspec.structs.asdict(request).items() if v is not msgspec.UNSET}
@@ -76,7 +81,7 @@ class KeyAdmin:
         return await self.describe(row)
 
     async def delete(self, key: str, actor: str) -> dict[str, Any]:
-        store = self.store
+        store = await self._store()
         self._writable(key)
         row = await store.update(key, {"status": "deleted"}, actor, action="delete")
         if row is None:
@@ -88,7 +93,7 @@ class KeyAdmin:
         grant = self.ring.by_id.get(key)
         if grant is not None and grant.source == "config":
             return self._configured(grant)
-        row = await self.store.get(key)
+        row = await (await self._store()).get(key)
         if row is None:
             raise NotFound(f"api_key_id: no API key {key!r}")
         return await self.describe(row)
@@ -99,13 +104,14 @@ class KeyAdmin:
         if status is not None and status not in STATUSES:
             raise bodies.InvalidRequest(f"status: one of {', '.join(STATUSES)}, got {status[:40]!r}")
         now = time.time()
-        listed = await self.store.listed(tenant) if self.ring.store is not None else []
+        store = await self._store() if self.ring.store is not None else None
+        listed = await store.listed(tenant) if store is not None else []
         ids = [i for i, s, expires in listed if status is None or _status(s, expires, now) == status]
         configured = {g.id: g for g in self.ring.configured() if status in (None, "active")
                       and (tenant is None or g.tenant == tenant)}  # fmt: skip
         ids += sorted(configured)
         page = page_of(ids, query, lambda i: i, "API key")
-        rows = await self.store.by_ids(i for i in page["data"] if i not in configured) if self.ring.store else {}
+        rows = await store.by_ids(i for i in page["data"] if i not in configured) if store is not None else {}
         page["data"] = [self._configured(configured[i]) if i in configured else await self.describe(rows[i])
                         for i in page["data"] if i in configured or i in rows]  # fmt: skip
         return page
