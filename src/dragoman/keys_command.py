@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from dragoman.limits.settings import BUDGETS, RATES
+from dragoman.core.limit_settings import BUDGETS, RATES
 
 LIMITS = (*RATES, *BUDGETS, "max_concurrent")
 PATH = "/v1/organizations/api_keys"

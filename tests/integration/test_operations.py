@@ -13,7 +13,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.core import gateway as gateway_module
+from dragoman.assembly import gateway as gateway_module
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 
@@ -140,9 +140,20 @@ def test_a_client_that_hangs_up_while_queued_leaves_the_queue_and_is_never_sent_
 
 def test_streams_hold_their_slot_until_the_end(make_gateway, upstream):
     gateway = make_gateway(upstream={"max_concurrent": 1, "max_queue": 0})
-    upstream.stream_reply(text_stream("a", "b"))
-    with httpx.stream("POST", gateway.url + "/v1/messages", json={**VALID, "stream": True}) as response:
-        response.read()
+    resume = threading.Event()
+    chunks = text_stream("a", "b")
+    upstream.stream_reply([*chunks[:2], ("wait", resume), *chunks[2:]])
+    try:
+        with httpx.stream("POST", gateway.url + "/v1/messages", json={**VALID, "stream": True}) as response:
+            events = response.iter_lines()
+            assert next(line for line in events if "text_delta" in line)  # the stream is under way
+            # While it runs it holds the only slot, and there is no queue: a second request is turned away.
+            during = httpx.post(gateway.url + "/v1/messages", json=VALID)
+            assert during.status_code == 529 and during.json()["error"]["type"] == "overloaded_error"
+            resume.set()
+            assert any("message_stop" in line for line in events)
+    finally:
+        resume.set()
     # The stream ended, so its slot is free again.
     assert httpx.post(gateway.url + "/v1/messages", json=VALID).status_code == 200
 
@@ -308,7 +319,7 @@ def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native
 
 def test_ready_probes_are_shared_so_nobody_can_multiply_upstream_calls(gateway_from, native, monkeypatch):
     # /ready is open to anyone, and each round asks every upstream its model list (an authenticated call)
-    monkeypatch.setattr("dragoman.core.gateway.READY_REUSE", 3600.0)
+    monkeypatch.setattr("dragoman.assembly.gateway.READY_REUSE", 3600.0)
     gateway = gateway_from({"upstreams": {"native": {"url": native.url, "protocol": "anthropic"}}})
     gateway.wait_discovered()
     before = native.model_lists

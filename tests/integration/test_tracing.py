@@ -12,8 +12,8 @@ import anthropic
 import httpx
 import pytest
 
+from dragoman.assembly.tracing import build_tracing, wanted
 from dragoman.core.config import TracingConfig
-from dragoman.core.tracing import build_tracing, wanted
 from tests.support.batches import wait_ended
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 from tests.support.otlp import GrpcOtlpReceiver, OtlpReceiver, Span

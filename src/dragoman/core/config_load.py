@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
+from dragoman.core import limit_settings
 from dragoman.core.config import CacheRouting, Config, ConfigError, UpstreamConfig, api_keys_enabled
 from dragoman.core.config_sift import readable, sift
-from dragoman.limits import settings as limit_settings
 
 
 def from_dict(data: dict[str, Any]) -> Config:

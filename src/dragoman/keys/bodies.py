@@ -11,9 +11,9 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from dragoman.core.errors import InvalidRequest
+from dragoman.core.limit_settings import BUDGETS, RATES, LimitSet
 from dragoman.keys.money import MOST_CENTS
 from dragoman.keys.records import Budget
-from dragoman.limits.settings import BUDGETS, RATES, LimitSet
 
 MAX_NAME = 256
 TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

@@ -9,14 +9,14 @@ import time
 
 from prometheus_client import CollectorRegistry
 
+from dragoman.calls.types import Call
 from dragoman.core.config import Config
 from dragoman.core.errors import PermissionDenied, Unauthorized
-from dragoman.core.types import Call
+from dragoman.core.limit_settings import LimitSet
 from dragoman.keys import money
 from dragoman.keys.ring import Keyring
 from dragoman.limits import gate
 from dragoman.limits.gate import Admission, Extra, Limits
-from dragoman.limits.settings import LimitSet
 
 log = logging.getLogger("dragoman.keys")
 

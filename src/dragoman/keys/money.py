@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
-from dragoman.core.types import Call, Outcome, max_tokens
+from dragoman.calls.types import Call, Outcome, max_tokens
 from dragoman.keys.records import Budget, Grant
 from dragoman.limits.gate import Extra, LimitReached, rfc3339
 from dragoman.limits.store import Want

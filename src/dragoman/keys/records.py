@@ -16,7 +16,7 @@ from typing import Literal
 
 import msgspec
 
-from dragoman.limits.settings import LimitSet
+from dragoman.core.limit_settings import LimitSet
 
 Status = Literal["active", "inactive", "archived"]
 Role = Literal["client", "admin"]

@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
+from dragoman.core.limit_settings import LimitSet
 from dragoman.keys.connections import Conn, Database
 from dragoman.keys.records import Budget, KeyRow
-from dragoman.limits.settings import LimitSet
 
 SCHEMA_TABLE = "dragoman_keys_schema"
 MIGRATION_LOCK = zlib.crc32(b"dragoman keys migrations")

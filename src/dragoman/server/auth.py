@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
+from dragoman.calls.types import Caller
 from dragoman.core.errors import PermissionDenied, Unauthorized
 from dragoman.core.owners import Owners, legacy
-from dragoman.core.pipeline import Caller
 from dragoman.keys.records import Grant, key_id
 from dragoman.keys.ring import Keyring
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from dragoman.core.limit_settings import LimitSet
 from dragoman.keys.connections import Postgres, Sqlite
 from dragoman.keys.records import KeyRow, digest, hint, key_id, new_secret
 from dragoman.keys.ring import Keyring
 from dragoman.keys.store import KeyStore
-from dragoman.limits.settings import LimitSet
 from tests.support.postgres import schema_url
 
 
