@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
 import anthropic
@@ -118,3 +120,29 @@ def test_only_admin_keys_manage_keys_and_admin_keys_call_no_model(url: str) -> N
     configured = next(k for k in listing(url, limit=1000)["data"] if k["source"] == "config")
     with pytest.raises(anthropic.PermissionDeniedError, match="configuration"):
         update(url, configured["id"], name="renamed")
+
+
+def test_each_change_is_one_access_line_naming_who_what_and_which_key(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="dragoman.access"):
+        made = create(url, name="gina")
+        update(url, made["id"], name="gina2")
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dragoman.access"]
+    changes = [(line["admin_action"], line["api_key_id"], line["key_id"]) for line in lines if "admin_action" in line]
+    admin_id = retrieve(url, made["id"])["created_by"]["id"]
+    assert changes == [("create", made["id"], admin_id), ("update", made["id"], admin_id)]
+    assert retrieve(url, made["id"])["updated_by"]["id"] == admin_id
+
+
+def test_a_configured_key_has_limits_of_its_own_by_its_id(upstream: FakeUpstream, gateway_from: Any) -> None:
+    from dragoman.keys.records import key_id
+
+    url = gateway_from({"server": {"tenants": {"team": ["sk-one", "sk-two"]}},
+                        "limits": {"keys": {key_id("sk-one"): {"requests_per_minute": 1}}},
+                        "upstreams": {"default": {"url": upstream.url, "max_retries": 0}}}).url  # fmt: skip
+    ask(url, "sk-one")
+    with pytest.raises(anthropic.RateLimitError, match=f"limits.keys.{key_id('sk-one')}.requests_per_minute"):
+        ask(url, "sk-one")
+    for _ in range(3):
+        ask(url, "sk-two")  # the same tenant, no limit of its own

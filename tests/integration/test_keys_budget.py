@@ -12,7 +12,7 @@ import anthropic
 import pytest
 
 from tests.support.fakes import FakeUpstream, completion, text_stream
-from tests.support.keys import admin, ask, create, keys_config, retrieve
+from tests.support.keys import admin, ask, create, eventually, keys_config, retrieve
 
 PRICES = {"cheap": {"input": 0.30, "output": 1.20}, "dear": {"input": 3.0, "output": 15.0, "cache_read": 0.30}}
 
@@ -74,3 +74,22 @@ def test_a_spent_budget_is_a_429_not_retried_naming_the_budget_and_its_reset(url
     assert "budget" in message and "0.01 cents" in message and "per week" in message and "resets at" in message
     upstream.json_reply(completion("free"))
     assert ask(url, made["key"], model="free").content[0].text == "free"  # no price: no budget counts it
+
+
+def test_with_redis_a_budget_spent_through_one_gateway_is_spent_on_every_one(
+    upstream: FakeUpstream, gateway_from: Any, tmp_path: Any, redis_url: str, redis_prefix: str
+) -> None:
+    models = [{"name": "dear", "upstream": "default", "upstream_model": "test-model", "price": PRICES["dear"]}]
+    shared = {"usage": {"dir": str(tmp_path)}, "models": models,  # one key store (the SQLite file), one Redis
+              "limits": {"redis_url": redis_url, "redis_prefix": redis_prefix}}  # fmt: skip
+    one, two = (gateway_from(keys_config(upstream.url, **shared)) for _ in range(2))
+    made = create(one.url, name="both", budget={"amount": "0.01", "period": "day"})
+    upstream.json_reply(completion("a", prompt=10, completion_tokens=5))
+    ask(one.url, made["key"], model="dear")  # 0.0105 cents: the budget is spent
+
+    def known_to_two() -> None:
+        assert made["id"] in two.app.state.gateway.keyring.by_id
+
+    eventually(known_to_two)
+    with pytest.raises(anthropic.RateLimitError, match="budget"):
+        ask(two.url, made["key"], model="dear")  # its own first request: refused by what one spent
