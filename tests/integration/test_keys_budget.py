@@ -93,3 +93,11 @@ def test_with_redis_a_budget_spent_through_one_gateway_is_spent_on_every_one(
     eventually(known_to_two)
     with pytest.raises(anthropic.RateLimitError, match="budget"):
         ask(two.url, made["key"], model="dear")  # its own first request: refused by what one spent
+
+
+def test_unpriced_models_are_named_once_a_key_has_a_budget(url: str, caplog: pytest.LogCaptureFixture) -> None:
+    create(url, name="plain")
+    assert "no budget counts" not in caplog.text
+    create(url, name="budgeted", budget={"amount": "100"})
+    create(url, name="another", budget={"amount": "100"})
+    assert caplog.text.count("no budget counts free") == 1

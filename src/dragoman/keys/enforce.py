@@ -58,6 +58,10 @@ def build(config: Config, ring: Keyring, registry: CollectorRegistry | None = No
     keyed.prices = money.Prices((m.name, m.aliases, m.price) for m in config.models)
     unpriced = [m.name for m in config.models if m.price is None]
     if unpriced or not config.models:
-        log.warning("keys: models without a price ([[models]] price) cost nothing, and no money budget counts "
-                    "them: %s", ", ".join(unpriced) or "every model (none is configured)")  # fmt: skip
+
+        def warn() -> None:
+            log.warning("keys: a key has a money budget, and models without a price ([[models]] price) cost nothing: "
+                        "no budget counts %s", ", ".join(unpriced) or "any model (none is configured)")  # fmt: skip
+
+        ring.on_budget = warn
     return keyed

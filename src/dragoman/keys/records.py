@@ -6,6 +6,7 @@ id logs and the usage report give it (`key_id`)."""
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import hmac
 import re
@@ -76,8 +77,6 @@ class Grant:
     def of(row: KeyRow) -> Grant:
         pattern = None
         if row.models is not None:
-            import fnmatch
-
             pattern = re.compile("|".join(fnmatch.translate(m) for m in row.models) or "(?!)")
         return Grant(id=row.id, name=row.name, role=row.role, status=row.status, tenant=row.tenant,
                      limits=row.limits, models=tuple(row.models) if row.models is not None else None,

@@ -15,7 +15,7 @@ import hashlib
 import logging
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from dragoman.keys.records import Grant, KeyRow, digest, key_id
 from dragoman.keys.store import KeyStore
@@ -47,6 +47,7 @@ class Keyring:
         self._task: asyncio.Task[None] | None = None
         self._failing = False
         self.opened = False  # the store opened (its schema current, its salt read)
+        self.on_budget: Callable[[], None] | None = None  # called once, when a key with a budget is first seen
 
     def _add_configured(self, key: str, grant: Grant) -> None:
         self._configured[self._local(key)] = grant
@@ -88,6 +89,9 @@ class Keyring:
                 self.by_id.pop(row.id, None)
                 continue
             grant = self.by_id[row.id] = Grant.of(row)
+            if grant.budget is not None and self.on_budget is not None:
+                self.on_budget()
+                self.on_budget = None
             self._api[row.digest] = grant
             self._digests[row.id] = row.digest
             self.version = max(self.version, row.version)
