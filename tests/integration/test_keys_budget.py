@@ -61,6 +61,10 @@ def test_a_mixed_run_costs_the_prices_times_the_usage_the_sdk_saw(url: str, upst
     assert sum(Decimal(r["amount"]) for r in results) == expected
     assert {r["model"] for r in results if Decimal(r["amount"])} == {"cheap", "dear"}
     assert all(r["currency"] == "USD" and r["description"].startswith(r["model"]) for r in results)
+    by_key: Any = admin(url).get("/v1/organizations/cost_report", cast_to=object, options={"params": {
+        "starting_at": today.isoformat(), "group_by": ["api_key_id", "workspace_id"]}})  # fmt: skip
+    assert [(r["api_key_id"], r["workspace_id"], Decimal(r["amount"])) for r in by_key["data"][0]["results"]] == [
+        (made["id"], None, expected)]  # fmt: skip
 
 
 def test_a_spent_budget_is_a_429_not_retried_naming_the_budget_and_its_reset(url: str, upstream: FakeUpstream) -> None:
