@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,15 +89,6 @@ class FakeUpstream:
 
     def stream_reply(self, chunks: list[Any], **kw: Any) -> None:
         self.queue(Reply(chunks=chunks, **kw))
-
-    def wait_for(self, predicate: Any, timeout: float = 5.0) -> bool:
-        """Poll `predicate()` (reads of this fake's counters) until true or `timeout`."""
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return True
 
     def start(self) -> FakeUpstream:
         self.port = self._site.start()
