@@ -12,7 +12,8 @@ import anthropic
 import pytest
 
 from tests.support.fakes import FakeUpstream, completion, text_stream
-from tests.support.keys import admin, ask, create, eventually, keys_config, retrieve
+from tests.support.keys import admin, ask, create, keys_config, retrieve
+from tests.support.waiting import eventually
 
 PRICES = {"cheap": {"input": 0.30, "output": 1.20}, "dear": {"input": 3.0, "output": 15.0, "cache_read": 0.30}}
 
@@ -91,10 +92,7 @@ def test_with_redis_a_budget_spent_through_one_gateway_is_spent_on_every_one(
     upstream.json_reply(completion("a", prompt=10, completion_tokens=5))
     ask(one.url, made["key"], model="dear")  # 0.0105 cents: the budget is spent
 
-    def known_to_two() -> None:
-        assert made["id"] in two.app.state.gateway.keyring.by_id
-
-    eventually(known_to_two)
+    eventually(lambda: made["id"] in two.app.state.gateway.keyring.by_id, "the key known to the second gateway")
     with pytest.raises(anthropic.RateLimitError, match="budget"):
         ask(two.url, made["key"], model="dear")  # its own first request: refused by what one spent
 

@@ -1,9 +1,8 @@
 """Keys made at run time, in the tests: a gateway config with an admin key, the Admin API
-called with the official SDK's generic methods, and `eventually` (polling, not timing)."""
+called with the official SDK's generic methods, and `answered` for `waiting.eventually`."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -48,14 +47,14 @@ def ask(url: str, key: str, model: str = "test-model", **fields: Any) -> Any:
                                   messages=[{"role": "user", "content": "Hi"}], **fields)  # fmt: skip
 
 
-def eventually(check: Callable[[], T], timeout: float = 10.0, interval: float = 0.05) -> T:
-    """`check()`'s value once it returns without raising (an AssertionError or an API error),
-    polling until `timeout`; then its last error. A bound on failure, not a measured time."""
-    deadline = time.monotonic() + timeout
-    while True:
+def answered(call: Callable[[], T]) -> Callable[[], T | None]:
+    """`call` as a predicate for `waiting.eventually`: its value, or None while it raises an
+    AssertionError or an API error (a change not yet seen by the process asked)."""
+
+    def attempt() -> T | None:
         try:
-            return check()
+            return call()
         except (AssertionError, anthropic.APIError):
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(interval)
+            return None
+
+    return attempt
