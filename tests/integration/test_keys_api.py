@@ -146,3 +146,14 @@ def test_a_configured_key_has_limits_of_its_own_by_its_id(upstream: FakeUpstream
         ask(url, "sk-one")
     for _ in range(3):
         ask(url, "sk-two")  # the same tenant, no limit of its own
+
+
+def test_the_sdks_own_admin_api_keys_methods_read_and_page_them(url: str) -> None:
+    ids = {create(url, name=f"s{n}", tenant="team-s")["id"] for n in range(3)}
+    keys = anthropic.Anthropic(base_url=url, api_key=ADMIN, max_retries=0).beta.organization.api_keys
+    listed = list(keys.list(limit=2))  # the SDK follows after_id from page to page
+    assert ids <= {k.id for k in listed} and len(listed) == len({k.id for k in listed})
+    one = keys.retrieve(next(iter(ids)))
+    assert one.type == "api_key" and one.scope.type == "workspace" and one.created_at.tzinfo is not None
+    changed = keys.update(one.id, name="renamed", status="archived")
+    assert (changed.name, changed.status) == ("renamed", "archived")
