@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dragoman import __version__, keys_command
-from dragoman.core.config import Config, ConfigError
+from dragoman.core.config import Config, ConfigError, api_keys_enabled
 from dragoman.core.config_load import from_dict, load
 
 if TYPE_CHECKING:
@@ -321,6 +321,9 @@ def run(config: Config, *, workers: int = 1) -> None:
         not config.server.api_keys
         and not config.server.api_keys_env
         and not config.server.tenants
+        and not config.server.api_keys_file
+        and not (config.server.tenants_env or config.server.tenants_file)
+        and not api_keys_enabled(config)  # keys made at run time: every request needs one
         and server.host not in ("127.0.0.1", "localhost", "::1")
     ):
         logging.getLogger("dragoman").warning(
