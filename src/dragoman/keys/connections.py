@@ -9,7 +9,7 @@ import contextlib
 import re
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +32,10 @@ class Database(Protocol):
     def transaction(self) -> contextlib.AbstractAsyncContextManager[Conn]: ...
 
     def reading(self) -> contextlib.AbstractAsyncContextManager[Conn]: ...
+
+    async def listen(self, channel: str, woken: Callable[[], None]) -> None:
+        """Call `woken` whenever a change is announced on `channel` (PostgreSQL); SQLite: never."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -91,6 +95,9 @@ class Sqlite:
         async with self._lock:
             yield _SqliteConn(self._connection())
 
+    async def listen(self, channel: str, woken: Callable[[], None]) -> None:
+        pass  # SQLite has no notifications: the poll alone finds changes
+
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
             raise RuntimeError("the key store is not open")
@@ -129,6 +136,7 @@ class Postgres:
     def __init__(self, url: str) -> None:
         self._url = url
         self._pool: Any = None
+        self._listener: Any = None  # a connection of its own, LISTENing
 
     async def open(self) -> None:
         import asyncpg
@@ -145,7 +153,20 @@ class Postgres:
         async with self._pool.acquire() as connection:
             yield _PgConn(connection)
 
+    async def listen(self, channel: str, woken: Callable[[], None]) -> None:
+        """A connection of its own that LISTENs; if it is lost, the poll still finds every change."""
+        import asyncpg
+
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        self._listener = await asyncpg.connect(self._url, timeout=CONNECT_TIMEOUT)
+        await self._listener.add_listener(channel, lambda *_: woken())
+
     async def close(self) -> None:
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(listener.close(), CONNECT_TIMEOUT)
         if self._pool is not None:
             pool, self._pool = self._pool, None
             try:

@@ -5,7 +5,8 @@ Configured keys are hashed at start-up under a salt of this process; keys made t
 Admin API under the database's salt, once it is read. A background task asks the database
 for its version counter every `admin.poll_interval` seconds and, when it moved, reads only
 the rows changed since: a change made on any process is served everywhere within that
-interval plus a query. A row replaces what is held only if its version is newer."""
+interval plus a query (with PostgreSQL, its NOTIFY wakes every process at once; the poll stays,
+for a notification lost with its connection). A row replaces what is held only if its version is newer."""
 
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ class Keyring:
         self._task: asyncio.Task[None] | None = None
         self._failing = False
         self.opened = False  # the store opened (its schema current, its salt read)
+        self._woken: asyncio.Event | None = None  # set by PostgreSQL's NOTIFY: read the changes now
+        self.listening = False  # told of changes as they commit (PostgreSQL; with SQLite, polling is all there is)
         self.on_budget: Callable[[], None] | None = None  # called once, when a key with a budget is first seen
 
     def _add_configured(self, key: str, grant: Grant) -> None:
@@ -110,13 +113,19 @@ class Keyring:
 
     async def _run(self) -> None:
         assert self.store is not None
-        touched = time.monotonic()
+        touched, self._woken = time.monotonic(), asyncio.Event()
         while True:
             try:
                 if not self.opened:
                     await self.store.open()
                     self.opened = True
+                self._woken.clear()
                 await self.refresh()
+                try:
+                    await self.store.listen(self._woken.set)
+                    self.listening = True
+                except Exception:  # noqa: BLE001 - refused or lost: the poll alone finds changes
+                    self.listening = False
                 if self.used and time.monotonic() - touched > TOUCH_EVERY:
                     used, self.used, touched = self.used, {}, time.monotonic()
                     await self.store.touch(used)
@@ -128,7 +137,8 @@ class Keyring:
                     log.error("keys: the key store cannot be read (%s: %s); serving the keys held, trying again",
                               type(error).__name__, error)  # fmt: skip
                 self._failing = True
-            await asyncio.sleep(self._interval)
+            with contextlib.suppress(TimeoutError):  # the poll, unless a NOTIFY comes first
+                await asyncio.wait_for(self._woken.wait(), self._interval)
 
     async def close(self) -> None:
         if self._task is not None:

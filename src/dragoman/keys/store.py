@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -106,7 +106,7 @@ class KeyStore:
 
     async def insert(self, row: KeyRow, actor: str | None) -> KeyRow:
         async with self.db.transaction() as conn:
-            version = await _next_version(conn)
+            version = await _next_version(conn, self.db.dialect)
             row = msgspec.structs.replace(row, version=version)
             await conn.execute(f"INSERT INTO dragoman_keys ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
                                *_values(row))  # fmt: skip
@@ -119,7 +119,7 @@ class KeyStore:
         """The key with `changes` applied (None: no such key); a field at a time, never the whole row."""
         now = time.time()
         async with self.db.transaction() as conn:
-            version = await _next_version(conn)  # first: the lock that orders every change
+            version = await _next_version(conn, self.db.dialect)  # first: the lock that orders every change
             found = await conn.fetch("SELECT id FROM dragoman_keys WHERE id = ? AND status <> 'deleted'", key_id)
             if not found:
                 return None
@@ -143,12 +143,20 @@ class KeyStore:
                                     "ORDER BY at", key_id)  # fmt: skip
         return [{"at": r[0], "actor": r[1], "action": r[2], "changes": msgspec.json.decode(r[3])} for r in rows]
 
+    async def listen(self, woken: Callable[[], None]) -> None:
+        await self.db.listen(CHANNEL, woken)
+
     async def close(self) -> None:
         await self.db.close()
 
 
-async def _next_version(conn: Conn) -> int:
+CHANNEL = "dragoman_keys"  # PostgreSQL: a change is announced here when it commits
+
+
+async def _next_version(conn: Conn, dialect: str) -> int:
     await conn.execute("UPDATE dragoman_keys_state SET version = version + 1 WHERE id = 1")
+    if dialect == "postgres":
+        await conn.execute(f"NOTIFY {CHANNEL}")  # delivered at commit, to every process LISTENing
     return int((await conn.fetch("SELECT version FROM dragoman_keys_state WHERE id = 1"))[0][0])
 
 

@@ -16,6 +16,7 @@ from dragoman.keys.records import KeyRow, digest, hint, key_id, new_secret
 from dragoman.keys.ring import Keyring
 from dragoman.keys.store import KeyStore
 from tests.support.postgres import schema_url
+from tests.support.waiting import eventually_async
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -96,3 +97,20 @@ def test_the_keyring_looks_keys_up_by_digest_and_never_applies_an_older_version(
         await store.close()
 
     asyncio.run(run())
+
+
+def test_with_postgresql_a_notify_wakes_the_keyring_before_its_poll() -> None:
+    async def run(url: str) -> None:
+        ring = Keyring(store=KeyStore(Postgres(url)), poll_interval=3600)  # its poll would come in an hour
+        ring.start()
+        writer = KeyStore(Postgres(url))
+        await writer.open()
+        await eventually_async(lambda: ring.listening, "the keyring listening")
+        secret = new_secret("client")
+        await writer.insert(_row(writer, secret), actor=None)
+        await eventually_async(lambda: ring.lookup(secret) is not None, "the key, woken by NOTIFY", timeout=10)
+        await writer.close()
+        await ring.close()
+
+    with schema_url() as url:
+        asyncio.run(run(url))
