@@ -31,11 +31,11 @@ FLOORS: list[list[str]] = [
     ["protocol/"],
     ["tokens/", "files/"],
     ["translate/", "calls/"],
-    ["limits/", "usage/", "upstream/"],
+    ["limits/", "usage/", "upstream/", "notices/"],
     ["backends/", "keys/"],
     ["batches/"],
     ["assembly/"],
-    ["server/", "keys_command.py"],
+    ["server/", "quickstart.py", "keys_command.py"],
     ["cli.py"],
     ["__main__.py"],
 ]
