@@ -31,12 +31,12 @@ FLOORS: list[list[str]] = [
     ["protocol/"],
     ["tokens/", "files/"],
     ["translate/", "calls/"],
-    ["limits/", "usage/", "upstream/"],
+    ["limits/", "usage/", "upstream/", "notices/"],
     ["servertools/"],  # run by backends/openai, handed backends/fetch.py's fetcher and address check
-    ["backends/"],
+    ["backends/", "keys/"],
     ["batches/"],
     ["assembly/"],
-    ["server/"],
+    ["server/", "quickstart.py", "keys_command.py"],
     ["cli.py"],
     ["__main__.py"],
 ]

@@ -27,6 +27,7 @@ from dragoman.core.errors import InvalidRequest, RequestTooLarge
 from dragoman.core.validation import decode_request
 from dragoman.files.store import FileStore
 from dragoman.limits.gate import Admission, Limits
+from dragoman.notices.tools_dropped import NoticeMode, noted, without_notes
 from dragoman.protocol import anthropic
 
 Endpoint = Literal["messages", "count_tokens", "batch"]
@@ -60,6 +61,7 @@ class Pipeline:
         decode_whole: Callable[[], bool],
         tracing: Tracing | None = None,
         limits: Limits | None = None,
+        notice: NoticeMode = "off",
     ) -> None:
         self._route = route
         self._files = files
@@ -69,12 +71,14 @@ class Pipeline:
         self._decode_whole = decode_whole  # every upstream translates: decode the body once, here
         self.tracing = tracing  # None: tracing is off, and no request does any tracing work
         self._limits = limits
+        self._notice = notice  # the gateway's note on a reply whose tools were dropped (notices/)
 
     async def prepare(self, body: bytes, *, endpoint: Endpoint, headers: Mapping[str, str], caller: Caller,
                       outcome: Outcome) -> Prepared:  # fmt: skip
         """Resolve, decode and route one request body. A batch's request must be whole
         (no stream, no thread); the others may hold a thread, opened here."""
         outcome.key_id, outcome.tenant = caller.key_id, caller.tenant  # for usage accounting
+        body = without_notes(body)  # the gateway's own notes, sent back, never reach a model
         if self._files.named_in(body):
             body = await self._files.resolve(body, self._max_bytes, owner=caller.owner)
         whole: anthropic.MessagesRequest | None = None
@@ -120,47 +124,28 @@ class Pipeline:
         outcome = call.outcome
         assert outcome is not None
         limiter = self._limiters.get(route.upstream)
-        try:
-            if self._limits is not None:
-                caller = prepared.caller or Caller(owner="")
-                admission = await self._limits.admit(caller.key_id, caller.tenant, call, endpoint)
-                prepared.admission = admission
-                outcome.release = functools.partial(admission.settle, outcome)  # settled at its end, see observe()
-            if limiter is not None:
-                await limiter.acquire(queue=endpoint != "batch")
-                outcome.release = _both(limiter.release, outcome.release)  # at the reply's last byte, see observe()
-            handler = route.backend.count_tokens if endpoint == "count_tokens" else route.backend.messages
-            reply = await handler(call, route)
-        except BaseException:
-            outcome.finish()
-            raise
+        if self._limits is not None:
+            caller = prepared.caller or Caller(owner="")
+            admission = await self._limits.admit(caller.key_id, caller.tenant, call, endpoint)
+            prepared.admission = admission
+            outcome.finish.hold(functools.partial(admission.settle, outcome))  # at the request's end
+        if limiter is not None:
+            await limiter.acquire(queue=endpoint != "batch")
+            outcome.finish.hold(limiter.release)  # at the reply's last byte, or its failure
+        handler = route.backend.count_tokens if endpoint == "count_tokens" else route.backend.messages
+        reply = await handler(call, route)
         outcome.path = route.path  # an `auto` upstream knows its path only after its probe
         if outcome.trace is not None:
             _traced(reply, outcome.trace)
-        return reply
+        return noted(reply, call, self._notice) if endpoint == "messages" and prepared.turn is None else reply
 
 
 def _traced(reply: Reply, trace: RequestTrace) -> None:
-    """Let the trace read the reply: a whole message now, a stream as it goes by (every chunk
-    then passes through the trace's watch rather than being written straight to the client)."""
+    """Let the trace read the reply: a whole message now, a stream as it goes by."""
     if isinstance(reply, Completed):
         trace.completed(reply.body)
     else:
-        reply.chunks = trace.watch(reply.chunks)
-        reply.direct = None
-
-
-def _both(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
-    if then is None:
-        return first
-
-    def both() -> None:
-        try:
-            first()
-        finally:
-            then()
-
-    return both
+        reply.observe(trace.seen)
 
 
 def _check_batchable(request: anthropic.MessagesRequest | anthropic.Envelope) -> None:

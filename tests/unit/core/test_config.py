@@ -371,30 +371,62 @@ def test_a_key_in_two_tenants_is_refused_without_printing_it() -> None:
 
 
 def _example_keys() -> dict[str, set[str]]:
-    """The keys dragoman.example.toml shows (set or commented out), by table: server, upstreams, models, ..."""
+    """The keys dragoman.example.toml shows, set or commented out, by table (server, upstreams,
+    models, ...): every key of a line that parses as TOML once a leading `# ` is taken off, those
+    of inline tables (`cache_routing = { block_bytes = ... }`) included."""
     import re
+    import tomllib
+
+    def names(value: object) -> set[str]:
+        if isinstance(value, dict):
+            return set(value) | {n for v in value.values() for n in names(v)}
+        return set()
 
     keys: dict[str, set[str]] = {}
     table = ""
     for line in (Path(__file__).parents[3] / "dragoman.example.toml").read_text().splitlines():
         line = re.sub(r"^#\s?", "", line)
-        header = re.match(r"^\[\[?([a-z_]+)", line)
-        if header:
+        if header := re.match(r"^\[\[?([a-z_]+)", line):
             table = header.group(1)
-        elif key := re.match(r"^([a-z_]+)\s*=", line):
-            keys.setdefault(table, set()).add(key.group(1))
+            keys.setdefault(table, set())
+            continue
+        try:
+            keys.setdefault(table, set()).update(names(tomllib.loads(line)))
+        except tomllib.TOMLDecodeError:  # prose
+            continue
     return keys
 
 
+def _struct_keys(info: object) -> set[str]:
+    """Every key a configuration type takes, at any depth (a struct's fields, and those of the
+    structs in its fields, lists, dicts and unions)."""
+    import msgspec.inspect as mi
+
+    if isinstance(info, mi.StructType):
+        own = {f.encode_name for f in info.fields} | ({info.tag_field} if info.tag_field else set())
+        return own | {k for f in info.fields for k in _struct_keys(f.type)}
+    if isinstance(info, mi.UnionType):
+        return {k for t in info.types for k in _struct_keys(t)}
+    if isinstance(info, mi.DictType):
+        return _struct_keys(info.value_type)
+    if isinstance(info, mi.ListType | mi.SetType | mi.FrozenSetType | mi.VarTupleType):
+        return _struct_keys(info.item_type)
+    return set()
+
+
 def test_the_example_config_loads_and_shows_every_key() -> None:
+    """Every key of every table, found by walking the config structs: a key added to them and not
+    to the example fails here (the README says the example lists every key)."""
+    import msgspec.inspect as mi
+
     config_load.load(Path(__file__).parents[3] / "dragoman.example.toml")
     shown = _example_keys()
-    structs = {"server": [config.ServerConfig], "upstreams": [OpenAIUpstream, AnthropicUpstream, config.AutoUpstream],
-               "models": [config.ModelConfig], "batches": [config.BatchesConfig], "files": [config.FilesConfig],
-               "limits": [config.LimitsConfig]}  # fmt: skip
-    for table, types in structs.items():
-        missing = {f for t in types for f in t.__struct_fields__} - shown.get(table, set())
-        assert not missing, (table, missing)
+    root = mi.type_info(config.Config)
+    assert isinstance(root, mi.StructType)
+    assert {f.encode_name for f in root.fields} <= set(shown), "a table missing from the example"
+    missing = {f.encode_name: sorted(_struct_keys(f.type) - shown[f.encode_name]) for f in root.fields}
+    assert {table: keys for table, keys in missing.items() if keys} == {}
+    assert _struct_keys(root.fields[0].type) >= {"host", "port"}  # the walk finds keys at all
 
 
 @pytest.mark.parametrize(
@@ -442,3 +474,31 @@ def test_every_problem_is_reported_with_a_suggestion_for_typos() -> None:
 
 def test_one_problem_is_one_line_without_a_count() -> None:
     assert failure(good(server={"prot": 1})) == "server.prot: unknown key (did you mean port?)"
+
+
+def test_tenant_keys_come_from_the_environment_and_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "b").write_text("# team b\nsk-b1\n\n  sk-b2  \n")
+    (tmp_path / "loose").write_text("sk-loose\n")
+    monkeypatch.setenv("TEAM_A_KEYS", "sk-a1, sk-a2")
+    loaded = config_load.from_dict(good(server={"tenants_env": {"team-a": "TEAM_A_KEYS"},
+                                                "tenants_file": {"team-b": str(tmp_path / "b")},
+                                                "api_keys_file": str(tmp_path / "loose")}))  # fmt: skip
+    assert config.key_tenants(loaded) == {"sk-a1": "team-a", "sk-a2": "team-a", "sk-b1": "team-b", "sk-b2": "team-b"}
+    assert config.server_api_keys(loaded) == {"sk-a1", "sk-a2", "sk-b1", "sk-b2", "sk-loose"}
+    missing = config_load.from_dict(good(server={"tenants_file": {"team-c": str(tmp_path / "none")}}))
+    with pytest.raises(ConfigError, match="server.tenants_file.team-c: cannot read"):
+        config.key_tenants(missing)
+
+
+def test_admin_keys_and_keys_made_at_run_time() -> None:
+    assert not config.api_keys_enabled(config_load.from_dict(good()))
+    with_admin = config_load.from_dict(
+        good(admin={"keys": ["sk-adm"]}, limits={"tenants": {"any-team": {"requests_per_minute": 5}}})
+    )
+    assert config.api_keys_enabled(with_admin) and config.usage_admin_keys(with_admin) == {"sk-adm"}
+    assert "admin.poll_interval" in failure(good(admin={"poll_interval": 5}))
+    assert "admin.keys: a key is also a client key" in failure(good(admin={"keys": ["k"]}, server={"api_keys": ["k"]}))
+    assert "models.0.price" in failure(good(models=[{"name": "m", "upstream": "local", "price": {"input": -1}}]))
+    assert "limits.keys.key_x.requests_per_minute" in failure(
+        good(limits={"keys": {"key_x": {"requests_per_minute": 0}}})
+    )
