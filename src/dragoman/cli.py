@@ -79,16 +79,26 @@ def _check_port(host: str, port: int) -> None:
             _fail(f"cannot listen on {host}:{port}: {reason}")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+_WHEN = "today or yesterday (UTC midnight), now, a span back (30m, 12h, 7d, 2w), a date or an RFC 3339 timestamp"
+EXIT_STATUSES = """\b
+Exit statuses:
+  0  done; `serve`: stopped by SIGTERM or SIGINT after its requests finished
+  1  `check`: an upstream failed to answer
+  2  a usage or configuration error (the message names the flag or key)
+  3  `serve`: the server failed to start (its log says why)"""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}, epilog=EXIT_STATUSES)
 @click.version_option(__version__, prog_name="dragoman")
 def main() -> None:
     """dragoman: an Anthropic Messages API gateway for open models."""
 
 
-@main.command()
+@main.command(short_help="Run the gateway (the local model without an upstream).", epilog=EXIT_STATUSES)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")
 @click.option(
-    "--upstream", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (models discovered from it)."
+    "--upstream",
+    help="OpenAI-compatible base URL, including /v1: http://127.0.0.1:8000/v1 (its models are discovered).",
 )
 @click.option(
     "--upstream-api-key",
@@ -107,13 +117,23 @@ def main() -> None:
 @click.option("--default-model", help="Serve unknown model names (such as claude-*) with this model.")
 @click.option("--host", default=None, help="Address to bind (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port to bind (default 8765).")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default=None,
+    help="What the log on stderr shows (default info: one access line per request).",
+)
 @click.option(
     "--workers", type=click.IntRange(1, 64), default=1, show_default=True, help="Processes serving the same port."
 )
 def serve(config_path: str | None, upstream: str | None, upstream_api_key: str | None, api_keys: tuple[str, ...],
           default_model: str | None, host: str | None, port: int | None, log_level: str | None, workers: int) -> None:  # fmt: skip
-    """Run the gateway."""
+    """Run the gateway, until SIGTERM or SIGINT (then requests in flight finish).
+
+    Without an upstream (no --upstream, no [upstreams] in --config) it serves the embedded
+    local model: it builds llama-server on first use (a few minutes), then starts it with
+    SmolLM2. SIGHUP re-reads --config and swaps it in without closing the port.
+    """
     if isinstance(api_keys, str):  # click passes the env var through unsplit
         api_keys = (api_keys,)
     try:
@@ -208,7 +228,7 @@ def _inspection_options(command: Any) -> Any:
         show_envvar=True,
         help="Key sent to the --upstream URL (ignored without it).",
     )(command)
-    command = click.option("--upstream", help="OpenAI-compatible base URL.")(command)
+    command = click.option("--upstream", help="OpenAI-compatible base URL, including /v1.")(command)
     return click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")(
         command
     )
@@ -236,7 +256,7 @@ def _gateway(command: str, config_path: str | None, upstream: str | None, upstre
         raise  # unreachable: _fail exits
 
 
-@main.command()
+@main.command(short_help="Show each served model and its upstream.")
 @_inspection_options
 def models(config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> None:
     """Show each served model, its upstream, and whether (and why) it counts as reasoning."""
@@ -252,7 +272,7 @@ def models(config_path: str | None, upstream: str | None, upstream_api_key: str 
         click.echo(f"dragoman: {note}", err=True)
 
 
-@main.command()
+@main.command(short_help="Ask every upstream for its models (exit 1 if one fails).")
 @_inspection_options
 def check(config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> None:
     """Ask every upstream for its models; show the path chosen for each (translate or passthrough)."""
@@ -267,20 +287,25 @@ def check(config_path: str | None, upstream: str | None, upstream_api_key: str |
         sys.exit(1)
 
 
-@main.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")
-@click.option("--since", default=None, help="Start: a date or RFC 3339 timestamp (default: 24 hours ago).")
-@click.option("--until", default=None, help="End, exclusive (default: now).")
+@main.command(short_help="Usage of a period, by tenant and model.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="TOML configuration file: its [usage] store (default: the embedded SQLite store).")
+@click.option("--since", default=None, help=f"Start: {_WHEN} (default: 24 hours ago).")
+@click.option("--until", default=None, help="End, exclusive, as --since takes it (default: now).")
 @click.option("--by", default="tenant,model", show_default=True, help="Columns to sum by: tenant, model, key.")
-@click.option("--csv", "as_csv", is_flag=True, help="CSV instead of a table.")
-def usage(config_path: str | None, since: str | None, until: str | None, by: str, as_csv: bool) -> None:
-    """Usage of a period, by tenant and model, from the usage store ([usage])."""
+@click.option("--csv", "as_csv", is_flag=True, help="CSV instead of a table (no totals, no refusals).")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table: rows, totals, refusals, the store.")
+def usage(config_path: str | None, since: str | None, until: str | None, by: str, as_csv: bool, as_json: bool) -> None:
+    """Usage of a period, by tenant and model, from the usage store ([usage]). Requests
+    refused for their key (401, 403) are no one's usage: counted apart, as refusals."""
     import asyncio
     import time
 
     from dragoman.usage import summary
-    from dragoman.usage.stores import store_for
+    from dragoman.usage.stores import describe, store_for
 
+    if as_csv and as_json:
+        _fail("--csv and --json: choose one")
     try:
         config = load(config_path) if config_path else Config()
     except ConfigError as error:
@@ -289,16 +314,26 @@ def usage(config_path: str | None, since: str | None, until: str | None, by: str
     unknown = [c for c in columns if c not in summary.BY]
     if unknown:
         _fail(f"--by: unknown column {unknown[0]!r} (tenant, model, key)")
+    now = time.time()
     try:
-        end = summary.parse_time(until) if until else time.time()
-        start = summary.parse_time(since) if since else end - 86400
+        end = summary.parse_when(until, now) if until else now
     except ValueError as error:
-        _fail(f"--since/--until: {error}")
+        _fail(f"--until: {error}")
+    try:
+        start = summary.parse_when(since, now) if since else end - 86400
+    except ValueError as error:
+        _fail(f"--since: {error}")
+    store = describe(config)
+    click.echo(f"dragoman: reading {store}" + ("" if config_path else
+               " (the default store; --config FILE reads the one a configuration names)"), err=True)  # fmt: skip
     try:
         sums = asyncio.run(summary.summarize(store_for(config), start, end, columns))
     except Exception as error:  # noqa: BLE001 - the store's driver: one line, not a traceback
-        _fail(f"cannot read the usage store: {type(error).__name__}: {error}")
-    click.echo(summary.as_csv(sums, columns) if as_csv else summary.as_table(sums, columns), nl=False)
+        _fail(f"cannot read the usage store ({store}): {type(error).__name__}: {error}")
+    if as_json:
+        click.echo(summary.as_json(sums, columns, start=start, end=end, store=store), nl=False)
+    else:
+        click.echo(summary.as_csv(sums, columns) if as_csv else summary.as_table(sums, columns), nl=False)
 
 
 def run(config: Config, *, workers: int = 1) -> None:
