@@ -337,6 +337,7 @@ class Runner:
                 error.type,
                 error.is_upstream,
             )
+            outcome.error_message = error.message
             return False, error.body(outcome.request_id)
         finally:
             outcome.finish()

@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dragoman.core.error_mapping import anthropic_envelope
+from dragoman.core.redaction import redact
 from dragoman.core.types import Completed, Outcome, Reply
 
 log = logging.getLogger("dragoman.access")
@@ -183,10 +184,18 @@ def _line(outcome: Outcome, duration: float) -> str:
         "ttft_ms": None if outcome.first_byte is None else round((outcome.first_byte - outcome.started) * 1000, 1),
         "duration_ms": round(duration * 1000, 1),
         "error": outcome.error_type,
+        "error_message": logged_message(outcome.error_message),
         "client_disconnected": outcome.disconnected or None,
         "tools_dropped": outcome.tools_dropped or None,
     }
     return json_line(fields)
+
+
+def logged_message(message: str | None) -> str | None:
+    """An error's message as the access line has it: without keys (an upstream may quote one
+    back), on one line, capped by `json_line`. It names no more of the request than the
+    client's own answer does."""
+    return None if not message else redact(" ".join(message.split()))
 
 
 def json_line(fields: dict[str, Any]) -> str:
@@ -205,5 +214,6 @@ def observe(reply: Reply, outcome: Outcome, metrics: Metrics) -> Reply:
         if reply.status >= 400 and outcome.error_type is None:  # an upstream's error relayed as it came
             envelope = anthropic_envelope(reply.body)
             outcome.error_type = envelope.error.type if envelope is not None else "api_error"
+            outcome.error_message = envelope.error.message if envelope is not None else None
         metrics.record(outcome)
     return reply

@@ -175,6 +175,7 @@ class Outcome:
     keepalives: int = 0
     retries: int = 0
     error_type: str | None = None
+    error_message: str | None = None  # its message, for the access line (redacted and capped there)
     upstream_failed: bool = False  # the error came from the upstream, not the client or gateway
     disconnected: bool = False
     tools_dropped: bool = False  # the request's tools reached a model whose chat template drops them

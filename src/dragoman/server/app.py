@@ -60,9 +60,9 @@ def error_response(scope: Scope, gateway: Gateway, error: GatewayError, *, with_
     state = scope.get("state", {})
     request_id = state.get("request_id")
     outcome = state.get("outcome")
-    state["error_type"] = error.type  # for the access line (server/access.py)
+    state["error_type"], state["error_message"] = error.type, error.message  # for the access line (server/access.py)
     if outcome is not None:  # a /v1/messages request that failed before its reply
-        outcome.status, outcome.error_type = error.status, error.type
+        outcome.status, outcome.error_type, outcome.error_message = error.status, error.type, error.message
         outcome.upstream_failed = error.is_upstream
         gateway.metrics.record(outcome)
     headers = error.headers()

@@ -147,7 +147,7 @@ class EventStreamResponse(StreamingResponse):
                         if not self.head_sent:
                             await self._refuse(send, outcome, stopping)
                         else:
-                            outcome.error_type = stopping.type
+                            outcome.error_type, outcome.error_message = stopping.type, stopping.message
                             await send({"type": "http.response.body", "body": stopping.event(), "more_body": True})
                             await send({"type": "http.response.body", "body": b"", "more_body": False})
                         finished = True
@@ -200,11 +200,13 @@ class EventStreamResponse(StreamingResponse):
             except GatewayError as error:
                 log.warning("stream from %s failed: %s", outcome.upstream, capped(error.message))
                 outcome.error_type, outcome.upstream_failed = error.type, error.is_upstream
+                outcome.error_message = error.message
                 chunk, failed = error.event(), True
             except Exception:  # a bug: the client still gets a well-formed end
                 log.exception("stream from %s failed", outcome.upstream)
-                outcome.error_type = "api_error"
-                chunk, failed = UpstreamError("internal error while relaying the upstream stream").event(), True
+                bug = UpstreamError("internal error while relaying the upstream stream")
+                outcome.error_type, outcome.error_message = "api_error", bug.message
+                chunk, failed = bug.event(), True
             else:
                 if chunk is PING or chunk is KEEPALIVE_COMMENT:
                     outcome.keepalives += 1
@@ -217,6 +219,7 @@ class EventStreamResponse(StreamingResponse):
         """The whole answer to a stream that failed before its head went out: the error's
         status and envelope, as a request that fails before its stream would get."""
         outcome.status, outcome.error_type, outcome.upstream_failed = error.status, error.type, error.is_upstream
+        outcome.error_message = error.message
         headers = error.headers()
         if self.request_id:
             headers["request-id"] = self.request_id
