@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -136,21 +137,25 @@ def serve(config_path: str | None, upstream: str | None, upstream_api_key: str |
     """
     if isinstance(api_keys, str):  # click passes the env var through unsplit
         api_keys = (api_keys,)
-    try:
-        config = build_config(
+
+    def load() -> Config:  # at start, and again at each SIGHUP
+        return build_config(
             config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=api_keys,
             default_model=default_model, host=host, port=port, log_level=log_level,
         )  # fmt: skip
+
+    try:
+        config = load()
     except ConfigError as error:
         _fail(str(error))
         return
     if not config.upstreams:
-        run_local(config)
+        run_local(config, load)
         return
-    run(config, workers=workers)
+    run(config, workers=workers, reload=load)
 
 
-def run_local(config: Config) -> None:
+def run_local(config: Config, load: Callable[[], Config] | None = None) -> None:
     """The embedded default: a local llama-server with SmolLM2-135M, built on first use."""
     import msgspec
 
@@ -181,13 +186,26 @@ def run_local(config: Config) -> None:
         # with the default handler that kills the process before `finally`, leaving the
         # llama-server running. As an exception, it runs `finally`.
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
-        run(local)
+        run(local, reload=None if load is None else lambda: _served_locally(load(), local))
     finally:
         server.stop()
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    raise SystemExit(0)  # uvicorn raises it again once it has drained: a clean stop (systemd counts 143 a failure)
+
+
+def _served_locally(config: Config, local: Config) -> Config:
+    """A configuration read again while the local model serves: still without an upstream, it
+    keeps serving the local model (`local`'s upstream and default model)."""
+    import msgspec
+
+    if config.upstreams:
+        return config
+    server = msgspec.structs.replace(
+        config.server, default_model=config.server.default_model or local.server.default_model
+    )
+    return msgspec.structs.replace(config, upstreams=local.upstreams, server=server)
 
 
 def quickstart(config: Config, upstream_url: str) -> str:
@@ -288,8 +306,12 @@ def check(config_path: str | None, upstream: str | None, upstream_api_key: str |
 
 
 @main.command(short_help="Usage of a period, by tenant and model.")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False),
-              help="TOML configuration file: its [usage] store (default: the embedded SQLite store).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="TOML configuration file: its [usage] store (default: the embedded SQLite store).",
+)
 @click.option("--since", default=None, help=f"Start: {_WHEN} (default: 24 hours ago).")
 @click.option("--until", default=None, help="End, exclusive, as --since takes it (default: now).")
 @click.option("--by", default="tenant,model", show_default=True, help="Columns to sum by: tenant, model, key.")
@@ -336,9 +358,10 @@ def usage(config_path: str | None, since: str | None, until: str | None, by: str
         click.echo(summary.as_csv(sums, columns) if as_csv else summary.as_table(sums, columns), nl=False)
 
 
-def run(config: Config, *, workers: int = 1) -> None:
+def run(config: Config, *, workers: int = 1, reload: Callable[[], Config] | None = None) -> None:
     """Serve until SIGINT or SIGTERM: then stop accepting, let requests in flight
-    (streams included) finish for up to 30 seconds, and exit."""
+    (streams included) finish for up to `shutdown_grace` seconds, and exit 0. With one
+    process and `reload`, SIGHUP swaps in the configuration it gives (server/reload.py)."""
     import msgspec
     import uvicorn
 
@@ -366,7 +389,12 @@ def run(config: Config, *, workers: int = 1) -> None:
         os.environ[CONFIG_ENV] = msgspec.json.encode(config).decode()
         app = "dragoman.server.app:app_from_environment"
     else:
+        if reload is not None:
+            app.reload_from(reload)
         settle_garbage_collector()
+    for stop in (signal.SIGTERM, signal.SIGINT):  # uvicorn raises it again once drained: then exit 0
+        if signal.getsignal(stop) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(stop, _exit_on_sigterm)
     uvicorn.run(
         app,
         factory=workers > 1,

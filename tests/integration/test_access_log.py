@@ -87,7 +87,9 @@ def test_a_known_key_is_named_by_its_id_and_tenant(make_gateway, caplog: pytest.
 UPSTREAM_KEY = "sk-upstream-never-logged-4242"
 
 
-def test_an_error_s_line_says_why_without_keys_or_contents(make_gateway, upstream, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_error_s_line_says_why_without_keys_or_contents(
+    make_gateway, upstream, caplog: pytest.LogCaptureFixture
+) -> None:
     gateway = make_gateway(server={"api_keys": [KEY]}, upstream={"api_key": UPSTREAM_KEY})
     gateway.wait_discovered()
     long_name = "m" * 5000

@@ -187,7 +187,9 @@ def test_usage_counts_key_refusals_apart_and_says_which_store_it_read() -> None:
     assert report["refused_requests"] == 2 and report["total"]["requests"] == 1
     assert f"reading SQLite {store} (the default store" in result.stderr
     table = CliRunner().invoke(main, ["usage", "--since", "7d"]).stdout.splitlines()
-    assert table[0].split()[2:5] == ["requests", "errors", "input_tokens"] and table[0].split()[5] == "cache_read_tokens"
+    assert (
+        table[0].split()[2:5] == ["requests", "errors", "input_tokens"] and table[0].split()[5] == "cache_read_tokens"
+    )
     assert [row.split()[0] for row in table[1:3]] == ["team-a", "total"]  # no unnamed row for the refusals
     assert table[3] == "refused (401/403, counted in no row above): 2 requests"
 

@@ -25,7 +25,7 @@ from tests.support.threaded_site import ThreadedSite
 class Reply:
     status: int = 200
     body: Any = None  # JSON body for non-streaming replies
-    chunks: list[Any] | None = None  # stream: dicts (sent as data: JSON), raw bytes, or ("sleep", seconds)
+    chunks: list[Any] | None = None  # stream: dicts (data: JSON), raw bytes, ("sleep", seconds) or ("wait", Event)
     headers: dict[str, str] = field(default_factory=dict)
     done: bool = True  # send data: [DONE]
     hang: float = 0.0  # seconds to wait before answering
@@ -158,6 +158,9 @@ class FakeUpstream:
             for item in reply.chunks:
                 if isinstance(item, tuple) and item[0] == "sleep":
                     await asyncio.sleep(item[1])
+                elif isinstance(item, tuple) and item[0] == "wait":  # ("wait", threading.Event): until the test sets it
+                    while not item[1].is_set():
+                        await asyncio.sleep(0.01)
                 elif isinstance(item, bytes):
                     await response.write(item)
                 else:

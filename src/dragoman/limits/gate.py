@@ -227,6 +227,18 @@ class Limits:
         return LimitReached(f"{rule.source}: {plan.who} is over its rate limit of {rule.capacity} {what} per minute; "
                             f"retry after {seconds} s", retry_after=str(seconds), extra=admission.headers())  # fmt: skip
 
+    def charge_used(self, window: str, key_id: str | None, tenant: str | None, model: str, upstream_model: str,
+                    tokens: int) -> None:  # fmt: skip
+        """Charge `tokens` used earlier in this `window` (day or month) to the budgets they count
+        against, as their requests' settlements did: at start, from the usage ledger."""
+        now = self._clock()
+        name, end = window_end(window, now)
+        changes = [(Want(f"{rule.key}:{name}", rule.capacity, 0.0, 0.0, 1.0, end - now + MINUTE), -float(tokens))
+                   for rule in self._plan(key_id, tenant, model, upstream_model).rules
+                   if rule.kind == "budget" and rule.window == window]  # fmt: skip
+        if changes:
+            self.store.adjust(changes)
+
     async def close(self) -> None:
         await self.concurrency.close()
         await self.store.close()

@@ -38,7 +38,8 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 def _gateway(request: Request) -> Gateway:
-    return request.app.state.gateway
+    """The gateway the request began on (`app.App`: a reload does not change it mid-request)."""
+    return request.scope["state"].get("gateway") or request.app.state.gateway
 
 
 def authorized(request: Request) -> Gateway:
