@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dragoman.core.backpressure import Limiter
-from dragoman.core.errors import InvalidRequest, RequestTooLarge
+from dragoman.core.errors import InvalidRequest, RequestTooLarge, unsent
 from dragoman.core.request_trace import RequestTrace
 from dragoman.core.threads import ThreadStore, Turn
 from dragoman.core.tracing import Tracing
@@ -140,7 +140,8 @@ class Pipeline:
                 outcome.release = _both(limiter.release, outcome.release)  # at the reply's last byte, see observe()
             handler = route.backend.count_tokens if endpoint == "count_tokens" else route.backend.messages
             reply = await handler(call, route)
-        except BaseException:
+        except BaseException as error:
+            outcome.unsent = unsent(error)  # before its settlement: [limits] give the request back
             outcome.finish()
             raise
         outcome.path = route.path  # an `auto` upstream knows its path only after its probe

@@ -177,6 +177,7 @@ class Outcome:
     error_type: str | None = None
     error_message: str | None = None  # its message, for the access line (redacted and capped there)
     upstream_failed: bool = False  # the error came from the upstream, not the client or gateway
+    unsent: bool = False  # it failed before reaching an upstream, or by the gateway's fault (`core.errors.unsent`)
     disconnected: bool = False
     tools_dropped: bool = False  # the request's tools reached a model whose chat template drops them
     started: float = field(default_factory=time.perf_counter)

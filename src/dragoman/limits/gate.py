@@ -3,7 +3,8 @@
     admit ─▶ concurrency slot (queued, bounded) ─▶ store.take (all buckets or none) ─▶ Admission
     Admission.settle(outcome) ─▶ the real input and output tokens, store.adjust, slot freed
 
-Requests count 1 when admitted. Input tokens (as Anthropic counts them: no cache reads)
+Requests count 1 when admitted, and are given back when the request never reached an upstream
+(it was unreachable) or the gateway itself failed it (`core.errors.unsent`). Input tokens (as Anthropic counts them: no cache reads)
 are known only from the upstream's usage: a request is admitted while the input bucket
 is not empty, and charged its input at the end. Output tokens are reserved from
 `max_tokens` at the start, and the unused part refunded at the end. `count_tokens`
@@ -142,7 +143,9 @@ class Admission:
             used_out = outcome.output_tokens
         changes = []
         for rule, want in zip(self._rules, self._wants, strict=True):
-            if rule.kind == "input" and used_in:
+            if rule.kind == "request" and outcome.unsent:  # the gateway's to fail: the request given back
+                changes.append((want, 1.0))
+            elif rule.kind == "input" and used_in:
                 changes.append((want, -float(used_in)))
             elif rule.kind == "output" and self._reserved != used_out:
                 changes.append((want, float(self._reserved - used_out)))
