@@ -124,3 +124,18 @@ def test_a_spent_budget_stays_spent_after_a_restart_without_redis(
     stop_later(process)
     assert _answers(url, "key-a") == 429  # still spent
     assert _answers(url, "key-b") == 200  # another key's budget is its own
+
+
+def test_a_reload_keeps_what_the_limits_counted(upstream: FakeUpstream, stop_later: Any, tmp_path: Path) -> None:
+    config = tmp_path / "dragoman.toml"
+    limits = "\n[limits]\nrequests_per_minute = 1\n"  # a minute to refill: longer than the test
+    config.write_text('[server]\napi_keys = ["key-a"]\n' + limits)
+    process, url = _start(upstream.url, "--config", str(config))
+    stop_later(process)
+    log = Stderr(process)
+    assert _answers(url, "key-a") == 200
+    config.write_text('[server]\napi_keys = ["key-a", "key-b"]\n' + limits)
+    process.send_signal(signal.SIGHUP)
+    log.wait_for(SWAPPED)
+    assert _answers(url, "key-a") == 429  # its bucket handed over, still empty
+    assert _answers(url, "key-b") == 200
