@@ -12,8 +12,8 @@ import datetime
 import logging
 import time
 
-from dragoman.core.gateway import Gateway
-from dragoman.limits.settings import LimitsConfig
+from dragoman.assembly.gateway import Gateway
+from dragoman.core.limit_settings import LimitsConfig
 from dragoman.limits.store import LocalStore
 from dragoman.usage.ledger import used_since
 from dragoman.usage.stores import store_for

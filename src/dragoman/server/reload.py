@@ -24,8 +24,8 @@ import signal
 from collections.abc import Callable
 from typing import Protocol
 
+from dragoman.assembly.gateway import Gateway
 from dragoman.core.config import Config, ConfigError
-from dragoman.core.gateway import Gateway
 from dragoman.limits.slots import Concurrency
 from dragoman.limits.store import LocalStore
 from dragoman.server.lifecycle import Running
