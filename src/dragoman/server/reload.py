@@ -138,8 +138,15 @@ class Reloader:
                 log.warning("SIGHUP: server.%s changed; it takes effect at the next restart", key)
         await old.gateway.batches.close()  # let its batches go: the new keeper takes them over
         handed = hand_over(old.gateway, new)
-        self.running = Running(new)
-        await self.running.start(seed=not handed)
+        started = Running(new)
+        try:
+            await started.start(seed=not handed)
+        except Exception:  # the disk, say: the old one serves on, its batches left for the next start
+            log.exception("SIGHUP: the new configuration could not start; the old one serves on")
+            _let_go(new)
+            await started.close()
+            return False
+        self.running = started
         self._app.swap(new)
         retiring = asyncio.create_task(self._retire(old), name="retire a gateway")
         self._retiring[retiring] = old
