@@ -286,3 +286,30 @@ def test_an_upstream_failure_carries_the_limits_headers_too(upstream, gateway_fr
         _ask(_client(gateway))
     assert caught.value.status_code >= 500
     assert caught.value.response.headers["anthropic-ratelimit-requests-remaining"] == "9"
+
+
+@pytest.mark.parametrize("store", ["in-process", "redis"])
+def test_a_request_that_never_reached_an_upstream_gives_its_request_back(upstream, gateway_from, dead_port, store,
+                                                                         request):  # fmt: skip
+    limits: dict[str, Any] = {"requests_per_minute": 2, "output_tokens_per_minute": 300}
+    if store == "redis":
+        limits |= {
+            "redis_url": request.getfixturevalue("redis_url"),
+            "redis_prefix": request.getfixturevalue("redis_prefix"),
+        }
+    gateway = gateway_from({"server": KEYS, "limits": limits, "upstreams": {
+        "default": {"url": upstream.url, "max_retries": 0},
+        "down": {"url": f"http://127.0.0.1:{dead_port}/v1", "max_retries": 0}},
+        "models": [{"name": "down-model", "upstream": "down"}]})  # fmt: skip
+    client = _client(gateway)
+    for stream in (False, True, False, True):  # more than the limit: each unreachable, none counted
+        with pytest.raises(anthropic.APIStatusError) as caught:
+            client.messages.create(model="down-model", max_tokens=100, stream=stream,
+                                   messages=[{"role": "user", "content": "Hi"}])  # fmt: skip
+        assert caught.value.status_code == 502 and "unreachable" in caught.value.message
+    raw = _ask(client, max_tokens=100)
+    assert raw.headers["anthropic-ratelimit-requests-remaining"] == "1"  # the 502s gave theirs back
+    assert int(raw.headers["anthropic-ratelimit-output-tokens-remaining"]) >= 200 - 10  # their reservations too
+    _ask(client)
+    with pytest.raises(anthropic.RateLimitError):  # the limit itself holds
+        _ask(client)
