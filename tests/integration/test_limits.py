@@ -107,8 +107,13 @@ def test_per_model_limits(upstream, gateway_from):
 def test_the_sdk_retries_a_429_by_its_retry_after(upstream, gateway_from):
     gateway = gateway_from(_config(upstream, {"requests_per_minute": 60}))  # one more each second
     client = _client(gateway)
-    for _ in range(60):
-        _ask(client)
+    served = 0
+    for _ in range(200):  # until the bucket is empty: 60 at once, more if the machine is slow to send them
+        try:
+            _ask(client)
+        except anthropic.RateLimitError:
+            break
+        served += 1
     refusals: list[str] = []
     hooks = {"response": [lambda r: refusals.append(r.headers.get("retry-after")) if r.status_code == 429 else None]}
     retrying = anthropic.Anthropic(base_url=gateway.url, api_key="sk-solo", max_retries=2,
@@ -116,7 +121,7 @@ def test_the_sdk_retries_a_429_by_its_retry_after(upstream, gateway_from):
     message = retrying.messages.create(model="test-model", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
     assert message.content[0].text == "Hello!"
     assert refusals and refusals[0] == "1"  # refused once, retried after the second it named
-    assert len(upstream.requests) == 61
+    assert len(upstream.requests) == served + 1
 
 
 def test_output_tokens_are_reserved_from_max_tokens(upstream, gateway_from):
