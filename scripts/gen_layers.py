@@ -32,10 +32,11 @@ FLOORS: list[list[str]] = [
     ["tokens/", "files/"],
     ["translate/", "calls/"],
     ["limits/", "usage/", "upstream/", "notices/"],
-    ["backends/"],
+    ["servertools/"],  # run by backends/openai, handed backends/fetch.py's fetcher and address check
+    ["backends/", "keys/"],
     ["batches/"],
     ["assembly/"],
-    ["server/", "quickstart.py"],
+    ["server/", "quickstart.py", "keys_command.py"],
     ["cli.py"],
     ["__main__.py"],
 ]

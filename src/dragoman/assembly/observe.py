@@ -1,9 +1,10 @@
 """What operators see: Prometheus metrics and one JSON log line per request.
 
 Backends note what happened on the request's `Outcome` (tokens, keep-alives,
-retries); `observe` wraps the reply so the line and the metrics are written once
-the last byte has gone out, or the client has left. Message contents and keys are
-never logged.
+retries); `Metrics.record` writes the line and the metrics from it, and hands it to the
+sinks (usage, the trace), when the request's `Finish` ends it: once the last byte has
+gone out, or the client has left. Recording is all it does. Message contents and keys
+are never logged.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dragoman.calls.types import Completed, Outcome, Reply
 from dragoman.core.error_mapping import anthropic_envelope
+from dragoman.core.redaction import redact
 
 log = logging.getLogger("dragoman.access")
 
@@ -101,10 +103,18 @@ class Metrics:
             "dragoman_routing_prefix_match_tokens", "Prompt tokens matched in the chosen replica's prefix index",
             ["upstream", "replica"], buckets=TOKEN_BUCKETS, registry=r,
         )  # fmt: skip
+        self.server_tools = Counter("dragoman_server_tool_calls", "Server tool calls the gateway ran (dragoman.servertools)",
+                                    ["tool", "provider", "outcome"], registry=r)  # fmt: skip
         self._cache: dict[tuple[int, tuple[str, ...]], Any] = {}
 
+    def outcome(self, request_id: str, endpoint: str) -> Outcome:
+        """A new request's outcome, recorded here when the request ends (`Outcome.finish`)."""
+        outcome = Outcome(request_id=request_id, endpoint=endpoint)
+        outcome.finish.record = self.record
+        return outcome
+
     def record(self, outcome: Outcome) -> None:
-        outcome.finish()
+        """One finished request's metrics, sinks and log line (from its `Finish`, once)."""
         duration = time.perf_counter() - outcome.started
         # Labelled by the served model: client-chosen names would make series without bound.
         model = (outcome.served_model if outcome.served_model_listed else "unlisted") or "unknown"
@@ -126,6 +136,8 @@ class Metrics:
         if outcome.disconnected:
             self.disconnects.inc()
         self._count_usage(outcome, model)
+        for tool, provider, result in outcome.server_tool_runs:
+            self._series(self.server_tools, tool, provider, result).inc()
         for sink in self.sinks:
             sink(outcome, duration)
         if outcome.routing:
@@ -183,10 +195,18 @@ def _line(outcome: Outcome, duration: float) -> str:
         "ttft_ms": None if outcome.first_byte is None else round((outcome.first_byte - outcome.started) * 1000, 1),
         "duration_ms": round(duration * 1000, 1),
         "error": outcome.error_type,
+        "error_message": logged_message(outcome.error_message),
         "client_disconnected": outcome.disconnected or None,
         "tools_dropped": outcome.tools_dropped or None,
     }
     return json_line(fields)
+
+
+def logged_message(message: str | None) -> str | None:
+    """An error's message as the access line has it: without keys (an upstream may quote one
+    back), on one line, capped by `json_line`. It names no more of the request than the
+    client's own answer does."""
+    return None if not message else redact(" ".join(message.split()))
 
 
 def json_line(fields: dict[str, Any]) -> str:
@@ -197,13 +217,12 @@ def json_line(fields: dict[str, Any]) -> str:
     )
 
 
-def observe(reply: Reply, outcome: Outcome, metrics: Metrics) -> Reply:
-    """Record the outcome of a complete reply now; a stream's is recorded at its end
-    (see endpoints.EventStreamResponse)."""
+def observe(reply: Reply, outcome: Outcome) -> Reply:
+    """Note the reply's status on the outcome, and for a whole reply the error type of an
+    upstream's error relayed as it came."""
     outcome.status = reply.status
-    if isinstance(reply, Completed):
-        if reply.status >= 400 and outcome.error_type is None:  # an upstream's error relayed as it came
-            envelope = anthropic_envelope(reply.body)
-            outcome.error_type = envelope.error.type if envelope is not None else "api_error"
-        metrics.record(outcome)
+    if isinstance(reply, Completed) and reply.status >= 400 and outcome.error_type is None:
+        envelope = anthropic_envelope(reply.body)  # an upstream's error relayed as it came
+        outcome.error_type = envelope.error.type if envelope is not None else "api_error"
+        outcome.error_message = envelope.error.message if envelope is not None else None
     return reply

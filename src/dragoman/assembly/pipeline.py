@@ -23,7 +23,7 @@ from dragoman.assembly.request_trace import RequestTrace
 from dragoman.assembly.threads import ThreadStore, Turn
 from dragoman.assembly.tracing import Tracing
 from dragoman.calls.types import Call, Caller, Completed, Outcome, Reply, Route
-from dragoman.core.errors import InvalidRequest, RequestTooLarge
+from dragoman.core.errors import InvalidRequest, RequestTooLarge, unsent
 from dragoman.core.validation import decode_request
 from dragoman.files.store import FileStore
 from dragoman.limits.gate import Admission, Limits
@@ -129,14 +129,14 @@ class Pipeline:
                 caller = prepared.caller or Caller(owner="")
                 admission = await self._limits.admit(caller.key_id, caller.tenant, call, endpoint)
                 prepared.admission = admission
-                outcome.release = functools.partial(admission.settle, outcome)  # settled at its end, see observe()
+                outcome.finish.hold(functools.partial(admission.settle, outcome))  # at the request's end
             if limiter is not None:
                 await limiter.acquire(queue=endpoint != "batch")
-                outcome.release = _both(limiter.release, outcome.release)  # at the reply's last byte, see observe()
+                outcome.finish.hold(limiter.release)  # at the reply's last byte, or its failure
             handler = route.backend.count_tokens if endpoint == "count_tokens" else route.backend.messages
             reply = await handler(call, route)
-        except BaseException:
-            outcome.finish()
+        except BaseException as error:
+            outcome.unsent = unsent(error)  # before its settlement: [limits] give the request back
             raise
         outcome.path = route.path  # an `auto` upstream knows its path only after its probe
         if outcome.trace is not None:
@@ -145,26 +145,11 @@ class Pipeline:
 
 
 def _traced(reply: Reply, trace: RequestTrace) -> None:
-    """Let the trace read the reply: a whole message now, a stream as it goes by (every chunk
-    then passes through the trace's watch rather than being written straight to the client)."""
+    """Let the trace read the reply: a whole message now, a stream as it goes by."""
     if isinstance(reply, Completed):
         trace.completed(reply.body)
     else:
-        reply.chunks = trace.watch(reply.chunks)
-        reply.direct = None
-
-
-def _both(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
-    if then is None:
-        return first
-
-    def both() -> None:
-        try:
-            first()
-        finally:
-            then()
-
-    return both
+        reply.observe(trace.seen)
 
 
 def _check_batchable(request: anthropic.MessagesRequest | anthropic.Envelope) -> None:

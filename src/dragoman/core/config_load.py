@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from dragoman.core import limit_settings
-from dragoman.core.config import CacheRouting, Config, ConfigError, UpstreamConfig
+from dragoman.core.config import CacheRouting, Config, ConfigError, UpstreamConfig, api_keys_enabled
 from dragoman.core.config_sift import readable, sift
 
 
@@ -41,7 +41,11 @@ def from_dict(data: dict[str, Any]) -> Config:
 
 def _check(config: Config, problems: list[str]) -> None:
     """What the types cannot say, every problem appended to `problems`."""
-    if (problem := limit_settings.check(config.limits, config.server.tenants)) is not None:
+    server = config.server
+    tenants = {*server.tenants, *server.tenants_env, *server.tenants_file}
+    if api_keys_enabled(config):  # a tenant may be named by keys made at run time
+        tenants |= set(config.limits.tenants)
+    if (problem := limit_settings.check(config.limits, tenants)) is not None:
         problems.append(problem)
     _check_server(config, problems)
     for name, upstream in config.upstreams.items():
@@ -53,6 +57,8 @@ def _check(config: Config, problems: list[str]) -> None:
         for key in ("context_window", "max_output_tokens"):
             if getattr(model, key) is not None and getattr(model, key) < 1:
                 problems.append(f"models.{index}.{key}: must be a positive number of tokens, got {getattr(model, key)}")
+        if model.price is not None and min(msgspec.structs.astuple(model.price)) < 0:
+            problems.append(f"models.{index}.price: prices are 0 or more USD per million tokens")
         if not model.reasoning_efforts:
             problems.append(f"models.{index}.reasoning_efforts: at least one effort is needed")
     for key in ("max_bytes", "max_total_bytes", "max_files"):
@@ -72,6 +78,7 @@ def _check(config: Config, problems: list[str]) -> None:
         elif key in ("expire_after", "retain_for") and getattr(config.batches, key) > 366 * 24 * 3600:
             problems.append(f"batches.{key}: at most a year of seconds (31622400), got {getattr(config.batches, key)}")
     _check_usage(config, problems)
+    _check_server_tools(config, problems)
     default = config.server.default_model
     if default and config.models and not any(default == m.name or default in m.aliases for m in config.models):
         problems.append(f"server.default_model: {default!r} is not a configured model name")
@@ -89,8 +96,28 @@ def _check_usage(config: Config, problems: list[str]) -> None:
     if url is not None and not url.startswith(("postgresql://", "postgres://")):  # never quoted: it may hold a password
         problems.append("usage.database_url: must be a postgresql:// URL")
     clients = set(config.server.api_keys) | {key for keys in config.server.tenants.values() for key in keys}
-    if clients & set(usage.admin_keys):  # never print the key
-        problems.append("usage.admin_keys: a key is also a client key (server.api_keys or tenants); use separate keys")
+    for where, admins in (("usage.admin_keys", usage.admin_keys), ("admin.keys", config.admin.keys)):
+        if clients & set(admins):  # never print the key
+            problems.append(f"{where}: a key is also a client key (server.api_keys or tenants); use separate keys")
+    if not 0 < config.admin.poll_interval <= 2:
+        problems.append(f"admin.poll_interval: more than 0 and at most 2 seconds, got {config.admin.poll_interval}")
+
+
+def _check_server_tools(config: Config, problems: list[str]) -> None:
+    search = config.web_search
+    if search is not None:
+        if search.provider == "searxng" and not search.url:
+            problems.append("web_search.url: SearXNG's base URL is required (e.g. http://127.0.0.1:8888)")
+        elif search.url and (problem := _url_problem(search.url)) is not None:
+            problems.append(f"web_search.url: {problem}")
+        if not 1 <= search.max_results <= 20:
+            problems.append(f"web_search.max_results: 1 to 20, got {search.max_results}")
+        if search.timeout <= 0:
+            problems.append(f"web_search.timeout: must be positive, got {search.timeout}")
+    if config.web_fetch is not None and config.web_fetch.max_content_tokens < 1:
+        problems.append(f"web_fetch.max_content_tokens: must be positive, got {config.web_fetch.max_content_tokens}")
+    if config.mcp is not None and config.mcp.timeout <= 0:
+        problems.append(f"mcp.timeout: must be positive, got {config.mcp.timeout}")
 
 
 def _check_server(config: Config, problems: list[str]) -> None:
