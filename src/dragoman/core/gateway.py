@@ -37,6 +37,7 @@ from dragoman.core.tracing import build_tracing
 from dragoman.core.types import Backend, NoModelList, Route, UpstreamModel
 from dragoman.files.store import FileStore
 from dragoman.limits import gate
+from dragoman.safeguards.service import Safeguards
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
 from dragoman.upstream.gauges import LoadCollector
 from dragoman.usage.stores import store_for
@@ -114,7 +115,8 @@ class Gateway:
         self.pipeline = Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,
                                  max_request_bytes=config.server.max_request_bytes,
                                  decode_whole=lambda: self.translates_only, tracing=self.tracing,
-                                 limits=self.limits)  # fmt: skip
+                                 limits=self.limits,
+                                 safeguards=Safeguards(config, self.route, self.metrics.record))  # fmt: skip
         self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
         self.usage: UsageWriter | None = None
         if config.usage.enabled:

@@ -185,6 +185,7 @@ def _line(outcome: Outcome, duration: float) -> str:
         "error": outcome.error_type,
         "client_disconnected": outcome.disconnected or None,
         "tools_dropped": outcome.tools_dropped or None,
+        "safeguards": outcome.safeguards,
     }
     return json_line(fields)
 

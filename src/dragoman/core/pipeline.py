@@ -28,6 +28,7 @@ from dragoman.core.validation import decode_request
 from dragoman.files.store import FileStore
 from dragoman.limits.gate import Admission, Limits
 from dragoman.protocol import anthropic
+from dragoman.safeguards.service import Safeguards
 
 Endpoint = Literal["messages", "count_tokens", "batch"]
 # Claude Code's session (the session_id of its metadata.user_id): one conversation and its
@@ -69,6 +70,7 @@ class Pipeline:
         decode_whole: Callable[[], bool],
         tracing: Tracing | None = None,
         limits: Limits | None = None,
+        safeguards: Safeguards | None = None,
     ) -> None:
         self._route = route
         self._files = files
@@ -78,6 +80,7 @@ class Pipeline:
         self._decode_whole = decode_whole  # every upstream translates: decode the body once, here
         self.tracing = tracing  # None: tracing is off, and no request does any tracing work
         self._limits = limits
+        self._safeguards = safeguards  # Claude Code's auto mode (dragoman.safeguards)
 
     async def prepare(self, body: bytes, *, endpoint: Endpoint, headers: Mapping[str, str], caller: Caller,
                       outcome: Outcome) -> Prepared:  # fmt: skip
@@ -139,7 +142,10 @@ class Pipeline:
                 await limiter.acquire(queue=endpoint != "batch")
                 outcome.release = _both(limiter.release, outcome.release)  # at the reply's last byte, see observe()
             handler = route.backend.count_tokens if endpoint == "count_tokens" else route.backend.messages
-            reply = await handler(call, route)
+            if self._safeguards is not None and endpoint != "count_tokens":
+                reply = await self._safeguards.send(call, route, handler)
+            else:
+                reply = await handler(call, route)
         except BaseException:
             outcome.finish()
             raise

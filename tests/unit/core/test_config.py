@@ -391,7 +391,7 @@ def test_the_example_config_loads_and_shows_every_key() -> None:
     shown = _example_keys()
     structs = {"server": [config.ServerConfig], "upstreams": [OpenAIUpstream, AnthropicUpstream, config.AutoUpstream],
                "models": [config.ModelConfig], "batches": [config.BatchesConfig], "files": [config.FilesConfig],
-               "limits": [config.LimitsConfig]}  # fmt: skip
+               "limits": [config.LimitsConfig], "safeguards": [config.SafeguardsConfig]}  # fmt: skip
     for table, types in structs.items():
         missing = {f for t in types for f in t.__struct_fields__} - shown.get(table, set())
         assert not missing, (table, missing)
@@ -442,3 +442,17 @@ def test_every_problem_is_reported_with_a_suggestion_for_typos() -> None:
 
 def test_one_problem_is_one_line_without_a_count() -> None:
     assert failure(good(server={"prot": 1})) == "server.prot: unknown key (did you mean port?)"
+
+
+def test_safeguards_settings_are_checked_and_forward_is_for_native_upstreams() -> None:
+    url = {"url": "http://127.0.0.1:1/v1"}
+    with pytest.raises(ConfigError) as caught:
+        config_load.from_dict({"safeguards": {"timeout": 0, "transcript_chars": 10},
+                               "upstreams": {"local": {**url, "safeguards": "forward"}}})  # fmt: skip
+    problems = caught.value.problems
+    assert any(p.startswith("safeguards.timeout: must be a positive") for p in problems)
+    assert any(p.startswith("safeguards.transcript_chars: at least 1000") for p in problems)
+    assert any(p.startswith("upstreams.local.safeguards") for p in problems)  # an openai upstream has no such key
+    loaded = config_load.from_dict({"safeguards": {"model": "judge"},
+                                    "upstreams": {"native": {**url, "protocol": "anthropic", "safeguards": "forward"}}})  # fmt: skip
+    assert loaded.safeguards.model == "judge" and loaded.upstreams["native"].safeguards == "forward"  # type: ignore[union-attr]
