@@ -1,0 +1,45 @@
+"""What operators see of auto mode's classifier calls: a usage record and metrics under the
+caller's key, marked `classifier`; each verdict in the access log (tool and outcome, never
+its input)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from dragoman.server.auth import key_id
+from tests.support.fakes import FakeUpstream
+from tests.support.safeguards import BASH, BETAS, SAFEGUARDS, model_calls, verdicts
+
+
+def test_a_classifier_call_is_the_callers_and_marked_so(upstream: FakeUpstream, gateway_from: Any, tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    server = gateway_from({"server": {"api_keys": ["key-a"]}, "usage": {"dir": str(tmp_path)},
+                           "safeguards": {"model": "test-model"},
+                           "upstreams": {"default": {"url": upstream.url, "max_retries": 0}}})  # fmt: skip
+    upstream.queue(model_calls(("call_ls", "ls secret-dir"), ("call_rm", "rm -rf ~")), verdicts(False, True))
+    client = anthropic.Anthropic(base_url=server.url, api_key="key-a", max_retries=0)
+    with caplog.at_level(logging.INFO, logger="dragoman.access"):
+        client.messages.create(model="test-model", max_tokens=200, messages=[{"role": "user", "content": "tidy"}],
+                               tools=[BASH], extra_body={"safeguards": SAFEGUARDS},
+                               extra_headers={"anthropic-beta": BETAS})  # fmt: skip
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dragoman.access"]
+    classifier = next(line for line in lines if line["endpoint"] == "classifier")
+    messages = next(line for line in lines if line["endpoint"] == "messages")
+    assert classifier["key_id"] == messages["key_id"] == key_id("key-a")
+    assert classifier["input_tokens"] == 900 and classifier["output_tokens"] == 30
+    assert messages["safeguards"] == ["Bash=not_flagged", "Bash=flagged"]
+    assert not any("secret-dir" in r.getMessage() or "rm -rf" in r.getMessage() for r in caplog.records)
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert 'dragoman_requests_total{endpoint="classifier",model="test-model"' in metrics
+    server.stop()  # the usage writer's last flush
+    with sqlite3.connect(tmp_path / "usage.sqlite3") as db:
+        rows = db.execute("SELECT endpoint, key_id, input_tokens, output_tokens FROM usage_records").fetchall()
+    assert sorted(rows) == sorted([("classifier", key_id("key-a"), 900, 30), ("messages", key_id("key-a"), 10, 5)])
