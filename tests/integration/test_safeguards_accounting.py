@@ -16,6 +16,7 @@ import pytest
 
 from dragoman.server.auth import key_id
 from tests.support.fakes import FakeUpstream
+from tests.support.otlp import OtlpReceiver
 from tests.support.safeguards import BASH, BETAS, SAFEGUARDS, model_calls, verdicts
 
 
@@ -43,3 +44,20 @@ def test_a_classifier_call_is_the_callers_and_marked_so(upstream: FakeUpstream, 
     with sqlite3.connect(tmp_path / "usage.sqlite3") as db:
         rows = db.execute("SELECT endpoint, key_id, input_tokens, output_tokens FROM usage_records").fetchall()
     assert sorted(rows) == sorted([("classifier", key_id("key-a"), 900, 30), ("messages", key_id("key-a"), 10, 5)])
+
+
+def test_the_verdicts_are_on_the_requests_span(upstream: FakeUpstream, gateway_from: Any) -> None:
+    receiver = OtlpReceiver().start()
+    try:
+        server = gateway_from({"safeguards": {"model": "test-model"}, "tracing": {"enabled": True, "endpoint": receiver.url},
+                               "upstreams": {"default": {"url": upstream.url, "max_retries": 0}}})  # fmt: skip
+        upstream.queue(model_calls(("call_rm", "rm -rf ~")), verdicts(True))
+        client = anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0)
+        client.messages.create(model="test-model", max_tokens=200, messages=[{"role": "user", "content": "tidy"}],
+                               tools=[BASH], extra_body={"safeguards": SAFEGUARDS})  # fmt: skip
+        server.stop()  # its shutdown exports the spans
+        (span,) = [span for span in receiver.spans() if span.kind == 2]  # the server span
+    finally:
+        receiver.stop()
+    assert span.attributes["dragoman.safeguards"] == ["Bash=flagged"]
+    assert not any("rm -rf" in str(value) for value in span.attributes.values())
