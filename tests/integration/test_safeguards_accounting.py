@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,10 @@ import httpx
 import pytest
 
 from dragoman.server.auth import key_id
+from tests.support.bench import ROOT
 from tests.support.fakes import FakeUpstream
 from tests.support.otlp import OtlpReceiver
-from tests.support.safeguards import BASH, BETAS, SAFEGUARDS, model_calls, verdicts
+from tests.support.safeguards import BASH, BETAS, SAFEGUARDS, is_classifier, model_calls, verdicts
 
 
 def test_a_classifier_call_is_the_callers_and_marked_so(upstream: FakeUpstream, gateway_from: Any, tmp_path: Path,
@@ -61,3 +64,14 @@ def test_the_verdicts_are_on_the_requests_span(upstream: FakeUpstream, gateway_f
         receiver.stop()
     assert span.attributes["dragoman.safeguards"] == ["Bash=flagged"]
     assert not any("rm -rf" in str(value) for value in span.attributes.values())
+
+
+def test_the_cost_bench_runs_through_a_gateway(upstream: FakeUpstream, gateway_from: Any) -> None:
+    """bench/safeguards_cost.py, so it never rots (no timing asserted)."""
+    server = gateway_from({"upstreams": {"default": {"url": upstream.url, "max_retries": 0}}})
+    upstream.queue(verdicts(False), verdicts(False))
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "safeguards_cost.py"), "--gateway", server.url,
+                             "--model", "test-model", "--runs", "2"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "~360000 tokens per action" in result.stdout and "answers read: 2/2" in result.stdout
+    assert is_classifier(upstream.requests[0])
