@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from dragoman.core.types import Streaming
-from dragoman.protocol.sse import PING
+from dragoman.protocol.sse import KEEPALIVE_COMMENT, PING
 
 Decide = Callable[[dict[str, Any]], Awaitable[list[dict[str, Any]]]]  # the message so far -> safeguard_results
 
@@ -71,7 +71,7 @@ def _data(event: bytes) -> dict[str, Any]:
 async def _held(chunks: AsyncIterator[bytes], decide: Decide, interval: float) -> AsyncIterator[bytes]:
     watch, buffer = _Watch(), b""
     async for chunk in chunks:
-        if chunk is PING:
+        if chunk is PING or chunk is KEEPALIVE_COMMENT:  # passed as they are: the endpoint counts them
             yield chunk
             continue
         buffer += chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
