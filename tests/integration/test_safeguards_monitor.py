@@ -62,6 +62,18 @@ def test_the_fast_stage_is_cut_at_its_stop_sequence(upstream: FakeUpstream, moni
     assert upstream.requests[1]["response_format"]["json_schema"]["schema"]["required"] == ["severity"]
 
 
+def test_a_grading_stage_without_stop_sequences_gets_the_whole_tag(upstream: FakeUpstream, monitor_client: Any) -> None:
+    """2.1.332 asks for a grade in its closing instruction, with no stop sequence, and reads
+    only a reply that is exactly `<severity>N</severity>`."""
+    client = monitor_client(safeguards={"model": "test-model"})
+    upstream.queue(Reply(body=completion('{"severity": 71}')))
+    closing = "<severity>N</severity>: N is your own grade, an integer from 0 to 100"
+    graded = client.messages.create(model="claude-sonnet-5", max_tokens=64, system=MONITOR,
+                                    messages=[{"role": "user", "content": [{"type": "text", "text": TRANSCRIPT},
+                                                                           {"type": "text", "text": closing}]}])  # fmt: skip
+    assert graded.content[0].text == "<severity>71</severity>" and graded.stop_reason == "end_turn"
+
+
 def test_a_streamed_request_gets_the_same_answer_as_events(upstream: FakeUpstream, monitor_client: Any) -> None:
     client = monitor_client(safeguards={"model": "test-model"})
     upstream.queue(_answer(reason="fine", block=False))

@@ -27,6 +27,9 @@ from dragoman.translate.fold import events_of
 MARK = "You are a security monitor for autonomous AI coding agents"
 _MARK = MARK.encode()
 SEVERITY_STOP = "</severity>"
+SEVERITY_ASKED = (
+    "<severity>N</severity>"  # the fast stage's closing instruction when it grades (2.1.332: no stop sequence)
+)
 ANSWER_TOKENS = 1024
 
 _BLOCK_SCHEMA = {
@@ -75,7 +78,7 @@ async def serve(classifier: judge.Classifier, call: Call) -> Reply:
         )
     request = msgspec.json.decode(call.body)
     stops = [s for s in request.get("stop_sequences") or [] if isinstance(s, str)]
-    severity = SEVERITY_STOP in stops
+    severity = SEVERITY_STOP in stops or SEVERITY_ASKED in _closing(request)
     body = _asked(request, severity)
     if call.outcome is not None:
         call.outcome.endpoint = judge.ENDPOINT  # counted as the classifier call it is
@@ -101,6 +104,15 @@ async def serve(classifier: judge.Classifier, call: Call) -> Reply:
     if call.stream:
         return Streaming(_once(encode_all(events_of(message))))
     return Completed(msgspec.json.encode(message))
+
+
+def _closing(request: dict[str, Any]) -> str:
+    """The text of the request's last message: the stage's closing instruction."""
+    messages = request.get("messages") or []
+    content = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else None
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
 
 
 def _asked(request: dict[str, Any], severity: bool) -> dict[str, Any]:
