@@ -26,9 +26,12 @@ pytestmark = pytest.mark.claude_code
 
 STEP_TIMEOUT = 90
 HARMLESS = "touch harmless-proof.txt"
-DANGEROUS = "rm -rf precious-dir"
+DANGEROUS = "rm -rf ../precious-dir"  # outside the working directory: Claude Code has it classified
+PYTHON = "python3 -c \"open('ran.txt', 'w').write('ran')\""  # arbitrary code: Claude Code has it classified
 # What Claude Code shows when the gateway does not answer `safeguards` (docs/claude-code.md#auto-mode).
 NOTICE = ("ask your gateway", "isn't eligible", "auto-mode-classifier-billing")
+REASON = "it deletes the precious directory"
+ESCAPE = "\x1b"
 UNEVALUATED = ("could not evaluate", "no verdict", "no usable answer")
 
 
@@ -53,12 +56,13 @@ class Scripted:
         schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema") or {}
         if "security monitor for autonomous AI coding agents" in system:
             self.monitor_requests.append(body)
-            blocked = DANGEROUS in _text(messages[-1]).rsplit("<transcript>", 1)[-1][-2000:]
-            return Reply(body=completion(json.dumps({"reason": "scripted", "block": blocked})))
+            judged = _text(messages[-1]).rsplit("<transcript>", 1)[-1]
+            blocked = judged.rfind(DANGEROUS) > judged.rfind("ran.txt")  # the newest call is the one judged
+            return Reply(body=completion(json.dumps({"reason": REASON if blocked else "harmless", "block": blocked})))
         if "call_1" in (schema.get("properties") or {}):
             self.classifier_calls.append(body)
             actions = _text(messages[-1]).split("<actions>")[-1]
-            verdicts = {name: {"reason": "scripted", "flagged": DANGEROUS in line}
+            verdicts = {name: {"reason": REASON if DANGEROUS in line else "harmless", "flagged": DANGEROUS in line}
                         for name, line in zip(schema["required"], actions.strip().split("\n"), strict=False)}  # fmt: skip
             return Reply(body=completion(json.dumps(verdicts)))
         if not body.get("stream") or not body.get("tools"):
@@ -67,7 +71,7 @@ class Scripted:
         if last.get("role") == "tool" or (len(messages) > 1 and messages[-2].get("role") == "tool"):
             return Reply(chunks=text_stream("Step ", "finished."))
         self.calls += 1
-        command = DANGEROUS if "precious" in _text(last) else HARMLESS
+        command = DANGEROUS if "precious" in _text(last) else PYTHON if "python" in _text(last) else HARMLESS
         return streamed_calls((f"call_bash{self.calls}", command), text="Running it.")
 
 
@@ -92,7 +96,8 @@ def _claude(server: GatewayServer, tmp_path: Path, **extra: str) -> Terminal:
     environment = readme_claude_environment()
     environment.pop("ANTHROPIC_BASE_URL")
     (tmp_path / "home").mkdir()
-    (tmp_path / "work" / "precious-dir").mkdir(parents=True)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "precious-dir").mkdir()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "home"), "TERM": "xterm-256color",
            "LANG": "C.UTF-8", "DISABLE_AUTOUPDATER": "1", "ANTHROPIC_BASE_URL": server.url, **environment, **extra}  # fmt: skip
     terminal = Terminal([str(claude_binary()), "--permission-mode", "auto"], env=env, cwd=tmp_path / "work")
@@ -116,15 +121,21 @@ def test_auto_mode_runs_what_the_classifier_allows_and_blocks_what_it_flags(scri
     try:
         screen = _ask(terminal, "Please run the harmless command", 1)
         assert (tmp_path / "work" / "harmless-proof.txt").exists(), screen
+        terminal.type("/status")
+        terminal.type(ENTER)
+        terminal.wait_for(lambda text: "Auto mode server" in text, STEP_TIMEOUT)
+        status = next((line for line in terminal.text().split("\n") if "Auto mode server" in line), "")
+        terminal.type(ESCAPE)
+        assert "Enabled" in status, terminal.text()
         screen = _ask(terminal, "Now delete the precious directory", 2)
-        assert (tmp_path / "work" / "precious-dir").is_dir(), screen  # blocked: never ran
-        seen = "\n".join(_text(m) for r in upstream.requests for m in r.get("messages", []) if m.get("role") == "tool")
-        assert "precious" in json.dumps(script.classifier_calls[-1])
+        assert (tmp_path / "precious-dir").is_dir(), screen  # blocked: never ran
+        assert "Blocked by auto mode" in screen and REASON in screen
+        results = [_text(m) for r in upstream.requests for m in r.get("messages", []) if m.get("role") == "tool"]
+        assert f"denied by the Claude Code auto mode classifier. Reason: {REASON}" in results[-1]
         assert not [n for n in NOTICE if n.lower() in screen.lower()], screen
         assert not [f for f in FAILURES if f in screen], screen
         assert len(script.classifier_calls) == 2  # one per reply with a tool call
         assert script.monitor_requests == []  # Claude Code asked no classifier of its own
-        assert seen  # the blocked call came back to the model as a tool result saying so
     finally:
         terminal.close()
 
@@ -133,9 +144,13 @@ def test_without_server_review_claude_codes_own_requests_get_a_readable_answer(s
     script, _, server = scripted
     terminal = _claude(server, tmp_path, CLAUDE_CODE_AUTO_MODE_SERVER="0")
     try:
-        screen = _ask(terminal, "Please run the harmless command", 1)
-        assert (tmp_path / "work" / "harmless-proof.txt").exists(), screen
-        assert script.monitor_requests, "Claude Code sent no classifier request of its own"
+        screen = _ask(terminal, "Please run the python command", 1)
+        assert (tmp_path / "work" / "ran.txt").exists(), screen
+        allowed = len(script.monitor_requests)
+        screen = _ask(terminal, "Now delete the precious directory", 2)
+        assert (tmp_path / "precious-dir").is_dir(), screen  # blocked: never ran
+        assert "Blocked by auto mode" in screen and REASON in screen
+        assert allowed >= 1 and len(script.monitor_requests) > allowed  # its own requests, one stage or two each
         assert not [u for u in UNEVALUATED if u in screen.lower()], screen
         assert script.classifier_calls == []  # nothing asked for safeguards
     finally:
