@@ -75,14 +75,16 @@ class Scripted:
         return streamed_calls((f"call_bash{self.calls}", command), text="Running it.")
 
 
-@pytest.fixture
-def scripted() -> Iterator[tuple[Scripted, FakeUpstream, GatewayServer]]:
+@pytest.fixture(params=["classifier"])
+def scripted(request: pytest.FixtureRequest) -> Iterator[tuple[Scripted, FakeUpstream, GatewayServer]]:
+    """The scripted upstream and a gateway before it: with it as `[safeguards] model`, or without one ("none")."""
     from dragoman.core.config_load import from_dict
 
     upstream = FakeUpstream().start()
     script = Scripted()
     upstream.responder = script
-    config = from_dict({"server": {"default_model": "test-model"}, "safeguards": {"model": "test-model"},
+    safeguards = {"model": "test-model"} if request.param == "classifier" else {}
+    config = from_dict({"server": {"default_model": "test-model"}, "safeguards": safeguards,
                         "upstreams": {"default": {"url": upstream.url, "max_retries": 0}}})  # fmt: skip
     server = GatewayServer(config).start()
     try:
@@ -153,5 +155,28 @@ def test_without_server_review_claude_codes_own_requests_get_a_readable_answer(s
         assert allowed >= 1 and len(script.monitor_requests) > allowed  # its own requests, one stage or two each
         assert not [u for u in UNEVALUATED if u in screen.lower()], screen
         assert script.classifier_calls == []  # nothing asked for safeguards
+    finally:
+        terminal.close()
+
+
+@pytest.mark.parametrize("scripted", ["none"], indirect=True)
+def test_without_a_classifier_model_claude_code_falls_back_and_nothing_runs_unchecked(scripted: Any,
+                                                                                     tmp_path: Path) -> None:  # fmt: skip
+    """What docs/claude-code.md says the user sees without `[safeguards] model`: the notice, then
+    Claude Code's own classifier requests, refused, so a classified action does not run."""
+    script, upstream, server = scripted
+    terminal = _claude(server, tmp_path)
+    try:
+        terminal.type("Please run the python command")
+        terminal.type(ENTER)
+        shown = terminal.wait_for(lambda text: any(n in text.lower() for n in NOTICE), STEP_TIMEOUT)
+        screen = terminal.text()
+        assert shown, screen
+        terminal.type(ENTER)  # "continue": with its own, billed, classifier requests
+        terminal.wait_for(lambda text: "Step finished." in text, STEP_TIMEOUT)
+        screen = terminal.text()
+        assert "auto mode's check had no usable answer" in screen, screen
+        assert not (tmp_path / "work" / "ran.txt").exists(), screen
+        assert script.classifier_calls == [] and script.monitor_requests == []  # refused before the upstream
     finally:
         terminal.close()
