@@ -27,15 +27,14 @@ import msgspec
 from dragoman.batches.catalog import Catalog
 from dragoman.batches.keeper import Keeper
 from dragoman.batches.quota import Usage, check_room
+from dragoman.batches.requests import Recorder, RequestPath
 from dragoman.batches.runs import Runner
 from dragoman.batches.store import PREFIX, BatchDir, BatchStore, Record
 from dragoman.core import ids
 from dragoman.core.config import BatchesConfig, data_dir
 from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
-from dragoman.core.observe import Metrics
 from dragoman.core.owners import Owners
 from dragoman.core.paging import page_of, remember_deleted
-from dragoman.core.pipeline import Pipeline
 from dragoman.core.validation import decode_request
 from dragoman.protocol.anthropic import forwarded_headers, timestamp
 from dragoman.protocol.batches import (
@@ -61,10 +60,15 @@ def _kept_headers(headers: Mapping[str, str], traceparent: str | None) -> dict[s
 
 class Batches:
     def __init__(
-        self, pipeline: Pipeline, metrics: Metrics, config: BatchesConfig, owners: Owners | None = None
+        self,
+        pipeline: RequestPath,
+        metrics: Recorder,
+        config: BatchesConfig,
+        owners: Owners | None = None,
+        store: BatchStore | None = None,  # another store over the same directory layout (tests' races)
     ) -> None:
         self._config = config
-        self._store = BatchStore(Path(config.dir).expanduser() if config.dir else data_dir("batches"))
+        self._store = store or BatchStore(Path(config.dir).expanduser() if config.dir else data_dir("batches"))
         self._catalog = Catalog(self._store, config.retain_for, owners)
         self._deleted: dict[str, Record] = {}  # the latest deleted here, so that a cursor naming one still places
         self._runner = Runner(pipeline, metrics, config, self._catalog.ended.__setitem__, self._wake_keeper)

@@ -14,7 +14,7 @@ from typing import Literal
 import msgspec
 from msgspec import Struct
 
-from dragoman.limits.settings import LimitsConfig
+from dragoman.core.limit_settings import LimitsConfig
 
 
 class ConfigError(Exception):
@@ -62,6 +62,9 @@ class ServerConfig(_Config, frozen=True):
     fetch_allow_private: bool = False
     fetch_max_bytes: int = 10 * 1024 * 1024
     fetch_timeout: float = 10.0
+    # All of one request's fetches, together; what all requests in flight hold, per process (529 past it).
+    fetch_total_timeout: float = 30.0
+    fetch_max_held_bytes: int = 64 * 1024 * 1024
     # Reject `thinking` on models that do not reason, as some peers do (default: ignore).
     strict_thinking: bool = False
     # thinking.budget_tokens up to the first is low effort, up to the second medium, above high.
@@ -206,7 +209,7 @@ class FilesConfig(_Config, frozen=True):
 
 
 class TracingConfig(_Config, frozen=True):
-    """OpenTelemetry traces and GenAI metrics (see core/tracing.py); the OTEL_* variables say the rest."""
+    """OpenTelemetry traces and GenAI metrics (see assembly/tracing.py); the OTEL_* variables say the rest."""
 
     enabled: bool | None = None  # None: on when OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set
     endpoint: str | None = None  # the collector's base URL; None: from the OTEL_* variables

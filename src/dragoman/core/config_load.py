@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
+from dragoman.core import limit_settings
 from dragoman.core.config import CacheRouting, Config, ConfigError, UpstreamConfig
 from dragoman.core.config_sift import readable, sift
-from dragoman.limits import settings as limit_settings
 
 
 def from_dict(data: dict[str, Any]) -> Config:
@@ -111,7 +111,8 @@ def _check_server(config: Config, problems: list[str]) -> None:
             seen[key] = tenant
     if not 0 < server.port < 65536:
         problems.append(f"server.port: must be 1 to 65535, got {server.port}")
-    for key in ("max_request_bytes", "max_connections", "fetch_max_bytes", "fetch_timeout"):
+    for key in ("max_request_bytes", "max_connections", "fetch_max_bytes", "fetch_timeout", "fetch_total_timeout",
+                "fetch_max_held_bytes"):  # fmt: skip
         if getattr(server, key) <= 0:
             problems.append(f"server.{key}: must be positive, got {getattr(server, key)}")
     if server.shutdown_grace < 0:

@@ -12,11 +12,11 @@ from typing import Any
 
 import msgspec
 
+from dragoman.calls.types import Call, Completed, Outcome, Route
 from dragoman.core import ids
 from dragoman.core.config import SafeguardsConfig
 from dragoman.core.error_mapping import anthropic_envelope
 from dragoman.core.errors import GatewayError
-from dragoman.core.types import Call, Completed, Outcome, Route
 from dragoman.safeguards import prompt, wire
 
 log = logging.getLogger("dragoman.safeguards")

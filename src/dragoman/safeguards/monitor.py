@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 
+from dragoman.calls.types import Call, Completed, Reply, Streaming
 from dragoman.core import ids
 from dragoman.core.errors import InvalidRequest, UpstreamError, UpstreamTimeout
-from dragoman.core.types import Call, Completed, Reply, Streaming
 from dragoman.protocol import anthropic
 from dragoman.protocol.sse import encode_all
 from dragoman.safeguards import judge, prompt

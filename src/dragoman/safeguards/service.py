@@ -17,8 +17,8 @@ from typing import Any
 
 import msgspec
 
+from dragoman.calls.types import Call, Completed, Outcome, Reply, Route
 from dragoman.core.config import Config
-from dragoman.core.types import Call, Completed, Outcome, Reply, Route
 from dragoman.safeguards import monitor, stream, wire
 from dragoman.safeguards.judge import Classifier, judge
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from dragoman.core.types import Streaming
+from dragoman.calls.types import Streaming
 from dragoman.protocol.sse import KEEPALIVE_COMMENT, PING
 
 Decide = Callable[[dict[str, Any]], Awaitable[list[dict[str, Any]]]]  # the message so far -> safeguard_results

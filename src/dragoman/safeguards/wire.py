@@ -9,8 +9,8 @@ from typing import Any
 
 import msgspec
 
+from dragoman.calls.types import Call
 from dragoman.core.errors import InvalidRequest
-from dragoman.core.types import Call
 from dragoman.protocol import anthropic
 
 KIND = "dangerous_tool_use"  # the one safeguard Claude Code asks for

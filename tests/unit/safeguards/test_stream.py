@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from dragoman.core.types import Streaming
+from dragoman.calls.types import Streaming
 from dragoman.protocol.sse import PING
 from dragoman.safeguards.stream import hold
 from tests.support.fake_anthropic import event
