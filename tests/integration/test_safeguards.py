@@ -5,6 +5,7 @@ official SDK, whole and streamed."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -196,13 +197,19 @@ def test_neither_field_nor_beta_reaches_the_translating_upstream(upstream: FakeU
         assert all(BETA not in value for value in headers.values())
 
 
-def test_without_a_classifier_model_the_answer_is_unsupported(upstream: FakeUpstream, make_gateway_with: Any) -> None:
-    client = make_gateway_with()
-    upstream.queue(model_calls(("call_a", "ls")))
-    assert _create(client).model_extra["safeguard_results"] == [
-        {"type": "dangerous_tool_use", "status": {"type": "unsupported"}}
-    ]
-    assert len(upstream.requests) == 1
+def test_without_a_classifier_model_the_answer_is_unsupported(upstream: FakeUpstream, make_gateway_with: Any,
+                                                               caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="dragoman.safeguards"):
+        client = make_gateway_with()
+        upstream.queue(model_calls(("call_a", "ls")), model_calls(("call_b", "ls")))
+        for _ in range(2):
+            assert _create(client).model_extra["safeguard_results"] == [
+                {"type": "dangerous_tool_use", "status": {"type": "unsupported"}}
+            ]
+    assert len(upstream.requests) == 2  # no classifier call
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "dragoman.safeguards"]
+    assert [level for level, _ in said] == [logging.INFO, logging.WARNING]  # at start-up; once asked, once
+    assert all(message.startswith("safeguards.model is not set") for _, message in said)
 
 
 def test_a_request_without_safeguards_gets_no_results(upstream: FakeUpstream, make_gateway_with: Any) -> None:

@@ -25,6 +25,8 @@ from dragoman.safeguards.judge import Classifier, judge
 log = logging.getLogger("dragoman.safeguards")
 
 Handler = Callable[[Call, Route], Awaitable[Reply]]
+UNSET = ("safeguards.model is not set: Claude Code's auto mode will fall back to its own classifier requests, which "
+         "the gateway refuses, so its checked actions do not run (docs/claude-code.md#auto-mode)")  # fmt: skip
 
 
 class _Messages(msgspec.Struct):
@@ -44,9 +46,9 @@ class Safeguards:
             name for name, upstream in config.upstreams.items() if getattr(upstream, "safeguards", "") == "forward"
         )
         self._interval = config.server.keepalive_interval
+        self._unset_said = False
         if config.safeguards.model is None and len(self._forward) < len(config.upstreams):
-            log.warning("safeguards.model is not set: Claude Code's auto mode will fall back to its own classifier "
-                        "requests, which the gateway refuses (docs/claude-code.md#auto-mode)")  # fmt: skip
+            log.info("%s", UNSET)  # a warning once a request asks for verdicts: most gateways serve no Claude Code
 
     async def send(self, call: Call, route: Route, handler: Handler) -> Reply:
         """`handler`'s reply to `call`, with `safeguard_results` where the request asked for them."""
@@ -76,6 +78,9 @@ class Safeguards:
         """The reply's `safeguard_results`: `unsupported` without a classifier model, else a
         verdict per tool_use id (none: `{}`, and no classifier call)."""
         if self.classifier.config.model is None:
+            if not self._unset_said:
+                self._unset_said = True
+                log.warning("%s", UNSET)
             return wire.UNSUPPORTED
         blocks, _ = wire.tool_uses(message)
         if not blocks:
@@ -87,6 +92,4 @@ class Safeguards:
         verdicts, entries = await judge(self.classifier, call, context, messages, message)
         if call.outcome is not None:
             call.outcome.safeguards = entries
-        if call.outcome is not None and call.outcome.trace is not None:
-            pass
         return wire.results(verdicts)
