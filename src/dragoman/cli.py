@@ -35,6 +35,7 @@ def build_config(
     host: str | None,
     port: int | None,
     log_level: str | None,
+    classifier_model: str | None = None,
 ) -> Config:
     """The file's config with the flags laid over it."""
     import msgspec
@@ -56,6 +57,8 @@ def build_config(
         if value is not None:
             server[key] = value
             flags[f"server.{key}"] = "--" + key.replace("_", "-")
+    if classifier_model is not None:  # Claude Code's auto mode (docs/claude-code.md#auto-mode)
+        data.setdefault("safeguards", {})["model"] = classifier_model
     try:
         return from_dict(data)
     except ConfigError as error:  # a key the user never wrote: name the flag that set it
@@ -105,6 +108,9 @@ def main() -> None:
     help="Key clients must present (repeatable; the variable: comma-separated).",
 )
 @click.option("--default-model", help="Serve unknown model names (such as claude-*) with this model.")
+@click.option(
+    "--classifier-model", help="Judge Claude Code's tool calls in auto mode with this model (safeguards.model)."
+)
 @click.option("--host", default=None, help="Address to bind (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port to bind (default 8765).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
@@ -112,14 +118,15 @@ def main() -> None:
     "--workers", type=click.IntRange(1, 64), default=1, show_default=True, help="Processes serving the same port."
 )
 def serve(config_path: str | None, upstream: str | None, upstream_api_key: str | None, api_keys: tuple[str, ...],
-          default_model: str | None, host: str | None, port: int | None, log_level: str | None, workers: int) -> None:  # fmt: skip
+          default_model: str | None, classifier_model: str | None, host: str | None, port: int | None,
+          log_level: str | None, workers: int) -> None:  # fmt: skip
     """Run the gateway."""
     if isinstance(api_keys, str):  # click passes the env var through unsplit
         api_keys = (api_keys,)
     try:
         config = build_config(
             config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=api_keys,
-            default_model=default_model, host=host, port=port, log_level=log_level,
+            default_model=default_model, host=host, port=port, log_level=log_level, classifier_model=classifier_model,
         )  # fmt: skip
     except ConfigError as error:
         _fail(str(error))
