@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.claude_cli import FAILURES, claude_binary, first_run, readme_claude_environment
+from tests.support.claude_cli import FAILURES, STEP_TIMEOUT, claude_binary, first_run, readme_claude_environment
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 from tests.support.servers import GatewayServer, config_for
 from tests.support.terminal import ENTER, Terminal
@@ -25,7 +25,6 @@ pytestmark = pytest.mark.claude_code
 
 QUESTION = "Which gateway answers?"
 ANSWER = "dragoman answers from the local model."
-STEP_TIMEOUT = 60
 
 
 def answer(body: dict[str, Any]) -> Reply:

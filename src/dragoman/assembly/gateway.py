@@ -115,7 +115,7 @@ class Gateway:
         self.pipeline = Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,
                                  max_request_bytes=config.server.max_request_bytes,
                                  decode_whole=lambda: self.translates_only, tracing=self.tracing,
-                                 limits=self.limits,
+                                 limits=self.limits, notice=config.server.tools_dropped_notice,
                                  safeguards=Safeguards(config, self.route, self.metrics.record))  # fmt: skip
         self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
         self.usage: UsageWriter | None = None
