@@ -45,7 +45,6 @@ class Safeguards:
         self._forward = frozenset(
             name for name, upstream in config.upstreams.items() if getattr(upstream, "safeguards", "") == "forward"
         )
-        self._interval = config.server.keepalive_interval
         self._unset_said = False
         if config.safeguards.model is None and len(self._forward) < len(config.upstreams):
             log.info("%s", UNSET)  # a warning once a request asks for verdicts: most gateways serve no Claude Code
@@ -72,7 +71,7 @@ class Safeguards:
             if isinstance(message, dict) and message.get("type") == "message":
                 reply.body = wire.with_results(reply.body, await decide(message))
             return reply
-        return stream.hold(reply, decide, self._interval)
+        return stream.hold(reply, decide)
 
     async def _results(self, call: Call, context: dict[str, Any], message: dict[str, Any]) -> list[dict[str, Any]]:
         """The reply's `safeguard_results`: `unsupported` without a classifier model, else a

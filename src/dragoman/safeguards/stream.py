@@ -1,113 +1,101 @@
 """The stream hold: a reply's events pass through as they come, but its final
 `message_delta` waits until the verdicts are in, and then carries them as
-`delta.safeguard_results` (as Anthropic's API sends them); pings keep the client's
-connection alive meanwhile.
-
-The one place a stream is held for safeguards: `hold` wraps the reply's chunks and turns
-off direct writes (it must see every event). When the pump offers observer/transformer
-hooks, this becomes one: it reads tool_use blocks as they go by, and transforms one event.
+`delta.safeguard_results` (as Anthropic's API sends them). A stream transform
+(`calls.streams`): `feed` reads the tool_use blocks going by and holds the delta; `finish`
+asks for the verdicts while the pump keeps the client's connection alive with pings.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import msgspec
 
 from dragoman.calls.types import Streaming
-from dragoman.protocol.sse import KEEPALIVE_COMMENT, PING
 
 Decide = Callable[[dict[str, Any]], Awaitable[list[dict[str, Any]]]]  # the message so far -> safeguard_results
+_EVENT_END = re.compile(rb"\r?\n\r?\n")
 
 
-def hold(reply: Streaming, decide: Decide, interval: float) -> Streaming:
-    """`reply`, its final message_delta held for `decide`'s results (pings every `interval` s)."""
-    reply.chunks = _held(reply.chunks, decide, interval)
-    reply.direct = None  # every event goes through `_held`
+def hold(reply: Streaming, decide: Decide) -> Streaming:
+    """`reply`, its final message_delta held for `decide`'s results."""
+    reply.transform(HeldDelta(decide))
     return reply
 
 
-class _Watch:
-    """The tool_use blocks of a stream, from its events (their input joined at the end)."""
+class HeldDelta:
+    """Passes whole events on, reading tool_use blocks; holds `message_delta` and what
+    follows until `finish`, which adds the results to it. A partial event (a stream no pump
+    cuts into events) waits for its end."""
 
-    def __init__(self) -> None:
-        self.blocks: dict[int, dict[str, Any]] = {}
-        self.pieces: dict[int, list[str]] = {}
+    __slots__ = ("_decide", "_blocks", "_pieces", "_pending", "_held")
 
-    def see(self, event: bytes) -> None:
-        if event.startswith(b"event: content_block_start"):
+    def __init__(self, decide: Decide) -> None:
+        self._decide = decide
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._pieces: dict[int, list[str]] = {}
+        self._pending = b""
+        self._held: list[bytes] | None = None  # from message_delta on, once it came
+
+    def feed(self, chunk: bytes) -> Iterable[bytes]:
+        if self._held is not None:
+            self._held.append(chunk)
+            return ()
+        data, out, start = self._pending + chunk, bytearray(), 0
+        for end in _EVENT_END.finditer(data):
+            event, start = data[start : end.end()], end.end()
+            if event.lstrip().startswith(b"event: message_delta"):
+                self._held = [event, data[end.end() :]]
+                self._pending = b""
+                return (bytes(out),) if out else ()
+            self._see(event)
+            out += event
+        self._pending = data[start:]
+        return (bytes(out),) if out else ()
+
+    async def finish(self) -> AsyncIterator[bytes]:
+        if self._held is None:  # a stream that ended without message_delta: what it sent, as it sent it
+            if self._pending:
+                yield self._pending
+            return
+        delta = _data(self._held[0])
+        results = await self._decide(self._message((delta.get("delta") or {}).get("stop_reason")))
+        delta.setdefault("delta", {})["safeguard_results"] = results
+        yield b"event: message_delta\ndata: " + msgspec.json.encode(delta) + b"\n\n" + b"".join(self._held[1:])
+
+    def _see(self, event: bytes) -> None:
+        head = event.lstrip()
+        if head.startswith(b"event: content_block_start"):
             data = _data(event)
             block = data.get("content_block") or {}
-            self.blocks[int(data.get("index", 0))] = (
+            self._blocks[int(data.get("index", 0))] = (
                 dict(block) if block.get("type") == "tool_use" else {"type": "other"}
             )
-        elif event.startswith(b"event: content_block_delta") and b"input_json_delta" in event:
+        elif head.startswith(b"event: content_block_delta") and b"input_json_delta" in event:
             data = _data(event)
-            self.pieces.setdefault(int(data.get("index", 0)), []).append(data["delta"].get("partial_json", ""))
+            self._pieces.setdefault(int(data.get("index", 0)), []).append(data["delta"].get("partial_json", ""))
 
-    def message(self, stop_reason: str | None) -> dict[str, Any]:
+    def _message(self, stop_reason: str | None) -> dict[str, Any]:
+        """The reply as far as judging goes: its blocks (tool_use ones whole) and stop reason."""
         content = []
-        for index in sorted(self.blocks):
-            block = self.blocks[index]
-            if block.get("type") == "tool_use" and index in self.pieces:
-                joined = "".join(self.pieces[index])
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            if block.get("type") == "tool_use" and index in self._pieces:
+                joined = "".join(self._pieces[index])
                 try:
                     block["input"] = msgspec.json.decode(joined) if joined.strip() else {}
                 except msgspec.DecodeError:  # cut short: not judged
-                    block["input"], stop_reason = None, "max_tokens" if index == max(self.blocks) else stop_reason
+                    block["input"], stop_reason = None, "max_tokens" if index == max(self._blocks) else stop_reason
             content.append(block)
         return {"content": content, "stop_reason": stop_reason}
 
 
 def _data(event: bytes) -> dict[str, Any]:
-    line = next((line for line in event.split(b"\n") if line.startswith(b"data:")), b"data: {}")
-    decoded = msgspec.json.decode(line[5:])
-    return decoded if isinstance(decoded, dict) else {}
-
-
-async def _held(chunks: AsyncIterator[bytes], decide: Decide, interval: float) -> AsyncIterator[bytes]:
-    watch, buffer = _Watch(), b""
-    async for chunk in chunks:
-        if chunk is PING or chunk is KEEPALIVE_COMMENT:  # passed as they are: the endpoint counts them
-            yield chunk
-            continue
-        buffer += chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
-        events, _, buffer = buffer.rpartition(b"\n\n")
-        if not events:
-            continue
-        before: list[bytes] = []
-        for event in (events + b"\n\n").split(b"\n\n")[:-1]:
-            if event.startswith(b"event: message_delta"):
-                if before:
-                    yield b"".join(before)
-                async for out in _verdicts(event, watch, decide, interval):
-                    yield out
-                before = []
-                continue
-            watch.see(event)
-            before.append(event + b"\n\n")
-        if before:
-            yield b"".join(before)
-    if buffer:
-        yield buffer
-
-
-async def _verdicts(event: bytes, watch: _Watch, decide: Decide, interval: float) -> AsyncIterator[bytes]:
-    """The held message_delta, with the results once `decide` gives them; pings until then."""
-    delta = _data(event)
-    task = asyncio.ensure_future(decide(watch.message((delta.get("delta") or {}).get("stop_reason"))))
+    line = next((line for line in event.replace(b"\r\n", b"\n").split(b"\n") if line.startswith(b"data:")), b"data: {}")
     try:
-        while not task.done():
-            done, _ = await asyncio.wait({task}, timeout=interval)
-            if not done:
-                yield PING  # the shared constant: the endpoint counts it as a keep-alive
-    finally:
-        if not task.done():  # the client left
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    delta.setdefault("delta", {})["safeguard_results"] = task.result()
-    yield b"event: message_delta\ndata: " + msgspec.json.encode(delta) + b"\n\n"
+        decoded = msgspec.json.decode(line[5:])
+    except msgspec.DecodeError:
+        return {}
+    return decoded if isinstance(decoded, dict) else {}

@@ -1,4 +1,6 @@
-"""The stream hold: events pass as they come, the final message_delta waits for the verdicts."""
+"""The stream hold (a stream transform): events pass as they come, the final message_delta
+waits for the verdicts. Run here around a stream's chunks, as for a stream no pump reads; the
+pump's own keep-alives meanwhile are tested through the gateway (tests/integration/test_safeguards.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from dragoman.calls.types import Streaming
-from dragoman.protocol.sse import PING
 from dragoman.safeguards.stream import hold
 from tests.support.fake_anthropic import event
 
@@ -42,8 +43,7 @@ def _run(data: bytes, size: int) -> tuple[bytes, list[dict[str, Any]]]:
         return [{"type": "dangerous_tool_use", "status": {"type": "available", "tool_uses": {"toolu_x": {}}}}]
 
     async def main() -> bytes:
-        reply = hold(Streaming(_chunks(data, size)), decide, interval=10)
-        assert reply.direct is None
+        reply = hold(Streaming(_chunks(data, size)), decide)
         return b"".join([chunk async for chunk in reply.chunks])
 
     return asyncio.run(main()), seen
@@ -71,25 +71,6 @@ def test_crlf_events_are_read_too() -> None:
     assert b"safeguard_results" in out and seen[-1]["stop_reason"] == "tool_use"
 
 
-def test_pings_pass_and_a_slow_decision_sends_more() -> None:
-    release = asyncio.Event()
-
-    async def decide(message: dict[str, Any]) -> list[dict[str, Any]]:
-        await release.wait()
-        return []
-
-    async def main() -> list[bytes]:
-        async def chunks() -> AsyncIterator[bytes]:
-            for e in EVENTS:
-                yield e
-
-        out = []
-        async for chunk in hold(Streaming(chunks()), decide, interval=0.01).chunks:
-            out.append(chunk)
-            if chunk is PING and out.count(PING) == 3:
-                release.set()
-        return out
-
-    out = asyncio.run(main())
-    assert out.count(PING) == 3 and out[-5:-2] == [PING] * 3  # after the tool_use block, before the delta
-    assert out[-2].startswith(b"event: message_delta") and out[-1] == EVENTS[-1]
+def test_a_stream_without_message_delta_is_passed_as_it_came() -> None:
+    out, seen = _run(b"".join(EVENTS[:3]) + b"event: error\ndata: {", 4)
+    assert out == b"".join(EVENTS[:3]) + b"event: error\ndata: {" and seen == []
