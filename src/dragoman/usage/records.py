@@ -77,6 +77,7 @@ class Query:
     group_by: tuple[str, ...] = ()  # of "api_key_id", "model", "tenant"
     key_ids: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
+    refusals: bool | None = None  # 401/403 answers: None counted with the rest, False left out, True alone
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,7 @@ COLUMNS = (
 )  # fmt: skip  (UsageRecord's fields, in order)
 
 
+REFUSALS = (401, 403)  # a key refused: no one's usage (`dragoman usage` counts them apart)
 SUMMED = ("input_tokens", "cache_read_tokens", "output_tokens", "cache_creation_tokens", "cache_creation_1h_tokens")
 
 
@@ -112,6 +113,8 @@ def sums_sql(query: Query, dialect: Dialect) -> tuple[str, list[object]]:
     for column, values in (("key_id", query.key_ids), ("model", query.models)):
         if values:
             where.append(f"{column} IN ({', '.join(arg(v) for v in values)})")
+    if query.refusals is not None:  # statuses of ours, not the client's text
+        where.append(f"status {'IN' if query.refusals else 'NOT IN'} ({', '.join(map(str, REFUSALS))})")
     sums = ", ".join(f"CAST(sum({c}) AS BIGINT)" for c in SUMMED)
     errors = "CAST(sum(CASE WHEN error_type IS NULL THEN 0 ELSE 1 END) AS BIGINT)"
     keys = ", ".join(str(i) for i in range(1, len(columns) + 1))  # by position: grouped and ordered alike
