@@ -103,6 +103,8 @@ class Metrics:
             "dragoman_routing_prefix_match_tokens", "Prompt tokens matched in the chosen replica's prefix index",
             ["upstream", "replica"], buckets=TOKEN_BUCKETS, registry=r,
         )  # fmt: skip
+        self.server_tools = Counter("dragoman_server_tool_calls", "Server tool calls the gateway ran (dragoman.servertools)",
+                                    ["tool", "provider", "outcome"], registry=r)  # fmt: skip
         self._cache: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def outcome(self, request_id: str, endpoint: str) -> Outcome:
@@ -134,6 +136,8 @@ class Metrics:
         if outcome.disconnected:
             self.disconnects.inc()
         self._count_usage(outcome, model)
+        for tool, provider, result in outcome.server_tool_runs:
+            self._series(self.server_tools, tool, provider, result).inc()
         for sink in self.sinks:
             sink(outcome, duration)
         if outcome.routing:

@@ -217,6 +217,9 @@ class Outcome:
     unsent: bool = False  # it failed before reaching an upstream, or by the gateway's fault (`core.errors.unsent`)
     disconnected: bool = False
     tools_dropped: bool = False  # the request's tools reached a model whose chat template drops them
+    web_search_requests: int = 0  # searches the gateway ran for it (dragoman.servertools)
+    web_fetch_requests: int = 0
+    server_tool_runs: list[tuple[str, str, str]] = field(default_factory=list)  # (tool, provider, outcome) each
     started: float = field(default_factory=time.perf_counter)
     first_byte: float | None = None
     trace: Any = None  # its RequestTrace (assembly.request_trace) when tracing is on; ended once it is recorded

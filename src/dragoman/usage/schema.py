@@ -54,6 +54,19 @@ MIGRATIONS: list[tuple[int, dict[Dialect, list[str]]]] = [
             ],
         },
     ),
+    (
+        3,  # server tools the gateway ran (dragoman.servertools); records of before ran none
+        {
+            "sqlite": [
+                "ALTER TABLE usage_records ADD COLUMN web_search_requests INTEGER NOT NULL DEFAULT 0",
+                "ALTER TABLE usage_records ADD COLUMN web_fetch_requests INTEGER NOT NULL DEFAULT 0",
+            ],
+            "postgres": [
+                "ALTER TABLE usage_records ADD COLUMN web_search_requests BIGINT NOT NULL DEFAULT 0",
+                "ALTER TABLE usage_records ADD COLUMN web_fetch_requests BIGINT NOT NULL DEFAULT 0",
+            ],
+        },
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -78,11 +91,14 @@ COLUMNS = (
     "ttft",
     "cache_creation_tokens",
     "cache_creation_1h_tokens",
+    "web_search_requests",
+    "web_fetch_requests",
 )  # fmt: skip  (UsageRecord's fields, in order)
 
 
 REFUSALS = (401, 403)  # a key refused: no one's usage (`dragoman usage` counts them apart)
-SUMMED = ("input_tokens", "cache_read_tokens", "output_tokens", "cache_creation_tokens", "cache_creation_1h_tokens")
+SUMMED = ("input_tokens", "cache_read_tokens", "output_tokens", "cache_creation_tokens", "cache_creation_1h_tokens",
+          "web_search_requests", "web_fetch_requests")  # fmt: skip
 
 
 def insert_sql(dialect: Dialect) -> str:
