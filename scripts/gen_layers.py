@@ -33,7 +33,7 @@ FLOORS: list[list[str]] = [
     ["translate/", "calls/"],
     ["limits/", "usage/", "upstream/", "notices/"],
     ["servertools/"],  # run by backends/openai, handed backends/fetch.py's fetcher and address check
-    ["backends/", "keys/"],
+    ["backends/", "keys/", "safeguards/"],
     ["batches/"],
     ["assembly/"],
     ["server/", "quickstart.py", "keys_command.py"],

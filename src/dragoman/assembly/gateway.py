@@ -37,6 +37,7 @@ from dragoman.core.owners import Owners, load_salt
 from dragoman.core.paging import list_param, page_of
 from dragoman.files.store import FileStore
 from dragoman.keys import wiring as keys
+from dragoman.safeguards.service import Safeguards
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
 from dragoman.upstream.gauges import LoadCollector
 from dragoman.usage.stores import store_for
@@ -116,7 +117,8 @@ class Gateway:
         self.pipeline = Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,
                                  max_request_bytes=config.server.max_request_bytes,
                                  decode_whole=lambda: self.translates_only, tracing=self.tracing,
-                                 limits=self.limits, notice=config.server.tools_dropped_notice)  # fmt: skip
+                                 limits=self.limits, notice=config.server.tools_dropped_notice,
+                                 safeguards=Safeguards(config, self.route, self.metrics.record))  # fmt: skip
         self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
         self.usage: UsageWriter | None = None
         if config.usage.enabled:

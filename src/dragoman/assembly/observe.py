@@ -198,6 +198,7 @@ def _line(outcome: Outcome, duration: float) -> str:
         "error_message": logged_message(outcome.error_message),
         "client_disconnected": outcome.disconnected or None,
         "tools_dropped": outcome.tools_dropped or None,
+        "safeguards": outcome.safeguards,
     }
     return json_line(fields)
 

@@ -146,6 +146,9 @@ class AnthropicUpstream(_UpstreamBase, tag="anthropic", tag_field="protocol", fr
     # "as_text" sends document blocks as text blocks (llama-server's own endpoint ignores
     # documents); "auto" does so when the server's model list says it is llama.cpp.
     documents: Literal["auto", "forward", "as_text"] = "auto"
+    # Claude Code's auto-mode review (`safeguards`): answered by the gateway, or "forward"ed
+    # with its beta to an upstream that answers it itself (Anthropic's API).
+    safeguards: Literal["gateway", "forward"] = "gateway"
 
 
 class AutoUpstream(_UpstreamBase, tag="auto", tag_field="protocol", frozen=True):
@@ -155,6 +158,7 @@ class AutoUpstream(_UpstreamBase, tag="auto", tag_field="protocol", frozen=True)
     flavor: Flavor = "auto"
     strip_schema_keys: list[str] | None = None
     documents: Literal["auto", "forward", "as_text"] = "auto"  # on the passthrough path, as for protocol = "anthropic"
+    safeguards: Literal["gateway", "forward"] = "gateway"  # on the passthrough path, as for protocol = "anthropic"
 
 
 UpstreamConfig = OpenAIUpstream | AnthropicUpstream | AutoUpstream
@@ -234,6 +238,14 @@ class TracingConfig(_Config, frozen=True):
     metrics_interval: float = 60.0  # seconds between metric exports
 
 
+class SafeguardsConfig(_Config, frozen=True):
+    """Claude Code's auto mode: the model that judges its tool calls (see dragoman.safeguards)."""
+
+    model: str | None = None  # a served model name; None: every request is answered "unsupported"
+    timeout: float = 30.0  # seconds for one classifier call; later, its verdicts are "unavailable"
+    transcript_chars: int = 24_000  # of the conversation the classifier sees: the first turn and the newest
+
+
 class UsageConfig(_Config, frozen=True):
     """Usage accounting: one record per finished request (see `dragoman.usage`)."""
 
@@ -294,6 +306,7 @@ class Config(_Config, frozen=True):
     tracing: TracingConfig = TracingConfig()
     usage: UsageConfig = UsageConfig()
     limits: LimitsConfig = LimitsConfig()  # per key and tenant: see docs/team.md
+    safeguards: SafeguardsConfig = SafeguardsConfig()  # Claude Code's auto mode: see docs/claude-code.md
     upstreams: dict[str, UpstreamConfig] = {}
     models: list[ModelConfig] = []
     web_search: WebSearchConfig | None = None  # unset: server_tools decides (reject or drop)
