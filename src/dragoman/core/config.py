@@ -15,6 +15,7 @@ import msgspec
 from msgspec import Struct
 
 from dragoman.limits.settings import LimitsConfig
+from dragoman.routes.settings import FallbackSettings, RouteConfig
 
 
 class ConfigError(Exception):
@@ -172,6 +173,9 @@ class ModelConfig(_Config, frozen=True):
     # OpenAI models: a tiktoken encoding name and its local .tiktoken file.
     tiktoken_encoding: str | None = None
     tiktoken_file: str | None = None
+    # Other models tried before the first byte reaches the client (docs/routing.md, Fallbacks).
+    fallbacks: list[str] = []
+    context_fallbacks: list[str] = []  # only for prompt-too-long, only to a window that fits
 
     @property
     def served_model(self) -> str:
@@ -237,6 +241,8 @@ class Config(_Config, frozen=True):
     limits: LimitsConfig = LimitsConfig()  # per key and tenant: see docs/team.md
     upstreams: dict[str, UpstreamConfig] = {}
     models: list[ModelConfig] = []
+    routes: list[RouteConfig] = []  # by the request's shape, first match (docs/routing.md, Routes)
+    fallbacks: FallbackSettings = FallbackSettings()
 
     def upstream_key(self, upstream: UpstreamConfig) -> str | None:
         if upstream.api_key_env:

@@ -37,6 +37,7 @@ from dragoman.core.tracing import build_tracing
 from dragoman.core.types import Backend, NoModelList, Route, UpstreamModel
 from dragoman.files.store import FileStore
 from dragoman.limits import gate
+from dragoman.routes.table import Routes
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
 from dragoman.upstream.gauges import LoadCollector
 from dragoman.usage.stores import store_for
@@ -111,10 +112,13 @@ class Gateway:
         self.files = FileStore(config.files, self.owners)
         self.threads = ThreadStore()
         self.limits = gate.build(config.limits, self.metrics.registry)
+        self.routes = Routes.build(config, self.route, self.metrics.registry)  # [[routes]], fallbacks
+        if self.routes is not None:
+            self.metrics.sinks.append(self.routes.finished)
         self.pipeline = Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,
                                  max_request_bytes=config.server.max_request_bytes,
                                  decode_whole=lambda: self.translates_only, tracing=self.tracing,
-                                 limits=self.limits)  # fmt: skip
+                                 limits=self.limits, routes=self.routes)  # fmt: skip
         self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
         self.usage: UsageWriter | None = None
         if config.usage.enabled:

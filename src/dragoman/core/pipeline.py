@@ -28,6 +28,7 @@ from dragoman.core.validation import decode_request
 from dragoman.files.store import FileStore
 from dragoman.limits.gate import Admission, Limits
 from dragoman.protocol import anthropic
+from dragoman.routes.table import Routes
 
 Endpoint = Literal["messages", "count_tokens", "batch"]
 # Claude Code's session (the session_id of its metadata.user_id): one conversation and its
@@ -69,6 +70,7 @@ class Pipeline:
         decode_whole: Callable[[], bool],
         tracing: Tracing | None = None,
         limits: Limits | None = None,
+        routes: Routes | None = None,
     ) -> None:
         self._route = route
         self._files = files
@@ -78,6 +80,7 @@ class Pipeline:
         self._decode_whole = decode_whole  # every upstream translates: decode the body once, here
         self.tracing = tracing  # None: tracing is off, and no request does any tracing work
         self._limits = limits
+        self._routes = routes  # [[routes]] and fallbacks (dragoman.routes); None: names alone decide
 
     async def prepare(self, body: bytes, *, endpoint: Endpoint, headers: Mapping[str, str], caller: Caller,
                       outcome: Outcome) -> Prepared:  # fmt: skip
@@ -95,7 +98,8 @@ class Pipeline:
         outcome.model = envelope.model
         if endpoint == "batch":
             _check_batchable(envelope)
-        route = await self._route(envelope.model)
+        route = await (self._route(envelope.model) if self._routes is None else
+                       self._routes.route(body, headers, envelope.model, endpoint, outcome))  # fmt: skip
         outcome.routed(route)
         turn = None
         if endpoint == "messages" and envelope.thread is not None:  # the held conversation first, no `thread` upstream
