@@ -33,8 +33,8 @@ def classify(error: GatewayError) -> Kind | None:
         return "context"
     if not error.is_upstream:
         return None  # the gateway's own refusal (the request is wrong): no model would do better
-    if error.status in (401, 403, 404):
-        return "misconfigured"
+    if error.status == 404 or (error.status == 502 and error.should_retry is False):
+        return "misconfigured"  # the upstream refused the gateway's key (401, 403: mapped to 502) or the model
     if error.status == 429 or error.status >= 500:
         return "fallback"
     return None
