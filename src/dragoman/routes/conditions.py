@@ -217,4 +217,7 @@ def _number(value: Any, at: str) -> Callable[[Any], bool]:
         if not isinstance(bound, (int, float)) or isinstance(bound, bool):
             raise ConditionError(f"{at}.{name}: expected a number, got {bound!r}")
         checks.append((COMPARISONS[name], bound))
+    if len(checks) == 1:
+        op, bound = checks[0]
+        return lambda found: op(found, bound)
     return lambda found: all(op(found, bound) for op, bound in checks)

@@ -18,71 +18,90 @@ SESSION_HEADER = "x-claude-code-session-id"
 _SUBAGENT_FLAG = re.compile(r"""cc_is_subagent["']?\s*[=:]\s*["']?true""")
 
 
-class _Top(msgspec.Struct):
-    model: str = ""
-    stream: Any = False
-    max_tokens: Any = 0
-    messages: msgspec.Raw = msgspec.Raw(b"")
-    system: msgspec.Raw = msgspec.Raw(b"")
-    tools: msgspec.Raw = msgspec.Raw(b"")
-    thinking: Any = None
-    output_config: Any = None
-    output_format: Any = None
-    metadata: Any = None
-
-
 class _Tool(msgspec.Struct):
     type: Any = None
 
 
-_TOP = msgspec.json.Decoder(_Top)
+class _Inner(msgspec.Struct):
+    type: Any = None
+
+
+class _Block(msgspec.Struct):
+    type: Any = None
+    content: str | list[_Inner] | None = None
+
+
+class _Message(msgspec.Struct):
+    content: str | list[_Block] | None = None
+
+
+class _System(msgspec.Struct):
+    text: Any = None
+
+
+_FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _TOOLS = msgspec.json.Decoder(list[_Tool])
-_EMPTY = _Top()
+_MESSAGES = msgspec.json.Decoder(list[_Message])
+_SYSTEM = msgspec.json.Decoder(list[_System] | str | None)
 
 
 class Shape:
     """One request as conditions test it. `tokens` (and `window`, the context window of the model
     the request would otherwise get) are filled in by the caller when a condition needs them."""
 
-    __slots__ = ("_body", "_headers", "_parts", "_top", "_whole", "effort_budgets", "model", "tokens", "window")
+    __slots__ = ("_body", "_fields", "_headers", "_parts", "effort_budgets", "model", "tokens", "window")
 
     def __init__(self, model: str, headers: Mapping[str, str], body: bytes,
                  effort_budgets: tuple[int, int] = (2048, 8192)) -> None:  # fmt: skip
         self.model = model  # the name the client asked for, before aliasing
         self._headers = headers
         self._body = body
-        try:
-            self._top = _TOP.decode(body)
+        try:  # one scan of the body: each top-level field kept as its raw JSON, decoded when asked for
+            self._fields = _FIELDS.decode(body)
         except msgspec.DecodeError:  # the pipeline decoded it already: only odd types get here
-            self._top = _EMPTY
+            self._fields = {}
         self._parts: dict[str, Any] = {}
-        self._whole: Any = MISSING
         self.effort_budgets = effort_budgets
         self.tokens: int | None = None
         self.window: int | None = None
 
+    @property
+    def raw(self) -> bytes:
+        """The client's body, as it came."""
+        return self._body
+
     def header(self, name: str) -> str | None:
         return self._headers.get(name)
 
+    def field(self, name: str) -> Any:
+        """A top-level field, decoded (MISSING when absent)."""
+        parts = self._parts
+        if name in parts:
+            return parts[name]
+        raw = self._fields.get(name)
+        value = MISSING if raw is None else _decoded(raw)
+        parts[name] = value
+        return value
+
     @property
     def stream(self) -> bool:
-        return self._top.stream is True
+        return self.field("stream") is True
 
     @property
     def max_tokens(self) -> int:
-        value = self._top.max_tokens
+        value = self.field("max_tokens")
         return value if isinstance(value, int) else 0
 
     @property
     def tool_types(self) -> list[Any]:
-        types = self._parts.get("tools")
+        types = self._parts.get(" tools")
         if types is None:
-            raw = bytes(self._top.tools)
+            raw = self._fields.get("tools")
             try:
-                types = [t.type for t in _TOOLS.decode(raw)] if raw and raw != b"null" else []
-            except msgspec.DecodeError:
+                types = [t.type for t in _TOOLS.decode(raw)] if raw is not None else []
+            except msgspec.ValidationError:
                 types = []
-            self._parts["tools"] = types
+            self._parts[" tools"] = types
         return types
 
     @property
@@ -92,7 +111,7 @@ class Shape:
 
     @property
     def output_format(self) -> str | None:
-        for holder in (self._top.output_config, {"format": self._top.output_format}):
+        for holder in (self.field("output_config"), {"format": self.field("output_format")}):
             if isinstance(holder, dict) and isinstance(holder.get("format"), dict):
                 kind = holder["format"].get("type")
                 return kind if isinstance(kind, str) else None
@@ -100,19 +119,19 @@ class Shape:
 
     @property
     def thinking_on(self) -> bool:
-        thinking = self._top.thinking
+        thinking = self.field("thinking")
         return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
 
     @property
     def budget(self) -> int | None:
-        thinking = self._top.thinking
+        thinking = self.field("thinking")
         budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
         return budget if isinstance(budget, int) and thinking.get("type") == "enabled" else None  # type: ignore[union-attr]
 
     @property
     def effort(self) -> str | None:
         """`output_config.effort`, else the effort a `budget_tokens` stands for (server.effort_budgets)."""
-        config = self._top.output_config
+        config = self.field("output_config")
         if isinstance(config, dict) and isinstance(config.get("effort"), str):
             return config["effort"]
         budget = self.budget
@@ -126,15 +145,12 @@ class Shape:
         """Claude Code's subagent requests: its agent header, or the billing block's flag."""
         if self._headers.get(SUBAGENT_HEADER):
             return True
-        raw = bytes(self._top.system)
-        if b"cc_is_subagent" not in raw:
-            return False
+        raw = self._fields.get("system")
         try:
-            system = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
+            system = _SYSTEM.decode(raw) if raw is not None else None
+        except msgspec.ValidationError:
             return False
-        first = system[0] if isinstance(system, list) and system else None
-        text = first.get("text") if isinstance(first, dict) else None
+        text = system[0].text if isinstance(system, list) and system else None
         return (
             isinstance(text, str)
             and text.startswith("x-anthropic-billing-header")
@@ -144,11 +160,11 @@ class Shape:
     @property
     def images(self) -> bool:
         """Whether any message holds an image block, tool results included."""
-        found = self._parts.get("images")
+        found = self._parts.get(" images")
         if found is None:
-            raw = bytes(self._top.messages)
-            found = b'"image"' in raw and _has_image(_decoded(raw))
-            self._parts["images"] = found
+            raw = self._fields.get("messages")
+            found = raw is not None and _has_image(raw)
+            self._parts[" images"] = found
         return found
 
     @property
@@ -157,7 +173,7 @@ class Shape:
         header = self._headers.get(SESSION_HEADER)
         if header:
             return header
-        metadata = self._top.metadata
+        metadata = self.field("metadata")
         user = metadata.get("user_id") if isinstance(metadata, dict) else None
         if not isinstance(user, str) or not user:
             return None
@@ -171,8 +187,8 @@ class Shape:
 
     def estimate(self) -> int:
         """About four bytes a token over the prompt's parts: when nothing can count them."""
-        top = self._top
-        return max(1, (len(top.messages) + len(top.system) + len(top.tools)) // 4)
+        fields = self._fields
+        return max(1, sum(len(fields[k]) for k in ("messages", "system", "tools") if k in fields) // 4)
 
     def fits(self) -> bool:
         """Input plus max_tokens within the window (True when the window is unknown)."""
@@ -180,10 +196,10 @@ class Shape:
 
     def body_at(self, path: tuple[str | int, ...]) -> Any:
         """The body's value at a dotted path (numbers index lists), or MISSING."""
-        if self._whole is MISSING:
-            self._whole = _decoded(self._body)
-        value = self._whole
-        for step in path:
+        if not path:
+            return {name: self.field(name) for name in self._fields}
+        value = self.field(str(path[0]))
+        for step in path[1:]:
             if isinstance(step, int) and isinstance(value, list) and -len(value) <= step < len(value):
                 value = value[step]
             elif isinstance(value, dict) and str(step) in value:
@@ -193,22 +209,23 @@ class Shape:
         return value
 
 
-def _decoded(raw: bytes) -> Any:
+def _decoded(raw: msgspec.Raw) -> Any:
     try:
-        return msgspec.json.decode(raw) if raw else None
+        return msgspec.json.decode(raw)
     except msgspec.DecodeError:
         return None
 
 
-def _has_image(messages: Any) -> bool:
-    for message in messages if isinstance(messages, list) else ():
-        content = message.get("content") if isinstance(message, dict) else None
-        for block in content if isinstance(content, list) else ():
-            if not isinstance(block, dict):
-                continue
-            if block.get("type") == "image":
+def _has_image(raw: msgspec.Raw) -> bool:
+    try:
+        messages = _MESSAGES.decode(raw)
+    except msgspec.ValidationError:  # an odd shape the pipeline let through: no image that we can see
+        return False
+    for message in messages:
+        for block in message.content if isinstance(message.content, list) else ():
+            if block.type == "image":
                 return True
-            inner = block.get("content") if block.get("type") == "tool_result" else None
-            if isinstance(inner, list) and any(isinstance(b, dict) and b.get("type") == "image" for b in inner):
+            inner = block.content if block.type == "tool_result" else None
+            if isinstance(inner, list) and any(b.type == "image" for b in inner):
                 return True
     return False

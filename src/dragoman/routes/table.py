@@ -90,7 +90,8 @@ class Routes:
         for route in self._routes:
             if route.model is None and endpoint != "messages":
                 continue  # a count answer is for a Messages request
-            if await self._matches(route, shape, held, own, headers):
+            verdict = None if route.sticky else route.when.holds(shape)  # the common case without awaiting
+            if verdict or (verdict is None and await self._matches(route, shape, held, own, headers)):
                 chosen = route
                 break
         if session is not None:
@@ -120,21 +121,23 @@ class Routes:
 
     async def _matches(self, route: Compiled, shape: Shape, held: Held | None, own: Callable[[], Awaitable[Route]],
                        headers: Mapping[str, str]) -> bool:  # fmt: skip
+        """Whether `route` takes the request: its session's hold first, then its conditions."""
         threshold = route.when.threshold
+        larger = 0  # the session's last reply said its prompt was this large
         if route.sticky and held is not None:
             if threshold is not None and threshold < held.floor:
                 return False  # a session moved past this threshold: only up
             if route.name in held.routes:
                 return True
+            larger = held.last_input if threshold is not None else 0
         verdict = route.when.holds(shape)
-        if verdict is None:
-            await self._count(shape, own, headers)
-            if route.sticky and held is not None and threshold is not None and held.last_input > (shape.tokens or 0):
-                counted, shape.tokens = shape.tokens, held.last_input  # its last reply said it was larger
-                verdict = route.when.holds(shape)
-                shape.tokens = counted
-            else:
-                verdict = route.when.holds(shape)
+        if verdict is None or (larger and not verdict):
+            if shape.tokens is None:
+                await self._count(shape, own, headers)
+            counted = shape.tokens
+            shape.tokens = max(counted or 0, larger)
+            verdict = route.when.holds(shape)
+            shape.tokens = counted
         return bool(verdict)
 
     async def _count(self, shape: Shape, own: Callable[[], Awaitable[Route]], headers: Mapping[str, str]) -> None:
@@ -145,7 +148,9 @@ class Routes:
             shape.tokens = shape.estimate()
             return
         shape.window = base.context_window
-        body = _count_body(shape)
+        body = (
+            _count_body(shape) if base.path == "passthrough" else shape.raw
+        )  # the upstream's count takes no max_tokens
         call = Call(body=body, model=shape.model, upstream_model=base.upstream_model, headers=headers, request_id="")
         try:
             reply = await base.backend.count_tokens(call, base)
