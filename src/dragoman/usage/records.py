@@ -39,6 +39,7 @@ class UsageRecord(msgspec.Struct, frozen=True, array_like=True):
     # tell none), and how many of those for an hour rather than five minutes. Last: schema v2.
     cache_creation_tokens: int = 0
     cache_creation_1h_tokens: int = 0
+    route: str | None = None  # the [[routes]] entry it took, if any. Last: schema v3.
 
 
 def record_of(outcome: Outcome, duration: float) -> UsageRecord:
@@ -53,7 +54,7 @@ def record_of(outcome: Outcome, duration: float) -> UsageRecord:
         cache_read_tokens=used and outcome.cache_read_tokens or 0, output_tokens=used and outcome.output_tokens or 0,
         status=outcome.status, error_type=outcome.error_type, disconnected=outcome.disconnected,
         duration=duration, ttft=ttft, cache_creation_tokens=used and outcome.cache_creation_tokens or 0,
-        cache_creation_1h_tokens=used and outcome.cache_creation_1h_tokens or 0,
+        cache_creation_1h_tokens=used and outcome.cache_creation_1h_tokens or 0, route=outcome.route or None,
     )  # fmt: skip
 
 

@@ -54,6 +54,13 @@ MIGRATIONS: list[tuple[int, dict[Dialect, list[str]]]] = [
             ],
         },
     ),
+    (
+        3,  # the [[routes]] entry a request took (dragoman.routes); records of before have none
+        {
+            "sqlite": ["ALTER TABLE usage_records ADD COLUMN route TEXT"],
+            "postgres": ["ALTER TABLE usage_records ADD COLUMN route TEXT"],
+        },
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -78,6 +85,7 @@ COLUMNS = (
     "ttft",
     "cache_creation_tokens",
     "cache_creation_1h_tokens",
+    "route",
 )  # fmt: skip  (UsageRecord's fields, in order)
 
 
