@@ -243,3 +243,40 @@ def test_passthrough_a_stream_cut_after_content_does_not_fall_back(with_native, 
         with sdk(server).messages.stream(model="native-main", max_tokens=20, messages=USER) as stream:
             list(stream)
     assert served(fakes[1]) == []
+
+
+def test_thinking_signed_elsewhere_is_taken_out_before_an_upstream_that_checks_signatures(fakes, gateway_from):
+    a, b = fakes
+    native = FakeAnthropic().start()
+    try:
+        config = fleet_config(a, b, native=native, main={"fallbacks": ["native-main"]})
+        next(m for m in config["models"] if m["name"] == "native-main")["checks_signatures"] = True
+        a.queue(error(500))
+        history = [
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm", "signature": "from-a"},
+                                              {"type": "text", "text": "Hi"}]},
+            {"role": "user", "content": "Again"},
+        ]  # fmt: skip
+        message = sdk(gateway_from(config)).messages.create(model="main", max_tokens=20, messages=history)
+        assert message.model == "main"
+        sent = native.requests[0][1]["messages"]
+        assert sent[1]["content"] == [{"type": "text", "text": "Hi"}]  # the thinking block signed by `a` is out
+        assert served(a) == ["main-a"]
+    finally:
+        native.stop()
+
+
+def test_an_upstream_that_does_not_check_signatures_keeps_the_thinking(fakes, gateway_from):
+    a, b = fakes
+    native = FakeAnthropic().start()
+    try:
+        config = fleet_config(a, b, native=native, main={"fallbacks": ["native-main"]})
+        a.queue(error(500))
+        thinking = {"type": "thinking", "thinking": "hmm", "signature": "from-a"}
+        history = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": [thinking]},
+                   {"role": "user", "content": "Again"}]  # fmt: skip
+        sdk(gateway_from(config)).messages.create(model="main", max_tokens=20, messages=history)
+        assert native.requests[0][1]["messages"][1]["content"] == [thinking]
+    finally:
+        native.stop()

@@ -176,6 +176,7 @@ class ModelConfig(_Config, frozen=True):
     # Other models tried before the first byte reaches the client (docs/routing.md, Fallbacks).
     fallbacks: list[str] = []
     context_fallbacks: list[str] = []  # only for prompt-too-long, only to a window that fits
+    checks_signatures: bool = False  # its upstream rejects thinking signed elsewhere (Anthropic's API)
 
     @property
     def served_model(self) -> str:

@@ -21,6 +21,7 @@ from dragoman.core.types import Call, Completed, Reply, Route, Streaming, Upstre
 from dragoman.routes.gate import Gate
 from dragoman.routes.settings import FallbackSettings
 from dragoman.routes.shape import Shape
+from dragoman.routes.signatures import without_thinking
 
 Kind = Literal["fallback", "context", "misconfigured"]
 ROUTE_HEADER = "x-dragoman-route"
@@ -79,6 +80,7 @@ class Attempts:
     retry_budget: float
     header: str | None  # the route's name, for x-dragoman-route
     windows: dict[str, int | None]
+    checking: frozenset[str] = frozenset()  # models whose upstream checks thinking signatures
     tried: list[str] = dataclasses.field(default_factory=list)
     current: str = ""
     deadline: float | None = None
@@ -112,8 +114,7 @@ class Attempts:
             if call.outcome is not None:
                 call.outcome.routed(target)
             try:
-                reply = await target.backend.messages(dataclasses.replace(call, upstream_model=target.upstream_model),
-                                                      target)  # fmt: skip
+                reply = await target.backend.messages(self._call_for(call, name, target), target)
             except GatewayError as error:
                 following = await self.after(error)
                 if following is None:
@@ -127,6 +128,16 @@ class Attempts:
             if following is None:
                 return reply  # the upstream's own answer, as it came
             name, target = following
+
+    def _call_for(self, call: Call, name: str, target: Route) -> Call:
+        """`call` as `target` gets it: its model's name, and no thinking signed elsewhere when it checks."""
+        call = dataclasses.replace(call, upstream_model=target.upstream_model)
+        foreign = self.header is not None or name != self.primary_name  # a route or a fallback chose it
+        if foreign and name in self.checking and target.path == "passthrough":
+            body = without_thinking(call.body)
+            if body is not None:
+                call = dataclasses.replace(call, body=body, request=None, envelope=None)
+        return call
 
     async def after(self, error: GatewayError) -> tuple[str, Route] | None:
         """The model to try after the current one failed with `error`, if any."""

@@ -53,6 +53,7 @@ class Routes:
         self._sticky = any(r.sticky for r in self._routes)
         self._names = served_names(config.models)
         self._models = {(m.upstream, m.served_model): m for m in config.models}
+        self._checking = frozenset(n for n, m in self._names.items() if m.checks_signatures)
         self._budgets = (tuple(config.server.effort_budgets) + (2048, 8192))[:2]
         self.sessions = Sessions()
         self.cooldowns = Cooldowns(config.fallbacks)
@@ -171,7 +172,7 @@ class Routes:
             primary=route, primary_name=model.name if model else route.upstream_model, fallbacks=chain,
             context_fallbacks=context, resolve=self._resolve, shape=shape, cooldowns=self.cooldowns,
             settings=self._settings, retry_budget=self._retry_budgets.get(route.upstream, 0.0),
-            header=name, windows={n: m.context_window for n, m in self._names.items()},
+            header=name, windows={n: m.context_window for n, m in self._names.items()}, checking=self._checking,
         )  # fmt: skip
         return dataclasses.replace(route, backend=attempts)
 
