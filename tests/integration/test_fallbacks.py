@@ -280,3 +280,13 @@ def test_an_upstream_that_does_not_check_signatures_keeps_the_thinking(fakes, ga
         assert native.requests[0][1]["messages"][1]["content"] == [thinking]
     finally:
         native.stop()
+
+
+def test_a_long_stream_behind_the_gate_reaches_the_client_whole(start, fakes):
+    a, b = fakes
+    pieces = [f"w{i} " for i in range(400)]
+    a.queue(error(500))
+    b.stream_reply(text_stream(*pieces))
+    with sdk(start()).messages.stream(model="main", max_tokens=2000, messages=USER) as stream:
+        assert "".join(stream.text_stream) == "".join(pieces)
+        assert stream.get_final_message().usage.output_tokens == 400
