@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from dragoman.core.threads import _Fold
+from dragoman.assembly.threads import _Fold
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
 from dragoman.protocol.sse import encode_all

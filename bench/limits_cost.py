@@ -19,8 +19,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from dragoman.calls.types import Call, Completed, Outcome, UpstreamModel
 from dragoman.core.config_load import from_dict
-from dragoman.core.types import Call, Completed, Outcome, UpstreamModel
 from dragoman.limits import gate
 from dragoman.protocol.anthropic import MESSAGES_REQUEST
 

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dragoman.calls.types import Call, Completed, Outcome, Route, UpstreamModel
+from dragoman.core.capabilities import ModelCaps
 from dragoman.core.config_load import from_dict
-from dragoman.core.types import Call, Completed, Outcome, Route, UpstreamModel
 from dragoman.routes.table import Routes
-from dragoman.translate.request import ModelCaps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -17,7 +17,7 @@ from dragoman.core.config import Config, ConfigError
 from dragoman.core.config_load import from_dict, load
 
 if TYPE_CHECKING:
-    from dragoman.core.gateway import Gateway
+    from dragoman.assembly.gateway import Gateway
 
 
 def _fail(message: str) -> None:
@@ -217,7 +217,7 @@ def _inspection_options(command: Any) -> Any:
 def _gateway(command: str, config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> Gateway:
     import msgspec
 
-    from dragoman.core.gateway import Gateway
+    from dragoman.assembly.gateway import Gateway
 
     try:
         config = build_config(config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=(),
@@ -242,7 +242,7 @@ def models(config_path: str | None, upstream: str | None, upstream_api_key: str 
     """Show each served model, its upstream, and whether (and why) it counts as reasoning."""
     import asyncio
 
-    from dragoman.core.inspection import describe_models, registry_note
+    from dragoman.assembly.inspection import describe_models, registry_note
 
     gateway = _gateway("list", config_path, upstream, upstream_api_key)
     for line in asyncio.run(describe_models(gateway)):
@@ -258,7 +258,7 @@ def check(config_path: str | None, upstream: str | None, upstream_api_key: str |
     """Ask every upstream for its models; show the path chosen for each (translate or passthrough)."""
     import asyncio
 
-    from dragoman.core.inspection import check_upstreams
+    from dragoman.assembly.inspection import check_upstreams
 
     lines, failures = asyncio.run(check_upstreams(_gateway("check", config_path, upstream, upstream_api_key)))
     for line in lines:
@@ -307,7 +307,7 @@ def run(config: Config, *, workers: int = 1) -> None:
     import msgspec
     import uvicorn
 
-    from dragoman.core.observe import configure_logging
+    from dragoman.assembly.observe import configure_logging
     from dragoman.server.app import CONFIG_ENV, create_app, settle_garbage_collector
     from dragoman.server.serving import server_options
 

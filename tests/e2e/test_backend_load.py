@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import tempfile
-import time
 import urllib.request
 
 import anthropic
@@ -17,6 +16,7 @@ from dragoman.core.config_load import from_dict
 from dragoman.upstream.gauges import parse
 from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
 from tests.support.servers import GatewayServer
+from tests.support.waiting import eventually
 
 
 def test_the_gateway_reads_a_real_llama_servers_load_and_passes_over_one_without_metrics(
@@ -37,12 +37,13 @@ def test_the_gateway_reads_a_real_llama_servers_load_and_passes_over_one_without
         try:
             with anthropic.Anthropic(base_url=gateway.url, api_key="any", max_retries=0, timeout=120) as client:
                 client.messages.create(model="served", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
-            deadline = time.monotonic() + 30
-            while f'dragoman_replica_requests_running{{replica="{metered}"' not in (
-                metrics := httpx.get(gateway.url + "/metrics").text
-            ):
-                assert time.monotonic() < deadline, metrics
-                time.sleep(0.2)
+            running = f'dragoman_replica_requests_running{{replica="{metered}"'
+
+            def read() -> str | None:
+                text = httpx.get(gateway.url + "/metrics").text
+                return text if running in text else None
+
+            metrics = eventually(read, running, timeout=30, every=0.2)
         finally:
             gateway.stop()
     shown = [line for line in metrics.splitlines() if line.startswith("dragoman_replica_requests_")]

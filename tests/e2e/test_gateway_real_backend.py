@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -21,6 +20,7 @@ import pytest
 from dragoman.core.config_load import from_dict
 from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
 from tests.support.servers import GatewayServer
+from tests.support.waiting import eventually
 
 MODEL = DEFAULT_LOCAL_MODEL
 TIMEOUT = 120.0
@@ -302,10 +302,7 @@ def test_client_disconnect_stops_generation(path, llama_server):
             if b"content_block_delta" in chunk:
                 break
         assert _processing(llama_server) == 1, llama_server.log_tail(15)  # the backend is generating for us
-    deadline = time.monotonic() + 10
-    while _processing(llama_server) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _processing(llama_server) == 0
+    eventually(lambda: _processing(llama_server) == 0, "llama-server stopped generating", timeout=10)
 
 
 def test_a_passthrough_prefill_is_kept_alive_before_message_start(llama_server):
@@ -362,10 +359,8 @@ def test_a_message_batch_runs_on_the_real_backend(path):
         {"custom_id": "broken", "params": {"model": "claude-haiku-4-5", "messages": [{"role": "user", "content": "hi"}]}},
     ])  # fmt: skip
     assert batch.processing_status == "in_progress" and batch.request_counts.processing == 3
-    deadline = time.monotonic() + TIMEOUT
-    while (batch := client.messages.batches.retrieve(batch.id)).processing_status != "ended":
-        assert time.monotonic() < deadline, "the batch did not end"
-        time.sleep(0.2)
+    ended = lambda: (b := client.messages.batches.retrieve(batch.id)).processing_status == "ended" and b  # noqa: E731
+    batch = eventually(ended, "the batch ended", timeout=TIMEOUT, every=0.2)
     counts = batch.request_counts
     assert (counts.succeeded, counts.errored, counts.processing) == (2, 1, 0)
     results = {r.custom_id: r.result for r in client.messages.batches.results(batch.id)}
@@ -427,9 +422,8 @@ def test_passthrough_sends_documents_as_text_when_asked(llama_server):
     forwarding, as_text = _gateway(llama_server, "anthropic", documents="forward"), _gateway(llama_server, "anthropic")
     try:
         router = as_text.app.state.gateway.router
-        deadline = time.monotonic() + 30
-        while not router.discovered.get("llama") and time.monotonic() < deadline:
-            time.sleep(0.05)  # the model list tells the gateway it is llama-server
+        # the model list tells the gateway it is llama-server
+        eventually(lambda: router.discovered.get("llama"), "llama's model list read", timeout=30)
         plain = prompt(_client(forwarding).messages.create(**asked))
         assert prompt(_client(forwarding).messages.create(**with_document)) == plain  # dropped by the server
         answered = _client(as_text).messages.create(**with_document)

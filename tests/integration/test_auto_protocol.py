@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 
 import anthropic
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from dragoman.core.config_load import from_dict
 from tests.support.fakes import completion
 from tests.support.servers import GatewayServer
+from tests.support.waiting import eventually
 
 
 def _auto(url: str) -> GatewayServer:
@@ -79,9 +79,7 @@ def test_an_ambiguous_probe_answer_decides_nothing_and_is_asked_again(native, am
             )
     gateway = _auto(native.url)
     try:
-        deadline = time.monotonic() + 5
-        while not native.requests and time.monotonic() < deadline:  # the startup probe
-            time.sleep(0.01)
+        eventually(lambda: native.requests, "the start-up probe")
         client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
         with pytest.raises(anthropic.APIStatusError) as caught:
             client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])

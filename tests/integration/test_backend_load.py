@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.backend_metrics import vllm
 from tests.support.fakes import FakeUpstream
+from tests.support.waiting import eventually
 
 INTERVAL = 0.05  # load_metrics_interval here: readings come quickly
 
@@ -32,13 +33,14 @@ def ask(client: anthropic.Anthropic, name: str) -> None:
 
 def wait_for_gauges(url: str, replicas: list[str], timeout: float = 5.0) -> str:
     """The gateway's /metrics once it shows every replica's reading."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def shown() -> str | None:
         metrics = httpx.get(url + "/metrics").text
-        if all(f'dragoman_replica_requests_waiting{{replica="{r}"' in metrics for r in replicas):
-            return metrics
-        assert time.monotonic() < deadline, metrics
-        time.sleep(INTERVAL)
+        return (
+            metrics if all(f'dragoman_replica_requests_waiting{{replica="{r}"' in metrics for r in replicas) else None
+        )
+
+    return eventually(shown, f"every replica's reading of {replicas}", timeout=timeout, every=INTERVAL)
 
 
 @pytest.mark.parametrize("protocol", ["openai", "auto"])  # auto: two clients share the replicas and their readings

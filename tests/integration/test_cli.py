@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -20,6 +19,7 @@ import pytest
 from dragoman import __version__
 from tests.support.fakes import completion, text_stream
 from tests.support.servers import free_port, start_serving
+from tests.support.waiting import eventually
 
 USER = [{"role": "user", "content": "Hello"}]
 
@@ -343,10 +343,8 @@ def test_serve_with_a_default_model_the_upstream_does_not_list(tmp_path, upstrea
         log = (
             tmp_path / f"serve-{url.rsplit(':', 1)[1]}.log"
         )  # the started server's (not one that found its port taken)
-        deadline = time.monotonic() + 20  # discovery runs after start-up: wait for its word, bounded
-        while "qwen-missing" not in log.read_text():
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+        # discovery runs after start-up: wait for its word
+        eventually(lambda: "qwen-missing" in log.read_text(), "the log names the missing model", timeout=20)
         client = anthropic.Anthropic(base_url=url, api_key="any", max_retries=0)
         with pytest.raises(anthropic.NotFoundError) as caught:
             client.messages.create(model="claude-opus-4-8", max_tokens=5, messages=USER)

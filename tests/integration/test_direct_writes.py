@@ -26,6 +26,7 @@ from dragoman.server.serving import (
 from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
 from tests.support.fakes import FakeUpstream, Reply, chunk, text_stream, usage_chunk
 from tests.support.servers import GatewayServer, make_config, sse_frames
+from tests.support.waiting import eventually
 
 HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
 REQUEST = {"model": "test-model", "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "Hi"}]}
@@ -363,14 +364,11 @@ def _unchunk(raw: bytes) -> bytes:
 def _metric(gateway: GatewayServer, direction: str) -> float:
     """The gateway's token counter for native-model (recorded just after the stream's last byte)."""
     line = f'dragoman_tokens_total{{direction="{direction}",model="native-model"}}'
-    deadline = time.monotonic() + 5
-    while True:
-        for row in httpx.get(f"{gateway.url}/metrics").text.splitlines():
-            if row.startswith(line):
-                return float(row.split()[-1])
-        if time.monotonic() > deadline:
-            return 0.0
-        time.sleep(0.02)
+
+    def row() -> str | None:
+        return next((r for r in httpx.get(f"{gateway.url}/metrics").text.splitlines() if r.startswith(line)), None)
+
+    return float(eventually(row, f"the {direction} token counter").split()[-1])
 
 
 def test_time_to_first_token_is_recorded_once_when_the_first_delta_is_written_directly(
@@ -388,10 +386,7 @@ def test_time_to_first_token_is_recorded_once_when_the_first_delta_is_written_di
 
     assert [e for e, _ in frames if e != "ping"][:3] == ["message_start", "content_block_start", "content_block_delta"]
     _check_mode(mode, writes)
-    deadline = time.monotonic() + 5
-    while (count := _histogram_count(gateway)) == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert count == 1
+    assert eventually(lambda: _histogram_count(gateway), "time to first token recorded") == 1
 
 
 def _histogram_count(gateway: GatewayServer) -> float:
@@ -416,7 +411,7 @@ def test_a_client_leaving_while_tokens_flow_closes_the_upstream(
             received += data
             if received.count(b"content_block_delta") >= 10:
                 break  # and hang up, mid-stream
-    assert upstream.wait_for(lambda: upstream.disconnects == 1, timeout=3)
+    eventually(lambda: upstream.disconnects == 1, "the upstream saw it", timeout=3)
     assert upstream.completed == 0
     _check_mode(mode, writes)
 
@@ -495,11 +490,9 @@ def test_a_client_resetting_a_pipelined_connection_mid_stream_is_a_client_discon
         while received.count(b"content_block_delta") < 5:
             received += client.recv(65536)
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
-    assert upstream.wait_for(lambda: upstream.disconnects >= 1, timeout=5)  # the upstream request was closed
-    deadline = time.monotonic() + 5
-    while not (rows := _rows(gateway, "dragoman_requests_total{")) and time.monotonic() < deadline:
-        time.sleep(0.02)  # the stream's outcome is recorded once its task has ended
-    assert rows, "the stream's outcome was never recorded"
+    eventually(lambda: upstream.disconnects >= 1, "the upstream saw it", timeout=5)  # the upstream request was closed
+    # the stream's outcome is recorded once its task has ended
+    eventually(lambda: _rows(gateway, "dragoman_requests_total{"), "the stream's outcome recorded")
     assert _rows(gateway, "dragoman_upstream_errors_total{") == []
     assert _rows(gateway, "dragoman_client_disconnects_total") == ["dragoman_client_disconnects_total 1.0"]
     assert logged == []

@@ -15,6 +15,7 @@ from tests.support.batches import wait_ended
 from tests.support.fake_anthropic import NativeReply, message, text_events
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 from tests.support.usage import wait_recorded
+from tests.support.waiting import eventually
 
 KEYS = {"api_keys": ["sk-solo"], "tenants": {"team-a": ["sk-a1", "sk-a2"]}}
 
@@ -170,25 +171,17 @@ def _held(upstream: FakeUpstream) -> threading.Event:
     return release
 
 
-def _until(predicate: Any, what: str) -> None:
-    for _ in range(500):
-        if predicate():
-            return
-        threading.Event().wait(0.01)
-    pytest.fail(f"not within 5 s: {what}")
-
-
 def test_max_concurrent_queues_then_serves(upstream, gateway_from):
     gateway = gateway_from(_config(upstream, {"max_concurrent": 1, "queue_timeout": 30}))
     release = _held(upstream)
     first = threading.Thread(target=_ask, args=(_client(gateway),))
     first.start()
-    _until(lambda: len(upstream.requests) == 1, "the first request reached the upstream")
+    eventually(lambda: len(upstream.requests) == 1, "the first request reached the upstream")
     answers: list[Any] = []
     second = threading.Thread(target=lambda: answers.append(_ask(_client(gateway))))
     second.start()
     slots = gateway.app.gateway.limits.concurrency
-    _until(lambda: slots.in_use("{k:" + _key_id("sk-solo") + "}:*:slots") == 2, "the second request queued")
+    eventually(lambda: slots.in_use("{k:" + _key_id("sk-solo") + "}:*:slots") == 2, "the second request queued")
     assert len(upstream.requests) == 1  # queued, not sent
     release.set()
     first.join()
@@ -203,7 +196,7 @@ def test_max_concurrent_answers_429_after_the_queue_timeout(upstream, gateway_fr
     first = threading.Thread(target=_ask, args=(_client(gateway),))
     first.start()
     try:
-        _until(lambda: len(upstream.requests) == 1, "the first request reached the upstream")
+        eventually(lambda: len(upstream.requests) == 1, "the first request reached the upstream")
         with pytest.raises(anthropic.RateLimitError) as caught:
             _ask(_client(gateway))
         assert "limits.max_concurrent" in caught.value.body["error"]["message"]
@@ -221,11 +214,11 @@ def test_a_client_that_leaves_the_queue_is_not_served(upstream, gateway_from):
     slots = gateway.app.gateway.limits.concurrency
     key = "{k:" + _key_id("sk-solo") + "}:*:slots"
     try:
-        _until(lambda: len(upstream.requests) == 1, "the first request reached the upstream")
+        eventually(lambda: len(upstream.requests) == 1, "the first request reached the upstream")
         impatient = anthropic.Anthropic(base_url=gateway.url, api_key="sk-solo", max_retries=0, timeout=0.5)
         with pytest.raises(anthropic.APITimeoutError):
             _ask(impatient)  # queued, then gone
-        _until(lambda: slots.in_use(key) == 1, "the client that left is out of the queue")
+        eventually(lambda: slots.in_use(key) == 1, "the client that left is out of the queue")
     finally:
         release.set()
         first.join()

@@ -21,6 +21,7 @@ from dragoman.limits import redis_store
 from tests.support.fakes import FakeUpstream, Reply, completion
 from tests.support.redis_server import RedisProcess
 from tests.support.servers import GatewayServer, start_serving
+from tests.support.waiting import eventually
 
 RPM = 20
 CLIENTS = 8
@@ -136,21 +137,13 @@ def _held(upstream: FakeUpstream) -> threading.Event:
     return release
 
 
-def _wait(predicate: Any) -> None:
-    for _ in range(500):
-        if predicate():
-            return
-        time.sleep(0.01)
-    pytest.fail("not within 5 s")
-
-
 def test_max_concurrent_is_shared_through_redis(upstream, redis_url, redis_prefix):
     gateways = _shared_gateways(upstream, redis_url, redis_prefix, max_concurrent=1, queue_timeout=30)
     release = _held(upstream)
     try:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             held = pool.submit(_one, gateways[0].url)
-            _wait(lambda: len(upstream.requests) == 1)
+            eventually(lambda: len(upstream.requests) == 1, "the first request reached the upstream")
             queued = pool.submit(_one, gateways[1].url)  # the other gateway: the same slot
             time.sleep(0.5)  # (it asks Redis again every 50 to 500 ms meanwhile)
             assert len(upstream.requests) == 1 and not queued.done()
@@ -168,7 +161,7 @@ def test_a_full_shared_queue_answers_429_naming_max_concurrent(upstream, redis_u
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             held = pool.submit(_one, gateways[0].url)
-            _wait(lambda: len(upstream.requests) == 1)
+            eventually(lambda: len(upstream.requests) == 1, "the first request reached the upstream")
             client = anthropic.Anthropic(base_url=gateways[1].url, api_key="sk-shared", max_retries=0)
             with pytest.raises(anthropic.RateLimitError) as caught:
                 client.messages.create(model="test-model", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])

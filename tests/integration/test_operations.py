@@ -6,16 +6,16 @@ import json
 import logging
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import anthropic
 import httpx
 import pytest
 
-from dragoman.core import gateway as gateway_module
+from dragoman.assembly import gateway as gateway_module
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
+from tests.support.waiting import eventually
 
 VALID = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "a secret question"}]}
 
@@ -127,10 +127,11 @@ def test_a_client_that_hangs_up_while_queued_leaves_the_queue_and_is_never_sent_
     upstream.queue(Reply(body=completion("third")))
     first = threading.Thread(target=lambda: httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=10))
     first.start()
-    time.sleep(0.3)  # the first holds the only slot
+    eventually(lambda: upstream.requests, "the first holds the only slot")
     with pytest.raises(httpx.ReadTimeout):  # the second waits in the queue, then hangs up
         httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=0.4)
-    time.sleep(0.2)  # the gateway notices the hang-up
+    left = "dragoman_client_disconnects_total 1.0"
+    eventually(lambda: left in httpx.get(gateway.url + "/metrics").text, "the gateway noticed the hang-up")
 
     third = httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=10)  # queued, not turned away
     first.join()
@@ -140,9 +141,20 @@ def test_a_client_that_hangs_up_while_queued_leaves_the_queue_and_is_never_sent_
 
 def test_streams_hold_their_slot_until_the_end(make_gateway, upstream):
     gateway = make_gateway(upstream={"max_concurrent": 1, "max_queue": 0})
-    upstream.stream_reply(text_stream("a", "b"))
-    with httpx.stream("POST", gateway.url + "/v1/messages", json={**VALID, "stream": True}) as response:
-        response.read()
+    resume = threading.Event()
+    chunks = text_stream("a", "b")
+    upstream.stream_reply([*chunks[:2], ("wait", resume), *chunks[2:]])
+    try:
+        with httpx.stream("POST", gateway.url + "/v1/messages", json={**VALID, "stream": True}) as response:
+            events = response.iter_lines()
+            assert next(line for line in events if "text_delta" in line)  # the stream is under way
+            # While it runs it holds the only slot, and there is no queue: a second request is turned away.
+            during = httpx.post(gateway.url + "/v1/messages", json=VALID)
+            assert during.status_code == 529 and during.json()["error"]["type"] == "overloaded_error"
+            resume.set()
+            assert any("message_stop" in line for line in events)
+    finally:
+        resume.set()
     # The stream ended, so its slot is free again.
     assert httpx.post(gateway.url + "/v1/messages", json=VALID).status_code == 200
 
@@ -239,9 +251,7 @@ def test_a_discovery_that_times_out_says_so_in_the_log(make_gateway, caplog, mon
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         make_gateway(url=f"http://127.0.0.1:{silent.getsockname()[1]}/v1")
-        deadline = time.monotonic() + 5
-        while not any("model discovery" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually(lambda: any("model discovery" in r.getMessage() for r in caplog.records), "discovery's warning")
     lines = [r.getMessage() for r in caplog.records if "model discovery" in r.getMessage()]
     assert lines == ["model discovery on upstream default failed: no answer within 0.2 s"]
 
@@ -277,9 +287,11 @@ def test_discovery_logs_what_the_model_list_saw(gateway_from, monkeypatch, caplo
                     }
                 }
             )
-            deadline = time.monotonic() + 20
-            while not any("model discovery" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
-                time.sleep(0.01)
+            eventually(
+                lambda: any("model discovery" in r.getMessage() for r in caplog.records),
+                "discovery's warning",
+                timeout=20,
+            )
         finally:
             other.stop()
     lines = [r.getMessage() for r in caplog.records if "model discovery" in r.getMessage()]
@@ -308,7 +320,7 @@ def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native
 
 def test_ready_probes_are_shared_so_nobody_can_multiply_upstream_calls(gateway_from, native, monkeypatch):
     # /ready is open to anyone, and each round asks every upstream its model list (an authenticated call)
-    monkeypatch.setattr("dragoman.core.gateway.READY_REUSE", 3600.0)
+    monkeypatch.setattr("dragoman.assembly.gateway.READY_REUSE", 3600.0)
     gateway = gateway_from({"upstreams": {"native": {"url": native.url, "protocol": "anthropic"}}})
     gateway.wait_discovered()
     before = native.model_lists
@@ -338,9 +350,7 @@ def test_a_client_leaving_a_non_streaming_request_cancels_the_upstream_call(gate
     upstream.queue(Reply(body=completion("too late"), hang=3.0))
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(gateway.url + "/v1/messages", json=VALID, timeout=0.5)
-    deadline = time.monotonic() + 2
-    while upstream.abandoned == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    eventually(lambda: upstream.abandoned, "the upstream call was abandoned")
     assert upstream.abandoned == 1
     metrics = httpx.get(gateway.url + "/metrics").text
     assert "dragoman_client_disconnects_total 1.0" in metrics
@@ -416,10 +426,9 @@ def test_a_client_leaving_a_stream_is_not_an_application_error(gateway, upstream
         with httpx.stream("POST", gateway.url + "/v1/messages", json={**VALID, "stream": True}) as response:
             chunks = response.iter_bytes()
             next(chunks)
-        deadline = time.monotonic() + 2
-        while upstream.disconnects == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.1)
+        eventually(lambda: upstream.disconnects, "the upstream saw the disconnect")
+        # the gateway has finished with the request (anything it would log, it has logged)
+        eventually(lambda: "dragoman_client_disconnects_total 1.0" in httpx.get(gateway.url + "/metrics").text)
     finally:
         logging.getLogger("uvicorn.error").removeHandler(handler)
     assert upstream.disconnects == 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 
 import anthropic
@@ -13,6 +12,7 @@ import pytest
 from tests.support.fake_anthropic import ASK, FakeAnthropic, NativeReply, event, message, text_events
 from tests.support.fake_anthropic import passthrough_config as _config
 from tests.support.servers import GatewayServer
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -304,9 +304,7 @@ def test_client_disconnect_closes_the_upstream_stream(passthrough, native):
         json={"model": "claude-test", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "Hi"}]},
     ) as response:  # fmt: skip
         next(response.iter_bytes())
-    deadline = time.monotonic() + 3
-    while native.disconnects == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    eventually(lambda: native.disconnects, "the upstream saw the disconnect")
     assert native.disconnects == 1
 
 

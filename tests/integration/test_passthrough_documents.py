@@ -21,6 +21,7 @@ from dragoman.core.config_load import from_dict
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.samples import pdf_bytes
 from tests.support.servers import GatewayServer
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -56,10 +57,7 @@ def serve(gateway_from: Callable[[dict], GatewayServer]) -> Callable[..., Gatewa
 def wait_listed(gateway: GatewayServer, upstream: str) -> None:
     """Until the upstream's model list has been read (it tells what server it is)."""
     router = gateway.app.state.gateway.router
-    deadline = time.monotonic() + 5
-    while not router.discovered.get(upstream):
-        assert time.monotonic() < deadline, "no model list"
-        time.sleep(0.01)
+    eventually(lambda: router.discovered.get(upstream), "the upstream's model list was read")
 
 
 def ask(*blocks: dict, **extra: Any) -> dict:
@@ -154,10 +152,7 @@ def test_auto_asks_for_the_model_list_when_a_request_has_documents_and_it_is_not
     documents asks again before it is sent, and its documents go as text."""
     native.owned_by, native.models_down = "llamacpp", True
     gateway = serve({"url": native.url, "protocol": "anthropic"})
-    deadline = time.monotonic() + 5
-    while native.model_lists == 0:  # the start-up discovery, refused
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    eventually(lambda: native.model_lists, "the start-up discovery, refused")
     native.models_down = False
     anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0).messages.create(**ask(NOTE))
     _, body, _ = native.requests[-1]

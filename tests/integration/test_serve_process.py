@@ -18,6 +18,7 @@ from tests.support.fakes import chunk, text_stream, usage_chunk
 from tests.support.helpers import batch_path
 from tests.support.serve_process import _kill, _start
 from tests.support.servers import sse_frames, worker_serving
+from tests.support.waiting import eventually
 
 BODY = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "Hi"}]}
 
@@ -75,9 +76,7 @@ def _stream_through_sigterm(process: subprocess.Popen[bytes], url: str) -> bytes
 
     reader = threading.Thread(target=read_stream)
     reader.start()
-    deadline = time.monotonic() + 5
-    while b"one" not in b"".join(received) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    eventually(lambda: b"one" in b"".join(received), "the stream's first text reached the client")
     process.send_signal(signal.SIGTERM)
     reader.join(10)  # the body ends (chunked terminator) either way: httpx raises nothing
     return b"".join(received)
@@ -122,7 +121,7 @@ def test_a_request_outliving_the_shutdown_grace_gets_an_overloaded_error_not_a_p
     answers: list[httpx.Response] = []
     caller = threading.Thread(target=lambda: answers.append(httpx.post(url + "/v1/messages", json=BODY, timeout=10)))
     caller.start()
-    assert upstream.wait_for(lambda: upstream.requests)  # in flight, waiting for the upstream
+    eventually(lambda: upstream.requests, "the upstream saw it")  # in flight, waiting for the upstream
     process.send_signal(signal.SIGTERM)
     caller.join(10)
     assert answers[0].status_code == 529, answers[0].text
@@ -153,13 +152,11 @@ def _batch(url: str, n: int) -> str:
 
 
 def _ended(url: str, batch_id: str, timeout: float = 15.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ended() -> dict | None:
         batch = httpx.get(f"{url}/v1/messages/batches/{batch_id}", timeout=5).json()
-        if batch["processing_status"] == "ended":
-            return batch
-        time.sleep(0.05)
-    raise AssertionError(f"batch {batch_id} did not end: {batch}")
+        return batch if batch["processing_status"] == "ended" else None
+
+    return eventually(ended, f"batch {batch_id} ended", timeout=timeout, every=0.05)
 
 
 def test_every_worker_answers_for_a_batch(upstream, stop_later):
@@ -183,9 +180,8 @@ def test_a_batch_survives_its_process_being_killed(upstream, stop_later):
     stop_later(process)
     batch_id = _batch(url, 3)
     results = batch_path(Path(os.environ["XDG_DATA_HOME"]) / "dragoman" / "batches", batch_id) / "results.jsonl"
-    deadline = time.monotonic() + 10
-    while not (results.exists() and results.read_bytes().count(b"\n") == 2) and time.monotonic() < deadline:
-        time.sleep(0.02)  # r0 and r2 settled, r1 in flight
+    settled = lambda: results.exists() and results.read_bytes().count(b"\n") == 2  # noqa: E731
+    eventually(settled, "r0 and r2 settled, r1 in flight", timeout=10)
     _kill(process)  # SIGKILL: no clean-up of any kind; the kernel frees the batch's lock
 
     upstream.responder = lambda body: Reply(body=completion("answer"))

@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.fakes import Reply, chunk, completion, text_stream
 from tests.support.servers import sse_frames
+from tests.support.waiting import eventually
 
 USER = [{"role": "user", "content": "Hello"}]
 HEADERS = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
@@ -164,7 +165,7 @@ def test_stop_sequence_streaming_reports_the_exact_sequence_and_closes_upstream(
     assert sent["stream"] is True
     assert len(sent.get("stop") or []) <= 4  # never more than a server accepts
     # The gateway hung up on the upstream once the stop matched: the backend stops generating.
-    assert upstream.wait_for(lambda: upstream.disconnects == 1, timeout=3)
+    eventually(lambda: upstream.disconnects == 1, "the upstream saw it", timeout=3)
     assert upstream.completed == 0
 
 
@@ -205,7 +206,7 @@ def test_stop_sequence_non_streaming(client, upstream):
         message.usage.output_tokens == 2 and message.usage.input_tokens > 0
     )  # not the zeros of a usage never received
     assert upstream.requests[0]["stream"] is True
-    assert upstream.wait_for(lambda: upstream.disconnects == 1, timeout=3)
+    eventually(lambda: upstream.disconnects == 1, "the upstream saw it", timeout=3)
 
 
 def test_earliest_stop_wins_and_unmatched_stops_change_nothing(client, upstream):
@@ -254,7 +255,7 @@ def test_client_hanging_up_closes_the_upstream_stream(gateway, upstream):
         for line in response.iter_lines():
             if "first" in line:
                 break  # hang up after the first text
-    assert upstream.wait_for(lambda: upstream.disconnects == 1, timeout=3)
+    eventually(lambda: upstream.disconnects == 1, "the upstream saw it", timeout=3)
     assert upstream.completed == 0
 
 
@@ -307,7 +308,6 @@ def test_a_server_that_reports_no_usage_gets_counted_usage_streamed_and_not(clie
 def test_a_refusal_after_keepalives_is_an_error_event_and_is_recorded(make_gateway, upstream, native):
     """Committed to 200 before the upstream answered: its refusal arrives as an `error` event,
     and the log and metrics still count it as the upstream's error, not as a success."""
-    import time
 
     from tests.support.fake_anthropic import FakeAnthropic, NativeReply
 
@@ -330,13 +330,11 @@ def test_a_refusal_after_keepalives_is_an_error_event_and_is_recorded(make_gatew
     body = {"model": "test-model", "max_tokens": 5, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
     frames = sse_frames(_post_stream(gateway, body).text)
     assert frames[-1][0] == "error" and "boom" in frames[-1][1]["error"]["message"]
-    deadline = time.monotonic() + 5
-    while not any(
+    counted = lambda: any(  # noqa: E731
         row.startswith("dragoman_upstream_errors_total{")
         for row in httpx.get(gateway.url + "/metrics").text.splitlines()
-    ):
-        assert time.monotonic() < deadline, "the failed stream was not counted"
-        time.sleep(0.05)
+    )
+    eventually(counted, "the failed stream counted")
     if native:
         server.stop()
 

@@ -12,12 +12,13 @@ import anthropic
 import httpx
 import pytest
 
+from dragoman.assembly.tracing import build_tracing, wanted
 from dragoman.core.config import TracingConfig
-from dragoman.core.tracing import build_tracing, wanted
 from tests.support.batches import wait_ended
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 from tests.support.otlp import GrpcOtlpReceiver, OtlpReceiver, Span
 from tests.support.servers import GatewayServer
+from tests.support.waiting import eventually
 
 KEY = "sk-trace-secret"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -152,7 +153,7 @@ def test_a_client_that_leaves_mid_stream_ends_its_trace(traced, upstream, receiv
         for line in response.iter_lines():
             if "content_block_delta" in line:
                 break
-    assert upstream.wait_for(lambda: upstream.disconnects >= 1)
+    eventually(lambda: upstream.disconnects >= 1, "the upstream saw it")
     spans = flushed(gateway, receiver)
 
     server = one(spans, SERVER)

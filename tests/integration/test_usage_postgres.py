@@ -21,6 +21,7 @@ from tests.support.postgres import (  # noqa: F401 (fixtures)
     schema_url,
 )
 from tests.support.usage import KEYS, team_config, wait_recorded
+from tests.support.waiting import eventually
 
 
 def test_a_database_restart_loses_no_record(
@@ -50,7 +51,9 @@ def test_a_database_restart_loses_no_record(
     some(6)
     wait_recorded(server, sent)
     writer = server.app.state.gateway.usage
-    assert _eventually(lambda: count_records(private_postgres.url) == 6)  # the first records are in
+    eventually(
+        lambda: count_records(private_postgres.url) == 6, "6 records in PostgreSQL", timeout=20
+    )  # the first records are in
     private_postgres.stop()  # the pool's connections die with it
     some(6)
     wait_recorded(server, sent)
@@ -59,7 +62,9 @@ def test_a_database_restart_loses_no_record(
     private_postgres.start()
     some(6)
     wait_recorded(server, sent)
-    assert _eventually(lambda: count_records(private_postgres.url) == 18)  # written once, the held ones too
+    eventually(
+        lambda: count_records(private_postgres.url) == 18, "18 records in PostgreSQL", timeout=20
+    )  # written once, the held ones too
     assert sent == 18 and writer.held == 0
 
 
@@ -68,15 +73,6 @@ async def _flush_in(server: Any) -> bool:
     gateway = server.app.state.gateway
     loop = gateway.usage._task.get_loop()
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(gateway.usage.flush(), loop))
-
-
-def _eventually(predicate: Any, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 MIGRATE = """

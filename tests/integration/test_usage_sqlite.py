@@ -11,8 +11,8 @@ from typing import Any
 import anthropic
 from click.testing import CliRunner
 
+from dragoman.calls.types import Outcome
 from dragoman.cli import main
-from dragoman.core.types import Outcome
 from dragoman.usage.records import Query
 from dragoman.usage.schema import MIGRATIONS
 from dragoman.usage.sqlite import SqliteStore

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 
 from tests.support.fakes import FakeUpstream, Reply, completion
 from tests.support.servers import GatewayServer
+from tests.support.waiting import eventually
 
 MARKER = re.compile(r"<<(\w+)>>")  # the marker a request's text carries, so the fake can answer per request
 
@@ -58,24 +58,11 @@ def answer_per_marker(
 
 
 def wait_ended(client: anthropic.Anthropic, batch_id: str, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
+    def ended() -> Any:
         batch = client.messages.batches.retrieve(batch_id)
-        if batch.processing_status == "ended":
-            return batch
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"batch {batch_id} did not end within {timeout} s: {batch.processing_status}, {batch.request_counts}"
-            )
-        time.sleep(0.02)
+        return batch if batch.processing_status == "ended" else None
 
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail("condition not met in time")
-        time.sleep(0.01)
+    return eventually(ended, f"batch {batch_id} ended", timeout)
 
 
 def results_of(client: anthropic.Anthropic, batch_id: str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +24,8 @@ from tests.support.threaded_site import ThreadedSite
 class Reply:
     status: int = 200
     body: Any = None  # JSON body for non-streaming replies
-    chunks: list[Any] | None = None  # stream: dicts (sent as data: JSON), raw bytes, or ("sleep", seconds)
+    chunks: list[Any] | None = None  # stream: dicts (sent as data: JSON), raw bytes, ("sleep", seconds),
+    # or ("wait", threading.Event): the stream pauses there until the test sets the event
     headers: dict[str, str] = field(default_factory=dict)
     done: bool = True  # send data: [DONE]
     hang: float = 0.0  # seconds to wait before answering
@@ -90,15 +90,6 @@ class FakeUpstream:
     def stream_reply(self, chunks: list[Any], **kw: Any) -> None:
         self.queue(Reply(chunks=chunks, **kw))
 
-    def wait_for(self, predicate: Any, timeout: float = 5.0) -> bool:
-        """Poll `predicate()` (reads of this fake's counters) until true or `timeout`."""
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return True
-
     def start(self) -> FakeUpstream:
         self.port = self._site.start()
         return self
@@ -158,6 +149,8 @@ class FakeUpstream:
             for item in reply.chunks:
                 if isinstance(item, tuple) and item[0] == "sleep":
                     await asyncio.sleep(item[1])
+                elif isinstance(item, tuple) and item[0] == "wait":
+                    await asyncio.to_thread(item[1].wait, 10)
                 elif isinstance(item, bytes):
                     await response.write(item)
                 else:

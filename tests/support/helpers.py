@@ -12,10 +12,11 @@ from typing import Any
 
 import msgspec
 
+from dragoman.core.capabilities import ModelCaps
 from dragoman.core.profiles import PROFILES, Profile
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai, sse
-from dragoman.translate.request import ModelCaps, Options, Translated, to_chat_request
+from dragoman.translate.request import Options, Translated, to_chat_request
 from tests.support.openai_shapes import chunk, completion_dict, usage, usage_chunk  # noqa: F401 (shared)
 
 # -- requests ---------------------------------------------------------------------

@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 from dragoman.backends.anthropic.backend import AnthropicBackend
+from dragoman.calls.types import Call, Outcome
 from dragoman.core.config_load import from_dict
 from dragoman.core.errors import GatewayError
-from dragoman.core.types import Call, Outcome
 from tests.support.responses import ScriptedResponse as Response
 
 # A server that sends every field the SDKs type: its events go through unchanged.

@@ -20,6 +20,7 @@ from dragoman.core.config import Config
 from dragoman.core.config_load import from_dict
 from dragoman.server.app import create_app
 from dragoman.server.serving import server_options
+from tests.support.waiting import eventually
 
 
 def free_port() -> int:
@@ -187,22 +188,19 @@ class GatewayServer:
     def wait_discovered(self, timeout: float = 5.0) -> None:
         """Wait until model discovery has a list for every upstream without configured models."""
         router = self.app.state.gateway.router
-        deadline = time.monotonic() + timeout
-        while not all(router.discovered.get(name) for name in router.discovering):
-            if time.monotonic() > deadline:
-                raise RuntimeError("model discovery did not finish")
-            time.sleep(0.01)
+        eventually(lambda: all(router.discovered.get(name) for name in router.discovering), "model discovery", timeout)
 
 
 def wait_tool_support(server: GatewayServer, upstream: str, timeout: float = 10.0) -> None:
     """Wait until discovery has found out, for each model `upstream` lists, whether its chat
     template shows it tools (checked after the list is in use: see Gateway.discover)."""
     router = server.app.state.gateway.router
-    deadline = time.monotonic() + timeout
-    while not (entries := router.discovered.get(upstream)) or any(e.renders_tools is None for e in entries):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the chat template check of upstream {upstream} did not finish")
-        time.sleep(0.01)
+
+    def checked() -> bool:
+        entries = router.discovered.get(upstream)
+        return bool(entries) and all(e.renders_tools is not None for e in entries)
+
+    eventually(checked, f"the chat template check of upstream {upstream}", timeout)
 
 
 def make_config(

@@ -4,12 +4,12 @@ usage report read with the SDK, waiting for records, and a record made by hand."
 from __future__ import annotations
 
 import datetime
-import time
 from typing import Any
 
 import anthropic
 
 from tests.support.servers import GatewayServer
+from tests.support.waiting import eventually
 
 KEYS = {"team-a": "key-a", "team-b": "key-b"}
 ADMIN = "admin-key"
@@ -37,11 +37,8 @@ def report(url: str, **params: Any) -> dict[str, Any]:
 def wait_recorded(server: GatewayServer, count: int) -> None:
     """Until the gateway has finished `count` requests (a disconnect is noticed a moment later)."""
     requests = server.app.state.gateway.metrics.requests
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if sum(s.value for s in requests.collect()[0].samples if s.name.endswith("_total")) >= count:
-            return
-        time.sleep(0.01)
+    finished = lambda: sum(s.value for s in requests.collect()[0].samples if s.name.endswith("_total")) >= count  # noqa: E731
+    eventually(finished, f"{count} requests recorded", timeout=10)
 
 
 def usage_record(request_id: str, at: float) -> Any:

@@ -7,8 +7,8 @@ from typing import assert_never
 from dragoman.backends.anthropic.backend import AnthropicBackend
 from dragoman.backends.auto import AutoBackend
 from dragoman.backends.openai.backend import OpenAIBackend
+from dragoman.calls.types import Backend
 from dragoman.core.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
-from dragoman.core.types import Backend
 
 
 def build(config: Config) -> dict[str, Backend]:

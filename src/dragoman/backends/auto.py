@@ -19,9 +19,9 @@ import msgspec
 
 from dragoman.backends.anthropic.backend import AnthropicBackend
 from dragoman.backends.openai.backend import OpenAIBackend
+from dragoman.calls.types import Backend, Call, Reply, Route, UpstreamModel
 from dragoman.core.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
 from dragoman.core.errors import UpstreamError, UpstreamTimeout
-from dragoman.core.types import Backend, Call, Reply, Route, UpstreamModel
 
 log = logging.getLogger("dragoman.upstream")
 

@@ -20,7 +20,9 @@ from typing import Literal
 
 import msgspec
 
+from dragoman.batches.requests import Recorder, RequestPath
 from dragoman.batches.store import BatchDir, Ended, Record
+from dragoman.calls.types import Caller, Completed, Outcome
 from dragoman.core import ids
 from dragoman.core.config import BatchesConfig
 from dragoman.core.errors import (
@@ -30,9 +32,6 @@ from dragoman.core.errors import (
     RequestTooLarge,
     UpstreamError,
 )
-from dragoman.core.observe import Metrics
-from dragoman.core.pipeline import Caller, Pipeline
-from dragoman.core.types import Completed, Outcome
 from dragoman.core.validation import within
 from dragoman.protocol.batches import BatchRequest, RequestCounts
 
@@ -151,7 +150,7 @@ class Run:
 
 
 class Runner:
-    def __init__(self, pipeline: Pipeline, metrics: Metrics, config: BatchesConfig, on_end: Callable[[str, Ended], None],
+    def __init__(self, pipeline: RequestPath, metrics: Recorder, config: BatchesConfig, on_end: Callable[[str, Ended], None],
                  on_free: Callable[[], None]) -> None:  # fmt: skip
         self._pipeline = pipeline
         self._metrics = metrics

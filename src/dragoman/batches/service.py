@@ -27,15 +27,14 @@ import msgspec
 from dragoman.batches.catalog import Catalog
 from dragoman.batches.keeper import Keeper
 from dragoman.batches.quota import Usage, check_room
+from dragoman.batches.requests import Recorder, RequestPath
 from dragoman.batches.runs import Runner
 from dragoman.batches.store import PREFIX, BatchDir, BatchStore, Record
 from dragoman.core import ids
 from dragoman.core.config import BatchesConfig, data_dir
 from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
-from dragoman.core.observe import Metrics
 from dragoman.core.owners import Owners
 from dragoman.core.paging import page_of, remember_deleted
-from dragoman.core.pipeline import Pipeline
 from dragoman.core.validation import decode_request
 from dragoman.protocol.anthropic import forwarded_headers, timestamp
 from dragoman.protocol.batches import (
@@ -61,7 +60,7 @@ def _kept_headers(headers: Mapping[str, str], traceparent: str | None) -> dict[s
 
 class Batches:
     def __init__(
-        self, pipeline: Pipeline, metrics: Metrics, config: BatchesConfig, owners: Owners | None = None
+        self, pipeline: RequestPath, metrics: Recorder, config: BatchesConfig, owners: Owners | None = None
     ) -> None:
         self._config = config
         self._store = BatchStore(Path(config.dir).expanduser() if config.dir else data_dir("batches"))

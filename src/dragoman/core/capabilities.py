@@ -1,4 +1,5 @@
-"""Which models reason: configuration, then the models.dev registry, then names.
+"""The capability types (`ModelCaps`, `ReasoningCaps`), and which models reason:
+configuration, then the models.dev registry, then names.
 
 The registry (https://models.dev/api.json) is fetched in the background when it can
 be reached and cached on disk; a request never waits for it, and without it the
@@ -14,6 +15,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 log = logging.getLogger("dragoman.registry")
 
@@ -26,6 +28,32 @@ REASONING_NAMES = re.compile(
     r"gpt-oss|^o[1-9](?:$|-)|^gpt-5|deepseek-r1|deepseek-reasoner|qwq|qwen3(?!.*instruct)|thinking|magistral|kimi-k2-thinking|glm-4\.[5-9]|phi-4-reasoning",
     re.IGNORECASE,
 )
+
+
+ThinkingOff = Literal["enable_thinking", "lowest_effort"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningCaps:
+    """How the served model reasons, and how Anthropic's thinking controls map onto it."""
+
+    reasoning: bool = False
+    efforts: tuple[str, ...] = ("low", "medium", "high")
+    thinking_off: ThinkingOff | None = None
+    strict: bool = False
+    low_max_budget: int = 2048
+    medium_max_budget: int = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCaps:
+    """What the gateway knows about the served model (from config or discovery)."""
+
+    vision: bool | None = None
+    reasoning: ReasoningCaps = ReasoningCaps()
+    reasoning_replay: bool = False
+    max_output_tokens: int | None = None
+    drop_server_tools: bool | None = None  # None: the gateway-wide setting decides
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ from typing import Literal
 import msgspec
 from msgspec import Struct
 
-from dragoman.limits.settings import LimitsConfig
-from dragoman.routes.settings import FallbackSettings, RouteConfig
+from dragoman.core.limit_settings import LimitsConfig
+from dragoman.core.route_settings import FallbackSettings, RouteConfig
 
 
 class ConfigError(Exception):
@@ -207,7 +207,7 @@ class FilesConfig(_Config, frozen=True):
 
 
 class TracingConfig(_Config, frozen=True):
-    """OpenTelemetry traces and GenAI metrics (see core/tracing.py); the OTEL_* variables say the rest."""
+    """OpenTelemetry traces and GenAI metrics (see assembly/tracing.py); the OTEL_* variables say the rest."""
 
     enabled: bool | None = None  # None: on when OTEL_EXPORTER_OTLP_ENDPOINT (or _TRACES_ENDPOINT) is set
     endpoint: str | None = None  # the collector's base URL; None: from the OTEL_* variables

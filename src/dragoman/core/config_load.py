@@ -16,10 +16,9 @@ from typing import Any
 
 import msgspec
 
+from dragoman.core import limit_settings
 from dragoman.core.config import CacheRouting, Config, ConfigError, UpstreamConfig
 from dragoman.core.config_sift import readable, sift
-from dragoman.limits import settings as limit_settings
-from dragoman.routes import settings as route_settings
 
 
 def from_dict(data: dict[str, Any]) -> Config:
@@ -73,7 +72,6 @@ def _check(config: Config, problems: list[str]) -> None:
         elif key in ("expire_after", "retain_for") and getattr(config.batches, key) > 366 * 24 * 3600:
             problems.append(f"batches.{key}: at most a year of seconds (31622400), got {getattr(config.batches, key)}")
     _check_usage(config, problems)
-    route_settings.check(config.routes, config.models, config.fallbacks, problems)
     default = config.server.default_model
     if default and config.models and not any(default == m.name or default in m.aliases for m in config.models):
         problems.append(f"server.default_model: {default!r} is not a configured model name")

@@ -14,6 +14,7 @@ from typing import Literal
 import msgspec
 
 from dragoman.core.errors import (
+    ErrorDetail,
     GatewayError,
     InvalidRequest,
     NotFound,
@@ -27,7 +28,6 @@ from dragoman.core.errors import (
     context_overflow,
 )
 from dragoman.core.redaction import redact, redact_bytes
-from dragoman.protocol import anthropic
 
 
 class _UpstreamErrorBody(msgspec.Struct):
@@ -182,7 +182,7 @@ _BY_TYPE: dict[str, type[GatewayError]] = {
 
 class _AnthropicEnvelope(msgspec.Struct):
     type: Literal["error"]  # required: OpenAI's `{"error": {"type", "message"}}` is not Anthropic's envelope
-    error: anthropic.ErrorDetail
+    error: ErrorDetail
 
 
 _ANTHROPIC_ENVELOPE = msgspec.json.Decoder(_AnthropicEnvelope)

@@ -24,7 +24,18 @@ from typing import ClassVar
 
 import msgspec
 
-from dragoman.protocol import anthropic
+
+class ErrorDetail(msgspec.Struct, kw_only=True, gc=False, omit_defaults=True):
+    """The `error` of Anthropic's envelope (`protocol.anthropic` re-exports it with the wire types)."""
+
+    type: str
+    message: str
+    details: dict[str, str] | None = None  # `error_code` for the errors the SDKs act on (threads)
+
+
+class ErrorResponse(msgspec.Struct, kw_only=True, gc=False, tag="error", tag_field="type", omit_defaults=True):
+    error: ErrorDetail
+    request_id: str | None = None  # omitted in stream error events, which carry none
 
 
 class GatewayError(Exception):
@@ -48,13 +59,13 @@ class GatewayError(Exception):
         return self.upstream is not None or isinstance(self, (UpstreamError, UpstreamTimeout))
 
     def body(self, request_id: str | None) -> bytes:
-        detail = anthropic.ErrorDetail(type=self.type, message=self.message, details=self.details)
-        return msgspec.json.encode(anthropic.ErrorResponse(error=detail, request_id=request_id))
+        detail = ErrorDetail(type=self.type, message=self.message, details=self.details)
+        return msgspec.json.encode(ErrorResponse(error=detail, request_id=request_id))
 
     def event(self) -> bytes:
         """The SSE `error` event that ends a stream which has already started."""
-        detail = anthropic.ErrorDetail(type=self.type, message=self.message, details=self.details)
-        data = msgspec.json.encode(anthropic.ErrorResponse(error=detail))
+        detail = ErrorDetail(type=self.type, message=self.message, details=self.details)
+        data = msgspec.json.encode(ErrorResponse(error=detail))
         return b"event: error\ndata: " + data + b"\n\n"
 
     def headers(self) -> dict[str, str]:

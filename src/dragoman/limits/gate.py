@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter
 
+from dragoman.calls.types import Call, Outcome, max_tokens
 from dragoman.core.errors import RateLimited
-from dragoman.core.types import Call, Outcome, max_tokens
-from dragoman.limits.settings import BUDGETS, RATES, LimitsConfig, LimitSet
+from dragoman.core.limit_settings import BUDGETS, RATES, LimitsConfig, LimitSet
 from dragoman.limits.slots import Concurrency, Slots
 from dragoman.limits.store import LocalStore, Store, Taken, Want
 

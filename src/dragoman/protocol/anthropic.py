@@ -260,7 +260,7 @@ class MessagesRequest(_In):
     output_config: OutputConfig | None = None
     output_format: OutputFormat | None = None
     reasoning_effort: str | None = None
-    thread: ThreadParam | None = None  # the gateway holds the conversation: see dragoman.core.threads
+    thread: ThreadParam | None = None  # the gateway holds the conversation: see dragoman.assembly.threads
     compaction: CompactionConfig | None = None  # summarize the conversation instead of answering it
 
 

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from msgspec import UNSET, Struct, UnsetType
 
+from dragoman.core.errors import ErrorDetail, ErrorResponse
+
 __all__ = [
     "OutTextBlock",
     "OutThinkingBlock",
@@ -182,15 +184,7 @@ StreamEvent = (
 # -- errors -------------------------------------------------------------------
 
 
-class ErrorDetail(_Out, omit_defaults=True):
-    type: str
-    message: str
-    details: dict[str, str] | None = None  # `error_code` for the errors the SDKs act on (threads)
-
-
-class ErrorResponse(_Out, tag="error", tag_field="type", omit_defaults=True):
-    error: ErrorDetail
-    request_id: str | None = None  # omitted in stream error events, which carry none
+# ErrorDetail, ErrorResponse: defined with the error tree (core.errors), re-exported here.
 
 
 class CountTokensResponse(_Out):

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
+from dragoman.calls.types import Call, Completed, Reply, Route, Streaming, UpstreamModel
 from dragoman.core.ids import message_id
-from dragoman.core.types import Call, Completed, Reply, Route, Streaming, UpstreamModel
 from dragoman.protocol import anthropic as a
 
 

@@ -15,9 +15,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
+from dragoman.calls.types import Call, Completed, Reply, Route, Streaming, UpstreamModel
 from dragoman.core.error_mapping import from_upstream
 from dragoman.core.errors import GatewayError
-from dragoman.core.types import Call, Completed, Reply, Route, Streaming, UpstreamModel
 from dragoman.routes.gate import Gate
 from dragoman.routes.settings import FallbackSettings
 from dragoman.routes.shape import Shape

@@ -15,9 +15,9 @@ import re
 from collections.abc import AsyncIterator, Awaitable
 from typing import Protocol
 
+from dragoman.calls.types import Call, DirectWrites, Reply, Route, Streaming
 from dragoman.core.error_mapping import from_error_event, from_upstream
 from dragoman.core.errors import GatewayError
-from dragoman.core.types import Call, DirectWrites, Reply, Route, Streaming
 
 _CONTENT = (b"content_block_start", b"message_delta", b"message_stop")
 _START = re.compile(rb"event: ?message_start\r?\ndata: ?[^\n]*\r?\n\r?\n")

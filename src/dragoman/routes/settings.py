@@ -1,37 +1,15 @@
-"""The `[[routes]]` and `[fallbacks]` configuration, and its start-up checks.
-
-A leaf like `limits.settings`: `core.config` embeds these structs and `core.config_load`
-calls `check`; a route's `when` table is compiled here once (`conditions.compile_when`), so
-a mistake in it is a start-up error naming its key, never a rule silently skipped.
-"""
+"""The start-up checks of `[[routes]]` and the models' fallbacks (the structs are
+`core.route_settings`'). A route's `when` table is compiled here (`conditions.compile_when`),
+so a mistake in it is a start-up error naming its key, never a rule silently skipped.
+`routes.table.Routes.build` runs them when the gateway is built."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
-from msgspec import Struct
-
+from dragoman.core.route_settings import FallbackSettings, RouteConfig
 from dragoman.routes.conditions import ConditionError, compile_when
-
-
-class RouteConfig(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
-    """One route: when its conditions hold (all of them; `any = [...]` for or), its action."""
-
-    name: str
-    when: dict[str, Any] = {}
-    model: str | None = None  # a served name: a [[models]] name or one of its exact aliases
-    respond: Literal["count"] | None = None  # answer a count probe here, with no upstream call
-    sticky: Literal["session"] | None = None  # a session that took this route keeps it
-
-
-class FallbackSettings(Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
-    """How fallbacks between models are bounded (docs/routing.md, Fallbacks)."""
-
-    max_attempts: int = 3  # models tried for one request, the first included
-    cooldown_failures: int = 3  # failures of a model within cooldown_window that cool it down
-    cooldown_window: float = 60.0  # seconds
-    cooldown: float = 30.0  # seconds a cooled model is passed over as a target
 
 
 def served_names(models: Sequence[Any]) -> dict[str, Any]:

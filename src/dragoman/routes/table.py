@@ -17,16 +17,16 @@ from dataclasses import dataclass
 import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
-from dragoman.core.config import Config
+from dragoman.calls.types import Call, Completed, Outcome, Route
+from dragoman.core.capabilities import ModelCaps
+from dragoman.core.config import Config, ConfigError
 from dragoman.core.errors import GatewayError
-from dragoman.core.types import Call, Completed, Outcome, Route
 from dragoman.routes.answer import CountAnswer
 from dragoman.routes.conditions import When, compile_when
 from dragoman.routes.fallbacks import Attempts, Cooldowns
 from dragoman.routes.sessions import Held, Sessions
-from dragoman.routes.settings import served_names
+from dragoman.routes.settings import check, served_names
 from dragoman.routes.shape import Shape
-from dragoman.translate.request import ModelCaps
 
 COUNTED_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")
 MAX_PENDING = 100_000  # requests in flight whose session waits for their usage
@@ -66,7 +66,12 @@ class Routes:
     @classmethod
     def build(cls, config: Config, resolve: Callable[[str], Awaitable[Route]],
               registry: CollectorRegistry | None = None) -> Routes | None:  # fmt: skip
-        """The table, or None when no route and no fallback is configured."""
+        """The table, or None when no route and no fallback is configured; ConfigError naming
+        every key at fault (an unknown model, a condition that cannot hold, ...)."""
+        problems: list[str] = []
+        check(config.routes, config.models, config.fallbacks, problems)
+        if problems:
+            raise ConfigError(problems)
         if not config.routes and not any(m.fallbacks or m.context_fallbacks for m in config.models):
             return None
         return cls(config, resolve, registry)

@@ -1,7 +1,7 @@
 """The access line of every request the Messages endpoints do not log themselves.
 
 `/v1/messages` and `count_tokens` write theirs with model, upstream and usage
-(core/observe.py); this writes one for the rest a client does: the model list,
+(assembly/observe.py); this writes one for the rest a client does: the model list,
 Claude Code's `HEAD /`, Batches, Files, and requests for no endpoint at all, so that
 an operator sees everything a client did. The infrastructure's probes (`/health`,
 `/ready`, `/metrics`) would drown them and get none. Ids from the path are logged;
@@ -16,7 +16,7 @@ import time
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dragoman.core.observe import json_line, log
+from dragoman.assembly.observe import json_line, log
 from dragoman.server.auth import key_id, presented_key
 
 PROBES = frozenset({"/health", "/ready", "/metrics"})

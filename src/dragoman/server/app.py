@@ -16,13 +16,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dragoman.assembly.gateway import Gateway
+from dragoman.assembly.observe import capped, configure_logging
+from dragoman.assembly.pipeline import Endpoint
+from dragoman.calls.types import Backend
 from dragoman.core import ids
 from dragoman.core.config import Config
 from dragoman.core.errors import GatewayError, MethodNotAllowed, NotFound, Overloaded
-from dragoman.core.gateway import Gateway
-from dragoman.core.observe import capped, configure_logging
-from dragoman.core.pipeline import Endpoint
-from dragoman.core.types import Backend
 from dragoman.server import batch_endpoints, endpoints, file_endpoints, usage_endpoints
 from dragoman.server.access import AccessLogMiddleware
 from dragoman.server.disconnect import ClientLeft

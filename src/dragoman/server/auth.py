@@ -8,9 +8,9 @@ from collections.abc import Mapping
 
 from starlette.requests import Request
 
+from dragoman.calls.types import Caller
 from dragoman.core.errors import PermissionDenied, Unauthorized
 from dragoman.core.owners import Owners, legacy
-from dragoman.core.pipeline import Caller
 
 
 def presented_key(request: Request) -> str | None:

@@ -15,6 +15,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from dragoman.assembly.gateway import Gateway
+from dragoman.assembly.observe import Metrics, capped, observe
+from dragoman.assembly.pipeline import Endpoint, Prepared
+from dragoman.assembly.threads import Turn
+from dragoman.calls.types import Caller, Completed, DirectWrites, Outcome, Reply, Streaming
 from dragoman.core.errors import (
     GatewayError,
     InvalidRequest,
@@ -22,11 +27,6 @@ from dragoman.core.errors import (
     RequestTooLarge,
     UpstreamError,
 )
-from dragoman.core.gateway import Gateway
-from dragoman.core.observe import Metrics, capped, observe
-from dragoman.core.pipeline import Caller, Endpoint, Prepared
-from dragoman.core.threads import Turn
-from dragoman.core.types import Completed, DirectWrites, Outcome, Reply, Streaming
 from dragoman.protocol.sse import KEEPALIVE_COMMENT, PING
 from dragoman.server import auth
 from dragoman.server.disconnect import ClientLeft, DisconnectWatch

@@ -10,30 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dragoman.core.capabilities import ModelCaps
 from dragoman.core.errors import InvalidRequest
 from dragoman.core.profiles import Profile
 from dragoman.protocol import anthropic, openai
 from dragoman.translate import content
 from dragoman.translate.checks import check_request
 from dragoman.translate.compaction import with_summaries
-from dragoman.translate.thinking import ReasoningCaps, plan, replayed_reasoning
+from dragoman.translate.thinking import plan, replayed_reasoning
 from dragoman.translate.tool_changes import CHANGES
 from dragoman.translate.tool_defs import offered_tools
 from dragoman.translate.tool_ids import upstream_tool_id
 from dragoman.translate.tool_results import tool_result_messages
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
-
-
-@dataclass(frozen=True, slots=True)
-class ModelCaps:
-    """What the gateway knows about the served model (from config or discovery)."""
-
-    vision: bool | None = None
-    reasoning: ReasoningCaps = ReasoningCaps()
-    reasoning_replay: bool = False
-    max_output_tokens: int | None = None
-    drop_server_tools: bool | None = None  # None: the gateway-wide setting decides
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +157,7 @@ def to_chat_request(
     *,
     upstream_model: str,
     profile: Profile,
-    caps: ModelCaps = ModelCaps(),
+    caps: ModelCaps = ModelCaps(),  # noqa: B008 (a frozen dataclass, as Options below)
     options: Options = Options(),
     stream: bool,
     betas: frozenset[str] = frozenset(),

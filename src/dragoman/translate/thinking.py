@@ -15,22 +15,11 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from dragoman.core.capabilities import ReasoningCaps
 from dragoman.core.errors import InvalidRequest
 from dragoman.protocol import anthropic
-
-ThinkingOff = Literal["enable_thinking", "lowest_effort"]
-
-
-@dataclass(frozen=True, slots=True)
-class ReasoningCaps:
-    reasoning: bool = False
-    efforts: tuple[str, ...] = ("low", "medium", "high")
-    thinking_off: ThinkingOff | None = None
-    strict: bool = False
-    low_max_budget: int = 2048
-    medium_max_budget: int = 8192
 
 
 @dataclass(frozen=True, slots=True)

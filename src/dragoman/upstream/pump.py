@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from typing import Generic, Protocol, TypeVar
 
+from dragoman.calls.types import ClientWriter, DirectWrites
 from dragoman.core.config import UpstreamConfig
-from dragoman.core.types import ClientWriter, DirectWrites
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.keepalive import ReadWatch, Silence, end_body
 from dragoman.upstream.opening import Opening

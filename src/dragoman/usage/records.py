@@ -8,7 +8,7 @@ from typing import Literal, Protocol
 
 import msgspec
 
-from dragoman.core.types import Outcome
+from dragoman.calls.types import Outcome
 
 BucketWidth = Literal["1m", "1h", "1d"]
 WIDTH_SECONDS: dict[str, int] = {"1m": 60, "1h": 3600, "1d": 86400}

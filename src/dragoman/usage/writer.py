@@ -11,7 +11,7 @@ import logging
 import math
 import time
 
-from dragoman.core.types import Outcome
+from dragoman.calls.types import Outcome
 from dragoman.usage.records import UsageRecord, UsageStore, record_of
 
 log = logging.getLogger("dragoman.usage")

@@ -23,11 +23,11 @@ from tests.support.batches import (
     results_of,
     sdk,
     wait_ended,
-    wait_until,
 )
 from tests.support.envelopes import error_of, raw_error
 from tests.support.fake_anthropic import NativeReply, message
 from tests.support.fakes import FakeUpstream, Reply, completion
+from tests.support.waiting import eventually
 
 
 def test_requests_not_started_before_expiry_end_as_expired(start, upstream):
@@ -41,7 +41,7 @@ def test_requests_not_started_before_expiry_end_as_expired(start, upstream):
     )
     expires_by = time.time() + 2.0
     assert abs((created.expires_at - created.created_at).total_seconds() - 2.0) < 0.01
-    wait_until(lambda: len(upstream.requests) == 1)
+    eventually(lambda: len(upstream.requests) == 1)
     time.sleep(max(0.0, expires_by - time.time()))  # not a guess: the expiry is the event this test is about
     expired.set()
 
@@ -124,7 +124,7 @@ def test_interactive_requests_are_not_held_behind_batch_slots(start, upstream):
     upstream.responder = respond
     client = sdk(start(batches={"max_concurrent": 1}))
     created = client.messages.batches.create(requests=[{"custom_id": "b0", "params": params("batch0")}])
-    wait_until(
+    eventually(
         lambda: len(upstream.requests) == 1
     )  # the only batch slot is taken, until the interactive request is answered
 
@@ -327,7 +327,7 @@ def _behind_a_busy_batch(
     busy = client.messages.batches.create(
         requests=[{"custom_id": f"a{i}", "params": params(f"a{i}")} for i in range(2)]
     )
-    wait_until(lambda: len(upstream.requests) == 1)
+    eventually(lambda: len(upstream.requests) == 1)
     waiting = client.messages.batches.create(
         requests=[{"custom_id": f"b{i}", "params": params(f"b{i}")} for i in range(2)]
     )

@@ -23,10 +23,10 @@ from tests.support.batches import (
     results_of,
     sdk,
     wait_ended,
-    wait_until,
 )
 from tests.support.fakes import FakeUpstream, Reply, completion
 from tests.support.helpers import batch_path
+from tests.support.waiting import eventually
 
 start = keeping_start  # the fixture: a gateway keeping its batches in the test's directory
 
@@ -75,7 +75,7 @@ def test_a_batch_interrupted_by_shutdown_resumes_at_the_next_start_without_rerun
     created = sdk(first).messages.batches.create(
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)]
     )
-    wait_until(lambda: [marker_of(b) for b in upstream.requests] == ["m0", "m1"])  # r0 settled, r1 in flight
+    eventually(lambda: [marker_of(b) for b in upstream.requests] == ["m0", "m1"])  # r0 settled, r1 in flight
     first.stop()
     assert [marker_of(b) for b in upstream.requests] == ["m0", "m1"]  # stopping ran nothing more
 
@@ -105,7 +105,7 @@ def test_every_gateway_on_the_directory_sees_a_batch_and_can_cancel_it(start, up
     created = sdk(runner).messages.batches.create(
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)]
     )
-    wait_until(lambda: len(upstream.requests) == 1)
+    eventually(lambda: len(upstream.requests) == 1)
     other = (
         start()
     )  # only now: started before, its first sweep could lock the batch before `runner` (any process may run it)
@@ -157,7 +157,7 @@ def test_a_live_gateway_takes_over_a_batch_whose_gateway_stopped(start, upstream
     created = sdk(first).messages.batches.create(
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)]
     )
-    wait_until(lambda: len(upstream.requests) == 1)
+    eventually(lambda: len(upstream.requests) == 1)
     second = (
         start()
     )  # only now: started before, a sweep of its own could lock the batch before `first` (any process may run it)
@@ -176,7 +176,7 @@ def test_only_one_of_two_gateways_takes_over_a_batch(start, upstream, monkeypatc
     created = sdk(first).messages.batches.create(
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)]
     )
-    wait_until(lambda: len(upstream.requests) == 1)
+    eventually(lambda: len(upstream.requests) == 1)
     first.stop()
     answer_per_marker(upstream, hang=0.05)
     second, third = start(), start()
@@ -193,7 +193,7 @@ def test_a_result_line_cut_short_by_a_crash_is_run_again(start, upstream, tmp_pa
     created = sdk(first).messages.batches.create(
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)]
     )
-    wait_until(lambda: len(upstream.requests) == 2)
+    eventually(lambda: len(upstream.requests) == 2)
     first.stop()
     results = batch_path(tmp_path / "batches", created.id) / "results.jsonl"
     whole = results.read_bytes()
@@ -247,7 +247,7 @@ def test_retention_removes_the_batch_from_disk(start, upstream, tmp_path):
     created = client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
     wait_ended(client, created.id)
     assert batch_path(tmp_path / "batches", created.id).is_dir()
-    wait_until(lambda: client.messages.batches.list().data == [])
+    eventually(lambda: client.messages.batches.list().data == [])
     assert not batch_path(tmp_path / "batches", created.id).exists()
 
 

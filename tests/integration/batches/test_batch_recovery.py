@@ -34,10 +34,10 @@ from tests.support.batches import (
     params,
     sdk,
     wait_ended,
-    wait_until,
 )
 from tests.support.fakes import FakeUpstream, Reply, completion
 from tests.support.helpers import batch_path
+from tests.support.waiting import eventually
 
 EPOCH_STAMP = "1970-01-01T00:00:00.000000Z"
 start = keeping_start  # the fixture: a gateway keeping its batches in the test's directory
@@ -85,7 +85,7 @@ def test_a_storage_error_on_one_result_stops_the_other_requests_before_the_batch
     created = client.messages.batches.create(
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)]
     )
-    wait_until(lambda: failed_once.is_set() and released)
+    eventually(lambda: failed_once.is_set() and released)
     time.sleep(1.5)
     wait_ended(client, created.id)
     lines = [
@@ -116,7 +116,7 @@ def test_a_batch_whose_results_cannot_be_stored_rests_before_it_runs_again(start
     upstream.responder = lambda body: (arrivals.append(time.monotonic()), answer(body))[1]
     client = sdk(start(batches={"max_concurrent": 1}))
     created = client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
-    wait_until(lambda: len(arrivals) >= 3, timeout=10)  # one run, then one per rest
+    eventually(lambda: len(arrivals) >= 3, timeout=10)  # one run, then one per rest
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
     assert all(gap >= 0.5 - 0.01 for gap in gaps), gaps  # each run after a whole rest: not one per sweep (0.02 s)
     assert client.messages.batches.retrieve(created.id).processing_status == "in_progress"
@@ -269,7 +269,7 @@ def test_batches_waiting_for_a_slot_hold_no_file_descriptors(start, upstream: Fa
     answer_per_marker(upstream, hang=5.0)
     client = sdk(start(batches={"max_concurrent": 1}))
     client.messages.batches.create(requests=[{"custom_id": "first", "params": params("m")}])
-    wait_until(lambda: len(upstream.requests) == 1)
+    eventually(lambda: len(upstream.requests) == 1)
     before = _open_descriptors()
     for _ in range(40):  # all waiting behind the first
         client.messages.batches.create(requests=[{"custom_id": "a", "params": params("m")}])

@@ -21,9 +21,9 @@ from tests.support.batches import (
     results_of,
     sdk,
     wait_ended,
-    wait_until,
 )
 from tests.support.envelopes import error_of, raw_error
+from tests.support.waiting import eventually
 
 
 def test_batch_runs_every_request_and_reports_results_by_custom_id(start, upstream):
@@ -153,7 +153,7 @@ def test_cancel_ends_unstarted_requests_as_canceled_and_lets_the_running_one_fin
     created = client.messages.batches.create(
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(4)]
     )
-    wait_until(lambda: len(upstream.requests) == 1)  # one running, three waiting
+    eventually(lambda: len(upstream.requests) == 1)  # one running, three waiting
 
     canceling = client.messages.batches.cancel(created.id)
     assert canceling.id == created.id

@@ -5,7 +5,6 @@ gateway's API keys on every files route, each key seeing only its own files (unl
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import anthropic
@@ -14,6 +13,7 @@ import pytest
 
 from tests.support.envelopes import error_of, raw_error
 from tests.support.files_scaffold import MODEL, ask, document_file, image_file, on_disk, path_of, sdk, stored
+from tests.support.waiting import eventually
 
 
 def test_files_survive_a_restart(start, upstream, files_dir):
@@ -168,13 +168,12 @@ def test_a_file_stored_before_owners_were_recorded_is_served_without_keys(start,
     (files_dir / "file_011Old").write_bytes(b"old one")
 
     client = sdk(start())
-    deadline = (
-        time.monotonic() + 10
-    )  # moved into the owner's directory at start-up, in the background; served meanwhile
-    while (files_dir / "file_011Old.json").exists():
+
+    def moved() -> bool:  # into the owner's directory at start-up, in the background; served meanwhile
         assert [f.id for f in client.beta.files.list().data] == ["file_011Old"]
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+        return not (files_dir / "file_011Old.json").exists()
+
+    eventually(moved, "the old file moved into its owner's directory", timeout=10)
     assert (
         on_disk(files_dir) == ["file_011Old", "file_011Old.json"]
         and path_of(files_dir, "file_011Old").parent.name == "shared"

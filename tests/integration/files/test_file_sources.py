@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from typing import Any
 
 import anthropic
@@ -20,6 +19,7 @@ from tests.support.envelopes import error_of, raw_error
 from tests.support.fakes import completion
 from tests.support.files_scaffold import KEY, MODEL, PNG, ask, document_file, image_file, sdk
 from tests.support.samples import pdf_bytes
+from tests.support.waiting import eventually
 
 GIF = bytes.fromhex("47494638396101000100800000000000ffffff21f90401000000002c00000000010001000002024401003b")  # 1x1 GIF
 
@@ -362,10 +362,7 @@ def test_a_batch_request_naming_a_file_gets_its_content(start, upstream):
         {"custom_id": "with-file", "params": params(document_file(memo.id))},
         {"custom_id": "missing", "params": params(image_file("file_011Missing"))},
     ])  # fmt: skip
-    deadline = time.monotonic() + 10
-    while (batch := client.messages.batches.retrieve(created.id)).processing_status != "ended":
-        assert time.monotonic() < deadline, batch
-        time.sleep(0.02)
+    eventually(lambda: client.messages.batches.retrieve(created.id).processing_status == "ended", "the batch ended", 10)
 
     results = {line.custom_id: line.result for line in client.messages.batches.results(created.id)}
     assert results["with-file"].type == "succeeded"

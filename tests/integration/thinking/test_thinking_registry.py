@@ -10,8 +10,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -33,6 +31,7 @@ from tests.support.thinking_scaffold import (
     vllm_new,
     vllm_old,
 )
+from tests.support.waiting import eventually
 
 REPLAY_FIELD = {
     "generic": "reasoning_content",
@@ -156,15 +155,6 @@ class _RegistryServer:
         self.thread.join(5)
 
 
-def _wait(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 def test_a_model_the_fetched_registry_lists_as_reasoning_gets_reasoning_controls(
     make_gateway, upstream, monkeypatch, tmp_path
 ):
@@ -178,7 +168,7 @@ def test_a_model_the_fetched_registry_lists_as_reasoning_gets_reasoning_controls
         gateway = make_gateway(upstream={"flavor": "vllm"})
         gateway.wait_discovered()
         router = gateway.app.state.gateway.router
-        assert _wait(lambda: router.registry.lookup("house-model") is True)
+        eventually(lambda: router.registry.lookup("house-model") is True, "the fetched registry is read")
         assert json.loads((tmp_path / "fresh" / "models.dev.json").read_text())["acme"]
     finally:
         registry.close()

@@ -9,9 +9,9 @@ import msgspec
 import pytest
 
 from dragoman.backends.openai.fitting import fitted_body
-from dragoman.core.types import Route
+from dragoman.calls.types import Route
+from dragoman.core.capabilities import ModelCaps
 from dragoman.protocol import openai
-from dragoman.translate.request import ModelCaps
 
 WINDOW = 1000
 PROMPT = [

@@ -12,11 +12,11 @@ import pytest
 
 from dragoman.backends.anthropic.backend import AnthropicBackend
 from dragoman.backends.anthropic.events import error_event_data
+from dragoman.calls.types import Call, Outcome
 from dragoman.core.config_load import from_dict
 from dragoman.core.error_mapping import from_error_event
 from dragoman.core.errors import GatewayError
 from dragoman.core.redaction import register_secret
-from dragoman.core.types import Call, Outcome
 from tests.support.passthrough_stream import BLOCK, DELTA, START
 from tests.support.responses import ScriptedResponse as Response
 

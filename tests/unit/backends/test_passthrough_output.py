@@ -11,7 +11,7 @@ import pytest
 from dragoman.backends.anthropic import output
 from dragoman.backends.anthropic.events import Events
 from dragoman.backends.anthropic.output import relayed_tokens
-from dragoman.core.types import Call, Outcome
+from dragoman.calls.types import Call, Outcome
 from tests.support.passthrough_stream import BLOCK, END, START, STOP, delta, relay, relay_cut
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from dragoman.backends.anthropic.backend import AnthropicBackend
+from dragoman.calls.types import Call, Outcome
 from dragoman.core.config_load import from_dict
-from dragoman.core.types import Call, Outcome
 from tests.support.passthrough_stream import BLOCK, DELTA, END, START, STOP, client_stream, events_of, relay
 from tests.support.responses import ScriptedResponse as Response
 

@@ -18,6 +18,7 @@ from dragoman.core.errors import GatewayError, UpstreamError
 from dragoman.protocol.sse import DataDecoder
 from dragoman.translate.stream import StreamTranslator
 from tests.support.responses import ScriptedResponse as Response
+from tests.support.waiting import eventually_async
 
 
 def chunk(**delta: Any) -> bytes:
@@ -198,10 +199,7 @@ def test_a_body_kept_open_after_done_ends_the_reply_at_once_and_its_connection_i
         response = OpenBody([chunk(content="a") + FINISH + USAGE + DONE])
         batches = [batch async for batch in backend()._streams.translated(response, translator(), None, _as_events)]  # type: ignore[arg-type]
         at_the_end = (response.released, response.closed)  # the reply is whole; the body is still being read
-        for _ in range(200):
-            if response.closed:
-                break
-            await asyncio.sleep(0.01)
+        await eventually_async(lambda: response.closed, "the body closed", timeout=2)
         return batches, response, at_the_end
 
     batches, response, at_the_end = asyncio.run(run())

@@ -14,11 +14,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from dragoman.assembly.gateway import Gateway
 from dragoman.batches.runs import Runner
 from dragoman.batches.store import Record
 from dragoman.core.config_load import from_dict
 from dragoman.core.errors import UpstreamError
-from dragoman.core.gateway import Gateway
 from dragoman.core.validation import within
 from dragoman.protocol.batches import BatchRequest
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from dragoman.assembly.gateway import Gateway
 from dragoman.batches import runs as batch_runs
 from dragoman.batches.runs import Run, Runner
 from dragoman.batches.service import Batches
@@ -23,7 +24,6 @@ from dragoman.core import paging
 from dragoman.core.config import BatchesConfig
 from dragoman.core.config_load import from_dict
 from dragoman.core.errors import InvalidRequest
-from dragoman.core.gateway import Gateway
 from tests.support.helpers import batch_path
 
 

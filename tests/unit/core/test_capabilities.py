@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from dragoman.assembly.routing import Router
 from dragoman.core import capabilities
 from dragoman.core.capabilities import (
     Decision,
@@ -25,7 +26,6 @@ from dragoman.core.capabilities import (
     registry_path,
 )
 from dragoman.core.config_load import from_dict
-from dragoman.core.routing import Router
 
 # A small registry shaped like https://models.dev/api.json: providers -> models -> flags.
 MODELS_DEV = {

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from dragoman.calls.types import Call, Outcome
 from dragoman.core.config_load import from_dict
-from dragoman.core.types import Call, Outcome
 from dragoman.limits import gate
 from dragoman.limits.gate import LimitReached, window_end
 

@@ -15,6 +15,7 @@ from dragoman.limits import redis_slots, redis_store
 from dragoman.limits.redis_store import LimitsUnavailable, RedisStore
 from dragoman.limits.store import LocalStore, Want
 from tests.support.redis_server import RedisProcess
+from tests.support.waiting import eventually_async
 
 
 class Clock:
@@ -95,8 +96,7 @@ def test_redis_adjusts_and_refunds(redis_url, redis_prefix):
             again = await store.take([rpm("out", 1000, cost=0, need=0)])
             assert again.levels[0] == pytest.approx(900, abs=20)
             store.adjust([(rpm("out", 1000), -300.0)])  # or goes alone, soon
-            while store._queued or store._pending:
-                await asyncio.sleep(0.01)
+            await eventually_async(lambda: not (store._queued or store._pending), "the lone settlement sent")
             other = RedisStore(redis_url, prefix=redis_prefix, timeout=1.0, fail_open=True)
             seen = await other.take([rpm("out", 1000, cost=0, need=0)])
             await other.close()

@@ -77,8 +77,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_imports_inside_functions_and_type_checking() -> None:
     graph = import_graph()
-    assert "dragoman.core.types" in graph["dragoman.core.observe"]
-    assert graph["dragoman.core.types"], "the leaf types module imports wire types"
+    assert "dragoman.calls.types" in graph["dragoman.assembly.observe"]
+    assert graph["dragoman.calls.types"], "the leaf types module imports wire types"
 
 
 def test_a_planted_cycle_is_found() -> None:

@@ -1,5 +1,6 @@
-"""[[routes]] and fallbacks checked at start-up: every mistake is an error naming its key,
-never a rule silently skipped at run time (claude-code-router v3's)."""
+"""[[routes]] and fallbacks checked at start-up (when the gateway builds its route table):
+every mistake is an error naming its key, never a rule silently skipped at run time
+(claude-code-router v3's)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from dragoman.calls.types import Route
 from dragoman.core.config import ConfigError
 from dragoman.core.config_load import from_dict
+from dragoman.routes.table import Routes
 
 MODELS = [
     {"name": "main", "upstream": "a", "context_window": 100_000, "aliases": ["claude-*", "big"]},
@@ -18,8 +21,14 @@ MODELS = [
 
 
 def load(routes: list[dict[str, Any]] | None = None, models: list[dict[str, Any]] | None = None, **more: Any):
-    return from_dict({"upstreams": {"a": {"url": "http://127.0.0.1:9/v1"}}, "models": models or MODELS,
-                      "routes": routes or [], **more})  # fmt: skip
+    config = from_dict({"upstreams": {"a": {"url": "http://127.0.0.1:9/v1"}}, "models": models or MODELS,
+                        "routes": routes or [], **more})  # fmt: skip
+    Routes.build(config, _unused)
+    return config
+
+
+async def _unused(name: str) -> Route:
+    raise AssertionError("nothing is resolved while the table is built")
 
 
 def problem(**kw: Any) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.core.observe import Metrics
+from dragoman.assembly.observe import Metrics
 from dragoman.server import app as app_module
 from dragoman.server.app import App
 

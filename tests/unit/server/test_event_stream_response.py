@@ -8,9 +8,9 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from dragoman.assembly.observe import Metrics
+from dragoman.calls.types import Outcome
 from dragoman.core.errors import UpstreamError, UpstreamTimeout
-from dragoman.core.observe import Metrics
-from dragoman.core.types import Outcome
 from dragoman.protocol.sse import KEEPALIVE_COMMENT, PING
 from dragoman.server.endpoints import EventStreamResponse
 

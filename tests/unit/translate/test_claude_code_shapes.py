@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from dragoman.core.capabilities import ModelCaps, ReasoningCaps
 from dragoman.core.profiles import PROFILES
 from dragoman.protocol import anthropic as a
-from dragoman.translate.request import BILLING_PREFIX, ModelCaps, to_chat_request
-from dragoman.translate.thinking import ReasoningCaps
+from dragoman.translate.request import BILLING_PREFIX, to_chat_request
 from tests.support.helpers import wire
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "claude_code"

@@ -8,10 +8,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from dragoman.core.capabilities import ModelCaps
 from dragoman.core.errors import InvalidRequest
 from dragoman.core.profiles import PROFILES
 from dragoman.protocol import anthropic
-from dragoman.translate.request import ModelCaps, to_chat_request
+from dragoman.translate.request import to_chat_request
 
 TOOL = {"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}
 USE = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
@@ -19,10 +20,15 @@ RESULT = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}
 IMAGE_URL = "https://example.com/cat.png"
 
 
-def _translate(**fields: Any) -> None:
+def _translate(**fields: Any) -> dict[str, Any]:
+    """The Chat Completions body the request becomes, as plain JSON."""
     body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}], **fields}
     request = msgspec.json.decode(msgspec.json.encode(body), type=anthropic.MessagesRequest)
-    to_chat_request(request, upstream_model="m", profile=PROFILES["generic"], caps=ModelCaps(vision=True), stream=False)
+    translated = to_chat_request(
+        request, upstream_model="m", profile=PROFILES["generic"], caps=ModelCaps(vision=True), stream=False
+    )
+    decoded: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(translated.chat))
+    return decoded
 
 
 @pytest.mark.parametrize(
@@ -48,18 +54,39 @@ def test_refused_with_the_field_named(fields: dict[str, Any], message: str) -> N
     assert caught.value.message.startswith(message)
 
 
-@pytest.mark.parametrize(
-    "fields",
-    [
-        {"tools": [TOOL], "tool_choice": {"type": "auto"}},
-        {"tool_choice": {"type": "none"}},
-        {"tools": [TOOL], "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [USE]},
-                                       {"role": "user", "content": [RESULT]}]},
-        {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": IMAGE_URL}}]}]},
-    ],
-)  # fmt: skip
-def test_well_placed_requests_pass(fields: dict[str, Any]) -> None:
-    _translate(**fields)
+FUNCTION = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
+
+
+def test_auto_tool_choice_offers_the_tools() -> None:
+    chat = _translate(tools=[TOOL], tool_choice={"type": "auto"})
+    assert chat["tools"] == [FUNCTION]
+    assert chat["tool_choice"] == "auto"
+
+
+def test_tool_choice_none_without_tools_sends_neither() -> None:
+    chat = _translate(tool_choice={"type": "none"})
+    assert "tools" not in chat and "tool_choice" not in chat
+    assert chat["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_a_tool_call_and_its_result_become_a_call_and_a_tool_message() -> None:
+    chat = _translate(
+        tools=[TOOL],
+        messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": [USE]},
+                  {"role": "user", "content": [RESULT]}],
+    )  # fmt: skip
+    call = {"type": "function", "id": "toolu_1", "function": {"name": "get_weather", "arguments": "{}"}}
+    assert chat["messages"][1:] == [
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"},
+    ]
+
+
+def test_an_image_url_in_a_user_turn_becomes_an_image_url_part() -> None:
+    chat = _translate(
+        messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": IMAGE_URL}}]}]
+    )
+    assert chat["messages"] == [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": IMAGE_URL}}]}]
 
 
 # -- extended thinking: Anthropic's checks, with its words ------------------------------------

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import msgspec
 
+from dragoman.core.capabilities import ModelCaps, ReasoningCaps
 from dragoman.core.profiles import PROFILES
 from dragoman.protocol import anthropic, openai
-from dragoman.translate.request import ModelCaps, to_chat_request
+from dragoman.translate.request import to_chat_request
 from dragoman.translate.stream import StreamTranslator
-from dragoman.translate.thinking import ReasoningCaps
 
 SCHEMA = {"type": "object", "properties": {}}
 

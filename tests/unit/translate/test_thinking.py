@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from dragoman.core.capabilities import ReasoningCaps
 from dragoman.core.errors import InvalidRequest
-from dragoman.translate.thinking import ReasoningCaps, ReasoningPlan, plan
+from dragoman.translate.thinking import ReasoningPlan, plan
 from tests.support.helpers import request
 
 USER = [{"role": "user", "content": "Hello"}]

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from dragoman.translate.request import ModelCaps, Options
+from dragoman.core.capabilities import ModelCaps
+from dragoman.translate.request import Options
 from tests.support.helpers import assistant, image, text, tool_result, tool_use, user
 from tests.support.translate_request_scaffold import TOOL, body, error, messages
 

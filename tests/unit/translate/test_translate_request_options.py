@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from dragoman.core.capabilities import ModelCaps
 from dragoman.core.errors import NotFound
 from dragoman.core.profiles import PROFILES
-from dragoman.translate.request import ModelCaps, Options
+from dragoman.translate.request import Options
 from dragoman.translate.tool_defs import MAX_TOOL_NAME
 from tests.support.helpers import assistant, image, text, tool_result, tool_use, translate, user, wire
 from tests.support.samples import pdf_bytes

@@ -8,9 +8,9 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
+from dragoman.calls.types import ClientWriter, DirectWrites
 from dragoman.core.config_load import from_dict
 from dragoman.core.errors import GatewayError, UpstreamError
-from dragoman.core.types import ClientWriter, DirectWrites
 from dragoman.upstream.pump import Pump
 from tests.support.responses import ScriptedResponse
 

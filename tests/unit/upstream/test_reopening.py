@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from dragoman.calls.types import Outcome
 from dragoman.core.config import OpenAIUpstream
-from dragoman.core.types import Outcome
 from dragoman.upstream.client import HttpClient
 from dragoman.upstream.keepalive import ReadWatch, Silence
 from dragoman.upstream.transport.failures import Disconnected

@@ -23,11 +23,7 @@ from dragoman.backends.anthropic.relay import Relay, renamed
 from dragoman.backends.documents import documents_as_text
 from dragoman.backends.images import inline_url_images, may_have_url_images
 from dragoman.backends.openai.tool_support import llamacpp_renders_tools, sends_tools
-from dragoman.core.config import AnthropicUpstream, Config
-from dragoman.core.error_mapping import anthropic_envelope, from_upstream
-from dragoman.core.errors import GatewayError, InvalidRequest, UpstreamError
-from dragoman.core.redaction import redact_bytes
-from dragoman.core.types import (
+from dragoman.calls.types import (
     NO_MODEL_LIST_STATUSES,
     Call,
     Completed,
@@ -38,6 +34,10 @@ from dragoman.core.types import (
     Streaming,
     UpstreamModel,
 )
+from dragoman.core.config import AnthropicUpstream, Config
+from dragoman.core.error_mapping import anthropic_envelope, from_upstream
+from dragoman.core.errors import GatewayError, InvalidRequest, UpstreamError
+from dragoman.core.redaction import redact_bytes
 from dragoman.protocol import anthropic
 from dragoman.upstream.client import MAX_ERROR_BODY, HttpClient
 from dragoman.upstream.errors import upstream_errors

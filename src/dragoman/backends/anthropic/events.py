@@ -10,10 +10,10 @@ from collections.abc import Iterable
 import msgspec
 
 from dragoman.backends.anthropic.output import RelayedOutput
+from dragoman.calls.types import Call, max_tokens
 from dragoman.core.error_mapping import anthropic_envelope, from_error_event
 from dragoman.core.ids import message_id
 from dragoman.core.redaction import redact_bytes
-from dragoman.core.types import Call, max_tokens
 from dragoman.protocol import anthropic
 from dragoman.protocol.sse import encode
 

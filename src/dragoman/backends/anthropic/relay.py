@@ -16,9 +16,9 @@ from dragoman.backends.anthropic.events import (
     note_usage,
     with_start,
 )
+from dragoman.calls.types import Call, ClientWriter
 from dragoman.core.error_mapping import from_error_event
 from dragoman.core.errors import UpstreamError
-from dragoman.core.types import Call, ClientWriter
 from dragoman.protocol.sse import KEEPALIVE_COMMENT, PING
 from dragoman.upstream.transport.response import Response
 

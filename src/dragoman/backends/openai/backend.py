@@ -24,13 +24,7 @@ from dragoman.backends.openai.stream import (
     note_usage,
 )
 from dragoman.backends.openai.tool_support import renders_tools
-from dragoman.core import ids
-from dragoman.core.config import Config, OpenAIUpstream
-from dragoman.core.error_mapping import from_upstream
-from dragoman.core.errors import GatewayError, UpstreamError
-from dragoman.core.offload import offload
-from dragoman.core.profiles import PROFILES, Profile, profile_for
-from dragoman.core.types import (
+from dragoman.calls.types import (
     NO_MODEL_LIST_STATUSES,
     Call,
     Completed,
@@ -41,6 +35,12 @@ from dragoman.core.types import (
     Streaming,
     UpstreamModel,
 )
+from dragoman.core import ids
+from dragoman.core.config import Config, OpenAIUpstream
+from dragoman.core.error_mapping import from_upstream
+from dragoman.core.errors import GatewayError, UpstreamError
+from dragoman.core.offload import offload
+from dragoman.core.profiles import PROFILES, Profile, profile_for
 from dragoman.core.validation import decode_request
 from dragoman.protocol import anthropic, openai, sse
 from dragoman.protocol.sse import encode_all

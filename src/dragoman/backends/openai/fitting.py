@@ -6,8 +6,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
+from dragoman.calls.types import Route
 from dragoman.core.errors import context_limit, context_overflow
-from dragoman.core.types import Route
 from dragoman.protocol import openai
 
 log = logging.getLogger("dragoman.upstream")

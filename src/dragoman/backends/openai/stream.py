@@ -9,10 +9,10 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from dragoman.calls.types import ClientWriter, DirectWrites, Outcome
 from dragoman.core.config import OpenAIUpstream
 from dragoman.core.error_mapping import from_stream_error, upstream_message
 from dragoman.core.errors import GatewayError, UpstreamError
-from dragoman.core.types import ClientWriter, DirectWrites, Outcome
 from dragoman.protocol import anthropic, openai
 from dragoman.protocol.sse import DataDecoder, encode_all
 from dragoman.tokens.estimate import completion_estimate

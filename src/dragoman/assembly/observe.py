@@ -16,8 +16,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from dragoman.calls.types import Completed, Outcome, Reply
 from dragoman.core.error_mapping import anthropic_envelope
-from dragoman.core.types import Completed, Outcome, Reply
 
 log = logging.getLogger("dragoman.access")
 

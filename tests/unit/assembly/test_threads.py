@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.core.threads import ThreadError, ThreadNotFound, ThreadStore
+from dragoman.assembly.threads import ThreadError, ThreadNotFound, ThreadStore
 from dragoman.translate import fold
 
 

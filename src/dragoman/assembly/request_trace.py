@@ -1,7 +1,7 @@
 """One request's trace: a server span (or a batch request's own span) and, under it, a
 client span per upstream attempt, attributed as OpenTelemetry's GenAI conventions say.
 
-Made only when tracing is on (`core.tracing`); everything here runs on the event loop
+Made only when tracing is on (`assembly.tracing`); everything here runs on the event loop
 and only ends spans, which the SDK's batch processor exports from its own thread.
 """
 
@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from dragoman.core.observe import capped
-from dragoman.core.types import Call, Outcome, Route
+from dragoman.assembly.observe import capped
+from dragoman.calls.types import Call, Outcome, Route
 
 
 class _Sampling(msgspec.Struct):

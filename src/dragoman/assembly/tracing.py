@@ -16,8 +16,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from dragoman.assembly.request_trace import Instruments, RequestTrace, context_of, traceparent_of
 from dragoman.core.config import ConfigError, TracingConfig
-from dragoman.core.request_trace import Instruments, RequestTrace, context_of, traceparent_of
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider

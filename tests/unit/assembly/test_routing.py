@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from dragoman.assembly.gateway import Gateway
+from dragoman.calls.types import NoModelList, UpstreamModel
 from dragoman.core.config_load import from_dict
 from dragoman.core.errors import NotFound, UpstreamError
-from dragoman.core.gateway import Gateway
-from dragoman.core.types import NoModelList, UpstreamModel
 
 
 class _Listing:
@@ -195,7 +195,7 @@ def test_an_upstream_that_gets_a_model_list_serves_what_it_lists_and_no_longer_e
 
 def test_an_upstream_without_a_list_is_not_asked_again_and_again(monkeypatch):
     """It will answer the same: only a miss asks it again (as it asks every upstream then)."""
-    import dragoman.core.gateway as gateway_module
+    import dragoman.assembly.gateway as gateway_module
 
     monkeypatch.setattr(gateway_module, "REDISCOVER_AFTER", 0.0)
     gateway = _gateway_with_listless({"a": ["m1"], "b": None})

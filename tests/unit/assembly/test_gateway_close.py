@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from dragoman.assembly.gateway import Gateway
+from dragoman.calls.types import UpstreamModel
 from dragoman.core.config_load import from_dict
-from dragoman.core.gateway import Gateway
-from dragoman.core.types import UpstreamModel
 
 
 class _Hung:

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import fnmatch
 
-from dragoman.core.capabilities import Decision, Registry, decide
+from dragoman.calls.types import Backend, Route, UpstreamModel
+from dragoman.core.capabilities import Decision, ModelCaps, ReasoningCaps, Registry, decide
 from dragoman.core.config import Config, ConfigError, ModelConfig
 from dragoman.core.errors import NotFound, UpstreamError
-from dragoman.core.types import Backend, Route, UpstreamModel
 from dragoman.tokens.tokenizer import LocalCounter, TiktokenCounter, TokenizerError
-from dragoman.translate.request import ModelCaps
-from dragoman.translate.thinking import ReasoningCaps
 
 # Anthropic's model ids (as the official SDK lists them). A wildcard alias such as
 # `claude-*` is listed in /v1/models under the ones it matches, so that clients which

@@ -1,7 +1,7 @@
 """The types every layer shares: what a request is (`Call`), what the core learned
 while serving it (`Outcome`), where it goes (`Route`), what comes back (`Reply`), and
-the `Backend` interface. A leaf: it imports nothing of dragoman's but wire types,
-errors and the translators' capability records, so that any module may import it.
+the `Backend` interface, and who sent it (`Caller`). It imports nothing of dragoman's but
+`core/`, wire types and the tokenizers, so that the backends and every layer above may import it.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 import msgspec
 
+from dragoman.core.capabilities import ModelCaps
 from dragoman.core.errors import UpstreamError
 from dragoman.protocol.anthropic import Envelope, MessagesRequest
 from dragoman.tokens.tokenizer import LocalCounter, TiktokenCounter
-from dragoman.translate.request import ModelCaps
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,15 @@ class Call:
     request: MessagesRequest | None = None  # the body decoded whole, when the core already did
     conversation: str | None = None  # the client's session (Claude Code's), for routing to its replica
     envelope: Envelope | None = None  # else its top fields and prompt parts, when `body` is what was read
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request, as its entry point authenticated it."""
+
+    owner: str  # whose files, batches and threads it may name (see `server.auth.owner`)
+    key_id: str | None = None  # a digest naming the key it presented (never the key), None without keys
+    tenant: str | None = None  # the key's tenant (`server.tenants`), if it belongs to one
 
 
 class _MaxTokens(msgspec.Struct):
@@ -181,7 +190,7 @@ class Outcome:
     started: float = field(default_factory=time.perf_counter)
     first_byte: float | None = None
     release: Callable[[], None] | None = None  # frees the request's concurrency slot
-    trace: Any = None  # its RequestTrace (core.request_trace) when tracing is on; ended once it is recorded
+    trace: Any = None  # its RequestTrace (assembly.request_trace) when tracing is on; ended once it is recorded
     routing: str = ""  # why `replica` served it (dragoman.upstream.placement), under a routing policy
     prefix_tokens: int | None = None  # prompt tokens routing expected that replica to hold cached
     routed_tokens: int | None = None  # prompt tokens, as routing estimated them

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
+from dragoman.assembly.gateway import Gateway, with_tool_support
+from dragoman.calls.types import NoModelList, UpstreamModel
 from dragoman.core.errors import GatewayError
-from dragoman.core.gateway import Gateway, with_tool_support
-from dragoman.core.types import NoModelList, UpstreamModel
 
 
 def registry_note(gateway: Gateway) -> str | None:

@@ -18,12 +18,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from dragoman.core.backpressure import Limiter
+from dragoman.assembly.backpressure import Limiter
+from dragoman.assembly.request_trace import RequestTrace
+from dragoman.assembly.threads import ThreadStore, Turn
+from dragoman.assembly.tracing import Tracing
+from dragoman.calls.types import Call, Caller, Completed, Outcome, Reply, Route
 from dragoman.core.errors import InvalidRequest, RequestTooLarge
-from dragoman.core.request_trace import RequestTrace
-from dragoman.core.threads import ThreadStore, Turn
-from dragoman.core.tracing import Tracing
-from dragoman.core.types import Call, Completed, Outcome, Reply, Route
 from dragoman.core.validation import decode_request
 from dragoman.files.store import FileStore
 from dragoman.limits.gate import Admission, Limits
@@ -34,15 +34,6 @@ Endpoint = Literal["messages", "count_tokens", "batch"]
 # Claude Code's session (the session_id of its metadata.user_id): one conversation and its
 # sub-agents, which cache-aware routing keeps on one replica (docs/routing.md).
 SESSION_HEADER = "x-claude-code-session-id"
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """Who sent a request, as its entry point authenticated it."""
-
-    owner: str  # whose files, batches and threads it may name (see `server.auth.owner`)
-    key_id: str | None = None  # a digest naming the key it presented (never the key), None without keys
-    tenant: str | None = None  # the key's tenant (`server.tenants`), if it belongs to one
 
 
 @dataclass(slots=True)

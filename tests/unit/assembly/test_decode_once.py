@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dragoman.assembly.gateway import Gateway
 from dragoman.core.config_load import from_dict
-from dragoman.core.gateway import Gateway
 
 
 def gateway(upstreams: dict[str, Any]) -> Gateway:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from dragoman.core.request_trace import RequestTrace
+from dragoman.assembly.request_trace import RequestTrace
 
 
 def event(name: str, data: dict, newline: str = "\n") -> bytes:
@@ -61,8 +61,8 @@ def test_byte_by_byte() -> None:
 def test_a_clients_unlisted_model_name_is_cut_short_and_no_metric_label() -> None:
     from types import SimpleNamespace
 
-    from dragoman.core.types import Call, Route
-    from dragoman.translate.request import ModelCaps
+    from dragoman.calls.types import Call, Route
+    from dragoman.core.capabilities import ModelCaps
 
     spans: list = []
     span = SimpleNamespace(set_attribute=lambda *args: spans.append(args))

@@ -14,10 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from dragoman import __version__
+from dragoman.assembly.backpressure import Limiter
+from dragoman.assembly.observe import Metrics, capped
+from dragoman.assembly.pipeline import Pipeline
+from dragoman.assembly.request_trace import end_trace
+from dragoman.assembly.routing import Router
+from dragoman.assembly.threads import ThreadStore
+from dragoman.assembly.tracing import build_tracing
 from dragoman.backends import build
 from dragoman.backends.auto import PROBE_TIMEOUT
 from dragoman.batches.service import Batches
-from dragoman.core.backpressure import Limiter
+from dragoman.calls.types import Backend, NoModelList, Route, UpstreamModel
 from dragoman.core.capabilities import (
     Registry,
     needs_refresh,
@@ -26,15 +33,8 @@ from dragoman.core.capabilities import (
 )
 from dragoman.core.config import Config, ConfigError, key_tenants, server_api_keys, usage_admin_keys
 from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
-from dragoman.core.observe import Metrics, capped
 from dragoman.core.owners import Owners, load_salt
 from dragoman.core.paging import list_param, page_of
-from dragoman.core.pipeline import Pipeline
-from dragoman.core.request_trace import end_trace
-from dragoman.core.routing import Router
-from dragoman.core.threads import ThreadStore
-from dragoman.core.tracing import build_tracing
-from dragoman.core.types import Backend, NoModelList, Route, UpstreamModel
 from dragoman.files.store import FileStore
 from dragoman.limits import gate
 from dragoman.routes.table import Routes
