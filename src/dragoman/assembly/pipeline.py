@@ -90,7 +90,7 @@ class Pipeline:
         if endpoint == "batch":
             _check_batchable(envelope)
         route = await (self._route(envelope.model) if self._routes is None else
-                       self._routes.route(body, headers, envelope.model, endpoint, outcome))  # fmt: skip
+                       self._routes.route(body, headers, envelope, endpoint, outcome))  # fmt: skip
         outcome.routed(route)
         turn = None
         if endpoint == "messages" and envelope.thread is not None:  # the held conversation first, no `thread` upstream

@@ -1,6 +1,8 @@
-"""What routes see of one request: its top fields read once, the rest (messages, tools,
-system, any body path) decoded only when a condition asks. Read from the client's own body
-and headers, before anything is dropped (the billing block) or the model name is aliased.
+"""What routes see of one request, from the client's own body and headers, before anything
+is dropped (the billing block) or the model name is aliased. What the core read of the body
+already (decoded whole on the translating path, its `Envelope` otherwise) is used first; the
+rest is read from the body once, when a condition asks (its top-level fields as raw JSON,
+each decoded on demand).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
+
+from dragoman.protocol.anthropic import Envelope, ImageBlock, MessagesRequest, ToolResultBlock
 
 MISSING: Any = object()  # what `body_at` finds where the path leads nowhere
 SUBAGENT_HEADER = "x-claude-code-agent-id"
@@ -42,6 +46,8 @@ class _System(msgspec.Struct):
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _TOOLS = msgspec.json.Decoder(list[_Tool])
 _MESSAGES = msgspec.json.Decoder(list[_Message])
+_MESSAGE = msgspec.json.Decoder(_Message)
+_TYPED = frozenset({"stream", "max_tokens", "thinking", "output_config", "output_format", "metadata"})
 _SYSTEM = msgspec.json.Decoder(list[_System] | str | None)
 
 
@@ -49,17 +55,17 @@ class Shape:
     """One request as conditions test it. `tokens` (and `window`, the context window of the model
     the request would otherwise get) are filled in by the caller when a condition needs them."""
 
-    __slots__ = ("_body", "_fields", "_headers", "_parts", "effort_budgets", "model", "tokens", "window")
+    __slots__ = ("_body", "_envelope", "_headers", "_parts", "_read", "_request", "effort_budgets", "model", "tokens",
+                 "window")  # fmt: skip
 
-    def __init__(self, model: str, headers: Mapping[str, str], body: bytes,
-                 effort_budgets: tuple[int, int] = (2048, 8192)) -> None:  # fmt: skip
+    def __init__(self, model: str, headers: Mapping[str, str], body: bytes, effort_budgets: tuple[int, int] = (2048, 8192),
+                 read: MessagesRequest | Envelope | None = None) -> None:  # fmt: skip
         self.model = model  # the name the client asked for, before aliasing
         self._headers = headers
         self._body = body
-        try:  # one scan of the body: each top-level field kept as its raw JSON, decoded when asked for
-            self._fields = _FIELDS.decode(body)
-        except msgspec.DecodeError:  # the pipeline decoded it already: only odd types get here
-            self._fields = {}
+        self._request = read if isinstance(read, MessagesRequest) else None  # the body decoded whole
+        self._envelope = read if isinstance(read, Envelope) else None
+        self._read: dict[str, msgspec.Raw] | None = None  # the body's top-level fields, once scanned
         self._parts: dict[str, Any] = {}
         self.effort_budgets = effort_budgets
         self.tokens: int | None = None
@@ -73,13 +79,36 @@ class Shape:
     def header(self, name: str) -> str | None:
         return self._headers.get(name)
 
+    @property
+    def _fields(self) -> dict[str, msgspec.Raw]:
+        """The body's top-level fields as raw JSON: one scan of the body, the first time."""
+        if self._read is None:
+            try:
+                self._read = _FIELDS.decode(self._body)
+            except msgspec.DecodeError:  # the pipeline decoded it already: only odd types get here
+                self._read = {}
+        return self._read
+
+    def _raw_field(self, name: str) -> Any:
+        key = "." + name
+        if key not in self._parts:
+            raw = self._fields.get(name)
+            self._parts[key] = MISSING if raw is None else _decoded(raw)
+        return self._parts[key]
+
     def field(self, name: str) -> Any:
         """A top-level field, decoded (MISSING when absent)."""
         parts = self._parts
         if name in parts:
             return parts[name]
-        raw = self._fields.get(name)
-        value = MISSING if raw is None else _decoded(raw)
+        if self._request is not None and name in _TYPED:
+            value = getattr(self._request, name)
+            value = MISSING if value is None else msgspec.to_builtins(value)
+        elif self._envelope is not None and name in ("stream", "max_tokens"):
+            value = getattr(self._envelope, name)
+        else:
+            raw = self._fields.get(name)
+            value = MISSING if raw is None else _decoded(raw)
         parts[name] = value
         return value
 
@@ -95,8 +124,11 @@ class Shape:
     @property
     def tool_types(self) -> list[Any]:
         types = self._parts.get(" tools")
+        if types is None and self._request is not None:
+            types = self._parts[" tools"] = [tool.type for tool in self._request.tools or ()]
         if types is None:
-            raw = self._fields.get("tools")
+            raw = self._envelope.tools if self._envelope is not None else self._fields.get("tools")
+            raw = raw if raw else None  # an envelope without tools holds an empty Raw
             try:
                 types = [t.type for t in _TOOLS.decode(raw)] if raw is not None else []
             except msgspec.ValidationError:
@@ -145,11 +177,14 @@ class Shape:
         """Claude Code's subagent requests: its agent header, or the billing block's flag."""
         if self._headers.get(SUBAGENT_HEADER):
             return True
-        raw = self._fields.get("system")
-        try:
-            system = _SYSTEM.decode(raw) if raw is not None else None
-        except msgspec.ValidationError:
-            return False
+        if self._request is not None:
+            system: Any = self._request.system
+        else:
+            raw = self._envelope.system if self._envelope is not None else self._fields.get("system")
+            try:
+                system = _SYSTEM.decode(raw) if raw else None
+            except msgspec.ValidationError:
+                return False
         text = system[0].text if isinstance(system, list) and system else None
         return (
             isinstance(text, str)
@@ -162,8 +197,13 @@ class Shape:
         """Whether any message holds an image block, tool results included."""
         found = self._parts.get(" images")
         if found is None:
-            raw = self._fields.get("messages")
-            found = raw is not None and _has_image(raw)
+            if self._request is not None:
+                found = any(_typed_image(message.content) for message in self._request.messages)
+            elif self._envelope is not None:
+                found = any(_raw_image(message) for message in self._envelope.messages)
+            else:
+                raw = self._fields.get("messages")
+                found = raw is not None and _has_image(raw)
             self._parts[" images"] = found
         return found
 
@@ -197,8 +237,8 @@ class Shape:
     def body_at(self, path: tuple[str | int, ...]) -> Any:
         """The body's value at a dotted path (numbers index lists), or MISSING."""
         if not path:
-            return {name: self.field(name) for name in self._fields}
-        value = self.field(str(path[0]))
+            return {name: self._raw_field(name) for name in self._fields}
+        value = self._raw_field(str(path[0]))  # as sent: a struct the core decoded keeps only its own fields
         for step in path[1:]:
             if isinstance(step, int) and isinstance(value, list) and -len(value) <= step < len(value):
                 value = value[step]
@@ -221,11 +261,31 @@ def _has_image(raw: msgspec.Raw) -> bool:
         messages = _MESSAGES.decode(raw)
     except msgspec.ValidationError:  # an odd shape the pipeline let through: no image that we can see
         return False
-    for message in messages:
-        for block in message.content if isinstance(message.content, list) else ():
-            if block.type == "image":
-                return True
-            inner = block.content if block.type == "tool_result" else None
-            if isinstance(inner, list) and any(b.type == "image" for b in inner):
+    return any(_image_in(message) for message in messages)
+
+
+def _raw_image(raw: msgspec.Raw) -> bool:
+    try:
+        return _image_in(_MESSAGE.decode(raw))
+    except msgspec.ValidationError:
+        return False
+
+
+def _image_in(message: _Message) -> bool:
+    for block in message.content if isinstance(message.content, list) else ():
+        if block.type == "image":
+            return True
+        inner = block.content if block.type == "tool_result" else None
+        if isinstance(inner, list) and any(b.type == "image" for b in inner):
+            return True
+    return False
+
+
+def _typed_image(content: Any) -> bool:
+    for block in content if isinstance(content, list) else ():
+        if isinstance(block, ImageBlock):
+            return True
+        if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
+            if any(isinstance(inner, ImageBlock) for inner in block.content):
                 return True
     return False

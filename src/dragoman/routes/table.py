@@ -21,6 +21,7 @@ from dragoman.calls.types import Call, Completed, Outcome, Route
 from dragoman.core.capabilities import ModelCaps
 from dragoman.core.config import Config, ConfigError
 from dragoman.core.errors import GatewayError
+from dragoman.protocol.anthropic import Envelope, MessagesRequest
 from dragoman.routes.answer import CountAnswer
 from dragoman.routes.conditions import When, compile_when
 from dragoman.routes.fallbacks import Attempts, Cooldowns
@@ -76,11 +77,12 @@ class Routes:
             return None
         return cls(config, resolve, registry)
 
-    async def route(
-        self, body: bytes, headers: Mapping[str, str], model: str, endpoint: str, outcome: Outcome
-    ) -> Route:
-        """The route for one request (with its fallbacks), noted in `outcome` and its trace."""
-        shape = Shape(model, headers, body, self._budgets)  # type: ignore[arg-type]
+    async def route(self, body: bytes, headers: Mapping[str, str], read: MessagesRequest | Envelope, endpoint: str,
+                    outcome: Outcome) -> Route:  # fmt: skip
+        """The route for one request (with its fallbacks), noted in `outcome` and its trace. `read` is
+        what the core decoded of `body` (whole, or its envelope): what it holds is not read again."""
+        model = read.model
+        shape = Shape(model, headers, body, self._budgets, read)  # type: ignore[arg-type]
         session = shape.session if self._sticky else None
         held = self.sessions.get(session)
         if held is not None and held.last_input:

@@ -1,4 +1,5 @@
-"""Conditions over a request's shape, one by one, without a server: what each key reads."""
+"""Conditions over a request's shape, one by one, without a server: what each key reads, the
+same whether the core decoded the body whole, read its envelope, or nothing of it."""
 
 from __future__ import annotations
 
@@ -7,13 +8,26 @@ from typing import Any
 
 import pytest
 
+from dragoman.protocol.anthropic import ENVELOPE, MESSAGES_REQUEST
 from dragoman.routes.conditions import compile_when
 from dragoman.routes.shape import Shape
+
+READ = {"body": lambda body: None, "envelope": ENVELOPE.decode, "whole": MESSAGES_REQUEST.decode}
+mode = "body"
+
+
+@pytest.fixture(autouse=True, params=sorted(READ))
+def read_as(request: pytest.FixtureRequest) -> Any:
+    global mode
+    mode = request.param
+    yield
+    mode = "body"
 
 
 def shape(headers: dict[str, str] | None = None, model: str = "claude-opus-5-5", **body: Any) -> Shape:
     request = {"model": model, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}], **body}
-    return Shape(model, headers or {}, json.dumps(request).encode())
+    raw = json.dumps(request).encode()
+    return Shape(model, headers or {}, raw, read=READ[mode](raw))
 
 
 def holds(when: dict[str, Any], request: Shape) -> bool | None:
