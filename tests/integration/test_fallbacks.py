@@ -267,7 +267,7 @@ def test_thinking_signed_elsewhere_is_taken_out_before_an_upstream_that_checks_s
         native.stop()
 
 
-def test_an_upstream_that_does_not_check_signatures_keeps_the_thinking(fakes, gateway_from):
+def test_an_upstream_that_does_not_check_signatures_keeps_the_thinking(fakes, gateway_from, caplog):
     a, b = fakes
     native = FakeAnthropic().start()
     try:
@@ -276,8 +276,11 @@ def test_an_upstream_that_does_not_check_signatures_keeps_the_thinking(fakes, ga
         thinking = {"type": "thinking", "thinking": "hmm", "signature": "from-a"}
         history = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": [thinking]},
                    {"role": "user", "content": "Again"}]  # fmt: skip
-        sdk(gateway_from(config)).messages.create(model="main", max_tokens=20, messages=history)
+        with caplog.at_level(logging.INFO, logger="dragoman.access"):
+            sdk(gateway_from(config)).messages.create(model="main", max_tokens=20, messages=history)
         assert native.requests[0][1]["messages"][1]["content"] == [thinking]
+        logged = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dragoman.access"][-1]
+        assert (logged["upstream"], logged["path"]) == ("native", "passthrough")  # the path that served
     finally:
         native.stop()
 

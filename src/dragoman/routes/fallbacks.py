@@ -89,9 +89,12 @@ class Attempts:
     def __post_init__(self) -> None:
         self.name = self.primary.backend.name
 
+    serving: Route | None = None  # the route of the latest attempt
+
     @property
     def path(self) -> str:
-        return self.primary.backend.path
+        """The path of the model that served (read once the reply is in), else the first's."""
+        return (self.serving or self.primary).backend.path
 
     async def messages(self, call: Call, route: Route) -> Reply:
         name, target = self.primary_name, self.primary
@@ -110,7 +113,7 @@ class Attempts:
         """The reply of `name`, or of the models after it while each fails in a way that calls for one."""
         while True:
             self.tried.append(name)
-            self.current = name
+            self.current, self.serving = name, target
             if call.outcome is not None:
                 call.outcome.routed(target)
             try:
