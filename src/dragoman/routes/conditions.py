@@ -80,6 +80,10 @@ def compile_when(table: dict[str, Any], where: str) -> When:
         else:
             tests.append(_plain(key, value, at))
             images = images or (key == "images" and value is True)
+    for options in anys:  # a request an option lets in reaches the target too
+        images = images or any(option.images for option in options)
+        bounds = [option.threshold for option in options if option.threshold is not None]
+        threshold = max([*bounds, *([threshold] if threshold is not None else [])], default=None)
     return When(tuple(tests), tuple(counted), tuple(anys), images, threshold)
 
 

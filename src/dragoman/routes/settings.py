@@ -41,7 +41,7 @@ def check(
             compiled = compile_when(route.when, f"{where}.when")
         except ConditionError as error:
             problems.append(str(error))
-            continue
+            compiled = compile_when({}, where)  # the target is still checked
         if route.model is None:
             continue
         target = names.get(route.model)

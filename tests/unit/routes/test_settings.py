@@ -45,6 +45,8 @@ def test_a_route_to_an_unknown_model_is_a_startup_error_naming_the_key():
 def test_a_vision_route_to_a_text_model_is_a_startup_error():
     said = problem(routes=[{"name": "vision", "when": {"images": True}, "model": "small"}])
     assert said.startswith("routes.0.model: the route takes requests with images, but model 'small' has no vision")
+    either = problem(routes=[{"name": "v", "when": {"any": [{"tools": 0}, {"images": True}]}, "model": "small"}])
+    assert either.startswith("routes.0.model: the route takes requests with images")
     load(routes=[{"name": "vision", "when": {"images": True}, "model": "vl"}])  # one with vision is fine
 
 
@@ -71,6 +73,11 @@ def test_a_long_context_route_to_a_model_without_the_window_is_a_startup_error()
 )
 def test_a_condition_that_cannot_hold_is_named(when, said):
     assert problem(routes=[{"name": "r", "when": when, "model": "main"}]).startswith(said)
+
+
+def test_a_bad_condition_and_an_unknown_model_are_both_said():
+    said = problem(routes=[{"name": "x", "when": {"colour": "red"}, "model": "nope"}])
+    assert "routes.0.when.colour: unknown condition" in said and "routes.0.model: 'nope' is not a configured" in said
 
 
 def test_actions_names_and_fallbacks_are_checked():
