@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from dragoman.server.serving import MAX_HEAD_BYTES
 from tests.support.fakes import FakeUpstream
 from tests.support.servers import GatewayServer, make_config
 from tests.support.waiting import eventually
@@ -150,8 +151,7 @@ def _received_until_closed(client: socket.socket) -> bytes:
     ids=["one-long-header", "many-headers"],
 )
 def test_headers_past_64_kib_are_answered_431_and_the_connection_closed(start: Any, headers: bytes) -> None:
-    # 1 MB: the server counts a head by whole reads (up to 256 KB each), and may let one
-    # that is done within two reads through.
+    # 1 MB, in reads of up to 256 KB: refused at the read that passes 64 KiB, the rest dropped.
     gateway = start()
     with _connect(gateway) as client:
         _send_in_pieces(client, b"GET /health HTTP/1.1\r\nhost: x\r\n" + headers + b"\r\n")
@@ -181,6 +181,34 @@ def test_after_big_headers_within_the_limit_the_next_request_is_counted_afresh(s
         for _ in range(2):
             _send_in_pieces(client, head, piece=4096)
             assert _read_response(client, pending).startswith(b"HTTP/1.1 200 ")
+
+
+def _head_of(size: int) -> bytes:
+    """A `GET /health` head of exactly `size` bytes, its blank line included."""
+    begin = b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: "
+    return begin + b"a" * (size - len(begin) - 4) + b"\r\n\r\n"
+
+
+@pytest.mark.parametrize("pieces", [False, True], ids=["sent-at-once", "in-4-kb-pieces"])
+def test_the_head_limit_is_counted_in_bytes_whatever_the_reads(start: Any, pieces: bool) -> None:
+    """64 KiB to the byte, whether the head comes in one read or many, the last one ending it."""
+    gateway = start()
+    for size, status in ((MAX_HEAD_BYTES, b"200"), (MAX_HEAD_BYTES + 1, b"431"), (75_000, b"431")):
+        with _connect(gateway) as client:
+            if pieces:
+                _send_in_pieces(client, _head_of(size), piece=4096)
+            else:
+                client.sendall(_head_of(size))
+            response = _read_response(client, bytearray()) if status == b"200" else _received_until_closed(client)
+        assert response.startswith(b"HTTP/1.1 " + status + b" "), (size, response[:100])
+
+
+def test_a_head_past_the_limit_behind_a_pipelined_request_is_not_served(start: Any) -> None:
+    """Begun inside a read, after another request: counted by what was parsed of it."""
+    gateway = start()
+    with _connect(gateway) as client:
+        client.sendall(HEALTH + _head_of(75_000))
+        assert _received_until_closed(client).count(b"HTTP/1.1 200 ") < 2
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,16 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import anthropic
 import httpx
 import pytest
 
-from dragoman.backends.fetch import MAX_DOCUMENTS, PARALLEL_FETCHES
+from dragoman.backends.fetch_budget import MAX_DOCUMENTS, PARALLEL_FETCHES, held_bytes
+from tests.support.envelopes import error_of, raw_error
+from tests.support.samples import TINY_PNG
 
 TEXT = "The launch code is 1234."
+HANG = 1.0  # seconds /hang.txt takes
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -27,8 +31,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         with _Handler.lock:
             _Handler.served += 1
+        self.path = self.path.partition("?")[0]  # a query only makes a URL distinct
         if self.path == "/slow.txt":
             self._hold()
+            self.path = "/doc.txt"
+        elif self.path == "/hang.txt":  # slower than the request's fetches may take together
+            time.sleep(HANG)
             self.path = "/doc.txt"
         self._answer()
 
@@ -71,6 +79,9 @@ class _Handler(BaseHTTPRequestHandler):
                 "application/octet-stream",
             )
             return
+        if self.path == "/png":
+            self._send(TINY_PNG, "image/png")
+            return
         self._send(TEXT.encode() if self.path == "/doc.txt" else b"x" * 5000, "text/plain; charset=utf-8")
 
     def _send(self, body: bytes, content_type: str) -> None:
@@ -96,8 +107,10 @@ def docs_server() -> Iterator[str]:
     server.server_close()  # the listening socket: shutdown() only ends serve_forever
 
 
-def _body(url: str, copies: int = 1) -> dict:
-    content = [{"type": "document", "source": {"type": "url", "url": url}, "title": "Memo"}] * copies
+def _body(url: str, copies: int = 1, distinct: bool = False) -> dict:
+    """A request naming the document at `url` `copies` times (with `distinct`, each by a URL of its own)."""
+    urls = [f"{url}?n={n}" if distinct else url for n in range(copies)]
+    content = [{"type": "document", "source": {"type": "url", "url": u}, "title": "Memo"} for u in urls]
     content.append({"type": "text", "text": "Summarise."})
     return {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": content}]}
 
@@ -156,7 +169,8 @@ def test_a_document_that_arrives_in_pieces_is_fetched_whole(make_gateway, upstre
 
 def test_a_request_fetches_a_few_documents_at_a_time(make_gateway, upstream, docs_server):
     gateway = make_gateway(server={"fetch_documents": True, "fetch_allow_private": True})
-    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/slow.txt", copies=12), timeout=30)
+    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/slow.txt", copies=12, distinct=True),
+                          timeout=30)  # fmt: skip
     assert response.status_code == 200, response.text
     assert _Handler.served == 12
     assert _Handler.most == PARALLEL_FETCHES  # never more at once, and not one after another
@@ -184,6 +198,71 @@ def test_fetch_size_limit(make_gateway, upstream, docs_server):
     response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/big.txt"))
     assert response.status_code == 400
     assert "1000-byte limit" in response.json()["error"]["message"]
+
+
+def _images_and_documents(server: str, copies: int) -> list[dict]:
+    image = {"type": "image", "source": {"type": "url", "url": server + "/png"}}
+    document = {"type": "document", "source": {"type": "url", "url": server + "/doc.txt"}}
+    return [{"role": "user", "content": [image, document] * copies + [{"type": "text", "text": "Compare."}]}]
+
+
+def test_each_distinct_url_is_fetched_once_per_request(make_gateway, upstream, docs_server):
+    gateway = make_gateway(server={"fetch_documents": True, "fetch_allow_private": True})
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    messages = _images_and_documents(docs_server, MAX_DOCUMENTS)  # 100 images and 100 documents, from 2 URLs
+    client.messages.create(model="test-model", max_tokens=10, messages=messages)  # type: ignore[arg-type]
+    assert _Handler.served == 2
+    sent = json.dumps(upstream.requests[0])
+    assert sent.count(TEXT) == MAX_DOCUMENTS and sent.count("data:image/png;base64,") == MAX_DOCUMENTS
+    client.messages.count_tokens(model="test-model", messages=messages)  # type: ignore[arg-type]
+    assert _Handler.served == 4
+    assert held_bytes() == 0  # given back once answered
+
+
+def test_the_passthrough_path_fetches_each_distinct_url_once_too(native, gateway_from, docs_server):
+    """Documents as text for llama-server: fetched one by one, each URL once all the same."""
+    gateway = gateway_from({
+        "server": {"fetch_documents": True, "fetch_allow_private": True},
+        "upstreams": {"native": {"url": native.url + "/v1", "protocol": "anthropic", "documents": "as_text",
+                                 "max_retries": 0}},
+        "models": [{"name": "claude-test", "upstream": "native", "upstream_model": "claude-test"}],
+    })  # fmt: skip
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    client.messages.create(model="claude-test", max_tokens=10, messages=_images_and_documents(docs_server, 10))  # type: ignore[arg-type]
+    assert _Handler.served == 2
+    (sent,) = [json.dumps(body) for path, body, _ in native.requests if path.endswith("/messages")]
+    assert sent.count(TEXT) == 10 and sent.count('"type": "base64"') == 10
+    assert held_bytes() == 0
+
+
+def test_a_url_named_again_counts_again_against_the_request(make_gateway, upstream, docs_server):
+    """Fetched once, but sent on for each place: 2 x 5000 bytes pass 9000."""
+    gateway = make_gateway(server={"fetch_documents": True, "fetch_allow_private": True, "max_request_bytes": 9000})
+    response = httpx.post(gateway.url + "/v1/messages", json=_body(docs_server + "/big.txt", copies=2))
+    assert "together pass server.max_request_bytes (9000 bytes)" in raw_error(response, 400, "invalid_request_error")
+    assert _Handler.served == 1 and upstream.requests == []
+
+
+def test_past_what_the_process_may_hold_a_request_is_answered_529(make_gateway, upstream, docs_server):
+    gateway = make_gateway(server={"fetch_documents": True, "fetch_allow_private": True, "fetch_max_held_bytes": 4000})
+    client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client.messages.create(model="test-model", max_tokens=10, messages=_body(docs_server + "/big.txt")["messages"])
+    assert "server.fetch_max_held_bytes (4000 bytes)" in error_of(caught, 529, "overloaded_error")
+    client.messages.create(model="test-model", max_tokens=10, messages=_body(docs_server + "/doc.txt")["messages"])
+    assert upstream.requests and held_bytes() == 0
+
+
+def test_all_of_a_request_s_fetches_end_within_one_deadline(make_gateway, upstream, docs_server):
+    """8 fetches of a second each, 4 at a time, each within fetch_timeout: the request's deadline ends them."""
+    gateway = make_gateway(
+        server={"fetch_documents": True, "fetch_allow_private": True, "fetch_total_timeout": HANG / 2}
+    )
+    body = _body(docs_server + "/hang.txt", copies=2 * PARALLEL_FETCHES, distinct=True)
+    response = httpx.post(gateway.url + "/v1/messages", json=body, timeout=30)
+    message = raw_error(response, 400, "invalid_request_error")
+    assert "/hang.txt?n=" in message and f"server.fetch_total_timeout ({HANG / 2:g} s)" in message
+    assert upstream.requests == [] and held_bytes() == 0
 
 
 def test_a_name_that_resolves_to_a_private_address_is_refused(make_gateway, upstream, docs_server):

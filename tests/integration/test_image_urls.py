@@ -9,23 +9,27 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import aiohttp.connector
 import anthropic
 import httpx
 import pytest
 
 from dragoman.core.config_load import from_dict
+from tests.support.batches import results_of, wait_ended
 from tests.support.envelopes import error_of, raw_error
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.samples import TINY_PNG
 from tests.support.servers import GatewayServer
 
 PNG = base64.b64encode(TINY_PNG).decode()
+SERVED: list[str] = []  # the paths the image server was asked for
 
 
 class _Images(BaseHTTPRequestHandler):
     """/png answers the tiny PNG (as application/octet-stream: its bytes decide); anything else, text."""
 
     def do_GET(self) -> None:  # noqa: N802
+        SERVED.append(self.path)
         body = TINY_PNG if self.path == "/png" else b"not an image"
         self.send_response(200)
         self.send_header("content-type", "application/octet-stream")
@@ -39,6 +43,7 @@ class _Images(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def images() -> Iterator[str]:
+    SERVED.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Images)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -83,6 +88,45 @@ def test_a_name_that_resolves_to_loopback_is_refused_too(client, upstream, image
         client.messages.create(model="test-model", max_tokens=10, messages=_places(f"http://localhost:{port}/png")[0])
     assert "image URL host 'localhost'" in error_of(caught, 400, "invalid_request_error")
     assert upstream.requests == []
+
+
+# 127.0.0.1 as the socket layer reads it, not as `ipaddress` does: a number, octal, hex, fewer parts.
+NUMERIC_LOOPBACK = ["2130706433", "127.1", "0177.0.0.1", "0", "0x7f.1", "017700000001", "0x7f000001", "0x7f.0.0.1"]
+NUMERIC_REFUSED = "refusing a numeric host not written as four decimal numbers"
+
+
+@pytest.fixture
+def old_aiohttp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiohttp as before 3.14.1 (aio-libs/aiohttp#12827): a host of digits and dots is connected
+    to as it is, the public-only resolver never asked. (Hex forms reach the resolver anyway.)"""
+    monkeypatch.setattr(aiohttp.connector, "is_canonical_ipv4_address", lambda host: True)
+
+
+@pytest.mark.parametrize("host", NUMERIC_LOOPBACK)
+@pytest.mark.usefixtures("old_aiohttp")
+def test_a_numeric_loopback_host_is_refused_whatever_aiohttp_does(client, upstream, images, host):
+    port = images.rsplit(":", 1)[1]
+    for messages in _places(f"http://{host}:{port}/png"):
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            client.messages.create(model="test-model", max_tokens=10, messages=messages, tools=TOOLS)
+        assert NUMERIC_REFUSED in error_of(caught, 400, "invalid_request_error")
+    assert upstream.requests == [] and SERVED == []
+
+
+@pytest.mark.usefixtures("old_aiohttp")
+def test_a_numeric_loopback_host_in_a_batch_request_is_refused_too(client, upstream, images):
+    port = images.rsplit(":", 1)[1]
+    requests = [{"custom_id": f"host-{n}", "params": {"model": "test-model", "max_tokens": 10,
+                                                      "messages": _places(f"http://{host}:{port}/png")[0]}}
+                for n, host in enumerate(NUMERIC_LOOPBACK)]  # fmt: skip
+    created = client.messages.batches.create(requests=requests)  # type: ignore[arg-type]
+    wait_ended(client, created.id)
+    results = results_of(client, created.id)
+    assert len(results) == len(NUMERIC_LOOPBACK)
+    for result in results.values():
+        assert result.type == "errored" and result.error.error.type == "invalid_request_error", result
+        assert NUMERIC_REFUSED in result.error.error.message
+    assert upstream.requests == [] and SERVED == []
 
 
 def test_an_allowed_image_url_reaches_the_model_inline_never_as_a_url(make_gateway, upstream, images):

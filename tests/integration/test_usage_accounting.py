@@ -263,3 +263,31 @@ def test_prompt_cache_writes_a_passthrough_upstream_reports_are_in_the_report(
     ]
     text = httpx.get(server.url + "/metrics").text
     assert 'dragoman_usage_tokens_total{kind="cache_creation",model="native-model",tenant="team-a"} 1500.0' in text
+
+
+@pytest.mark.parametrize(
+    ("params", "named"),
+    [
+        ("starting_at=0001-01-01T00:00:00%2B14:00", "starting_at"),  # year 0 in UTC
+        ("starting_at=2026-01-01T00:00:00Z&ending_at=9999-12-31T23:59:59-14:00", "ending_at"),  # year 10000 in UTC
+        ("starting_at=2026-01-01T00:00:00Z&ending_at=9999-12-31T12:00:00Z", "ending_at"),  # its day would end in 10000
+    ],
+)
+def test_a_time_out_of_range_is_a_400_naming_the_parameter_and_the_range(
+    upstream: FakeUpstream, gateway_from: Any, params: str, named: str
+) -> None:
+    server = gateway_from(team_config(upstream.url, {}))
+    answer = httpx.get(f"{server.url}/v1/organizations/usage_report/messages?{params}", headers={"x-api-key": ADMIN})
+    assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
+    message = answer.json()["error"]["message"]
+    assert message.startswith(f"{named}:") and "from 0001-01-01T00:00:00Z to 9999-12-31T00:00:00Z" in message
+
+
+def test_the_first_and_last_days_a_report_can_name_are_written_in_four_digit_years(
+    upstream: FakeUpstream, gateway_from: Any
+) -> None:
+    server = gateway_from(team_config(upstream.url, {}))
+    for start, end, bucket in (("0001-01-01T00:00:00Z", "0001-01-02T00:00:00Z", "0001-01-01T00:00:00Z"),
+                               ("9999-12-30T05:00:00Z", "9999-12-31T00:00:00Z", "9999-12-30T00:00:00Z")):  # fmt: skip
+        data = report(server.url, starting_at=start, ending_at=end)["data"]
+        assert [(b["starting_at"], b["ending_at"]) for b in data] == [(bucket, end)]

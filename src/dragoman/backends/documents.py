@@ -16,7 +16,8 @@ from typing import Any
 
 import msgspec
 
-from dragoman.backends.fetch import Budget, fetch_document
+from dragoman.backends.fetch import fetch_document
+from dragoman.backends.fetch_budget import Budget
 from dragoman.core.config import ServerConfig
 from dragoman.core.errors import InvalidRequest
 from dragoman.core.offload import offload
@@ -24,12 +25,12 @@ from dragoman.protocol import anthropic
 from dragoman.translate.content import content_with_images, document_head, document_text
 
 
-async def documents_as_text(data: dict[str, Any], server: ServerConfig) -> None:
-    """Replace, in place, every document block of the request `data` with a text block."""
+async def documents_as_text(data: dict[str, Any], server: ServerConfig, budget: Budget) -> None:
+    """Replace, in place, every document block of the request `data` with a text block; its
+    URL documents are fetched within the request's `budget`, each distinct URL once."""
     messages = data.get("messages")
     if not isinstance(messages, list):
         return
-    budget = Budget(server.max_request_bytes)  # what all its URL documents may take
     for index, message in enumerate(messages):
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list):
@@ -57,14 +58,14 @@ async def _as_text(block: dict[str, Any], where: str, server: ServerConfig, budg
     except msgspec.ValidationError as error:
         raise InvalidRequest(f"{where}: {error}") from None
     if isinstance(document.source, anthropic.URLSource) and server.fetch_documents:
-        budget.count(where)
-        source = await fetch_document(
-            document.source.url,
-            max_bytes=server.fetch_max_bytes,
-            timeout=server.fetch_timeout,
-            allow_private=server.fetch_allow_private,
-            budget=budget,
-        )
+        url = document.source.url
+        budget.count(where, url)
+        if url in budget.fetched:  # named before in the request: its bytes count again, it is not fetched again
+            source, size = budget.fetched[url]
+            budget.take(size, url, places=1)
+        else:
+            source = await fetch_document(url, server, budget)
+            budget.fetched[url] = source, budget.size(url)
         document = msgspec.structs.replace(document, source=source)
     items = content_with_images(document)
     if items is not None:

@@ -2,7 +2,8 @@
 
 Off by default: a gateway that fetches what clients name can be turned against
 the network it sits in. When on, only public addresses are fetched (every
-redirect hop is checked again), within a size and a time limit; PDFs and text
+redirect hop is checked again), within a size and a time limit, and within what all
+of the request's fetches may take together (`backends.fetch_budget`); PDFs and text
 become the sources the translator reads.
 """
 
@@ -19,14 +20,14 @@ import aiohttp.abc
 from aiohttp.abc import ResolveResult
 from yarl import URL
 
+from dragoman.backends.fetch_budget import Budget
+from dragoman.core.config import ServerConfig
 from dragoman.core.errors import InvalidRequest
 from dragoman.files.charsets import decode_text
 from dragoman.files.sniff import is_text, usable_type
 from dragoman.protocol import anthropic as a
 
 MAX_REDIRECTS = 3
-MAX_DOCUMENTS = 100  # URL documents fetched for one request
-PARALLEL_FETCHES = 4  # of one request's fetches, running at once
 
 
 # Not globally reachable, though `is_global` says so: what Python before 3.11.10 misses
@@ -51,7 +52,8 @@ def _public(address: str) -> bool:
 def _checked(url: str | URL, allow_private: bool, kind: str = "document") -> URL:
     """The URL as aiohttp reads it (yarl, not urllib: it turns a host written in full-width
     digits into 127.0.0.1, an address aiohttp then connects to without resolving it), with a
-    literal address checked here, as the resolver below never sees it."""
+    literal address checked here, as the resolver below never sees it. A numeric host in any
+    other form is refused, whatever the installed aiohttp would do with it."""
     try:
         parsed = url if isinstance(url, URL) else URL(url)
         host = parsed.raw_host
@@ -62,10 +64,24 @@ def _checked(url: str | URL, allow_private: bool, kind: str = "document") -> URL
     try:
         literal = ipaddress.ip_address(host)
     except ValueError:
+        if ":" in host or _inet_aton(host):  # an address `ipaddress` does not read, which the socket layer would
+            raise InvalidRequest(f"{kind} URL {str(url)!r}: refusing a numeric host not written as four decimal "
+                                 f"numbers or an IPv6 address ({host!r})") from None  # fmt: skip
         return parsed
     if not allow_private and not _public(str(literal)):
         raise InvalidRequest(f"{kind} URL {str(url)!r}: refusing to fetch from a private, loopback or reserved address")
     return parsed
+
+
+def _inet_aton(host: str) -> bool:
+    """Whether the socket layer reads `host` as an IPv4 address, in forms `ipaddress` does not:
+    `2130706433`, `127.1`, `0177.0.0.1` and `0` aiohttp before 3.14.1 connected to without asking
+    the resolver below (aio-libs/aiohttp#12827); `0x7f.1` and the like reach it (glibc reads them)."""
+    try:
+        socket.inet_aton(host)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 class _PublicOnlyResolver(aiohttp.abc.AbstractResolver):
@@ -95,35 +111,10 @@ class _PublicOnlyResolver(aiohttp.abc.AbstractResolver):
         await self._resolver.close()
 
 
-class Budget:
-    """What the fetches of one request may still take, together: a small request naming
-    many URLs must neither hold gigabytes of documents nor send thousands of requests out."""
-
-    def __init__(self, total_bytes: int) -> None:
-        self.documents = MAX_DOCUMENTS
-        self.total_bytes = total_bytes  # server.max_request_bytes: what the request could have held itself
-        self.bytes = total_bytes
-        self.slots = asyncio.Semaphore(PARALLEL_FETCHES)
-
-    def count(self, where: str, kind: str = "document") -> None:
-        """One more document (or image) to fetch, at `where` in the request."""
-        self.documents -= 1
-        if self.documents < 0:
-            raise InvalidRequest(f"{where}.source: at most {MAX_DOCUMENTS} {kind}s are fetched by URL for one request")
-
-    def take(self, size: int, url: str, kind: str = "document") -> None:
-        self.bytes -= size
-        if self.bytes < 0:
-            raise InvalidRequest(f"{kind} URL {url!r}: the {kind}s fetched for this request together pass "
-                                 f"server.max_request_bytes ({self.total_bytes} bytes)")  # fmt: skip
-
-
-async def fetch_document(
-    url: str, *, max_bytes: int, timeout: float, allow_private: bool, budget: Budget
-) -> a.DocumentSource:
-    async with budget.slots:  # the timeout starts once a slot is had
-        data, kind, charset = await fetch(url, max_bytes=max_bytes, timeout=timeout, allow_private=allow_private,
-                                          budget=budget)  # fmt: skip
+async def fetch_document(url: str, server: ServerConfig, budget: Budget) -> a.DocumentSource:
+    """The document at `url`, as the source a translator reads: a PDF as base64, text as text."""
+    async with budget.turn(url):
+        data, kind, charset = await fetch(url, server, budget)
     kind = usable_type(kind, data).partition(";")[0]  # what its bytes show, if its type says otherwise or nothing
     if kind == "application/pdf":
         return a.Base64Source(media_type="application/pdf", data=base64.b64encode(data).decode())
@@ -132,10 +123,12 @@ async def fetch_document(
     raise InvalidRequest(f"document URL {url!r}: content type {kind!r} is not a PDF or text")
 
 
-async def fetch(url: str, *, max_bytes: int, timeout: float, allow_private: bool, budget: Budget,
-                kind: str = "document") -> tuple[bytes, str, str | None]:  # fmt: skip
+async def fetch(
+    url: str, server: ServerConfig, budget: Budget, kind: str = "document"
+) -> tuple[bytes, str, str | None]:
     """The body at `url`, its content type and charset, fetched under the rules above; a 400
     naming the URL (`kind` says what it is for) when they refuse it or it cannot be had."""
+    timeout, allow_private = server.fetch_timeout, server.fetch_allow_private
     try:
         # No proxy: the address check must see what is connected to.
         connector = aiohttp.TCPConnector(resolver=None if allow_private else _PublicOnlyResolver(kind))
@@ -153,7 +146,7 @@ async def fetch(url: str, *, max_bytes: int, timeout: float, allow_private: bool
                         continue
                     if response.status != 200:
                         raise InvalidRequest(f"{kind} URL {url!r}: the server answered {response.status}")
-                    data = await _read(response, url, max_bytes, budget, kind)
+                    data = await _read(response, url, server.fetch_max_bytes, budget, kind)
                     return data, response.content_type, response.charset
             raise InvalidRequest(f"{kind} URL {url!r}: too many redirects")
     except TimeoutError:
@@ -171,22 +164,19 @@ async def _read(response: aiohttp.ClientResponse, url: str, max_bytes: int, budg
     arrived so far, at most n bytes: a document that came in pieces was cut to its first.)"""
     if response.content_length is not None and response.content_length > max_bytes:
         raise InvalidRequest(f"{kind} URL {url!r}: larger than the {max_bytes}-byte limit")
-    chunks, size = [], 0
+    body = bytearray()
     async for chunk in response.content.iter_any():
-        size += len(chunk)
-        if size > max_bytes:
+        if len(body) + len(chunk) > max_bytes:
             raise InvalidRequest(f"{kind} URL {url!r}: larger than the {max_bytes}-byte limit")
         budget.take(len(chunk), url, kind)
-        chunks.append(chunk)
-    return b"".join(chunks)
+        body += chunk
+    return bytes(body)
 
 
-async def resolve_url_documents(request: a.MessagesRequest, *, max_bytes: int, timeout: float, allow_private: bool,
-                                total_bytes: int) -> None:  # fmt: skip
-    """Replace URL sources of document blocks with what they point to (in place), within
-    one `Budget` of `total_bytes`. The first failure cancels the other fetches."""
-    budget = Budget(total_bytes)
-    pending: list[tuple[a.DocumentBlock, str]] = []
+async def resolve_url_documents(request: a.MessagesRequest, server: ServerConfig, budget: Budget) -> None:
+    """Replace URL sources of document blocks with what they point to (in place), each
+    distinct URL fetched once. The first failure cancels the other fetches."""
+    pending: dict[str, list[a.DocumentBlock]] = {}
     for m, message in enumerate(request.messages):
         if isinstance(message.content, str):
             continue
@@ -196,18 +186,18 @@ async def resolve_url_documents(request: a.MessagesRequest, *, max_bytes: int, t
                 blocks = [(f"messages.{m}.content.{b}.content.{i}", inner) for i, inner in enumerate(block.content)]
             for where, inner in blocks:
                 if isinstance(inner, a.DocumentBlock) and isinstance(inner.source, a.URLSource):
-                    budget.count(where)
-                    pending.append((inner, inner.source.url))
+                    budget.count(where, inner.source.url)
+                    pending.setdefault(inner.source.url, []).append(inner)
     if not pending:
         return
     try:
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(fetch_document(url, max_bytes=max_bytes, timeout=timeout, allow_private=allow_private,
-                                                      budget=budget)) for _, url in pending]  # fmt: skip
+            tasks = {url: group.create_task(fetch_document(url, server, budget)) for url in pending}
     except BaseExceptionGroup as failed:  # the first failure is the client's answer
         raise failed.exceptions[0] from None
-    for (block, _), task in zip(pending, tasks, strict=True):
-        block.source = task.result()
+    for url, documents in pending.items():
+        for document in documents:
+            document.source = tasks[url].result()
 
 
 def has_url_documents(body: bytes) -> bool:

@@ -4,9 +4,11 @@ vLLM, SGLang and llama.cpp fetch an image URL themselves, from inside the networ
 in, so a client could make them request `http://169.254.169.254/` or a local Redis. The
 gateway fetches each one instead, under the rules URL documents have (`backends.fetch`:
 public addresses only unless `fetch_allow_private`, checked at connect time and on every
-redirect; `fetch_max_bytes`, `fetch_timeout`; at most 100 a request, 4 at a time, within
-`max_request_bytes` together), and sends its bytes as a base64 source: no model server is
-given a URL to fetch. The bytes must show a JPEG, PNG, GIF or WebP image.
+redirect; `fetch_max_bytes`, `fetch_timeout`; and, with the request's URL documents,
+`backends.fetch_budget`: each distinct URL once, at most 100 images a request, 4 fetches at a
+time, within `max_request_bytes` together and `fetch_total_timeout`), and sends its bytes as
+a base64 source: no model server is given a URL to fetch. The bytes must show a JPEG, PNG,
+GIF or WebP image.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 
 import msgspec
 
-from dragoman.backends.fetch import Budget, fetch
+from dragoman.backends.fetch import fetch
+from dragoman.backends.fetch_budget import Budget
 from dragoman.core.config import ServerConfig
 from dragoman.core.errors import InvalidRequest
 from dragoman.files.sniff import image_type
@@ -72,30 +75,32 @@ def _url_image(block: _Block) -> bool:
     return isinstance(inner, list) and any(_url_image(item) for item in inner)
 
 
-async def inline_url_images(messages: list[Any], server: ServerConfig) -> bool:
+async def inline_url_images(messages: list[Any], server: ServerConfig, budget: Budget) -> bool:
     """Replace, in place, the URL source of every image in `messages` (decoded structs or
-    plain JSON) with the image it points to, as base64. Whether there was any."""
+    plain JSON) with the image it points to, as base64, each distinct URL fetched once.
+    Whether there was any."""
     found = [item for m, message in enumerate(messages) for item in _in_message(message, f"messages.{m}.content")]
     if not found:
         return False
-    budget = Budget(server.max_request_bytes)
-    for where, _, _ in found:
-        budget.count(where, "image")
+    for where, url, _ in found:
+        budget.count(where, url, "image")
     try:
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(_fetch_image(url, server, budget)) for _, url, _ in found]
+            tasks = {
+                url: group.create_task(_fetch_image(url, server, budget))
+                for url in dict.fromkeys(u for _, u, _ in found)
+            }
     except BaseExceptionGroup as failed:  # the first failure is the client's answer
         raise failed.exceptions[0] from None
-    for (_, _, put), task in zip(found, tasks, strict=True):
-        put(*task.result())
+    for _, url, put in found:
+        put(*tasks[url].result())
     return True
 
 
 async def _fetch_image(url: str, server: ServerConfig, budget: Budget) -> tuple[str, str]:
     """(media type, base64 data) of the image at `url`."""
-    async with budget.slots:
-        data, _, _ = await fetch(url, max_bytes=server.fetch_max_bytes, timeout=server.fetch_timeout,
-                                 allow_private=server.fetch_allow_private, budget=budget, kind="image")  # fmt: skip
+    async with budget.turn(url, "image"):
+        data, _, _ = await fetch(url, server, budget, "image")
     media_type = image_type(data[:16])
     if media_type is None:
         raise InvalidRequest(f"image URL {url!r}: not a JPEG, PNG, GIF or WebP image")

@@ -60,10 +60,15 @@ def _kept_headers(headers: Mapping[str, str], traceparent: str | None) -> dict[s
 
 class Batches:
     def __init__(
-        self, pipeline: RequestPath, metrics: Recorder, config: BatchesConfig, owners: Owners | None = None
+        self,
+        pipeline: RequestPath,
+        metrics: Recorder,
+        config: BatchesConfig,
+        owners: Owners | None = None,
+        store: BatchStore | None = None,  # another store over the same directory layout (tests' races)
     ) -> None:
         self._config = config
-        self._store = BatchStore(Path(config.dir).expanduser() if config.dir else data_dir("batches"))
+        self._store = store or BatchStore(Path(config.dir).expanduser() if config.dir else data_dir("batches"))
         self._catalog = Catalog(self._store, config.retain_for, owners)
         self._deleted: dict[str, Record] = {}  # the latest deleted here, so that a cursor naming one still places
         self._runner = Runner(pipeline, metrics, config, self._catalog.ended.__setitem__, self._wake_keeper)

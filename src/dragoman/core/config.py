@@ -63,6 +63,9 @@ class ServerConfig(_Config, frozen=True):
     fetch_allow_private: bool = False
     fetch_max_bytes: int = 10 * 1024 * 1024
     fetch_timeout: float = 10.0
+    # All of one request's fetches, together; what all requests in flight hold, per process (529 past it).
+    fetch_total_timeout: float = 30.0
+    fetch_max_held_bytes: int = 64 * 1024 * 1024
     # Reject `thinking` on models that do not reason, as some peers do (default: ignore).
     strict_thinking: bool = False
     # thinking.budget_tokens up to the first is low effort, up to the second medium, above high.

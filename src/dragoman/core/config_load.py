@@ -107,7 +107,8 @@ def _check_server(config: Config, problems: list[str]) -> None:
             seen[key] = tenant
     if not 0 < server.port < 65536:
         problems.append(f"server.port: must be 1 to 65535, got {server.port}")
-    for key in ("max_request_bytes", "max_connections", "fetch_max_bytes", "fetch_timeout"):
+    for key in ("max_request_bytes", "max_connections", "fetch_max_bytes", "fetch_timeout", "fetch_total_timeout",
+                "fetch_max_held_bytes"):  # fmt: skip
         if getattr(server, key) <= 0:
             problems.append(f"server.{key}: must be positive, got {getattr(server, key)}")
     if server.shutdown_grace < 0:

@@ -114,6 +114,12 @@ _NOT_HTTP = (
 )
 LINGER = 2.0  # seconds a refused client's remaining bytes are read and dropped before the close
 MAX_HEAD_BYTES = 64 * 1024  # a request's line and headers: past it the client is answered 431
+
+
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback to stop parsing a head refused there."""
+
+
 _HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\nconnection: close\r\n"
                    b"content-length: %d\r\n\r\n%s")  # fmt: skip
 
@@ -140,13 +146,12 @@ class DirectBodyProtocol(_Base):
       enough of them used up the process's file descriptors. The one timer a connection
       costs is not cancelled: when it fires, it does nothing if a request has begun;
     - a request whose line and headers pass `MAX_HEAD_BYTES` is answered 431 and its
-      connection closed. uvicorn and httptools keep a head whole, however long, so one
-      200 MB header took 200 MB of memory. Only a head that arrives in more than one
-      read is counted, by whole reads after which it is still incomplete (the first by
-      the headers uvicorn has parsed of it), so a head that fits in one read costs
-      nothing, and none passes the limit by more than two reads (a read is at most
-      256 KiB) before it is refused. The read that completes a head may also hold a
-      body, so it is not counted;
+      connection closed, before any of it is parsed past the limit. uvicorn and httptools
+      keep a head whole, however long, so one 200 MB header took 200 MB of memory. A head
+      is counted in bytes across reads, up to the blank line that ends it, before each
+      read is parsed: a read that begins a request costs one search for that line. A head
+      that begins inside a read, behind a pipelined request's body, is counted by what
+      httptools parsed of it (its line and headers, not the blank space between them);
     - an HTTP/1.0 request's response is never chunked (`CloseDelimitedCycle`): a stream
       to it is written unframed and ended by the close. Its stream has no direct writer.
     """
@@ -164,8 +169,11 @@ class DirectBodyProtocol(_Base):
         self._read_timer: Any = None
         self._idle_timer: Any = None
         self._refused = False  # answered 400 or 431: what else comes is dropped until the close
-        self._head_of: Any = None  # the scope of the request whose head is being counted
-        self._head_bytes = 0
+        self._head_open = False  # between a request's first byte and the end of its head
+        self._head_exact = False  # its bytes counted from its first (it began a read), not by what was parsed
+        self._exact_next = False  # a request beginning now begins a read
+        self._head_bytes = 0  # of the open head, in the reads before this one
+        self._head_tail = b""  # the last bytes of the previous read: the blank line may span two
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)  # counted in `self.connections` (the server's) from here
@@ -183,6 +191,7 @@ class DirectBodyProtocol(_Base):
         super().on_message_begin()
         self._receiving = True
         self._begun = self.loop.time()
+        self._head_open, self._head_exact, self._exact_next = True, self._exact_next, False
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -191,23 +200,42 @@ class DirectBodyProtocol(_Base):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return  # the rest of a refused request: read, so that the refusal is not lost to a reset
+        counted = -1  # the open head's bytes once this read is parsed, when the read does not end it
+        if self._head_open or not self._receiving:  # a head goes on, or begins, in this read
+            counted, ended = self._count_head(data)
+            if counted > MAX_HEAD_BYTES:
+                self._refuse_head()
+                return
+            counted = -1 if ended else counted
         super().data_received(data)
+        self._exact_next = False
+        if self._head_open:  # the read ended inside a head: counted on in the next
+            self._head_bytes = counted if counted >= 0 else self._parsed_head()
+            self._head_tail = data[-3:] if len(data) >= 3 else (self._head_tail + data)[-3:]
         if self._receiving:  # a request arriving in pieces
             self._last_byte = self.loop.time()
             if self._read_timer is None:
                 wait = min(READ_IDLE_TIMEOUT, READ_DEADLINE - (self._last_byte - self._begun))
                 self._read_timer = self.loop.call_later(max(wait, 0.0), self._check_read)
-            cycle = self.cycle
-            if (
-                cycle is None or cycle.scope is not self.scope
-            ):  # its head is incomplete (uvicorn makes the cycle after it)
-                if self._head_of is not self.scope:  # its first piece: what uvicorn has parsed of it
-                    self._head_of = self.scope
-                    self._head_bytes = sum(len(name) + len(value) + 4 for name, value in self.headers)
-                else:
-                    self._head_bytes += len(data)
-                if self._head_bytes > MAX_HEAD_BYTES:
-                    self._refuse_head()
+
+    def _count_head(self, data: bytes) -> tuple[int, bool]:
+        """The bytes of the head that is open, or that this read begins, up to the blank line
+        that ends it; and whether this read ends it."""
+        if self._head_open:
+            seen, tail = self._head_bytes, self._head_tail
+            end = (tail + data[:3]).find(b"\r\n\r\n")  # the blank line, begun in the last read
+            if end >= 0:
+                return seen + end + 4 - len(tail), True
+        else:  # a request begins here; blank lines before it (RFC 9112 §2.2) leave it to `_parsed_head`
+            seen = 0
+            self._exact_next = data[:1] not in (b"\r", b"\n")
+        end = data.find(b"\r\n\r\n")
+        return (seen + end + 4, True) if end >= 0 else (seen + len(data), False)
+
+    def _parsed_head(self) -> int:
+        """What httptools has parsed of the head: its target and headers (at least a colon and a
+        line end each), fewer bytes than it has."""
+        return len(getattr(self, "url", b"")) + sum(len(name) + len(value) + 3 for name, value in self.headers)
 
     def _refuse_head(self) -> None:
         if self.transport.is_closing():  # uvicorn answered 400 (a malformed request)
@@ -217,6 +245,7 @@ class DirectBodyProtocol(_Base):
             body = RequestHeadersTooLarge(f"request headers larger than {MAX_HEAD_BYTES // 1024} KiB").body(None)
             self._refuse(_HEAD_TOO_LARGE % (len(body), body))
         else:
+            self._refused = True
             self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
@@ -255,6 +284,10 @@ class DirectBodyProtocol(_Base):
         self.transport.close()
 
     def on_headers_complete(self) -> None:
+        self._head_open = False
+        if not self._head_exact and self._parsed_head() > MAX_HEAD_BYTES:  # counted by what was parsed of it
+            self._refuse_head()
+            raise _HeadTooLarge  # stops the parser before uvicorn starts the request (it logs a warning)
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # not an upgrade

@@ -24,6 +24,11 @@ GROUPED = {"api_key_id", "model"}  # what dragoman records; Anthropic's other di
 ANTHROPIC_GROUPS = GROUPED | {"workspace_id", "service_tier", "context_window", "inference_geo", "speed",
                               "account_id", "service_account_id"}  # fmt: skip
 PAGE_PREFIX = "page_"
+# The times a report can name: each bucket's start and end must be a time `datetime` can write
+# (years 1 to 9999), the end of a day bucket begun on the last allowed day included.
+EARLIEST = datetime.datetime(1, 1, 1, tzinfo=datetime.UTC)
+LATEST = datetime.datetime(9999, 12, 31, tzinfo=datetime.UTC)
+_RANGE = "from 0001-01-01T00:00:00Z to 9999-12-31T00:00:00Z"
 
 
 class ReportQuery:
@@ -128,11 +133,14 @@ def _timestamp(name: str, value: str) -> float:
         raise InvalidRequest(f"{name}: not an RFC 3339 timestamp: {value[:40]!r}") from None
     if at.tzinfo is None:
         at = at.replace(tzinfo=datetime.UTC)
+    if not EARLIEST <= at <= LATEST:  # year 1 east of UTC is year 0 in UTC, which `datetime` cannot hold
+        raise InvalidRequest(f"{name}: {value[:40]!r} is out of range; a time {_RANGE} is accepted")
     return at.timestamp()
 
 
 def _rfc3339(at: float) -> str:
-    return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """`at` as RFC 3339 in UTC, its year in four digits (`%Y` writes year 1 as "1")."""
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
 
 
 def _cursor(at: float) -> str:

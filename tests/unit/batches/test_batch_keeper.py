@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from dragoman.batches import runs as batch_runs
 from dragoman.batches.runs import Run, Runner
 from dragoman.batches.service import Batches
 from dragoman.batches.store import BatchDir, BatchStore, Record
+from dragoman.calls.types import Caller, Completed, Outcome, Reply
 from dragoman.core import paging
 from dragoman.core.config import BatchesConfig
 from dragoman.core.config_load import from_dict
@@ -33,12 +35,19 @@ def _batch(
     body = json.dumps(
         {
             "requests": [
-                {"custom_id": f"r{i}", "params": {"model": "m", "max_tokens": 8, "messages": []}} for i in range(n)
+                {
+                    "custom_id": f"r{i}",
+                    "params": {"model": "m", "max_tokens": 8, "messages": [], "metadata": {"user_id": f"r{i}"}},
+                }
+                for i in range(n)
             ]
         }
     ).encode()
     now = time.time() if created is None else created
-    record = Record(id="msgbatch_01" + name, owner="", created=now, expires=now + expires_in, total=n, headers={})
+    batch_id = "msgbatch_01" + name
+    record = Record(
+        id=batch_id, owner="", created=now, expires=now + expires_in, total=n, headers={"x-batch": batch_id}
+    )
     return BatchStore(root).create(record, body).path, record
 
 
@@ -61,7 +70,6 @@ def test_a_storage_failure_does_not_leak_a_request_slot_of_the_process(tmp_path:
     _, x_record = _batch(root, "x", 2)
     _, a_record = _batch(root, "a", 2)
     config = BatchesConfig(max_concurrent=2, dir=str(root))
-    runner = Runner(None, None, config, lambda *_: None, lambda: None)  # type: ignore[arg-type]
     gates = {("msgbatch_01x", "r0"): asyncio.Event, ("msgbatch_01x", "r1"): asyncio.Event}
     failed: list[str] = []
     real_settle = Run.settle
@@ -77,14 +85,7 @@ def test_a_storage_failure_does_not_leak_a_request_slot_of_the_process(tmp_path:
 
     async def main() -> int:
         events = {key: make() for key, make in gates.items()}
-
-        async def message(record: Record, index: int, item) -> tuple[bool, bytes]:
-            event = events.get((record.id, item.custom_id))
-            if event is not None:
-                await event.wait()
-            return True, b"{}"
-
-        runner._message = message  # type: ignore[method-assign]
+        runner = Runner(_GatedPath(events), _NoRecorder(), config, lambda *_: None, lambda: None)
         x = _claim(runner, root, x_record)
         runner.start(x)
         await asyncio.sleep(0.05)  # X's two requests hold both slots
@@ -101,6 +102,52 @@ def test_a_storage_failure_does_not_leak_a_request_slot_of_the_process(tmp_path:
     free = asyncio.run(main())
     assert failed, "the storage failure was not reached"
     assert free == 2, f"after every run ended, {free} of 2 request slots are free: {2 - free} leaked"
+
+
+class _Vanishing(BatchDir):
+    """A batch another process deletes after the sweep read its record, as the sweep looks at it."""
+
+    def canceled_at(self) -> float | None:
+        if self.path.exists():
+            shutil.rmtree(self.path)
+        return super().canceled_at()
+
+
+class _Listed(BatchStore):
+    """A batch directory listed in a given order (scandir's is arbitrary); `vanishing` names a
+    batch deleted by another process between the sweep's listing and its claim."""
+
+    def __init__(self, root: Path, ids: list[str], vanishing: str | None = None) -> None:
+        super().__init__(root)
+        self.ids, self.vanishing = ids, vanishing
+
+    def batches(self, owner: str | None = None) -> list[BatchDir]:
+        kind = {self.vanishing: _Vanishing}
+        return [kind.get(i, BatchDir)(batch_path(self.root, i)) for i in self.ids]
+
+
+class _GatedPath:
+    """The request path a batch's requests take (batches.requests.RequestPath): each request
+    whose (batch, custom_id) has an event waits for it, then succeeds with `{}`."""
+
+    tracing = None
+
+    def __init__(self, events: dict[tuple[str, str], asyncio.Event]) -> None:
+        self.events = events
+
+    async def prepare(self, body: bytes, *, endpoint: str, headers: Any, caller: Caller, outcome: Outcome) -> Any:
+        return headers["x-batch"], json.loads(body)["metadata"]["user_id"]  # (batch, custom_id): see _batch
+
+    async def send(self, prepared: Any, *, endpoint: str) -> Reply:
+        event = self.events.get(prepared)
+        if event is not None:
+            await event.wait()
+        return Completed(b"{}")
+
+
+class _NoRecorder:
+    def record(self, outcome: Outcome) -> None:
+        pass
 
 
 class _Loop:
@@ -204,9 +251,8 @@ def test_one_batch_whose_lock_cannot_be_opened_does_not_stop_the_others_being_ta
     root = tmp_path / "batches"
     good, bad = _batch(root, "good", 2)[1].id, _batch(root, "bad", 2)[1].id
     (batch_path(root, bad) / "lock").mkdir()  # os.open(..., O_RDWR) fails on it
-    batches = Batches(None, None, BatchesConfig(dir=str(root)))  # type: ignore[arg-type]  # a sweep never touches the gateway
-    listed = [BatchDir(batch_path(root, i)) for i in (bad, good)]  # the order scandir happened to give
-    batches._store.batches = lambda owner=None: listed  # type: ignore[method-assign]
+    store = _Listed(root, [bad, good])  # the order scandir happened to give
+    batches = Batches(None, None, BatchesConfig(dir=str(root)), store=store)  # type: ignore[arg-type]  # a sweep never touches the gateway
     assert [run.record.id for run in _swept(batches)] == [good]
 
 
@@ -288,22 +334,12 @@ def test_a_batch_deleted_while_the_sweep_looks_at_it_is_passed_by_without_an_err
     """Deleted between the sweep's listing and its claim: nothing to run and nothing wrong,
     so no ERROR line (one that cannot be locked while it exists still gets one)."""
     import logging
-    import shutil
 
     root = tmp_path / "batches"
     gone, good, bad = (_batch(root, name, 1)[1].id for name in ("gone", "good", "bad"))
     (batch_path(root, bad) / "lock").mkdir()  # os.open(..., O_RDWR) fails on it
-    batches = _batches(root)
-    listed = [BatchDir(batch_path(root, i)) for i in (gone, bad, good)]
-    batches._store.batches = lambda owner=None: listed  # type: ignore[method-assign]
-    consider = batches._keeper._consider
-
-    def deleted_first(where, record, now, loop):  # type: ignore[no-untyped-def]
-        if record.id == gone:
-            shutil.rmtree(where.path)  # another process deleted it just now
-        return consider(where, record, now, loop)
-
-    batches._keeper._consider = deleted_first  # type: ignore[method-assign]
+    store = _Listed(root, [gone, bad, good], vanishing=gone)
+    batches = Batches(None, None, BatchesConfig(dir=str(root)), store=store)  # type: ignore[arg-type]
     with caplog.at_level(logging.ERROR, logger="dragoman.batches"):
         assert [run.record.id for run in _swept(batches)] == [good]
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]

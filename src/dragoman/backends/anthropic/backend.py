@@ -21,6 +21,7 @@ import msgspec
 from dragoman.backends.anthropic.events import completed_message, note_usage
 from dragoman.backends.anthropic.relay import Relay, renamed
 from dragoman.backends.documents import documents_as_text
+from dragoman.backends.fetch_budget import Budget
 from dragoman.backends.images import inline_url_images, may_have_url_images
 from dragoman.backends.openai.tool_support import llamacpp_renders_tools, sends_tools
 from dragoman.calls.types import (
@@ -121,7 +122,7 @@ class AnthropicBackend:
             self._renders_tools = await llamacpp_renders_tools(self._http)
         return [dataclasses.replace(m, renders_tools=self._renders_tools) for m in models]
 
-    async def _body(self, call: Call) -> bytes:
+    async def _body(self, call: Call, budget: Budget) -> bytes:
         """The body as the client sent it, unless the model is renamed, documents go as text or
         images are given by URL (fetched here and sent inline)."""
         if self._documents == "auto" and not self._listed and self._may_ask_list() and b'"document"' in call.body:
@@ -141,12 +142,12 @@ class AnthropicBackend:
         if not isinstance(data, dict):
             raise InvalidRequest("the request body must be a JSON object")
         if images and isinstance(data.get("messages"), list):
-            images = await inline_url_images(data["messages"], self._server)
+            images = await inline_url_images(data["messages"], self._server, budget)
         if call.upstream_model == call.model and not as_text and not images:
             return call.body  # looked through for URL images, and none found: sent as it came
         data["model"] = call.upstream_model
         if as_text:
-            await documents_as_text(data, self._server)
+            await documents_as_text(data, self._server, budget)
         return msgspec.json.encode(data)
 
     def _may_ask_list(self) -> bool:
@@ -169,8 +170,15 @@ class AnthropicBackend:
                                      prompt=prompt, conversation=call.conversation)  # fmt: skip
 
     async def messages(self, call: Call, route: Route) -> Reply:
+        budget = Budget(self._server)  # its URL images and documents, held until the answer (a stream's head)
+        try:
+            return await self._messages(call, route, budget)
+        finally:
+            budget.release()
+
+    async def _messages(self, call: Call, route: Route, budget: Budget) -> Reply:
         # The body first: a document that cannot become text is a 400, before a stream is committed.
-        send = self._send(call, "/messages", await self._body(call), stream=call.stream)
+        send = self._send(call, "/messages", await self._body(call, budget), stream=call.stream)
         said = _tools_dropped(call, route)
         if not call.stream:
             response = await send
@@ -208,7 +216,11 @@ class AnthropicBackend:
         raise from_upstream(response.status, raw, upstream=self.name)
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
-        response = await self._send(call, "/messages/count_tokens", await self._body(call))
+        budget = Budget(self._server)
+        try:
+            response = await self._send(call, "/messages/count_tokens", await self._body(call, budget))
+        finally:
+            budget.release()
         headers = _reply_headers(response.headers)
         headers["x-token-count-method"] = "upstream"
         return await self._complete(response, call, headers)

@@ -13,6 +13,7 @@ from typing import TypeVar
 import msgspec
 
 from dragoman.backends.fetch import has_url_documents, resolve_url_documents
+from dragoman.backends.fetch_budget import Budget
 from dragoman.backends.images import inline_url_images, may_have_url_images
 from dragoman.backends.openai.counting import CountCache, count_prompt, ollama_context
 from dragoman.backends.openai.fitting import fitted_body
@@ -150,8 +151,15 @@ class OpenAIBackend:
         return self._translate(request, route, stream, betas)
 
     async def messages(self, call: Call, route: Route) -> Reply:
+        budget = Budget(self._server)  # its URL images and documents, held until the answer (a stream's head)
+        try:
+            return await self._messages(call, route, budget)
+        finally:
+            budget.release()
+
+    async def _messages(self, call: Call, route: Route, budget: Budget) -> Reply:
         request = call.request or decode_request(call.body, anthropic.MESSAGES_REQUEST)
-        await self._fetch_documents(call, request)
+        await self._fetch_documents(call, request, budget)
         if request.max_tokens == 0:
             return await self._warm_cache(call, route, request)
         if request.compaction is not None:
@@ -172,19 +180,13 @@ class OpenAIBackend:
             return Streaming(_once(encode_all(events_of(message))), headers=reply.headers)
         return Completed(msgspec.json.encode(message), headers=reply.headers)
 
-    async def _fetch_documents(self, call: Call, request: anthropic.MessagesRequest) -> None:
+    async def _fetch_documents(self, call: Call, request: anthropic.MessagesRequest, budget: Budget) -> None:
         """URL documents fetched when the operator allows it; URL images always (backends.images)."""
         server = self._server
         if may_have_url_images(call.body):
-            await inline_url_images(request.messages, server)
+            await inline_url_images(request.messages, server, budget)
         if server.fetch_documents and has_url_documents(call.body):
-            await resolve_url_documents(
-                request,
-                max_bytes=server.fetch_max_bytes,
-                timeout=server.fetch_timeout,
-                allow_private=server.fetch_allow_private,
-                total_bytes=server.max_request_bytes,
-            )
+            await resolve_url_documents(request, server, budget)
 
     async def _respond(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
         # Stop sequences are matched here over the streamed text, so a request that has
@@ -303,12 +305,19 @@ class OpenAIBackend:
         return result
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
+        budget = Budget(self._server)
+        try:
+            return await self._count_tokens(call, route, budget)
+        finally:
+            budget.release()
+
+    async def _count_tokens(self, call: Call, route: Route, budget: Budget) -> Reply:
         counted = decode_request(call.body, anthropic.COUNT_TOKENS_REQUEST)
         request = anthropic.MessagesRequest(
             model=counted.model, messages=counted.messages, max_tokens=1, system=counted.system,
             tools=counted.tools, tool_choice=counted.tool_choice,
         )  # fmt: skip
-        await self._fetch_documents(call, request)
+        await self._fetch_documents(call, request, budget)
         translated = await self._translate_call(request, route, stream=False)
         tokens, method = await self._count(translated.chat, route, estimate=count_estimate(translated.chat))
         body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=tokens))
