@@ -31,11 +31,11 @@ FLOORS: list[list[str]] = [
     ["protocol/"],
     ["tokens/", "files/"],
     ["translate/", "calls/"],
-    ["limits/", "usage/", "upstream/", "routes/"],
+    ["limits/", "usage/", "upstream/", "notices/", "routes/"],
     ["backends/"],
     ["batches/"],
     ["assembly/"],
-    ["server/"],
+    ["server/", "quickstart.py"],
     ["cli.py"],
     ["__main__.py"],
 ]

@@ -68,7 +68,7 @@ def _named_by_flag(problem: str, flags: dict[str, str]) -> str:
     return f"{flags[key]}: {rest}" if key in flags and rest else problem
 
 
-def _check_port(host: str, port: int) -> None:
+def _check_port(host: str, port: int, purpose: str = "") -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -76,7 +76,7 @@ def _check_port(host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError as error:
             reason = "already in use" if error.errno == errno.EADDRINUSE else error.strerror
-            _fail(f"cannot listen on {host}:{port}: {reason}")
+            _fail(f"cannot listen on {host}:{port}{' ' + purpose if purpose else ''}: {reason}")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -111,8 +111,13 @@ def main() -> None:
 @click.option(
     "--workers", type=click.IntRange(1, 64), default=1, show_default=True, help="Processes serving the same port."
 )
+@click.option(
+    "--local-port", type=click.IntRange(0, 65535), default=8766, show_default=True,
+    help="Port of the local model's llama-server, started when no upstream is configured (0: any free port).",
+)  # fmt: skip
 def serve(config_path: str | None, upstream: str | None, upstream_api_key: str | None, api_keys: tuple[str, ...],
-          default_model: str | None, host: str | None, port: int | None, log_level: str | None, workers: int) -> None:  # fmt: skip
+          default_model: str | None, host: str | None, port: int | None, log_level: str | None, workers: int,
+          local_port: int) -> None:  # fmt: skip
     """Run the gateway."""
     if isinstance(api_keys, str):  # click passes the env var through unsplit
         api_keys = (api_keys,)
@@ -125,27 +130,31 @@ def serve(config_path: str | None, upstream: str | None, upstream_api_key: str |
         _fail(str(error))
         return
     if not config.upstreams:
-        run_local(config)
+        run_local(config, local_port)
         return
     run(config, workers=workers)
 
 
-def run_local(config: Config) -> None:
-    """The embedded default: a local llama-server with SmolLM2-135M, built on first use."""
+def run_local(config: Config, local_port: int) -> None:
+    """The embedded default: a local llama-server with SmolLM2-135M, built on first use, on a
+    port that stays the same across restarts (a configuration may point at it)."""
     import msgspec
 
-    from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer, is_set_up
+    from dragoman.quickstart import quickstart
+    from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, FIRST_BUILD, LlamaServer, is_set_up
 
+    if local_port:
+        _check_port("127.0.0.1", local_port, "for the local model (--local-port N picks another, 0 any free one)")
     if is_set_up():
         click.echo("dragoman: no upstream configured; starting the local model", err=True)
     else:
         click.echo(
             "dragoman: no upstream configured; building and starting the local model "
-            "(this first run builds llama-server, about 4 minutes; later runs start in seconds)",
+            f"(this first run builds llama-server: {FIRST_BUILD}; later runs start in seconds)",
             err=True,
         )
     try:
-        server = LlamaServer(ctx=8192).start()
+        server = LlamaServer(ctx=8192, port=local_port).start()
     except RuntimeError as error:
         _fail(f"could not start the local model: {error}")
         return
@@ -156,7 +165,7 @@ def run_local(config: Config) -> None:
         data["server"].setdefault("default_model", None)
         data["server"]["default_model"] = data["server"]["default_model"] or DEFAULT_LOCAL_MODEL
         local = from_dict(data)
-        click.echo(quickstart(local, upstream_url), err=True)
+        click.echo(quickstart(local, upstream_url, tools_dropped=True), err=True)  # SmolLM2's template
         # uvicorn ends a SIGTERM'd process by raising the signal again once it has shut down:
         # with the default handler that kills the process before `finally`, leaving the
         # llama-server running. As an exception, it runs `finally`.
@@ -168,37 +177,6 @@ def run_local(config: Config) -> None:
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
-
-
-def quickstart(config: Config, upstream_url: str) -> str:
-    """What `scripts/run` shows once the local model serves: how to talk to it, and the
-    exact commands that inspect it (its port is picked at start, so nothing else knows it)."""
-    base = f"http://{config.server.host}:{config.server.port}"
-    program = _program()
-    return f"""
-dragoman is serving the local model at {base}
-  curl:        curl {base}/v1/messages -H 'content-type: application/json' \\
-                 -d '{{"model":"{config.server.default_model}","max_tokens":64,"messages":[{{"role":"user","content":"Hello"}}]}}'
-  Python SDK:  anthropic.Anthropic(base_url="{base}", api_key="any")
-  Claude Code: ANTHROPIC_BASE_URL={base} ANTHROPIC_AUTH_TOKEN=any claude
-The local model (llama-server) listens at {upstream_url} while this runs; to inspect it:
-  {program} check --upstream {upstream_url}
-  {program} models --upstream {upstream_url}
-"""
-
-
-def _program() -> str:
-    """How to run this dragoman again: its name when the shell finds this one by it, else its full
-    path (`scripts/run` installs into .venv, which is not on PATH, from the repository's root)."""
-    import shutil
-
-    invoked = sys.argv[0]
-    if os.path.basename(invoked) != "dragoman":  # python -m dragoman, or a test
-        return "dragoman"
-    found = shutil.which("dragoman")
-    if found and os.path.realpath(found) == os.path.realpath(invoked):
-        return "dragoman"
-    return os.path.abspath(invoked)
 
 
 def _inspection_options(command: Any) -> Any:

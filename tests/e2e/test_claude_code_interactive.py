@@ -16,18 +16,15 @@ from typing import Any
 
 import pytest
 
-from tests.support.claude_cli import claude_binary, readme_claude_environment
+from tests.support.claude_cli import FAILURES, STEP_TIMEOUT, claude_binary, first_run, readme_claude_environment
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 from tests.support.servers import GatewayServer, config_for
-from tests.support.terminal import DOWN, ENTER, Terminal
+from tests.support.terminal import ENTER, Terminal
 
 pytestmark = pytest.mark.claude_code
 
 QUESTION = "Which gateway answers?"
 ANSWER = "dragoman answers from the local model."
-# What Claude Code draws when it cannot use the gateway (seen with ANTHROPIC_API_KEY on a fresh home).
-FAILURES = ("Unable to connect", "Not logged in", "API Error", "issue with the selected model", "/login")
-STEP_TIMEOUT = 60
 
 
 def answer(body: dict[str, Any]) -> Reply:
@@ -47,36 +44,6 @@ def gateway() -> Iterator[GatewayServer]:
     finally:
         server.stop()
         upstream.stop()
-
-
-def first_run(terminal: Terminal) -> None:
-    """Through the first-run screens to the prompt, as a person answers them."""
-    answered: set[str] = set()
-    screens = (  # (what the screen shows, the keys a person presses)
-        ("Choose the text style", ENTER),  # the theme: the default
-        ("Press Enter to continue", ENTER),  # the security notes
-        ("Yes, I trust this folder", DOWN + ENTER),  # the folder is the user's own
-        ("custom API key", ENTER),  # the default answer, as a person in a hurry gives it
-    )
-
-    def ready(text: str) -> bool:
-        return any(failure in text for failure in FAILURES) or (
-            "trust" in answered and ("for shortcuts" in text or "shift+tab" in text)
-        )
-
-    for _ in range(10):
-        if terminal.wait_for(
-            lambda text: ready(text) or any(s in text and s not in answered for s, _ in screens), STEP_TIMEOUT
-        ):
-            text = terminal.text()
-            if ready(text):
-                return
-            shown, keys = next((s, k) for s, k in screens if s in text and s not in answered)
-            answered.add("trust" if "trust" in shown else shown)
-            terminal.type(keys)
-        else:
-            break
-    pytest.fail(f"Claude Code did not reach its prompt; the screen:\n{terminal.text()}")
 
 
 def test_the_readme_line_starts_claude_code_on_a_fresh_home(gateway: GatewayServer, tmp_path: Path) -> None:

@@ -47,8 +47,8 @@ def test_the_local_model_answers_and_stops_with_the_gateway(tmp_path: Path, stop
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRAGOMAN_") or k == "DRAGOMAN_CACHE_DIR"}
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "dragoman", "serve", "--port", str(port)], cwd=tmp_path, env={**env, "XDG_DATA_HOME": str(tmp_path)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "dragoman", "serve", "--port", str(port), "--local-port", "0"], cwd=tmp_path,
+        env={**env, "XDG_DATA_HOME": str(tmp_path)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     llama: list[int] = []
     try:
@@ -105,13 +105,13 @@ def _lines_until(stream: IO[bytes], marker: str) -> Iterator[str]:
             return
 
 
-def test_the_banner_gives_check_and_models_commands_that_describe_the_local_model(tmp_path: Path) -> None:
+def test_the_banner_gives_check_and_models_commands_for_the_local_models_port(tmp_path: Path) -> None:
     cached = is_set_up()
-    port = _free_port()
+    port, local_port = _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRAGOMAN_") or k == "DRAGOMAN_CACHE_DIR"}
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "dragoman", "serve", "--port", str(port)], cwd=tmp_path, env={**env, "XDG_DATA_HOME": str(tmp_path)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "dragoman", "serve", "--port", str(port), "--local-port", str(local_port)], cwd=tmp_path,
+        env={**env, "XDG_DATA_HOME": str(tmp_path)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     llama: list[int] = []
     try:
@@ -119,9 +119,11 @@ def test_the_banner_gives_check_and_models_commands_that_describe_the_local_mode
         banner = _read_until(gateway.stderr, " models --upstream ", timeout=120)
         llama += _children(gateway.pid)
         if cached:  # nothing is built: the banner must not say it will be
-            assert "4 minutes" not in banner and "build" not in banner, banner
+            assert "minutes" not in banner and "build" not in banner, banner
         commands = {line.split()[1]: line.split() for line in banner.splitlines() if " --upstream http" in line}
         assert set(commands) == {"check", "models"}, banner
+        # the port asked for, so a configuration naming it works after a restart
+        assert {words[-1] for words in commands.values()} == {f"http://127.0.0.1:{local_port}/v1"}, banner
         outputs = {}
         for name, words in commands.items():
             assert words[0] == "dragoman", banner

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from dragoman.core.config_load import from_dict
+from dragoman.notices.tools_dropped import NOTE
 from dragoman_local.localmodel import DEFAULT_LOCAL_MODEL, LlamaServer
 from tests.support.servers import GatewayServer, wait_tool_support
 
@@ -30,7 +31,8 @@ def test_llama_server_reports_smollm2s_template_has_no_tools(llama_server: Llama
         gateway = GatewayServer(config).start()
         try:
             wait_tool_support(gateway, "local")
-            with anthropic.Anthropic(base_url=gateway.url, api_key="any", max_retries=0, timeout=120) as client:
+            with anthropic.Anthropic(base_url=gateway.url, api_key="any", max_retries=0, timeout=120,
+                                     default_headers={"user-agent": "claude-cli/2.1.332 (external, cli)"}) as client:  # fmt: skip
                 raw = client.messages.with_raw_response.create(
                     model="claude-sonnet-4-6",
                     max_tokens=8,
@@ -40,4 +42,5 @@ def test_llama_server_reports_smollm2s_template_has_no_tools(llama_server: Llama
         finally:
             gateway.stop()
     assert raw.headers.get("x-tools-dropped") == "chat-template"
+    assert raw.parse().content[-1].text == NOTE  # type: ignore[union-attr]  # what Claude Code shows
     assert [r for r in caplog.records if f"{DEFAULT_LOCAL_MODEL!r} renders no tools" in r.getMessage()]

@@ -118,7 +118,8 @@ class Gateway:
         self.pipeline = Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,
                                  max_request_bytes=config.server.max_request_bytes,
                                  decode_whole=lambda: self.translates_only, tracing=self.tracing,
-                                 limits=self.limits, routes=self.routes)  # fmt: skip
+                                 limits=self.limits, notice=config.server.tools_dropped_notice,
+                                 routes=self.routes)  # fmt: skip
         self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
         self.usage: UsageWriter | None = None
         if config.usage.enabled:

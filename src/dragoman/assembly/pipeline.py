@@ -27,6 +27,7 @@ from dragoman.core.errors import InvalidRequest, RequestTooLarge
 from dragoman.core.validation import decode_request
 from dragoman.files.store import FileStore
 from dragoman.limits.gate import Admission, Limits
+from dragoman.notices.tools_dropped import NoticeMode, noted, without_notes
 from dragoman.protocol import anthropic
 from dragoman.routes.table import Routes
 
@@ -61,6 +62,7 @@ class Pipeline:
         decode_whole: Callable[[], bool],
         tracing: Tracing | None = None,
         limits: Limits | None = None,
+        notice: NoticeMode = "off",
         routes: Routes | None = None,
     ) -> None:
         self._route = route
@@ -71,6 +73,7 @@ class Pipeline:
         self._decode_whole = decode_whole  # every upstream translates: decode the body once, here
         self.tracing = tracing  # None: tracing is off, and no request does any tracing work
         self._limits = limits
+        self._notice = notice  # the gateway's note on a reply whose tools were dropped (notices/)
         self._routes = routes  # [[routes]] and fallbacks (dragoman.routes); None: names alone decide
 
     async def prepare(self, body: bytes, *, endpoint: Endpoint, headers: Mapping[str, str], caller: Caller,
@@ -78,6 +81,7 @@ class Pipeline:
         """Resolve, decode and route one request body. A batch's request must be whole
         (no stream, no thread); the others may hold a thread, opened here."""
         outcome.key_id, outcome.tenant = caller.key_id, caller.tenant  # for usage accounting
+        body = without_notes(body)  # the gateway's own notes, sent back, never reach a model
         if self._files.named_in(body):
             body = await self._files.resolve(body, self._max_bytes, owner=caller.owner)
         whole: anthropic.MessagesRequest | None = None
@@ -141,7 +145,7 @@ class Pipeline:
         outcome.path = route.path  # an `auto` upstream knows its path only after its probe
         if outcome.trace is not None:
             _traced(reply, outcome.trace)
-        return reply
+        return noted(reply, call, self._notice) if endpoint == "messages" and prepared.turn is None else reply
 
 
 def _traced(reply: Reply, trace: RequestTrace) -> None:

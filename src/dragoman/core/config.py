@@ -57,6 +57,9 @@ class ServerConfig(_Config, frozen=True):
     shutdown_grace: float = 30.0
     # Anthropic's server tools (web_search_*, ...) cannot run here: reject or drop them.
     server_tools: Literal["reject", "drop"] = "reject"
+    # A note in the first reply of a conversation whose tools the model's template drops, for
+    # Claude Code (its User-Agent), every client, or none (dragoman.notices.tools_dropped).
+    tools_dropped_notice: Literal["claude-code", "all", "off"] = "claude-code"
     # Fetch `document` blocks given by URL (off: a 400 asks for the content instead).
     # Only public addresses are fetched unless fetch_allow_private is set.
     fetch_documents: bool = False
