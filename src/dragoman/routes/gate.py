@@ -6,7 +6,8 @@ stream ends with an `error` event, as any failure mid-stream does.
 Keep-alives pass while the gate waits. A `message_start` the client already has (the
 translating path sends one with its first keep-alive) is not sent twice: the next model's is
 left out. Until content comes, nothing is written straight to the client, so every chunk
-passes here; from then on the stream's own direct writes resume.
+passes here; from then on the stream's own direct writes resume. What was registered on the
+reply (`Streaming.observe`, `transform`) is handed to each model's stream in turn.
 """
 
 from __future__ import annotations
@@ -83,6 +84,12 @@ class Gate:
 
     async def _gated(self, reply: Streaming) -> AsyncIterator[bytes]:
         chunks = reply.chunks
+        stages = self._outer.stages if self._outer is not None else None  # what was registered on the reply
+        if stages is not None:
+            if reply.direct is not None:
+                reply.direct.stages = stages  # its pump runs them, before its first output
+            else:
+                chunks = stages.around(chunks)  # no pump behind this one: run around its chunks
         try:
             async for chunk in chunks:
                 if not self._content:
@@ -91,9 +98,10 @@ class Gate:
                         continue
                 yield chunk
         finally:
-            closing = getattr(chunks, "aclose", None)
-            if closing is not None:
-                await closing()
+            for stream in {id(chunks): chunks, id(reply.chunks): reply.chunks}.values():
+                closing = getattr(stream, "aclose", None)
+                if closing is not None:
+                    await closing()
 
     def _before_content(self, chunk: bytes) -> bytes:
         if self._started and b"message_start" in chunk:
