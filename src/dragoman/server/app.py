@@ -23,7 +23,7 @@ from dragoman.calls.types import Backend, Outcome
 from dragoman.core import ids
 from dragoman.core.config import Config
 from dragoman.core.errors import GatewayError, MethodNotAllowed, NotFound, Overloaded
-from dragoman.server import batch_endpoints, endpoints, file_endpoints, usage_endpoints
+from dragoman.server import batch_endpoints, endpoints, file_endpoints, key_endpoints, usage_endpoints
 from dragoman.server.access import AccessLogMiddleware
 from dragoman.server.disconnect import ClientLeft
 
@@ -206,6 +206,7 @@ def _routes() -> list[Route]:
             Route(prefix + "/files/{file_id}/content", file_endpoints.download, methods=["GET"], name="files.content"),
             Route(f"{prefix}/organizations/usage_report/messages", usage_endpoints.messages_report, methods=["GET"],
                   name="usage_report"),
+            *key_endpoints.routes(prefix),
         ]  # fmt: skip
     return routes
 
@@ -240,6 +241,7 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
         await gateway.batches.start()
         if gateway.usage is not None:
             gateway.usage.start()
+        gateway.keyring.start()
         try:
             yield
         finally:

@@ -44,20 +44,20 @@ def _gateway(request: Request) -> Gateway:
 def authorized(request: Request) -> Gateway:
     """The gateway, once the request's key is checked (every route but the open ones)."""
     gateway = _gateway(request)
-    auth.check(request, gateway.api_keys, gateway.admin_keys)
+    request.scope.setdefault("state", {})["grant"] = auth.check(request, gateway.keyring)
     return gateway
 
 
 def owner(request: Request, gateway: Gateway) -> str:
     """Whose files and batches this (authorized) request sees: see `auth.owner`."""
-    return auth.owner(request, gateway.api_keys, shared=gateway.config.server.share_between_keys,
-                      tenants=gateway.tenants, owners=gateway.owners)  # fmt: skip
+    return auth.owner(request, request.scope["state"].get("grant"), shared=gateway.config.server.share_between_keys,
+                      owners=gateway.owners)  # fmt: skip
 
 
 def caller(request: Request, gateway: Gateway) -> Caller:
     """Who sent this (authorized) request: its owner, key id and tenant (see `auth.caller`)."""
-    return auth.caller(request, gateway.api_keys, shared=gateway.config.server.share_between_keys,
-                       tenants=gateway.tenants, owners=gateway.owners)  # fmt: skip
+    return auth.caller(request, request.scope["state"].get("grant"), shared=gateway.config.server.share_between_keys,
+                       owners=gateway.owners)  # fmt: skip
 
 
 def struct_response(value: object) -> Response:
@@ -272,7 +272,7 @@ async def serve(gateway: Gateway, request: Request, endpoint: Endpoint, outcome:
     tracing = gateway.pipeline.tracing
     if tracing is not None:
         outcome.trace = tracing.request(request.headers, endpoint, request.scope["path"])
-    auth.check(request, gateway.api_keys, gateway.admin_keys)
+    state["grant"] = auth.check(request, gateway.keyring)
     who = caller(request, gateway)
     outcome.key_id, outcome.tenant = who.key_id, who.tenant  # a body that fails to arrive is accounted too
     body = await _read_body(request, gateway.config.server.max_request_bytes)
