@@ -39,7 +39,9 @@ class UsageRecord(msgspec.Struct, frozen=True, array_like=True):
     # tell none), and how many of those for an hour rather than five minutes. Last: schema v2.
     cache_creation_tokens: int = 0
     cache_creation_1h_tokens: int = 0
-    route: str | None = None  # the [[routes]] entry it took, if any. Last: schema v3.
+    web_search_requests: int = 0  # server tools the gateway ran (dragoman.servertools). Schema v3
+    web_fetch_requests: int = 0
+    route: str | None = None  # the [[routes]] entry it took, if any. Last: schema v4.
 
 
 def record_of(outcome: Outcome, duration: float) -> UsageRecord:
@@ -54,7 +56,9 @@ def record_of(outcome: Outcome, duration: float) -> UsageRecord:
         cache_read_tokens=used and outcome.cache_read_tokens or 0, output_tokens=used and outcome.output_tokens or 0,
         status=outcome.status, error_type=outcome.error_type, disconnected=outcome.disconnected,
         duration=duration, ttft=ttft, cache_creation_tokens=used and outcome.cache_creation_tokens or 0,
-        cache_creation_1h_tokens=used and outcome.cache_creation_1h_tokens or 0, route=outcome.route or None,
+        cache_creation_1h_tokens=used and outcome.cache_creation_1h_tokens or 0,
+        web_search_requests=outcome.web_search_requests, web_fetch_requests=outcome.web_fetch_requests,
+        route=outcome.route or None,
     )  # fmt: skip
 
 
@@ -78,6 +82,7 @@ class Query:
     group_by: tuple[str, ...] = ()  # of "api_key_id", "model", "tenant"
     key_ids: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
+    refusals: bool | None = None  # 401/403 answers: None counted with the rest, False left out, True alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +96,8 @@ class Sums:
     errors: int
     cache_creation_tokens: int = 0
     cache_creation_1h_tokens: int = 0  # of those
+    web_search_requests: int = 0
+    web_fetch_requests: int = 0
 
 
 class UsageStore(Protocol):
