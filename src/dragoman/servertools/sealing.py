@@ -10,10 +10,13 @@ import hashlib
 import hmac
 import logging
 import os
+import tempfile
 import zlib
+from pathlib import Path
 
 import msgspec
 
+from dragoman.core.config import data_dir
 from dragoman.core.errors import InvalidRequest
 
 log = logging.getLogger("dragoman.servertools")
@@ -38,12 +41,13 @@ class Sealer:
 
     @classmethod
     def from_env(cls, variable: str | None) -> Sealer:
+        """The secret in `variable`; without one, this machine's own (`local_secret`)."""
         secret = os.environ.get(variable, "") if variable else ""
-        if not secret:
-            if variable:
-                log.warning("web_search.secret_env: %s is unset; results are readable by this process only", variable)
-            return cls(os.urandom(32))
-        return cls(secret.encode())
+        if secret:
+            return cls(secret.encode())
+        if variable:
+            log.warning("web_search.secret_env: %s is unset; results are readable on this machine only", variable)
+        return cls(local_secret())
 
     def seal(self, item: Sealed) -> str:
         body = _VERSION + zlib.compress(msgspec.msgpack.encode(item))
@@ -65,3 +69,36 @@ class Sealer:
             return msgspec.msgpack.decode(zlib.decompress(body[1:], bufsize=4096), type=Sealed)
         except (zlib.error, msgspec.DecodeError):
             raise InvalidRequest(f"{where}: invalid encrypted_content") from None
+
+
+def local_secret(directory: Path | None = None) -> bytes:
+    """A secret kept in the data directory, made by the first process that needs it: every
+    process of this machine (`--workers`, restarts) shares it. Replicas on other machines
+    need `secret_env`. A directory that cannot be written: this process's own, said once."""
+    path = (directory or data_dir("secrets")) / "web_search"
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        return _own_secret(error)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=path.parent)  # mode 0600
+        with os.fdopen(fd, "wb") as file:
+            file.write(os.urandom(32))
+        try:
+            os.link(temporary, path)  # the first process to get here decides; the others read its secret
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(temporary)
+        return path.read_bytes()
+    except OSError as error:
+        return _own_secret(error)
+
+
+def _own_secret(error: OSError) -> bytes:
+    log.warning("web_search: no secret could be kept in the data directory (%s); results are readable by this "
+                "process only: set web_search.secret_env", error)  # fmt: skip
+    return os.urandom(32)

@@ -11,7 +11,7 @@ from dragoman.core.errors import InvalidRequest
 from dragoman.protocol import anthropic as a
 from dragoman.servertools.history import has_server_blocks, rewritten
 from dragoman.servertools.mcp_client import enabled_tools
-from dragoman.servertools.sealing import Sealed, Sealer
+from dragoman.servertools.sealing import Sealed, Sealer, local_secret
 from dragoman.servertools.search import Hit, Query, filtered, matches
 from dragoman.servertools.webfetch import context_urls, page_text, urls_in
 
@@ -111,3 +111,21 @@ def test_a_toolsets_configs_win_over_its_default_and_the_older_shape_lists_allow
     old = msgspec.structs.replace(server, tool_configuration={"allowed_tools": ["c"]})
     assert enabled_tools(old, None, ["a", "c"]) == ["c"]
     assert enabled_tools(msgspec.structs.replace(server, tool_configuration={"enabled": False}), None, ["a"]) == []
+
+
+def test_without_a_configured_secret_every_process_of_the_machine_shares_one(tmp_path, monkeypatch):
+    """Workers and restarts read one secret kept in the data directory, made once, not readable by others."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    item = Sealed(url="https://example.com/a", title="A", snippet="about a")
+    sealed = Sealer.from_env(None).seal(item)
+    assert Sealer.from_env(None).open(sealed, "x") == item  # another process, or after a restart
+    kept = tmp_path / "dragoman" / "secrets" / "web_search"
+    assert len(kept.read_bytes()) == 32 and kept.stat().st_mode & 0o077 == 0
+    assert [p.name for p in kept.parent.iterdir()] == ["web_search"]  # no temporary file left behind
+
+
+def test_a_secret_that_cannot_be_kept_is_the_process_own(tmp_path):
+    unwritable = tmp_path / "file"
+    unwritable.write_text("")  # a file where the directory would go
+    first, second = local_secret(unwritable / "secrets"), local_secret(unwritable / "secrets")
+    assert len(first) == 32 and first != second
