@@ -31,7 +31,7 @@ FLOORS: list[list[str]] = [
     ["protocol/"],
     ["tokens/", "files/"],
     ["translate/", "calls/"],
-    ["limits/", "usage/", "upstream/", "notices/"],
+    ["limits/", "usage/", "upstream/", "notices/", "routes/"],
     ["servertools/"],  # run by backends/openai, handed backends/fetch.py's fetcher and address check
     ["backends/", "keys/", "safeguards/"],
     ["batches/"],

@@ -181,6 +181,7 @@ def _line(outcome: Outcome, duration: float) -> str:
         "tenant": outcome.tenant,
         "model": outcome.model,
         "served_model": outcome.served_model,
+        "route": outcome.route,
         "upstream": outcome.upstream,
         "path": outcome.path,
         "status": outcome.status,

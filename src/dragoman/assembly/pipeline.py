@@ -29,6 +29,7 @@ from dragoman.files.store import FileStore
 from dragoman.limits.gate import Admission, Limits
 from dragoman.notices.tools_dropped import NoticeMode, noted, without_notes
 from dragoman.protocol import anthropic
+from dragoman.routes.table import Routes
 from dragoman.safeguards.service import Safeguards
 
 Endpoint = Literal["messages", "count_tokens", "batch"]
@@ -64,6 +65,7 @@ class Pipeline:
         limits: Limits | None = None,
         notice: NoticeMode = "off",
         safeguards: Safeguards | None = None,
+        routes: Routes | None = None,
     ) -> None:
         self._route = route
         self._files = files
@@ -75,6 +77,7 @@ class Pipeline:
         self._limits = limits
         self._notice = notice  # the gateway's note on a reply whose tools were dropped (notices/)
         self._safeguards = safeguards  # Claude Code's auto mode (dragoman.safeguards)
+        self._routes = routes  # [[routes]] and fallbacks (dragoman.routes); None: names alone decide
 
     async def prepare(self, body: bytes, *, endpoint: Endpoint, headers: Mapping[str, str], caller: Caller,
                       outcome: Outcome) -> Prepared:  # fmt: skip
@@ -93,7 +96,8 @@ class Pipeline:
         outcome.model = envelope.model
         if endpoint == "batch":
             _check_batchable(envelope)
-        route = await self._route(envelope.model)
+        route = await (self._route(envelope.model) if self._routes is None else
+                       self._routes.route(body, headers, envelope, endpoint, outcome))  # fmt: skip
         outcome.routed(route)
         turn = None
         if endpoint == "messages" and envelope.thread is not None:  # the held conversation first, no `thread` upstream

@@ -15,6 +15,7 @@ import msgspec
 from msgspec import Struct
 
 from dragoman.core.limit_settings import LimitsConfig
+from dragoman.core.route_settings import FallbackSettings, RouteConfig
 
 
 class ConfigError(Exception):
@@ -197,6 +198,10 @@ class ModelConfig(_Config, frozen=True):
     tiktoken_encoding: str | None = None
     tiktoken_file: str | None = None
     price: Price | None = None  # None: the model costs nothing (and no money budget counts it)
+    # Other models tried before the first byte reaches the client (docs/routing.md, Fallbacks).
+    fallbacks: list[str] = []
+    context_fallbacks: list[str] = []  # only for prompt-too-long, only to a window that fits
+    checks_signatures: bool = False  # its upstream rejects thinking signed elsewhere (Anthropic's API)
 
     @property
     def served_model(self) -> str:
@@ -312,6 +317,8 @@ class Config(_Config, frozen=True):
     web_search: WebSearchConfig | None = None  # unset: server_tools decides (reject or drop)
     web_fetch: WebFetchConfig | None = None
     mcp: McpConfig | None = None
+    routes: list[RouteConfig] = []  # by the request's shape, first match (docs/routing.md, Routes)
+    fallbacks: FallbackSettings = FallbackSettings()
 
     def upstream_key(self, upstream: UpstreamConfig) -> str | None:
         if upstream.api_key_env:
