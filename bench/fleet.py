@@ -2,6 +2,7 @@
 
     python bench/fleet.py                       # the default matrix, about a minute
     python bench/fleet.py --replicas 32 --conversations 512 --gateways 1,3 --duration 300
+    python bench/fleet.py --shape all --seeds 1-5 --jobs 2   # every shape at 8 and 32 replicas, the targets
     python bench/fleet.py --decision-cost       # CPU of one decision for an 80 KB request
 
 Time here is simulated, not measured: an event loop over a virtual clock, so 32 replicas and
@@ -13,10 +14,13 @@ is dragoman's own (`dragoman.upstream.placement`: the request body as the gatewa
   of 16k tokens, three sub-agent variants of 8k), a first user turn of its own, then turns that
   each add the assistant's reply and a tool result, with think time between them. A
   conversation ends after 6-20 turns and a new one takes its place (the concurrency is fixed).
+  That is the `steady` shape; `--shape` picks others (bench/fleet_shapes.py: starting together,
+  skewed lengths, Poisson churn, one long shared prefix, three gateways).
 - Replicas: a prefix cache of `--cache-tokens` in 64-token blocks, LRU, the reply's tokens
   cached with its prompt (as vLLM's prefix caching and llama-server's slots do); `--slots`
   requests run at once, more wait in a queue; prefill takes uncached tokens / `--prefill-rate`,
-  one request at a time, and decoding output tokens / `--decode-rate`.
+  one request at a time (what it finds cached is looked up when its prefill starts), and
+  decoding output tokens / `--decode-rate`.
 - Gateway replicas (`--gateways 3`): each request goes to one at random; each has its own
   prefix index and in-flight counts, and they share nothing.
 - With `--load-metrics SECONDS`, each gateway reads every replica's own figures that often (as
@@ -28,7 +32,8 @@ is dragoman's own (`dragoman.upstream.placement`: the request body as the gatewa
   out; a new one as each ends): load only the replicas' own figures show. Not measured.
 
 Reported per cell, over the requests sent after `--warmup` seconds: prompt tokens recomputed
-(evaluated, not served from cache) and the cache hit rate, time to first token p50/p90,
+(evaluated, not served from cache), as a multiple of the floor (the same requests replayed
+with each conversation pinned to one replica: bench/fleet_floor.py) and the cache hit rate, time to first token p50/p90,
 throughput, and load imbalance (the busiest replica's time-averaged requests, running and
 queued, over the mean).
 """
@@ -42,19 +47,22 @@ import json
 import random
 import sys
 import time
-from collections import OrderedDict, deque
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from itertools import count
 
 import msgspec
 
+import fleet_report
 from dragoman.core.config import CacheRouting
 from dragoman.protocol import anthropic
 from dragoman.upstream.placement import BYTES_PER_TOKEN, Placement, prompt_of
+from fleet_floor import PrefixCache, Sent, floor
+from fleet_shapes import BLOCK_TOKENS, MATRIX, SHAPES, Conversation, conversation, message, variants
 
 POLICIES = ("round_robin", "least_loaded", "cache_aware")
-BLOCK_TOKENS = 64  # the replicas' cache granularity (vLLM's default block is 16 tokens; coarser is faster here)
-BLOCK_BYTES = BLOCK_TOKENS * BYTES_PER_TOKEN
 
 
 @dataclass(frozen=True)
@@ -72,66 +80,17 @@ class Settings:
     routing: dict[str, float] = field(default_factory=dict)  # cache_routing settings to override
     load_metrics: float = 0.0  # seconds between each gateway's reads of the replicas' own load; 0: none
     outside: int = 0  # requests kept in flight on each of the first quarter of the replicas by other clients
+    shape: str = "steady"
 
 
-class Text:
-    """A prompt in prompt order and its cache blocks' chained keys, grown in place."""
-
-    def __init__(self, data: bytes = b"", keys: tuple[int, ...] = ()) -> None:
-        self.data = bytearray(data)
-        self.keys = list(keys)
-
-    def add(self, part: bytes) -> None:
-        self.data += part
-        for start in range(len(self.keys) * BLOCK_BYTES, len(self.data) - BLOCK_BYTES + 1, BLOCK_BYTES):
-            self.keys.append(hash((self.keys[-1] if self.keys else 0, bytes(self.data[start : start + BLOCK_BYTES]))))
-
-    def copy(self) -> Text:
-        return Text(bytes(self.data), tuple(self.keys))
-
-
-def _filler(rng: random.Random, tokens: int) -> str:
-    return rng.randbytes(tokens * BYTES_PER_TOKEN // 2).hex()
-
-
-@dataclass
-class Variant:
-    tools: bytes
-    system: bytes  # the system message, as the first message of a chat body
-    text: Text
-
-
-def _variants(rng: random.Random) -> list[Variant]:
-    out = []
-    for tools_tokens in (14_000, 6_000, 6_000, 6_000):
-        tools = json.dumps([{"type": "function", "function": {"name": "t", "description": _filler(rng, tools_tokens)}}])
-        system = json.dumps({"role": "system", "content": _filler(rng, 2_000)})
-        text = Text()
-        text.add(tools.encode() + system.encode())
-        out.append(Variant(tools.encode(), system.encode(), text))
-    return out
-
-
-@dataclass
-class Conversation:
-    variant: Variant
-    session: str
-    turns_left: int
-    messages: list[bytes]
-    text: Text
-    replica: str = ""  # where its last turn went
-
-    def body(self) -> bytes:
-        messages = b",".join([self.variant.system, *self.messages])
-        return b'{"model":"m","messages":[' + messages + b'],"tools":' + self.variant.tools + b"}"
-
-    def append(self, message: bytes) -> None:
-        self.messages.append(message)
-        self.text.add(message)
-
-
-def _message(role: str, rng: random.Random, tokens: int) -> bytes:
-    return json.dumps({"role": role, "content": _filler(rng, tokens)}).encode()
+def settings_for(shape: str, replicas: int, **given: object) -> Settings:
+    """A shape's settings at `replicas` (its conversations scaled from 8 replicas), with what
+    was `given` (not None) instead."""
+    it = SHAPES[shape]
+    chosen = {"conversations": it.conversations * replicas // 8, "gateways": it.gateways, "duration": it.duration,
+              "warmup": it.warmup, "cache_tokens": it.cache_tokens}  # fmt: skip
+    chosen.update({key: value for key, value in given.items() if value is not None})
+    return Settings(replicas=replicas, shape=shape, **chosen)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -144,13 +103,13 @@ class Request:
     root: str = ""
     cached_tokens: int = 0
     first_token: float = 0.0
+    record: Sent | None = None  # what the floor's replay needs of it
 
 
 @dataclass
 class Replica:
     root: str
-    capacity_blocks: int
-    cache: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    cache: PrefixCache
     running: int = 0
     active_tokens: int = 0  # the running requests' prompt and output tokens: their KV cache
     waiting: deque[Request] = field(default_factory=deque)
@@ -165,23 +124,6 @@ class Replica:
             self.load_area += (self.running + len(self.waiting)) * (now - start)
         self.changed = now
 
-    def lookup(self, keys: list[int]) -> int:
-        cache, matched = self.cache, 0
-        for key in keys:
-            if key not in cache:
-                break
-            cache.move_to_end(key)
-            matched += 1
-        return matched
-
-    def store(self, keys: list[int]) -> None:
-        cache = self.cache
-        for key in keys:
-            cache[key] = None
-            cache.move_to_end(key)
-        while len(cache) > self.capacity_blocks:
-            cache.popitem(last=False)
-
 
 class Fleet:
     def __init__(self, settings: Settings, policy: str) -> None:
@@ -189,7 +131,7 @@ class Fleet:
         self.policy = policy
         self.rng = random.Random(settings.seed)
         roots = [f"http://10.0.{i // 250}.{i % 250 + 1}:8000" for i in range(settings.replicas)]
-        self.replicas = {root: Replica(root, settings.cache_tokens // BLOCK_TOKENS) for root in roots}
+        self.replicas = {root: Replica(root, PrefixCache(settings.cache_tokens // BLOCK_TOKENS)) for root in roots}
         self.roots = roots
         defaults = msgspec.structs.replace(CacheRouting(), **settings.routing)
         self.now = 0.0  # the simulated clock, which the gateways read too
@@ -198,7 +140,9 @@ class Fleet:
             for _ in range(settings.gateways)
         ]
         self.turns = [0] * settings.gateways  # round robin's position, per gateway
-        self.variants = _variants(random.Random(settings.seed + 1))
+        self.shape = SHAPES[settings.shape]
+        self.variants = variants(random.Random(settings.seed + 1), self.shape)
+        self.trace: list[Sent] = []  # every request sent, for the floor
         self.events: list[tuple[float, int, str, object]] = []
         self.seq = count()
         self.done: list[Request] = []
@@ -214,19 +158,14 @@ class Fleet:
         heapq.heappush(self.events, (when, next(self.seq), kind, what))
 
     def new_conversation(self) -> Conversation:
-        rng = self.rng
-        variant = self.variants[0] if rng.random() < 0.75 else self.variants[rng.randrange(1, 4)]
-        first = _message("user", rng, rng.randint(200, 800))
-        conversation = Conversation(
-            variant, f"session-{next(self.sessions)}", rng.randint(6, 20), [], variant.text.copy()
-        )
-        conversation.append(first)
-        return conversation
+        return conversation(self.shape, self.variants, self.rng, f"session-{next(self.sessions)}")
 
     def run(self) -> dict[str, float]:
-        s = self.s
+        s, shape = self.s, self.shape
+        if shape.arrivals == "poisson":
+            self._arrival(0.0, None)
         for _ in range(s.conversations):
-            self.at(self.rng.uniform(0, 10), "send", self.new_conversation())
+            self.at(self.rng.uniform(0, 0.5 if shape.arrivals == "together" else 10), "send", self.new_conversation())
         for root in self.roots[: max(1, s.replicas // 4)] if s.outside else ():
             for _ in range(s.outside):
                 self._outside(0.0, self.replicas[root])
@@ -243,11 +182,20 @@ class Fleet:
             replica.note_load(s.duration, s.warmup)
         return self.report()
 
+    def _arrival(self, now: float, _: object) -> None:
+        """Poisson arrivals: a conversation starts now, the next after an exponential gap."""
+        if now:
+            self._send(now, self.new_conversation())
+        self.at(now + self.rng.expovariate(self.shape.rate * self.s.replicas / 8), "arrival", None)
+
     def _send(self, now: float, conversation: Conversation) -> None:
         gateway = self.rng.randrange(self.s.gateways)
         body = conversation.body()
-        request = Request(conversation, now, len(conversation.text.data) // BYTES_PER_TOKEN,
-                          self.rng.randint(100, 500), gateway)  # fmt: skip
+        keys = conversation.text.keys
+        tokens = len(conversation.text.data) // BYTES_PER_TOKEN
+        request = Request(conversation, now, tokens, self.rng.randint(100, 500), gateway)
+        request.record = Sent(conversation.session, keys, now, len(keys), tokens, False)
+        self.trace.append(request.record)
         if self.policy == "round_robin":
             request.root = self.roots[self.turns[gateway] % len(self.roots)]
             self.turns[gateway] += 1
@@ -287,8 +235,6 @@ class Fleet:
     def _start(self, now: float, replica: Replica, request: Request) -> None:
         replica.running += 1
         replica.active_tokens += request.prompt_tokens + request.output_tokens
-        if request.conversation is not None:
-            request.cached_tokens = replica.lookup(request.conversation.text.keys) * BLOCK_TOKENS
         replica.prefilling.append(request)
         if not replica.prefill_busy:
             self._next_prefill(now, replica)
@@ -298,15 +244,17 @@ class Fleet:
             replica.prefill_busy = False
             return
         replica.prefill_busy = True
-        request = replica.prefilling[0]
-        uncached = request.prompt_tokens - request.cached_tokens
+        request, record = replica.prefilling[0], replica.prefilling[0].record
+        if record is not None:  # what it finds cached when its prefill starts
+            request.cached_tokens = replica.cache.lookup(record.keys, record.prompt_keys) * BLOCK_TOKENS
+        uncached = request.prompt_tokens - min(request.cached_tokens, request.prompt_tokens)
         self.at(now + 0.02 + uncached / self.s.prefill_rate, "prefilled", replica)
 
     def _prefilled(self, now: float, replica: Replica) -> None:
         request = replica.prefilling.popleft()
         request.first_token = now
-        if request.conversation is not None:
-            replica.store(request.conversation.text.keys)
+        if request.record is not None:
+            replica.cache.store(request.record.keys, request.record.prompt_keys)
         self.at(now + request.output_tokens / self.s.decode_rate, "decoded", request)
         self._next_prefill(now, replica)
 
@@ -321,16 +269,21 @@ class Fleet:
             return
         if self.policy != "round_robin":
             self.gateways[request.gateway].ended(request.root)
-        conversation.append(_message("assistant", rng, request.output_tokens))
-        replica.store(conversation.text.keys)  # the reply's tokens were computed there
+        conversation.append(message("assistant", rng, request.output_tokens))
+        record = request.record
+        assert record is not None
+        record.done, record.done_keys, record.measured = now, len(record.keys), request.sent >= self.s.warmup
+        replica.cache.store(record.keys, record.done_keys)  # the reply's tokens were computed there
         self.done.append(request)
         conversation.turns_left -= 1
+        self._next_waiting(now, replica)
         if conversation.turns_left <= 0:
+            if self.shape.arrivals != "spread":
+                return  # it ended: none takes its place
             conversation = self.new_conversation()
         else:
-            conversation.append(_message("user", rng, rng.randint(200, 3000)))
+            conversation.append(message("user", rng, rng.randint(*conversation.user)))
         self.at(now + rng.uniform(1.0, 4.0), "send", conversation)
-        self._next_waiting(now, replica)
 
     def _next_waiting(self, now: float, replica: Replica) -> None:
         if replica.waiting:
@@ -343,11 +296,14 @@ class Fleet:
         cached = sum(min(r.cached_tokens, r.prompt_tokens) for r in measured)
         ttfts = sorted(r.first_token - r.sent for r in measured)
         loads = [replica.load_area for replica in self.replicas.values()]
-        window = s.duration - s.warmup
+        window = min(s.duration, self.now) - s.warmup
+        floored = floor(self.trace, s.replicas, s.cache_tokens // BLOCK_TOKENS, BLOCK_TOKENS)
         return {
             "requests": len(measured),
             "recomputed_mtok": (prompt - cached) / 1e6,
             "recomputed_per_request": (prompt - cached) / len(measured) if measured else 0.0,
+            "floor_per_request": floored / len(measured) if measured else 0.0,
+            "vs_floor": (prompt - cached) / floored if floored else 0.0,
             "hit_rate": cached / prompt if prompt else 0.0,
             "ttft_p50": _quantile(ttfts, 0.5),
             "ttft_p90": _quantile(ttfts, 0.9),
@@ -395,41 +351,83 @@ def _quantile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
 
 
-DEFAULT_CELLS = [(8, 128, 1), (8, 128, 3), (8, 64, 1), (32, 512, 1)]
+DEFAULT_CELLS = [(8, 128, 1), (8, 128, 3), (8, 64, 1), (32, 512, 1)]  # the steady shape's, without --replicas
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_cell(job: tuple[Settings, str]) -> dict:
+    settings, policy = job
+    result = Fleet(settings, policy).run()
+    return {"shape": settings.shape, "replicas": settings.replicas, "conversations": settings.conversations,
+            "gateways": settings.gateways, "load_metrics": settings.load_metrics, "seed": settings.seed,
+            "policy": policy, **result}  # fmt: skip
+
+
+def _ints(text: str) -> list[int]:
+    """`1,3` or `1-5`."""
+    out: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        out.extend(range(int(low), int(high or low) + 1))
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--replicas", help="comma-separated replica counts (default: the matrix below)")
+    parser.add_argument(
+        "--shape", default="steady", help=f"comma-separated, of {', '.join(SHAPES)}; all: {', '.join(MATRIX)}"
+    )
+    parser.add_argument("--replicas", help="comma-separated replica counts (default: the steady matrix, else 8,32)")
     parser.add_argument("--conversations", help="comma-separated numbers of concurrent conversations")
-    parser.add_argument("--gateways", default="1", help="comma-separated numbers of gateway replicas")
-    parser.add_argument("--policies", default=",".join(POLICIES))
-    parser.add_argument("--duration", type=float, default=Settings.duration, help="simulated seconds per cell")
-    parser.add_argument("--warmup", type=float, default=Settings.warmup)
-    parser.add_argument("--cache-tokens", type=int, default=Settings.cache_tokens)
+    parser.add_argument("--gateways", help="comma-separated numbers of gateway replicas (default: the shape's)")
+    parser.add_argument("--policies", help="default: all three with the steady shape, else round_robin,cache_aware")
+    parser.add_argument("--duration", type=float, help="simulated seconds per cell (default: the shape's)")
+    parser.add_argument("--warmup", type=float)
+    parser.add_argument("--cache-tokens", type=int)
     parser.add_argument("--slots", type=int, default=Settings.slots)
     parser.add_argument("--prefill-rate", type=float, default=Settings.prefill_rate)
     parser.add_argument("--decode-rate", type=float, default=Settings.decode_rate)
     parser.add_argument("--seed", type=int, default=Settings.seed)
-    parser.add_argument(
-        "--outside",
-        type=int,
-        default=0,
-        metavar="N",
-        help="requests other clients keep in flight on each of the first quarter of the replicas",
-    )
+    parser.add_argument("--seeds", help="several seeds: 1-5 or 1,3")
+    parser.add_argument("--jobs", type=int, default=1, help="cells run at once, in processes")
+    parser.add_argument("--outside", type=int, default=0, metavar="N",
+                        help="requests other clients keep in flight on each of the first quarter of the replicas")  # fmt: skip
     parser.add_argument("--load-metrics", default="0", metavar="SECONDS",
                         help="comma-separated intervals at which gateways read the replicas' own load; 0: never")  # fmt: skip
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a cache_routing setting for this run (repeatable), e.g. --set load_tokens=256",
-    )
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a cache_routing setting for this run (repeatable), e.g. --set load_tokens=256")  # fmt: skip
     parser.add_argument("--json", help="write the results here too")
     parser.add_argument("--decision-cost", action="store_true", help="only the CPU of one decision (8 and 32 replicas)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _jobs(args: argparse.Namespace) -> list[tuple[Settings, str]]:
+    routing = {key: type(getattr(CacheRouting(), key))(value) for key, value in (s.split("=", 1) for s in args.set)}
+    jobs = []
+    for shape in MATRIX if args.shape == "all" else args.shape.split(","):
+        if shape == "steady" and not (args.replicas or args.conversations):
+            cells = [(r, c, g) for r, c, g in DEFAULT_CELLS if not args.gateways or str(g) in args.gateways.split(",")]
+        else:
+            cells = [(int(r), c and int(c), g and int(g)) for r in (args.replicas or "8,32").split(",")
+                     for c in (args.conversations or "").split(",") for g in (args.gateways or "").split(",")]  # fmt: skip
+        default = ",".join(POLICIES) if shape == "steady" else "round_robin,cache_aware"
+        for (replicas, conversations, gateways), seed, metrics, policy in itertools.product(
+            cells,
+            _ints(args.seeds or str(args.seed)),
+            [float(m) for m in args.load_metrics.split(",")],
+            (args.policies or default).split(","),
+        ):
+            if metrics and policy == "round_robin":
+                continue  # nothing is read under round robin
+            settings = settings_for(shape, replicas, conversations=conversations or None, gateways=gateways or None,
+                                    duration=args.duration, warmup=args.warmup, cache_tokens=args.cache_tokens,
+                                    slots=args.slots, prefill_rate=args.prefill_rate, decode_rate=args.decode_rate,
+                                    seed=seed, routing=routing, load_metrics=metrics, outside=args.outside)  # fmt: skip
+            jobs.append((settings, policy))
+    return jobs
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.decision_cost:
         for replicas in (8, 32):
             cost = decision_cost(replicas)
@@ -437,30 +435,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{cost['passthrough']:.0f} µs passed through ({cost['passthrough_bytes']:.0f} B; the core's "
                   f"Envelope read of it, which every passed-through request pays: {cost['envelope']:.0f} µs)")  # fmt: skip
         return 0
-    if args.replicas or args.conversations:
-        cells = [(int(r), int(c), int(g)) for r in (args.replicas or "8").split(",")
-                 for c in (args.conversations or "128").split(",") for g in args.gateways.split(",")]  # fmt: skip
-    else:
-        cells = DEFAULT_CELLS
-    routing = {key: type(getattr(CacheRouting(), key))(value) for key, value in (s.split("=", 1) for s in args.set)}
+    print(fleet_report.HEAD, flush=True)
     results = []
-    print(f"{'replicas':>8} {'convs':>5} {'gw':>2} {'lm':>3} {'policy':<13} {'requests':>8} {'recomputed':>10} {'per req':>7} "
-          f"{'hit':>5} {'ttft p50':>8} {'ttft p90':>8} {'req/s':>6} {'imbal':>5} {'moved':>5} {'µs/decision':>11}")  # fmt: skip
-    for (replicas, conversations, gateways), metrics, policy in itertools.product(
-        cells, [float(m) for m in args.load_metrics.split(",")], args.policies.split(",")
-    ):
-        if metrics and policy == "round_robin":
-            continue  # nothing is read under round robin
-        settings = Settings(replicas, conversations, gateways, args.duration, args.warmup, args.cache_tokens,
-                            args.slots, args.prefill_rate, args.decode_rate, args.seed, routing, metrics,
-                            args.outside)  # fmt: skip
-        result = Fleet(settings, policy).run()
-        results.append({"replicas": replicas, "conversations": conversations, "gateways": gateways,
-                        "load_metrics": metrics, "policy": policy, **result})  # fmt: skip
-        print(f"{replicas:>8} {conversations:>5} {gateways:>2} {metrics:>3g} {policy:<13} {result['requests']:>8} "
-              f"{result['recomputed_mtok']:>9.1f}M {result['recomputed_per_request']:>7.0f} {result['hit_rate']:>5.2f} "
-              f"{result['ttft_p50']:>7.2f}s {result['ttft_p90']:>7.2f}s {result['throughput_rps']:>6.1f} "
-              f"{result['imbalance']:>5.2f} {result['moved']:>5.2f} {result['decision_us']:>11.0f}", flush=True)  # fmt: skip
+    with ProcessPoolExecutor(args.jobs) if args.jobs > 1 else nullcontext() as pool:
+        for result in pool.map(run_cell, _jobs(args)) if pool else map(run_cell, _jobs(args)):
+            results.append(result)
+            print(fleet_report.row(result), flush=True)
+    print("\n".join(["", "Targets, cache-aware's worst seed:", *fleet_report.targets(results)]))
     if args.json:
         with open(args.json, "w") as file:
             json.dump({"cells": results}, file, indent=1)

@@ -6,6 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.support.bench import bench_module
+
+fleet = bench_module("fleet")
+fleet_floor = bench_module("fleet_floor")
+fleet_shapes = bench_module("fleet_shapes")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -48,3 +55,33 @@ def test_the_decision_cost_cell_runs() -> None:
                             capture_output=True, text=True, timeout=120)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert "8 replicas:" in result.stdout and "32 replicas:" in result.stdout
+
+
+@pytest.mark.parametrize("shape", fleet_shapes.MATRIX)
+def test_in_every_shape_the_floor_is_a_lower_bound_and_cache_aware_beats_round_robin(shape: str) -> None:
+    """The floor replays each run's own requests with every conversation pinned to one replica
+    (issue 36): no policy recomputes less than it, and cache-aware recomputes less than round
+    robin. Small: 2 replicas, 60 simulated seconds."""
+    settings = fleet.settings_for(shape, 2, duration=60.0, warmup=10.0 if shape != "together" else 0.0)
+    results = {policy: fleet.run_cell((settings, policy)) for policy in fleet.POLICIES}
+    for policy, result in results.items():
+        assert result["requests"] > 0, policy
+        assert result["floor_per_request"] > 0, policy
+        assert result["recomputed_per_request"] >= result["floor_per_request"], policy
+    assert results["cache_aware"]["recomputed_per_request"] < results["round_robin"]["recomputed_per_request"]
+
+
+def test_the_floor_pins_each_conversation_and_balances_them_by_size() -> None:
+    """Two conversations on two replicas, each sent twice: pinned apart, each computes its
+    prompt once; its second turn finds the first turn and its reply cached."""
+    one, two = list(range(100, 110)), list(range(200, 204))
+    requests = [
+        fleet_floor.Sent("a", one, 0.0, 6, 6 * 64, True, 1.0, 8),
+        fleet_floor.Sent("b", two, 0.5, 2, 2 * 64, True, 1.5, 3),
+        fleet_floor.Sent("a", one, 2.0, 10, 10 * 64, True, 3.0, 10),
+        fleet_floor.Sent("b", two, 2.5, 4, 4 * 64, False, 3.5, 4),  # not measured: not counted
+    ]
+    assert fleet_floor._pins(requests, 2) == {"a": 0, "b": 1}
+    assert fleet_floor.floor(requests, 2, 1_000, 64) == (6 + 2 + 2) * 64
+    assert fleet_floor.floor(requests, 1, 1_000, 64) == (6 + 2 + 2) * 64  # one replica: no prefixes shared here
+    assert fleet_floor.floor(requests, 2, 4, 64) == (6 + 2 + 10) * 64  # 4 blocks cached: a's second turn finds none

@@ -97,7 +97,7 @@ class CacheRouting(_Config, frozen=True):
     kv_tokens: int = 4096  # more, up to this, for a KV cache the replica says is fuller than kv_high
     kv_high: float = 0.9  # the used fraction of a replica's KV cache from which it costs more
     home_tokens: int = 16384  # the cost of each step down a conversation's rendezvous order, in tokens
-    spread: float = 1.2  # a replica is home to at most spread x an even share of the active conversations
+    spread: float = 1.05  # a replica is home to at most spread x an even share of the active conversations
     balance_rel: float = 1.5  # a replica with more in flight than balance_rel x the mean + balance_abs
     balance_abs: float = 4.0  # takes no request while another is below that
 

@@ -1,0 +1,45 @@
+"""What bench/fleet.py prints: a row per run, and each shape's targets (issue 36) over its seeds."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+HEAD = (f"{'shape':<8} {'replicas':>8} {'convs':>5} {'gw':>2} {'lm':>3} {'seed':>4} {'policy':<13} {'requests':>8} "
+        f"{'recomputed':>10} {'per req':>7} {'floor':>6} {'x floor':>7} {'hit':>5} {'ttft p50':>8} {'ttft p90':>8} "
+        f"{'req/s':>6} {'imbal':>5} {'moved':>5} {'µs/decision':>11}")  # fmt: skip
+
+
+def row(r: dict) -> str:
+    return (f"{r['shape']:<8} {r['replicas']:>8} {r['conversations']:>5} {r['gateways']:>2} {r['load_metrics']:>3g} "
+            f"{r['seed']:>4} {r['policy']:<13} {r['requests']:>8} {r['recomputed_mtok']:>9.1f}M "
+            f"{r['recomputed_per_request']:>7.0f} {r['floor_per_request']:>6.0f} {r['vs_floor']:>7.2f} {r['hit_rate']:>5.2f} "
+            f"{r['ttft_p50']:>7.2f}s {r['ttft_p90']:>7.2f}s {r['throughput_rps']:>6.1f} {r['imbalance']:>5.2f} "
+            f"{r['moved']:>5.2f} {r['decision_us']:>11.0f}")  # fmt: skip
+
+
+def targets(results: list[dict]) -> list[str]:
+    """Per shape and size, cache-aware's worst seed against each target: recomputed at most
+    1.10x the floor (1.15x through several gateways), p90 time to first token at most half of
+    round robin's in the same seed, the busiest replica at most 1.25x the mean."""
+    cells: dict[tuple, dict[str, dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
+    for r in results:
+        key = (r["shape"], r["replicas"], r["conversations"], r["gateways"], r["load_metrics"])
+        cells[key][r["policy"]][r["seed"]] = r
+    lines = [f"{'shape':<8} {'replicas':>8} {'gw':>2} {'seeds':>5}  {'x floor (max)':<22} {'p90 / rr (max)':<22} "
+             f"{'imbalance (max)':<22}"]  # fmt: skip
+    for (shape, replicas, _, gateways, _), policies in cells.items():
+        ours, theirs = policies.get("cache_aware", {}), policies.get("round_robin", {})
+        if not ours:
+            continue
+        limit = 1.15 if gateways > 1 else 1.10
+        floor = max(r["vs_floor"] for r in ours.values())
+        ratios = [r["ttft_p90"] / theirs[seed]["ttft_p90"] for seed, r in ours.items() if seed in theirs]
+        imbalance = max(r["imbalance"] for r in ours.values())
+        p90 = _verdict(max(ratios), 0.5) if ratios else "no round_robin run"
+        lines.append(f"{shape:<8} {replicas:>8} {gateways:>2} {len(ours):>5}  {_verdict(floor, limit):<22} {p90:<22} "
+                     f"{_verdict(imbalance, 1.25):<22}")  # fmt: skip
+    return lines
+
+
+def _verdict(value: float, limit: float) -> str:
+    return f"{value:.2f} {'met' if value <= limit else 'NOT met'} (<= {limit:.2f})"
