@@ -26,6 +26,7 @@ from tests.support.safeguards import (
     streamed_calls,
     verdicts,
 )
+from tests.support.waiting import eventually
 
 ASK = [{"role": "user", "content": "Clean up the build directory"}]
 
@@ -296,3 +297,51 @@ def test_a_native_upstream_not_forwarded_to_is_answered_by_the_gateway(native: F
     assert "safeguards" not in body and BETA not in headers.get("anthropic-beta", "")
     assert "afk-mode-2026-01-31" in headers["anthropic-beta"]  # the other betas stay
     assert _tool_uses(results)["toolu_native1"]["outcome"] == "flagged"
+
+
+def test_a_classifier_on_its_own_upstream_takes_one_of_its_slots(upstream: FakeUpstream, gateway_from: Any) -> None:
+    """The judge's upstream has one slot and no queue: while another request holds it, the
+    classifier call is turned away there (529) and the verdict is `unavailable`, not a call
+    past the operator's `max_concurrent`."""
+    judge = FakeUpstream().start()
+    try:
+        server = gateway_from({
+            "upstreams": {"default": {"url": upstream.url, "max_retries": 0},
+                          "judge": {"url": judge.url, "max_retries": 0, "max_concurrent": 1, "max_queue": 0}},
+            "models": [{"name": "test-model", "upstream": "default"}, {"name": "judge-model", "upstream": "judge"}],
+            "safeguards": {"model": "judge-model"},
+        })  # fmt: skip
+        client = anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0)
+        release = threading.Event()
+        held = Reply(body=completion("busy"), hold=release)
+        judge.queue(held, verdicts(False))
+        busy = threading.Thread(target=lambda: client.messages.create(model="judge-model", max_tokens=5, messages=ASK))
+        busy.start()
+        try:
+            eventually(lambda: judge.requests, "the judge's only slot is taken")
+            upstream.queue(model_calls(("call_a", "ls")))
+            tool_uses = _tool_uses(_create(client).model_extra["safeguard_results"])
+            assert list(tool_uses.values()) == [{"type": "unavailable", "reason": "error"}]
+            assert len(judge.requests) == 1  # the classifier call never reached it
+        finally:
+            release.set()
+            busy.join(10)
+        upstream.queue(model_calls(("call_b", "pwd")))  # the slot free again: judged
+        tool_uses = _tool_uses(_create(client).model_extra["safeguard_results"])
+        assert list(tool_uses.values()) == [{"type": "evaluated", "outcome": "not_flagged"}]
+    finally:
+        judge.stop()
+
+
+def test_a_classifier_on_the_requests_own_upstream_does_not_wait_on_its_slot(upstream: FakeUpstream,
+                                                                            gateway_from: Any) -> None:  # fmt: skip
+    """One slot, a queue: the request holds the slot until its verdicts are in, so a classifier
+    call queueing for it would wait on itself until the queue timed out."""
+    server = gateway_from({
+        "upstreams": {"default": {"url": upstream.url, "max_retries": 0, "max_concurrent": 1, "max_queue": 4}},
+        **CLASSIFIER,
+    })  # fmt: skip
+    client = anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0, timeout=10)
+    upstream.queue(model_calls(("call_a", "ls")), verdicts(False))
+    tool_uses = _tool_uses(_create(client).model_extra["safeguard_results"])
+    assert list(tool_uses.values()) == [{"type": "evaluated", "outcome": "not_flagged"}]

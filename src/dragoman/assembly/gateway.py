@@ -122,7 +122,7 @@ class Gateway:
                                  max_request_bytes=config.server.max_request_bytes,
                                  decode_whole=lambda: self.translates_only, tracing=self.tracing,
                                  limits=self.limits, notice=config.server.tools_dropped_notice,
-                                 safeguards=Safeguards(config, self.route, self.metrics.record),
+                                 safeguards=Safeguards(config, self.route, self.metrics.record, self.limiters),
                                  routes=self.routes)  # fmt: skip
         self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
         self.usage: UsageWriter | None = None

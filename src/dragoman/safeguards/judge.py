@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import msgspec
 
@@ -24,13 +24,23 @@ log = logging.getLogger("dragoman.safeguards")
 ENDPOINT = "classifier"  # how classifier calls are marked in metrics, the access log and usage records
 
 
+class Slots(Protocol):
+    """An upstream's request slots (`assembly.backpressure.Limiter`)."""
+
+    async def acquire(self, *, queue: bool = True) -> None: ...
+
+    def release(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Classifier:
-    """What a classifier call needs of the gateway: its settings, routing, and the recorder."""
+    """What a classifier call needs of the gateway: its settings, routing, the recorder, and
+    each upstream's slots (`max_concurrent`), which a call to another upstream takes."""
 
     config: SafeguardsConfig
     route: Callable[[str], Awaitable[Route]]
     record: Callable[[Outcome], None]
+    slots: Mapping[str, Slots] = field(default_factory=dict)
 
 
 async def ask(
@@ -54,7 +64,11 @@ async def ask(
             body["model"] = model
             inner = Call(body=msgspec.json.encode(body), model=model, upstream_model=route.upstream_model, headers={},
                          request_id=outcome.request_id, outcome=outcome, conversation=call.conversation)  # fmt: skip
-            reply = await route.backend.messages(inner, route)
+            # A classifier on another upstream takes one of its slots; on the request's own, the
+            # request's slot covers it (its upstream call is over; queueing there would wait on itself).
+            parent = call.outcome.upstream if call.outcome is not None else ""
+            slots = None if route.upstream == parent else classifier.slots.get(route.upstream)
+            reply = await _sent(slots, inner, route)
             outcome.status = reply.status
             if not isinstance(reply, Completed):
                 raise GatewayError(f"the classifier model {model!r} answered with a stream")
@@ -74,6 +88,17 @@ async def ask(
     if not isinstance(message, dict):
         raise GatewayError(f"the classifier model {model!r} answered no message")
     return message
+
+
+async def _sent(slots: Slots | None, call: Call, route: Route) -> Any:
+    """The backend's reply, within the upstream's `max_concurrent` (a full queue: 529, raised)."""
+    if slots is None:
+        return await route.backend.messages(call, route)
+    await slots.acquire(queue=True)
+    try:
+        return await route.backend.messages(call, route)  # a whole reply: read before the slot goes back
+    finally:
+        slots.release()
 
 
 class _Refused(GatewayError):

@@ -12,7 +12,7 @@ Code then classifies with its own requests, which `monitor` refuses with an erro
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -20,7 +20,7 @@ import msgspec
 from dragoman.calls.types import Call, Completed, Outcome, Reply, Route
 from dragoman.core.config import Config
 from dragoman.safeguards import monitor, stream, wire
-from dragoman.safeguards.judge import Classifier, judge
+from dragoman.safeguards.judge import Classifier, Slots, judge
 
 log = logging.getLogger("dragoman.safeguards")
 
@@ -40,8 +40,8 @@ class Safeguards:
     """Answers `safeguards` for the upstreams that do not, and Claude Code's own classifier requests."""
 
     def __init__(self, config: Config, route: Callable[[str], Awaitable[Route]],
-                 record: Callable[[Outcome], None]) -> None:  # fmt: skip
-        self.classifier = Classifier(config.safeguards, route, record)
+                 record: Callable[[Outcome], None], slots: Mapping[str, Slots] | None = None) -> None:  # fmt: skip
+        self.classifier = Classifier(config.safeguards, route, record, slots or {})
         self._forward = frozenset(
             name for name, upstream in config.upstreams.items() if getattr(upstream, "safeguards", "") == "forward"
         )
