@@ -89,6 +89,22 @@ def module_edges(src: Path = SRC) -> dict[tuple[str, str], set[str]]:
     return edges
 
 
+def module_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """Each dragoman module and the dragoman modules it imports, within a package too."""
+    paths = {_module_name(path, src): path for path in src.glob("dragoman*/**/*.py")}
+    modules = set(paths)
+    graph: dict[str, set[str]] = {}
+    for name, path in sorted(paths.items()):
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = (
+            target
+            for s in ast.walk(ast.parse(path.read_text(), str(path)))
+            for target in _imported(s, package, modules)
+        )
+        graph[name] = {target for target in targets if target in modules and target != name}
+    return graph
+
+
 def import_graph(src: Path = SRC) -> dict[str, set[str]]:
     """Each node and the nodes it imports."""
     graph: dict[str, set[str]] = {node_of(_module_name(p, src), src): set() for p in src.glob("dragoman*/**/*.py")}

@@ -37,6 +37,15 @@ def upstream() -> Iterator[FakeUpstream]:
 
 
 @pytest.fixture
+def fakes() -> Iterator[tuple[FakeUpstream, FakeUpstream]]:
+    """Two scripted upstreams (routes and fallbacks between models)."""
+    a, b = FakeUpstream().start(), FakeUpstream().start()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture
 def gateway(upstream: FakeUpstream) -> Iterator[GatewayServer]:
     server = GatewayServer(config_for(upstream.url)).start()
     yield server

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.support.fake_anthropic import FakeAnthropic, NativeReply, event, text_events
-from tests.support.fakes import FakeUpstream, Reply, chunk, completion, text_stream
+from tests.support.fakes import Reply, chunk, completion, text_stream
 from tests.support.model_fleet import USER, fleet_config, sdk, served
 from tests.support.servers import GatewayServer
 
@@ -24,14 +24,6 @@ MAIN = {"fallbacks": ["backup"], "context_fallbacks": ["long"]}
 VLLM_TOO_LONG = {"object": "error", "message": "This model's maximum context length is 100000 tokens. However, your "
                  "messages resulted in 120000 tokens. Please reduce the length of the messages.",
                  "type": "BadRequestError", "param": None, "code": 400}  # fmt: skip
-
-
-@pytest.fixture
-def fakes() -> Iterator[tuple[FakeUpstream, FakeUpstream]]:
-    a, b = FakeUpstream().start(), FakeUpstream().start()
-    yield a, b
-    a.stop()
-    b.stop()
 
 
 @pytest.fixture

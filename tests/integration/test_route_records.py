@@ -8,10 +8,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.support.fakes import FakeUpstream, Reply
 from tests.support.model_fleet import USER, fleet_config, sdk
@@ -19,14 +16,6 @@ from tests.support.otlp import OtlpReceiver
 
 CLIENT, SERVER = 3, 2  # SpanKind values in OTLP
 SIDE = {"name": "side", "when": {"model": "claude-haiku-*"}, "model": "main"}
-
-
-@pytest.fixture
-def fakes() -> Iterator[tuple[FakeUpstream, FakeUpstream]]:
-    a, b = FakeUpstream().start(), FakeUpstream().start()
-    yield a, b
-    a.stop()
-    b.stop()
 
 
 def failing(a: FakeUpstream) -> None:

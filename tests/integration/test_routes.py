@@ -6,28 +6,20 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.fakes import FakeUpstream, completion, text_stream
+from tests.support.fakes import completion, text_stream
 from tests.support.model_fleet import USER, fleet_config, sdk, served
 from tests.support.servers import GatewayServer
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "claude_code"
 PNG = base64.b64encode(bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000")).decode()
 IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
-
-
-@pytest.fixture
-def fakes() -> Iterator[tuple[FakeUpstream, FakeUpstream]]:
-    a, b = FakeUpstream().start(), FakeUpstream().start()
-    yield a, b
-    a.stop()
-    b.stop()
 
 
 @pytest.fixture

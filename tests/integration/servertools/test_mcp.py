@@ -5,35 +5,27 @@ Anthropic SDK's beta client."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
 import pytest
 
-from dragoman.core.config_load import from_dict
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream, tool_call_stream
 from tests.support.mcp_server import DEFINITIONS, McpTestServer
-from tests.support.servers import GatewayServer
 
 TOKEN = "mcp-secret-token-1234"
 BETA = "mcp-client-2025-11-20"
 
 
 @pytest.fixture
-def client(upstream: FakeUpstream) -> Iterator[Callable[..., anthropic.Anthropic]]:
-    started: list[GatewayServer] = []
-
+def client(upstream: FakeUpstream, gateway_from: Any) -> Callable[..., anthropic.Anthropic]:
     def start(allow_private: bool = True) -> anthropic.Anthropic:
         data: dict[str, Any] = {"server": {"fetch_allow_private": allow_private}, "mcp": {"timeout": 10},
                                 "upstreams": {"default": {"url": upstream.url, "max_retries": 0}}}  # fmt: skip
-        server = GatewayServer(from_dict(data)).start()
-        started.append(server)
-        return anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0)
+        return anthropic.Anthropic(base_url=gateway_from(data).url, api_key="k", max_retries=0)
 
-    yield start
-    for server in started:
-        server.stop()
+    return start
 
 
 def _ask(client: anthropic.Anthropic, mcp: McpTestServer, stream: bool = False, **kw: Any) -> Any:

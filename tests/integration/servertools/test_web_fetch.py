@@ -12,10 +12,8 @@ import anthropic
 import pytest
 from anthropic.types import ServerToolUseBlock
 
-from dragoman.core.config_load import from_dict
 from tests.support.fakes import FakeUpstream, Reply, text_stream, tool_call_stream
 from tests.support.search_fakes import FakePages
-from tests.support.servers import GatewayServer
 
 FETCH_TOOL = {"type": "web_fetch_20250910", "name": "web_fetch", "max_uses": 3}
 
@@ -28,19 +26,13 @@ def pages() -> Iterator[FakePages]:
 
 
 @pytest.fixture
-def client(upstream: FakeUpstream) -> Iterator[Callable[..., anthropic.Anthropic]]:
-    started: list[GatewayServer] = []
-
+def client(upstream: FakeUpstream, gateway_from: Any) -> Callable[..., anthropic.Anthropic]:
     def start(allow_private: bool = True) -> anthropic.Anthropic:
         data: dict[str, Any] = {"server": {"fetch_allow_private": allow_private},
                                 "upstreams": {"default": {"url": upstream.url, "max_retries": 0}}, "web_fetch": {}}  # fmt: skip
-        server = GatewayServer(from_dict(data)).start()
-        started.append(server)
-        return anthropic.Anthropic(base_url=server.url, api_key="k", max_retries=0)
+        return anthropic.Anthropic(base_url=gateway_from(data).url, api_key="k", max_retries=0)
 
-    yield start
-    for server in started:
-        server.stop()
+    return start
 
 
 def _fetching(upstream: FakeUpstream, url: str, answer: str = "Read it.") -> None:

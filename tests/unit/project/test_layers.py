@@ -6,22 +6,14 @@ from the same graph, so it cannot drift."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
+
+from tests.support.scripts import script
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _gen_layers() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_layers", ROOT / "scripts" / "gen_layers.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-layers = _gen_layers()
+layers = script("gen_layers")
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
