@@ -165,12 +165,9 @@ def page_fetcher(server: ServerConfig) -> Callable[[str], Awaitable[tuple[bytes,
     read: for the web fetch tool (dragoman.servertools), which lies below this layer."""
 
     async def fetch_page(url: str) -> tuple[bytes, str, str | None]:
-        budget = Budget(server)
-        try:
+        with Budget(server) as budget:
             async with budget.turn(url, "web_fetch"):
                 return await fetch(url, server, budget, kind="web_fetch")
-        finally:
-            budget.release()
 
     return fetch_page
 

@@ -77,6 +77,12 @@ class Budget:
         """The bytes fetched from `url`."""
         return self._sizes.get((kind, url), 0)
 
+    def __enter__(self) -> Budget:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
     def release(self) -> None:
         """Give back what the request held."""
         global _held

@@ -170,11 +170,8 @@ class AnthropicBackend:
                                      prompt=prompt, conversation=call.conversation)  # fmt: skip
 
     async def messages(self, call: Call, route: Route) -> Reply:
-        budget = Budget(self._server)  # its URL images and documents, held until the answer (a stream's head)
-        try:
+        with Budget(self._server) as budget:  # its URL images and documents, held until the answer (a stream's head)
             return await self._messages(call, route, budget)
-        finally:
-            budget.release()
 
     async def _messages(self, call: Call, route: Route, budget: Budget) -> Reply:
         # The body first: a document that cannot become text is a 400, before a stream is committed.
@@ -216,11 +213,8 @@ class AnthropicBackend:
         raise from_upstream(response.status, raw, upstream=self.name)
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
-        budget = Budget(self._server)
-        try:
+        with Budget(self._server) as budget:
             response = await self._send(call, "/messages/count_tokens", await self._body(call, budget))
-        finally:
-            budget.release()
         headers = _reply_headers(response.headers)
         headers["x-token-count-method"] = "upstream"
         return await self._complete(response, call, headers)

@@ -157,11 +157,8 @@ class OpenAIBackend:
         return self._translate(request, route, stream, betas)
 
     async def messages(self, call: Call, route: Route) -> Reply:
-        budget = Budget(self._server)  # its URL images and documents, held until the answer (a stream's head)
-        try:
+        with Budget(self._server) as budget:  # its URL images and documents, held until the answer (a stream's head)
             return await self._messages(call, route, budget)
-        finally:
-            budget.release()
 
     async def _messages(self, call: Call, route: Route, budget: Budget) -> Reply:
         request = call.request or decode_request(call.body, anthropic.MESSAGES_REQUEST)
@@ -343,11 +340,8 @@ class OpenAIBackend:
         return result
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
-        budget = Budget(self._server)
-        try:
+        with Budget(self._server) as budget:
             return await self._count_tokens(call, route, budget)
-        finally:
-            budget.release()
 
     async def _count_tokens(self, call: Call, route: Route, budget: Budget) -> Reply:
         counted = decode_request(call.body, anthropic.COUNT_TOKENS_REQUEST)
