@@ -81,6 +81,7 @@ class Metrics:
         )
         # Called with every finished request's outcome and duration (usage accounting, a trace's end); no I/O there.
         self.sinks: list[Callable[[Outcome, float], None]] = []
+        self.stream_sinks: list[Callable[[Outcome], None]] = []  # called as a stream's head goes out
         self.routed = Counter(
             "dragoman_routing_decisions",
             "Requests placed on a replica, by reason",
@@ -206,4 +207,7 @@ def observe(reply: Reply, outcome: Outcome, metrics: Metrics) -> Reply:
             envelope = anthropic_envelope(reply.body)
             outcome.error_type = envelope.error.type if envelope is not None else "api_error"
         metrics.record(outcome)
+    else:
+        for sink in metrics.stream_sinks:
+            sink(outcome)
     return reply

@@ -195,6 +195,7 @@ class Outcome:
     prefix_tokens: int | None = None  # prompt tokens routing expected that replica to hold cached
     routed_tokens: int | None = None  # prompt tokens, as routing estimated them
     replica_load: float | None = None  # requests on `replica` as routing counted them (its own figures, if read)
+    progress: Callable[[], int] | None = None  # a stream's output tokens relayed so far (usage's journal)
 
     def routed(self, route: Route) -> None:
         self.upstream, self.served_model, self.path = route.upstream, route.upstream_model, route.path
