@@ -39,7 +39,7 @@ from dragoman.files.store import FileStore
 from dragoman.limits import gate
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
 from dragoman.upstream.gauges import LoadCollector
-from dragoman.usage.stores import journal_for, store_for
+from dragoman.usage.stores import writer_for
 from dragoman.usage.writer import UsageWriter
 
 log = logging.getLogger("dragoman")
@@ -118,8 +118,7 @@ class Gateway:
         self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
         self.usage: UsageWriter | None = None
         if config.usage.enabled:
-            self.usage = UsageWriter(store_for(config), config.usage.flush_interval, config.usage.retain_days,
-                                     journal_for(config))  # fmt: skip
+            self.usage = writer_for(config)
             self.metrics.stream_sinks.append(self.usage.opened)
             self.metrics.sinks.append(self.usage.note)
         self.admin_keys = usage_admin_keys(config)

@@ -235,6 +235,8 @@ class UsageConfig(_Config, frozen=True):
     # The local journal records go to before the database (kept across a crash or an outage);
     # unset: `journal` under `dir` (or $XDG_DATA_HOME/dragoman/usage). Processes may share one.
     journal_dir: str | None = None
+    # Seconds a database statement may run (a locked table): the report then answers 503.
+    statement_timeout: float = 10.0
 
 
 class Config(_Config, frozen=True):

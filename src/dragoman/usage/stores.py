@@ -9,13 +9,21 @@ from dragoman.usage.journal import Journal
 from dragoman.usage.postgres import PostgresStore
 from dragoman.usage.records import UsageStore
 from dragoman.usage.sqlite import SqliteStore
+from dragoman.usage.writer import UsageWriter
 
 
 def store_for(config: Config) -> UsageStore:
     url = usage_database_url(config)
     if url:
-        return PostgresStore(url)
+        return PostgresStore(url, config.usage.statement_timeout)
     return SqliteStore(_directory(config))
+
+
+def writer_for(config: Config) -> UsageWriter:
+    """The gateway's writer: the configured store, its journal, its timeouts."""
+    usage = config.usage
+    return UsageWriter(store_for(config), usage.flush_interval, usage.retain_days, journal_for(config),
+                       usage.statement_timeout)  # fmt: skip
 
 
 def journal_for(config: Config) -> Journal:

@@ -17,19 +17,22 @@ from msgspec.structs import replace
 
 from dragoman.calls.types import Outcome
 from dragoman.usage.journal import CRASHED, Journal
+from dragoman.usage.outage import ReadGuard
 from dragoman.usage.records import UsageRecord, UsageStore, record_of
 
 log = logging.getLogger("dragoman.usage")
 
 MAX_HELD = 1_000_000  # records kept while the store is down (a few hundred MB at most); the oldest go first
 PRUNE_EVERY = 3600.0  # seconds between deletions of records past `retain_days`
+JOURNAL_EVERY = 1.0  # seconds between fsyncs of the journal: a crash loses at most this much
 CLOSE_TIMEOUT = 3.0  # seconds a shutdown keeps trying to write what is held (then it stays in the journal)
 
 
 class UsageWriter:
     def __init__(self, store: UsageStore, interval: float = 1.0, retain_days: int | None = None,
-                 journal: Journal | None = None) -> None:  # fmt: skip
+                 journal: Journal | None = None, read_timeout: float = 10.0) -> None:  # fmt: skip
         self.store = store
+        self.guard = ReadGuard(read_timeout)  # the report's reads: 503 within the timeout while the store is out
         self.journal = journal
         self._unjournaled: list[UsageRecord] = []  # noted since the last tick
         self._streams: dict[str, Outcome] = {}  # open streams, by request id
@@ -41,6 +44,7 @@ class UsageWriter:
         self._flushing = asyncio.Lock()
         self._failing = False  # logged once per outage
         self._journal_failing = False
+        self._journaled_at = -math.inf
         self._opened = False
         self.dropped = 0
 
@@ -82,13 +86,19 @@ class UsageWriter:
         self.journal.seal()
         return adopted
 
-    async def _journal(self) -> bool:
+    async def _journal(self, force: bool = False) -> bool:
         """The tick's journal step; False (logged once) if the disk refused: records stay in memory."""
-        if self.journal is None:
-            return True
+        if self.journal is None or (not force and time.monotonic() - self._journaled_at < JOURNAL_EVERY):
+            return True  # (what the write ships meanwhile leaves `_unjournaled`: see `flush`)
+        self._journaled_at = time.monotonic()
         pending, self._unjournaled = self._unjournaled, []
+        step = asyncio.ensure_future(asyncio.to_thread(self._journal_step, pending, self._in_flight()))
         try:
-            adopted = await asyncio.to_thread(self._journal_step, pending, self._in_flight())
+            adopted = await asyncio.shield(step)
+        except asyncio.CancelledError:  # the step ends all the same: what it adopted must not be lost
+            with contextlib.suppress(OSError):
+                self._held += await step
+            raise
         except OSError as error:
             self._unjournaled[:0] = pending
             if not self._journal_failing:
@@ -162,6 +172,7 @@ class UsageWriter:
             if not await self._open():
                 return False
             batch, self._held = self._held, []
+            covered = len(self._unjournaled)  # noted before the write: in `batch`, no need to journal them
             try:
                 await self.store.write(batch)
             except BaseException as error:  # any driver's failure: kept and tried again
@@ -173,6 +184,7 @@ class UsageWriter:
                                 type(error).__name__, error, len(self._held), self._interval)  # fmt: skip
                 self._failing = True
                 return False
+            del self._unjournaled[:covered]
             if journaled and self.journal is not None:
                 self.journal.shipped()  # every sealed segment's records were in `batch`
             if self._failing:
@@ -192,7 +204,7 @@ class UsageWriter:
                 while not await self.flush():
                     await asyncio.sleep(min(self._interval, 0.5))
         if self.journal is not None:
-            await self._journal()  # what the last tick did not journal (a failed journal kept it)
+            await self._journal(force=True)  # what the last tick did not journal (a failed journal kept it)
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(self.journal.close, not self._held)
             if self._held:

@@ -1,0 +1,44 @@
+"""What a reader of the usage store (the report) gets while the database is down, slow or
+locked: a 503 `overloaded_error` with `retry-after` within the statement timeout, never a
+500 or a hang. Logged once per outage."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from dragoman.core.errors import GatewayError, StoreUnavailable
+
+log = logging.getLogger("dragoman.usage")
+
+T = TypeVar("T")
+RETRY_AFTER = "5"  # seconds a client is told to wait
+
+
+class ReadGuard:
+    """Bounds each read by `timeout` seconds (the database's statement timeout, plus a
+    second for its answer to arrive) and turns a store's failure into StoreUnavailable."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout + 1.0
+        self.failing = False  # logged once per outage
+
+    async def __call__(self, read: Awaitable[T]) -> T:
+        try:
+            async with asyncio.timeout(self.timeout):
+                result = await read
+        except GatewayError:
+            raise  # the client's mistake (a bad parameter), not the store's
+        except Exception as error:  # noqa: BLE001 - any driver's failure, or the timeout
+            if not self.failing:
+                log.warning("the usage report cannot read the store (%s: %s); answering 503 until it can",
+                            type(error).__name__, error or "timed out")  # fmt: skip
+            self.failing = True
+            raise StoreUnavailable("the usage store cannot be reached now; try again shortly",
+                                   retry_after=RETRY_AFTER) from None  # fmt: skip
+        if self.failing:
+            log.warning("the usage report reads the store again")
+            self.failing = False
+        return result
