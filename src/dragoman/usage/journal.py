@@ -128,7 +128,7 @@ class Journal:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         if records:
-            log.warning("%d usage records left by a stopped gateway process (%s) are shipped", len(records), owner)
+            log.info("%d usage records left by a stopped gateway process (%s) are shipped", len(records), owner)
         return records
 
     def close(self, everything_shipped: bool) -> None:

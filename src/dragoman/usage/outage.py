@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from dragoman.core.errors import GatewayError, StoreUnavailable
@@ -21,8 +21,9 @@ class ReadGuard:
     """Bounds each read by `timeout` seconds (the database's statement timeout, plus a
     second for its answer to arrive) and turns a store's failure into StoreUnavailable."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, quiet: Callable[[], bool] = lambda: False) -> None:
         self.timeout = timeout + 1.0
+        self._quiet = quiet  # True: the outage is logged already (by the writer)
         self.failing = False  # logged once per outage
 
     async def __call__(self, read: Awaitable[T]) -> T:
@@ -32,13 +33,13 @@ class ReadGuard:
         except GatewayError:
             raise  # the client's mistake (a bad parameter), not the store's
         except Exception as error:  # noqa: BLE001 - any driver's failure, or the timeout
-            if not self.failing:
+            if not self.failing and not self._quiet():
                 log.warning("the usage report cannot read the store (%s: %s); answering 503 until it can",
                             type(error).__name__, error or "timed out")  # fmt: skip
             self.failing = True
             raise StoreUnavailable("the usage store cannot be reached now; try again shortly",
                                    retry_after=RETRY_AFTER) from None  # fmt: skip
         if self.failing:
-            log.warning("the usage report reads the store again")
+            log.info("the usage report reads the store again")
             self.failing = False
         return result

@@ -32,6 +32,9 @@ class PostgresStore:
     async def open(self) -> None:
         import asyncpg  # only a gateway configured with a database needs the driver loaded
 
+        # The driver's own warnings (a traceback each time the pool fails to reconnect) are
+        # quieted: the writer logs one warning per outage.
+        logging.getLogger("asyncpg").setLevel(logging.ERROR)
         settings = {"statement_timeout": str(max(1, int(self.statement_timeout * 1000)))}  # milliseconds
         pool = await asyncpg.create_pool(self._url, min_size=1, max_size=POOL_SIZE, timeout=CONNECT_TIMEOUT,
                                          server_settings=settings)  # fmt: skip

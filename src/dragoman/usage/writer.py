@@ -32,7 +32,9 @@ class UsageWriter:
     def __init__(self, store: UsageStore, interval: float = 1.0, retain_days: int | None = None,
                  journal: Journal | None = None, read_timeout: float = 10.0) -> None:  # fmt: skip
         self.store = store
-        self.guard = ReadGuard(read_timeout)  # the report's reads: 503 within the timeout while the store is out
+        self.guard = ReadGuard(
+            read_timeout, quiet=lambda: self._failing
+        )  # the report's reads: 503 within the timeout while the store is out
         self.journal = journal
         self._unjournaled: list[UsageRecord] = []  # noted since the last tick
         self._streams: dict[str, Outcome] = {}  # open streams, by request id
@@ -188,7 +190,7 @@ class UsageWriter:
             if journaled and self.journal is not None:
                 self.journal.shipped()  # every sealed segment's records were in `batch`
             if self._failing:
-                log.warning("usage records are written again (%d written)", len(batch))
+                log.info("usage records are written again (%d written)", len(batch))
                 self._failing = False
             return True
 
