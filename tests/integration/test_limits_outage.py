@@ -70,4 +70,3 @@ def test_a_redis_outage_holds_the_rate_across_two_gateways(upstream: FakeUpstrea
         for gateway in gateways:
             gateway.stop()
         own.stop()
-
