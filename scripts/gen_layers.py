@@ -32,10 +32,10 @@ FLOORS: list[list[str]] = [
     ["tokens/", "files/"],
     ["translate/", "calls/"],
     ["limits/", "usage/", "upstream/", "notices/"],
-    ["backends/"],
+    ["backends/", "keys/"],
     ["batches/"],
     ["assembly/"],
-    ["server/", "quickstart.py"],
+    ["server/", "quickstart.py", "keys_command.py"],
     ["cli.py"],
     ["__main__.py"],
 ]

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from dragoman import __version__
-from dragoman.core.config import Config, ConfigError
+from dragoman import __version__, keys_command
+from dragoman.core.config import Config, ConfigError, api_keys_enabled
 from dragoman.core.config_load import from_dict, load
 
 if TYPE_CHECKING:
@@ -279,6 +279,9 @@ def usage(config_path: str | None, since: str | None, until: str | None, by: str
     click.echo(summary.as_csv(sums, columns) if as_csv else summary.as_table(sums, columns), nl=False)
 
 
+main.add_command(keys_command.keys)
+
+
 def run(config: Config, *, workers: int = 1) -> None:
     """Serve until SIGINT or SIGTERM: then stop accepting, let requests in flight
     (streams included) finish for up to 30 seconds, and exit."""
@@ -296,6 +299,9 @@ def run(config: Config, *, workers: int = 1) -> None:
         not config.server.api_keys
         and not config.server.api_keys_env
         and not config.server.tenants
+        and not config.server.api_keys_file
+        and not (config.server.tenants_env or config.server.tenants_file)
+        and not api_keys_enabled(config)  # keys made at run time: every request needs one
         and server.host not in ("127.0.0.1", "localhost", "::1")
     ):
         logging.getLogger("dragoman").warning(

@@ -36,7 +36,7 @@ from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
 from dragoman.core.owners import Owners, load_salt
 from dragoman.core.paging import list_param, page_of
 from dragoman.files.store import FileStore
-from dragoman.limits import gate
+from dragoman.keys import wiring as keys
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
 from dragoman.upstream.gauges import LoadCollector
 from dragoman.usage.stores import writer_for
@@ -87,6 +87,8 @@ class Gateway:
         self.router = Router(config, self.backends, registry)
         self.api_keys = server_api_keys(config)
         self.tenants = key_tenants(config)
+        self.admin_keys = usage_admin_keys(config)
+        self.keyring = keys.keyring(config, self.api_keys, self.tenants, self.admin_keys)  # every key, by digest
         self.limiters = {
             name: Limiter(name, upstream.max_concurrent, upstream.max_queue)
             for name, upstream in config.upstreams.items()
@@ -104,13 +106,13 @@ class Gateway:
         if self.tracing is not None:
             self.metrics.sinks.append(end_trace)
         try:  # a salt only where keys name owners: a gateway without keys writes nothing at start
-            named = bool(self.api_keys) and not config.server.share_between_keys
+            named = self.keyring.required and not config.server.share_between_keys
             self.owners = Owners(load_salt(FileStore.directory(config.files)) if named else None)
         except OSError as error:
             raise ConfigError(f"files.dir: cannot keep the gateway's owner salt there: {error}") from None
         self.files = FileStore(config.files, self.owners)
         self.threads = ThreadStore()
-        self.limits = gate.build(config.limits, self.metrics.registry)
+        self.limits = keys.limits(config, self.keyring, self.metrics.registry)
         self.pipeline = Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,
                                  max_request_bytes=config.server.max_request_bytes,
                                  decode_whole=lambda: self.translates_only, tracing=self.tracing,
@@ -119,9 +121,9 @@ class Gateway:
         self.usage: UsageWriter | None = None
         if config.usage.enabled:
             self.usage = writer_for(config)
-            self.metrics.stream_sinks.append(self.usage.opened)
+            self.metrics.open_sinks.append(self.usage.opened)
             self.metrics.sinks.append(self.usage.note)
-        self.admin_keys = usage_admin_keys(config)
+        self.key_admin = keys.admin(self.keyring, self.usage, config)
 
     @property
     def translates_only(self) -> bool:
@@ -159,6 +161,7 @@ class Gateway:
         await self.batches.close()
         if self.limits is not None:
             await self.limits.close()
+        await self.keyring.close()
         for backend in self.backends.values():
             await backend.close()
         if self.tracing is not None:

@@ -1,9 +1,10 @@
 """What operators see: Prometheus metrics and one JSON log line per request.
 
 Backends note what happened on the request's `Outcome` (tokens, keep-alives,
-retries); `observe` wraps the reply so the line and the metrics are written once
-the last byte has gone out, or the client has left. Message contents and keys are
-never logged.
+retries); `Metrics.record` writes the line and the metrics from it, and hands it to the
+sinks (usage, the trace), when the request's `Finish` ends it: once the last byte has
+gone out, or the client has left. Recording is all it does. Message contents and keys
+are never logged.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class Metrics:
         )
         # Called with every finished request's outcome and duration (usage accounting, a trace's end); no I/O there.
         self.sinks: list[Callable[[Outcome, float], None]] = []
-        self.stream_sinks: list[Callable[[Outcome], None]] = []  # called as a stream's head goes out
+        self.open_sinks: list[Callable[[Outcome], None]] = []  # called with each new request's outcome
         self.routed = Counter(
             "dragoman_routing_decisions",
             "Requests placed on a replica, by reason",
@@ -104,8 +105,16 @@ class Metrics:
         )  # fmt: skip
         self._cache: dict[tuple[int, tuple[str, ...]], Any] = {}
 
+    def outcome(self, request_id: str, endpoint: str) -> Outcome:
+        """A new request's outcome, recorded here when the request ends (`Outcome.finish`)."""
+        outcome = Outcome(request_id=request_id, endpoint=endpoint)
+        outcome.finish.record = self.record
+        for sink in self.open_sinks:
+            sink(outcome)
+        return outcome
+
     def record(self, outcome: Outcome) -> None:
-        outcome.finish()
+        """One finished request's metrics, sinks and log line (from its `Finish`, once)."""
         duration = time.perf_counter() - outcome.started
         # Labelled by the served model: client-chosen names would make series without bound.
         model = (outcome.served_model if outcome.served_model_listed else "unlisted") or "unknown"
@@ -198,16 +207,11 @@ def json_line(fields: dict[str, Any]) -> str:
     )
 
 
-def observe(reply: Reply, outcome: Outcome, metrics: Metrics) -> Reply:
-    """Record the outcome of a complete reply now; a stream's is recorded at its end
-    (see endpoints.EventStreamResponse)."""
+def observe(reply: Reply, outcome: Outcome) -> Reply:
+    """Note the reply's status on the outcome, and for a whole reply the error type of an
+    upstream's error relayed as it came."""
     outcome.status = reply.status
-    if isinstance(reply, Completed):
-        if reply.status >= 400 and outcome.error_type is None:  # an upstream's error relayed as it came
-            envelope = anthropic_envelope(reply.body)
-            outcome.error_type = envelope.error.type if envelope is not None else "api_error"
-        metrics.record(outcome)
-    else:
-        for sink in metrics.stream_sinks:
-            sink(outcome)
+    if isinstance(reply, Completed) and reply.status >= 400 and outcome.error_type is None:
+        envelope = anthropic_envelope(reply.body)
+        outcome.error_type = envelope.error.type if envelope is not None else "api_error"
     return reply

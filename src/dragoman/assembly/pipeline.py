@@ -124,20 +124,16 @@ class Pipeline:
         outcome = call.outcome
         assert outcome is not None
         limiter = self._limiters.get(route.upstream)
-        try:
-            if self._limits is not None:
-                caller = prepared.caller or Caller(owner="")
-                admission = await self._limits.admit(caller.key_id, caller.tenant, call, endpoint)
-                prepared.admission = admission
-                outcome.release = functools.partial(admission.settle, outcome)  # settled at its end, see observe()
-            if limiter is not None:
-                await limiter.acquire(queue=endpoint != "batch")
-                outcome.release = _both(limiter.release, outcome.release)  # at the reply's last byte, see observe()
-            handler = route.backend.count_tokens if endpoint == "count_tokens" else route.backend.messages
-            reply = await handler(call, route)
-        except BaseException:
-            outcome.finish()
-            raise
+        if self._limits is not None:
+            caller = prepared.caller or Caller(owner="")
+            admission = await self._limits.admit(caller.key_id, caller.tenant, call, endpoint)
+            prepared.admission = admission
+            outcome.finish.hold(functools.partial(admission.settle, outcome))  # at the request's end
+        if limiter is not None:
+            await limiter.acquire(queue=endpoint != "batch")
+            outcome.finish.hold(limiter.release)  # at the reply's last byte, or its failure
+        handler = route.backend.count_tokens if endpoint == "count_tokens" else route.backend.messages
+        reply = await handler(call, route)
         outcome.path = route.path  # an `auto` upstream knows its path only after its probe
         if outcome.trace is not None:
             _traced(reply, outcome.trace)
@@ -145,26 +141,11 @@ class Pipeline:
 
 
 def _traced(reply: Reply, trace: RequestTrace) -> None:
-    """Let the trace read the reply: a whole message now, a stream as it goes by (every chunk
-    then passes through the trace's watch rather than being written straight to the client)."""
+    """Let the trace read the reply: a whole message now, a stream as it goes by."""
     if isinstance(reply, Completed):
         trace.completed(reply.body)
     else:
-        reply.chunks = trace.watch(reply.chunks)
-        reply.direct = None
-
-
-def _both(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
-    if then is None:
-        return first
-
-    def both() -> None:
-        try:
-            first()
-        finally:
-            then()
-
-    return both
+        reply.observe(trace.seen)
 
 
 def _check_batchable(request: anthropic.MessagesRequest | anthropic.Envelope) -> None:

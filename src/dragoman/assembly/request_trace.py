@@ -8,7 +8,6 @@ and only ends spans, which the SDK's batch processor exports from its own thread
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -104,7 +103,7 @@ def end_trace(outcome: Outcome, duration: float) -> None:
 
 class RequestTrace:
     """Filled in as the request goes: `prepared`, `attempt` per upstream try, the reply
-    (`completed` or `watch`), then `end` with the request's Outcome."""
+    (`completed`, or `seen` for each piece of a stream), then `end` with the request's Outcome."""
 
     def __init__(self, tracer: Any, span: Any, *, operation: str, capture_content: bool,
                  instruments: Instruments | None) -> None:  # fmt: skip
@@ -120,6 +119,8 @@ class RequestTrace:
         self._provider = "openai"
         self._reply = _Reply()
         self._output: bytes | None = None
+        self._held: bytes | None = None  # a stream's event of interest, from its `event:` line on
+        self._carry = b""  # the end of the last piece: a name cut in two by a chunk boundary
 
     def prepared(self, call: Call, route: Route, provider: str) -> None:
         """The request as routed: what every attempt's span carries."""
@@ -181,24 +182,21 @@ class RequestTrace:
         if self._capture and self._reply.content:
             self._output = bytes(self._reply.content)
 
-    async def watch(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        """Pass a stream's bytes on, reading its message_start and message_delta on the way:
-        only the bytes from `event: message_` to the event's end are held and decoded (two
-        events a stream), whatever chunks they came in."""
-        held: bytes | None = None  # an event of interest, from its `event:` line on
-        carry = b""  # the end of the last chunk: a name cut in two by a chunk boundary
-        async for chunk in chunks:
-            yield chunk
-            if held is None:
-                window = carry + chunk
-                start = window.find(_OF_INTEREST)
-                if start < 0:
-                    carry = window[-len(_OF_INTEREST) :]
-                    continue
-                held = window[start:]
-            else:
-                held += chunk
-            held, carry = self._take_events(held)
+    def seen(self, chunk: bytes) -> None:
+        """A stream's observer (`Streaming.observe`): reads its message_start and message_delta
+        on the way; only the bytes from `event: message_` to the event's end are held and
+        decoded (two events a stream), whatever pieces they came in."""
+        held = self._held
+        if held is None:
+            window = self._carry + chunk
+            start = window.find(_OF_INTEREST)
+            if start < 0:
+                self._carry = window[-len(_OF_INTEREST) :]
+                return
+            held = window[start:]
+        else:
+            held += chunk
+        self._held, self._carry = self._take_events(held)
 
     def _take_events(self, held: bytes) -> tuple[bytes | None, bytes]:
         """Read every whole event of interest in `held`; what is left of one still coming."""

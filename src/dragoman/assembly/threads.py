@@ -17,14 +17,16 @@ request, never a wrong answer. Each reply can be continued once, as on Anthropic
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
+from dragoman.calls.types import Finish, Streaming
 from dragoman.core.errors import InvalidRequest, NotFound
 from dragoman.protocol.sse import DataDecoder
 from dragoman.translate import fold
@@ -214,15 +216,20 @@ class Turn:
             reply = decoded if isinstance(decoded, dict) and decoded.get("type") == "message" else None
         self.answered(reply)
 
-    async def watch(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        """`chunks` unchanged; the message they carry is held once `message_stop` went by."""
+    def follow(self, stream: Streaming, finish: Finish) -> None:
+        """Hold the message `stream` carries once its `message_stop` goes by (before the
+        client has it: its next turn finds this one held); a stream that ends without one
+        ends the turn with nothing held, at the request's end."""
         folded = _Fold()
-        try:
-            async for chunk in chunks:
+
+        def seen(chunk: bytes) -> None:
+            if not self._ended:
                 folded.feed(chunk)
-                yield chunk
-        finally:
-            self.answered(folded.message())
+                if folded.stopped:
+                    self.answered(folded.message())
+
+        stream.observe(seen)
+        finish.hold(functools.partial(self.answered, None))  # a no-op once answered
 
 
 # The delta types whose pieces add up to a block's field, and the delta's key for the piece.
@@ -282,6 +289,11 @@ class _Fold:
             self._stopped = True
         elif kind == "error":
             self._broken = True
+
+    @property
+    def stopped(self) -> bool:
+        """`message_stop` went by (or the stream is one this cannot fold)."""
+        return self._stopped or self._broken
 
     def message(self) -> dict[str, Any] | None:
         if not self._stopped or self._broken or self._message is None:

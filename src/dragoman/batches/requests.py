@@ -29,6 +29,8 @@ class RequestPath(Protocol):
 
 
 class Recorder(Protocol):
-    """Records a finished request (`dragoman.assembly.observe.Metrics`)."""
+    """Records finished requests (`dragoman.assembly.observe.Metrics`)."""
 
-    def record(self, outcome: Outcome) -> None: ...
+    def outcome(self, request_id: str, endpoint: str) -> Outcome:
+        """A new request's outcome, recorded when it ends (`Outcome.finish`)."""
+        ...

@@ -312,10 +312,14 @@ class Runner:
     async def _message(self, record: Record, index: int, item: BatchRequest) -> tuple[bool, bytes]:
         """One request, run as POST /v1/messages would run it: (True, the message's JSON)
         or (False, the error's JSON, Anthropic's envelope). `index`: its place in the batch."""
-        outcome = Outcome(request_id=ids.request_id(), endpoint="batch")
+        outcome = self._metrics.outcome(ids.request_id(), "batch")
         tracing = self._pipeline.tracing
         if tracing is not None:  # a trace of its own, linked to the request that created the batch
             outcome.trace = tracing.batch_request(record.id, item.custom_id, record.headers.get("traceparent"))
+        with outcome.finish:
+            return await self._answer(outcome, index, item, record)
+
+    async def _answer(self, outcome: Outcome, index: int, item: BatchRequest, record: Record) -> tuple[bool, bytes]:
         try:
             prepared = await self._pipeline.prepare(bytes(item.params), endpoint="batch", headers=record.headers,
                                                     caller=Caller(record.owner, record.key_id, record.tenant), outcome=outcome)  # fmt: skip
@@ -331,15 +335,8 @@ class Runner:
         except GatewayError as error:
             if isinstance(error, ABOUT_THE_PARAMS) and not error.is_upstream:  # the one place item errors are named
                 error.message = within(f"requests.{index}.params", error.message)
-            outcome.status, outcome.error_type, outcome.upstream_failed = (
-                error.status,
-                error.type,
-                error.is_upstream,
-            )
+            outcome.failed(error)
             return False, error.body(outcome.request_id)
-        finally:
-            outcome.finish()
-            self._metrics.record(outcome)
 
 
 def _is_json(data: bytes) -> bool:

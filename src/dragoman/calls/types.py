@@ -6,6 +6,8 @@ the `Backend` interface, and who sent it (`Caller`). It imports nothing of drago
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -13,10 +15,13 @@ from typing import Any, Protocol
 
 import msgspec
 
+from dragoman.calls.streams import Observer, Stages, StreamTransform
 from dragoman.core.capabilities import ModelCaps
-from dragoman.core.errors import UpstreamError
+from dragoman.core.errors import GatewayError, UpstreamError
 from dragoman.protocol.anthropic import Envelope, MessagesRequest
 from dragoman.tokens.tokenizer import LocalCounter, TiktokenCounter
+
+log = logging.getLogger("dragoman")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,7 @@ class DirectWrites:
     first chunk is asked for, if the server offers one; else the stream yields every chunk."""
 
     writer: ClientWriter | None = None
+    stages: Stages | None = None  # what `Streaming.observe` and `transform` registered: the pump runs them
 
 
 @dataclass(slots=True)
@@ -98,8 +104,30 @@ class Streaming:
     # Called once the stream is over, however it ended: closes the upstream response even
     # if `chunks` never started (a generator's own clean-up runs only once it has).
     on_close: Callable[[], None] | None = None
-    # Chunks may bypass `chunks` (written straight to the client) once this has a writer.
+    # Chunks may bypass `chunks` (written straight to the client) once this has a writer:
+    # never wrap `chunks` to see or change them; `observe` or `transform` the stream.
     direct: DirectWrites | None = None
+    stages: Stages | None = None  # with no pump behind `chunks` (no `direct`): run around them
+
+    def observe(self, observer: Observer) -> None:
+        """`observer` sees every piece the client gets, on either path (`calls.streams`)."""
+        self._stages().observers.append(observer)
+
+    def transform(self, transform: StreamTransform) -> None:
+        """`transform` may hold, rewrite or add to the stream's events (`calls.streams`),
+        after the transforms registered before it."""
+        self._stages().transforms.append(transform)
+
+    def _stages(self) -> Stages:
+        direct = self.direct
+        if direct is not None:  # the pump runs them, on both of its paths
+            if direct.stages is None:
+                direct.stages = Stages()
+            return direct.stages
+        if self.stages is None:
+            self.stages = Stages()
+            self.chunks = self.stages.around(self.chunks)
+        return self.stages
 
 
 Reply = Completed | Streaming
@@ -189,38 +217,91 @@ class Outcome:
     tools_dropped: bool = False  # the request's tools reached a model whose chat template drops them
     started: float = field(default_factory=time.perf_counter)
     first_byte: float | None = None
-    release: Callable[[], None] | None = None  # frees the request's concurrency slot
     trace: Any = None  # its RequestTrace (assembly.request_trace) when tracing is on; ended once it is recorded
     routing: str = ""  # why `replica` served it (dragoman.upstream.placement), under a routing policy
     prefix_tokens: int | None = None  # prompt tokens routing expected that replica to hold cached
     routed_tokens: int | None = None  # prompt tokens, as routing estimated them
     replica_load: float | None = None  # requests on `replica` as routing counted them (its own figures, if read)
     progress: Callable[[], int] | None = None  # a stream's output tokens relayed so far (usage's journal)
+    finish: Finish = field(init=False, repr=False, compare=False)  # the request's one end
+
+    def __post_init__(self) -> None:
+        self.finish = Finish(self)
 
     def routed(self, route: Route) -> None:
         self.upstream, self.served_model, self.path = route.upstream, route.upstream_model, route.path
         self.served_model_listed = route.listed
 
-    def on_finish(self, release: Callable[[], None]) -> None:
-        """Also call `release` when the request ends (after what is there already)."""
-        before = self.release
-        if before is None:
-            self.release = release
+    def failed(self, error: GatewayError, *, committed: bool = False) -> None:
+        """The request failed with `error` (the one copy of an error into the outcome); once
+        a stream's 200 is `committed`, its status stays."""
+        if not committed:
+            self.status = error.status
+        self.error_type, self.upstream_failed = error.type, error.is_upstream
+
+    def left(self) -> None:
+        """The client left before the end: 499 when nothing was answered (nobody to answer)."""
+        self.disconnected = True
+        if not self.status:
+            self.status = 499
+
+
+class Finish:
+    """The one end of a request's life. What the request holds (an upstream slot, its key's
+    limits and budget, a replica's count) is released by the callables given to `hold`, and
+    then the outcome is recorded (`record`: metrics, the access log, usage, the trace), once,
+    however the request ended: an answer, an error, a stream cut or finished, a client that
+    left, an exception. `end` may be called any number of times; an entry point wraps its
+    work in `with outcome.finish:` so that it is called at least once (docs/architecture.md)."""
+
+    __slots__ = ("_outcome", "_holds", "record", "ended")
+
+    def __init__(self, outcome: Outcome) -> None:
+        self._outcome = outcome
+        self._holds: list[Callable[[], None]] = []
+        self.record: Callable[[Outcome], None] | None = None  # set by whoever made the outcome
+        self.ended = False
+
+    def hold(self, release: Callable[[], None]) -> None:
+        """Call `release` when the request ends (at once if it has): each is called once, in
+        the order given, whatever the others raise."""
+        if self.ended:
+            _run(release, "releasing what a request held")
         else:
+            self._holds.append(release)
 
-            def both() -> None:
-                try:
-                    before()
-                finally:
-                    release()
+    def end(self) -> None:
+        """Release what the request holds, then record its outcome; only the first call does."""
+        if self.ended:
+            return
+        self.ended = True
+        holds, self._holds = self._holds, []
+        for release in holds:
+            _run(release, "releasing what a request held")
+        if self.record is not None:
+            _run(functools.partial(self.record, self._outcome), "recording a request")
 
-            self.release = both
+    def __enter__(self) -> Outcome:
+        return self._outcome
 
-    def finish(self) -> None:
-        """Frees what the request held; safe to call more than once."""
-        if self.release is not None:
-            release, self.release = self.release, None
-            release()
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
+        """The work's end, even by an exception (which goes on): one not yet on the outcome
+        is copied there first."""
+        outcome = self._outcome
+        if outcome.error_type is None and not self.ended:
+            if isinstance(error, GatewayError):
+                outcome.failed(error)
+            elif isinstance(error, Exception):
+                outcome.failed(GatewayError("internal error in the gateway"))
+        self.end()
+
+
+def _run(step: Callable[[], None], what: str) -> None:
+    """`step`, logged rather than raised: the other steps of a request's end still run."""
+    try:
+        step()
+    except Exception:
+        log.exception("failed %s", what)
 
 
 @dataclass(frozen=True, slots=True)

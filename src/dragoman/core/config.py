@@ -43,6 +43,11 @@ class ServerConfig(_Config, frozen=True):
     # Keys that share files and batches, by tenant name (each is also a valid API key): a
     # rotated key keeps its tenant's data. {"team-a": ["sk-old", "sk-new"]}
     tenants: dict[str, list[str]] = {}
+    # Tenant keys kept out of the file: an environment variable (comma-separated keys) or a
+    # file (one key a line) per tenant, added to `tenants`. {"team-a": "TEAM_A_KEYS"}
+    tenants_env: dict[str, str] = {}
+    tenants_file: dict[str, str] = {}
+    api_keys_file: str | None = None  # client keys, one a line (as api_keys_env, from a file)
     default_model: str | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Claude Code's first system block varies per session and defeats prefix caching.
@@ -155,6 +160,15 @@ class AutoUpstream(_UpstreamBase, tag="auto", tag_field="protocol", frozen=True)
 UpstreamConfig = OpenAIUpstream | AnthropicUpstream | AutoUpstream
 
 
+class Price(_Config, frozen=True):
+    """USD per million tokens, for money budgets and the cost report (docs/team.md#budgets)."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+
 class ModelConfig(_Config, frozen=True):
     name: str
     upstream: str
@@ -178,6 +192,7 @@ class ModelConfig(_Config, frozen=True):
     # OpenAI models: a tiktoken encoding name and its local .tiktoken file.
     tiktoken_encoding: str | None = None
     tiktoken_file: str | None = None
+    price: Price | None = None  # None: the model costs nothing (and no money budget counts it)
 
     @property
     def served_model(self) -> str:
@@ -239,8 +254,20 @@ class UsageConfig(_Config, frozen=True):
     statement_timeout: float = 10.0
 
 
+class AdminConfig(_Config, frozen=True):
+    """Admin keys and run-time API keys (the Admin API, `dragoman keys`): docs/team.md."""
+
+    keys: list[str] = []  # admin keys: they manage keys and read reports, never call models
+    keys_env: str | None = None  # a variable holding more, comma-separated
+    # Whether keys made through the Admin API are served (stored beside the usage records).
+    # None: on when any admin key is configured here or in [usage] admin_keys.
+    api_keys: bool | None = None
+    poll_interval: float = 1.0  # seconds between checks for changes made by other processes (at most 2)
+
+
 class Config(_Config, frozen=True):
     server: ServerConfig = ServerConfig()
+    admin: AdminConfig = AdminConfig()
     batches: BatchesConfig = BatchesConfig()
     files: FilesConfig = FilesConfig()
     tracing: TracingConfig = TracingConfig()
@@ -258,7 +285,9 @@ class Config(_Config, frozen=True):
 def server_api_keys(config: Config) -> frozenset[str]:
     """The keys clients may present. `api_keys_env` naming a variable that holds no key, with no
     other key configured, is a ConfigError: the gateway would otherwise run without authentication."""
-    keys = set(config.server.api_keys) | {key for keys in config.server.tenants.values() for key in keys}
+    keys = set(config.server.api_keys) | set(key_tenants(config))
+    if config.server.api_keys_file:
+        keys.update(_file_keys("server.api_keys_file", config.server.api_keys_file))
     if config.server.api_keys_env:
         keys.update(k.strip() for k in os.environ.get(config.server.api_keys_env, "").split(",") if k.strip())
         if not keys:
@@ -268,16 +297,40 @@ def server_api_keys(config: Config) -> frozenset[str]:
 
 
 def key_tenants(config: Config) -> dict[str, str]:
-    """Each tenant key's tenant name (`server.tenants`, checked to name every key once)."""
-    return {key: tenant for tenant, keys in config.server.tenants.items() for key in keys}
+    """Each tenant key's tenant name (`server.tenants`, checked to name every key once), with the
+    keys of `tenants_env` and `tenants_file`."""
+    tenants = {key: tenant for tenant, keys in config.server.tenants.items() for key in keys}
+    for tenant, variable in config.server.tenants_env.items():
+        tenants.update((k.strip(), tenant) for k in os.environ.get(variable, "").split(",") if k.strip())
+    for tenant, path in config.server.tenants_file.items():
+        tenants.update((key, tenant) for key in _file_keys(f"server.tenants_file.{tenant}", path))
+    return tenants
+
+
+def _file_keys(where: str, path: str) -> list[str]:
+    """The keys of a file, one a line (blank lines and `#` comments skipped)."""
+    try:
+        lines = Path(path).expanduser().read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{where}: cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
+    return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
 
 
 def usage_admin_keys(config: Config) -> frozenset[str]:
-    """The keys that may read the usage report: `usage.admin_keys` and `usage.admin_keys_env`."""
-    keys = set(config.usage.admin_keys)
-    if config.usage.admin_keys_env:
-        keys.update(k.strip() for k in os.environ.get(config.usage.admin_keys_env, "").split(",") if k.strip())
+    """The configured admin keys: `usage.admin_keys`, `admin.keys` and their `_env` variables."""
+    keys = set(config.usage.admin_keys) | set(config.admin.keys)
+    for variable in (config.usage.admin_keys_env, config.admin.keys_env):
+        if variable:
+            keys.update(k.strip() for k in os.environ.get(variable, "").split(",") if k.strip())
     return frozenset(keys)
+
+
+def api_keys_enabled(config: Config) -> bool:
+    """Whether keys made through the Admin API are served: `admin.api_keys`, else whether
+    any admin key is configured (one is needed to make the first key)."""
+    if config.admin.api_keys is not None:
+        return config.admin.api_keys
+    return bool(config.usage.admin_keys or config.admin.keys or config.usage.admin_keys_env or config.admin.keys_env)
 
 
 def usage_database_url(config: Config) -> str | None:

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from dragoman.core import limit_settings
-from dragoman.core.config import CacheRouting, Config, ConfigError, UpstreamConfig
+from dragoman.core.config import CacheRouting, Config, ConfigError, UpstreamConfig, api_keys_enabled
 from dragoman.core.config_sift import readable, sift
 
 
@@ -41,7 +41,11 @@ def from_dict(data: dict[str, Any]) -> Config:
 
 def _check(config: Config, problems: list[str]) -> None:
     """What the types cannot say, every problem appended to `problems`."""
-    if (problem := limit_settings.check(config.limits, config.server.tenants)) is not None:
+    server = config.server
+    tenants = {*server.tenants, *server.tenants_env, *server.tenants_file}
+    if api_keys_enabled(config):  # a tenant may be named by keys made at run time
+        tenants |= set(config.limits.tenants)
+    if (problem := limit_settings.check(config.limits, tenants)) is not None:
         problems.append(problem)
     _check_server(config, problems)
     for name, upstream in config.upstreams.items():
@@ -53,6 +57,8 @@ def _check(config: Config, problems: list[str]) -> None:
         for key in ("context_window", "max_output_tokens"):
             if getattr(model, key) is not None and getattr(model, key) < 1:
                 problems.append(f"models.{index}.{key}: must be a positive number of tokens, got {getattr(model, key)}")
+        if model.price is not None and min(msgspec.structs.astuple(model.price)) < 0:
+            problems.append(f"models.{index}.price: prices are 0 or more USD per million tokens")
         if not model.reasoning_efforts:
             problems.append(f"models.{index}.reasoning_efforts: at least one effort is needed")
     for key in ("max_bytes", "max_total_bytes", "max_files"):
@@ -91,8 +97,11 @@ def _check_usage(config: Config, problems: list[str]) -> None:
     if url is not None and not url.startswith(("postgresql://", "postgres://")):  # never quoted: it may hold a password
         problems.append("usage.database_url: must be a postgresql:// URL")
     clients = set(config.server.api_keys) | {key for keys in config.server.tenants.values() for key in keys}
-    if clients & set(usage.admin_keys):  # never print the key
-        problems.append("usage.admin_keys: a key is also a client key (server.api_keys or tenants); use separate keys")
+    for where, admins in (("usage.admin_keys", usage.admin_keys), ("admin.keys", config.admin.keys)):
+        if clients & set(admins):  # never print the key
+            problems.append(f"{where}: a key is also a client key (server.api_keys or tenants); use separate keys")
+    if not 0 < config.admin.poll_interval <= 2:
+        problems.append(f"admin.poll_interval: more than 0 and at most 2 seconds, got {config.admin.poll_interval}")
 
 
 def _check_server(config: Config, problems: list[str]) -> None:

@@ -37,6 +37,7 @@ class TenantLimits(LimitSet, frozen=True):
 
 class LimitsConfig(TenantLimits, frozen=True):
     tenants: dict[str, TenantLimits] = {}  # by tenant of [server] tenants: shared by the tenant's keys
+    keys: dict[str, LimitSet] = {}  # by key id (key_…, as logs name it): one key's own, on top of its tenant's
     queue_timeout: float = 10.0  # seconds a request waits for a max_concurrent slot before its 429
     redis_url: str | None = None  # buckets shared by every worker and replica; in-process otherwise
     redis_prefix: str = "dragoman:limits:"
@@ -45,7 +46,12 @@ class LimitsConfig(TenantLimits, frozen=True):
 
     @property
     def enabled(self) -> bool:
-        return not (self.empty and not self.models and all(t.empty and not t.models for t in self.tenants.values()))
+        return not (
+            self.empty
+            and not self.models
+            and not self.keys
+            and all(t.empty and not t.models for t in self.tenants.values())
+        )
 
 
 def check(limits: LimitsConfig, tenants: Iterable[str]) -> str | None:
@@ -56,6 +62,7 @@ def check(limits: LimitsConfig, tenants: Iterable[str]) -> str | None:
             return f"limits.tenants.{name}: no such tenant in [server] tenants (known: {', '.join(sorted(known)) or 'none'})"
     tables: list[tuple[str, LimitSet]] = [("limits", limits)]
     tables += [(f"limits.models.{m}", s) for m, s in limits.models.items()]
+    tables += [(f"limits.keys.{k}", s) for k, s in limits.keys.items()]
     for name, tenant in limits.tenants.items():
         tables.append((f"limits.tenants.{name}", tenant))
         tables += [(f"limits.tenants.{name}.models.{m}", s) for m, s in tenant.models.items()]

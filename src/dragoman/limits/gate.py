@@ -63,6 +63,16 @@ class _Rule:
 
 
 @dataclass(frozen=True, slots=True)
+class Extra:
+    """A bucket a caller adds to a request's own (a key's money budget, `keys.money`): taken
+    in the same round trip as the limits, refused as it says, settled as it computes."""
+
+    want: Want
+    refusal: Callable[[], LimitReached]
+    settle: Callable[[Outcome], float]  # the delta at the request's end (a refund > 0)
+
+
+@dataclass(frozen=True, slots=True)
 class _Plan:
     rules: tuple[_Rule, ...]
     slots: tuple[tuple[str, int, str], ...]  # (key, max_concurrent, source)
@@ -96,11 +106,13 @@ def window_end(window: str, now: float) -> tuple[str, float]:
 class Admission:
     """What one admitted request took, for its reply's headers and its settlement."""
 
-    __slots__ = ("_gate", "_wants", "_rules", "_levels", "_slots", "_reserved", "_estimate", "_counts", "_now")
+    __slots__ = ("_gate", "_wants", "_rules", "_levels", "_slots", "_reserved", "_estimate", "_counts", "_now",
+                 "_extras")  # fmt: skip
 
     def __init__(self, gate: Limits, wants: list[Want], rules: list[_Rule], taken: Taken, slots: list[tuple[str, str]],
-                 reserved: int, estimate: int, counts: bool) -> None:  # fmt: skip
-        self._gate, self._wants, self._rules, self._levels = gate, wants, rules, taken.levels
+                 reserved: int, estimate: int, counts: bool, extras: tuple[Extra, ...] = ()) -> None:  # fmt: skip
+        self._gate, self._wants, self._rules, self._levels = gate, wants, rules, taken.levels[: len(rules)]
+        self._extras = extras
         self._slots, self._reserved, self._estimate, self._counts = slots, reserved, estimate, counts
         self._now = time.time()
 
@@ -140,8 +152,8 @@ class Admission:
             used_out = self._reserved if served else 0
         else:
             used_out = outcome.output_tokens
-        changes = []
-        for rule, want in zip(self._rules, self._wants, strict=True):
+        changes = [(extra.want, extra.settle(outcome)) for extra in self._extras]
+        for rule, want in zip(self._rules, self._wants[: len(self._rules)], strict=True):
             if rule.kind == "input" and used_in:
                 changes.append((want, -float(used_in)))
             elif rule.kind == "output" and self._reserved != used_out:
@@ -161,13 +173,15 @@ class Limits:
         self.store = store
         self.concurrency: Slots = concurrency or Concurrency()
         self._clock = clock
-        self._plans: dict[tuple[str | None, str | None, str, str], _Plan] = {}
+        self._plans: dict[tuple[str | None, str | None, str, str, LimitSet | None], _Plan] = {}
         self.refused = Counter("dragoman_rate_limited", "Requests refused by a limit of [limits]", ["limit"],
                                registry=registry) if registry is not None else None  # fmt: skip
 
-    async def admit(self, key_id: str | None, tenant: str | None, call: Call, endpoint: str) -> Admission:
-        """Admitted under every limit that applies, or LimitReached (429) naming the limit."""
-        plan = self._plan(key_id, tenant, call.model, call.upstream_model)
+    async def admit(self, key_id: str | None, tenant: str | None, call: Call, endpoint: str,
+                    own: LimitSet | None = None, extras: tuple[Extra, ...] = ()) -> Admission:  # fmt: skip
+        """Admitted under every limit that applies (`own`: the key's own, on top of its tenant's;
+        `extras`: buckets the caller adds), or LimitReached (429) naming the limit."""
+        plan = self._plan(key_id, tenant, call.model, call.upstream_model, own)
         batch = endpoint == "batch"
         held: list[tuple[str, str]] = []
         try:
@@ -181,10 +195,14 @@ class Limits:
             counts = endpoint != "count_tokens"
             reserved = max_tokens(call) if counts and plan.reserves else 0
             wants, rules = self._wants(plan, reserved)
+            wants += [extra.want for extra in extras]
             while True:
-                taken = await self.store.take(wants)
+                taken = await self.store.take(wants) if wants else Taken(True, [])
                 if taken.admitted:
                     break
+                if taken.refused >= len(rules):
+                    self._count("budget")
+                    raise extras[taken.refused - len(rules)].refusal()
                 rule = rules[taken.refused]
                 if not batch or rule.kind == "budget":
                     raise self._refusal(plan, rules, wants, taken)
@@ -193,7 +211,7 @@ class Limits:
             for key, lease in held:
                 self.concurrency.release(key, lease)
             raise
-        return Admission(self, wants, rules, taken, held, reserved, len(call.body) // 4, counts)
+        return Admission(self, wants, rules, taken, held, reserved, len(call.body) // 4, counts, extras)
 
     def _wants(self, plan: _Plan, reserved: int) -> tuple[list[Want], list[_Rule]]:
         wants, rules = [], []
@@ -235,18 +253,21 @@ class Limits:
         if self.refused is not None:
             self.refused.labels(limit.rsplit(".", 1)[-1]).inc()
 
-    def _plan(self, key_id: str | None, tenant: str | None, model: str, upstream_model: str) -> _Plan:
-        cache = (key_id, tenant, model, upstream_model)
+    def _plan(self, key_id: str | None, tenant: str | None, model: str, upstream_model: str,
+              own: LimitSet | None = None) -> _Plan:  # fmt: skip
+        cache = (key_id, tenant, model, upstream_model, own)
         plan = self._plans.get(cache)
         if plan is None:
             if len(self._plans) > 100_000:  # keys are bounded by the configuration; models may not be
                 self._plans.clear()
-            plan = self._plans[cache] = _make_plan(self.config, key_id, tenant, model, upstream_model)
+            plan = self._plans[cache] = _make_plan(self.config, key_id, tenant, model, upstream_model, own)
         return plan
 
 
-def _make_plan(config: LimitsConfig, key_id: str | None, tenant: str | None, model: str, upstream_model: str) -> _Plan:
-    """The buckets and slots of one subject (tenant, key or everyone) for one model."""
+def _make_plan(config: LimitsConfig, key_id: str | None, tenant: str | None, model: str, upstream_model: str,
+               key_limits: LimitSet | None = None) -> _Plan:  # fmt: skip
+    """The buckets and slots of one subject (tenant, key or everyone) for one model, and of
+    the key itself when it has limits of its own (`key_limits`, or `limits.keys`)."""
     table = config.tenants.get(tenant) if tenant is not None else None
     if tenant is not None:
         subject, who = f"t:{tenant}", f"tenant {tenant}"
@@ -262,10 +283,22 @@ def _make_plan(config: LimitsConfig, key_id: str | None, tenant: str | None, mod
         if name in config.models:
             scopes.append((name, _values(config.models[name], f"limits.models.{name}")))
             break
+    mine = config.keys.get(key_id) if key_id is not None and key_limits is None else key_limits
+    if mine is not None and not mine.empty:
+        # the key's own limits, on top of its tenant's (or, without a tenant, in place of [limits]'s)
+        where = f"limits.keys.{key_id}" if key_limits is None else f"api_keys.{key_id}.limits"
+        if tenant is None:
+            scopes[0] = ("*", _values(mine, where, config, "limits"))
+        else:
+            scopes.append(("*", _values(mine, where)))
+            who = f"key {key_id} of tenant {tenant}"
     rules: list[_Rule] = []
     slots: list[tuple[str, int, str]] = []
-    for scope, values in scopes:
-        prefix = f"{{{subject}}}:{scope}:"  # {t:team-a}:*: or {k:key_…}:model-name:
+    for index, (scope, values) in enumerate(scopes):
+        own_scope = mine is not None and not mine.empty and tenant is not None and index == len(scopes) - 1
+        prefix = (
+            f"{{k:{key_id}}}:{scope}:" if own_scope else f"{{{subject}}}:{scope}:"
+        )  # {t:team-a}:*: or {k:key_…}:model:
         for name, header, kind in DIMENSIONS:
             if name in values:
                 capacity, source = values[name]
@@ -293,10 +326,13 @@ def _values(own: LimitSet, path: str, base: LimitSet | None = None, base_path: s
     return values
 
 
-def build(config: LimitsConfig, registry: CollectorRegistry | None = None) -> Limits | None:
-    """The gateway's limits, or None when none are configured."""
-    if not config.enabled:
+def build(
+    config: LimitsConfig, registry: CollectorRegistry | None = None, *, cls: type[Limits] | None = None
+) -> Limits | None:
+    """The gateway's limits, or None when none are configured (`cls`: a subclass, built always)."""
+    if not config.enabled and cls is None:
         return None
+    cls = cls or Limits
     store: Store
     if config.redis_url:
         from dragoman.limits.fallback import outage_counter
@@ -309,5 +345,5 @@ def build(config: LimitsConfig, registry: CollectorRegistry | None = None) -> Li
                            fail_open=config.on_redis_error == "fail_open",
                            on_error=errors.inc if errors is not None else lambda: None,
                            on_outage=outage_counter(registry, config.on_redis_error))  # fmt: skip
-        return Limits(config, store, registry, concurrency=SharedConcurrency(store))
-    return Limits(config, LocalStore(), registry)
+        return cls(config, store, registry, concurrency=SharedConcurrency(store))
+    return cls(config, LocalStore(), registry)

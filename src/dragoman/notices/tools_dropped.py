@@ -18,7 +18,7 @@ NOTE, marked as the gateway's. It cannot corrupt the conversation:
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -93,8 +93,7 @@ def noted(reply: Reply, call: Call, mode: NoticeMode) -> Reply:
         if reply.status == 200:
             reply.body = _message_with_note(reply.body)
         return reply
-    reply.chunks = _stream_with_note(reply.chunks)
-    reply.direct = None  # every chunk passes through here
+    reply.transform(_NoteBeforeEnd())
     return reply
 
 
@@ -117,28 +116,37 @@ def note_events(index: int) -> bytes:
     return b"".join(b"event: %s\ndata: %s\n\n" % (name.encode(), msgspec.json.encode(data)) for name, data in events)
 
 
-async def _stream_with_note(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The stream as it comes, with the note's block inserted before `message_delta`, after
-    every block of the model's. Whole events are passed on at once; only a partial one waits."""
-    pending, next_index, done = b"", 0, False
-    async for chunk in chunks:
-        if done:
-            yield chunk
-            continue
-        pending += chunk
-        out = bytearray()
-        while not done and (end := _EVENT_END.search(pending)):
-            event, pending = pending[: end.end()], pending[end.end() :]
-            if b"message_delta" in event and event.lstrip().startswith(b"event: message_delta"):
-                out += note_events(next_index)
-                done = True
-            elif b"content_block_start" in event and (index := _INDEX.search(event)):
-                next_index = max(next_index, int(index.group(1)) + 1)
+class _NoteBeforeEnd:
+    """A stream transform (`calls.streams`): the note's block goes in before `message_delta`,
+    after every block of the model's. Whole events pass at once; a partial one (a stream no
+    pump cuts into events) waits for its end, until the note is in."""
+
+    __slots__ = ("next_index", "done", "pending")
+
+    def __init__(self) -> None:
+        self.next_index = 0
+        self.done = False
+        self.pending = b""
+
+    def feed(self, chunk: bytes) -> Iterable[bytes]:
+        if self.done:
+            return (chunk,)
+        data, out, start = self.pending + chunk, bytearray(), 0
+        for end in _EVENT_END.finditer(data):
+            event, start = data[start : end.end()], end.end()
+            if not self.done and event.lstrip().startswith(b"event: message_delta"):
+                out += note_events(self.next_index)
+                self.done = True
+            elif not self.done and b"content_block_start" in event and (index := _INDEX.search(event)):
+                self.next_index = max(self.next_index, int(index.group(1)) + 1)
             out += event
-        if done:
-            out += pending
-            pending = b""
-        if out:
-            yield bytes(out)
-    if pending:
-        yield pending
+        if self.done:
+            out += data[start:]
+            self.pending = b""
+        else:
+            self.pending = data[start:]
+        return (bytes(out),) if out else ()
+
+    async def finish(self) -> AsyncIterator[bytes]:
+        if self.pending:  # a stream that ended without message_delta: what it sent, as it sent it
+            yield self.pending

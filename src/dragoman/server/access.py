@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dragoman.assembly.observe import json_line, log
-from dragoman.server.auth import key_id, presented_key
+from dragoman.server.auth import presented_key
 
 PROBES = frozenset({"/health", "/ready", "/metrics"})
 IDS = ("model_id", "batch_id", "file_id")  # path parameters worth a field of their own
@@ -75,9 +75,10 @@ def _key_fields(scope: Scope) -> dict[str, object]:
     gateway knows (an unknown one is no one's; the key itself is never logged)."""
     app = scope.get("app")
     gateway = getattr(getattr(app, "state", None), "gateway", None)
-    if gateway is None or not gateway.api_keys:
-        return {}
-    key = presented_key(Request(scope))
-    if key is None or key not in gateway.api_keys:
-        return {}
-    return {"key_id": key_id(key), "tenant": gateway.tenants.get(key)}
+    grant = scope.get("state", {}).get("grant")
+    if grant is None and gateway is not None:  # an admin endpoint, or one that refused the key
+        key = presented_key(Request(scope))
+        grant = gateway.keyring.lookup(key) if key is not None else None
+    fields: dict[str, object] = {} if grant is None else {"key_id": grant.id, "tenant": grant.tenant}
+    fields.update(scope.get("state", {}).get("admin", {}))  # what an Admin API request changed
+    return fields

@@ -19,11 +19,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from dragoman.assembly.gateway import Gateway
 from dragoman.assembly.observe import capped, configure_logging
 from dragoman.assembly.pipeline import Endpoint
-from dragoman.calls.types import Backend
+from dragoman.calls.types import Backend, Outcome
 from dragoman.core import ids
 from dragoman.core.config import Config
 from dragoman.core.errors import GatewayError, MethodNotAllowed, NotFound, Overloaded
-from dragoman.server import batch_endpoints, endpoints, file_endpoints, usage_endpoints
+from dragoman.server import batch_endpoints, endpoints, file_endpoints, key_endpoints, usage_endpoints
 from dragoman.server.access import AccessLogMiddleware
 from dragoman.server.disconnect import ClientLeft
 
@@ -56,15 +56,14 @@ class RequestIdMiddleware:
 
 
 def error_response(scope: Scope, gateway: Gateway, error: GatewayError, *, with_id: bool = False) -> Response:
-    """The one error renderer: Anthropic's envelope, and the outcome recorded."""
+    """The one error renderer: Anthropic's envelope; a request's outcome ends with it."""
     state = scope.get("state", {})
     request_id = state.get("request_id")
     outcome = state.get("outcome")
     state["error_type"] = error.type  # for the access line (server/access.py)
     if outcome is not None:  # a /v1/messages request that failed before its reply
-        outcome.status, outcome.error_type = error.status, error.type
-        outcome.upstream_failed = error.is_upstream
-        gateway.metrics.record(outcome)
+        outcome.failed(error)
+        outcome.finish.end()  # settled before the answer goes out
     headers = error.headers()
     if with_id and request_id:
         headers["request-id"] = request_id
@@ -107,13 +106,16 @@ class App:
             await self.starlette(scope, receive, send)
             return
         scope.setdefault("state", {})["request_id"] = request_id = ids.request_id()
+        outcome = self.gateway.metrics.outcome(request_id, endpoint)
+        with outcome.finish:  # however it ends, what it held is released and it is recorded, once
+            await self._serve(scope, receive, send, endpoint, outcome)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint, outcome: Outcome) -> None:
+        request_id = outcome.request_id
         try:
-            response = await endpoints.serve(self.gateway, Request(scope, receive), endpoint)
+            response = await endpoints.serve(self.gateway, Request(scope, receive), endpoint, outcome)
         except ClientLeft:  # gone while sending its request: nobody to answer
-            outcome = scope["state"].get("outcome")
-            if outcome is not None:
-                outcome.status, outcome.disconnected = 499, True
-                self.gateway.metrics.record(outcome)
+            outcome.left()
             return
         except GatewayError as error:
             response = error_response(scope, self.gateway, error, with_id=True)
@@ -204,6 +206,7 @@ def _routes() -> list[Route]:
             Route(prefix + "/files/{file_id}/content", file_endpoints.download, methods=["GET"], name="files.content"),
             Route(f"{prefix}/organizations/usage_report/messages", usage_endpoints.messages_report, methods=["GET"],
                   name="usage_report"),
+            *key_endpoints.routes(prefix),
         ]  # fmt: skip
     return routes
 
@@ -238,6 +241,7 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
         await gateway.batches.start()
         if gateway.usage is not None:
             gateway.usage.start()
+        gateway.keyring.start()
         try:
             yield
         finally:

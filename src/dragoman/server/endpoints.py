@@ -44,20 +44,20 @@ def _gateway(request: Request) -> Gateway:
 def authorized(request: Request) -> Gateway:
     """The gateway, once the request's key is checked (every route but the open ones)."""
     gateway = _gateway(request)
-    auth.check(request, gateway.api_keys, gateway.admin_keys)
+    request.scope.setdefault("state", {})["grant"] = auth.check(request, gateway.keyring)
     return gateway
 
 
 def owner(request: Request, gateway: Gateway) -> str:
     """Whose files and batches this (authorized) request sees: see `auth.owner`."""
-    return auth.owner(request, gateway.api_keys, shared=gateway.config.server.share_between_keys,
-                      tenants=gateway.tenants, owners=gateway.owners)  # fmt: skip
+    return auth.owner(request, request.scope["state"].get("grant"), shared=gateway.config.server.share_between_keys,
+                      owners=gateway.owners)  # fmt: skip
 
 
 def caller(request: Request, gateway: Gateway) -> Caller:
     """Who sent this (authorized) request: its owner, key id and tenant (see `auth.caller`)."""
-    return auth.caller(request, gateway.api_keys, shared=gateway.config.server.share_between_keys,
-                       tenants=gateway.tenants, owners=gateway.owners)  # fmt: skip
+    return auth.caller(request, request.scope["state"].get("grant"), shared=gateway.config.server.share_between_keys,
+                       owners=gateway.owners)  # fmt: skip
 
 
 def struct_response(value: object) -> Response:
@@ -147,7 +147,7 @@ class EventStreamResponse(StreamingResponse):
                         if not self.head_sent:
                             await self._refuse(send, outcome, stopping)
                         else:
-                            outcome.error_type = stopping.type
+                            outcome.failed(stopping, committed=True)
                             await send({"type": "http.response.body", "body": stopping.event(), "more_body": True})
                             await send({"type": "http.response.body", "body": b"", "more_body": False})
                         finished = True
@@ -162,7 +162,7 @@ class EventStreamResponse(StreamingResponse):
                 await close()  # runs the stream's own clean-up now (closing the upstream), not at garbage collection
             if self.on_close is not None:
                 self.on_close()
-            metrics.record(outcome)
+            outcome.finish.end()  # the stream's end is the request's
 
     async def _relay(self, send: Send, outcome: Outcome) -> None:
         """The head with the first chunk, the chunks that are not written directly, the end."""
@@ -199,7 +199,7 @@ class EventStreamResponse(StreamingResponse):
                 break
             except GatewayError as error:
                 log.warning("stream from %s failed: %s", outcome.upstream, capped(error.message))
-                outcome.error_type, outcome.upstream_failed = error.type, error.is_upstream
+                outcome.failed(error, committed=True)
                 chunk, failed = error.event(), True
             except Exception:  # a bug: the client still gets a well-formed end
                 log.exception("stream from %s failed", outcome.upstream)
@@ -216,7 +216,7 @@ class EventStreamResponse(StreamingResponse):
     async def _refuse(self, send: Send, outcome: Outcome, error: GatewayError) -> None:
         """The whole answer to a stream that failed before its head went out: the error's
         status and envelope, as a request that fails before its stream would get."""
-        outcome.status, outcome.error_type, outcome.upstream_failed = error.status, error.type, error.is_upstream
+        outcome.failed(error)
         headers = error.headers()
         if self.request_id:
             headers["request-id"] = self.request_id
@@ -262,14 +262,17 @@ def render(reply: Reply, request_id: str, outcome: Outcome, metrics: Metrics) ->
                                on_close=reply.on_close, direct=reply.direct, request_id=request_id)  # fmt: skip
 
 
-async def serve(gateway: Gateway, request: Request, endpoint: Endpoint) -> Response:
-    """POST /v1/messages and /v1/messages/count_tokens, through the gateway's pipeline."""
+async def serve(gateway: Gateway, request: Request, endpoint: Endpoint, outcome: Outcome | None = None) -> Response:
+    """POST /v1/messages and /v1/messages/count_tokens, through the gateway's pipeline. The
+    caller wraps it, and the sending of its response, in `with outcome.finish:`."""
     state = request.scope["state"]
-    outcome = state["outcome"] = Outcome(request_id=state["request_id"], endpoint=endpoint)
+    if outcome is None:
+        outcome = gateway.metrics.outcome(state["request_id"], endpoint)
+    state["outcome"] = outcome
     tracing = gateway.pipeline.tracing
     if tracing is not None:
         outcome.trace = tracing.request(request.headers, endpoint, request.scope["path"])
-    auth.check(request, gateway.api_keys, gateway.admin_keys)
+    state["grant"] = auth.check(request, gateway.keyring)
     who = caller(request, gateway)
     outcome.key_id, outcome.tenant = who.key_id, who.tenant  # a body that fails to arrive is accounted too
     body = await _read_body(request, gateway.config.server.max_request_bytes)
@@ -285,22 +288,23 @@ async def serve(gateway: Gateway, request: Request, endpoint: Endpoint) -> Respo
         raise
     finally:
         if prepared.turn is not None:
-            _follow(prepared.turn, reply)
+            _follow(prepared.turn, reply, outcome)
     if isinstance(reply, Response):  # the client left
         return reply
     if prepared.admission is not None:  # JSON or a stream's head: Anthropic's anthropic-ratelimit-* headers
         reply.headers.update(prepared.admission.headers())
-    return render(observe(reply, outcome, gateway.metrics), outcome.request_id, outcome, gateway.metrics)
+    if isinstance(observe(reply, outcome), Completed):
+        outcome.finish.end()  # the body is whole: settled before it goes out
+    return render(reply, outcome.request_id, outcome, gateway.metrics)
 
 
-def _follow(turn: Turn, reply: Reply | Response | None) -> None:
+def _follow(turn: Turn, reply: Reply | Response | None, outcome: Outcome) -> None:
     """Hold a threaded reply once it is whole: now, or as its stream goes by. None (a
     failure) or a client that left ends the turn with nothing held."""
     if isinstance(reply, Completed):
         turn.answered_json(reply.status, reply.body)
     elif isinstance(reply, Streaming):
-        reply.chunks = turn.watch(reply.chunks)
-        reply.direct = None  # every chunk passes `watch`
+        turn.follow(reply, outcome.finish)
     else:
         turn.answered(None)
 
@@ -318,9 +322,7 @@ async def _send(gateway: Gateway, request: Request, prepared: Prepared, endpoint
         except ClientLeft:
             outcome = prepared.call.outcome
             assert outcome is not None
-            outcome.disconnected = True
-            outcome.status = 499  # nobody to answer; the log and metrics still say so
-            gateway.metrics.record(outcome)
+            outcome.left()  # nobody to answer; the log and metrics still say so
             return Response(status_code=499)
         raise
     finally:

@@ -18,7 +18,7 @@ async def messages_report(request: Request) -> Response:
     """GET /v1/organizations/usage_report/messages: what this process holds is written
     first, so that a report includes every request finished before it was asked for."""
     gateway = _gateway(request)
-    auth.check_admin(request, gateway.admin_keys, gateway.api_keys)
+    auth.check_admin(request, gateway.keyring)
     if gateway.usage is None:
         raise NotFound("usage accounting is off (usage.enabled = false)")
     params = request.query_params

@@ -217,7 +217,7 @@ class HttpClient:
         elif not request.counted:
             request.counted = True
             # Not a closure over the client: the outcome would keep its pool and sockets alive.
-            request.outcome.on_finish(functools.partial(_release, placement, request))
+            request.outcome.finish.hold(functools.partial(_release, placement, request))
 
     async def _attempts(self, request: Sending, raw: bool) -> Response:
         replicas = self.replicas

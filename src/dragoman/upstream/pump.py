@@ -6,14 +6,18 @@ and that is a `Transformer`. The pump owns the rest, once: waiting for the body 
 (a retried stream's may come from another instance), keep-alives on silence, the idle
 timeout (`keepalive.ReadWatch`), writing straight to the client from the connection's
 callback once the stream has started (`DirectWrites`), and what becomes of the upstream
-response at the end (reused, read to its end in the background, or closed).
+response at the end (reused, read to its end in the background, or closed). It also runs
+the reply's observers and transforms (`calls.streams`) on what it yields and what it writes
+directly alike, so that nothing else needs to wrap a stream.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from typing import Generic, Protocol, TypeVar
 
+from dragoman.calls.streams import StagedWriter, Stages
 from dragoman.calls.types import ClientWriter, DirectWrites
 from dragoman.core.config import UpstreamConfig
 from dragoman.upstream.errors import upstream_errors
@@ -97,7 +101,7 @@ class Pump:
 class _Run(Generic[T]):
     """One stream being pumped."""
 
-    __slots__ = ("_name", "_pump", "_response", "_t", "_watch", "_writes", "_failed")
+    __slots__ = ("_name", "_pump", "_response", "_t", "_watch", "_writes", "_failed", "_stages", "_staged")
 
     def __init__(
         self, pump: Pump, response: Response, transformer: Transformer[T], direct: DirectWrites | None
@@ -109,23 +113,26 @@ class _Run(Generic[T]):
         self._watch: ReadWatch  # made once the stream is read: it times the reading task
         self._writes = direct if direct is not None else DirectWrites()
         self._failed: BaseException | None = None  # what a direct write raised, raised again by `outputs`
+        self._stages: Stages | None = None  # the reply's observers and transforms (`calls.streams`), if any
+        self._staged: StagedWriter | None = None  # the client's writer behind them
 
     async def outputs(self) -> AsyncGenerator[T, None]:
         pump, t, writes = self._pump, self._t, self._writes
         self._watch = watch = ReadWatch.for_upstream(pump._upstream, interval=pump._keepalive, name=pump.name)
+        self._stages = stages = writes.stages  # registered before the first output was asked for
         opening = self._response.opening  # a stream's head alone is no answer: until its body begins
         finished = False
         try:
             if opening is not None:
                 async for keepalive in self._begin(opening):
-                    yield keepalive
+                    yield self._keepalive(keepalive)
             response = self._response  # the one whose body began
             while not t.ended:
                 if t.started and writes.writer is not None:
                     if await self._drain():  # a silence
                         ping = t.silence()
                         if ping is not None:
-                            yield ping
+                            yield self._keepalive(ping)
                         continue
                     if t.ended:
                         break
@@ -135,16 +142,28 @@ class _Run(Generic[T]):
                 except Silence:
                     ping = t.silence()
                     if ping is not None:
-                        yield ping
+                        yield self._keepalive(ping)
                     continue
                 if not data:
                     break
-                for out in t.feed(data):
-                    yield out
+                if stages is None:
+                    for out in t.feed(data):
+                        yield out
+                else:
+                    for out in t.feed(data):
+                        for staged in stages.out(out):  # type: ignore[arg-type]  # staged streams are bytes
+                            yield staged  # type: ignore[misc]
             if t.cut:
                 self._response.close()  # the generation stops now, not after the reply's last outputs
             async for out in t.finish():
-                yield out
+                if stages is None:
+                    yield out
+                else:
+                    for staged in stages.out(out):  # type: ignore[arg-type]
+                        yield staged  # type: ignore[misc]
+            if stages is not None and stages.transforms:
+                async for out in self._ends(stages):
+                    yield out
             finished = True
             if not t.cut:
                 end_body(self._response)  # the client's reply ends now, not when the server ends its body
@@ -155,6 +174,35 @@ class _Run(Generic[T]):
             if not finished:
                 self._response.close()  # stops the backend's generation
                 t.abandoned()
+
+    def _keepalive(self, keepalive: T) -> T:
+        if self._stages is not None:
+            self._stages.seen(keepalive)  # type: ignore[arg-type]
+        return keepalive
+
+    async def _ends(self, stages: Stages) -> AsyncIterator[T]:
+        """The transforms' last outputs (`Stages.ends`), with keep-alives while they take time
+        (a verdict awaited, another upstream call): the client sees the stream alive."""
+        ends = stages.ends()
+        try:
+            while True:
+                step = asyncio.ensure_future(anext(ends))
+                try:
+                    while not (await asyncio.wait({step}, timeout=self._pump._keepalive))[0]:
+                        ping = self._t.silence()
+                        if ping is not None:
+                            yield self._keepalive(ping)
+                finally:
+                    if not step.done():  # the client left: the transform's wait ends with it
+                        step.cancel()
+                        await asyncio.wait({step})
+                try:
+                    out = step.result()
+                except StopAsyncIteration:
+                    return
+                yield out  # type: ignore[misc]  # staged streams are bytes
+        finally:
+            await ends.aclose()
 
     async def _begin(self, opening: Opening) -> AsyncIterator[T]:
         """Keep-alives until the body begins: it may come from another instance (no content
@@ -190,6 +238,11 @@ class _Run(Generic[T]):
         if writer is None or self._failed is not None or not writer.ready():
             return False  # e.g. the client is slow: this read goes through `readany`, and `send` waits
         self._watch.touch()
+        if self._stages is not None:  # the observers and transforms see what is written directly too
+            staged = self._staged
+            if staged is None or staged.inner is not writer:
+                staged = self._staged = self._stages.writer(writer)
+            writer = staged
         try:
             self._t.feed_to(data, writer)
         except BaseException as error:  # noqa: BLE001 - raised again by `outputs`

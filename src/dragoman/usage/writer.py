@@ -63,7 +63,7 @@ class UsageWriter:
             self.dropped += excess
 
     def opened(self, outcome: Outcome) -> None:
-        """A stream began (its head is about to go out): journaled each tick until it ends."""
+        """A request began: while it is a stream that has relayed tokens, journaled each tick until it ends."""
         if self.journal is not None:
             self._streams[outcome.request_id] = outcome
 
@@ -72,6 +72,8 @@ class UsageWriter:
         now = time.perf_counter()
         records = []
         for outcome in self._streams.values():
+            if outcome.first_byte is None:
+                continue  # not a stream, or none of its tokens relayed yet: nothing a client got to record
             record = record_of(outcome, now - outcome.started)
             relayed = outcome.progress() if outcome.progress is not None else None
             records.append(replace(record, error_type=CRASHED, disconnected=True,

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from dragoman.assembly.request_trace import RequestTrace
+from dragoman.calls.types import Streaming
 
 
 def event(name: str, data: dict, newline: str = "\n") -> bytes:
@@ -34,8 +35,11 @@ def watched(chunks: list[bytes]) -> tuple[RequestTrace, bytes]:
         for piece in chunks:
             yield piece
 
+    reply = Streaming(source())
+    reply.observe(trace.seen)
+
     async def drain() -> bytes:
-        return b"".join([piece async for piece in trace.watch(source())])
+        return b"".join([piece async for piece in reply.chunks])
 
     return trace, asyncio.run(drain())
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from dragoman.assembly.threads import ThreadError, ThreadNotFound, ThreadStore
+from dragoman.calls.types import Outcome, Streaming
 from dragoman.translate import fold
 
 
@@ -139,8 +140,12 @@ def _watch(store: ThreadStore, chunks: list[bytes]) -> None:
             for chunk in chunks:
                 yield chunk
 
-        async for _ in turn.watch(source()):
-            pass
+        reply = Streaming(source())
+        outcome = Outcome(request_id="req_1", endpoint="messages")
+        with outcome.finish:
+            turn.follow(reply, outcome.finish)
+            async for _ in reply.chunks:
+                pass
 
     asyncio.run(relay())
 

@@ -474,3 +474,31 @@ def test_every_problem_is_reported_with_a_suggestion_for_typos() -> None:
 
 def test_one_problem_is_one_line_without_a_count() -> None:
     assert failure(good(server={"prot": 1})) == "server.prot: unknown key (did you mean port?)"
+
+
+def test_tenant_keys_come_from_the_environment_and_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "b").write_text("# team b\nsk-b1\n\n  sk-b2  \n")
+    (tmp_path / "loose").write_text("sk-loose\n")
+    monkeypatch.setenv("TEAM_A_KEYS", "sk-a1, sk-a2")
+    loaded = config_load.from_dict(good(server={"tenants_env": {"team-a": "TEAM_A_KEYS"},
+                                                "tenants_file": {"team-b": str(tmp_path / "b")},
+                                                "api_keys_file": str(tmp_path / "loose")}))  # fmt: skip
+    assert config.key_tenants(loaded) == {"sk-a1": "team-a", "sk-a2": "team-a", "sk-b1": "team-b", "sk-b2": "team-b"}
+    assert config.server_api_keys(loaded) == {"sk-a1", "sk-a2", "sk-b1", "sk-b2", "sk-loose"}
+    missing = config_load.from_dict(good(server={"tenants_file": {"team-c": str(tmp_path / "none")}}))
+    with pytest.raises(ConfigError, match="server.tenants_file.team-c: cannot read"):
+        config.key_tenants(missing)
+
+
+def test_admin_keys_and_keys_made_at_run_time() -> None:
+    assert not config.api_keys_enabled(config_load.from_dict(good()))
+    with_admin = config_load.from_dict(
+        good(admin={"keys": ["sk-adm"]}, limits={"tenants": {"any-team": {"requests_per_minute": 5}}})
+    )
+    assert config.api_keys_enabled(with_admin) and config.usage_admin_keys(with_admin) == {"sk-adm"}
+    assert "admin.poll_interval" in failure(good(admin={"poll_interval": 5}))
+    assert "admin.keys: a key is also a client key" in failure(good(admin={"keys": ["k"]}, server={"api_keys": ["k"]}))
+    assert "models.0.price" in failure(good(models=[{"name": "m", "upstream": "local", "price": {"input": -1}}]))
+    assert "limits.keys.key_x.requests_per_minute" in failure(
+        good(limits={"keys": {"key_x": {"requests_per_minute": 0}}})
+    )

@@ -28,8 +28,9 @@ class Recorder(Metrics):
 
 
 def serve(chunks: AsyncIterator[bytes]) -> tuple[list[dict[str, Any]], Outcome, Recorder]:
-    outcome = Outcome(request_id="req_1", endpoint="messages", upstream="up")
     metrics = Recorder()
+    outcome = metrics.outcome("req_1", "messages")
+    outcome.upstream = "up"
     response = EventStreamResponse(chunks, headers={}, status_code=200, outcome=outcome, metrics=metrics)
     sent: list[dict[str, Any]] = []
 
@@ -103,8 +104,8 @@ def test_a_client_gone_stops_the_stream_and_closes_it() -> None:
         finally:
             closed.append(True)
 
-    outcome = Outcome(request_id="req_1", endpoint="messages")
     metrics = Recorder()
+    outcome = metrics.outcome("req_1", "messages")
     response = EventStreamResponse(chunks(), headers={}, status_code=200, outcome=outcome, metrics=metrics)
 
     async def receive() -> dict[str, Any]:

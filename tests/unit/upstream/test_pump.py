@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from dragoman.calls.types import ClientWriter, DirectWrites
+from dragoman.calls.types import ClientWriter, DirectWrites, Streaming
 from dragoman.core.config_load import from_dict
 from dragoman.core.errors import GatewayError, UpstreamError
 from dragoman.upstream.pump import Pump
@@ -154,3 +154,117 @@ def test_a_stream_that_fails_tells_its_transformer_so_and_one_that_ends_does_not
 
     assert asyncio.run(go([b"a", b"bad"])).left  # it notes the usage reported so far
     assert not asyncio.run(go([b"a", b"end"])).left
+
+
+class HoldEnd:
+    """Holds the piece saying END until `verdict` is set, then sends it after its own."""
+
+    def __init__(self) -> None:
+        self.verdict = asyncio.Event()
+        self.held: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> Iterable[bytes]:
+        if chunk == b"END":
+            self.held.append(chunk)
+            return ()
+        return (chunk.lower(),)
+
+    async def finish(self) -> AsyncIterator[bytes]:
+        await self.verdict.wait()
+        yield b"VERDICT"
+        for chunk in self.held:
+            yield chunk
+
+
+def staged_run(reads: list[bytes | float], *stages: Any, keepalive: float = 15) -> tuple[list[bytes], Writer, Any]:
+    """The pump in direct mode with `stages` registered on the reply as the assembly does
+    (observers are lists to append to); what was yielded, and the client's writer."""
+    writer = Writer()
+    direct = DirectWrites(writer)
+    reply = Streaming(pump(keepalive).run(ScriptedResponse(reads), Upper(), direct), direct=direct)  # type: ignore[arg-type]
+    for stage in stages:
+        if isinstance(stage, list):
+            reply.observe(stage.append)
+        else:
+            reply.transform(stage)
+
+    async def go() -> list[bytes]:
+        return [chunk async for chunk in reply.chunks]
+
+    return asyncio.run(go()), writer, reply
+
+
+def test_an_observer_sees_every_byte_the_client_gets_when_the_pump_writes_directly() -> None:
+    seen: list[bytes] = []
+    yielded, writer, _ = staged_run([b"a", b"b", b"c", b"end"], seen)
+    assert writer.written == [b"B", b"C", b"END"]  # written directly, past any wrapper of `chunks`
+    assert seen == [b"A", b"B", b"C", b"END", b"FIN"] == [yielded[0], *writer.written, yielded[1]]
+
+
+def test_an_observer_sees_the_keepalives_too() -> None:
+    seen: list[bytes] = []
+    yielded, writer, _ = staged_run([b"a", 0.3, b"end"], seen, keepalive=0.05)
+    assert b":\n\n" in seen and seen == [*yielded[:-1], *writer.written, yielded[-1]]
+
+
+def test_a_transform_holding_the_last_event_sends_it_after_its_verdict_in_direct_mode() -> None:
+    hold, seen = HoldEnd(), []
+    hold.verdict.set()
+    yielded, writer, _ = staged_run([b"a", b"b", b"end"], hold, seen)
+    assert writer.written == [b"b"]  # END held back, the rest rewritten on the way
+    assert yielded == [b"a", b"fin", b"VERDICT", b"END"]
+    assert seen == [b"a", b"b", b"fin", b"VERDICT", b"END"]  # observers see what the client gets
+
+
+def test_keepalives_go_on_while_a_transform_waits_for_its_verdict() -> None:
+    hold, seen = HoldEnd(), []
+    out: list[bytes] = []
+
+    async def go() -> None:
+        writer = Writer()
+        direct = DirectWrites(writer)
+        reply = Streaming(pump(0.02).run(ScriptedResponse([b"a", b"end"]), Upper(), direct), direct=direct)  # type: ignore[arg-type]
+        reply.transform(hold)
+        reply.observe(seen.append)
+        async for chunk in reply.chunks:
+            out.append(chunk)
+            if out.count(b":\n\n") == 3:  # the stream stayed alive while the verdict was awaited
+                hold.verdict.set()
+
+    asyncio.run(go())
+    assert out == [b"a", b"fin", b":\n\n", b":\n\n", b":\n\n", b"VERDICT", b"END"]
+    assert seen == out
+
+
+def test_a_client_leaving_during_the_verdict_ends_the_transforms_wait() -> None:
+    hold = HoldEnd()
+
+    async def go() -> bool:
+        direct = DirectWrites(Writer())
+        reply = Streaming(pump(0.02).run(ScriptedResponse([b"a", b"end"]), Upper(), direct), direct=direct)  # type: ignore[arg-type]
+        reply.transform(hold)
+        chunks = reply.chunks
+        async for chunk in chunks:
+            if chunk == b":\n\n":
+                break
+        await chunks.aclose()  # type: ignore[attr-defined]
+        return hold.verdict.is_set()
+
+    assert asyncio.run(go()) is False  # closed without waiting for a verdict that never comes
+
+
+def test_a_stream_without_a_pump_runs_its_stages_around_its_chunks() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        for chunk in (b"A", b"END"):
+            yield chunk
+
+    hold, seen = HoldEnd(), []
+    hold.verdict.set()
+    reply = Streaming(chunks())
+    reply.transform(hold)
+    reply.observe(seen.append)
+
+    async def go() -> list[bytes]:
+        return [chunk async for chunk in reply.chunks]
+
+    assert asyncio.run(go()) == seen == [b"a", b"VERDICT", b"END"]

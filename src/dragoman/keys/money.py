@@ -1,0 +1,115 @@
+"""Money budgets: a key's spend per calendar day, week (from Monday) or month, UTC, priced
+by `[[models]] price` (USD per million tokens) and counted in nano-dollars.
+
+A request reserves its most (its input estimated from its size, and `max_tokens`) when it
+starts and is settled with its real usage when it ends, however it ends, as the output-token
+bucket is. The bucket is counted in the limits' store (Redis when configured, in the same
+round trip). It holds SPAN nano-dollars and starts full; a request is admitted while the
+spend (SPAN - level) is below the budget, so a changed budget keeps what was spent."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+
+from dragoman.calls.types import Call, Outcome, max_tokens
+from dragoman.keys.records import Budget, Grant
+from dragoman.limits.gate import Extra, LimitReached, rfc3339
+from dragoman.limits.store import Want
+
+NANO = 1_000  # nano-dollars per token for a price of 1 USD per million tokens
+SPAN = 4e15  # a budget bucket's capacity in nano-dollars ($4M): exact in a double, more than any budget
+MOST_CENTS = 100_000_000  # the largest budget accepted ($1M)
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """Nano-dollars per token."""
+
+    input: float
+    output: float
+    cache_read: float
+    cache_write: float
+
+    def of(self, input_tokens: int, output_tokens: int, cache_read: int = 0, cache_write: int = 0) -> float:
+        return (input_tokens * self.input + output_tokens * self.output + cache_read * self.cache_read
+                + cache_write * self.cache_write)  # fmt: skip
+
+
+class Prices:
+    """The price of each configured model, by its name and its aliases."""
+
+    def __init__(self, models: Iterable[tuple[str, Iterable[str], object]]) -> None:
+        self._by_name: dict[str, Price] = {}
+        for name, aliases, price in models:
+            if price is None:
+                continue
+            each = Price(*(getattr(price, f) * NANO for f in ("input", "output", "cache_read", "cache_write")))
+            for alias in (name, *aliases):
+                self._by_name.setdefault(alias, each)
+
+    def __bool__(self) -> bool:
+        return bool(self._by_name)
+
+    def get(self, *names: str) -> Price | None:
+        for name in names:
+            price = self._by_name.get(name)
+            if price is not None:
+                return price
+        return None
+
+
+def cents(nanodollars: float) -> str:
+    """An amount as Anthropic's reports give it: cents, as a decimal string."""
+    return format(Decimal(repr(nanodollars)) / Decimal(10_000_000), "f").rstrip("0").rstrip(".") or "0"
+
+
+def budget_nanodollars(budget: Budget) -> float:
+    return float(Decimal(budget.amount) * 10_000_000)
+
+
+def window(period: str, now: float) -> tuple[str, float, float]:
+    """The calendar period (UTC) holding `now`: its name, its start and its end."""
+    day = datetime.datetime.fromtimestamp(now, datetime.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        start, end = day, day + datetime.timedelta(days=1)
+    elif period == "week":
+        start = day - datetime.timedelta(days=day.weekday())
+        end = start + datetime.timedelta(days=7)
+    else:
+        start = day.replace(day=1)
+        end = (start + datetime.timedelta(days=32)).replace(day=1)
+    return start.strftime("%Y-%m-%d"), start.timestamp(), end.timestamp()
+
+
+def spend(grant: Grant, call: Call, price: Price, now: float) -> Extra:
+    """The key's money bucket for this request: its reservation, refusal and settlement."""
+    assert grant.budget is not None
+    budget = budget_nanodollars(grant.budget)
+    name, _, end = window(grant.budget.period, now)
+    estimate, most = len(call.body) // 4, max_tokens(call)
+    reserved = price.of(estimate, most)
+    want = Want(
+        f"{{k:{grant.id}}}:spend:{grant.budget.period}:{name}", SPAN, 0.0, reserved, SPAN - budget + 1, end - now + 60
+    )
+
+    def refusal() -> LimitReached:
+        error = LimitReached(f"budget: key {grant.id} has spent its budget of {grant.budget.amount} cents "  # type: ignore[union-attr]
+                             f"(USD) per {grant.budget.period}; it resets at {rfc3339(end)}",  # type: ignore[union-attr]
+                             retry_after=str(max(1, math.ceil(end - now))), extra={}, should_retry=False)  # fmt: skip
+        error.details = {"error_code": "enforced_spend_limit_reached"}
+        return error
+
+    def settle(outcome: Outcome) -> float:
+        served = outcome.status == 200
+        used_in = outcome.input_tokens if outcome.input_tokens is not None else (estimate if served else 0)
+        used_out = outcome.output_tokens if outcome.output_tokens is not None else (most if served else 0)
+        if outcome.endpoint == "count_tokens":
+            used_in = used_out = 0
+        used = price.of(used_in, used_out, outcome.cache_read_tokens or 0, outcome.cache_creation_tokens or 0)
+        return reserved - used
+
+    return Extra(want, refusal, settle)

@@ -1,0 +1,82 @@
+"""The Admin API: API keys (`/v1/organizations/api_keys`) and the cost report, for admin
+keys only. Each change is named in its access-log line (action and key id)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from dragoman.core.errors import GatewayError, NotFound
+from dragoman.keys.cost import CostQuery, cost_report
+from dragoman.keys.wiring import prices
+from dragoman.server import auth
+from dragoman.server.endpoints import _gateway, _read_body, struct_response
+
+MAX_BODY = 64 * 1024
+
+
+async def _admin(request: Request) -> str:
+    return auth.check_admin(request, _gateway(request).keyring).id
+
+
+def _noted(request: Request, action: str, key_id: str) -> None:
+    request.scope.setdefault("state", {})["admin"] = {"admin_action": action, "api_key_id": key_id}
+
+
+async def create(request: Request) -> Response:
+    actor = await _admin(request)
+    made = await _gateway(request).key_admin.create(await _read_body(request, MAX_BODY), actor)
+    _noted(request, "create", made["id"])
+    return struct_response(made)
+
+
+async def list_keys(request: Request) -> Response:
+    await _admin(request)
+    return struct_response(await _gateway(request).key_admin.page(request.query_params))
+
+
+async def retrieve(request: Request) -> Response:
+    await _admin(request)
+    return struct_response(await _gateway(request).key_admin.retrieve(request.path_params["api_key_id"]))
+
+
+async def update(request: Request) -> Response:
+    actor = await _admin(request)
+    key = request.path_params["api_key_id"]
+    changed = await _gateway(request).key_admin.update(key, await _read_body(request, MAX_BODY), actor)
+    _noted(request, "update", key)
+    return struct_response(changed)
+
+
+async def delete(request: Request) -> Response:
+    actor = await _admin(request)
+    key = request.path_params["api_key_id"]
+    gone = await _gateway(request).key_admin.delete(key, actor)
+    _noted(request, "delete", key)
+    return struct_response(gone)
+
+
+async def costs(request: Request) -> Response:
+    """GET /v1/organizations/cost_report: what this process holds is written first."""
+    await _admin(request)
+    gateway = _gateway(request)
+    if gateway.usage is None:
+        raise NotFound("usage accounting is off (usage.enabled = false): there is nothing to price")
+    params = request.query_params
+    query = CostQuery({name: params.getlist(name) for name in params.keys()})
+    if not await gateway.usage.flush():
+        raise GatewayError("the usage store cannot be reached now; try again shortly")
+    return struct_response(await cost_report(gateway.usage.store, prices(gateway.config), query))
+
+
+def routes(prefix: str) -> list[Route]:
+    keys, one = f"{prefix}/organizations/api_keys", prefix + "/organizations/api_keys/{api_key_id}"
+    return [
+        Route(keys, create, methods=["POST"], name="api_keys.create"),
+        Route(keys, list_keys, methods=["GET"], name="api_keys.list"),
+        Route(one, retrieve, methods=["GET"], name="api_keys.retrieve"),
+        Route(one, update, methods=["POST"], name="api_keys.update"),
+        Route(one, delete, methods=["DELETE"], name="api_keys.delete"),
+        Route(f"{prefix}/organizations/cost_report", costs, methods=["GET"], name="cost_report"),
+    ]

@@ -1,0 +1,41 @@
+"""Money: calendar periods in UTC, amounts in cents as Anthropic writes them, prices by name."""
+
+from __future__ import annotations
+
+import datetime
+
+from dragoman.core.config import Price as PriceConfig
+from dragoman.keys.money import Prices, budget_nanodollars, cents, window
+from dragoman.keys.records import Budget
+
+
+def _at(text: str) -> float:
+    return datetime.datetime.fromisoformat(text).timestamp()
+
+
+def test_periods_are_calendar_periods_in_utc() -> None:
+    assert window("day", _at("2026-12-06T23:59:59+00:00"))[1:] == (
+        _at("2026-12-06T00:00:00+00:00"),
+        _at("2026-12-07T00:00:00+00:00"),
+    )
+    assert window("week", _at("2026-12-06T12:00:00+00:00"))[1:] == (
+        _at("2026-11-30T00:00:00+00:00"),
+        _at("2026-12-07T00:00:00+00:00"),
+    )
+    assert window("month", _at("2026-12-31T12:00:00+00:00"))[1:] == (
+        _at("2026-12-01T00:00:00+00:00"),
+        _at("2027-01-01T00:00:00+00:00"),
+    )
+    assert window("day", _at("2026-12-06T12:00:00-05:00"))[0] == "2026-12-06"  # 17:00 UTC
+
+
+def test_amounts_are_cents_as_decimal_strings() -> None:
+    assert cents(0.0) == "0" and cents(10_000_000) == "1" and cents(105_000) == "0.0105"
+    assert budget_nanodollars(Budget(amount="5000")) == 5e10  # $50
+
+
+def test_prices_are_found_by_name_or_alias_and_unpriced_models_have_none() -> None:
+    prices = Prices([("qwen3", ["claude-*", "q"], PriceConfig(input=0.30, output=1.20)), ("free", [], None)])
+    price = prices.get("q")
+    assert price is not None and price.of(1_000_000, 1_000_000) == 1.5e9  # $1.50
+    assert prices.get("free") is None and prices.get("nope", "qwen3") is price
