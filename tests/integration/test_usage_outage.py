@@ -80,3 +80,25 @@ def test_a_locked_table_answers_503_within_the_statement_timeout(
         release.set()
         holder.join(60)
     assert report(server.url)["data"][-1]["results"][0]["uncached_input_tokens"] == 30  # written once unlocked
+
+
+def test_the_key_admin_api_and_cost_report_answer_503_while_postgres_is_stopped(
+    upstream: FakeUpstream,
+    private_postgres: PrivatePostgres,  # noqa: F811
+    gateway_from: Any,
+) -> None:
+    """Keys live in the same database: a change cannot be made meanwhile, and says so."""
+    from tests.support.keys import admin, create, keys_config, listing
+
+    server = gateway_from(keys_config(upstream.url, usage={"database_url": private_postgres.url}))
+    made = create(server.url, name="ci")
+    assert listing(server.url)["data"]
+    private_postgres.stop()
+    for call in (lambda: listing(server.url), lambda: create(server.url, name="other"),
+                 lambda: admin(server.url).get("/v1/organizations/cost_report", cast_to=object,
+                                               options={"params": {"starting_at": "2026-01-01T00:00:00Z"}})):  # fmt: skip
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            call()
+        _assert_503(raised.value)
+    private_postgres.start()
+    assert made["id"] in {k["id"] for k in listing(server.url)["data"]}
