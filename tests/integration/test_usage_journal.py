@@ -83,14 +83,14 @@ def test_sigterm_with_the_database_down_loses_nothing(
         assert "stay in the journal" in lines
         # One warning for the outage, one for what the shutdown left: the driver's own are quieted.
         assert lines.count("WARNING dragoman.usage") == 2 and "Traceback" not in lines, lines
-    assert list((tmp_path / "journal").glob("*.jsonl")), "the records are on disk"
+    assert list((tmp_path / "journal").rglob("*.jsonl")), "the records are on disk"
     private_postgres.start()
     _gateway(upstream, config, stop_later)
     eventually(
         lambda: set(_records(private_postgres.url)) == set(answered), "every record shipped", timeout=30, every=0.2
     )
     assert len(answered) == 20 and all(answered)
-    eventually(lambda: not list((tmp_path / "journal").glob("*.jsonl")), "the journal emptied once shipped")
+    eventually(lambda: not list((tmp_path / "journal").rglob("*.jsonl")), "the journal emptied once shipped")
 
 
 def _table_exists(url: str) -> bool:
@@ -147,7 +147,7 @@ def _journaled(directory: Path) -> set[str]:
     import msgspec
 
     found: set[str] = set()
-    for path in directory.glob("*.streams"):
+    for path in directory.rglob("*.streams"):
         try:
             found |= {row[1] for row in msgspec.json.decode(path.read_bytes())}
         except (FileNotFoundError, msgspec.DecodeError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from dragoman.core.config import Config, data_dir, usage_database_url
@@ -27,10 +28,12 @@ def writer_for(config: Config) -> UsageWriter:
 
 
 def journal_for(config: Config) -> Journal:
-    """The local journal under the store (see `usage.journal`)."""
-    if config.usage.journal_dir:
-        return Journal(Path(config.usage.journal_dir).expanduser())
-    return Journal(_directory(config) / "journal")
+    """The local journal under the store (see `usage.journal`). With PostgreSQL, in a
+    directory of the database's own (a digest of its URL), so that records left there are
+    shipped only to the database they were meant for."""
+    base = Path(config.usage.journal_dir).expanduser() if config.usage.journal_dir else _directory(config) / "journal"
+    url = usage_database_url(config)
+    return Journal(base / hashlib.sha256(url.encode()).hexdigest()[:16] if url else base)
 
 
 def _directory(config: Config) -> Path:
