@@ -42,7 +42,8 @@ REQUEST_NOTES = {
     "top_p": "passed on",
     "top_k": "passed on where the backend takes it (not to OpenAI)",
     "metadata": "`user_id` becomes `user` for backends that take it (OpenAI)",
-    "tools": "client tools become function tools; Anthropic-defined tools get their documented schema; server tools are rejected or dropped",
+    "tools": "client tools become function tools; Anthropic-defined tools get their documented schema; `web_search_*`, `web_fetch_*` and `mcp_toolset` are run by the gateway when configured ([server-tools.md](server-tools.md)); other server tools are rejected or dropped",
+    "mcp_servers": "with `[mcp]` (beta `mcp-client-2025-11-20` or `-04-04`): served by the gateway as an MCP client, Streamable HTTP or SSE ([server-tools.md](server-tools.md)); else ignored",
     "tool_choice": "auto, any (`required`), tool (named function), none; `disable_parallel_tool_use` becomes `parallel_tool_calls: false`, and of the calls of a server that ignores it only the first comes back",
     "thinking": "enabled/adaptive surface the backend's reasoning as thinking blocks on reasoning models; budget_tokens selects an effort (none: `medium`; adaptive: the model's default); "
     "as on Anthropic, a 400 for an enabled budget below 1024, or not below max_tokens (unless the `interleaved-thinking-2025-05-14` "
@@ -66,7 +67,6 @@ IGNORED_NOTES = {
     "inference_geo": "no regions",
     "speed": "no fast mode",
     "diagnostics": "",
-    "mcp_servers": "no remote MCP connector",
 }
 
 BLOCK_NOTES = {
@@ -78,12 +78,27 @@ BLOCK_NOTES = {
     "tool_result": "tool messages, in order, before the turn's other content; `is_error` carried; images moved to a following user message",
     "thinking": "dropped before the model sees it, unless the model replays reasoning",
     "redacted_thinking": "dropped",
-    "server_tool_use": "accepted in history, dropped (server tools cannot run here)",
+    "server_tool_use": "with `[web_search]` or `[web_fetch]` ([server-tools.md](server-tools.md)): the call it was, shown to the model with its result; else dropped",
+    "web_search_tool_result": "with `[web_search]`: its results shown to the model again (`encrypted_content` opened; an altered one is a 400); else dropped",
+    "web_fetch_tool_result": "with `[web_fetch]`: the page's text shown to the model again; else dropped",
+    "mcp_tool_use": "with `[mcp]`: the call it was, shown to the model with its result; else dropped",
+    "mcp_tool_result": "with `[mcp]`: its text shown to the model again; else dropped",
     "mid_conv_system": "its text joins the conversation as user-side text",
     "tool_addition": "a `tool_definition` or a `tool_reference` to a `tools` entry; the upstream is offered the tools in force at the end of "
     "the conversation (Chat Completions has one tool list per request); the block itself is not sent",
     "tool_removal": "a `tool_reference` by name; as `tool_addition`",
     "compaction": "its summary becomes a user turn standing for the messages it replaced; one without content is dropped",
+}
+
+
+RUN_HERE = {  # server tools the gateway runs itself (dragoman.servertools), when configured
+    "web_search_": "run by the gateway with `[web_search]` (SearXNG, Brave or Tavily; [server-tools.md](server-tools.md)): "
+    "`max_uses`, `allowed_domains`, `blocked_domains`, `user_location` (country); without it rejected (400), or removed "
+    'with `server.server_tools = "drop"`',
+    "web_fetch_": "run by the gateway with `[web_fetch]`, through its URL fetcher: only URLs already in the conversation; "
+    '`max_uses`, domain lists, `max_content_tokens`; without it rejected (400), or removed with `server_tools = "drop"`',
+    "mcp_toolset": "with `[mcp]`: the toolset's server served by the gateway as an MCP client; `default_config` and `configs` "
+    'say which tools are offered; without it rejected (400), or removed with `server_tools = "drop"`',
 }
 
 
@@ -156,7 +171,13 @@ def tools() -> list[str]:
     for kind in sorted(_BUILTIN):
         lines.append(_row(f"`{kind}`", SUPPORTED, "function tool with the documented input schema"))
     for family in SERVER_TOOL_FAMILIES:
-        lines.append(_row(f"`{family}*`", REJECTED, 'server tool; `server.server_tools = "drop"` removes it instead'))
+        run = RUN_HERE.get(family)
+        if run is not None:
+            lines.append(_row(f"`{family}*`", SUPPORTED, run))
+        else:
+            lines.append(
+                _row(f"`{family}*`", REJECTED, 'server tool; `server.server_tools = "drop"` removes it instead')
+            )
     lines.append(
         _row(
             "other versions of `bash_`, `text_editor_`, `computer_`, `memory_`",

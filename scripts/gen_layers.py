@@ -32,6 +32,7 @@ FLOORS: list[list[str]] = [
     ["tokens/", "files/"],
     ["translate/", "calls/"],
     ["limits/", "usage/", "upstream/", "notices/"],
+    ["servertools/"],  # run by backends/openai, handed backends/fetch.py's fetcher and address check
     ["backends/", "keys/"],
     ["batches/"],
     ["assembly/"],

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -79,16 +80,26 @@ def _check_port(host: str, port: int, purpose: str = "") -> None:
             _fail(f"cannot listen on {host}:{port}{' ' + purpose if purpose else ''}: {reason}")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+_WHEN = "today or yesterday (UTC midnight), now, a span back (30m, 12h, 7d, 2w), a date or an RFC 3339 timestamp"
+EXIT_STATUSES = """\b
+Exit statuses:
+  0  done; `serve`: stopped by SIGTERM or SIGINT after its requests finished
+  1  `check`: an upstream failed to answer
+  2  a usage or configuration error (the message names the flag or key)
+  3  `serve`: the server failed to start (its log says why)"""
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}, epilog=EXIT_STATUSES)
 @click.version_option(__version__, prog_name="dragoman")
 def main() -> None:
     """dragoman: an Anthropic Messages API gateway for open models."""
 
 
-@main.command()
+@main.command(short_help="Run the gateway (the local model without an upstream).", epilog=EXIT_STATUSES)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")
 @click.option(
-    "--upstream", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (models discovered from it)."
+    "--upstream",
+    help="OpenAI-compatible base URL, including /v1: http://127.0.0.1:8000/v1 (its models are discovered).",
 )
 @click.option(
     "--upstream-api-key",
@@ -107,7 +118,12 @@ def main() -> None:
 @click.option("--default-model", help="Serve unknown model names (such as claude-*) with this model.")
 @click.option("--host", default=None, help="Address to bind (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port to bind (default 8765).")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default=None,
+    help="What the log on stderr shows (default info: one access line per request).",
+)
 @click.option(
     "--workers", type=click.IntRange(1, 64), default=1, show_default=True, help="Processes serving the same port."
 )
@@ -118,24 +134,33 @@ def main() -> None:
 def serve(config_path: str | None, upstream: str | None, upstream_api_key: str | None, api_keys: tuple[str, ...],
           default_model: str | None, host: str | None, port: int | None, log_level: str | None, workers: int,
           local_port: int) -> None:  # fmt: skip
-    """Run the gateway."""
+    """Run the gateway, until SIGTERM or SIGINT (then requests in flight finish).
+
+    Without an upstream (no --upstream, no [upstreams] in --config) it serves the embedded
+    local model: it builds llama-server on first use (a few minutes), then starts it with
+    SmolLM2. SIGHUP re-reads --config and swaps it in without closing the port.
+    """
     if isinstance(api_keys, str):  # click passes the env var through unsplit
         api_keys = (api_keys,)
-    try:
-        config = build_config(
+
+    def load() -> Config:  # at start, and again at each SIGHUP
+        return build_config(
             config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=api_keys,
             default_model=default_model, host=host, port=port, log_level=log_level,
         )  # fmt: skip
+
+    try:
+        config = load()
     except ConfigError as error:
         _fail(str(error))
         return
     if not config.upstreams:
-        run_local(config, local_port)
+        run_local(config, local_port, load)
         return
-    run(config, workers=workers)
+    run(config, workers=workers, reload=load)
 
 
-def run_local(config: Config, local_port: int) -> None:
+def run_local(config: Config, local_port: int, load: Callable[[], Config] | None = None) -> None:
     """The embedded default: a local llama-server with SmolLM2-135M, built on first use, on a
     port that stays the same across restarts (a configuration may point at it)."""
     import msgspec
@@ -170,13 +195,26 @@ def run_local(config: Config, local_port: int) -> None:
         # with the default handler that kills the process before `finally`, leaving the
         # llama-server running. As an exception, it runs `finally`.
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
-        run(local)
+        run(local, reload=None if load is None else lambda: _served_locally(load(), local))
     finally:
         server.stop()
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    raise SystemExit(0)  # uvicorn raises it again once it has drained: a clean stop (systemd counts 143 a failure)
+
+
+def _served_locally(config: Config, local: Config) -> Config:
+    """A configuration read again while the local model serves: still without an upstream, it
+    keeps serving the local model (`local`'s upstream and default model)."""
+    import msgspec
+
+    if config.upstreams:
+        return config
+    server = msgspec.structs.replace(
+        config.server, default_model=config.server.default_model or local.server.default_model
+    )
+    return msgspec.structs.replace(config, upstreams=local.upstreams, server=server)
 
 
 def _inspection_options(command: Any) -> Any:
@@ -186,7 +224,7 @@ def _inspection_options(command: Any) -> Any:
         show_envvar=True,
         help="Key sent to the --upstream URL (ignored without it).",
     )(command)
-    command = click.option("--upstream", help="OpenAI-compatible base URL.")(command)
+    command = click.option("--upstream", help="OpenAI-compatible base URL, including /v1.")(command)
     return click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")(
         command
     )
@@ -214,7 +252,7 @@ def _gateway(command: str, config_path: str | None, upstream: str | None, upstre
         raise  # unreachable: _fail exits
 
 
-@main.command()
+@main.command(short_help="Show each served model and its upstream.")
 @_inspection_options
 def models(config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> None:
     """Show each served model, its upstream, and whether (and why) it counts as reasoning."""
@@ -230,7 +268,7 @@ def models(config_path: str | None, upstream: str | None, upstream_api_key: str 
         click.echo(f"dragoman: {note}", err=True)
 
 
-@main.command()
+@main.command(short_help="Ask every upstream for its models (exit 1 if one fails).")
 @_inspection_options
 def check(config_path: str | None, upstream: str | None, upstream_api_key: str | None) -> None:
     """Ask every upstream for its models; show the path chosen for each (translate or passthrough)."""
@@ -245,20 +283,29 @@ def check(config_path: str | None, upstream: str | None, upstream_api_key: str |
         sys.exit(1)
 
 
-@main.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML configuration file.")
-@click.option("--since", default=None, help="Start: a date or RFC 3339 timestamp (default: 24 hours ago).")
-@click.option("--until", default=None, help="End, exclusive (default: now).")
+@main.command(short_help="Usage of a period, by tenant and model.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="TOML configuration file: its [usage] store (default: the embedded SQLite store).",
+)
+@click.option("--since", default=None, help=f"Start: {_WHEN} (default: 24 hours ago).")
+@click.option("--until", default=None, help="End, exclusive, as --since takes it (default: now).")
 @click.option("--by", default="tenant,model", show_default=True, help="Columns to sum by: tenant, model, key.")
-@click.option("--csv", "as_csv", is_flag=True, help="CSV instead of a table.")
-def usage(config_path: str | None, since: str | None, until: str | None, by: str, as_csv: bool) -> None:
-    """Usage of a period, by tenant and model, from the usage store ([usage])."""
+@click.option("--csv", "as_csv", is_flag=True, help="CSV instead of a table (no totals, no refusals).")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table: rows, totals, refusals, the store.")
+def usage(config_path: str | None, since: str | None, until: str | None, by: str, as_csv: bool, as_json: bool) -> None:
+    """Usage of a period, by tenant and model, from the usage store ([usage]). Requests
+    refused for their key (401, 403) are no one's usage: counted apart, as refusals."""
     import asyncio
     import time
 
     from dragoman.usage import summary
-    from dragoman.usage.stores import store_for
+    from dragoman.usage.stores import describe, store_for
 
+    if as_csv and as_json:
+        _fail("--csv and --json: choose one")
     try:
         config = load(config_path) if config_path else Config()
     except ConfigError as error:
@@ -267,24 +314,35 @@ def usage(config_path: str | None, since: str | None, until: str | None, by: str
     unknown = [c for c in columns if c not in summary.BY]
     if unknown:
         _fail(f"--by: unknown column {unknown[0]!r} (tenant, model, key)")
+    now = time.time()
     try:
-        end = summary.parse_time(until) if until else time.time()
-        start = summary.parse_time(since) if since else end - 86400
+        end = summary.parse_when(until, now) if until else now
     except ValueError as error:
-        _fail(f"--since/--until: {error}")
+        _fail(f"--until: {error}")
+    try:
+        start = summary.parse_when(since, now) if since else end - 86400
+    except ValueError as error:
+        _fail(f"--since: {error}")
+    store = describe(config)
+    click.echo(f"dragoman: reading {store}" + ("" if config_path else
+               " (the default store; --config FILE reads the one a configuration names)"), err=True)  # fmt: skip
     try:
         sums = asyncio.run(summary.summarize(store_for(config), start, end, columns))
     except Exception as error:  # noqa: BLE001 - the store's driver: one line, not a traceback
-        _fail(f"cannot read the usage store: {type(error).__name__}: {error}")
-    click.echo(summary.as_csv(sums, columns) if as_csv else summary.as_table(sums, columns), nl=False)
+        _fail(f"cannot read the usage store ({store}): {type(error).__name__}: {error}")
+    if as_json:
+        click.echo(summary.as_json(sums, columns, start=start, end=end, store=store), nl=False)
+    else:
+        click.echo(summary.as_csv(sums, columns) if as_csv else summary.as_table(sums, columns), nl=False)
 
 
 main.add_command(keys_command.keys)
 
 
-def run(config: Config, *, workers: int = 1) -> None:
+def run(config: Config, *, workers: int = 1, reload: Callable[[], Config] | None = None) -> None:
     """Serve until SIGINT or SIGTERM: then stop accepting, let requests in flight
-    (streams included) finish for up to 30 seconds, and exit."""
+    (streams included) finish for up to `shutdown_grace` seconds, and exit 0. With one
+    process and `reload`, SIGHUP swaps in the configuration it gives (server/reload.py)."""
     import msgspec
     import uvicorn
 
@@ -315,7 +373,12 @@ def run(config: Config, *, workers: int = 1) -> None:
         os.environ[CONFIG_ENV] = msgspec.json.encode(config).decode()
         app = "dragoman.server.app:app_from_environment"
     else:
+        if reload is not None:
+            app.reload_from(reload)
         settle_garbage_collector()
+    for stop in (signal.SIGTERM, signal.SIGINT):  # uvicorn raises it again once drained: then exit 0
+        if signal.getsignal(stop) in (signal.SIG_DFL, signal.default_int_handler):
+            signal.signal(stop, _exit_on_sigterm)
     uvicorn.run(
         app,
         factory=workers > 1,

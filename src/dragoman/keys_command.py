@@ -89,7 +89,7 @@ def _table(keys: list[dict[str, Any]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
-@click.group()
+@click.group(short_help="Create, list, update and revoke API keys.")
 @click.option("--url", envvar="DRAGOMAN_URL", default="http://127.0.0.1:8765", show_default=True,
               show_envvar=True, help="The running gateway.")  # fmt: skip
 @click.option("--admin-key", envvar="DRAGOMAN_ADMIN_KEY", show_envvar=True, help="An admin key ([admin] keys).")

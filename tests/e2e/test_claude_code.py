@@ -30,8 +30,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dragoman.core.config_load import from_dict
 from tests.support.claude_cli import claude_binary
-from tests.support.fakes import FakeUpstream, Reply, chunk, completion, text_stream, usage_chunk
+from tests.support.fakes import FakeUpstream, Reply, chunk, completion, text_stream, usage_chunk, web_search_call
+from tests.support.search_fakes import DEFAULT_RESULTS, FakeSearch
 from tests.support.servers import GatewayServer, config_for, make_config
 
 pytestmark = pytest.mark.claude_code
@@ -44,6 +46,7 @@ FINAL_TEXT = "Done: greeting.txt now says hello from dragoman."
 REASONING = ("The user wants one small file. ", "Writing it with the file tool.")
 TITLE = "Greeting file via dragoman"
 SMALL_MODEL = "claude-haiku-4-5-20251001"
+SEARCH_QUERY = "dragoman gateway"
 SECRET_HEADERS = {"x-api-key", "authorization"}
 BASE_ENV = {
     "ANTHROPIC_API_KEY": "test",
@@ -201,6 +204,7 @@ class ScriptedModel:
         self.plan = plan
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.offered: list[set[str]] = []  # tool names of each main-loop request
+        self.side_requests: list[list[dict[str, Any]]] = []  # the web search side requests' messages
 
     def _call(self, step: str, tools: set[str]) -> tuple[str, dict[str, Any]]:
         path = str(self.workdir / FILE_NAME)
@@ -211,6 +215,10 @@ class ScriptedModel:
             return "Bash", {"command": command, "description": "Write greeting.txt"}
         if step == "ToolSearch":
             return "ToolSearch", {"query": "select:WebFetch"}
+        if step == "WebSearch":  # loaded first where it is deferred
+            if "WebSearch" in tools:
+                return "WebSearch", {"query": SEARCH_QUERY}
+            return "ToolSearch", {"query": "select:WebSearch"}
         raise AssertionError(f"no such step {step!r}")
 
     def __call__(self, body: dict[str, Any]) -> Reply:
@@ -222,6 +230,12 @@ class ScriptedModel:
         main_loop = bool(tools) and any(m.get("role") == "user" and PROMPT in text_of(m) for m in messages)
         if main_loop:
             self.offered.append(tools)
+        if tools == {"web_search"}:  # Claude Code's search side request, run by the gateway
+            return self._search_side_request(messages)
+        if main_loop and any(name == "WebSearch" for name, _ in self.calls) and done:
+            # after the search: the answer quotes what Claude Code handed back (the links it read)
+            text = "Search said: " + text_of(messages[-1])
+            return Reply(chunks=text_stream(text)) if stream else Reply(body=completion(text))
         if format_ and format_.get("type") == "json_schema":
             text = json.dumps(sample_of(format_["json_schema"]["schema"]))
         elif main_loop and done < len(self.plan):
@@ -242,6 +256,14 @@ class ScriptedModel:
             middle = max(1, len(text) // 2)
             return Reply(chunks=text_stream(text[:middle], text[middle:]))
         return Reply(body=completion(text))
+
+    def _search_side_request(self, messages: list[dict[str, Any]]) -> Reply:
+        """`Perform a web search for the query: ...`: the gateway's web_search function called
+        once, then a short summary."""
+        self.side_requests.append(messages)
+        if not any(m.get("role") == "tool" for m in messages):
+            return web_search_call(SEARCH_QUERY, "chatcmpl-tool-search")
+        return Reply(chunks=text_stream("Here are ", "the results."))
 
 
 # -- running the CLI --------------------------------------------------------------
@@ -471,3 +493,31 @@ def test_claude_code_loads_a_deferred_tool_through_tool_search(harness: Harness)
     run.check(min_requests=3)
     assert [name for name, _ in model.calls] == ["ToolSearch", "Write"], run.explain()
     assert "WebFetch" in model.offered[1], model.offered
+
+
+def test_claude_code_searches_the_web_through_the_gateway(harness: Harness) -> None:
+    """WebSearch: Claude Code's side request (only the web_search server tool) is run by the
+    gateway against a fake SearXNG; Claude Code reads the result blocks and hands their links
+    to its model, whose answer quotes them."""
+    search = FakeSearch().start()
+    try:
+        data = {"upstreams": {"default": {"url": harness.upstream.url, "max_retries": 0}},
+                "models": [{"name": "test-model", "upstream": "default", "reasoning": True, "aliases": ["claude-*"]}],
+                "web_search": {"provider": "searxng", "url": search.url}}  # fmt: skip
+        model = harness.start_gateway(from_dict(data), plan=("WebSearch", "WebSearch"))
+        run = harness.run(QUIET, "--allowedTools", "WebSearch")
+    finally:
+        search.stop()
+    why = run.explain()
+    assert run.process.returncode == 0 and run.result.get("is_error") is False, why
+    assert model.side_requests and search.queries, why
+    assert SEARCH_QUERY in search.queries[0]["q"], search.queries
+    side = [
+        e
+        for e in run.exchanges
+        if any(t.get("type", "").startswith("web_search_") for t in e.json().get("tools") or [])
+    ]
+    assert side and all(e.status == 200 for e in side), why
+    output = run.result.get("result", "")
+    assert "Did 0 searches" not in output, why
+    assert DEFAULT_RESULTS[0].url in output or DEFAULT_RESULTS[0].title in output, why

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from dragoman.server.auth import key_id
+from tests.support.fakes import Reply
 from tests.support.servers import GatewayServer
 
 KEY = "sk-never-logged"
@@ -81,3 +82,38 @@ def test_a_known_key_is_named_by_its_id_and_tenant(make_gateway, caplog: pytest.
     known, unknown = _logged(caplog)
     assert known["key_id"] == key_id(KEY) and known["tenant"] == "team-a"
     assert unknown["status"] == 401 and "key_id" not in unknown and "someone" not in json.dumps(unknown)
+
+
+UPSTREAM_KEY = "sk-upstream-never-logged-4242"
+
+
+def test_an_error_s_line_says_why_without_keys_or_contents(
+    make_gateway, upstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    gateway = make_gateway(server={"api_keys": [KEY]}, upstream={"api_key": UPSTREAM_KEY})
+    gateway.wait_discovered()
+    long_name = "m" * 5000
+    with caplog.at_level(logging.INFO, logger="dragoman.access"):
+        with anthropic.Anthropic(base_url=gateway.url, api_key="sk-a-wrong-key-1234", max_retries=0) as stranger:
+            with pytest.raises(anthropic.AuthenticationError):
+                stranger.messages.create(model="test-model", max_tokens=5, messages=USER)  # type: ignore[arg-type]
+        with anthropic.Anthropic(base_url=gateway.url, api_key=KEY, max_retries=0) as client:
+            with pytest.raises(anthropic.BadRequestError):
+                client.messages.create(model="test-model", max_tokens=-1, messages=USER)  # type: ignore[arg-type]
+            with pytest.raises(anthropic.NotFoundError):
+                client.messages.create(model=long_name, max_tokens=5, messages=USER)  # type: ignore[arg-type]
+            upstream.queue(Reply(status=500, body={"error": {"message": f"bad key {UPSTREAM_KEY}", "type": "x"}}))
+            with pytest.raises(anthropic.InternalServerError):
+                client.messages.create(model="test-model", max_tokens=5, messages=USER)  # type: ignore[arg-type]
+            with pytest.raises(anthropic.NotFoundError):
+                client.messages.batches.retrieve("msgbatch_nope")
+    lines = [r.getMessage() for r in caplog.records if r.name == "dragoman.access"]
+    assert not [line for line in lines if "sk-a-wrong" in line or UPSTREAM_KEY in line or "secret" in line], lines
+    refused, invalid, unknown, failed, missing = (json.loads(line) for line in lines)
+    assert refused["status"] == 401 and refused["error"] == "authentication_error" and refused["error_message"]
+    assert invalid["status"] == 400 and "max_tokens" in invalid["error_message"]
+    assert unknown["status"] == 404 and "mmmm" in unknown["error_message"]
+    assert len(unknown["error_message"]) < 300 and unknown["error_message"].endswith("chars)")  # capped
+    assert failed["status"] == 502 and "bad key [redacted]" in failed["error_message"]
+    assert missing["endpoint"] == "batches.retrieve" and "msgbatch_nope" in missing["error_message"]
+    assert not [line for line in lines if "error_message" in line and '"status":200' in line]

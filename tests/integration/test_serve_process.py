@@ -90,7 +90,7 @@ def test_sigterm_lets_a_stream_in_flight_finish(upstream, stop_later):
     stop_later(process)
     body = _stream_through_sigterm(process, url)
     assert b"two" in body and body.rstrip().endswith(b'{"type":"message_stop"}')
-    assert process.wait(10) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after a clean shutdown
+    assert process.wait(10) == 0  # a clean stop (uvicorn raises the signal again once drained: dragoman exits 0)
     with pytest.raises(httpx.TransportError):  # no longer accepting
         httpx.post(url + "/v1/messages", json=BODY, timeout=2)
 
@@ -104,7 +104,7 @@ def test_a_stream_outliving_the_shutdown_grace_ends_with_an_overloaded_error_eve
     stop_later(process)
     frames = sse_frames(_stream_through_sigterm(process, url).decode())
     assert frames[-1][0] == "error" and frames[-1][1]["error"]["type"] == "overloaded_error"
-    assert process.wait(10) in (0, -signal.SIGTERM)
+    assert process.wait(10) == 0
     assert b"Exception in ASGI application" not in process.stderr.read()  # type: ignore[union-attr]
 
 
@@ -127,7 +127,7 @@ def test_a_request_outliving_the_shutdown_grace_gets_an_overloaded_error_not_a_p
     assert answers[0].status_code == 529, answers[0].text
     assert answers[0].json()["error"]["type"] == "overloaded_error"
     assert answers[0].headers["request-id"] == answers[0].json()["request_id"]
-    assert process.wait(10) in (0, -signal.SIGTERM)
+    assert process.wait(10) == 0
     stderr = process.stderr.read().decode()  # type: ignore[union-attr]
     assert "Exception in ASGI application" not in stderr
     assert '"status":529' in stderr and '"error":"overloaded_error"' in stderr  # logged like any other answer

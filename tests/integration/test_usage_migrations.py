@@ -50,7 +50,7 @@ OLD = (
 def _sums_after_a_new_record(store: UsageStore) -> list[Sums]:
     """Open (migrate) the store, write a record with cache writes, and sum by model."""
     new = msgspec.structs.replace(usage_record("req_new", NOW - 30), model="new-model", cache_creation_tokens=30,
-                                  cache_creation_1h_tokens=10)  # fmt: skip
+                                  cache_creation_1h_tokens=10, web_search_requests=2)  # fmt: skip
 
     async def run() -> list[Sums]:
         await store.open()
@@ -69,6 +69,7 @@ def _check(sums: list[Sums]) -> None:
     assert (old.requests, old.input_tokens, old.cache_read_tokens, old.output_tokens) == (1, 11, 3, 5)
     assert (old.cache_creation_tokens, old.cache_creation_1h_tokens) == (0, 0)
     assert (new.cache_creation_tokens, new.cache_creation_1h_tokens) == (30, 10)
+    assert (old.web_search_requests, new.web_search_requests) == (0, 2)
 
 
 def test_a_version_1_sqlite_file_is_migrated_with_its_records(tmp_path: Path) -> None:

@@ -204,7 +204,7 @@ def test_the_usage_command_reads_postgresql(pg_url: str, tmp_path: Any) -> None:
     config.write_text(f'[usage]\ndatabase_url = "{pg_url}"\n')
     result = CliRunner().invoke(main, ["usage", "--config", str(config), "--by", "key,tenant", "--csv"])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines() == [
+    assert result.stdout.splitlines() == [
         "key,tenant,requests,errors,input_tokens,cache_read_tokens,cache_creation_tokens,output_tokens",
         "key_0,,2,0,20,2,10,2",
         "key_1,team-a,2,1,20,2,20,4",

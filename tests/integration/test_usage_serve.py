@@ -25,4 +25,4 @@ def test_sigterm_loses_no_record_of_either_worker(upstream: FakeUpstream, stop_l
     _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr.decode()
     result = CliRunner().invoke(main, ["usage", "--by", "model", "--csv", "--since", "2026-01-01"])
-    assert result.output.splitlines()[1:] == ["test-model,10,0,100,0,0,45"], result.output
+    assert result.stdout.splitlines()[1:] == ["test-model,10,0,100,0,0,45"], result.output

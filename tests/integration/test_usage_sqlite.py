@@ -34,13 +34,13 @@ def test_a_clean_shutdown_writes_every_record(upstream: FakeUpstream, gateway_fr
     assert usage_file.exists()
     result = CliRunner().invoke(main, ["usage", "--csv", "--since", "2026-01-01"])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines() == [
+    assert result.stdout.splitlines() == [
         "tenant,model,requests,errors,input_tokens,cache_read_tokens,cache_creation_tokens,output_tokens",
         "team-a,test-model,3,0,33,0,0,6",  # (OpenAI-compatible servers tell no cache writes)
         "team-b,test-model,1,0,10,0,0,2",
     ]
     table = CliRunner().invoke(main, ["usage", "--by", "tenant", "--since", "2026-01-01"])
-    assert table.exit_code == 0 and table.output.split("\n")[-2].split() == ["total", "4", "0", "43", "0", "0", "8"]
+    assert table.exit_code == 0 and table.stdout.split("\n")[-2].split() == ["total", "4", "0", "43", "0", "0", "8"]
 
 
 def test_usage_command_names_a_bad_option(tmp_path: Path) -> None:
@@ -149,3 +149,60 @@ def test_records_past_retain_days_are_deleted_at_start(tmp_path: Path) -> None:
         return [r[0] for r in rows]
 
     assert asyncio.run(run()) == ["req_new"]
+
+
+def _write_default_store(records: list[Any]) -> None:
+    """Records in the store `dragoman usage` reads without --config (the test's own data home)."""
+
+    async def write() -> None:
+        store = SqliteStore(Path(os.environ["XDG_DATA_HOME"]) / "dragoman" / "usage")
+        await store.open()
+        try:
+            await store.write(records)
+        finally:
+            await store.close()
+
+    asyncio.run(write())
+
+
+def test_usage_counts_key_refusals_apart_and_says_which_store_it_read() -> None:
+    import json
+    import time
+
+    import msgspec
+
+    now = time.time()
+    served = msgspec.structs.replace(_record("req_ok", now - 5), tenant="team-a", input_tokens=3, cache_read_tokens=40)
+    refused = [msgspec.structs.replace(_record(f"req_{n}", now - 5), status=status, error_type=kind, input_tokens=0,
+                                       output_tokens=0)
+               for n, (status, kind) in enumerate(((401, "authentication_error"), (403, "permission_error")))]  # fmt: skip
+    _write_default_store([served, *refused])
+    result = CliRunner().invoke(main, ["usage", "--since", "today", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    store = str(Path(os.environ["XDG_DATA_HOME"]) / "dragoman" / "usage" / "usage.sqlite3")
+    assert report["store"] == f"SQLite {store}"
+    assert report["rows"] == [{"tenant": "team-a", "model": "m", "requests": 1, "errors": 0, "input_tokens": 3,
+                               "cache_read_tokens": 40, "cache_creation_tokens": 0, "output_tokens": 1}]  # fmt: skip
+    assert report["refused_requests"] == 2 and report["total"]["requests"] == 1
+    assert f"reading SQLite {store} (the default store" in result.stderr
+    table = CliRunner().invoke(main, ["usage", "--since", "7d"]).stdout.splitlines()
+    assert (
+        table[0].split()[2:5] == ["requests", "errors", "input_tokens"] and table[0].split()[5] == "cache_read_tokens"
+    )
+    assert [row.split()[0] for row in table[1:3]] == ["team-a", "total"]  # no unnamed row for the refusals
+    assert table[3] == "refused (401/403, counted in no row above): 2 requests"
+
+
+def test_usage_takes_relative_times() -> None:
+    import time
+
+    _write_default_store([_record("req_old", time.time() - 3 * 86400), _record("req_new", time.time() - 60)])
+    counts = {}
+    for since in ("today", "yesterday", "7d", "2h", "90m", "1w", "2026-01-01"):
+        result = CliRunner().invoke(main, ["usage", "--since", since, "--by", "model", "--csv"])
+        assert result.exit_code == 0, result.output
+        counts[since] = result.stdout.splitlines()[1].split(",")[1]
+    assert counts == {"today": "1", "yesterday": "1", "7d": "2", "2h": "1", "90m": "1", "1w": "2", "2026-01-01": "2"}
+    until = CliRunner().invoke(main, ["usage", "--since", "7d", "--until", "yesterday", "--by", "model", "--csv"])
+    assert until.stdout.splitlines()[1].split(",")[1] == "1"

@@ -175,3 +175,20 @@ class FakeUpstream:
             raise
         self.completed += 1
         return response
+
+
+def tool_call_stream(name: str, arguments: dict[str, Any], *, call_id: str = "call_1", text: str = "",
+                     prompt: int = 20) -> list[Any]:  # fmt: skip
+    """A streamed turn in which the model calls one function (e.g. the gateway's `web_search`),
+    its arguments in two pieces, as vLLM streams them."""
+    encoded = json.dumps(arguments)
+    chunks: list[Any] = [chunk({"role": "assistant", "content": text})]
+    chunks.append(chunk({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                                         "function": {"name": name, "arguments": encoded[:5]}}]}))  # fmt: skip
+    chunks.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": encoded[5:]}}]}))
+    return chunks + [chunk({}, "tool_calls"), usage_chunk(prompt, 7)]
+
+
+def web_search_call(query: str, call_id: str = "call_1") -> Reply:
+    """The scripted model asking the gateway's `web_search` function for `query`."""
+    return Reply(chunks=tool_call_stream("web_search", {"query": query}, call_id=call_id))

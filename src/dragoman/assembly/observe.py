@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dragoman.calls.types import Completed, Outcome, Reply
 from dragoman.core.error_mapping import anthropic_envelope
+from dragoman.core.redaction import redact
 
 log = logging.getLogger("dragoman.access")
 
@@ -103,6 +104,8 @@ class Metrics:
             "dragoman_routing_prefix_match_tokens", "Prompt tokens matched in the chosen replica's prefix index",
             ["upstream", "replica"], buckets=TOKEN_BUCKETS, registry=r,
         )  # fmt: skip
+        self.server_tools = Counter("dragoman_server_tool_calls", "Server tool calls the gateway ran (dragoman.servertools)",
+                                    ["tool", "provider", "outcome"], registry=r)  # fmt: skip
         self._cache: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def outcome(self, request_id: str, endpoint: str) -> Outcome:
@@ -136,6 +139,8 @@ class Metrics:
         if outcome.disconnected:
             self.disconnects.inc()
         self._count_usage(outcome, model)
+        for tool, provider, result in outcome.server_tool_runs:
+            self._series(self.server_tools, tool, provider, result).inc()
         for sink in self.sinks:
             sink(outcome, duration)
         if outcome.routing:
@@ -193,10 +198,18 @@ def _line(outcome: Outcome, duration: float) -> str:
         "ttft_ms": None if outcome.first_byte is None else round((outcome.first_byte - outcome.started) * 1000, 1),
         "duration_ms": round(duration * 1000, 1),
         "error": outcome.error_type,
+        "error_message": logged_message(outcome.error_message),
         "client_disconnected": outcome.disconnected or None,
         "tools_dropped": outcome.tools_dropped or None,
     }
     return json_line(fields)
+
+
+def logged_message(message: str | None) -> str | None:
+    """An error's message as the access line has it: without keys (an upstream may quote one
+    back), on one line, capped by `json_line`. It names no more of the request than the
+    client's own answer does."""
+    return None if not message else redact(" ".join(message.split()))
 
 
 def json_line(fields: dict[str, Any]) -> str:
@@ -212,6 +225,7 @@ def observe(reply: Reply, outcome: Outcome) -> Reply:
     upstream's error relayed as it came."""
     outcome.status = reply.status
     if isinstance(reply, Completed) and reply.status >= 400 and outcome.error_type is None:
-        envelope = anthropic_envelope(reply.body)
+        envelope = anthropic_envelope(reply.body)  # an upstream's error relayed as it came
         outcome.error_type = envelope.error.type if envelope is not None else "api_error"
+        outcome.error_message = envelope.error.message if envelope is not None else None
     return reply

@@ -23,7 +23,7 @@ from dragoman.assembly.request_trace import RequestTrace
 from dragoman.assembly.threads import ThreadStore, Turn
 from dragoman.assembly.tracing import Tracing
 from dragoman.calls.types import Call, Caller, Completed, Outcome, Reply, Route
-from dragoman.core.errors import InvalidRequest, RequestTooLarge
+from dragoman.core.errors import InvalidRequest, RequestTooLarge, unsent
 from dragoman.core.validation import decode_request
 from dragoman.files.store import FileStore
 from dragoman.limits.gate import Admission, Limits
@@ -124,16 +124,20 @@ class Pipeline:
         outcome = call.outcome
         assert outcome is not None
         limiter = self._limiters.get(route.upstream)
-        if self._limits is not None:
-            caller = prepared.caller or Caller(owner="")
-            admission = await self._limits.admit(caller.key_id, caller.tenant, call, endpoint)
-            prepared.admission = admission
-            outcome.finish.hold(functools.partial(admission.settle, outcome))  # at the request's end
-        if limiter is not None:
-            await limiter.acquire(queue=endpoint != "batch")
-            outcome.finish.hold(limiter.release)  # at the reply's last byte, or its failure
-        handler = route.backend.count_tokens if endpoint == "count_tokens" else route.backend.messages
-        reply = await handler(call, route)
+        try:
+            if self._limits is not None:
+                caller = prepared.caller or Caller(owner="")
+                admission = await self._limits.admit(caller.key_id, caller.tenant, call, endpoint)
+                prepared.admission = admission
+                outcome.finish.hold(functools.partial(admission.settle, outcome))  # at the request's end
+            if limiter is not None:
+                await limiter.acquire(queue=endpoint != "batch")
+                outcome.finish.hold(limiter.release)  # at the reply's last byte, or its failure
+            handler = route.backend.count_tokens if endpoint == "count_tokens" else route.backend.messages
+            reply = await handler(call, route)
+        except BaseException as error:
+            outcome.unsent = unsent(error)  # before its settlement: [limits] give the request back
+            raise
         outcome.path = route.path  # an `auto` upstream knows its path only after its probe
         if outcome.trace is not None:
             _traced(reply, outcome.trace)

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import ipaddress
 import socket
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -157,6 +158,42 @@ async def fetch(
         raise InvalidRequest(f"{kind} URL {url!r}: could not be fetched: {error}") from None
     except aiohttp.ClientError as error:
         raise InvalidRequest(f"{kind} URL {url!r}: could not be fetched: {error}") from None
+
+
+def page_fetcher(server: ServerConfig) -> Callable[[str], Awaitable[tuple[bytes, str, str | None]]]:
+    """Fetches one page under the server's rules, with a budget of its own held only while it is
+    read: for the web fetch tool (dragoman.servertools), which lies below this layer."""
+
+    async def fetch_page(url: str) -> tuple[bytes, str, str | None]:
+        budget = Budget(server)
+        try:
+            async with budget.turn(url, "web_fetch"):
+                return await fetch(url, server, budget, kind="web_fetch")
+        finally:
+            budget.release()
+
+    return fetch_page
+
+
+def address_check(allow_private: bool) -> Callable[[str, str], Awaitable[None]]:
+    """Refuses (400) a URL on a private, loopback or reserved address unless `allow_private`:
+    for connections other clients make (the MCP connector, dragoman.servertools). The name is
+    resolved here; the client connecting later resolves it again."""
+
+    async def check(url: str, kind: str) -> None:
+        parsed = _checked(url, allow_private, kind)
+        if allow_private or parsed.raw_host is None:
+            return
+        try:
+            ipaddress.ip_address(parsed.raw_host)
+        except ValueError:
+            resolver = _PublicOnlyResolver(kind)
+            try:
+                await resolver.resolve(parsed.raw_host, parsed.port or 0)
+            finally:
+                await resolver.close()
+
+    return check
 
 
 async def _read(response: aiohttp.ClientResponse, url: str, max_bytes: int, budget: Budget, kind: str) -> bytes:

@@ -212,9 +212,14 @@ class Outcome:
     keepalives: int = 0
     retries: int = 0
     error_type: str | None = None
+    error_message: str | None = None  # its message, for the access line (redacted and capped there)
     upstream_failed: bool = False  # the error came from the upstream, not the client or gateway
+    unsent: bool = False  # it failed before reaching an upstream, or by the gateway's fault (`core.errors.unsent`)
     disconnected: bool = False
     tools_dropped: bool = False  # the request's tools reached a model whose chat template drops them
+    web_search_requests: int = 0  # searches the gateway ran for it (dragoman.servertools)
+    web_fetch_requests: int = 0
+    server_tool_runs: list[tuple[str, str, str]] = field(default_factory=list)  # (tool, provider, outcome) each
     started: float = field(default_factory=time.perf_counter)
     first_byte: float | None = None
     trace: Any = None  # its RequestTrace (assembly.request_trace) when tracing is on; ended once it is recorded
@@ -238,6 +243,7 @@ class Outcome:
         if not committed:
             self.status = error.status
         self.error_type, self.upstream_failed = error.type, error.is_upstream
+        self.error_message = error.message
 
     def left(self) -> None:
         """The client left before the end: 499 when nothing was answered (nobody to answer)."""

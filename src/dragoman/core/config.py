@@ -254,6 +254,32 @@ class UsageConfig(_Config, frozen=True):
     statement_timeout: float = 10.0
 
 
+class WebSearchConfig(_Config, frozen=True):
+    """`web_search_*` tools run by the gateway on the translating path (dragoman.servertools)."""
+
+    provider: Literal["searxng", "brave", "tavily"] = "searxng"
+    url: str | None = None  # SearXNG's base URL (required for it); Brave's and Tavily's API by default
+    api_key_env: str | None = None  # the variable holding Brave's or Tavily's key
+    max_results: int = 5  # results per search
+    timeout: float = 10.0  # seconds a search may take; then `unavailable`
+    # The variable holding the secret that signs `encrypted_content`: the same on every replica,
+    # so that any replica reads the results a client sends back. Unset: one made per process.
+    secret_env: str | None = None
+
+
+class WebFetchConfig(_Config, frozen=True):
+    """`web_fetch_*` tools run by the gateway, with the server's fetch_* limits and guard."""
+
+    max_content_tokens: int = 100_000  # a page's text is cut to about this many tokens, unless the tool says fewer
+
+
+class McpConfig(_Config, frozen=True):
+    """Requests' `mcp_servers` served by the gateway as an MCP client (private addresses only with
+    server.fetch_allow_private)."""
+
+    timeout: float = 30.0  # seconds to connect, list tools or run one call
+
+
 class AdminConfig(_Config, frozen=True):
     """Admin keys and run-time API keys (the Admin API, `dragoman keys`): docs/team.md."""
 
@@ -275,6 +301,9 @@ class Config(_Config, frozen=True):
     limits: LimitsConfig = LimitsConfig()  # per key and tenant: see docs/team.md
     upstreams: dict[str, UpstreamConfig] = {}
     models: list[ModelConfig] = []
+    web_search: WebSearchConfig | None = None  # unset: server_tools decides (reject or drop)
+    web_fetch: WebFetchConfig | None = None
+    mcp: McpConfig | None = None
 
     def upstream_key(self, upstream: UpstreamConfig) -> str | None:
         if upstream.api_key_env:

@@ -78,6 +78,7 @@ def _check(config: Config, problems: list[str]) -> None:
         elif key in ("expire_after", "retain_for") and getattr(config.batches, key) > 366 * 24 * 3600:
             problems.append(f"batches.{key}: at most a year of seconds (31622400), got {getattr(config.batches, key)}")
     _check_usage(config, problems)
+    _check_server_tools(config, problems)
     default = config.server.default_model
     if default and config.models and not any(default == m.name or default in m.aliases for m in config.models):
         problems.append(f"server.default_model: {default!r} is not a configured model name")
@@ -102,6 +103,23 @@ def _check_usage(config: Config, problems: list[str]) -> None:
             problems.append(f"{where}: a key is also a client key (server.api_keys or tenants); use separate keys")
     if not 0 < config.admin.poll_interval <= 2:
         problems.append(f"admin.poll_interval: more than 0 and at most 2 seconds, got {config.admin.poll_interval}")
+
+
+def _check_server_tools(config: Config, problems: list[str]) -> None:
+    search = config.web_search
+    if search is not None:
+        if search.provider == "searxng" and not search.url:
+            problems.append("web_search.url: SearXNG's base URL is required (e.g. http://127.0.0.1:8888)")
+        elif search.url and (problem := _url_problem(search.url)) is not None:
+            problems.append(f"web_search.url: {problem}")
+        if not 1 <= search.max_results <= 20:
+            problems.append(f"web_search.max_results: 1 to 20, got {search.max_results}")
+        if search.timeout <= 0:
+            problems.append(f"web_search.timeout: must be positive, got {search.timeout}")
+    if config.web_fetch is not None and config.web_fetch.max_content_tokens < 1:
+        problems.append(f"web_fetch.max_content_tokens: must be positive, got {config.web_fetch.max_content_tokens}")
+    if config.mcp is not None and config.mcp.timeout <= 0:
+        problems.append(f"mcp.timeout: must be positive, got {config.mcp.timeout}")
 
 
 def _check_server(config: Config, problems: list[str]) -> None:

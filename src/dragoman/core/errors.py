@@ -50,6 +50,7 @@ class GatewayError(Exception):
         self.retry_after = retry_after
         self.should_retry = should_retry
         self.upstream: str | None = None  # set when an upstream's answer caused it
+        self.unsent = False  # the request never reached an upstream (connecting failed): see `unsent()`
         # `error.details`: `error_code` picks the SDKs' exception class (e.g. FileNotDownloadableError)
         self.details: dict[str, str] | None = {"error_code": error_code} if error_code else None
         self.extra_headers: dict[str, str] = {}  # more for its answer: the caller's anthropic-ratelimit-*
@@ -80,6 +81,12 @@ class GatewayError(Exception):
         if self.extra_headers:
             headers.update(self.extra_headers)
         return headers
+
+
+def unsent(error: BaseException) -> bool:
+    """Whether a request that failed so was the gateway's to fail: it never reached an upstream,
+    or the gateway itself failed it (a 5xx of its own). [limits] then give its request back."""
+    return isinstance(error, GatewayError) and (error.unsent or (error.status >= 500 and not error.is_upstream))
 
 
 class InvalidRequest(GatewayError):

@@ -3,7 +3,8 @@
     admit ─▶ concurrency slot (queued, bounded) ─▶ store.take (all buckets or none) ─▶ Admission
     Admission.settle(outcome) ─▶ the real input and output tokens, store.adjust, slot freed
 
-Requests count 1 when admitted. Input tokens (as Anthropic counts them: no cache reads)
+Requests count 1 when admitted, and are given back when the request never reached an upstream
+(it was unreachable) or the gateway itself failed it (`core.errors.unsent`). Input tokens (as Anthropic counts them: no cache reads)
 are known only from the upstream's usage: a request is admitted while the input bucket
 is not empty, and charged its input at the end. Output tokens are reserved from
 `max_tokens` at the start, and the unused part refunded at the end. `count_tokens`
@@ -154,7 +155,9 @@ class Admission:
             used_out = outcome.output_tokens
         changes = [(extra.want, extra.settle(outcome)) for extra in self._extras]
         for rule, want in zip(self._rules, self._wants[: len(self._rules)], strict=True):
-            if rule.kind == "input" and used_in:
+            if rule.kind == "request" and outcome.unsent:  # the gateway's to fail: the request given back
+                changes.append((want, 1.0))
+            elif rule.kind == "input" and used_in:
                 changes.append((want, -float(used_in)))
             elif rule.kind == "output" and self._reserved != used_out:
                 changes.append((want, float(self._reserved - used_out)))
@@ -244,6 +247,18 @@ class Limits:
         what = {"request": "requests", "input": "input tokens", "output": "output tokens"}[rule.kind]
         return LimitReached(f"{rule.source}: {plan.who} is over its rate limit of {rule.capacity} {what} per minute; "
                             f"retry after {seconds} s", retry_after=str(seconds), extra=admission.headers())  # fmt: skip
+
+    def charge_used(self, window: str, key_id: str | None, tenant: str | None, model: str, upstream_model: str,
+                    tokens: int) -> None:  # fmt: skip
+        """Charge `tokens` used earlier in this `window` (day or month) to the budgets they count
+        against, as their requests' settlements did: at start, from the usage ledger."""
+        now = self._clock()
+        name, end = window_end(window, now)
+        changes = [(Want(f"{rule.key}:{name}", rule.capacity, 0.0, 0.0, 1.0, end - now + MINUTE), -float(tokens))
+                   for rule in self._plan(key_id, tenant, model, upstream_model).rules
+                   if rule.kind == "budget" and rule.window == window]  # fmt: skip
+        if changes:
+            self.store.adjust(changes)
 
     async def close(self) -> None:
         await self.concurrency.close()

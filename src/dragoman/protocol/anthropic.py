@@ -138,6 +138,31 @@ class ServerToolUseBlock(_Block, tag="server_tool_use"):
     input: Any = None
 
 
+class WebSearchToolResultBlock(_Block, tag="web_search_tool_result"):
+    """A web search's results replayed (`content`: a list of `web_search_result`, or one error)."""
+
+    tool_use_id: str
+    content: Any = None
+
+
+class WebFetchToolResultBlock(_Block, tag="web_fetch_tool_result"):
+    tool_use_id: str
+    content: Any = None
+
+
+class McpToolUseBlock(_Block, tag="mcp_tool_use"):
+    id: str
+    name: str
+    server_name: str = ""
+    input: Any = None
+
+
+class McpToolResultBlock(_Block, tag="mcp_tool_result"):
+    tool_use_id: str
+    content: str | list[TextBlock] | None = None
+    is_error: bool = False
+
+
 class MidConversationSystemBlock(_Block, tag="mid_conv_system"):
     content: list[TextBlock]
 
@@ -174,6 +199,10 @@ ContentBlockParam = (
     | ThinkingBlock
     | RedactedThinkingBlock
     | ServerToolUseBlock
+    | WebSearchToolResultBlock
+    | WebFetchToolResultBlock
+    | McpToolUseBlock
+    | McpToolResultBlock
     | MidConversationSystemBlock
     | ToolAdditionBlock
     | ToolRemovalBlock
@@ -189,11 +218,14 @@ class MessageParam(_In):
 # -- tools and other request options -----------------------------------------
 
 
+_ABSENT = "\x00absent"  # a Tool's name when the request gave none
+
+
 class Tool(_In):
     """A tool definition. Client tools carry `input_schema`; Anthropic-defined and
     server tools are recognised by a versioned `type` such as `bash_20250124`."""
 
-    name: str
+    name: str = _ABSENT  # required but for `mcp_toolset`, which names its server instead (__post_init__)
     type: str | None = None
     description: str | None = None
     # Kept as the client's JSON text: forwarded as is unless a backend strips keys
@@ -205,6 +237,32 @@ class Tool(_In):
     # Options of Anthropic-defined tools that shape their synthesised schema.
     display_width_px: int | None = None
     display_height_px: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.name == _ABSENT:
+            if self.type != "mcp_toolset":  # worded as msgspec words a missing field
+                raise ValueError("Object missing required field `name`")
+            self.name = ""
+
+    # Options of the server tools the gateway runs (dragoman.servertools).
+    max_uses: int | None = None
+    allowed_domains: list[str] | None = None
+    blocked_domains: list[str] | None = None
+    user_location: dict[str, Any] | None = None
+    max_content_tokens: int | None = None
+    mcp_server_name: str | None = None
+    default_config: dict[str, Any] | None = None
+    configs: dict[str, dict[str, Any]] | None = None
+
+
+class McpServer(_In):
+    """An MCP server a request names (`mcp_servers`, the MCP connector beta)."""
+
+    type: Literal["url"]
+    url: str
+    name: str
+    authorization_token: str | None = None
+    tool_configuration: dict[str, Any] | None = None  # mcp-client-2025-04-04's shape
 
 
 class ToolChoice(_In):
@@ -262,6 +320,7 @@ class MessagesRequest(_In):
     reasoning_effort: str | None = None
     thread: ThreadParam | None = None  # the gateway holds the conversation: see dragoman.assembly.threads
     compaction: CompactionConfig | None = None  # summarize the conversation instead of answering it
+    mcp_servers: list[McpServer] | None = None  # run by the gateway (dragoman.servertools)
 
 
 class CountTokensRequest(_In):

@@ -17,7 +17,16 @@ __all__ = [
     "OutThinkingBlock",
     "OutToolUseBlock",
     "OutCompactionBlock",
+    "OutServerToolUseBlock",
+    "OutWebSearchToolResultBlock",
+    "OutWebFetchToolResultBlock",
+    "OutMcpToolUseBlock",
+    "OutMcpToolResultBlock",
+    "WebSearchResult",
+    "WebSearchToolResultError",
+    "WebFetchToolResultError",
     "ContentBlock",
+    "CALL_BLOCKS",
     "StopReason",
     "Usage",
     "Message",
@@ -67,10 +76,75 @@ class OutCompactionBlock(_Out, tag="compaction", tag_field="type"):
     content: str | None
 
 
-ContentBlock = OutTextBlock | OutThinkingBlock | OutToolUseBlock | OutCompactionBlock
+class OutServerToolUseBlock(_Out, tag="server_tool_use", tag_field="type"):
+    """A server tool the gateway ran (dragoman.servertools): `id` starts `srvtoolu_`."""
+
+    id: str
+    name: str
+    input: Any
+
+
+class WebSearchResult(_Out, tag="web_search_result", tag_field="type"):
+    url: str
+    title: str
+    encrypted_content: str
+    page_age: str | None = None
+
+
+class WebSearchToolResultError(_Out, tag="web_search_tool_result_error", tag_field="type"):
+    error_code: str
+
+
+class OutWebSearchToolResultBlock(_Out, tag="web_search_tool_result", tag_field="type"):
+    tool_use_id: str
+    content: list[WebSearchResult] | WebSearchToolResultError
+
+
+class WebFetchToolResultError(_Out, tag="web_fetch_tool_result_error", tag_field="type"):
+    error_code: str
+
+
+class OutWebFetchToolResultBlock(_Out, tag="web_fetch_tool_result", tag_field="type"):
+    tool_use_id: str
+    content: Any  # a `web_fetch_result` (dict), or a WebFetchToolResultError
+
+
+class OutMcpToolUseBlock(_Out, tag="mcp_tool_use", tag_field="type"):
+    id: str  # `mcptoolu_...`
+    name: str
+    server_name: str
+    input: Any
+
+
+class OutMcpToolResultBlock(_Out, tag="mcp_tool_result", tag_field="type"):
+    tool_use_id: str
+    is_error: bool
+    content: list[OutTextBlock]
+
+
+ContentBlock = (
+    OutTextBlock
+    | OutThinkingBlock
+    | OutToolUseBlock
+    | OutCompactionBlock
+    | OutServerToolUseBlock
+    | OutWebSearchToolResultBlock
+    | OutWebFetchToolResultBlock
+    | OutMcpToolUseBlock
+    | OutMcpToolResultBlock
+)
+# Blocks whose input streams as `input_json_delta`s.
+CALL_BLOCKS = (OutToolUseBlock, OutServerToolUseBlock, OutMcpToolUseBlock)
 
 StopReason = Literal[
-    "end_turn", "max_tokens", "stop_sequence", "tool_use", "refusal", "model_context_window_exceeded", "compaction"
+    "end_turn",
+    "max_tokens",
+    "stop_sequence",
+    "tool_use",
+    "pause_turn",
+    "refusal",
+    "model_context_window_exceeded",
+    "compaction",
 ]
 
 
@@ -161,6 +235,7 @@ class MessageDeltaUsage(_Out):
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
     output_tokens_details: dict[str, int] | UnsetType = UNSET  # left out unless the server counted reasoning
+    server_tool_use: dict[str, int] | UnsetType = UNSET  # left out unless the gateway ran server tools
 
 
 class MessageDelta(_Out, tag="message_delta", tag_field="type"):

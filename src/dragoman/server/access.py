@@ -16,7 +16,7 @@ import time
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dragoman.assembly.observe import json_line, log
+from dragoman.assembly.observe import json_line, log, logged_message
 from dragoman.server.auth import presented_key
 
 PROBES = frozenset({"/health", "/ready", "/metrics"})
@@ -63,6 +63,7 @@ def _fields(scope: Scope, status: int, duration: float) -> dict[str, object]:
         "status": status,
         "duration_ms": round(duration * 1000, 1),
         "error": state.get("error_type"),
+        "error_message": logged_message(state.get("error_message")),
         "client_disconnected": True if status == 499 else None,
     }
     fields.update({key: str(params[key]) for key in IDS if key in params})

@@ -7,7 +7,7 @@ import contextlib
 import gc
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -26,6 +26,8 @@ from dragoman.core.errors import GatewayError, MethodNotAllowed, NotFound, Overl
 from dragoman.server import batch_endpoints, endpoints, file_endpoints, key_endpoints, usage_endpoints
 from dragoman.server.access import AccessLogMiddleware
 from dragoman.server.disconnect import ClientLeft
+from dragoman.server.lifecycle import Running
+from dragoman.server.reload import InFlight, Reloader
 
 log = logging.getLogger("dragoman")
 
@@ -60,7 +62,7 @@ def error_response(scope: Scope, gateway: Gateway, error: GatewayError, *, with_
     state = scope.get("state", {})
     request_id = state.get("request_id")
     outcome = state.get("outcome")
-    state["error_type"] = error.type  # for the access line (server/access.py)
+    state["error_type"], state["error_message"] = error.type, error.message  # for the access line (server/access.py)
     if outcome is not None:  # a /v1/messages request that failed before its reply
         outcome.failed(error)
         outcome.finish.end()  # settled before the answer goes out
@@ -99,33 +101,70 @@ class App:
         self.starlette = starlette
         self.gateway = gateway
         self.state = starlette.state
+        self.in_flight = InFlight()  # by gateway: an old one is closed once its requests have ended
+        self.running = Running(gateway)
+        self.reloader: Reloader | None = None
+
+    def reload_from(self, load: Callable[[], Config]) -> None:
+        """On SIGHUP, swap in the configuration `load` gives (`server.reload`), once serving."""
+        self.reloader = Reloader(self, self.running, load)
+
+    def swap(self, gateway: Gateway) -> Gateway:
+        """The gateway new requests get; the one they got until now."""
+        old, self.gateway = self.gateway, gateway
+        self.state.gateway = gateway
+        return old
+
+    async def start(self) -> None:
+        await self.running.start()
+        if self.reloader is not None:
+            self.reloader.install()
+
+    async def stop(self) -> None:
+        if self.reloader is not None:
+            await self.reloader.close()
+            self.running = self.reloader.running
+        await self.running.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = HOT_PATHS.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if scope["type"] != "http":
+            await self.starlette(scope, receive, send)
+            return
+        gateway = self.gateway  # the request is served by this one whole, whatever a reload swaps in
+        scope.setdefault("state", {})["gateway"] = gateway
+        self.in_flight.begin(gateway)
+        try:
+            await self._serve(gateway, scope, receive, send)
+        finally:
+            self.in_flight.end(gateway)
+
+    async def _serve(self, gateway: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = HOT_PATHS.get(scope["path"]) if scope["method"] == "POST" else None
         if endpoint is None:
             await self.starlette(scope, receive, send)
             return
-        scope.setdefault("state", {})["request_id"] = request_id = ids.request_id()
-        outcome = self.gateway.metrics.outcome(request_id, endpoint)
+        scope["state"]["request_id"] = request_id = ids.request_id()
+        outcome = gateway.metrics.outcome(request_id, endpoint)
         with outcome.finish:  # however it ends, what it held is released and it is recorded, once
-            await self._serve(scope, receive, send, endpoint, outcome)
+            await self._answer(gateway, scope, receive, send, endpoint, outcome)
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint, outcome: Outcome) -> None:
+    async def _answer(self, gateway: Gateway, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint,
+                      outcome: Outcome) -> None:  # fmt: skip
         request_id = outcome.request_id
         try:
-            response = await endpoints.serve(self.gateway, Request(scope, receive), endpoint, outcome)
+            response = await endpoints.serve(gateway, Request(scope, receive), endpoint, outcome)
         except ClientLeft:  # gone while sending its request: nobody to answer
             outcome.left()
             return
         except GatewayError as error:
-            response = error_response(scope, self.gateway, error, with_id=True)
+            response = error_response(scope, gateway, error, with_id=True)
         except asyncio.CancelledError:
             # The server is stopping and this request outlived the grace period (a client that
             # left is answered 499 by `serve`): an error the SDKs retry, as a stream gets, not
             # uvicorn's plain-text 500.
             _handled()
             stopping = Overloaded("the server is shutting down; send the request again")
-            response = error_response(scope, self.gateway, stopping, with_id=True)
+            response = error_response(scope, gateway, stopping, with_id=True)
             try:
                 with contextlib.suppress(Exception):  # the client gone, or the second passed: nothing more to do
                     async with asyncio.timeout(1):
@@ -135,7 +174,7 @@ class App:
             return
         except Exception as exc:
             log.exception("unhandled error on POST %s", capped(scope["path"]), exc_info=exc)
-            response = error_response(scope, self.gateway, GatewayError("internal error in the gateway"), with_id=True)
+            response = error_response(scope, gateway, GatewayError("internal error in the gateway"), with_id=True)
         if "request-id" not in response.headers:
             response.headers["request-id"] = request_id
         await response(scope, receive, send)
@@ -233,21 +272,13 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
     gateway = Gateway(config, backends)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await asyncio.to_thread(gateway.rename_legacy_owners)  # before any request looks for an owner's data
-        discovery = [asyncio.create_task(gateway.discover_all(gateway.backends))]
-        discovery.append(asyncio.create_task(gateway.keep_registry_fresh()))
-        discovery.append(asyncio.create_task(gateway.files.adopt_flat()))  # files written flat by earlier versions
-        await gateway.batches.start()
-        if gateway.usage is not None:
-            gateway.usage.start()
-        gateway.keyring.start()
+    async def lifespan(starlette: Starlette) -> AsyncIterator[None]:
+        app: App = starlette.state.app
+        await app.start()
         try:
             yield
         finally:
-            for task in discovery:
-                task.cancel()
-            await gateway.close()
+            await app.stop()
 
     app = Starlette(
         routes=_routes(),
@@ -258,7 +289,8 @@ def create_app(config: Config, *, backends: dict[str, Backend] | None = None) ->
     app.state.gateway = gateway
     app.add_middleware(AccessLogMiddleware)  # inside RequestIdMiddleware: the last added runs first
     app.add_middleware(RequestIdMiddleware)
-    return App(app, gateway)
+    app.state.app = App(app, gateway)
+    return app.state.app  # type: ignore[no-any-return]
 
 
 def app_from_environment() -> App:

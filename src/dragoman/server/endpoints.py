@@ -38,7 +38,8 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 def _gateway(request: Request) -> Gateway:
-    return request.app.state.gateway
+    """The gateway the request began on (`app.App`: a reload does not change it mid-request)."""
+    return request.scope["state"].get("gateway") or request.app.state.gateway
 
 
 def authorized(request: Request) -> Gateway:
@@ -203,8 +204,9 @@ class EventStreamResponse(StreamingResponse):
                 chunk, failed = error.event(), True
             except Exception:  # a bug: the client still gets a well-formed end
                 log.exception("stream from %s failed", outcome.upstream)
-                outcome.error_type = "api_error"
-                chunk, failed = UpstreamError("internal error while relaying the upstream stream").event(), True
+                bug = UpstreamError("internal error while relaying the upstream stream")
+                outcome.error_type, outcome.error_message = "api_error", bug.message
+                chunk, failed = bug.event(), True
             else:
                 if chunk is PING or chunk is KEEPALIVE_COMMENT:
                     outcome.keepalives += 1

@@ -47,6 +47,8 @@ def check_request(request: anthropic.MessagesRequest, betas: frozenset[str] = fr
 def _check_tools(request: anthropic.MessagesRequest) -> None:
     seen: set[str] = set()
     for index, tool in enumerate(request.tools or ()):
+        if tool.type == "mcp_toolset":  # it names its server instead (dragoman.servertools)
+            continue
         if not tool.name:
             raise InvalidRequest(f"tools.{index}.name: must not be empty")
         if tool.name in seen:

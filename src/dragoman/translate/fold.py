@@ -55,7 +55,7 @@ class Folder:
         elif (
             (isinstance(delta, a.TextDelta) and isinstance(block, a.OutTextBlock))
             or (isinstance(delta, a.ThinkingDelta) and isinstance(block, a.OutThinkingBlock))
-            or (isinstance(delta, a.InputJSONDelta) and isinstance(block, a.OutToolUseBlock))
+            or (isinstance(delta, a.InputJSONDelta) and isinstance(block, a.CALL_BLOCKS))
         ):
             piece = delta.text if isinstance(delta, a.TextDelta) else (
                 delta.thinking if isinstance(delta, a.ThinkingDelta) else delta.partial_json
@@ -79,6 +79,7 @@ class Folder:
             cache_creation_input_tokens=event.usage.cache_creation_input_tokens,
             cache_read_input_tokens=event.usage.cache_read_input_tokens,
             output_tokens_details=event.usage.output_tokens_details or None,
+            server_tool_use=event.usage.server_tool_use or None,
         )
 
     def message(self) -> a.Message:
@@ -91,7 +92,7 @@ class Folder:
                 block.text += joined
             elif isinstance(block, a.OutThinkingBlock):
                 block.thinking += joined
-            elif isinstance(block, a.OutToolUseBlock):  # a whole message needs an object: else the upstream's error
+            elif isinstance(block, a.CALL_BLOCKS):  # a whole message needs an object: else the upstream's error
                 block.input = parse_arguments(joined, tool=block.name)
         message.content = self._blocks
         return message
@@ -120,6 +121,8 @@ def events_of(message: a.Message) -> list[a.StreamEvent]:
         elif isinstance(block, a.OutCompactionBlock):
             events.append(a.ContentBlockStart(index=index, content_block=a.OutCompactionBlock(content=None)))
             events.append(a.ContentBlockDelta(index=index, delta=a.CompactionDelta(content=block.content)))
+        elif not isinstance(block, a.CALL_BLOCKS):  # a server tool's result: whole, in its start
+            events.append(a.ContentBlockStart(index=index, content_block=block))
         else:
             events.append(a.ContentBlockStart(index=index, content_block=msgspec.structs.replace(block, input={})))
             events.append(
@@ -136,6 +139,7 @@ def events_of(message: a.Message) -> list[a.StreamEvent]:
                 input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
                 cache_read_input_tokens=usage.cache_read_input_tokens,
                 output_tokens_details=usage.output_tokens_details if usage.output_tokens_details is not None else msgspec.UNSET,
+                server_tool_use=usage.server_tool_use if usage.server_tool_use is not None else msgspec.UNSET,
             ),
         )
     )  # fmt: skip

@@ -30,7 +30,9 @@ class upstream_errors:
 
 def _mapped(error: Exception, upstream: str) -> GatewayError | None:
     if isinstance(error, ConnectFailed):  # never connected: another replica may answer
-        return UpstreamError(f"upstream {upstream} is unreachable: {error}")
+        unreachable = UpstreamError(f"upstream {upstream} is unreachable: {error}")
+        unreachable.unsent = True
+        return unreachable
     if isinstance(error, TimeoutError):
         return UpstreamTimeout(f"upstream {upstream} timed out ({str(error) or 'no response in time'})")
     if isinstance(error, ConnectionError):

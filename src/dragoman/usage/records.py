@@ -39,6 +39,8 @@ class UsageRecord(msgspec.Struct, frozen=True, array_like=True):
     # tell none), and how many of those for an hour rather than five minutes. Last: schema v2.
     cache_creation_tokens: int = 0
     cache_creation_1h_tokens: int = 0
+    web_search_requests: int = 0  # server tools the gateway ran (dragoman.servertools). Last: schema v3
+    web_fetch_requests: int = 0
 
 
 def record_of(outcome: Outcome, duration: float) -> UsageRecord:
@@ -54,6 +56,7 @@ def record_of(outcome: Outcome, duration: float) -> UsageRecord:
         status=outcome.status, error_type=outcome.error_type, disconnected=outcome.disconnected,
         duration=duration, ttft=ttft, cache_creation_tokens=used and outcome.cache_creation_tokens or 0,
         cache_creation_1h_tokens=used and outcome.cache_creation_1h_tokens or 0,
+        web_search_requests=outcome.web_search_requests, web_fetch_requests=outcome.web_fetch_requests,
     )  # fmt: skip
 
 
@@ -77,6 +80,7 @@ class Query:
     group_by: tuple[str, ...] = ()  # of "api_key_id", "model", "tenant"
     key_ids: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
+    refusals: bool | None = None  # 401/403 answers: None counted with the rest, False left out, True alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,8 @@ class Sums:
     errors: int
     cache_creation_tokens: int = 0
     cache_creation_1h_tokens: int = 0  # of those
+    web_search_requests: int = 0
+    web_fetch_requests: int = 0
 
 
 class UsageStore(Protocol):

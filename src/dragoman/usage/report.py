@@ -105,7 +105,7 @@ def _result(sums: Sums, grouped: tuple[str, ...], asked: tuple[str, ...]) -> dic
         },
         "cache_read_input_tokens": sums.cache_read_tokens,
         "output_tokens": sums.output_tokens,
-        "server_tool_use": {"web_search_requests": 0},
+        "server_tool_use": {"web_search_requests": sums.web_search_requests},
     }
     for name in ("api_key_id", "workspace_id", "model", "service_tier", "context_window", "inference_geo"):
         result[name] = values.get(name)

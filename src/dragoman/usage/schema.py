@@ -54,6 +54,19 @@ MIGRATIONS: list[tuple[int, dict[Dialect, list[str]]]] = [
             ],
         },
     ),
+    (
+        3,  # server tools the gateway ran (dragoman.servertools); records of before ran none
+        {
+            "sqlite": [
+                "ALTER TABLE usage_records ADD COLUMN web_search_requests INTEGER NOT NULL DEFAULT 0",
+                "ALTER TABLE usage_records ADD COLUMN web_fetch_requests INTEGER NOT NULL DEFAULT 0",
+            ],
+            "postgres": [
+                "ALTER TABLE usage_records ADD COLUMN web_search_requests BIGINT NOT NULL DEFAULT 0",
+                "ALTER TABLE usage_records ADD COLUMN web_fetch_requests BIGINT NOT NULL DEFAULT 0",
+            ],
+        },
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -78,10 +91,14 @@ COLUMNS = (
     "ttft",
     "cache_creation_tokens",
     "cache_creation_1h_tokens",
+    "web_search_requests",
+    "web_fetch_requests",
 )  # fmt: skip  (UsageRecord's fields, in order)
 
 
-SUMMED = ("input_tokens", "cache_read_tokens", "output_tokens", "cache_creation_tokens", "cache_creation_1h_tokens")
+REFUSALS = (401, 403)  # a key refused: no one's usage (`dragoman usage` counts them apart)
+SUMMED = ("input_tokens", "cache_read_tokens", "output_tokens", "cache_creation_tokens", "cache_creation_1h_tokens",
+          "web_search_requests", "web_fetch_requests")  # fmt: skip
 
 
 def insert_sql(dialect: Dialect) -> str:
@@ -112,6 +129,8 @@ def sums_sql(query: Query, dialect: Dialect) -> tuple[str, list[object]]:
     for column, values in (("key_id", query.key_ids), ("model", query.models)):
         if values:
             where.append(f"{column} IN ({', '.join(arg(v) for v in values)})")
+    if query.refusals is not None:  # statuses of ours, not the client's text
+        where.append(f"status {'IN' if query.refusals else 'NOT IN'} ({', '.join(map(str, REFUSALS))})")
     sums = ", ".join(f"CAST(sum({c}) AS BIGINT)" for c in SUMMED)
     errors = "CAST(sum(CASE WHEN error_type IS NULL THEN 0 ELSE 1 END) AS BIGINT)"
     keys = ", ".join(str(i) for i in range(1, len(columns) + 1))  # by position: grouped and ordered alike

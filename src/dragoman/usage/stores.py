@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from dragoman.core.config import Config, data_dir, usage_database_url
 from dragoman.usage.journal import Journal
 from dragoman.usage.postgres import PostgresStore
 from dragoman.usage.records import UsageStore
-from dragoman.usage.sqlite import SqliteStore
+from dragoman.usage.sqlite import FILE, SqliteStore
 from dragoman.usage.writer import UsageWriter
 
 
@@ -34,6 +35,18 @@ def journal_for(config: Config) -> Journal:
     base = Path(config.usage.journal_dir).expanduser() if config.usage.journal_dir else _directory(config) / "journal"
     url = usage_database_url(config)
     return Journal(base / hashlib.sha256(url.encode()).hexdigest()[:16] if url else base)
+
+
+def describe(config: Config) -> str:
+    """Which store that is, for people: the SQLite file, or the PostgreSQL URL without its password."""
+    url = usage_database_url(config)
+    if not url:
+        return f"SQLite {_directory(config) / FILE}"
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    user = f"{parts.username}@" if parts.username else ""
+    port = f":{parts.port}" if parts.port else ""
+    return "PostgreSQL " + urlunsplit((parts.scheme, f"{user}{host}{port}", parts.path, "", ""))
 
 
 def _directory(config: Config) -> Path:

@@ -7,12 +7,12 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import msgspec
 
-from dragoman.backends.fetch import has_url_documents, resolve_url_documents
+from dragoman.backends.fetch import address_check, has_url_documents, page_fetcher, resolve_url_documents
 from dragoman.backends.fetch_budget import Budget
 from dragoman.backends.images import inline_url_images, may_have_url_images
 from dragoman.backends.openai.counting import CountCache, count_prompt, ollama_context
@@ -45,6 +45,7 @@ from dragoman.core.profiles import PROFILES, Profile, profile_for
 from dragoman.core.validation import decode_request
 from dragoman.protocol import anthropic, openai, sse
 from dragoman.protocol.sse import encode_all
+from dragoman.servertools.loop import Plan, ServerTools
 from dragoman.tokens.estimate import completion_estimate, count_estimate
 from dragoman.tokens.tokenizer import TokenizerError
 from dragoman.translate.compaction import summarizing, summary_of
@@ -95,6 +96,11 @@ class OpenAIBackend:
         self._keepalive = config.server.keepalive_interval
         self._streams = ChatStreams(name, upstream, self._keepalive)
         self._server = config.server
+        self._server_tools = (
+            ServerTools(config, page_fetcher(config.server), address_check(config.server.fetch_allow_private))
+            if ServerTools.configured(config)
+            else None
+        )
 
     async def close(self) -> None:
         await self._http.close()
@@ -189,6 +195,10 @@ class OpenAIBackend:
             await resolve_url_documents(request, server, budget)
 
     async def _respond(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
+        if self._server_tools is not None and (plan := await self._server_tools.plan(request)) is not None:
+            if plan.runners:
+                return await self._looped(call, route, plan)
+            request = plan.request  # server-tool blocks sent back, shown to the model as what they were
         # Stop sequences are matched here over the streamed text, so a request that has
         # them reads the upstream as a stream even when the client did not ask for one.
         upstream_stream = request.stream or bool(request.stop_sequences) or self.profile.stream_upstream
@@ -230,6 +240,34 @@ class OpenAIBackend:
             message.usage.output_tokens = completion_estimate(completion.choices[0].message)
         note_usage(call.outcome, message.usage)
         return Completed(msgspec.json.encode(message), headers=headers)
+
+    async def _looped(self, call: Call, route: Route, plan: Plan) -> Reply:
+        """A request with server tools the gateway runs (dragoman.servertools): one model call per
+        step of the loop, each read as a stream of events, joined into one message."""
+        assert self._server_tools is not None
+        batches = self._server_tools.run(plan, lambda request: self._events(call, route, request), call.outcome)
+        if plan.request.stream:
+            return Streaming(_encoded(batches))
+        folder = Folder(upstream=self.name)
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                folder.feed(batch)
+        return Completed(msgspec.json.encode(folder.message()))
+
+    async def _events(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> AsyncIterator[Batch]:
+        """One model call of a server-tool loop, streamed from the upstream, as batches of events."""
+        translated = await self._translate_call(request, route, True, anthropic.betas(call.headers))
+        fitted = await fitted_body(
+            translated.chat, route, request.max_tokens, lambda chat: self._count(chat, route, estimate=0)
+        )
+        response = await self._http.post("/chat/completions", fitted.body, outcome=call.outcome, stream=True,
+                                          prompt="chat", conversation=call.conversation)  # fmt: skip
+
+        async def prompt_tokens() -> int:
+            return (await self._count(translated.chat, route, estimate=count_estimate(translated.chat)))[0]
+
+        translator = StreamTranslator(**self._reply_settings(call, translated, fitted.window_bound))
+        return self._streams.translated(response, translator, call.outcome, _as_events, prompt_tokens)
 
     def _reply_settings(self, call: Call, translated: Translated, window_bound: bool) -> ReplySettings:
         """What translating the reply back needs to know of the request."""
@@ -318,6 +356,8 @@ class OpenAIBackend:
             tools=counted.tools, tool_choice=counted.tool_choice,
         )  # fmt: skip
         await self._fetch_documents(call, request, budget)
+        if self._server_tools is not None and (plan := await self._server_tools.plan(request, connect=False)):
+            request = plan.request  # counted as the model is shown it: server tools as functions
         translated = await self._translate_call(request, route, stream=False)
         tokens, method = await self._count(translated.chat, route, estimate=count_estimate(translated.chat))
         body = msgspec.json.encode(anthropic.CountTokensResponse(input_tokens=tokens))
@@ -326,6 +366,12 @@ class OpenAIBackend:
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
+
+
+async def _encoded(batches: AsyncGenerator[Batch, None]) -> AsyncIterator[bytes]:
+    async with contextlib.aclosing(batches):
+        async for batch in batches:
+            yield encode_all(batch)
 
 
 def _headers(translated: Translated, tools_dropped: bool = False) -> dict[str, str]:
