@@ -31,9 +31,9 @@ FLOORS: list[list[str]] = [
     ["protocol/"],
     ["tokens/", "files/"],
     ["translate/", "calls/"],
-    ["limits/", "usage/", "upstream/", "notices/"],
+    ["limits/", "usage/", "upstream/", "notices/", "routes/"],
     ["servertools/"],  # run by backends/openai, handed backends/fetch.py's fetcher and address check
-    ["backends/", "keys/"],
+    ["backends/", "keys/", "safeguards/"],
     ["batches/"],
     ["assembly/"],
     ["server/", "quickstart.py", "keys_command.py"],

@@ -36,6 +36,7 @@ def build_config(
     host: str | None,
     port: int | None,
     log_level: str | None,
+    classifier_model: str | None = None,
 ) -> Config:
     """The file's config with the flags laid over it."""
     import msgspec
@@ -57,6 +58,8 @@ def build_config(
         if value is not None:
             server[key] = value
             flags[f"server.{key}"] = "--" + key.replace("_", "-")
+    if classifier_model is not None:  # Claude Code's auto mode (docs/claude-code.md#auto-mode)
+        data.setdefault("safeguards", {})["model"] = classifier_model
     try:
         return from_dict(data)
     except ConfigError as error:  # a key the user never wrote: name the flag that set it
@@ -116,6 +119,9 @@ def main() -> None:
     help="Key clients must present (repeatable; the variable: comma-separated).",
 )
 @click.option("--default-model", help="Serve unknown model names (such as claude-*) with this model.")
+@click.option(
+    "--classifier-model", help="Judge Claude Code's tool calls in auto mode with this model (safeguards.model)."
+)
 @click.option("--host", default=None, help="Address to bind (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port to bind (default 8765).")
 @click.option(
@@ -132,8 +138,8 @@ def main() -> None:
     help="Port of the local model's llama-server, started when no upstream is configured (0: any free port).",
 )  # fmt: skip
 def serve(config_path: str | None, upstream: str | None, upstream_api_key: str | None, api_keys: tuple[str, ...],
-          default_model: str | None, host: str | None, port: int | None, log_level: str | None, workers: int,
-          local_port: int) -> None:  # fmt: skip
+          default_model: str | None, classifier_model: str | None, host: str | None, port: int | None,
+          log_level: str | None, workers: int, local_port: int) -> None:  # fmt: skip
     """Run the gateway, until SIGTERM or SIGINT (then requests in flight finish).
 
     Without an upstream (no --upstream, no [upstreams] in --config) it serves the embedded
@@ -146,7 +152,7 @@ def serve(config_path: str | None, upstream: str | None, upstream_api_key: str |
     def load() -> Config:  # at start, and again at each SIGHUP
         return build_config(
             config_path=config_path, upstream=upstream, upstream_api_key=upstream_api_key, api_keys=api_keys,
-            default_model=default_model, host=host, port=port, log_level=log_level,
+            default_model=default_model, host=host, port=port, log_level=log_level, classifier_model=classifier_model,
         )  # fmt: skip
 
     try:

@@ -286,6 +286,20 @@ def test_serve_default_model_answers_claude_names(tmp_path, upstream):
             anthropic.Anthropic(base_url=url, api_key="nope", max_retries=0).models.list()
 
 
+def test_serve_classifier_model_answers_claude_codes_auto_mode(tmp_path, upstream):
+    upstream.json_reply(completion("Run it.", finish="tool_calls", tool_calls=[
+        {"id": "call_1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls"}'}}]))  # fmt: skip
+    upstream.json_reply(completion('{"call_1": {"reason": "a listing", "flagged": false}}'))
+    with serving(tmp_path, "--upstream", upstream.url, "--default-model", "test-model",
+                 "--classifier-model", "test-model") as url:  # fmt: skip
+        client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
+        message = client.messages.create(model="claude-opus-4-6", max_tokens=50, messages=USER,
+                                         extra_body={"safeguards": [{"type": "dangerous_tool_use"}]})  # fmt: skip
+    verdicts = message.model_extra["safeguard_results"][0]["status"]["tool_uses"]
+    assert list(verdicts.values()) == [{"type": "evaluated", "outcome": "not_flagged"}]
+    assert upstream.requests[1]["response_format"]["type"] == "json_schema"
+
+
 # -- check and models -------------------------------------------------------------------------
 
 

@@ -37,6 +37,8 @@ from dragoman.core.owners import Owners, load_salt
 from dragoman.core.paging import list_param, page_of
 from dragoman.files.store import FileStore
 from dragoman.keys import wiring as keys
+from dragoman.routes.table import Routes
+from dragoman.safeguards.service import Safeguards
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
 from dragoman.upstream.gauges import LoadCollector
 from dragoman.usage.stores import writer_for
@@ -113,10 +115,15 @@ class Gateway:
         self.files = FileStore(config.files, self.owners)
         self.threads = ThreadStore()
         self.limits = keys.limits(config, self.keyring, self.metrics.registry)
+        self.routes = Routes.build(config, self.route, self.metrics.registry)  # [[routes]], fallbacks
+        if self.routes is not None:
+            self.metrics.sinks.append(self.routes.finished)
         self.pipeline = Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,
                                  max_request_bytes=config.server.max_request_bytes,
                                  decode_whole=lambda: self.translates_only, tracing=self.tracing,
-                                 limits=self.limits, notice=config.server.tools_dropped_notice)  # fmt: skip
+                                 limits=self.limits, notice=config.server.tools_dropped_notice,
+                                 safeguards=Safeguards(config, self.route, self.metrics.record),
+                                 routes=self.routes)  # fmt: skip
         self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
         self.usage: UsageWriter | None = None
         if config.usage.enabled:

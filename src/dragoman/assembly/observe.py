@@ -184,6 +184,7 @@ def _line(outcome: Outcome, duration: float) -> str:
         "tenant": outcome.tenant,
         "model": outcome.model,
         "served_model": outcome.served_model,
+        "route": outcome.route,
         "upstream": outcome.upstream,
         "path": outcome.path,
         "status": outcome.status,
@@ -201,6 +202,7 @@ def _line(outcome: Outcome, duration: float) -> str:
         "error_message": logged_message(outcome.error_message),
         "client_disconnected": outcome.disconnected or None,
         "tools_dropped": outcome.tools_dropped or None,
+        "safeguards": outcome.safeguards,
     }
     return json_line(fields)
 

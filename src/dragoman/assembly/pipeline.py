@@ -29,6 +29,8 @@ from dragoman.files.store import FileStore
 from dragoman.limits.gate import Admission, Limits
 from dragoman.notices.tools_dropped import NoticeMode, noted, without_notes
 from dragoman.protocol import anthropic
+from dragoman.routes.table import Routes
+from dragoman.safeguards.service import Safeguards
 
 Endpoint = Literal["messages", "count_tokens", "batch"]
 # Claude Code's session (the session_id of its metadata.user_id): one conversation and its
@@ -62,6 +64,8 @@ class Pipeline:
         tracing: Tracing | None = None,
         limits: Limits | None = None,
         notice: NoticeMode = "off",
+        safeguards: Safeguards | None = None,
+        routes: Routes | None = None,
     ) -> None:
         self._route = route
         self._files = files
@@ -72,6 +76,8 @@ class Pipeline:
         self.tracing = tracing  # None: tracing is off, and no request does any tracing work
         self._limits = limits
         self._notice = notice  # the gateway's note on a reply whose tools were dropped (notices/)
+        self._safeguards = safeguards  # Claude Code's auto mode (dragoman.safeguards)
+        self._routes = routes  # [[routes]] and fallbacks (dragoman.routes); None: names alone decide
 
     async def prepare(self, body: bytes, *, endpoint: Endpoint, headers: Mapping[str, str], caller: Caller,
                       outcome: Outcome) -> Prepared:  # fmt: skip
@@ -90,7 +96,8 @@ class Pipeline:
         outcome.model = envelope.model
         if endpoint == "batch":
             _check_batchable(envelope)
-        route = await self._route(envelope.model)
+        route = await (self._route(envelope.model) if self._routes is None else
+                       self._routes.route(body, headers, envelope, endpoint, outcome))  # fmt: skip
         outcome.routed(route)
         turn = None
         if endpoint == "messages" and envelope.thread is not None:  # the held conversation first, no `thread` upstream
@@ -134,7 +141,10 @@ class Pipeline:
                 await limiter.acquire(queue=endpoint != "batch")
                 outcome.finish.hold(limiter.release)  # at the reply's last byte, or its failure
             handler = route.backend.count_tokens if endpoint == "count_tokens" else route.backend.messages
-            reply = await handler(call, route)
+            if self._safeguards is not None and endpoint != "count_tokens":
+                reply = await self._safeguards.send(call, route, handler)
+            else:
+                reply = await handler(call, route)
         except BaseException as error:
             outcome.unsent = unsent(error)  # before its settlement: [limits] give the request back
             raise

@@ -244,6 +244,8 @@ class RequestTrace:
             self._end_attempt(error_type)
         span = self.span
         span.set_attribute("http.response.status_code", outcome.status)
+        if outcome.safeguards:
+            span.set_attribute("dragoman.safeguards", outcome.safeguards)
         if error_type is not None:
             span.set_attribute("error.type", error_type)
         if outcome.status >= 500 or (error_type is not None and outcome.status >= 400):

@@ -46,7 +46,9 @@ class AutoBackend:
         root = upstream.url.rstrip("/").removesuffix("/v1")
         replicas = [url.rstrip("/").removesuffix("/v1") for url in upstream.replicas]
         common = {
-            k: v for k, v in fields.items() if k not in ("flavor", "strip_schema_keys", "documents", "url", "replicas")
+            k: v
+            for k, v in fields.items()
+            if k not in ("flavor", "strip_schema_keys", "documents", "safeguards", "url", "replicas")
         }
         self._translate = OpenAIBackend(
             name,
@@ -57,7 +59,11 @@ class AutoBackend:
             config,
         )  # fmt: skip
         self._passthrough = AnthropicBackend(
-            name, AnthropicUpstream(url=root, replicas=replicas, documents=upstream.documents, **common), config
+            name,
+            AnthropicUpstream(
+                url=root, replicas=replicas, documents=upstream.documents, safeguards=upstream.safeguards, **common
+            ),
+            config,
         )
         # Both clients reach the same instances (the same roots): an instance the probe or one
         # path passed over is passed over by the other too.

@@ -15,6 +15,7 @@ import msgspec
 from msgspec import Struct
 
 from dragoman.core.limit_settings import LimitsConfig
+from dragoman.core.route_settings import FallbackSettings, RouteConfig
 
 
 class ConfigError(Exception):
@@ -146,6 +147,9 @@ class AnthropicUpstream(_UpstreamBase, tag="anthropic", tag_field="protocol", fr
     # "as_text" sends document blocks as text blocks (llama-server's own endpoint ignores
     # documents); "auto" does so when the server's model list says it is llama.cpp.
     documents: Literal["auto", "forward", "as_text"] = "auto"
+    # Claude Code's auto-mode review (`safeguards`): answered by the gateway, or "forward"ed
+    # with its beta to an upstream that answers it itself (Anthropic's API).
+    safeguards: Literal["gateway", "forward"] = "gateway"
 
 
 class AutoUpstream(_UpstreamBase, tag="auto", tag_field="protocol", frozen=True):
@@ -155,6 +159,7 @@ class AutoUpstream(_UpstreamBase, tag="auto", tag_field="protocol", frozen=True)
     flavor: Flavor = "auto"
     strip_schema_keys: list[str] | None = None
     documents: Literal["auto", "forward", "as_text"] = "auto"  # on the passthrough path, as for protocol = "anthropic"
+    safeguards: Literal["gateway", "forward"] = "gateway"  # on the passthrough path, as for protocol = "anthropic"
 
 
 UpstreamConfig = OpenAIUpstream | AnthropicUpstream | AutoUpstream
@@ -193,6 +198,10 @@ class ModelConfig(_Config, frozen=True):
     tiktoken_encoding: str | None = None
     tiktoken_file: str | None = None
     price: Price | None = None  # None: the model costs nothing (and no money budget counts it)
+    # Other models tried before the first byte reaches the client (docs/routing.md, Fallbacks).
+    fallbacks: list[str] = []
+    context_fallbacks: list[str] = []  # only for prompt-too-long, only to a window that fits
+    checks_signatures: bool = False  # its upstream rejects thinking signed elsewhere (Anthropic's API)
 
     @property
     def served_model(self) -> str:
@@ -232,6 +241,14 @@ class TracingConfig(_Config, frozen=True):
     capture_content: bool = False  # messages, system prompt, tool definitions and replies as span attributes
     metrics: bool = True  # the GenAI metrics through the OTLP metric exporter, beside /metrics
     metrics_interval: float = 60.0  # seconds between metric exports
+
+
+class SafeguardsConfig(_Config, frozen=True):
+    """Claude Code's auto mode: the model that judges its tool calls (see dragoman.safeguards)."""
+
+    model: str | None = None  # a served model name; None: every request is answered "unsupported"
+    timeout: float = 30.0  # seconds for one classifier call; later, its verdicts are "unavailable"
+    transcript_chars: int = 24_000  # of the conversation the classifier sees: the first turn and the newest
 
 
 class UsageConfig(_Config, frozen=True):
@@ -299,11 +316,14 @@ class Config(_Config, frozen=True):
     tracing: TracingConfig = TracingConfig()
     usage: UsageConfig = UsageConfig()
     limits: LimitsConfig = LimitsConfig()  # per key and tenant: see docs/team.md
+    safeguards: SafeguardsConfig = SafeguardsConfig()  # Claude Code's auto mode: see docs/claude-code.md
     upstreams: dict[str, UpstreamConfig] = {}
     models: list[ModelConfig] = []
     web_search: WebSearchConfig | None = None  # unset: server_tools decides (reject or drop)
     web_fetch: WebFetchConfig | None = None
     mcp: McpConfig | None = None
+    routes: list[RouteConfig] = []  # by the request's shape, first match (docs/routing.md, Routes)
+    fallbacks: FallbackSettings = FallbackSettings()
 
     def upstream_key(self, upstream: UpstreamConfig) -> str | None:
         if upstream.api_key_env:

@@ -78,6 +78,10 @@ def _check(config: Config, problems: list[str]) -> None:
         elif key in ("expire_after", "retain_for") and getattr(config.batches, key) > 366 * 24 * 3600:
             problems.append(f"batches.{key}: at most a year of seconds (31622400), got {getattr(config.batches, key)}")
     _check_usage(config, problems)
+    if config.safeguards.timeout <= 0:
+        problems.append(f"safeguards.timeout: must be a positive number of seconds, got {config.safeguards.timeout}")
+    if config.safeguards.transcript_chars < 1000:
+        problems.append(f"safeguards.transcript_chars: at least 1000, got {config.safeguards.transcript_chars}")
     _check_server_tools(config, problems)
     default = config.server.default_model
     if default and config.models and not any(default == m.name or default in m.aliases for m in config.models):

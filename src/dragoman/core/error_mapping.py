@@ -244,11 +244,16 @@ def _error_body(data: bytes) -> tuple[_UpstreamErrorBody | None, bytes]:
     return (body, b'{"error":' + data + b"}") if body.message is not None else (None, data)
 
 
-def from_stream_error(text: str, *, upstream: str) -> GatewayError:
-    """Map an error that a backend reported inside a stream after its 200."""
+def from_stream_error(text: str, *, upstream: str, status: int | str | None = None) -> GatewayError:
+    """Map an error that a backend reported inside a stream after its 200 (with the status
+    it carries, as vLLM's and SGLang's `{"error": {"code": 400}}` do: a 4xx is the request's)."""
     text = redact(text)
     overflow = _recognise_overflow(text, None)
     if overflow is not None:
         overflow.upstream = upstream
         return overflow
+    if isinstance(status, int) and 400 <= status < 500:
+        error = _BY_STATUS.get(status, InvalidRequest)(f"upstream {upstream} refused it mid-stream: {text}")
+        error.upstream = upstream
+        return error
     return UpstreamError(f"upstream {upstream} failed mid-stream: {text}")

@@ -95,7 +95,7 @@ class StreamTranslator:
     def feed(self, chunk: openai.ChatChunk) -> list[a.StreamEvent]:
         if chunk.error is not None:
             text = chunk.error if isinstance(chunk.error, str) else (chunk.error.message or chunk.error.type or "error")
-            raise from_stream_error(text, upstream=self._upstream)
+            raise from_stream_error(text, upstream=self._upstream, status=getattr(chunk.error, "code", None))
         if chunk.usage is not None:
             self._usage = chunk.usage
         events: list[a.StreamEvent] = []

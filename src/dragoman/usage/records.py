@@ -39,8 +39,9 @@ class UsageRecord(msgspec.Struct, frozen=True, array_like=True):
     # tell none), and how many of those for an hour rather than five minutes. Last: schema v2.
     cache_creation_tokens: int = 0
     cache_creation_1h_tokens: int = 0
-    web_search_requests: int = 0  # server tools the gateway ran (dragoman.servertools). Last: schema v3
+    web_search_requests: int = 0  # server tools the gateway ran (dragoman.servertools). Schema v3
     web_fetch_requests: int = 0
+    route: str | None = None  # the [[routes]] entry it took, if any. Last: schema v4.
 
 
 def record_of(outcome: Outcome, duration: float) -> UsageRecord:
@@ -57,6 +58,7 @@ def record_of(outcome: Outcome, duration: float) -> UsageRecord:
         duration=duration, ttft=ttft, cache_creation_tokens=used and outcome.cache_creation_tokens or 0,
         cache_creation_1h_tokens=used and outcome.cache_creation_1h_tokens or 0,
         web_search_requests=outcome.web_search_requests, web_fetch_requests=outcome.web_fetch_requests,
+        route=outcome.route or None,
     )  # fmt: skip
 
 

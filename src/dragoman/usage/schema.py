@@ -67,6 +67,13 @@ MIGRATIONS: list[tuple[int, dict[Dialect, list[str]]]] = [
             ],
         },
     ),
+    (
+        4,  # the [[routes]] entry a request took (dragoman.routes); records of before have none
+        {
+            "sqlite": ["ALTER TABLE usage_records ADD COLUMN route TEXT"],
+            "postgres": ["ALTER TABLE usage_records ADD COLUMN route TEXT"],
+        },
+    ),
 ]
 
 LATEST = MIGRATIONS[-1][0]
@@ -93,6 +100,7 @@ COLUMNS = (
     "cache_creation_1h_tokens",
     "web_search_requests",
     "web_fetch_requests",
+    "route",
 )  # fmt: skip  (UsageRecord's fields, in order)
 
 

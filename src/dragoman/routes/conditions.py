@@ -1,0 +1,227 @@
+"""A route's `when`: compiled once at start-up into tests over a request's `Shape`.
+
+Every key is defined in docs/routing.md (Routes). Keys in one table must all hold; `any` is
+a list of tables of which one must. Tests that need the request's token count (`input_tokens`,
+`fits`) run last, so that the count is asked for only when everything else already holds.
+A pure module: no I/O, and nothing of dragoman's imported.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dragoman.routes.shape import MISSING, Shape
+
+
+class ConditionError(ValueError):
+    """A `when` table that cannot be compiled; the message starts with its key."""
+
+
+Test = Callable[[Shape], bool]
+COMPARISONS = {
+    "eq": lambda a, b: a == b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+}
+BODY_TESTS = frozenset({"exists", "eq", "in", "glob", "gt", "ge", "lt", "le"})
+
+
+@dataclass(frozen=True, slots=True)
+class When:
+    """Compiled conditions: `holds` is True, False, or None when it needs the token count."""
+
+    tests: tuple[Test, ...]
+    counted: tuple[Test, ...]  # need `shape.tokens` (and `shape.window`)
+    anys: tuple[tuple[When, ...], ...]
+    images: bool = False  # `images = true` is required: its target needs vision
+    threshold: int | None = None  # `input_tokens` gt/ge this: its target needs the window
+
+    def holds(self, shape: Shape) -> bool | None:
+        for test in self.tests:
+            if not test(shape):
+                return False
+        for options in self.anys:
+            verdicts = [option.holds(shape) for option in options]
+            if True not in verdicts:
+                return None if None in verdicts else False
+        if self.counted:
+            if shape.tokens is None:
+                return None
+            return all(test(shape) for test in self.counted)
+        return True
+
+
+def compile_when(table: dict[str, Any], where: str) -> When:
+    """`table` compiled, or ConditionError naming the key at fault (`routes.0.when.tools`)."""
+    if not isinstance(table, dict):
+        raise ConditionError(f"{where}: expected a table of conditions")
+    tests: list[Test] = []
+    counted: list[Test] = []
+    anys: list[tuple[When, ...]] = []
+    images, threshold = False, None
+    for key, value in table.items():
+        at = f"{where}.{key}"
+        if key == "any":
+            if not isinstance(value, list) or not value:
+                raise ConditionError(f"{at}: expected a list of condition tables")
+            anys.append(tuple(compile_when(option, f"{at}.{i}") for i, option in enumerate(value)))
+        elif key in ("header", "body") or key.startswith(("header.", "body.")):
+            tests.extend(_dotted(key, value, at))
+        elif key in ("input_tokens", "fits"):
+            test, bound = _counted(key, value, at)
+            counted.append(test)
+            threshold = bound if bound is not None else threshold
+        else:
+            tests.append(_plain(key, value, at))
+            images = images or (key == "images" and value is True)
+    for options in anys:  # a request an option lets in reaches the target too
+        images = images or any(option.images for option in options)
+        bounds = [option.threshold for option in options if option.threshold is not None]
+        threshold = max([*bounds, *([threshold] if threshold is not None else [])], default=None)
+    return When(tuple(tests), tuple(counted), tuple(anys), images, threshold)
+
+
+def _plain(key: str, value: Any, at: str) -> Test:
+    if key == "model":
+        glob = _globs(value, at)
+        return lambda s: glob(s.model)
+    if key in ("subagent", "images", "stream"):
+        wanted = _bool(value, at)
+        return lambda s: getattr(s, key) is wanted
+    if key == "server_tool":
+        glob = _globs(value, at)
+        return lambda s: any(glob(kind) for kind in s.server_tools)
+    if key in ("tools", "max_tokens"):
+        compare = _number(value, at)
+        return (lambda s: compare(len(s.tool_types))) if key == "tools" else (lambda s: compare(s.max_tokens))
+    if key == "output_format":
+        glob = _globs(value, at)
+        return lambda s: s.output_format is not None and glob(s.output_format)
+    if key == "thinking":
+        return _thinking(value, at)
+    raise ConditionError(f"{at}: unknown condition (known: model, header.<name>, subagent, input_tokens, fits, images, "
+                         "server_tool, tools, thinking, max_tokens, stream, output_format, body.<path>, any)")  # fmt: skip
+
+
+def _counted(key: str, value: Any, at: str) -> tuple[Test, int | None]:
+    if key == "fits":
+        wanted = _bool(value, at)
+        return (lambda s: s.fits() is wanted), None
+    if not isinstance(value, dict) or not value:
+        raise ConditionError(f"{at}: expected a comparison such as {{ gt = 60000 }}")
+    compare = _number(value, at)
+    bounds = [value[k] for k in ("gt", "ge") if k in value]
+    return (lambda s: compare(s.tokens)), (max(bounds) if bounds else None)
+
+
+def _thinking(value: Any, at: str) -> Test:
+    if not isinstance(value, dict) or not value or set(value) - {"effort", "budget"}:
+        raise ConditionError(f"{at}: expected {{ effort = [...] }} and/or {{ budget = {{ ge = N }} }} (thinking is "
+                             "keyed on its effort or budget, never on the field being present)")  # fmt: skip
+    efforts = value.get("effort")
+    if efforts is not None:
+        efforts = [efforts] if isinstance(efforts, str) else efforts
+        if not isinstance(efforts, list) or not efforts or not all(isinstance(e, str) for e in efforts):
+            raise ConditionError(f'{at}.effort: expected a list of efforts, such as ["high", "max"]')
+        wanted = frozenset(efforts)
+    budget = _number(value["budget"], f"{at}.budget") if "budget" in value else None
+
+    def test(shape: Shape) -> bool:
+        if not shape.thinking_on:
+            return False
+        if efforts is not None and shape.effort not in wanted:
+            return False
+        return budget is None or (shape.budget is not None and budget(shape.budget))
+
+    return test
+
+
+def _dotted(key: str, value: Any, at: str) -> list[Test]:
+    """`header.<name>` and `body.<path>`, written `"body.a.b" = ...` or as nested TOML tables."""
+    kind, _, rest = key.partition(".")
+    if not rest:
+        if not isinstance(value, dict) or not value:
+            raise ConditionError(f"{at}: expected a table of {kind} names")
+        return [test for name, inner in value.items() for test in _dotted(f"{kind}.{name}", inner, f"{at}.{name}")]
+    if kind == "header":
+        name = rest.lower()
+        if value is True or value is False:
+            present = value
+            return [lambda s: (s.header(name) is not None) is present]
+        glob = _globs(value, at)
+        return [lambda s: (found := s.header(name)) is not None and glob(found)]
+    if isinstance(value, dict) and value and not set(value) <= BODY_TESTS:  # a nested path, not a test
+        return [test for name, inner in value.items() for test in _dotted(f"{key}.{name}", inner, f"{at}.{name}")]
+    path = tuple(int(p) if p.isdigit() else p for p in rest.split("."))
+    check = _body_test(value, at)
+    return [lambda s: check(s.body_at(path))]
+
+
+def _body_test(value: Any, at: str) -> Callable[[Any], bool]:
+    """A value at a body path: equal to a scalar, or a table of exists/eq/in/glob/gt/ge/lt/le."""
+    if not isinstance(value, dict):
+        return _equal(value)
+    tests = [_body_check(name, wanted, at) for name, wanted in value.items()]
+    return lambda found: all(test(found) for test in tests)
+
+
+def _equal(wanted: Any) -> Callable[[Any], bool]:
+    return lambda found: (
+        found is not MISSING and found == wanted and isinstance(found, bool) is isinstance(wanted, bool)
+    )
+
+
+def _body_check(name: str, wanted: Any, at: str) -> Callable[[Any], bool]:
+    if name == "exists":
+        present = _bool(wanted, f"{at}.exists")
+        return lambda found: (found is not MISSING) is present
+    if name == "in":
+        if not isinstance(wanted, list):
+            raise ConditionError(f"{at}.in: expected a list of values")
+        return lambda found: found is not MISSING and found in wanted
+    if name == "glob":
+        glob = _globs(wanted, f"{at}.glob")
+        return lambda found: isinstance(found, str) and glob(found)
+    if name == "eq":
+        return _equal(wanted)
+    compare = _number({name: wanted}, at)
+    return lambda found: isinstance(found, (int, float)) and not isinstance(found, bool) and compare(found)
+
+
+def _globs(value: Any, at: str) -> Callable[[str], bool]:
+    patterns = [value] if isinstance(value, str) else value
+    if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
+        raise ConditionError(f'{at}: expected a glob ("claude-haiku-*") or a list of them')
+    match = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
+    return lambda text: match(text) is not None
+
+
+def _bool(value: Any, at: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConditionError(f"{at}: expected true or false, got {value!r}")
+    return value
+
+
+def _number(value: Any, at: str) -> Callable[[Any], bool]:
+    """A count compared: `3` (equal to), or a table of eq/gt/ge/lt/le, all of which must hold."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = {"eq": value}
+    if not isinstance(value, dict) or not value:
+        raise ConditionError(f"{at}: expected a number or a comparison table such as {{ gt = 100 }}")
+    checks = []
+    for name, bound in value.items():
+        if name not in COMPARISONS:
+            raise ConditionError(f"{at}.{name}: unknown comparison (known: eq, gt, ge, lt, le)")
+        if not isinstance(bound, (int, float)) or isinstance(bound, bool):
+            raise ConditionError(f"{at}.{name}: expected a number, got {bound!r}")
+        checks.append((COMPARISONS[name], bound))
+    if len(checks) == 1:
+        op, bound = checks[0]
+        return lambda found: op(found, bound)
+    return lambda found: all(op(found, bound) for op, bound in checks)

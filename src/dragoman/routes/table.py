@@ -1,0 +1,205 @@
+"""Which route a request takes: the first of `[[routes]]` whose conditions hold, else the
+name's own model; then the model's fallbacks wrapped around it (`fallbacks.Attempts`).
+
+Built once at start-up (`Routes.build`: None when nothing is configured, and the pipeline
+then does what it always did). Stickiness (docs/routing.md, Sessions): a session that took a
+sticky route keeps it; a sticky `input_tokens` route also holds when the session's last
+reply reported more than its threshold; threshold routes only move up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+import msgspec
+from prometheus_client import CollectorRegistry, Counter
+
+from dragoman.calls.types import Call, Completed, Outcome, Route
+from dragoman.core.capabilities import ModelCaps
+from dragoman.core.config import Config, ConfigError
+from dragoman.core.errors import GatewayError
+from dragoman.protocol.anthropic import Envelope, MessagesRequest
+from dragoman.routes.answer import CountAnswer
+from dragoman.routes.conditions import When, compile_when
+from dragoman.routes.fallbacks import Attempts, Cooldowns
+from dragoman.routes.sessions import Held, Sessions
+from dragoman.routes.settings import check, served_names
+from dragoman.routes.shape import Shape
+
+COUNTED_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")
+MAX_PENDING = 100_000  # requests in flight whose session waits for their usage
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    name: str
+    when: When
+    model: str | None
+    sticky: bool
+
+
+class Routes:
+    """The route table and what it remembers (sessions, cool-downs) between requests."""
+
+    def __init__(self, config: Config, resolve: Callable[[str], Awaitable[Route]],
+                 registry: CollectorRegistry | None = None) -> None:  # fmt: skip
+        self._resolve = resolve
+        self._routes = tuple(
+            Compiled(r.name, compile_when(r.when, f"routes.{i}.when"), r.model, r.sticky == "session")
+            for i, r in enumerate(config.routes)
+        )
+        self._sticky = any(r.sticky for r in self._routes)
+        self._names = served_names(config.models)
+        self._models = {(m.upstream, m.served_model): m for m in config.models}
+        self._checking = frozenset(n for n, m in self._names.items() if m.checks_signatures)
+        self._budgets = (tuple(config.server.effort_budgets) + (2048, 8192))[:2]
+        self.sessions = Sessions()
+        self.cooldowns = Cooldowns(config.fallbacks)
+        self._settings = config.fallbacks
+        self._retry_budgets = {name: u.retry_budget for name, u in config.upstreams.items()}
+        self._pending: OrderedDict[str, str] = OrderedDict()  # request id -> its session
+        self.requests = Counter("dragoman_route_requests", "Requests by the route they took and the model that served them",
+                                ["route", "model"], registry=registry)  # fmt: skip
+
+    @classmethod
+    def build(cls, config: Config, resolve: Callable[[str], Awaitable[Route]],
+              registry: CollectorRegistry | None = None) -> Routes | None:  # fmt: skip
+        """The table, or None when no route and no fallback is configured; ConfigError naming
+        every key at fault (an unknown model, a condition that cannot hold, ...)."""
+        problems: list[str] = []
+        check(config.routes, config.models, config.fallbacks, problems)
+        if problems:
+            raise ConfigError(problems)
+        if not config.routes and not any(m.fallbacks or m.context_fallbacks for m in config.models):
+            return None
+        return cls(config, resolve, registry)
+
+    async def route(self, body: bytes, headers: Mapping[str, str], read: MessagesRequest | Envelope, endpoint: str,
+                    outcome: Outcome) -> Route:  # fmt: skip
+        """The route for one request (with its fallbacks), noted in `outcome` and its trace. `read` is
+        what the core decoded of `body` (whole, or its envelope): what it holds is not read again."""
+        model = read.model
+        shape = Shape(model, headers, body, self._budgets, read)  # type: ignore[arg-type]
+        session = shape.session if self._sticky else None
+        held = self.sessions.get(session)
+        if held is not None and held.last_input:
+            self._climb(session, held)  # type: ignore[arg-type]
+        base: list[Route] = []  # the name's own route, once resolved
+
+        async def own() -> Route:
+            if not base:
+                base.append(await self._resolve(model))
+            return base[0]
+
+        chosen: Compiled | None = None
+        for route in self._routes:
+            if route.model is None and endpoint != "messages":
+                continue  # a count answer is for a Messages request
+            verdict = None if route.sticky else route.when.holds(shape)  # the common case without awaiting
+            if verdict or (verdict is None and await self._matches(route, shape, held, own, headers)):
+                chosen = route
+                break
+        if session is not None:
+            self._note_pending(outcome.request_id, session)  # its reply's usage: the session's size
+        if chosen is not None and chosen.sticky and session is not None:
+            self.sessions.took(session, chosen.name, chosen.when.threshold)
+        if chosen is None:
+            return self._wrapped(await own(), None, shape, outcome, headers)
+        outcome.route = chosen.name
+        if outcome.trace is not None:
+            outcome.trace.span.set_attribute("dragoman.route", chosen.name)
+        if chosen.model is None:
+            if shape.tokens is None:
+                await self._count(shape, own, headers)
+            answer = CountAnswer(shape.tokens or 0, chosen.name)
+            return Route(answer, "local", model, ModelCaps())
+        return self._wrapped(await self._resolve(chosen.model), chosen.name, shape, outcome, headers)
+
+    def _climb(self, session: str, held: Held) -> None:
+        """A session whose last reply reported a prompt above a sticky threshold route's threshold
+        takes that route (when the threshold is all it asks): sessions move up before any count."""
+        for route in self._routes:
+            when = route.when
+            if route.sticky and when.threshold is not None and not when.tests and not when.anys \
+                    and len(when.counted) == 1 and held.last_input > when.threshold:  # fmt: skip
+                self.sessions.took(session, route.name, when.threshold)
+
+    async def _matches(self, route: Compiled, shape: Shape, held: Held | None, own: Callable[[], Awaitable[Route]],
+                       headers: Mapping[str, str]) -> bool:  # fmt: skip
+        """Whether `route` takes the request: its session's hold first, then its conditions."""
+        threshold = route.when.threshold
+        larger = 0  # the session's last reply said its prompt was this large
+        if route.sticky and held is not None:
+            if threshold is not None and threshold < held.floor:
+                return False  # a session moved past this threshold: only up
+            if route.name in held.routes:
+                return True
+            larger = held.last_input if threshold is not None else 0
+        verdict = route.when.holds(shape)
+        if verdict is None or (larger and not verdict):
+            if shape.tokens is None:
+                await self._count(shape, own, headers)
+            counted = shape.tokens
+            shape.tokens = max(counted or 0, larger)
+            verdict = route.when.holds(shape)
+            shape.tokens = counted
+        return bool(verdict)
+
+    async def _count(self, shape: Shape, own: Callable[[], Awaitable[Route]], headers: Mapping[str, str]) -> None:
+        """The input count `count_tokens` would answer for the name's own model (and its window, for `fits`)."""
+        try:
+            base = await own()
+        except GatewayError:
+            shape.tokens = shape.estimate()
+            return
+        shape.window = base.context_window
+        body = (
+            _count_body(shape) if base.path == "passthrough" else shape.raw
+        )  # the upstream's count takes no max_tokens
+        call = Call(body=body, model=shape.model, upstream_model=base.upstream_model, headers=headers, request_id="")
+        try:
+            reply = await base.backend.count_tokens(call, base)
+            counted = msgspec.json.decode(reply.body).get("input_tokens") if isinstance(reply, Completed) else None
+        except (GatewayError, msgspec.DecodeError, AttributeError):
+            counted = None
+        shape.tokens = counted if isinstance(counted, int) else shape.estimate()
+
+    def _wrapped(self, route: Route, name: str | None, shape: Shape, outcome: Outcome,
+                 headers: Mapping[str, str]) -> Route:  # fmt: skip
+        """`route` with its model's fallbacks and the route's header, or as it is when it has neither."""
+        model = self._models.get((route.upstream, route.upstream_model))
+        chain = list(model.fallbacks) if model else []
+        context = list(model.context_fallbacks) if model else []
+        if name is None and not chain and not context:
+            return route
+        attempts = Attempts(
+            primary=route, primary_name=model.name if model else route.upstream_model, fallbacks=chain,
+            context_fallbacks=context, resolve=self._resolve, shape=shape, cooldowns=self.cooldowns,
+            settings=self._settings, retry_budget=self._retry_budgets.get(route.upstream, 0.0),
+            header=name, windows={n: m.context_window for n, m in self._names.items()}, checking=self._checking,
+        )  # fmt: skip
+        return dataclasses.replace(route, backend=attempts)
+
+    def _note_pending(self, request_id: str, session: str) -> None:
+        self._pending[request_id] = session
+        while len(self._pending) > MAX_PENDING:
+            self._pending.popitem(last=False)
+
+    def finished(self, outcome: Outcome, duration: float) -> None:
+        """(A metrics sink.) The session's last prompt size, from the reply's usage; the route's counter."""
+        if outcome.route:
+            self.requests.labels(outcome.route, outcome.served_model or "unknown").inc()
+        session = self._pending.pop(outcome.request_id, None)
+        if session is not None and outcome.input_tokens is not None:
+            prompt = outcome.input_tokens + (outcome.cache_read_tokens or 0) + (outcome.cache_creation_tokens or 0)
+            self.sessions.replied(session, prompt)
+
+
+def _count_body(shape: Shape) -> bytes:
+    whole = shape.body_at(())
+    if not isinstance(whole, dict):
+        return b"{}"
+    return msgspec.json.encode({k: v for k, v in whole.items() if k in COUNTED_FIELDS})
