@@ -41,7 +41,7 @@ from dragoman.routes.table import Routes
 from dragoman.safeguards.service import Safeguards
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
 from dragoman.upstream.gauges import LoadCollector
-from dragoman.usage.stores import store_for
+from dragoman.usage.stores import writer_for
 from dragoman.usage.writer import UsageWriter
 
 log = logging.getLogger("dragoman")
@@ -127,7 +127,8 @@ class Gateway:
         self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
         self.usage: UsageWriter | None = None
         if config.usage.enabled:
-            self.usage = UsageWriter(store_for(config), config.usage.flush_interval, config.usage.retain_days)
+            self.usage = writer_for(config)
+            self.metrics.open_sinks.append(self.usage.opened)
             self.metrics.sinks.append(self.usage.note)
         self.key_admin = keys.admin(self.keyring, self.usage, config)
 

@@ -83,6 +83,7 @@ class Metrics:
         )
         # Called with every finished request's outcome and duration (usage accounting, a trace's end); no I/O there.
         self.sinks: list[Callable[[Outcome, float], None]] = []
+        self.open_sinks: list[Callable[[Outcome], None]] = []  # called with each new request's outcome
         self.routed = Counter(
             "dragoman_routing_decisions",
             "Requests placed on a replica, by reason",
@@ -111,6 +112,8 @@ class Metrics:
         """A new request's outcome, recorded here when the request ends (`Outcome.finish`)."""
         outcome = Outcome(request_id=request_id, endpoint=endpoint)
         outcome.finish.record = self.record
+        for sink in self.open_sinks:
+            sink(outcome)
         return outcome
 
     def record(self, outcome: Outcome) -> None:

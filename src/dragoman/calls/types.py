@@ -229,6 +229,7 @@ class Outcome:
     replica_load: float | None = None  # requests on `replica` as routing counted them (its own figures, if read)
     safeguards: list[str] | None = None  # auto-mode verdicts given (dragoman.safeguards): "tool=outcome", no input
     route: str = ""  # the [[routes]] entry it took (dragoman.routes), if any
+    progress: Callable[[], int] | None = None  # a stream's output tokens relayed so far (usage's journal)
     finish: Finish = field(init=False, repr=False, compare=False)  # the request's one end
 
     def __post_init__(self) -> None:

@@ -264,6 +264,11 @@ class UsageConfig(_Config, frozen=True):
     admin_keys_env: str | None = None
     flush_interval: float = 1.0  # seconds between writes of the buffered records
     retain_days: int | None = None  # records older than this are deleted (hourly); None keeps them all
+    # The local journal records go to before the database (kept across a crash or an outage);
+    # unset: `journal` under `dir` (or $XDG_DATA_HOME/dragoman/usage). Processes may share one.
+    journal_dir: str | None = None
+    # Seconds a database statement may run (a locked table): the report then answers 503.
+    statement_timeout: float = 10.0
 
 
 class WebSearchConfig(_Config, frozen=True):

@@ -92,6 +92,8 @@ def _check_usage(config: Config, problems: list[str]) -> None:
     usage = config.usage
     if not 0 < usage.flush_interval <= 1:
         problems.append(f"usage.flush_interval: must be more than 0 and at most 1 second, got {usage.flush_interval}")
+    if not usage.statement_timeout > 0:
+        problems.append(f"usage.statement_timeout: must be more than 0 seconds, got {usage.statement_timeout}")
     if usage.retain_days is not None and usage.retain_days < 1:
         problems.append(
             f"usage.retain_days: at least 1 day (leave it out to keep every record), got {usage.retain_days}"

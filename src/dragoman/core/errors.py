@@ -12,6 +12,7 @@
     ├── UpstreamError       502 api_error        (connection failures, upstream 5xx)
     ├── UpstreamTimeout     504 timeout_error
     └── Overloaded          529 overloaded_error (upstream 503/529)
+        └── StoreUnavailable 503 overloaded_error (a database the gateway keeps is down or locked)
 
 Statuses are chosen for the SDKs' retry logic: they retry 408, 409, 429 and >= 500,
 so a deterministic failure must never be a 5xx. A backend's error answers are mapped onto
@@ -150,6 +151,12 @@ class RequestHeadersTooLarge(GatewayError):
 class Overloaded(GatewayError):
     status = 529
     type = "overloaded_error"
+
+
+class StoreUnavailable(Overloaded):
+    """A store of the gateway's own (the usage database) is down or locked: try again shortly."""
+
+    status = 503
 
 
 def context_overflow(prompt: int | None, limit: int | None, completion: int | None = None) -> InvalidRequest:

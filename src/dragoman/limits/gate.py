@@ -350,6 +350,7 @@ def build(
     cls = cls or Limits
     store: Store
     if config.redis_url:
+        from dragoman.limits.fallback import outage_counter
         from dragoman.limits.redis_slots import SharedConcurrency
         from dragoman.limits.redis_store import RedisStore
 
@@ -357,6 +358,7 @@ def build(
                          registry=registry) if registry is not None else None  # fmt: skip
         store = RedisStore(config.redis_url, prefix=config.redis_prefix, timeout=config.redis_timeout,
                            fail_open=config.on_redis_error == "fail_open",
-                           on_error=errors.inc if errors is not None else lambda: None)  # fmt: skip
+                           on_error=errors.inc if errors is not None else lambda: None,
+                           on_outage=outage_counter(registry, config.on_redis_error))  # fmt: skip
         return cls(config, store, registry, concurrency=SharedConcurrency(store))
     return cls(config, LocalStore(), registry)

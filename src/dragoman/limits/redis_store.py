@@ -8,8 +8,10 @@ after `FLUSH_AFTER` seconds if none comes. Time is Redis's own (`TIME`), so the 
 clocks need not agree. A bucket is a hash {t: tokens, at: ms} that expires once it
 would be full again.
 
-Redis unreachable: `fail_open` serves on buckets in this process (logged once per
-outage and counted in `dragoman_limits_store_errors`), `fail_closed` answers 503. Either
+Redis unreachable: `fail_open` serves on buckets in this process, each holding its share
+of the rate from the level Redis last reported (`fallback`), `fail_closed` answers 503;
+logged once per outage, failed calls counted in `dragoman_limits_store_errors` and the
+requests so decided in `dragoman_store_outage_requests`. Either
 way Redis is tried again after `RETRY_AFTER` seconds, so the gateway recovers by itself.
 """
 
@@ -26,6 +28,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from dragoman.core.errors import GatewayError
+from dragoman.limits.fallback import Share
 from dragoman.limits.store import LocalStore, Taken, Want, refused
 
 log = logging.getLogger("dragoman.limits")
@@ -88,7 +91,8 @@ def _ms(seconds: float) -> int:
 
 class RedisStore:
     def __init__(self, url: str, *, prefix: str, timeout: float, fail_open: bool,
-                 on_error: Callable[[], None] = lambda: None) -> None:  # fmt: skip
+                 on_error: Callable[[], None] = lambda: None,
+                 on_outage: Callable[[str], None] = lambda decision: None) -> None:  # fmt: skip
         # No retries of its own, whatever redis-py's default (it has changed between versions): a
         # failure is answered at once under on_redis_error, not after seconds of backoff.
         self.client = redis.asyncio.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
@@ -97,6 +101,9 @@ class RedisStore:
         self.prefix = prefix
         self.fail_open = fail_open
         self._on_error = on_error
+        self._on_outage = on_outage  # called with "admitted" or "refused" for a request Redis was out for
+        self.share = Share(self.client, prefix)
+        logging.getLogger("redis").setLevel(logging.ERROR)  # its own lines quieted: one warning per outage here
         self._local = LocalStore()  # while Redis is away, under fail_open
         self._down_until: float | None = None  # set while Redis is failing
         self._queued: list[tuple[Want, float]] = []  # settlements waiting for the next round trip
@@ -107,6 +114,7 @@ class RedisStore:
         return self._down_until is not None and time.monotonic() < self._down_until
 
     async def take(self, wants: Sequence[Want]) -> Taken:
+        self.share.start()
         if self.down():
             return self._fallback(wants)
         settling = self._take_queued()
@@ -116,6 +124,7 @@ class RedisStore:
             self.failed(error, settling)
             return self._fallback(wants)
         levels = [float(level) for level in reply[1:]]
+        self.share.reported(wants, levels)
         if reply[0] == 1:
             return Taken(True, levels)
         return refused(levels, wants) or Taken(False, levels, 0, 0.001)  # refilled meanwhile: ask again soon
@@ -167,8 +176,11 @@ class RedisStore:
 
     def _fallback(self, wants: Sequence[Want]) -> Taken:
         if not self.fail_open:
+            self._on_outage("refused")
             raise LimitsUnavailable("the rate-limit store (Redis) is unreachable; try again shortly", retry_after="1")
-        return self._local.take_now(wants)
+        taken = self.share.take(self._local, wants)
+        self._on_outage("admitted" if taken.admitted else "refused")
+        return taken
 
     def failed(self, error: BaseException, settling: Sequence[tuple[Want, float]]) -> None:
         self._on_error()
@@ -182,9 +194,12 @@ class RedisStore:
     def back(self) -> None:
         if self._down_until is not None:
             self._down_until = None
-            log.warning("limits: Redis is reachable again; buckets are shared again")
+            self._local = LocalStore()  # the next outage starts from what Redis reports until then
+            self.share.back()
+            log.info("limits: Redis is reachable again; buckets are shared again")
 
     async def close(self) -> None:
+        await self.share.close()
         self._flush_now()
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)

@@ -3,15 +3,20 @@ keys only. Each change is named in its access-log line (action and key id)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from dragoman.core.errors import GatewayError, NotFound
+from dragoman.core.errors import NotFound, StoreUnavailable
 from dragoman.keys.cost import CostQuery, cost_report
 from dragoman.keys.wiring import prices
 from dragoman.server import auth
 from dragoman.server.endpoints import _gateway, _read_body, struct_response
+from dragoman.usage.outage import RETRY_AFTER, ReadGuard
+
+_guard = ReadGuard(None)  # a key operation while the database is down: 503 with retry-after, not a 500
 
 MAX_BODY = 64 * 1024
 
@@ -26,25 +31,25 @@ def _noted(request: Request, action: str, key_id: str) -> None:
 
 async def create(request: Request) -> Response:
     actor = await _admin(request)
-    made = await _gateway(request).key_admin.create(await _read_body(request, MAX_BODY), actor)
+    made = await _guard(_gateway(request).key_admin.create(await _read_body(request, MAX_BODY), actor))
     _noted(request, "create", made["id"])
     return struct_response(made)
 
 
 async def list_keys(request: Request) -> Response:
     await _admin(request)
-    return struct_response(await _gateway(request).key_admin.page(request.query_params))
+    return struct_response(await _guard(_gateway(request).key_admin.page(request.query_params)))
 
 
 async def retrieve(request: Request) -> Response:
     await _admin(request)
-    return struct_response(await _gateway(request).key_admin.retrieve(request.path_params["api_key_id"]))
+    return struct_response(await _guard(_gateway(request).key_admin.retrieve(request.path_params["api_key_id"])))
 
 
 async def update(request: Request) -> Response:
     actor = await _admin(request)
     key = request.path_params["api_key_id"]
-    changed = await _gateway(request).key_admin.update(key, await _read_body(request, MAX_BODY), actor)
+    changed = await _guard(_gateway(request).key_admin.update(key, await _read_body(request, MAX_BODY), actor))
     _noted(request, "update", key)
     return struct_response(changed)
 
@@ -52,7 +57,7 @@ async def update(request: Request) -> Response:
 async def delete(request: Request) -> Response:
     actor = await _admin(request)
     key = request.path_params["api_key_id"]
-    gone = await _gateway(request).key_admin.delete(key, actor)
+    gone = await _guard(_gateway(request).key_admin.delete(key, actor))
     _noted(request, "delete", key)
     return struct_response(gone)
 
@@ -65,9 +70,10 @@ async def costs(request: Request) -> Response:
         raise NotFound("usage accounting is off (usage.enabled = false): there is nothing to price")
     params = request.query_params
     query = CostQuery({name: params.getlist(name) for name in params.keys()})
-    if not await gateway.usage.flush():
-        raise GatewayError("the usage store cannot be reached now; try again shortly")
-    return struct_response(await cost_report(gateway.usage.store, prices(gateway.config), query))
+    guard = gateway.usage.guard  # the database down or locked: 503, as the usage report
+    if not await guard(asyncio.shield(gateway.usage.flush())):
+        raise StoreUnavailable("the usage store cannot be reached now; try again shortly", retry_after=RETRY_AFTER)
+    return struct_response(await guard(cost_report(gateway.usage.store, prices(gateway.config), query)))
 
 
 def routes(prefix: str) -> list[Route]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import Request
 from starlette.responses import Response
 
-from dragoman.core.errors import GatewayError, NotFound
+from dragoman.core.errors import NotFound, StoreUnavailable
 from dragoman.server import auth
 from dragoman.server.endpoints import _gateway, struct_response
+from dragoman.usage.outage import RETRY_AFTER
 from dragoman.usage.report import ReportQuery, report
 
 
@@ -20,6 +23,7 @@ async def messages_report(request: Request) -> Response:
         raise NotFound("usage accounting is off (usage.enabled = false)")
     params = request.query_params
     query = ReportQuery({name: params.getlist(name) for name in params.keys()})
-    if not await gateway.usage.flush():
-        raise GatewayError("the usage store cannot be reached now; try again shortly")
-    return struct_response(await report(gateway.usage.store, query))
+    guard = gateway.usage.guard  # a store down or locked: 503 within its timeout, never a 500 or a hang
+    if not await guard(asyncio.shield(gateway.usage.flush())):  # (a flush cut short would hold the writer)
+        raise StoreUnavailable("the usage store cannot be reached now; try again shortly", retry_after=RETRY_AFTER)
+    return struct_response(await guard(report(gateway.usage.store, query)))

@@ -24,14 +24,20 @@ POOL_SIZE = 4
 
 
 class PostgresStore:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, statement_timeout: float = 10.0) -> None:
         self._url = url
         self._pool: Any = None
+        self.statement_timeout = statement_timeout  # a locked table fails a statement, not holds it
 
     async def open(self) -> None:
         import asyncpg  # only a gateway configured with a database needs the driver loaded
 
-        pool = await asyncpg.create_pool(self._url, min_size=1, max_size=POOL_SIZE, timeout=CONNECT_TIMEOUT)
+        # The driver's own warnings (a traceback each time the pool fails to reconnect) are
+        # quieted: the writer logs one warning per outage.
+        logging.getLogger("asyncpg").setLevel(logging.ERROR)
+        settings = {"statement_timeout": str(max(1, int(self.statement_timeout * 1000)))}  # milliseconds
+        pool = await asyncpg.create_pool(self._url, min_size=1, max_size=POOL_SIZE, timeout=CONNECT_TIMEOUT,
+                                         server_settings=settings)  # fmt: skip
         try:
             async with pool.acquire() as connection:
                 await migrate(connection)
@@ -61,7 +67,9 @@ class PostgresStore:
 
     async def sums(self, query: Query) -> list[Sums]:
         sql, args = sums_sql(query, "postgres")
-        async with self._pool.acquire() as connection:
+        if self._pool is None:
+            raise ConnectionError("the usage database has not been reached yet")
+        async with self._pool.acquire(timeout=self.statement_timeout) as connection:
             rows = await connection.fetch(sql, *args)
         return sums_of([tuple(row) for row in rows], query)
 

@@ -1,7 +1,9 @@
 """The buffered writer: a finished request's record is appended to a list (no I/O on the
-request path) and written by a background task at least every `interval` seconds, and
-at a clean shutdown. A write that fails (the database restarting) keeps its records for
-the next one, so an outage costs no record unless the process itself dies."""
+request path) and, every `interval` seconds, appended to the local journal (fsynced, in a
+thread) and then written to the store; the journal's segment goes once the store committed
+it. A write that fails keeps its records, in memory and on disk: neither an outage nor a
+shutdown during one costs a record, and a crash costs at most the last tick's. Streams in
+flight are journaled each tick as the records they would leave (see `journal`)."""
 
 from __future__ import annotations
 
@@ -11,19 +13,31 @@ import logging
 import math
 import time
 
+from msgspec.structs import replace
+
 from dragoman.calls.types import Outcome
+from dragoman.usage.journal import CRASHED, Journal
+from dragoman.usage.outage import ReadGuard
 from dragoman.usage.records import UsageRecord, UsageStore, record_of
 
 log = logging.getLogger("dragoman.usage")
 
 MAX_HELD = 1_000_000  # records kept while the store is down (a few hundred MB at most); the oldest go first
 PRUNE_EVERY = 3600.0  # seconds between deletions of records past `retain_days`
-CLOSE_TIMEOUT = 10.0  # seconds a shutdown keeps trying to write what is held
+JOURNAL_EVERY = 1.0  # seconds between fsyncs of the journal: a crash loses at most this much
+CLOSE_TIMEOUT = 3.0  # seconds a shutdown keeps trying to write what is held (then it stays in the journal)
 
 
 class UsageWriter:
-    def __init__(self, store: UsageStore, interval: float = 1.0, retain_days: int | None = None) -> None:
+    def __init__(self, store: UsageStore, interval: float = 1.0, retain_days: int | None = None,
+                 journal: Journal | None = None, read_timeout: float = 10.0) -> None:  # fmt: skip
         self.store = store
+        self.guard = ReadGuard(
+            read_timeout, quiet=lambda: self._failing
+        )  # the report's reads: 503 within the timeout while the store is out
+        self.journal = journal
+        self._unjournaled: list[UsageRecord] = []  # noted since the last tick
+        self._streams: dict[str, Outcome] = {}  # open streams, by request id
         self._interval = interval
         self._retain = None if retain_days is None else retain_days * 86400.0
         self._pruned_at = -math.inf  # monotonic time of the last prune
@@ -31,16 +45,73 @@ class UsageWriter:
         self._task: asyncio.Task[None] | None = None
         self._flushing = asyncio.Lock()
         self._failing = False  # logged once per outage
+        self._journal_failing = False
+        self._journaled_at = -math.inf
         self._opened = False
         self.dropped = 0
 
     def note(self, outcome: Outcome, duration: float) -> None:
         """Called once a request is finished (`observe.Metrics.record`): no I/O here."""
-        self._held.append(record_of(outcome, duration))
+        record = record_of(outcome, duration)
+        self._held.append(record)
+        if self.journal is not None:
+            self._unjournaled.append(record)
+            self._streams.pop(outcome.request_id, None)
         if len(self._held) > MAX_HELD:
             excess = len(self._held) - MAX_HELD
             del self._held[:excess]
             self.dropped += excess
+
+    def opened(self, outcome: Outcome) -> None:
+        """A request began: while it is a stream that has relayed tokens, journaled each tick until it ends."""
+        if self.journal is not None:
+            self._streams[outcome.request_id] = outcome
+
+    def _in_flight(self) -> list[UsageRecord]:
+        """What each open stream would leave if the process died now: what it relayed so far."""
+        now = time.perf_counter()
+        records = []
+        for outcome in self._streams.values():
+            if outcome.first_byte is None:
+                continue  # not a stream, or none of its tokens relayed yet: nothing a client got to record
+            record = record_of(outcome, now - outcome.started)
+            relayed = outcome.progress() if outcome.progress is not None else None
+            records.append(replace(record, error_type=CRASHED, disconnected=True,
+                                   output_tokens=max(record.output_tokens, relayed or 0)))  # fmt: skip
+        return records
+
+    def _journal_step(self, pending: list[UsageRecord], streams: list[UsageRecord]) -> list[UsageRecord]:
+        """(In a thread.) The tick's records on disk, the streams' state, dead owners' records
+        adopted; then sealed: what is on disk now is what the coming write ships."""
+        assert self.journal is not None
+        self.journal.append(pending)
+        self.journal.streams(streams)
+        adopted = self.journal.adopt()
+        self.journal.seal()
+        return adopted
+
+    async def _journal(self, force: bool = False) -> bool:
+        """The tick's journal step; False (logged once) if the disk refused: records stay in memory."""
+        if self.journal is None or (not force and time.monotonic() - self._journaled_at < JOURNAL_EVERY):
+            return True  # (what the write ships meanwhile leaves `_unjournaled`: see `flush`)
+        self._journaled_at = time.monotonic()
+        pending, self._unjournaled = self._unjournaled, []
+        step = asyncio.ensure_future(asyncio.to_thread(self._journal_step, pending, self._in_flight()))
+        try:
+            adopted = await asyncio.shield(step)
+        except asyncio.CancelledError:  # the step ends all the same: what it adopted must not be lost
+            with contextlib.suppress(OSError):
+                self._held += await step
+            raise
+        except OSError as error:
+            self._unjournaled[:0] = pending
+            if not self._journal_failing:
+                log.error("the usage journal cannot be written (%s); records are held in memory", error)
+            self._journal_failing = True
+            return False
+        self._journal_failing = False
+        self._held += adopted
+        return True
 
     @property
     def held(self) -> int:
@@ -49,7 +120,15 @@ class UsageWriter:
     def start(self) -> None:
         """Start writing: the store is opened (its schema created or migrated) at once, in
         the background, so that a database that is down or slow delays no start-up; one
-        that cannot be opened is tried again every interval, and records are held meanwhile."""
+        that cannot be opened is tried again every interval, and records are held meanwhile.
+        A journal that cannot be opened is logged and done without (records in memory only)."""
+        if self.journal is not None:
+            try:
+                self.journal.open()
+            except OSError as error:
+                log.error("the usage journal cannot be opened in %s (%s); records are held in memory only",
+                          self.journal.dir, error)  # fmt: skip
+                self.journal = None
         self._task = asyncio.get_running_loop().create_task(self._run(), name="usage writer")
 
     async def _open(self) -> bool:
@@ -68,6 +147,7 @@ class UsageWriter:
     async def _run(self) -> None:
         async with self._flushing:
             await self._open()
+        await self.flush()  # what stopped processes left in the journal
         while True:
             await self._prune_if_due()
             await asyncio.sleep(self._interval)
@@ -90,11 +170,13 @@ class UsageWriter:
     async def flush(self) -> bool:
         """Write what is held; False if the store refused (the records stay held)."""
         async with self._flushing:
+            journaled = await self._journal()
             if not self._held:
                 return True
             if not await self._open():
                 return False
             batch, self._held = self._held, []
+            covered = len(self._unjournaled)  # noted before the write: in `batch`, no need to journal them
             try:
                 await self.store.write(batch)
             except BaseException as error:  # any driver's failure: kept and tried again
@@ -106,8 +188,11 @@ class UsageWriter:
                                 type(error).__name__, error, len(self._held), self._interval)  # fmt: skip
                 self._failing = True
                 return False
+            del self._unjournaled[:covered]
+            if journaled and self.journal is not None:
+                self.journal.shipped()  # every sealed segment's records were in `batch`
             if self._failing:
-                log.warning("usage records are written again (%d written)", len(batch))
+                log.info("usage records are written again (%d written)", len(batch))
                 self._failing = False
             return True
 
@@ -122,7 +207,15 @@ class UsageWriter:
             async with asyncio.timeout(CLOSE_TIMEOUT):
                 while not await self.flush():
                     await asyncio.sleep(min(self._interval, 0.5))
-        if self._held:
+        if self.journal is not None:
+            await self._journal(force=True)  # what the last tick did not journal (a failed journal kept it)
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(self.journal.close, not self._held)
+            if self._held:
+                log.warning("%d usage records could not be written before shutdown; they stay in the journal "
+                            "in %s, and the next gateway process to start ships them", len(self._held),
+                            self.journal.dir)  # fmt: skip
+        elif self._held:
             log.error("%d usage records could not be written before shutdown", len(self._held))
         if self._opened:
             await self.store.close()

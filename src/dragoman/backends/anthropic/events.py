@@ -249,6 +249,8 @@ class Events:
         self._relayed = 0
         self._measure_past = -1
         self._output = RelayedOutput()
+        if call.outcome is not None:  # the estimate `count_output` would give now (usage's journal)
+            call.outcome.progress = lambda: self._output.tokens(self._relayed)
 
     @property
     def at_boundary(self) -> bool:

@@ -80,6 +80,8 @@ class Translation(Generic[T]):
         # `message_start` goes out with what comes first (the first token, a ping, the end):
         # one write fewer before the first token, whose time clients see.
         self._opening: Batch = translator.start()
+        if outcome is not None:  # one output token per chunk until the upstream tells its usage
+            outcome.progress = lambda: (translator.usage_so_far() or translator.usage).output_tokens
 
     def silence(self) -> T:
         return self._with_start(PINGS)

@@ -1,0 +1,45 @@
+"""What a reader of the usage store (the reports), or an admin changing keys in the same
+database, gets while it is down, slow or locked: a 503 `overloaded_error` with `retry-after`
+(within the statement timeout, for reads), never a 500 or a hang. Logged once per outage."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from dragoman.core.errors import GatewayError, StoreUnavailable
+
+log = logging.getLogger("dragoman.usage")
+
+T = TypeVar("T")
+RETRY_AFTER = "5"  # seconds a client is told to wait
+
+
+class ReadGuard:
+    """Bounds each read by `timeout` seconds (the database's statement timeout, plus a
+    second for its answer to arrive) and turns a store's failure into StoreUnavailable."""
+
+    def __init__(self, timeout: float | None, quiet: Callable[[], bool] = lambda: False) -> None:
+        self.timeout = None if timeout is None else timeout + 1.0  # None: no bound (a write cut short is unknown)
+        self._quiet = quiet  # True: the outage is logged already (by the writer)
+        self.failing = False  # logged once per outage
+
+    async def __call__(self, read: Awaitable[T]) -> T:
+        try:
+            async with asyncio.timeout(self.timeout):
+                result = await read
+        except GatewayError:
+            raise  # the client's mistake (a bad parameter), not the store's
+        except Exception as error:  # noqa: BLE001 - any driver's failure, or the timeout
+            if not self.failing and not self._quiet():
+                log.warning("the admin API cannot reach the database (%s: %s); answering 503 until it can",
+                            type(error).__name__, error or "timed out")  # fmt: skip
+            self.failing = True
+            raise StoreUnavailable("the usage store cannot be reached now; try again shortly",
+                                   retry_after=RETRY_AFTER) from None  # fmt: skip
+        if self.failing:
+            log.info("the admin API reaches the database again")
+            self.failing = False
+        return result
