@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from dragoman.usage.postgres import close_pool
+
 BUSY_TIMEOUT = 10.0  # seconds a writer waits for another process's transaction
 CONNECT_TIMEOUT = 10.0
 POOL_SIZE = 2
@@ -169,7 +171,4 @@ class Postgres:
                 await asyncio.wait_for(listener.close(), CONNECT_TIMEOUT)
         if self._pool is not None:
             pool, self._pool = self._pool, None
-            try:
-                await asyncio.wait_for(pool.close(), CONNECT_TIMEOUT)
-            except (TimeoutError, OSError):
-                pool.terminate()
+            await close_pool(pool)

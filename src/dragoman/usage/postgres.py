@@ -81,10 +81,15 @@ class PostgresStore:
     async def close(self) -> None:
         if self._pool is not None:
             pool, self._pool = self._pool, None
-            try:
-                await asyncio.wait_for(pool.close(), CONNECT_TIMEOUT)
-            except (TimeoutError, OSError):
-                pool.terminate()
+            await close_pool(pool)
+
+
+async def close_pool(pool: Any) -> None:
+    """An asyncpg pool closed, or terminated when its connections do not let go in time."""
+    try:
+        await asyncio.wait_for(pool.close(), CONNECT_TIMEOUT)
+    except (TimeoutError, OSError):
+        pool.terminate()
 
 
 async def migrate(connection: Any) -> None:
