@@ -258,3 +258,14 @@ def test_claude_codes_main_loop_does_not_take_an_effort_keyed_thinking_route(rou
     b.stream_reply(text_stream('{"title": "A title"}'))
     assert httpx.post(server.url + "/v1/messages", json=title, timeout=30).headers["x-dragoman-route"] == "title"
     assert served(a) == ["main-a"] * 3 and served(b) == ["small-b"]
+
+
+def test_an_error_names_the_route_taken_too(routed, fakes):
+    """The upstream of the route's model refuses the request: its error still says which route sent it there."""
+    a, b = fakes
+    server = routed({"name": "side", "when": {"model": "claude-haiku-*"}, "model": "small"})
+    b.json_reply({"object": "error", "message": "bad request", "type": "BadRequestError", "code": 400}, status=400)
+    response = ask(server, model="claude-haiku-4-5")
+    assert response.status_code == 400 and response.json()["type"] == "error"
+    assert response.headers["x-dragoman-route"] == "side"
+    assert served(b) == ["small-b"] and served(a) == []

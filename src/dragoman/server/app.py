@@ -69,6 +69,8 @@ def error_response(scope: Scope, gateway: Gateway, error: GatewayError, *, with_
     headers = error.headers()
     if with_id and request_id:
         headers["request-id"] = request_id
+    if outcome is not None and outcome.route:  # the route taken, on a refusal as on an answer
+        headers["x-dragoman-route"] = outcome.route
     return Response(error.body(request_id), status_code=error.status, headers=headers, media_type="application/json")
 
 
