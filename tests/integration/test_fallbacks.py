@@ -19,6 +19,7 @@ from tests.support.fake_anthropic import FakeAnthropic, NativeReply, event, text
 from tests.support.fakes import Reply, chunk, completion, text_stream
 from tests.support.model_fleet import USER, fleet_config, sdk, served
 from tests.support.servers import GatewayServer
+from tests.support.waiting import eventually
 
 MAIN = {"fallbacks": ["backup"], "context_fallbacks": ["long"]}
 VLLM_TOO_LONG = {"object": "error", "message": "This model's maximum context length is 100000 tokens. However, your "
@@ -285,3 +286,31 @@ def test_a_long_stream_behind_the_gate_reaches_the_client_whole(start, fakes):
     with sdk(start()).messages.stream(model="main", max_tokens=2000, messages=USER) as stream:
         assert "".join(stream.text_stream) == "".join(pieces)
         assert stream.get_final_message().usage.output_tokens == 400
+
+
+def test_a_fallback_to_another_upstream_takes_one_of_its_slots(fakes, gateway_from):
+    """The backup's upstream has one slot and no queue. While another request holds it, a
+    fallback there is turned away (529), not sent past the operator's max_concurrent; once it
+    is free, the fallback is served, and a stream holds the slot to its end."""
+    a, b = fakes
+    config = fleet_config(a, b, main=MAIN)
+    config["upstreams"]["b"].update(max_concurrent=1, max_queue=0)
+    client = sdk(gateway_from(config))
+    release = threading.Event()
+    b.queue(Reply(body=completion("busy"), hold=release))
+    busy = threading.Thread(target=lambda: client.messages.create(model="small", max_tokens=5, messages=USER))
+    busy.start()
+    try:
+        eventually(lambda: b.requests, "the only slot of b is taken")
+        a.queue(error(503))
+        with pytest.raises(anthropic.APIStatusError) as caught:
+            client.messages.create(model="main", max_tokens=20, messages=USER)
+        assert caught.value.status_code in (503, 529) and served(b) == ["small-b"]  # the fallback never reached b
+    finally:
+        release.set()
+        busy.join(10)
+    a.queue(error(503))
+    assert client.messages.create(model="main", max_tokens=20, messages=USER).content[0].text == "Hello!"
+    assert served(b) == ["small-b", "backup-b"]
+    # The slot came back when that request ended: a request of b's own is served.
+    assert client.messages.create(model="small", max_tokens=5, messages=USER).content[0].text == "Hello!"

@@ -115,7 +115,7 @@ class Gateway:
         self.files = FileStore(config.files, self.owners)
         self.threads = ThreadStore()
         self.limits = keys.limits(config, self.keyring, self.metrics.registry)
-        self.routes = Routes.build(config, self.route, self.metrics.registry)  # [[routes]], fallbacks
+        self.routes = Routes.build(config, self.route, self.metrics.registry, self.limiters)  # [[routes]], fallbacks
         if self.routes is not None:
             self.metrics.sinks.append(self.routes.finished)
         self.pipeline = Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,

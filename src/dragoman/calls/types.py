@@ -133,6 +133,15 @@ class Streaming:
 Reply = Completed | Streaming
 
 
+class Slots(Protocol):
+    """An upstream's request slots, its `max_concurrent` and queue (`assembly.backpressure.Limiter`):
+    what a call made on a request's behalf to another upstream takes (a fallback, a classifier)."""
+
+    async def acquire(self, *, queue: bool = True) -> None: ...
+
+    def release(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamModel:
     id: str

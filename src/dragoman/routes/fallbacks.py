@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Literal
 
-from dragoman.calls.types import Call, Completed, Reply, Route, Streaming, UpstreamModel
+from dragoman.calls.types import Call, Completed, Reply, Route, Slots, Streaming, UpstreamModel
 from dragoman.core.error_mapping import from_upstream
 from dragoman.core.errors import GatewayError
 from dragoman.routes.gate import Gate
@@ -81,6 +81,7 @@ class Attempts:
     header: str | None  # the route's name, for x-dragoman-route
     windows: dict[str, int | None]
     checking: frozenset[str] = frozenset()  # models whose upstream checks thinking signatures
+    slots: Mapping[str, Slots] = dataclasses.field(default_factory=dict)  # each upstream's max_concurrent
     tried: list[str] = dataclasses.field(default_factory=list)
     current: str = ""
     deadline: float | None = None
@@ -117,7 +118,7 @@ class Attempts:
             if call.outcome is not None:
                 call.outcome.routed(target)
             try:
-                reply = await target.backend.messages(self._call_for(call, name, target), target)
+                reply = await self._sent(call, name, target)
             except GatewayError as error:
                 following = await self.after(error)
                 if following is None:
@@ -131,6 +132,24 @@ class Attempts:
             if following is None:
                 return reply  # the upstream's own answer, as it came
             name, target = following
+
+    async def _sent(self, call: Call, name: str, target: Route) -> Reply:
+        """`target`'s reply. On another upstream than the first model's, within one of its slots
+        (the pipeline took the first's), held to the request's end; a full queue is a 529."""
+        slots = None if target.upstream == self.primary.upstream else self.slots.get(target.upstream)
+        if slots is None:
+            return await target.backend.messages(self._call_for(call, name, target), target)
+        await slots.acquire(queue=True)
+        try:
+            reply = await target.backend.messages(self._call_for(call, name, target), target)
+        except BaseException:
+            slots.release()
+            raise
+        if call.outcome is not None:
+            call.outcome.finish.hold(slots.release)  # a stream holds it to its last byte
+        else:
+            slots.release()
+        return reply
 
     def _call_for(self, call: Call, name: str, target: Route) -> Call:
         """`call` as `target` gets it: its model's name, and no thinking signed elsewhere when it checks."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import msgspec
 from prometheus_client import CollectorRegistry, Counter
 
-from dragoman.calls.types import Call, Completed, Outcome, Route
+from dragoman.calls.types import Call, Completed, Outcome, Route, Slots
 from dragoman.core.capabilities import ModelCaps
 from dragoman.core.config import Config, ConfigError
 from dragoman.core.errors import GatewayError
@@ -45,8 +45,9 @@ class Routes:
     """The route table and what it remembers (sessions, cool-downs) between requests."""
 
     def __init__(self, config: Config, resolve: Callable[[str], Awaitable[Route]],
-                 registry: CollectorRegistry | None = None) -> None:  # fmt: skip
+                 registry: CollectorRegistry | None = None, slots: Mapping[str, Slots] | None = None) -> None:  # fmt: skip
         self._resolve = resolve
+        self._slots = slots or {}  # each upstream's max_concurrent: a fallback to another upstream takes one
         self._routes = tuple(
             Compiled(r.name, compile_when(r.when, f"routes.{i}.when"), r.model, r.sticky == "session")
             for i, r in enumerate(config.routes)
@@ -66,7 +67,7 @@ class Routes:
 
     @classmethod
     def build(cls, config: Config, resolve: Callable[[str], Awaitable[Route]],
-              registry: CollectorRegistry | None = None) -> Routes | None:  # fmt: skip
+              registry: CollectorRegistry | None = None, slots: Mapping[str, Slots] | None = None) -> Routes | None:  # fmt: skip
         """The table, or None when no route and no fallback is configured; ConfigError naming
         every key at fault (an unknown model, a condition that cannot hold, ...)."""
         problems: list[str] = []
@@ -75,7 +76,7 @@ class Routes:
             raise ConfigError(problems)
         if not config.routes and not any(m.fallbacks or m.context_fallbacks for m in config.models):
             return None
-        return cls(config, resolve, registry)
+        return cls(config, resolve, registry, slots)
 
     async def route(self, body: bytes, headers: Mapping[str, str], read: MessagesRequest | Envelope, endpoint: str,
                     outcome: Outcome) -> Route:  # fmt: skip
@@ -180,6 +181,7 @@ class Routes:
             context_fallbacks=context, resolve=self._resolve, shape=shape, cooldowns=self.cooldowns,
             settings=self._settings, retry_budget=self._retry_budgets.get(route.upstream, 0.0),
             header=name, windows={n: m.context_window for n, m in self._names.items()}, checking=self._checking,
+            slots=self._slots,
         )  # fmt: skip
         return dataclasses.replace(route, backend=attempts)
 

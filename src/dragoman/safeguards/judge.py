@@ -8,11 +8,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
-from dragoman.calls.types import Call, Completed, Outcome, Route
+from dragoman.calls.types import Call, Completed, Outcome, Route, Slots
 from dragoman.core import ids
 from dragoman.core.config import SafeguardsConfig
 from dragoman.core.error_mapping import anthropic_envelope
@@ -22,14 +22,6 @@ from dragoman.safeguards import prompt, wire
 log = logging.getLogger("dragoman.safeguards")
 
 ENDPOINT = "classifier"  # how classifier calls are marked in metrics, the access log and usage records
-
-
-class Slots(Protocol):
-    """An upstream's request slots (`assembly.backpressure.Limiter`)."""
-
-    async def acquire(self, *, queue: bool = True) -> None: ...
-
-    def release(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

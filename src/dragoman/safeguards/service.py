@@ -17,10 +17,10 @@ from typing import Any
 
 import msgspec
 
-from dragoman.calls.types import Call, Completed, Outcome, Reply, Route
+from dragoman.calls.types import Call, Completed, Outcome, Reply, Route, Slots
 from dragoman.core.config import Config
 from dragoman.safeguards import monitor, stream, wire
-from dragoman.safeguards.judge import Classifier, Slots, judge
+from dragoman.safeguards.judge import Classifier, judge
 
 log = logging.getLogger("dragoman.safeguards")
 
