@@ -48,15 +48,18 @@ class Share:
         self._reported: dict[str, float] = {}  # bucket key -> its level as Redis last reported it
         self._seeded: set[str] = set()  # buckets started locally in this outage
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._beating(), name="limits heartbeat")
 
     async def _beating(self) -> None:
-        while True:
+        while not self._closing:  # redis-py can turn a cancellation mid-call into a connection error
             with contextlib.suppress(RedisError, OSError, TimeoutError):
                 self.processes = max(1, int(await self._beat(keys=[self._key], args=[self._member, int(ALIVE * 1000)])))
+            if self._closing:
+                return
             await asyncio.sleep(HEARTBEAT)
 
     def reported(self, wants: Sequence[Want], levels: Sequence[float]) -> None:
@@ -82,6 +85,7 @@ class Share:
 
     async def close(self) -> None:
         if self._task is not None:
+            self._closing = True
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
