@@ -84,6 +84,13 @@ class Metrics:
         # Called with every finished request's outcome and duration (usage accounting, a trace's end); no I/O there.
         self.sinks: list[Callable[[Outcome, float], None]] = []
         self.open_sinks: list[Callable[[Outcome], None]] = []  # called with each new request's outcome
+        self._routing_metrics(r)
+        self.server_tools = Counter("dragoman_server_tool_calls", "Server tool calls the gateway ran (dragoman.servertools)",
+                                    ["tool", "provider", "outcome"], registry=r)  # fmt: skip
+        self._cache: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _routing_metrics(self, r: CollectorRegistry) -> None:
+        """What cache-aware routing decided (upstream.placement), by replica."""
         self.routed = Counter(
             "dragoman_routing_decisions",
             "Requests placed on a replica, by reason",
@@ -104,9 +111,6 @@ class Metrics:
             "dragoman_routing_prefix_match_tokens", "Prompt tokens matched in the chosen replica's prefix index",
             ["upstream", "replica"], buckets=TOKEN_BUCKETS, registry=r,
         )  # fmt: skip
-        self.server_tools = Counter("dragoman_server_tool_calls", "Server tool calls the gateway ran (dragoman.servertools)",
-                                    ["tool", "provider", "outcome"], registry=r)  # fmt: skip
-        self._cache: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def outcome(self, request_id: str, endpoint: str) -> Outcome:
         """A new request's outcome, recorded here when the request ends (`Outcome.finish`)."""
