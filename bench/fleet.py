@@ -403,6 +403,7 @@ def _parser() -> argparse.ArgumentParser:
 def _jobs(args: argparse.Namespace) -> list[tuple[Settings, str]]:
     routing = {key: type(getattr(CacheRouting(), key))(value) for key, value in (s.split("=", 1) for s in args.set)}
     jobs = []
+    intervals = [float(m) for m in args.load_metrics.split(",")]
     for shape in MATRIX if args.shape == "all" else args.shape.split(","):
         if shape == "steady" and not (args.replicas or args.conversations):
             cells = [(r, c, g) for r, c, g in DEFAULT_CELLS if not args.gateways or str(g) in args.gateways.split(",")]
@@ -413,11 +414,13 @@ def _jobs(args: argparse.Namespace) -> list[tuple[Settings, str]]:
         for (replicas, conversations, gateways), seed, metrics, policy in itertools.product(
             cells,
             _ints(args.seeds or str(args.seed)),
-            [float(m) for m in args.load_metrics.split(",")],
+            intervals,
             (args.policies or default).split(","),
         ):
-            if metrics and policy == "round_robin":
-                continue  # nothing is read under round robin
+            if policy == "round_robin":  # it reads nothing: one run per cell, every interval's yardstick
+                if metrics != intervals[0]:
+                    continue
+                metrics = 0.0
             settings = settings_for(shape, replicas, conversations=conversations or None, gateways=gateways or None,
                                     duration=args.duration, warmup=args.warmup, cache_tokens=args.cache_tokens,
                                     slots=args.slots, prefill_rate=args.prefill_rate, decode_rate=args.decode_rate,

@@ -98,6 +98,7 @@ class CacheRouting(_Config, frozen=True):
     kv_high: float = 0.9  # the used fraction of a replica's KV cache from which it costs more
     home_tokens: int = 16384  # the cost of each step down a conversation's rendezvous order, in tokens
     spread: float = 1.05  # a replica is home to at most spread x an even share of the active conversations
+    shared_spread: float = 1.3  # the same, where other gateways send to these replicas too (docs/routing.md)
     balance_rel: float = 1.5  # a replica with more in flight than balance_rel x the mean + balance_abs
     balance_abs: float = 4.0  # takes no request while another is below that
 
