@@ -11,7 +11,9 @@ alone. Conversations not seen for `max_age` seconds are dropped.
 
 Assigned afresh, a home moves whenever the set of conversations or the room changes, and
 each move recomputes the conversation. That is the price of agreeing with other gateways;
-a gateway that is alone need not pay it, and keeps each home while it has room (`sticky`).
+a gateway that is alone need not pay it: it keeps each home while it has room, and counts
+in the room only the conversations seen in the last `IDLE_AFTER` seconds (an idle one keeps
+its home, to which it comes back), so that ended conversations do not fill replicas.
 It knows it is alone from the conversations themselves: behind one gateway, it sees each
 conversation first at its first turn; behind several, most first at a later turn, whose
 earlier turns another gateway sent (`alone`, an average over the conversations first seen).
@@ -35,12 +37,13 @@ import xxhash
 
 _hash = xxhash.xxh3_64_intdigest
 GAPS_WEIGHT = 1 / 16  # each conversation first seen moves the average this much
+IDLE_AFTER = 60.0  # alone, a conversation not seen for this long holds no room (it keeps its home)
 ALONE_BELOW = 0.25  # alone while fewer conversations than this are first seen at a later turn
 
 
 class Homes:
     __slots__ = ("_clock", "_computed", "_counts", "_every", "_home", "_max", "_max_age", "_orders", "_pinned",
-                 "_gaps", "_seeds", "_seen", "_shared_spread", "_spread", "roots")  # fmt: skip
+                 "_active", "_gaps", "_idle", "_seeds", "_seen", "_shared_spread", "_spread", "roots")  # fmt: skip
 
     def __init__(
         self,
@@ -64,9 +67,11 @@ class Homes:
         self._seen: dict[bytes, float] = {}  # identity -> last seen (insertion order: oldest first)
         self._orders: dict[bytes, list[int]] = {}  # identity -> replica indexes, rendezvous order
         self._home: dict[bytes, int] = {}
+        self._idle: dict[bytes, int] = {}  # alone: the homes of conversations idle for IDLE_AFTER
         self._pinned: dict[bytes, int] = {}
         self._counts = [0] * len(roots)
         self._computed = -math.inf
+        self._active = 0
         self._gaps = 1.0  # the share of conversations first seen at a later turn (an average)
 
     @property
@@ -85,10 +90,14 @@ class Homes:
             if first_turn is not None:
                 self._gaps += ((not first_turn) - self._gaps) * GAPS_WEIGHT
             order = self._orders[identity] = self._rank(identity)
+            self._active += 1
             if len(self._seen) > self._max:
                 self._drop(next(iter(self._seen)))
         if now - self._computed >= self._every:
             self._assign(now)
+        elif identity in self._idle:  # back from idle: to its home (the next assignment weighs its room)
+            self._home[identity] = home = self._idle.pop(identity)
+            self._counts[home] += 1
         elif identity not in self._home:
             self._place(identity, self._room())
         home = self._home[identity]
@@ -111,7 +120,7 @@ class Homes:
         conversation than the even share; else the even share, rounded up. With few
         conversations the rounding, not `spread`, would decide: 3 of 4 on one replica of two,
         whose cache, sized for two, would drop one of them at every turn."""
-        even = len(self._seen) / len(self.roots)
+        even = self._active / len(self.roots)
         share = (self._spread if self.alone else self._shared_spread) * even
         return max(1, math.ceil(share if share - even >= 1 else even))
 
@@ -128,15 +137,26 @@ class Homes:
         oldest = now - self._max_age
         for identity in [i for i, seen in self._seen.items() if seen < oldest]:
             self._drop(identity)
-        before = self._home if self.alone else {}
+        alone = self.alone
+        before = {**self._idle, **self._home} if alone else {}
+        self._idle = {}
         self._home = {}
         self._counts = counts = [0] * len(self.roots)
         for identity, home in self._pinned.items():
             self._home[identity] = home
             counts[home] += 1
+        if alone:
+            since = now - IDLE_AFTER
+            active = sorted(i for i, seen in self._seen.items() if seen >= since)
+            self._active = len(active)
+            idle = self._seen.keys() - set(active)
+            self._idle = {i: home for i, home in before.items() if i in idle and i not in self._pinned}
+        else:
+            active = sorted(self._seen)
+            self._active = len(active)
         room = self._room()
         moved = []
-        for identity in sorted(self._seen):
+        for identity in active:
             if identity in self._pinned:
                 continue
             kept = before.get(identity)
@@ -152,6 +172,7 @@ class Homes:
         del self._seen[identity]
         del self._orders[identity]
         self._pinned.pop(identity, None)
+        self._idle.pop(identity, None)
         home = self._home.pop(identity, None)
         if home is not None:
             self._counts[home] -= 1

@@ -225,6 +225,27 @@ def test_a_gateway_that_sees_every_conversation_from_its_first_turn_keeps_their_
     assert max(counts.values()) <= math.ceil(1.05 * len(homes._seen) / len(ROOTS))
 
 
+def test_alone_an_idle_conversation_holds_no_room_and_comes_back_to_its_home() -> None:
+    """Ended conversations look idle: counted for max_age they would fill replicas that serve
+    nothing. One idle for a while still finds its home, and its prefix there."""
+    clock = Clock()
+    homes = Homes(ROOTS, spread=1.05, max_age=600, clock=clock)
+    talks = [f"c{i}".encode() for i in range(24)]
+    for identity in talks:
+        homes.order(identity, first_turn=True)
+    clock.now += 2
+    idle = talks[0]
+    home = homes.order(idle)[0]
+    for _ in range(7):  # the others go on; `idle` is not seen for 70 s
+        clock.now += 10
+        for identity in talks[1:]:
+            homes.order(identity)
+    assert homes._active == len(talks) - 1
+    assert homes.order(idle)[0] == home
+    clock.now += 2
+    assert homes.order(idle)[0] == home
+
+
 def test_gateways_that_see_conversations_first_at_later_turns_assign_homes_afresh() -> None:
     """Behind several gateways each sees most conversations first at a later turn: they keep
     the canonical assignment, on which gateways that saw the same conversations agree."""
