@@ -79,6 +79,7 @@ def test_a_forged_cross_site_post_is_refused(url: str) -> None:
             {},  # no token: a plain cross-site form or fetch
             {"x-csrf-token": "forged"},
             {"x-csrf-token": token, "origin": "https://evil.example"},
+            {"x-csrf-token": token, "sec-fetch-site": "cross-site"},
         ]
         for headers in forged:
             answer = client.post("/console/data/keys", json={"name": "forged"}, headers=headers)

@@ -24,7 +24,7 @@ HEADERS = {
     "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "cache-control": "no-store",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",  # no-referrer would make the browser send `Origin: null` on our own forms
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
 }
