@@ -36,7 +36,7 @@ FLOORS: list[list[str]] = [
     ["backends/", "keys/", "safeguards/"],
     ["batches/"],
     ["assembly/"],
-    ["server/", "quickstart.py", "keys_command.py"],
+    ["server/", "console/", "quickstart.py", "keys_command.py"],
     ["cli.py"],
     ["__main__.py"],
 ]

@@ -1,0 +1,1 @@
+"""The operator console at /console: what its views show (`data`) and its pages."""
