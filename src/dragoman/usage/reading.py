@@ -87,9 +87,8 @@ def _rollup_sql(query: Query, grain: str, width: int, start: int, end: int, dial
 
 
 def combine(parts: list[list[Sums]]) -> list[Sums]:
-    """The pieces' sums added up by bucket and groups, in the order the records' query gives."""
-    if len(parts) == 1:
-        return parts[0]
+    """The pieces' sums added up by bucket and groups; in order of bucket, then groups (a
+    missing one first, then by code point: the same from both databases, whatever their collation)."""
     held: dict[tuple[float, tuple[str | None, ...]], Sums] = {}
     for sums in (s for part in parts for s in part):
         key = (sums.bucket, sums.groups)
