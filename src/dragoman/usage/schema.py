@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+from dragoman.usage import rollups
 from dragoman.usage.records import Query, Sums
+from dragoman.usage.rollups import ttft_sums
 
 Dialect = Literal["sqlite", "postgres"]
 
@@ -76,6 +78,18 @@ MIGRATIONS: list[tuple[int, dict[Dialect, list[str]]]] = [
     ),
 ]
 
+RECENT_INDEXES = [
+    "CREATE INDEX usage_records_key_at ON usage_records (key_id, at)",
+    "CREATE INDEX usage_records_failures ON usage_records (at) WHERE error_type IS NOT NULL",
+]
+MIGRATIONS += [
+    (
+        5,  # the console's latest requests: of one key, and failures first (a partial index: failures are few)
+        {"sqlite": RECENT_INDEXES, "postgres": RECENT_INDEXES},
+    ),
+    (6, {"sqlite": rollups.create_statements("sqlite"), "postgres": rollups.create_statements("postgres")}),
+]  # (6: per minute, hour and day, filled from the records stored so far; see usage.rollups)
+
 LATEST = MIGRATIONS[-1][0]
 
 COLUMNS = (
@@ -139,7 +153,7 @@ def sums_sql(query: Query, dialect: Dialect) -> tuple[str, list[object]]:
             where.append(f"{column} IN ({', '.join(arg(v) for v in values)})")
     if query.refusals is not None:  # statuses of ours, not the client's text
         where.append(f"status {'IN' if query.refusals else 'NOT IN'} ({', '.join(map(str, REFUSALS))})")
-    sums = ", ".join(f"CAST(sum({c}) AS BIGINT)" for c in SUMMED)
+    sums = ", ".join([*(f"CAST(sum({c}) AS BIGINT)" for c in SUMMED), *ttft_sums()])
     errors = "CAST(sum(CASE WHEN error_type IS NULL THEN 0 ELSE 1 END) AS BIGINT)"
     keys = ", ".join(str(i) for i in range(1, len(columns) + 1))  # by position: grouped and ordered alike
     sql = (f"SELECT {', '.join([*columns, 'count(*)', errors, sums])} FROM usage_records "
@@ -156,5 +170,6 @@ def sums_of(rows: list[tuple[object, ...]], query: Query) -> list[Sums]:
         groups = tuple(None if v is None else str(v) for v in row[at : at + len(query.group_by)])
         count, errors, *summed = (int(v or 0) for v in row[at + len(query.group_by) :])  # type: ignore[call-overload]
         if count:  # an aggregate over no rows is one row of zeros
-            result.append(Sums(bucket, groups, count, errors=errors, **dict(zip(SUMMED, summed, strict=True))))
+            fields = dict(zip(SUMMED, summed, strict=False))
+            result.append(Sums(bucket, groups, count, errors=errors, ttft=tuple(summed[len(SUMMED) :]), **fields))
     return result
