@@ -111,8 +111,8 @@ def check_csv_against_report(url: str, path: Path, filename: str) -> None:
             )
     shown: dict[str, tuple[int, int]] = {}
     for row in rows:
-        held = shown.get(row["key_id"], (0, 0))
-        shown[row["key_id"]] = (held[0] + int(row["input_tokens"]), held[1] + int(row["output_tokens"]))
+        held = shown.get(row["group"], (0, 0))
+        shown[row["group"]] = (held[0] + int(row["input_tokens"]), held[1] + int(row["output_tokens"]))
     assert shown == reported
 
 

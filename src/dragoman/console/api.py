@@ -17,7 +17,7 @@ from dragoman.usage.outage import ReadGuard
 PERIODS = {"hour": 3600, "day": 86400, "week": 7 * 86400, "month": 30 * 86400}
 BUCKETS = {"1m": 60, "1h": 3600, "1d": 86400}
 GROUPS = ("key", "tenant", "model")
-MAX_BUCKETS = 1500  # a chart's points per series: a week by the minute is refused, by the hour is not
+MAX_BUCKETS = 1440  # a chart's points per series (data.MAX_BUCKETS): a week by the minute is refused
 MAX_BODY = 64 * 1024
 MAX_KEYS = 10_000  # rows the keys table loads
 _guard = ReadGuard(None)  # the key store down: 503 with retry-after, as the Admin API answers

@@ -175,9 +175,11 @@
     period.addEventListener("change", restart);
   }
 
-  function groupName(group) {
-    if (group && typeof group === "object") return group.name || group.label || group.id || JSON.stringify(group);
-    return group === null || group === undefined || group === "" ? "(none)" : String(group);
+  // A usage group: {group, name, ...} (a key's id and name) or a plain value.
+  const groupId = (g) => (g && typeof g === "object" ? g.group : g);
+  function groupName(g) {
+    const label = g && typeof g === "object" ? g.name || g.group : g;
+    return label === null || label === undefined || label === "" ? "(none)" : String(label);
   }
 
   function usage() {
@@ -188,25 +190,27 @@
       $("usage-csv").href = "/console/data/usage.csv?" + query;
       const data = await getJSON("/console/data/usage?" + query);
       const rows = data.series || [];
-      const names = (data.groups && data.groups.length ? data.groups : [...new Set(rows.map((r) => r.group))]);
-      const keys = names.map((g) => (g && typeof g === "object" ? (g.id ?? g.name) : g));
-      const xs = [...new Set(rows.map((r) => seconds(r.t)))].sort((a, b) => a - b);
+      const groups = data.groups || [];
+      const ids = groups.map(groupId);
+      const xs = data.buckets || [...new Set(rows.map((r) => seconds(r.t)))].sort((a, b) => a - b);
       const at = new Map(xs.map((x, i) => [x, i]));
-      const raw = keys.map(() => xs.map(() => 0));
-      const sums = keys.map(() => ({ requests: 0, input_tokens: 0, output_tokens: 0, cache_read_tokens: 0 }));
+      const raw = ids.map(() => xs.map(() => 0));
       for (const r of rows) {
-        const g = keys.indexOf(r.group && typeof r.group === "object" ? (r.group.id ?? r.group.name) : r.group);
-        if (g < 0) continue;
-        raw[g][at.get(seconds(r.t))] += r[metric] || 0;
-        for (const k of Object.keys(sums[g])) sums[g][k] += r[k] || 0;
+        const g = ids.indexOf(r.group);
+        if (g >= 0 && at.has(seconds(r.t))) raw[g][at.get(seconds(r.t))] += r[metric] || 0;
       }
       const stacked = raw.map((_, g) => xs.map((__, i) => raw.slice(0, g + 1).reduce((acc, arr) => acc + arr[i], 0)));
-      chart("chart-usage", names.map(groupName), xs, stacked, { stacked: true, raw });
-      fillRows($("usage-table").tBodies[0], names.map((n, g) => [n, sums[g]]), ([n, s]) => [
-        [groupName(n)], [num(s.requests), "num"], [num(s.input_tokens), "num"], [num(s.output_tokens), "num"],
-        [num(s.cache_read_tokens), "num"]]);
+      chart("chart-usage", groups.map(groupName), xs, stacked, { stacked: true, raw });
+      fillRows($("usage-table").tBodies[0], groups, (g) => [
+        [groupName(g)], [num(g.requests), "num"], [num(g.input_tokens), "num"], [num(g.output_tokens), "num"],
+        [num(g.cache_read_tokens), "num"]]);
     }, false);
     for (const c of controls) c.addEventListener("change", restart);
+  }
+
+  function health(healthy) {
+    if (healthy === null || healthy === undefined) return ["unknown"];
+    return healthy ? ["healthy", "ok"] : ["passed over", "bad"];
   }
 
   function replicas() {
@@ -214,9 +218,10 @@
       const data = await getJSON("/console/data/replicas");
       const rows = (data.upstreams || []).flatMap((u) => (u.replicas || []).map((r) => [u.name, r]));
       fillRows($("replicas-table").tBodies[0], rows, ([upstream, r]) => [
-        [upstream], [r.name], [r.healthy ? "healthy" : "unhealthy", r.healthy ? "ok" : "bad"], [num(r.in_flight), "num"],
+        [upstream], [r.name], health(r.healthy), [num(r.in_flight), "num"],
         [num(r.running), "num"], [num(r.waiting), "num"], [pct(r.kv_cache_usage), "num"],
-        [Object.entries(r.decisions || {}).map(([k, v]) => k + ": " + v).join(", ") || "–"], [pct(r.cache_hit_rate), "num"]]);
+        [Object.entries(r.decisions || {}).map(([k, v]) => k + ": " + v).join(", ") || "–"], [num(r.requests), "num"],
+        [num(r.errors), "num"], [pct(r.cache_hit_rate), "num"]]);
     }, true);
   }
 
@@ -246,7 +251,13 @@
         ["Models", key.models ? key.models.join(", ") : "all"], ...limits,
         ["Budget", budget ? dollars(budget.amount) + " per " + budget.period : "none"],
         ["Budget used", dollars(key.budget_used)], ["Budget remaining", dollars(key.budget_remaining)]]);
-      pairs($("me-usage"), Object.entries(data.usage || {}).map(([k, v]) => [k.replaceAll("_", " "), num(v)]));
+      const u = data.usage || {};
+      const t = u.totals || {};
+      pairs($("me-usage"), [["Requests", num(t.requests)], ["Input tokens", num(t.input_tokens)],
+        ["Output tokens", num(t.output_tokens)], ["Cache-read tokens", num(t.cache_read_tokens)],
+        ["Errors", num(t.errors)], ["Prompt-cache hit rate", pct(t.cache_hit_rate)]]);
+      const s = u.series || [];
+      chart("chart-me", ["input", "output"], s.map((p) => seconds(p.t)), [s.map((p) => p.input_tokens), s.map((p) => p.output_tokens)]);
     }, true);
   }
 
