@@ -129,3 +129,27 @@ def test_key_changes_go_through_the_admin_api(url: str, upstream: FakeUpstream) 
         with pytest.raises(anthropic.AuthenticationError):
             ask(url, made["key"])
         assert csrf(client.get("/console/keys").text) == token  # one token for the whole session
+
+
+def test_a_session_made_on_one_replica_is_read_on_another(upstream: FakeUpstream, gateway_from: Any) -> None:
+    """Two processes sharing the keys' database (here its SQLite file) share the signing secret."""
+    config = keys_config(upstream.url, server={"default_model": "test-model"})
+    one, two = gateway_from(config).url, gateway_from(config).url
+    with session(one, ADMIN) as (client, token):
+        cookie = client.cookies["dragoman_console"]
+    with httpx.Client(base_url=two, cookies={"dragoman_console": cookie}) as other:
+        assert other.get("/console/data/keys").status_code == 200
+        made = other.post("/console/data/keys", json={"name": "elsewhere"}, headers={"x-csrf-token": token})
+        assert made.status_code == 200
+
+
+def test_a_configured_secret_signs_sessions(upstream: FakeUpstream, gateway_from: Any,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("CONSOLE_SECRET", "s" * 32)
+    signed = gateway_from(keys_config(upstream.url, console={"session_secret_env": "CONSOLE_SECRET"})).url
+    other = gateway_from(keys_config(upstream.url)).url  # the same database, the stored secret instead
+    with session(signed, ADMIN) as (client, _):
+        cookie = client.cookies["dragoman_console"]
+        assert client.get("/console/data/keys").status_code == 200
+    with httpx.Client(base_url=other, cookies={"dragoman_console": cookie}) as elsewhere:
+        assert elsewhere.get("/console/data/keys").status_code == 401
