@@ -14,8 +14,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.support.fakes import FakeUpstream, completion
-from tests.support.keys import ADMIN, admin, ask, create, keys_config
+from tests.support.fakes import FakeUpstream, completion, text_stream
+from tests.support.keys import ADMIN, admin, ask, create, keys_config, listing
 from tests.support.waiting import eventually
 
 
@@ -54,17 +54,19 @@ def test_an_admin_makes_uses_watches_and_revokes_a_key(url: str, upstream: FakeU
     sign_in(page, url, ADMIN)
     assert page.url.endswith("/console")
     secret = make_key(page, url, "alice")
-    shot(page, "keys")
     page.get_by_role("button", name="Done").click()
     page.reload()
     assert secret not in page.content()  # shown once
 
     upstream.json_reply(completion("hello", prompt=13, completion_tokens=7))
     assert ask(url, secret).content[0].text == "hello"
+    traffic(url, upstream)
 
     page.goto(url + "/console/requests")
     requests = page.get_by_test_id("requests-table")
     requests.get_by_role("cell", name="alice", exact=True).first.wait_for()
+    page.get_by_label("Failures first").check()
+    requests.locator("tbody tr").first.get_by_role("cell", name="api_error").wait_for()
     shot(page, "requests")
 
     page.goto(url + "/console")
@@ -74,7 +76,9 @@ def test_an_admin_makes_uses_watches_and_revokes_a_key(url: str, upstream: FakeU
     page.goto(url + "/console/usage")
     page.get_by_test_id("usage-period").select_option("hour")
     page.get_by_test_id("usage-bucket").select_option("1m")
-    page.get_by_test_id("usage-table").get_by_role("cell", name="13", exact=True).wait_for()
+    page.get_by_test_id("usage-table").get_by_role("row", name="alice").get_by_role(
+        "cell", name="13", exact=True
+    ).wait_for()
     shot(page, "usage")
     with page.expect_download() as download:
         page.get_by_test_id("usage-csv").click()
@@ -84,10 +88,44 @@ def test_an_admin_makes_uses_watches_and_revokes_a_key(url: str, upstream: FakeU
     page.get_by_test_id("replicas-table").locator("tbody tr").first.wait_for()
     shot(page, "replicas")
 
+    edit_and_revoke(page, url, secret, shot)
+
+
+def traffic(url: str, upstream: FakeUpstream) -> None:
+    """Another key of a tenant, with answers and an upstream failure (for Requests and the charts)."""
+    bot = create(url, name="build-bot", tenant="ci", models=["test-*"], limits={"requests_per_minute": 60},
+                 budget={"amount": "2000", "currency": "USD", "period": "month"})  # fmt: skip
+    create(url, name="carol", tenant="research")
+    for prompt in (120, 80):
+        upstream.json_reply(completion("ok", prompt=prompt, completion_tokens=40, cached=prompt // 2))
+        ask(url, bot["key"])
+    upstream.stream_reply(text_stream("a", "stream", prompt=60))
+    assert len(list(ask(url, bot["key"], stream=True))) > 3  # a stream: a time to first token
+    upstream.json_reply({"error": {"message": "boom"}}, status=500)
+    with pytest.raises(anthropic.APIError):
+        ask(url, bot["key"])
+
+
+def edit_and_revoke(page: Any, url: str, secret: str, shot: Any) -> None:
+    """Search, edit limits through the form (the Admin API sees them), then revoke: the SDK gets 401."""
     page.goto(url + "/console/keys")
+    table = page.get_by_test_id("keys-table")
+    page.get_by_test_id("key-search").fill("research")
+    table.get_by_role("cell", name="carol", exact=True).wait_for()
+    assert table.locator("tbody tr").count() == 1
+    page.get_by_test_id("key-search").fill("")
+    table.get_by_role("cell", name="build-bot", exact=True).wait_for()
+    shot(page, "keys")
+    page.get_by_role("button", name="Edit alice").click()
+    page.get_by_label("Requests per minute").fill("42")
+    page.get_by_label("Models (comma-separated names or globs; empty: all)").fill("test-*")
+    page.get_by_test_id("key-create-submit").click()
+    table.get_by_role("cell", name="requests per minute 42").wait_for()
+    alice = next(k for k in listing(url, limit=100)["data"] if k["name"] == "alice")
+    assert alice["limits"] == {"requests_per_minute": 42} and alice["models"] == ["test-*"]
     page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Revoke alice").click()
-    page.get_by_test_id("keys-table").get_by_role("cell", name="inactive").wait_for()
+    table.get_by_role("row", name="alice").get_by_role("cell", name="inactive").wait_for()
     with pytest.raises(anthropic.AuthenticationError):
         ask(url, secret)
 
@@ -120,10 +158,18 @@ def test_a_client_key_sees_its_own_page_only(url: str, new_page: Any, shot: Any)
     made = create(url, name="bob", limits={"requests_per_minute": 30},
                   budget={"amount": "500", "currency": "USD", "period": "month"})  # fmt: skip
     page = new_page()
-    sign_in(page, url, made["key"])
-    assert page.url.endswith("/console/me")
+    page.goto(url + "/console/me")
+    page.get_by_test_id("signin-key").focus()  # by keyboard alone
+    page.keyboard.type(made["key"])
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/console/me")
+    assert made["key"] not in page.content()
     eventually(lambda: "bob" in (page.get_by_test_id("me-key").text_content() or ""), timeout=10)
     assert "requests per minute" in (page.get_by_test_id("me-key").text_content() or "")
     shot(page, "me")
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url) if "/console/data/" in request.url else None)
+    page.wait_for_timeout(5500)  # a live view asks its one endpoint at most once per 5 s
+    assert len(asked) <= 2 and {u.split("?")[0] for u in asked} <= {url + "/console/data/me"}
     refused = page.goto(url + "/console/keys")
     assert refused is not None and refused.status == 403

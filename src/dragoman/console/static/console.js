@@ -83,6 +83,10 @@
     return value === null || value === undefined ? "–" : (value * 100).toFixed(1) + "%";
   }
 
+  function secs(value) {
+    return value === null || value === undefined ? "–" : num(value) + " s";
+  }
+
   function seconds(t) {
     return typeof t === "number" ? t : Date.parse(t) / 1000;
   }
@@ -132,15 +136,17 @@
       stroke: PALETTE[i % PALETTE.length],
       width: 2,
       fill: options.stacked ? PALETTE[i % PALETTE.length] + "55" : undefined,
+      points: options.sparse ? { show: true, size: 6 } : {},  // a lone bucket between empty ones still shows
       value: (u, v, si, idx) => {
         const raw = entry.raw ? entry.raw[si - 1][idx] : v;
-        return raw === null || raw === undefined ? "–" : num(raw);
+        return options.percent ? pct(raw) : raw === null || raw === undefined ? "–" : num(raw);
       },
     }))];
     const bands = options.stacked ? labels.slice(1).map((_, i) => ({ series: [i + 2, i + 1] })) : undefined;
     entry.plot = new uPlot({
       width: Math.max(host.clientWidth, 300), height: 220, series, bands,
-      axes: [{}, { size: 70 }], scales: { x: { time: true } }, cursor: { drag: { x: false, y: false } },
+      axes: [{}, { size: 70, values: options.percent ? (u, ticks) => ticks.map((v) => Math.round(v * 100) + "%") : undefined }],
+      scales: { x: { time: true }, y: options.percent ? { range: [0, 1] } : {} }, cursor: { drag: { x: false, y: false } },
     }, data, host);
     charts.set(id, entry);
   }
@@ -157,7 +163,7 @@
       const t = data.totals || {};
       const totals = [["Requests", num(t.requests)], ["Input tokens", num(t.input_tokens)],
         ["Output tokens", num(t.output_tokens)], ["Cache-read tokens", num(t.cache_read_tokens)],
-        ["Error rate", pct(t.error_rate)], ["TTFT p50", num(t.ttft_p50) + " s"], ["TTFT p95", num(t.ttft_p95) + " s"],
+        ["Error rate", pct(t.error_rate)], ["TTFT p50", secs(t.ttft_p50)], ["TTFT p95", secs(t.ttft_p95)],
         ["Prompt-cache hit rate", pct(t.cache_hit_rate)]];
       $("totals").replaceChildren(...totals.map(([k, v]) => {
         const box = el("div");
@@ -169,8 +175,9 @@
       const col = (name) => s.map((p) => p[name] ?? null);
       chart("chart-requests", ["requests", "errors"], xs, [col("requests"), col("errors")]);
       chart("chart-tokens", ["input", "output", "cache read"], xs, [col("input_tokens"), col("output_tokens"), col("cache_read_tokens")]);
-      chart("chart-ttft", ["p50", "p95"], xs, [col("ttft_p50"), col("ttft_p95")]);
-      chart("chart-rates", ["error rate", "cache hit rate"], xs, [col("error_rate"), col("cache_hit_rate")]);
+      chart("chart-ttft", ["p50", "p95"], xs, [col("ttft_p50"), col("ttft_p95")], { sparse: true });
+      chart("chart-rates", ["error rate", "cache hit rate"], xs, [col("error_rate"), col("cache_hit_rate")],
+        { sparse: true, percent: true });
     }, true);
     period.addEventListener("change", restart);
   }
