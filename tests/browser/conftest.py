@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.console import accessibility_problems
+
 CHROMIUM = os.environ.get("DRAGOMAN_CHROMIUM", "/usr/bin/chromium")
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 
@@ -65,10 +67,13 @@ def _refused(text: str) -> bool:
 
 @pytest.fixture
 def shot(tmp_path: Path) -> Any:
-    """`shot(page, name)`: a screenshot, to docs/images/console-NAME.png with DRAGOMAN_SCREENSHOTS=1."""
+    """`shot(page, name)`: the view's accessibility checked, and a screenshot, to
+    docs/images/console-NAME.png with DRAGOMAN_SCREENSHOTS=1."""
     folder = IMAGES if os.environ.get("DRAGOMAN_SCREENSHOTS") == "1" else tmp_path
 
     def take(page: Any, name: str) -> Path:
+        """Each view shot is checked first: labelled controls, contrast (tests/support/console.py)."""
+        assert accessibility_problems(page) == [], name
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"console-{name}.png"
         page.screenshot(path=str(path), full_page=True)

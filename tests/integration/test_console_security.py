@@ -11,6 +11,7 @@ import pytest
 from tests.support.console import DATA, PAGES, csrf, form_token, session, signin
 from tests.support.fakes import FakeUpstream, completion
 from tests.support.keys import ADMIN, ask, create, keys_config, retrieve, update
+from tests.support.postgres import pg_url  # noqa: F401 (fixture)
 
 
 @pytest.fixture
@@ -131,9 +132,12 @@ def test_key_changes_go_through_the_admin_api(url: str, upstream: FakeUpstream) 
         assert csrf(client.get("/console/keys").text) == token  # one token for the whole session
 
 
-def test_a_session_made_on_one_replica_is_read_on_another(upstream: FakeUpstream, gateway_from: Any) -> None:
-    """Two processes sharing the keys' database (here its SQLite file) share the signing secret."""
-    config = keys_config(upstream.url, server={"default_model": "test-model"})
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+def test_a_session_made_on_one_replica_is_read_on_another(upstream: FakeUpstream, gateway_from: Any, database: str,
+                                                          request: pytest.FixtureRequest) -> None:  # fmt: skip
+    """Two gateways sharing the keys' database (its SQLite file, or PostgreSQL) share the signing secret."""
+    usage = {"database_url": request.getfixturevalue("pg_url")} if database == "postgres" else {}
+    config = keys_config(upstream.url, server={"default_model": "test-model"}, usage=usage)
     one, two = gateway_from(config).url, gateway_from(config).url
     with session(one, ADMIN) as (client, token):
         cookie = client.cookies["dragoman_console"]
