@@ -49,7 +49,7 @@ def view(template: str, title: str, *, admin: bool = True) -> Endpoint:
             return render("denied.html", 403, title="Not allowed", message=refused.message, visit=None)
         if not admin and found.admin:  # an admin's own page is the overview
             return RedirectResponse("/console", status_code=303)
-        return render(template, title=title, visit=found, path=request.url.path)
+        return render(template, title=title, visit=found, path=request.scope["path"])
 
     return endpoint
 
