@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -157,3 +159,36 @@ def test_a_configured_secret_signs_sessions(upstream: FakeUpstream, gateway_from
         assert client.get("/console/data/keys").status_code == 200
     with httpx.Client(base_url=other, cookies={"dragoman_console": cookie}) as elsewhere:
         assert elsewhere.get("/console/data/keys").status_code == 401
+
+
+def test_no_key_signed_in_with_or_made_in_the_console_is_written_anywhere(
+    upstream: FakeUpstream, gateway_from: Any, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    usage_dir = tmp_path / "usage"
+    server = gateway_from(
+        keys_config(upstream.url, usage={"dir": str(usage_dir)}, server={"default_model": "test-model"})
+    )
+    url, seen = server.url, []
+    with session(url, ADMIN) as (client, token):
+        made = client.post("/console/data/keys", json={"name": "dana"}, headers={"x-csrf-token": token}).json()
+        secret = made["key"]
+        upstream.json_reply(completion("hi"))
+        ask(url, secret)
+        for path in (*PAGES, *(f"/console/data/{name}" for name in DATA)):
+            answer = client.get(path)
+            seen.append(answer.text + str(answer.headers))
+        seen.append(str(client.cookies))
+    with httpx.Client(base_url=url, follow_redirects=False) as other:
+        for key in (secret, secret + "x"):
+            answer = signin(other, key)
+            seen += [answer.text, str(answer.headers), str(other.cookies)]
+            seen += [other.get("/console/me").text, other.get("/console/data/me").text]
+    server.stop()
+    seen.append(caplog.text)
+    stored = b"".join(p.read_bytes() for p in usage_dir.iterdir() if p.is_file())
+    assert stored and secret.encode() not in stored and ADMIN.encode() not in stored
+    everything = "\n".join(seen)
+    assert made["id"] in everything
+    for key in (secret, ADMIN, secret[6:]):
+        assert key not in everything
