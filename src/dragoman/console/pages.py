@@ -63,8 +63,12 @@ def _signin_page(request: Request, status: int = 200, error: str | None = None) 
 
 
 async def signin_form(request: Request) -> Response:
-    gate.gateway_of(request)
-    return _signin_page(request)
+    """The form; a browser already signed in goes on to its first view."""
+    try:
+        found = await gate.visit(request, page=True, admin=False)
+    except gate.SignIn:
+        return _signin_page(request)
+    return RedirectResponse("/console" if found.admin else "/console/me", status_code=303)
 
 
 async def signin(request: Request) -> Response:
