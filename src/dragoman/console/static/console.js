@@ -353,7 +353,7 @@
         f.name.value = k.name;
         f.tenant.value = k.tenant || "";
         f.models.value = (k.models || []).join(", ");
-        for (const n of ["requests_per_minute", "tokens_per_day", "max_concurrent"]) f[n].value = (k.limits || {})[n] || "";
+        for (const input of form.querySelectorAll("input.limit")) input.value = (k.limits || {})[input.name] || "";
         if (k.budget) {
           f.budget.value = (Number(k.budget.amount) / 100).toFixed(2);
           f.period.value = k.budget.period;
@@ -366,7 +366,7 @@
     const body = () => {
       const f = form.elements;
       const limits = {};
-      for (const n of ["requests_per_minute", "tokens_per_day", "max_concurrent"]) if (f[n].value) limits[n] = Number(f[n].value);
+      for (const input of form.querySelectorAll("input.limit")) if (input.value) limits[input.name] = Number(input.value);
       const models = f.models.value.split(",").map((m) => m.trim()).filter(Boolean);
       const made = {
         name: f.name.value.trim(),
