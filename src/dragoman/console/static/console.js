@@ -284,9 +284,6 @@
     let all = [];
     let sort = { field: "name", dir: 1 };
     const table = $("keys-table");
-    const dialog = $("key-form");
-    const form = $("key-form-fields");
-    const error = $("key-form-error");
 
     const render = () => {
       const q = $("key-search").value.trim().toLowerCase();
@@ -341,6 +338,23 @@
       render();
     };
 
+    const open = keyForm(() => load());
+    secretShown();
+    $("key-search").addEventListener("input", render);
+    for (const button of table.querySelectorAll("button.sort")) {
+      button.addEventListener("click", () => {
+        sort = { field: button.dataset.sort, dir: sort.field === button.dataset.sort ? -sort.dir : 1 };
+        render();
+      });
+    }
+    live(load, false);
+  }
+
+  // The create/edit dialog: its fields as the Admin API's body; a new key's secret shown once.
+  function keyForm(load) {
+    const dialog = $("key-form");
+    const form = $("key-form-fields");
+    const error = $("key-form-error");
     const open = (k) => {
       form.reset();
       error.hidden = true;
@@ -398,6 +412,11 @@
     });
     $("key-form-cancel").addEventListener("click", () => dialog.close());
     $("key-create").addEventListener("click", () => open(null));
+    return open;
+  }
+
+  // The new key's secret: a copy button, and Done to take it off the page for good.
+  function secretShown() {
     $("key-copy").addEventListener("click", async () => {
       const secret = $("key-secret").textContent;
       try {
@@ -415,14 +434,6 @@
       $("key-secret").textContent = "";
       $("key-made").hidden = true;
     });
-    $("key-search").addEventListener("input", render);
-    for (const button of table.querySelectorAll("button.sort")) {
-      button.addEventListener("click", () => {
-        sort = { field: button.dataset.sort, dir: sort.field === button.dataset.sort ? -sort.dir : 1 };
-        render();
-      });
-    }
-    live(load, false);
   }
 
   function signout() {
