@@ -49,6 +49,9 @@ def test_the_session_cookie_carries_its_flags_and_never_the_key(url: str) -> Non
         assert ADMIN not in cookie and ADMIN not in answer.headers.get("location", "")
         page = client.get("/console/keys")
         assert page.status_code == 200 and ADMIN not in page.text
+        policy = page.headers["content-security-policy"]
+        assert "script-src 'self';" in policy and "frame-ancestors 'none'" in policy and "unsafe" not in policy
+        assert page.headers["cache-control"] == "no-store" and page.headers["x-frame-options"] == "DENY"
         assert client.get("/console/signin").headers["location"] == "/console"  # signed in already
     with httpx.Client(base_url=url, follow_redirects=False) as behind_tls:
         answer = signin(behind_tls, ADMIN, **{"x-forwarded-proto": "https"})

@@ -21,7 +21,7 @@ from dragoman.core.errors import PermissionDenied
 SIGNIN = "/console/signin"
 MAX_FORM = 16 * 1024
 HEADERS = {
-    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
     "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "cache-control": "no-store",
     "referrer-policy": "same-origin",  # no-referrer would make the browser send `Origin: null` on our own forms
