@@ -173,3 +173,8 @@ def test_a_client_key_sees_its_own_page_only(url: str, new_page: Any, shot: Any)
     assert len(asked) <= 2 and {u.split("?")[0] for u in asked} <= {url + "/console/data/me"}
     refused = page.goto(url + "/console/keys")
     assert refused is not None and refused.status == 403
+    page.goto(url + "/console/me")
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url("**/console/signin")
+    page.goto(url + "/console/me")
+    assert page.url.endswith("/console/signin")  # the session is gone
