@@ -27,7 +27,7 @@ from dragoman.routes.conditions import When, compile_when
 from dragoman.routes.fallbacks import Attempts, Cooldowns
 from dragoman.routes.sessions import Held, Sessions
 from dragoman.routes.settings import check, served_names
-from dragoman.routes.shape import Shape
+from dragoman.routes.shape import Shape, routed_envelope
 
 COUNTED_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")
 MAX_PENDING = 100_000  # requests in flight whose session waits for their usage
@@ -53,6 +53,8 @@ class Routes:
             for i, r in enumerate(config.routes)
         )
         self._sticky = any(r.sticky for r in self._routes)
+        fields = {name for r in self._routes for name in r.when.fields}
+        self.envelope = msgspec.json.Decoder(routed_envelope(fields))  # what the core reads of a passed-through body
         self._names = served_names(config.models)
         self._models = {(m.upstream, m.served_model): m for m in config.models}
         self._checking = frozenset(n for n, m in self._names.items() if m.checks_signatures)

@@ -15,7 +15,7 @@ URL = {"type": "url", "url": "http://169.254.169.254/x.png"}
 
 
 def check(raw: bytes, read: bool) -> bool:
-    return may_have_url_images(raw, anthropic.ENVELOPE.decode(raw).messages if read else None)
+    return may_have_url_images(raw, anthropic.ENVELOPE.decode(raw) if read else None)
 
 
 def body(*blocks: object) -> bytes:
