@@ -35,7 +35,8 @@ _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _TOOLS = msgspec.json.Decoder(list[_Tool])
 _TYPED = frozenset({"stream", "max_tokens", "thinking", "output_config", "output_format", "metadata"})
 _SYSTEM = msgspec.json.Decoder(list[_System] | str | None)
-_READ = ("metadata", "thinking", "output_config", "output_format")  # what Shape.field reads
+_READ = ("metadata", "thinking", "output_config", "output_format", "tool_choice")  # Shape.field, count_body
+COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")  # what a count takes
 _DEFAULTED = frozenset(f.encode_name for f in msgspec.structs.fields(MessagesRequest)
                        if f.default is not None and f.default is not msgspec.NODEFAULT)  # fmt: skip
 _UNKNOWN: Any = object()  # a path the decoded request cannot answer: read the body itself
@@ -240,6 +241,22 @@ class Shape:
     def fits(self) -> bool:
         """Input plus max_tokens within the window (True when the window is unknown)."""
         return self.window is None or self.tokens is None or self.tokens + self.max_tokens <= self.window
+
+    def count_body(self) -> bytes:
+        """The body of a passed-through count: the counted fields as sent (no max_tokens, which
+        Anthropic's count refuses), spliced from the envelope's parts when it kept them."""
+        kept = getattr(self._envelope, "kept", None)
+        if kept is None:
+            whole = self.body_at(())
+            return msgspec.json.encode({k: v for k, v in whole.items() if k in COUNTED and v is not MISSING})
+        envelope: Any = self._envelope
+        parts = [b'"model":' + msgspec.json.encode(envelope.model),
+                 b'"messages":[' + b",".join(bytes(m) for m in envelope.messages) + b"]"]  # fmt: skip
+        for name in COUNTED[2:]:
+            raw = getattr(envelope, kept[name])
+            if raw:
+                parts.append(msgspec.json.encode(name) + b":" + bytes(raw))
+        return b"{" + b",".join(parts) + b"}"
 
     def body_at(self, path: tuple[str | int, ...]) -> Any:
         """The body's value at a dotted path (numbers index lists), or MISSING (a JSON null too)."""

@@ -29,7 +29,6 @@ from dragoman.routes.sessions import Held, Sessions
 from dragoman.routes.settings import check, served_names
 from dragoman.routes.shape import Shape, routed_envelope
 
-COUNTED_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")
 MAX_PENDING = 100_000  # requests in flight whose session waits for their usage
 
 
@@ -160,7 +159,7 @@ class Routes:
             return
         shape.window = base.context_window
         body = (
-            _count_body(shape) if base.path == "passthrough" else shape.raw
+            shape.count_body() if base.path == "passthrough" else shape.raw
         )  # the upstream's count takes no max_tokens
         call = Call(body=body, model=shape.model, upstream_model=base.upstream_model, headers=headers, request_id="")
         try:
@@ -200,10 +199,3 @@ class Routes:
         if session is not None and outcome.input_tokens is not None:
             prompt = outcome.input_tokens + (outcome.cache_read_tokens or 0) + (outcome.cache_creation_tokens or 0)
             self.sessions.replied(session, prompt)
-
-
-def _count_body(shape: Shape) -> bytes:
-    whole = shape.body_at(())
-    if not isinstance(whole, dict):
-        return b"{}"
-    return msgspec.json.encode({k: v for k, v in whole.items() if k in COUNTED_FIELDS})

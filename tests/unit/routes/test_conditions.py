@@ -136,3 +136,13 @@ def test_the_subagent_flag_is_only_read_from_the_billing_block():
     assert shape(system=[other, billing]).subagent is False
     assert shape({"x-claude-code-agent-id": "a1"}).subagent is True
     assert shape(system="cc_is_subagent=true").subagent is False
+
+
+def test_a_count_body_holds_the_counted_fields_as_sent_and_nothing_else():
+    tools = [{"name": "t", "input_schema": {"type": "object"}}]
+    request = shape(system=[{"type": "text", "text": "s"}], tools=tools, tool_choice={"type": "auto"}, stream=True,
+                    thinking={"type": "adaptive"}, metadata={"user_id": "u"})  # fmt: skip
+    counted = json.loads(request.count_body())
+    assert counted == {"model": "claude-opus-5-5", "messages": [{"role": "user", "content": "hi"}],
+                       "system": [{"type": "text", "text": "s"}], "tools": tools, "tool_choice": {"type": "auto"},
+                       "thinking": {"type": "adaptive"}}  # fmt: skip
