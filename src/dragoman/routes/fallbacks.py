@@ -65,6 +65,20 @@ class Cooldowns:
             failures.clear()
 
 
+class Once:
+    """A slot's release, run once: by the first of its attempt given up and the request's end."""
+
+    __slots__ = ("_release",)
+
+    def __init__(self, release: Callable[[], None]) -> None:
+        self._release: Callable[[], None] | None = release
+
+    def __call__(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
 @dataclasses.dataclass(slots=True)
 class Attempts:
     """A route's backend with its model's fallbacks (a Backend: the pipeline sees one)."""
@@ -91,6 +105,7 @@ class Attempts:
         self.name = self.primary.backend.name
 
     serving: Route | None = None  # the route of the latest attempt
+    held: Once | None = None  # the slot the latest attempt took on another upstream, if any
 
     @property
     def path(self) -> str:
@@ -131,6 +146,7 @@ class Attempts:
             following = await self.after(refused)
             if following is None:
                 return reply  # the upstream's own answer, as it came
+            self.let_go()
             name, target = following
 
     async def _sent(self, call: Call, name: str, target: Route) -> Reply:
@@ -145,11 +161,19 @@ class Attempts:
         except BaseException:
             slots.release()
             raise
+        self.held = Once(slots.release)
         if call.outcome is not None:
-            call.outcome.finish.hold(slots.release)  # a stream holds it to its last byte
+            call.outcome.finish.hold(self.held)  # a stream holds it to its last byte
         else:
-            slots.release()
+            self.let_go()
         return reply
+
+    def let_go(self) -> None:
+        """The latest attempt is given up (its answer refused, its stream failed before content):
+        its slot goes back now, not when the request ends."""
+        held, self.held = self.held, None
+        if held is not None:
+            held()
 
     def _call_for(self, call: Call, name: str, target: Route) -> Call:
         """`call` as `target` gets it: its model's name, and no thinking signed elsewhere when it checks."""
