@@ -21,6 +21,7 @@ from dragoman.core.errors import GatewayError
 from dragoman.routes.gate import Gate
 from dragoman.routes.settings import FallbackSettings
 from dragoman.routes.shape import Shape
+from dragoman.routes.shared import Shared
 from dragoman.routes.signatures import without_thinking
 
 Kind = Literal["fallback", "context", "misconfigured"]
@@ -45,10 +46,15 @@ class Cooldowns:
     """Models passed over as targets for a while after failing: `cooldown_failures` within
     `cooldown_window` seconds, or at once when the upstream refused them (401, 403, 404)."""
 
-    def __init__(self, settings: FallbackSettings) -> None:
+    def __init__(self, settings: FallbackSettings, shared: Shared | None = None) -> None:
         self._settings = settings
         self._failures: dict[str, deque[float]] = {}
         self._until: dict[str, float] = {}
+        self.shared = shared  # every process's failures count, and every one's cool-downs hold (Redis)
+
+    def heard(self, model: str, seconds: float) -> None:
+        """Another process cooled `model` down for `seconds` more (shared.Shared's poll)."""
+        self._until[model] = max(self._until.get(model, 0.0), time.monotonic() + seconds)
 
     def cooled(self, model: str) -> bool:
         until = self._until.get(model)
@@ -63,6 +69,8 @@ class Cooldowns:
         if at_once or len(failures) >= settings.cooldown_failures:
             self._until[model] = now + settings.cooldown
             failures.clear()
+        if self.shared is not None:
+            self.shared.failed(model, at_once, settings.cooldown_failures, settings.cooldown_window, settings.cooldown)
 
 
 class Once:

@@ -28,6 +28,7 @@ from dragoman.routes.fallbacks import Attempts, Cooldowns
 from dragoman.routes.sessions import Held, Sessions
 from dragoman.routes.settings import check, served_names
 from dragoman.routes.shape import Shape, routed_envelope
+from dragoman.routes.shared import Shared
 
 MAX_PENDING = 100_000  # requests in flight whose session waits for their usage
 
@@ -58,8 +59,13 @@ class Routes:
         self._models = {(m.upstream, m.served_model): m for m in config.models}
         self._checking = frozenset(n for n, m in self._names.items() if m.checks_signatures)
         self._budgets = (tuple(config.server.effort_budgets) + (2048, 8192))[:2]
-        self.sessions = Sessions()
-        self.cooldowns = Cooldowns(config.fallbacks)
+        limits = config.limits  # its Redis, when configured, shares sessions and cool-downs between processes
+        shared = Shared(limits.redis_url, limits.redis_prefix, limits.redis_timeout) if limits.redis_url else None
+        self.sessions = Sessions(shared=shared if self._sticky else None)
+        self.cooldowns = Cooldowns(config.fallbacks, shared)
+        self._shared = shared
+        self._chained = {name for m in config.models if m.fallbacks or m.context_fallbacks
+                         for name in (m.name, *m.fallbacks, *m.context_fallbacks)}  # fmt: skip
         self._settings = config.fallbacks
         self._retry_budgets = {name: u.retry_budget for name, u in config.upstreams.items()}
         self._pending: OrderedDict[str, str] = OrderedDict()  # request id -> its session
@@ -86,7 +92,9 @@ class Routes:
         model = read.model
         shape = Shape(model, headers, body, self._budgets, read)  # type: ignore[arg-type]
         session = shape.session if self._sticky else None
-        held = self.sessions.get(session)
+        if self._shared is not None:
+            self._shared.watch(self._chained, self.cooldowns.heard)  # once: the others' cool-downs, polled
+        held = await self.sessions.fetch(session)
         if held is not None and held.last_input:
             self._climb(session, held)  # type: ignore[arg-type]
         base: list[Route] = []  # the name's own route, once resolved
@@ -190,6 +198,10 @@ class Routes:
         self._pending[request_id] = session
         while len(self._pending) > MAX_PENDING:
             self._pending.popitem(last=False)
+
+    async def close(self) -> None:
+        if self._shared is not None:
+            await self._shared.close()
 
     def finished(self, outcome: Outcome, duration: float) -> None:
         """(A metrics sink.) The session's last prompt size, from the reply's usage; the route's counter."""
