@@ -1,5 +1,6 @@
-"""A fallback to another upstream takes one of its slots; one whose answer is refused (its
-own 529, an overloaded stream) gives it back as the request moves on, not when it ends."""
+"""`Attempts` without a server: a fallback to another upstream takes one of its slots, and
+one whose answer is refused (its own 529, an overloaded stream) gives it back as the request
+moves on, not when it ends; a target lacking what the request needs is skipped."""
 
 from __future__ import annotations
 
@@ -51,15 +52,20 @@ async def _chunks(chunks: list[bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
-def attempts(answers: dict[str, Any], slots: dict[str, Slots]) -> Attempts:
+def attempts(answers: dict[str, Any], slots: dict[str, Slots], body: bytes = BODY,
+             caps: dict[str, tuple[str, ModelCaps, int | None]] | None = None) -> Attempts:  # fmt: skip
     routes = {name: Route(Scripted(answer), f"up-{name}", name, ModelCaps()) for name, answer in answers.items()}  # type: ignore[arg-type]
+    for name, (path, model_caps, window) in (caps or {}).items():
+        backend = Scripted(answers[name])
+        backend.path = path
+        routes[name] = Route(backend, f"up-{name}", name, model_caps, window)  # type: ignore[arg-type]
 
     async def resolve(name: str) -> Route:
         return routes[name]
 
     settings = FallbackSettings()
     return Attempts(primary=routes["main"], primary_name="main", fallbacks=["b", "c"], context_fallbacks=[],
-                    resolve=resolve, shape=Shape("main", {}, BODY), cooldowns=Cooldowns(settings), settings=settings,
+                    resolve=resolve, shape=Shape("main", {}, body), cooldowns=Cooldowns(settings), settings=settings,
                     retry_budget=30.0, header=None, windows={}, slots=slots)  # fmt: skip
 
 
@@ -97,3 +103,21 @@ def test_a_stream_overloaded_before_content_gives_its_slot_back_as_the_next_one_
         assert slots["up-b"].taken == 0 and slots["up-c"].taken == 0  # released once each
 
     asyncio.run(run())
+
+
+def test_a_target_without_what_the_request_needs_is_passed_over():
+    search = (
+        b'{"model": "main", "max_tokens": 5, "messages": [], "tools": [{"type": "web_search_20250305", "name": "w"}]}'
+    )
+    image = b'{"model": "main", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]}'
+    cases = [  # what b lacks, and the request that needs it
+        (search, ("translate", ModelCaps(drop_server_tools=False), None)),  # runs no server tools, drops none
+        (image, ("passthrough", ModelCaps(vision=False), None)),
+        (BODY, ("passthrough", ModelCaps(), 10)),  # its window is smaller than the prompt
+    ]
+    for body, lacking in cases:
+        chain = attempts({"main": UpstreamError("down"), "b": [OK], "c": [OK]}, {}, body, {"b": lacking})
+        chain.shape.tokens = 50
+        call = Call(body=body, model="main", upstream_model="main", headers={}, request_id="r")
+        asyncio.run(chain.messages(call, chain.primary))
+        assert chain.tried == ["main", "c"], lacking
