@@ -92,7 +92,7 @@ class Routes:
         model = read.model
         shape = Shape(model, headers, body, self._budgets, read)  # type: ignore[arg-type]
         session = shape.session if self._sticky else None
-        if self._shared is not None:
+        if self._shared is not None and self._chained:
             self._shared.watch(self._chained, self.cooldowns.heard)  # once: the others' cool-downs, polled
         held = await self.sessions.fetch(session)
         if held is not None and held.last_input:
