@@ -7,13 +7,12 @@ Every number here is the usage report's: the same `UsageStore.sums`, the same bu
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import time
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
+from dragoman.console.breakdown import CSV_COLUMNS, OTHER, usage, usage_csv
 from dragoman.console.replicas import replicas
 from dragoman.console.store import guarded, store_of
 from dragoman.core.errors import InvalidRequest
@@ -23,14 +22,11 @@ from dragoman.usage.rollups import quantile
 if TYPE_CHECKING:
     from dragoman.assembly.gateway import Gateway
 
-__all__ = ["me", "overview", "replicas", "requests", "usage", "usage_csv"]
+__all__ = ["CSV_COLUMNS", "OTHER", "me", "overview", "replicas", "requests", "usage", "usage_csv"]
 
 # period: (bucket width, buckets shown)
 PERIODS = {"hour": ("1m", 60), "day": ("1h", 24), "week": ("1h", 168)}
-GROUP_BY = {"key": "api_key_id", "tenant": "tenant", "model": "model"}
-MAX_BUCKETS = 1440  # of a usage chart (a day by the minute, two months by the day)
 MAX_REQUESTS = 1000
-USAGE_FIELDS = ("requests", "input_tokens", "output_tokens", "cache_read_tokens")
 
 
 async def _sums(gateway: Gateway, store: UsageStore, query: Query) -> list[Sums]:
@@ -67,80 +63,10 @@ async def overview(gateway: Gateway, period: str = "hour") -> dict[str, Any]:
     end = (math.floor(time.time() / width) + 1) * width  # the end of the current bucket: whole buckets only
     start = end - count * width
     store = await store_of(gateway)
-    by_bucket = {s.bucket: s for s in await _sums(gateway, store, Query(start, end, width))}
+    by_bucket = {s.bucket: s for s in await _sums(gateway, store, Query(start, end, width, ttft=True))}
     series = [{"t": t, **_figures([by_bucket[t]] if t in by_bucket else [])} for t in range(start, end, width)]
     return {"period": period, "bucket_width": name, "start": start, "end": end, "series": series,
             "totals": _figures(list(by_bucket.values()))}  # fmt: skip
-
-
-def _usage_query(start: float, end: float, bucket: str, group_by: str) -> Query:
-    if bucket not in WIDTH_SECONDS:
-        raise InvalidRequest(f"bucket: one of {', '.join(WIDTH_SECONDS)}, got {str(bucket)[:40]!r}")
-    if group_by not in GROUP_BY:
-        raise InvalidRequest(f"group_by: one of {', '.join(GROUP_BY)}, got {str(group_by)[:40]!r}")
-    for name, value in (("start", start), ("end", end)):
-        if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise InvalidRequest(f"{name}: a time in seconds since the epoch, got {str(value)[:40]!r}")
-    width = WIDTH_SECONDS[bucket]
-    first = math.floor(start / width) * width  # buckets snap to their UTC start, as the usage report's
-    if end <= first:
-        raise InvalidRequest("start: must be before end")
-    if math.ceil((end - first) / width) > MAX_BUCKETS:
-        raise InvalidRequest(f"bucket: {bucket} buckets from start to end are more than {MAX_BUCKETS}; "
-                             "choose a wider bucket or a shorter period")  # fmt: skip
-    return Query(first, end, width, (GROUP_BY[group_by],))
-
-
-async def usage(
-    gateway: Gateway, start: float, end: float, bucket: str = "1h", group_by: str = "key"
-) -> dict[str, Any]:
-    """Usage between `start` and `end` in `bucket`s, by key, tenant or model: the usage
-    report's numbers (its buckets and sums). Only buckets and groups with requests are in
-    `series`; `buckets` lists every bucket's start."""
-    query = _usage_query(start, end, bucket, group_by)
-    store = await store_of(gateway)
-    sums = await _sums(gateway, store, query)
-    names = _key_names(gateway) if group_by == "key" else {}
-    groups: dict[str | None, dict[str, Any]] = {}
-    series = []
-    for s in sums:
-        group = s.groups[0]
-        name = names.get(group) if group_by == "key" else group
-        groups.setdefault(group, {"group": group, "name": name, **dict.fromkeys(USAGE_FIELDS, 0)})
-        row = {"t": int(s.bucket), "group": group, "name": name, **{f: getattr(s, f) for f in USAGE_FIELDS}}
-        for f in USAGE_FIELDS:
-            groups[group][f] += row[f]
-        series.append(row)
-    return {"bucket_width": bucket, "group_by": group_by, "start": int(query.start), "end": end,
-            "buckets": _buckets(query),
-            "groups": sorted(groups.values(), key=lambda g: -g["requests"]), "series": series}  # fmt: skip
-
-
-def _buckets(query: Query) -> list[int]:
-    start, width = int(query.start), int(query.width)
-    return list(range(start, int(math.ceil(query.end / width) * width), width))
-
-
-CSV_COLUMNS = ("t", "time", "group", "name", *USAGE_FIELDS)
-
-
-async def usage_csv(gateway: Gateway, start: float, end: float, bucket: str = "1h", group_by: str = "key") -> str:
-    """`usage`'s series as CSV, a header line first; `time` is the bucket's start in RFC 3339."""
-    shown = await usage(gateway, start, end, bucket, group_by)
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for row in shown["series"]:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row["t"]))
-        writer.writerow([row["t"], stamp, _cell(row["group"]), _cell(row["name"]),
-                         *(row[f] for f in USAGE_FIELDS)])  # fmt: skip
-    return out.getvalue()
-
-
-def _cell(value: str | None) -> str:
-    """A name as a CSV cell, never a formula a spreadsheet would run (names are chosen by people)."""
-    text = "" if value is None else value
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 def _key_names(gateway: Gateway) -> dict[str | None, str]:
@@ -194,7 +120,7 @@ async def me(gateway: Gateway, key_id: str) -> dict[str, Any]:
     end = (math.floor(time.time() / width) + 1) * width
     start = end - 24 * width
     store = await store_of(gateway)
-    sums = await _sums(gateway, store, Query(start, end, width, key_ids=(key_id,)))
+    sums = await _sums(gateway, store, Query(start, end, width, key_ids=(key_id,), ttft=True))
     by_bucket = {s.bucket: s for s in sums}
     series = [{"t": t, **_figures([by_bucket[t]] if t in by_bucket else [])} for t in range(start, end, width)]
     return {"key": key, "usage": {"period": "day", "bucket_width": "1h", "start": start, "end": end,

@@ -9,24 +9,23 @@ import dataclasses
 import math
 
 from dragoman.usage.records import Query, Sums, UsageRecord
-from dragoman.usage.rollups import COUNTED, TTFT_COLUMNS, WIDTHS, Dialect
+from dragoman.usage.rollups import COUNTED, GRAINS, TTFT_COLUMNS, WIDTHS, Dialect
 from dragoman.usage.schema import COLUMNS, SUMMED, sums_sql
 
 Statement = tuple[str, list[object]]
-KEY_GROUPS = {"api_key_id": "NULLIF(key_id, '')", "tenant": "NULLIF(tenant, '')", "model": "model",
-              "upstream_model": "upstream_model"}  # fmt: skip
-REPLICA_GROUPS = {"upstream": "upstream", "replica": "replica"}
+COLUMN = {"api_key_id": "key_id"}  # a group's column (the others are named as their column)
+READ = {"key_id": "NULLIF(key_id, '')", "tenant": "NULLIF(tenant, '')"}  # '' in a rollup is a missing one
 
 
 def grain_for(query: Query) -> str | None:
-    """The rollup grain that can answer `query`; None if only the records can."""
-    groups = set(query.group_by)
-    if not groups and not query.key_ids and not query.models and query.refusals is None:
-        return "all"
-    if groups <= set(KEY_GROUPS):
-        return "key"
-    if groups <= set(REPLICA_GROUPS) and not query.key_ids and not query.models and query.refusals is None:
-        return "replica"
+    """The narrowest rollup grain that can answer `query`; None if only the records can."""
+    needed = {COLUMN.get(g, g) for g in query.group_by}
+    needed |= {"key_id"} if query.key_ids else set()
+    needed |= {"model"} if query.models else set()
+    needed |= {"tenant"} if query.tenants else set()
+    for grain, dims in GRAINS.items():
+        if needed <= set(dims) and (query.refusals is None or "refused" in dims):
+            return grain
     return None
 
 
@@ -69,20 +68,21 @@ def _rollup_sql(query: Query, grain: str, width: int, start: int, end: int, dial
         args.append(value)
         return "?" if dialect == "sqlite" else f"${len(args)}"
 
-    names = KEY_GROUPS if grain == "key" else REPLICA_GROUPS
-    columns = [names[g] for g in query.group_by]
+    grouped = [COLUMN.get(g, g) for g in query.group_by]  # by the stored columns: in the key's order, no sort
+    columns = [READ.get(c, c) for c in grouped]
     if query.width:  # a rollup's bucket lies inside one of the query's (its width divides theirs)
-        columns.insert(0, f"(bucket / {int(query.width)}) * {int(query.width)}")
+        bucket = "bucket" if query.width == width else f"(bucket / {int(query.width)}) * {int(query.width)}"
+        columns.insert(0, bucket)
+        grouped.insert(0, bucket)
     where = [f"grain = '{grain}'", f"width = {width}", f"bucket >= {arg(start)}", f"bucket < {arg(end)}"]
-    for column, values in (("key_id", query.key_ids), ("model", query.models)):
+    for column, values in (("key_id", query.key_ids), ("model", query.models), ("tenant", query.tenants)):
         if values:
             where.append(f"{column} IN ({', '.join(arg(v) for v in values)})")
     if query.refusals is not None:
         where.append(f"refused = {int(query.refusals)}")
-    sums = ", ".join(f"CAST(sum({c}) AS BIGINT)" for c in (*COUNTED, *TTFT_COLUMNS))
-    keys = ", ".join(str(i) for i in range(1, len(columns) + 1))
+    sums = ", ".join(f"CAST(sum({c}) AS BIGINT)" for c in (*COUNTED, *(TTFT_COLUMNS if query.ttft else ())))
     sql = (f"SELECT {', '.join([*columns, sums])} FROM usage_rollups WHERE {' AND '.join(where)}"
-           + (f" GROUP BY {keys}" if columns else ""))  # fmt: skip
+           + (f" GROUP BY {', '.join(grouped)}" if grouped else ""))  # fmt: skip
     return sql, args
 
 
@@ -99,9 +99,8 @@ def combine(parts: list[list[Sums]]) -> list[Sums]:
 
 def _add(a: Sums, b: Sums) -> Sums:
     fields = {name: getattr(a, name) + getattr(b, name) for name in ("requests", "errors", *SUMMED)}
-    ttft = tuple(
-        x + y for x, y in zip(a.ttft or (0,) * len(TTFT_COLUMNS), b.ttft or (0,) * len(TTFT_COLUMNS), strict=True)
-    )
+    none = (0,) * len(TTFT_COLUMNS)
+    ttft = tuple(x + y for x, y in zip(a.ttft or none, b.ttft or none, strict=True)) if a.ttft or b.ttft else ()
     return dataclasses.replace(a, ttft=ttft, **fields)
 
 

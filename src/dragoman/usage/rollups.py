@@ -1,10 +1,10 @@
 """Rollups: sums of the usage records per minute, hour and day, kept by the writer in the
 transaction that stores the records, so that reading a week costs a few hundred rows.
 
-Three grains, each a set of dimensions (the others are '' or 0 in its rows):
-`all` (none: the console's overview), `key` (key, tenant, model, upstream model, and whether
-the key was refused: the usage report and `Query`'s groups and filters) and `replica`
-(upstream and replica). A record is counted once: only records the insert actually added
+Grains, each a set of dimensions (the others are '' or 0 in its rows): `all` (none: the
+console's overview); `key`, `tenant` and `model` (each with whether the key was refused: a
+chart by one of them); `full` (key, tenant, model, upstream model, refused: any other
+grouping or filter of `Query`'s, as the usage report's); `replica` (upstream and replica). A record is counted once: only records the insert actually added
 (not those whose request id was stored already) are rolled up. A missing key id or tenant
 is '' here (a NULL could not take part in the primary key) and NULL again when read.
 
@@ -28,9 +28,14 @@ TTFT_BOUNDS: tuple[float, ...] = tuple(round(0.01 * 2 ** (i / 2), 4) for i in ra
 TTFT_COLUMNS = tuple(f"ttft_{i}" for i in range(len(TTFT_BOUNDS) + 1))
 WIDTHS = (86400, 3600, 60)  # coarsest first: a range is read from the coarsest rollups that fit
 DIMENSIONS = ("key_id", "tenant", "model", "upstream_model", "refused", "upstream", "replica")
+# Narrow grains first: a query reads the first that keeps every dimension it groups or filters
+# by (a week by key is 168 x keys rows, not 168 x keys x models).
 GRAINS: dict[str, tuple[str, ...]] = {
     "all": (),
-    "key": ("key_id", "tenant", "model", "upstream_model", "refused"),
+    "key": ("key_id", "refused"),
+    "tenant": ("tenant", "refused"),
+    "model": ("model", "refused"),
+    "full": ("key_id", "tenant", "model", "upstream_model", "refused"),
     "replica": ("upstream", "replica"),
 }
 COUNTED = ("requests", "errors", "input_tokens", "cache_read_tokens", "output_tokens", "cache_creation_tokens",
@@ -79,25 +84,26 @@ def deltas(records: Iterable[UsageRecord], dialect: Dialect) -> list[tuple[objec
     """The rollup rows (PRIMARY then VALUES) the records add, one per row touched, sorted
     (processes updating the same rows take their locks in one order)."""
     rows: dict[tuple[object, ...], list[int]] = {}
+    kept = [(grain, tuple(d in dims for d in DIMENSIONS)) for grain, dims in GRAINS.items()]
+    empty = tuple(0 if d == "refused" else "" for d in DIMENSIONS)
+    hist = len(COUNTED)
     for r in records:
-        counts = [1, r.error_type is not None, r.input_tokens, r.cache_read_tokens, r.output_tokens,
-                  r.cache_creation_tokens, r.cache_creation_1h_tokens, r.web_search_requests, r.web_fetch_requests]  # fmt: skip
-        histogram = [0] * len(TTFT_COLUMNS)
+        counts = (1, int(r.error_type is not None), r.input_tokens, r.cache_read_tokens, r.output_tokens,
+                  r.cache_creation_tokens, r.cache_creation_1h_tokens, r.web_search_requests, r.web_fetch_requests)  # fmt: skip
+        added = [(i, v) for i, v in enumerate(counts) if v]
         if r.ttft is not None:
-            histogram[ttft_bucket(r.ttft)] = 1
-        added = counts + histogram
-        refused = int(r.status in REFUSALS)
-        dims = {
-            "all": ("", "", "", "", 0, "", ""),
-            "key": (r.key_id or "", r.tenant or "", r.model, r.upstream_model, refused, "", ""),
-            "replica": ("", "", "", "", 0, r.upstream, r.replica),
-        }
+            added.append((hist + ttft_bucket(r.ttft), 1))
+        values = (r.key_id or "", r.tenant or "", r.model, r.upstream_model, int(r.status in REFUSALS), r.upstream,
+                  r.replica)  # fmt: skip
+        dims = [tuple(v if keep else e for v, keep, e in zip(values, mask, empty, strict=True)) for _, mask in kept]
         for width in WIDTHS:
             bucket = bucket_of(r.at, width, dialect)
-            for grain, values in dims.items():
-                held = rows.setdefault((grain, width, bucket, *values), [0] * len(VALUES))
-                for i, value in enumerate(added):
-                    held[i] += value
+            for (grain, _), dim in zip(kept, dims, strict=True):
+                held = rows.get((grain, width, bucket, *dim))
+                if held is None:
+                    held = rows[(grain, width, bucket, *dim)] = [0] * len(VALUES)
+                for i, v in added:
+                    held[i] += v
     return [(*key, *values) for key, values in sorted(rows.items(), key=lambda item: str(item[0]))]
 
 
@@ -126,6 +132,8 @@ def create_statements(dialect: Dialect) -> list[str]:
     counters = ", ".join(f"{v} {big} NOT NULL" for v in VALUES)
     table = (f"CREATE TABLE usage_rollups (grain TEXT NOT NULL, width INTEGER NOT NULL, bucket {big} NOT NULL, "
              f"{dims}, {counters}, PRIMARY KEY ({', '.join(PRIMARY)}))")  # fmt: skip
+    if dialect == "sqlite":  # rows kept in the key's order: a chart's range is read from adjacent pages
+        table += " WITHOUT ROWID"
     return [table, *(_backfill(grain, width, dialect) for grain in GRAINS for width in WIDTHS)]
 
 

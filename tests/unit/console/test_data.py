@@ -39,7 +39,6 @@ def _gateway(tmp_path: Path) -> Gateway:
 def _run(tmp_path: Path, body: Callable[[Gateway], Awaitable[None]]) -> None:
     async def run() -> None:
         gateway = _gateway(tmp_path)
-        gateway.keyring.start()
         try:
             await body(gateway)
         finally:
@@ -107,6 +106,29 @@ def test_usage_equals_the_usage_report_and_its_csv_the_rows(tmp_path: Path) -> N
     _run(tmp_path, body)
 
 
+def test_usage_shows_the_top_groups_and_the_rest_together(tmp_path: Path) -> None:
+    async def body(gateway: Gateway) -> None:
+        now = time.time()
+        base = usage_record("x", now)
+        await (await data.store_of(gateway)).write([
+            replace(base, request_id=f"r{k}{i}", at=now - 60 * i - 1, key_id=f"key_{k}", input_tokens=100 * (k + 1))
+            for k in range(5) for i in range(3)
+        ] + [replace(base, request_id="anonymous", at=now - 1, key_id=None, input_tokens=10_000)])  # fmt: skip
+        shown = await data.usage(gateway, now - 3600, now + 60, "1m", "key", top=2)
+        assert [g["group"] for g in shown["groups"]] == ["key_4", "key_3", data.OTHER]
+        other = shown["groups"][-1]
+        assert other["other"] and other["requests"] == 3 * 3 + 1 and other["input_tokens"] == 10_000 + 3 * 600
+        whole = await data.overview(gateway, "hour")
+        for t in shown["buckets"]:
+            rows = [r for r in shown["series"] if r["t"] == t]
+            point = next((p for p in whole["series"] if p["t"] == t), None)
+            assert sum(r["requests"] for r in rows) == (point["requests"] if point else 0)
+        every = await data.usage(gateway, now - 3600, now + 60, "1h", "key", top=10)
+        assert len(every["groups"]) == 6 and not any(g["other"] for g in every["groups"])
+
+    _run(tmp_path, body)
+
+
 def test_requests_newest_first_and_failures_first(tmp_path: Path) -> None:
     async def body(gateway: Gateway) -> None:
         now = time.time()
@@ -141,6 +163,10 @@ def test_replicas_lists_each_upstream_s_replicas_with_their_last_hour(tmp_path: 
 def test_me_shows_a_key_its_budget_and_its_day(tmp_path: Path) -> None:
     async def body(gateway: Gateway) -> None:
         store = await data.store_of(gateway)  # (the writer's task, not started here, would open it)
+        assert gateway.keyring.store is not None
+        await gateway.keyring.store.open()  # as the keyring's task would: not started here, its
+        # poll's thread may outlive close() (keys/connections.py), and SQLite crashes then
+        gateway.keyring.opened = True
         made = await gateway.key_admin.create(
             b'{"name": "alice", "budget": {"amount": "500", "currency": "USD", "period": "day"}}', "admin"
         )
@@ -163,6 +189,7 @@ def test_me_shows_a_key_its_budget_and_its_day(tmp_path: Path) -> None:
         (lambda g: data.usage(g, 3600, 0, "1h", "key"), "start"),
         (lambda g: data.usage(g, 0, 86400 * 30, "1m", "key"), "bucket"),
         (lambda g: data.requests(g, limit=0), "limit"),
+        (lambda g: data.usage(g, 0, 3600, "1h", "key", top=0), "top"),
     ],
 )
 def test_a_bad_argument_is_named(tmp_path: Path, call: Callable[[Gateway], Awaitable[Any]], named: str) -> None:
