@@ -178,3 +178,24 @@ def test_a_client_key_sees_its_own_page_only(url: str, new_page: Any, shot: Any)
     page.wait_for_url("**/console/signin")
     page.goto(url + "/console/me")
     assert page.url.endswith("/console/signin")  # the session is gone
+
+
+FORGERY = """<!doctype html><title>elsewhere</title>
+<form id="f" method="post" action="{url}/console/data/keys" enctype="text/plain">
+  <input name='{{"name": "forged", "x": "' value='"}}'></form>
+<script>document.getElementById("f").submit();</script>"""
+
+
+def test_a_page_on_another_site_cannot_make_a_key(url: str, new_page: Any) -> None:
+    """Signed in, the browser visits another site whose page posts a form to the console: no
+    key is made (the cookie is SameSite=Strict, and the change carries no token). A fetch from
+    it would not even be sent: Chromium keeps public sites from loopback addresses."""
+    page = new_page()
+    sign_in(page, url, ADMIN)
+    page.route("http://elsewhere.test/**", lambda route: route.fulfill(content_type="text/html",
+                                                                       body=FORGERY.format(url=url)))  # fmt: skip
+    with page.expect_response(lambda r: r.request.method == "POST" and "/console/data/keys" in r.url
+                              and r.request.resource_type == "document") as posted:  # fmt: skip
+        page.goto("http://elsewhere.test/")
+    assert posted.value.status in (401, 403)
+    assert not [k for k in listing(url, limit=100)["data"] if k["name"].startswith("forged")]
