@@ -60,7 +60,7 @@ class KeyAdmin:
                      models=values["models"], budget=values["budget"], expires_at=values["expires_at"],
                      created_at=now, created_by=actor, updated_at=now, updated_by=actor)  # fmt: skip
         row = await store.insert(row, actor)
-        self.ring.apply([row])
+        await self.ring.receive([row])
         return {**await self.describe(row), "key": secret}
 
     async def update(self, key: str, body: bytes, actor: str) -> dict[str, Any]:
@@ -77,7 +77,7 @@ class KeyAdmin:
         row = await store.update(key, values, actor)
         if row is None:
             raise NotFound(f"api_key_id: no API key {key!r}")
-        self.ring.apply([row])
+        await self.ring.receive([row])
         return await self.describe(row)
 
     async def delete(self, key: str, actor: str) -> dict[str, Any]:
@@ -86,7 +86,7 @@ class KeyAdmin:
         row = await store.update(key, {"status": "deleted"}, actor, action="delete")
         if row is None:
             raise NotFound(f"api_key_id: no API key {key!r}")
-        self.ring.apply([row])
+        await self.ring.receive([row])
         return {"id": key, "type": "api_key_deleted"}
 
     async def retrieve(self, key: str) -> dict[str, Any]:

@@ -102,10 +102,21 @@ async def spent(store: UsageStore, prices: Prices, key_id: str, budget: Budget, 
     """What a key's recorded requests cost in its budget's current period, in nano-dollars."""
     now = time.time() if now is None else now
     _, start, _ = window(budget.period, now)
-    total = 0.0
-    for row in await store.sums(Query(start, now + 1, 0, ("model",), key_ids=(key_id,))):
-        total += _cost(row, prices.get(row.groups[0] or "") or FREE)
-    return total
+    return (await spent_by_key(store, prices, (key_id,), start, now + 1))[key_id]
+
+
+async def spent_by_key(store: UsageStore, prices: Prices, key_ids: Sequence[str], start: float,
+                       end: float) -> dict[str, float]:  # fmt: skip
+    """What each key's requests that began between `start` and `end` cost, in nano-dollars,
+    priced as a budget's settlement prices them (the name asked for, else the one served).
+    No `key_ids`: every key's."""
+    query = Query(start, end, 0, ("api_key_id", "model", "upstream_model"), key_ids=tuple(key_ids))
+    totals = dict.fromkeys(key_ids, 0.0)
+    for row in await store.sums(query):
+        key, model, upstream = row.groups
+        if key is not None and (key in totals or not key_ids):
+            totals[key] = totals.get(key, 0.0) + _cost(row, prices.get(model or "", upstream or "") or FREE)
+    return totals
 
 
 def _cost(row: Sums, price: Price) -> float:

@@ -5,14 +5,16 @@ A request reserves its most (its input estimated from its size, and `max_tokens`
 starts and is settled with its real usage when it ends, however it ends, as the output-token
 bucket is. The bucket is counted in the limits' store (Redis when configured, in the same
 round trip). It holds SPAN nano-dollars and starts full; a request is admitted while the
-spend (SPAN - level) is below the budget, so a changed budget keeps what was spent."""
+spend (SPAN - level) is below the budget, so a changed budget keeps what was spent.
+A process that has not counted a period yet charges it with what the ledger says was spent
+(`keys.seeding`), only where the store holds nothing for it."""
 
 from __future__ import annotations
 
 import datetime
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from dragoman.calls.types import Call, Outcome, max_tokens
@@ -85,16 +87,20 @@ def window(period: str, now: float) -> tuple[str, float, float]:
     return start.strftime("%Y-%m-%d"), start.timestamp(), end.timestamp()
 
 
+def bucket(key_id: str, budget: Budget, now: float) -> Want:
+    """The key's money bucket for the period holding `now`, as a settlement asks of it."""
+    name, _, end = window(budget.period, now)
+    return Want(f"{{k:{key_id}}}:spend:{budget.period}:{name}", SPAN, 0.0, 0.0, SPAN, end - now + 60)
+
+
 def spend(grant: Grant, call: Call, price: Price, now: float) -> Extra:
     """The key's money bucket for this request: its reservation, refusal and settlement."""
     assert grant.budget is not None
     budget = budget_nanodollars(grant.budget)
-    name, _, end = window(grant.budget.period, now)
+    _, _, end = window(grant.budget.period, now)
     estimate, most = len(call.body) // 4, max_tokens(call)
     reserved = price.of(estimate, most)
-    want = Want(
-        f"{{k:{grant.id}}}:spend:{grant.budget.period}:{name}", SPAN, 0.0, reserved, SPAN - budget + 1, end - now + 60
-    )
+    want = replace(bucket(grant.id, grant.budget, now), cost=reserved, need=SPAN - budget + 1)
 
     def refusal() -> LimitReached:
         error = LimitReached(f"budget: key {grant.id} has spent its budget of {grant.budget.amount} cents "  # type: ignore[union-attr]

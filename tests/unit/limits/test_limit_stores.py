@@ -7,6 +7,7 @@ import contextlib
 import math
 import socket
 import threading
+from dataclasses import replace
 
 import pytest
 import redis
@@ -66,6 +67,15 @@ def test_a_budget_does_not_refill():
     budget = Want("day", 100, 0.0, 0.0, 1.0, 3600)
     store.adjust([(budget, -100.0)])
     assert math.isinf(store.take_now([budget]).wait)
+
+
+def test_a_seed_starts_only_a_bucket_not_yet_counted():
+    store = LocalStore(Clock())
+    budget = Want("spend", 100, 0.0, 0.0, 1.0, 3600)
+    asyncio.run(store.seed([(budget, -30.0)]))
+    asyncio.run(store.seed([(budget, -30.0)]))  # counted already: not charged twice
+    assert store.take_now([Want("spend", 100, 0.0, 0.0, 71.0, 3600)]).refused == 0
+    assert store.take_now([Want("spend", 100, 0.0, 0.0, 70.0, 3600)]).admitted
 
 
 def shared(redis_url: str, prefix: str) -> RedisStore:
@@ -190,6 +200,23 @@ def test_redis_budget_does_not_refill(redis_url, redis_prefix):
             assert (
                 int(redis.Redis.from_url(redis_url).pttl(redis_prefix + budget.key)) > 3_000_000
             )  # kept till its day ends
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+
+
+def test_redis_seeds_only_a_bucket_it_holds_nothing_for(redis_url, redis_prefix):
+    async def run() -> None:
+        store = shared(redis_url, redis_prefix)
+        budget, taken = Want("spend:2026-12", 100, 0.0, 0.0, 1.0, 3600), Want("spend:2026-11", 100, 0.0, 5.0, 1.0, 3600)
+        try:
+            assert (await store.take([taken])).admitted  # counted here already
+            await store.seed([(budget, -30.0), (taken, -30.0)])
+            await store.seed([(budget, -30.0)])
+            levels = (await store.take([replace(w, cost=0.0, need=0.0) for w in (budget, taken)])).levels
+            assert levels == [pytest.approx(70.0), pytest.approx(95.0)]
+            assert int(redis.Redis.from_url(redis_url).pttl(redis_prefix + budget.key)) > 3_000_000
         finally:
             await store.close()
 
