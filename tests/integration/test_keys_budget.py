@@ -19,6 +19,9 @@ from tests.support.waiting import eventually
 
 PRICES = {"cheap": {"input": 0.30, "output": 1.20}, "dear": {"input": 3.0, "output": 15.0, "cache_read": 0.30},
           "native": {"input": 1.0, "output": 5.0, "cache_read": 0.10, "cache_write": 1.25}}  # fmt: skip
+# A cost report result's fields, as Anthropic's.
+COST_FIELDS = {"amount", "currency", "cost_type", "description", "model", "service_tier", "context_window",
+               "token_type", "inference_geo", "workspace_id"}  # fmt: skip
 CUT_TEXT = "the first words of a longer answer"  # 34 bytes relayed: 9 output tokens counted
 
 
@@ -102,6 +105,7 @@ def test_a_mixed_run_costs_the_prices_times_the_usage_the_sdk_saw(
     assert sum(Decimal(r["amount"]) for r in results) == expected
     assert {r["model"] for r in results if Decimal(r["amount"])} == {"cheap", "dear", "native"}
     assert all(r["currency"] == "USD" and r["description"].startswith(r["model"]) for r in results)
+    assert all(set(r) == COST_FIELDS for r in results) and {"data", "has_more", "next_page"} == set(report)
     by_key: Any = admin(url).get("/v1/organizations/cost_report", cast_to=object, options={"params": {
         "starting_at": today.isoformat(), "group_by": ["api_key_id", "workspace_id"]}})  # fmt: skip
     assert [(r["api_key_id"], r["workspace_id"], Decimal(r["amount"])) for r in by_key["data"][0]["results"]] == [

@@ -91,7 +91,7 @@ def _result(key: tuple[Any, ...], amount: float, group_by: tuple[str, ...]) -> d
         "currency": "USD", "amount": cents(amount), "workspace_id": tenant,
         "description": f"{model} Usage - {words}" if described else None,
         "cost_type": "tokens" if described else None, "context_window": None, "model": model,
-        "service_tier": "standard" if described else None, "token_type": token_type,
+        "service_tier": "standard" if described else None, "token_type": token_type, "inference_geo": None,
     }  # fmt: skip
     if "api_key_id" in group_by:
         result["api_key_id"] = api_key
