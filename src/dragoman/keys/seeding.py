@@ -49,7 +49,7 @@ class Seeder:
             return
         try:
             async with asyncio.timeout(SEED_TIMEOUT):
-                if not await self._usage.flush():  # this process's own records first
+                if not await asyncio.shield(self._usage.flush()):  # this process's own records first (uncut)
                     raise ConnectionError("the usage store refused this process's records")
                 for period, keys in todo.items():
                     await self._seed_period(period, keys, now)
