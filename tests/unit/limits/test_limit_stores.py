@@ -8,6 +8,7 @@ import math
 import socket
 import threading
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import redis
@@ -76,6 +77,26 @@ def test_a_seed_starts_only_a_bucket_not_yet_counted():
     asyncio.run(store.seed([(budget, -30.0)]))  # counted already: not charged twice
     assert store.take_now([Want("spend", 100, 0.0, 0.0, 71.0, 3600)]).refused == 0
     assert store.take_now([Want("spend", 100, 0.0, 0.0, 70.0, 3600)]).admitted
+
+
+def test_in_an_outage_a_budget_shares_what_is_left_of_it():
+    """Each of N processes may spend 1/N of what a budget had left (a money budget's bucket holds
+    a large span and admits while its level is above a floor: the room above it is shared)."""
+    share = fallback.Share(SimpleNamespace(register_script=lambda script: None), "p:")
+    share.processes = 2
+    span = 4e15  # keys.money.SPAN
+    spend = Want("spend", span, 0.0, 0.0, span - 100 + 1, 3600)  # a budget of 100, 40 spent
+    tokens = Want("day", 1000, 0.0, 0.0, 1.0, 3600)  # 600 of 1000 tokens used
+    share.reported([spend, tokens], [span - 40, 400.0])
+    local = LocalStore(Clock())
+    assert share.take(local, [replace(spend, cost=30.0), tokens]).admitted  # 30 of the 60 left is this process's
+    assert not share.take(local, [replace(spend, cost=1.0)]).admitted
+    for _ in range(200):
+        assert share.take(local, [tokens]).admitted
+        local.adjust([(tokens, -1.0)])
+    assert not share.take(local, [tokens]).admitted  # 200 of the 400 left
+    fresh = Want("fresh", span, 0.0, 0.0, span - 100 + 1, 3600)  # never reported: the whole budget's share
+    assert share.take(local, [replace(fresh, cost=50.0)]).admitted and not share.take(local, [fresh]).admitted
 
 
 def shared(redis_url: str, prefix: str) -> RedisStore:
