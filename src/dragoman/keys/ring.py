@@ -43,7 +43,7 @@ class Keyring:
         self._interval = poll_interval
         self._api: dict[str, Grant] = {}  # digest (hex, under the database's salt) -> key
         self._digests: dict[str, str] = {}  # id -> its digest, to drop the old entry of a changed key
-        self.version = -1  # the database's version applied; -1: not read yet
+        self.version = -1  # the database's version read up to (`refresh`); -1: not read yet
         self.used: dict[str, float] = {}  # id -> when last used, not yet written
         self._task: asyncio.Task[None] | None = None
         self._failing = False
@@ -81,7 +81,9 @@ class Keyring:
         return list(self._configured.values())
 
     def apply(self, rows: Iterable[KeyRow]) -> None:
-        """Rows read from the store (or just written by this process): newer versions only."""
+        """Rows read from the store (or just written by this process): newer versions only. The
+        version read up to moves in `refresh` alone: a row of this process's own, newer than a
+        change another made and this one has not read yet, must not hide that change."""
         for row in rows:
             held = self.by_id.get(row.id)
             if held is not None and (held.source == "config" or held.version >= row.version):
@@ -98,7 +100,6 @@ class Keyring:
                 self.on_budget = None
             self._api[row.digest] = grant
             self._digests[row.id] = row.digest
-            self.version = max(self.version, row.version)
 
     async def receive(self, rows: list[KeyRow]) -> None:
         """`apply`, once `before_apply` has had the rows (it never raises)."""
