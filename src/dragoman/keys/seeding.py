@@ -54,8 +54,9 @@ class Seeder:
                 for period, keys in todo.items():
                     await self._seed_period(period, keys, now)
         except Exception as error:  # noqa: BLE001 - the ledger or Redis away: serve, saying what it costs
-            log.warning("keys: %d money budgets start this period unspent: the usage ledger could not be read "
-                        "(%s: %s)", sum(map(len, todo.values())), type(error).__name__, error)  # fmt: skip
+            log.warning("keys: %d money budgets start this period unspent: their spend could not be read from the "
+                        "usage ledger, or not written to the limits' store (%s: %s)", sum(map(len, todo.values())),
+                        type(error).__name__, error)  # fmt: skip
 
     async def _seed_period(self, period: str, keys: list[tuple[str, Want]], now: float) -> None:
         _, start, _ = money.window(period, now)
