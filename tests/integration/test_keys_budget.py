@@ -1,6 +1,7 @@
 """Money budgets and the cost report: a mixed run of three priced models (whole replies,
 streams, streams the client cut, prompt-cache reads and writes, an upstream error) costs, to
-the cent, the prices times the usage the SDK saw, in the report and in what the budget enforces; a budget spent is a 429 the SDK does not retry, naming it and its reset."""
+the cent, the prices times the usage the SDK saw, in the report and in what the budget
+enforces; a budget spent is a 429 the SDK does not retry, naming it and its reset."""
 
 from __future__ import annotations
 
