@@ -12,6 +12,7 @@ A process that has not counted a period yet charges it with what the ledger says
 from __future__ import annotations
 
 import datetime
+import fnmatch
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -25,6 +26,7 @@ from dragoman.limits.store import Want
 NANO = 1_000  # nano-dollars per token for a price of 1 USD per million tokens
 SPAN = 4e15  # a budget bucket's capacity in nano-dollars ($4M): exact in a double, more than any budget
 MOST_CENTS = 100_000_000  # the largest budget accepted ($1M)
+MOST_NAMES = 10_000  # names a Prices remembers it matched by a wildcard
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,25 +44,37 @@ class Price:
 
 
 class Prices:
-    """The price of each configured model, by its name and its aliases."""
+    """The price of each configured model, by its name and its aliases, wildcards too, found as
+    the router finds the model (exact names first, then wildcards in order). A configured model
+    without a price is found, and free."""
 
     def __init__(self, models: Iterable[tuple[str, Iterable[str], object]]) -> None:
-        self._by_name: dict[str, Price] = {}
+        self._by_name: dict[str, Price | None] = {}
+        self._patterns: list[tuple[str, Price | None]] = []
         for name, aliases, price in models:
-            if price is None:
-                continue
-            each = Price(*(getattr(price, f) * NANO for f in ("input", "output", "cache_read", "cache_write")))
+            each = None
+            if price is not None:
+                each = Price(*(getattr(price, f) * NANO for f in ("input", "output", "cache_read", "cache_write")))
             for alias in (name, *aliases):
-                self._by_name.setdefault(alias, each)
+                if "*" in alias or "?" in alias:
+                    self._patterns.append((alias, each))
+                else:
+                    self._by_name.setdefault(alias, each)
+        self._priced = any(p is not None for p in (*self._by_name.values(), *(p for _, p in self._patterns)))
 
     def __bool__(self) -> bool:
-        return bool(self._by_name)
+        return self._priced
 
     def get(self, *names: str) -> Price | None:
+        """The first of `names` that is a configured model's: its price (None: free)."""
         for name in names:
-            price = self._by_name.get(name)
-            if price is not None:
-                return price
+            if name in self._by_name:
+                return self._by_name[name]
+            for pattern, price in self._patterns:
+                if fnmatch.fnmatchcase(name, pattern):
+                    if len(self._by_name) < MOST_NAMES:  # client names, bounded: later ones are matched again
+                        self._by_name[name] = price
+                    return price
         return None
 
 
