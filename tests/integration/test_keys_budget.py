@@ -34,7 +34,8 @@ def server(upstream: FakeUpstream, native: FakeAnthropic, gateway_from: Any) -> 
     models[1]["aliases"] = ["claude-*"]  # dear, as Claude Code names it
     models.append({"name": "free", "upstream": "default", "upstream_model": "test-model"})
     native_upstream = {"native": {"url": native.url, "protocol": "anthropic", "max_retries": 0}}
-    return gateway_from(keys_config(upstream.url, models=models, upstreams=native_upstream))
+    server = {"default_model": "native"}  # a name no model has goes there
+    return gateway_from(keys_config(upstream.url, models=models, upstreams=native_upstream, server=server))
 
 
 @pytest.fixture
@@ -132,6 +133,8 @@ def test_a_spent_budget_is_a_429_not_retried_naming_the_budget_and_its_reset(url
     assert "budget" in message and "0.01 cents" in message and "per week" in message and "resets at" in message
     with pytest.raises(anthropic.RateLimitError, match="budget"):  # priced by its wildcard alias
         ask(url, made["key"], model="claude-by-any-name")
+    with pytest.raises(anthropic.RateLimitError, match="budget"):  # priced as the default model that serves it
+        ask(url, made["key"], model="no-such-model")
     upstream.json_reply(completion("free"))
     assert ask(url, made["key"], model="free").content[0].text == "free"  # no price: no budget counts it
 

@@ -61,13 +61,13 @@ class CostQuery:
 
 
 async def cost_report(store: UsageStore, prices: Prices, query: CostQuery) -> dict[str, Any]:
-    columns = ("model",) + tuple({"workspace_id": "tenant", "api_key_id": "api_key_id"}[g]
-                                 for g in query.group_by if g != "description")  # fmt: skip
+    columns = ("model", "upstream_model") + tuple({"workspace_id": "tenant", "api_key_id": "api_key_id"}[g]
+                                                  for g in query.group_by if g != "description")  # fmt: skip
     sums = await store.sums(Query(query.start, min(query.page_end(), query.end), DAY, columns))
     buckets: dict[float, dict[tuple[Any, ...], float]] = {}
     for row in sums:
         groups = dict(zip(columns, row.groups, strict=True))
-        price = prices.get(groups["model"] or "") or FREE
+        price = prices.get(groups["model"] or "", groups["upstream_model"] or "") or FREE  # as budgets price it
         for token_type, _, field, price_field in TOKEN_TYPES:
             amount = getattr(row, field) * getattr(price, price_field)
             key = (groups.get("tenant"), groups.get("api_key_id"),

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from dragoman.calls.types import Call, Outcome, max_tokens
+from dragoman.core.config import ModelConfig
 from dragoman.keys.records import Budget, Grant
 from dragoman.limits.gate import Extra, LimitReached, rfc3339
 from dragoman.limits.store import Want
@@ -45,13 +46,17 @@ class Price:
 
 class Prices:
     """The price of each configured model, by its name and its aliases, wildcards too, found as
-    the router finds the model (exact names first, then wildcards in order). A configured model
-    without a price is found, and free."""
+    the router finds the model (exact names first, then wildcards in order); a configured model
+    without a price is found, and free. Last, by the model id sent upstream (`served`, where
+    the models serving it agree on a price): what a name routed to `default_model` costs."""
 
-    def __init__(self, models: Iterable[tuple[str, Iterable[str], object]]) -> None:
+    def __init__(
+        self, models: Iterable[tuple[str, Iterable[str], object] | tuple[str, Iterable[str], object, str]]
+    ) -> None:
         self._by_name: dict[str, Price | None] = {}
         self._patterns: list[tuple[str, Price | None]] = []
-        for name, aliases, price in models:
+        served: dict[str, set[Price | None]] = {}
+        for name, aliases, price, *upstream in models:
             each = None
             if price is not None:
                 each = Price(*(getattr(price, f) * NANO for f in ("input", "output", "cache_read", "cache_write")))
@@ -60,13 +65,21 @@ class Prices:
                     self._patterns.append((alias, each))
                 else:
                     self._by_name.setdefault(alias, each)
+            for model_id in upstream:
+                served.setdefault(model_id, set()).add(each)
+        self._served = {i: next(iter(p)) for i, p in served.items() if len(p) == 1 and None not in p}
         self._priced = any(p is not None for p in (*self._by_name.values(), *(p for _, p in self._patterns)))
+
+    @staticmethod
+    def of(models: Iterable[ModelConfig]) -> Prices:
+        return Prices((m.name, m.aliases, m.price, m.served_model) for m in models)
 
     def __bool__(self) -> bool:
         return self._priced
 
     def get(self, *names: str) -> Price | None:
-        """The first of `names` that is a configured model's: its price (None: free)."""
+        """The first of `names` that is a configured model's: its price (None: free); else the
+        price of the first that is a model id sent upstream."""
         for name in names:
             if name in self._by_name:
                 return self._by_name[name]
@@ -75,7 +88,7 @@ class Prices:
                     if len(self._by_name) < MOST_NAMES:  # client names, bounded: later ones are matched again
                         self._by_name[name] = price
                     return price
-        return None
+        return next((self._served[n] for n in names if n in self._served), None)
 
 
 def cents(nanodollars: float) -> str:

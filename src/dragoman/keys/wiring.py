@@ -34,7 +34,7 @@ def keyring(config: Config, clients: frozenset[str], tenants: dict[str, str], ad
 
 
 def prices(config: Config) -> money.Prices:
-    return money.Prices((m.name, m.aliases, m.price) for m in config.models)
+    return money.Prices.of(config.models)
 
 
 def limits(config: Config, ring: Keyring, registry: CollectorRegistry | None) -> Limits | None:

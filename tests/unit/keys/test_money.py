@@ -49,3 +49,11 @@ def test_prices_are_found_as_the_router_finds_models_wildcards_included() -> Non
     assert prices.get("claude-haiku-4-5", "qwen3") is None  # served free: a configured model without a price
     assert prices.get("Qwen/Qwen3-32B", "q") is qwen3 and bool(prices)
     assert not Prices([("free", ["*"], None)])
+
+
+def test_a_name_routed_to_the_default_model_is_priced_by_the_model_id_sent_upstream() -> None:
+    config = PriceConfig(input=1.0, output=1.0)
+    prices = Prices([("qwen3", [], config, "Qwen/Qwen3-32B"), ("a", [], config, "shared"),
+                     ("b", [], PriceConfig(input=2.0, output=2.0), "shared"), ("free", [], None, "gpt-oss")])  # fmt: skip
+    assert prices.get("gpt-4", "Qwen/Qwen3-32B") is prices.get("qwen3")
+    assert prices.get("gpt-4", "shared") is None and prices.get("gpt-4", "gpt-oss") is None  # two prices; free
