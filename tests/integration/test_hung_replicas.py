@@ -14,6 +14,7 @@ import anthropic
 import httpx
 import pytest
 
+from dragoman.core.redaction import Redactor
 from dragoman.upstream import replicas as replicas_module
 from dragoman.upstream.replicas import CoolDowns, Replicas
 from tests.support.envelopes import error_of
@@ -187,7 +188,7 @@ def test_a_connect_timeout_is_retried_on_another_replica_though_it_used_the_retr
     )
 
     async def main() -> None:
-        client = HttpClient("up", settings, None, prefix="/v1")
+        client = HttpClient("up", settings, None, redactor=Redactor(), prefix="/v1")
         try:
             for _ in range(2):  # round robin starts at the black-holed instance
                 response = await client.post("/chat/completions", b'{"model": "test-model", "messages": []}')

@@ -23,6 +23,7 @@ from dragoman.assembly.threads import ThreadStore
 from dragoman.assembly.tracing import build_tracing
 from dragoman.backends import build
 from dragoman.backends.auto import PROBE_TIMEOUT
+from dragoman.backends.shared import Shared
 from dragoman.batches.service import Batches
 from dragoman.calls.types import Backend, NoModelList, Route, UpstreamModel
 from dragoman.core.capabilities import (
@@ -74,12 +75,18 @@ async def with_tool_support(backend: Backend, models: list[UpstreamModel]) -> li
 
 class Gateway:
     def __init__(
-        self, config: Config, backends: dict[str, Backend] | None = None, metrics: Metrics | None = None
+        self,
+        config: Config,
+        backends: dict[str, Backend] | None = None,
+        metrics: Metrics | None = None,
+        shared: Shared | None = None,
     ) -> None:
         self.config = config
+        self.shared = shared or Shared()  # what was once process-global: the keys to redact, ...
         self.metrics = metrics or Metrics()
+        self.metrics.redactor = self.shared.redactor
         self.metrics.registry.register(LoadCollector())  # what each replica says of its load
-        self.backends = backends if backends is not None else build(config)
+        self.backends = backends if backends is not None else build(config, self.shared)
         cache = config.server.registry_cache
         self.registry_file: Path | None = (
             None if cache == "" else Path(cache).expanduser() if cache else registry_path()
@@ -173,6 +180,7 @@ class Gateway:
             await backend.close()
         if self.tracing is not None:
             await self.tracing.close()
+        await self.shared.close()
         if self.usage is not None:
             await self.usage.close()  # last: every request before it has been recorded
 

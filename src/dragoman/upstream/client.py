@@ -25,7 +25,7 @@ from dragoman import __version__
 from dragoman.core.config import ConfigError, UpstreamConfig
 from dragoman.core.error_mapping import from_upstream
 from dragoman.core.errors import UpstreamError, UpstreamTimeout
-from dragoman.core.redaction import register_secret
+from dragoman.core.redaction import Redactor
 from dragoman.upstream import gauges, hedge
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.opening import Opening, Sending
@@ -75,6 +75,7 @@ class HttpClient:
         upstream: UpstreamConfig,
         api_key: str | None,
         *,
+        redactor: Redactor,
         auth_header: str = "authorization",
         prefix: str = "",
         defaults: dict[str, str] | None = None,
@@ -87,10 +88,11 @@ class HttpClient:
         }  # fmt: skip
         if api_key:
             self.headers[auth_header] = f"Bearer {api_key}" if auth_header == "authorization" else api_key
-        register_secret(api_key)
+        self.redactor = redactor  # the gateway's: it redacts this client's keys and every other upstream's
+        redactor.register(api_key)
         for header, value in upstream.headers.items():  # credentials set as plain headers
             if any(word in header.lower() for word in ("key", "auth", "token", "secret")):
-                register_secret(value)
+                redactor.register(value)
         # Each replica as a server root; `prefix` is the API path under it (e.g. /v1).
         roots = []
         for url in [upstream.url, *upstream.replicas]:
@@ -262,9 +264,8 @@ class HttpClient:
                             error_body = await response.read(MAX_ERROR_BODY)
                     finally:
                         response.release()
-                    raise from_upstream(
-                        response.status, error_body, upstream=self.name, retry_after=response.headers.get("retry-after")
-                    )
+                    raise from_upstream(response.status, error_body, upstream=self.name, redactor=self.redactor,
+                                        retry_after=response.headers.get("retry-after"))  # fmt: skip
                 response.release()
             count_retry(request)
             if not elsewhere:

@@ -12,6 +12,7 @@ from typing import Any
 
 from dragoman.backends.openai.backend import OpenAIBackend, _as_events, _sse
 from dragoman.backends.openai.stream import FIRST_PIECE
+from dragoman.backends.shared import Shared
 from dragoman.core import ids
 from dragoman.core.config_load import from_dict
 from dragoman.core.errors import GatewayError, UpstreamError
@@ -33,7 +34,7 @@ DONE = b"data: [DONE]\n\n"
 
 def backend() -> OpenAIBackend:
     config = from_dict({"upstreams": {"up": {"url": "http://127.0.0.1:9/v1"}}})
-    return OpenAIBackend("up", config.upstreams["up"], config)  # type: ignore[arg-type]
+    return OpenAIBackend("up", config.upstreams["up"], config, Shared())  # type: ignore[arg-type]
 
 
 def translator() -> StreamTranslator:
@@ -122,7 +123,7 @@ class SlowStart(Response):
 
 def test_a_ping_before_the_first_token_follows_message_start() -> None:
     config = from_dict({"server": {"keepalive_interval": 0.05}, "upstreams": {"up": {"url": "http://127.0.0.1:9/v1"}}})
-    slow = OpenAIBackend("up", config.upstreams["up"], config)  # type: ignore[arg-type]
+    slow = OpenAIBackend("up", config.upstreams["up"], config, Shared())  # type: ignore[arg-type]
     response = SlowStart([chunk(content="a"), FINISH + USAGE + DONE])
 
     async def run() -> list[Any]:

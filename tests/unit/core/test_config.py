@@ -9,6 +9,7 @@ import pytest
 
 from dragoman.core import config, config_load
 from dragoman.core.config import AnthropicUpstream, ConfigError, OpenAIUpstream
+from dragoman.core.redaction import Redactor
 
 
 def good(**overrides: Any) -> dict[str, Any]:
@@ -248,7 +249,7 @@ def test_a_proxy_from_the_environment_that_is_not_http_is_a_startup_error(monkey
         "local"
     ]
     with pytest.raises(ConfigError) as caught:
-        HttpClient("local", upstream, None, prefix="/v1")
+        HttpClient("local", upstream, None, redactor=Redactor(), prefix="/v1")
     assert str(caught.value).startswith("upstreams.local: only http:// proxies are supported")
     assert "s3cret" not in str(caught.value)
 
@@ -303,7 +304,7 @@ def test_a_proxy_password_with_a_slash_is_not_printed() -> None:
         good(upstreams={"local": {"url": "http://10.1.2.3:8000/v1", "proxy": "http://alice:s3c/ret@proxy:3128"}})
     )
     with pytest.raises(ConfigError) as caught:
-        HttpClient("local", upstream.upstreams["local"], None, prefix="/v1")
+        HttpClient("local", upstream.upstreams["local"], None, redactor=Redactor(), prefix="/v1")
     assert "s3c" not in str(caught.value) and "%2F" in str(caught.value)
 
 
@@ -312,7 +313,7 @@ def test_an_api_key_with_a_line_break_is_a_startup_error() -> None:
 
     upstream = config_load.from_dict(good()).upstreams["local"]
     with pytest.raises(ConfigError) as caught:
-        HttpClient("local", upstream, "sk-abc\r\nx-admin: 1", prefix="/v1")
+        HttpClient("local", upstream, "sk-abc\r\nx-admin: 1", redactor=Redactor(), prefix="/v1")
     assert str(caught.value).startswith("upstreams.local: header 'authorization'") and "sk-abc" not in str(caught.value)
 
 

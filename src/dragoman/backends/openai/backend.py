@@ -25,6 +25,7 @@ from dragoman.backends.openai.stream import (
     note_usage,
 )
 from dragoman.backends.openai.tool_support import renders_tools
+from dragoman.backends.shared import Shared
 from dragoman.calls.types import (
     NO_MODEL_LIST_STATUSES,
     Call,
@@ -77,13 +78,14 @@ def _as_events(batch: Batch) -> Batch:
 class OpenAIBackend:
     path = "translate"
 
-    def __init__(self, name: str, upstream: OpenAIUpstream, config: Config) -> None:
+    def __init__(self, name: str, upstream: OpenAIUpstream, config: Config, shared: Shared) -> None:
         self.name = name
         self._upstream = upstream
         self._http = HttpClient(
             name,
             upstream,
             config.upstream_key(upstream),
+            redactor=shared.redactor,
             prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "",
         )
         self._options = Options(
@@ -112,7 +114,7 @@ class OpenAIBackend:
         if status in NO_MODEL_LIST_STATUSES:
             raise NoModelList(self.name, status, self._http.url("/models"))
         if status != 200:
-            raise from_upstream(status, body, upstream=self.name)
+            raise from_upstream(status, body, upstream=self.name, redactor=self._http.redactor)
         try:
             models = openai.MODEL_LIST.decode(body).data
         except msgspec.DecodeError as error:
@@ -215,11 +217,13 @@ class OpenAIBackend:
 
         headers = _headers(translated, dropped)
         if request.stream:
-            return await self._streamed(post, StreamTranslator(**reply), call, prompt_tokens, headers)
+            return await self._streamed(
+                post, StreamTranslator(**reply, redactor=self._http.redactor), call, prompt_tokens, headers
+            )
         response = await post
         if upstream_stream:  # read as a stream, folded into one message
             folder = Folder(upstream=self.name)  # the events folded as they come: none is kept
-            batches = self._streams.translated(response, StreamTranslator(**reply), call.outcome, _as_events,
+            batches = self._streams.translated(response, StreamTranslator(**reply, redactor=self._http.redactor), call.outcome, _as_events,
                                                prompt_tokens)  # fmt: skip
             async with contextlib.aclosing(batches):  # a reply refused part-way closes its upstream request now
                 async for batch in batches:
@@ -230,7 +234,7 @@ class OpenAIBackend:
                 body = await response.read()
             finally:
                 response.release()
-        completion = completion_of(body, self.name)
+        completion = completion_of(body, self.name, self._http.redactor)
         message = to_message(completion, **reply)
         if completion.usage is None and completion.choices:  # a server that reports none: counted here
             message.usage.input_tokens = await prompt_tokens()
@@ -263,7 +267,8 @@ class OpenAIBackend:
         async def prompt_tokens() -> int:
             return (await self._count(translated.chat, route, estimate=count_estimate(translated.chat)))[0]
 
-        translator = StreamTranslator(**self._reply_settings(call, translated, fitted.window_bound))
+        translator = StreamTranslator(**self._reply_settings(call, translated, fitted.window_bound),
+                                      redactor=self._http.redactor)  # fmt: skip
         return self._streams.translated(response, translator, call.outcome, _as_events, prompt_tokens)
 
     def _reply_settings(self, call: Call, translated: Translated, window_bound: bool) -> ReplySettings:

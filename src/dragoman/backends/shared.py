@@ -1,0 +1,23 @@
+"""What the backends of one gateway share: state that was once a module's global.
+
+The gateway makes one `Shared`, hands it to every backend it builds (`backends.build`), and
+closes it in its own `close()`. A test builds its own, with the settings it needs, instead of
+patching a module's constants; a second gateway in the process (a reload) shares nothing with
+the first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dragoman.core.redaction import Redactor
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shared:
+    """One gateway's process state, as its backends see it."""
+
+    redactor: Redactor = field(default_factory=Redactor)  # the upstream keys, kept out of errors
+
+    async def close(self) -> None:
+        """Nothing outlives the gateway that made it."""
