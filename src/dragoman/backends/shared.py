@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dragoman.core.offload import Offload
 from dragoman.core.redaction import Redactor
 
 
@@ -18,6 +19,8 @@ class Shared:
     """One gateway's process state, as its backends see it."""
 
     redactor: Redactor = field(default_factory=Redactor)  # the upstream keys, kept out of errors
+    offload: Offload = field(default_factory=Offload)  # the slow-work threads (PDFs, large images)
 
     async def close(self) -> None:
         """Nothing outlives the gateway that made it."""
+        self.offload.close()

@@ -90,6 +90,7 @@ class AnthropicBackend:
         self._keepalive = config.server.keepalive_interval
         self._pump = Pump(name, upstream, self._keepalive)
         self._server = config.server
+        self._offload = shared.offload
         self._documents = upstream.documents
         self._documents_as_text = upstream.documents == "as_text"  # "auto": decided by the model list
         self._listed = False
@@ -148,7 +149,7 @@ class AnthropicBackend:
             return call.body  # looked through for URL images, and none found: sent as it came
         data["model"] = call.upstream_model
         if as_text:
-            await documents_as_text(data, self._server, budget)
+            await documents_as_text(data, self._server, budget, self._offload)
         return msgspec.json.encode(data)
 
     def _may_ask_list(self) -> bool:
@@ -171,7 +172,8 @@ class AnthropicBackend:
                                      prompt=prompt, conversation=call.conversation)  # fmt: skip
 
     async def messages(self, call: Call, route: Route) -> Reply:
-        with Budget(self._server) as budget:  # its URL images and documents, held until the answer (a stream's head)
+        # Its URL images and documents, held until the answer (a stream's head).
+        with Budget(self._server) as budget:
             return await self._messages(call, route, budget)
 
     async def _messages(self, call: Call, route: Route, budget: Budget) -> Reply:

@@ -41,7 +41,6 @@ from dragoman.core import ids
 from dragoman.core.config import Config, OpenAIUpstream
 from dragoman.core.error_mapping import from_upstream
 from dragoman.core.errors import GatewayError, UpstreamError
-from dragoman.core.offload import offload
 from dragoman.core.profiles import PROFILES, Profile, profile_for
 from dragoman.core.validation import decode_request
 from dragoman.protocol import anthropic, openai, sse
@@ -98,6 +97,7 @@ class OpenAIBackend:
         self._keepalive = config.server.keepalive_interval
         self._streams = ChatStreams(name, upstream, self._keepalive)
         self._server = config.server
+        self._offload = shared.offload
         self._server_tools = (
             ServerTools(config, page_fetcher(config.server), address_check(config.server.fetch_allow_private))
             if ServerTools.configured(config)
@@ -155,11 +155,12 @@ class OpenAIBackend:
         of images to check: `slow_to_translate`), so that the event loop keeps serving meanwhile,
         else here."""
         if slow_to_translate(request.messages):  # fetched URL documents included: they are base64 by now
-            return await offload(self._translate, request, route, stream, betas)
+            return await self._offload(self._translate, request, route, stream, betas)
         return self._translate(request, route, stream, betas)
 
     async def messages(self, call: Call, route: Route) -> Reply:
-        with Budget(self._server) as budget:  # its URL images and documents, held until the answer (a stream's head)
+        # Its URL images and documents, held until the answer (a stream's head).
+        with Budget(self._server) as budget:
             return await self._messages(call, route, budget)
 
     async def _messages(self, call: Call, route: Route, budget: Budget) -> Reply:
