@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dragoman.backends.fetch_budget import Held
 from dragoman.core.offload import Offload
 from dragoman.core.redaction import Redactor
 
@@ -20,6 +21,7 @@ class Shared:
 
     redactor: Redactor = field(default_factory=Redactor)  # the upstream keys, kept out of errors
     offload: Offload = field(default_factory=Offload)  # the slow-work threads (PDFs, large images)
+    fetched: Held = field(default_factory=Held)  # the bytes the requests in flight fetched by URL and hold
 
     async def close(self) -> None:
         """Nothing outlives the gateway that made it."""

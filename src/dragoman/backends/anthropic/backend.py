@@ -91,6 +91,7 @@ class AnthropicBackend:
         self._pump = Pump(name, upstream, self._keepalive)
         self._server = config.server
         self._offload = shared.offload
+        self._fetched = shared.fetched
         self._documents = upstream.documents
         self._documents_as_text = upstream.documents == "as_text"  # "auto": decided by the model list
         self._listed = False
@@ -173,7 +174,7 @@ class AnthropicBackend:
 
     async def messages(self, call: Call, route: Route) -> Reply:
         # Its URL images and documents, held until the answer (a stream's head).
-        with Budget(self._server) as budget:
+        with Budget(self._server, self._fetched) as budget:
             return await self._messages(call, route, budget)
 
     async def _messages(self, call: Call, route: Route, budget: Budget) -> Reply:
@@ -216,7 +217,7 @@ class AnthropicBackend:
         raise from_upstream(response.status, raw, upstream=self.name, redactor=self._http.redactor)
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
-        with Budget(self._server) as budget:
+        with Budget(self._server, self._fetched) as budget:
             response = await self._send(call, "/messages/count_tokens", await self._body(call, budget))
         headers = _reply_headers(response.headers)
         headers["x-token-count-method"] = "upstream"

@@ -98,8 +98,11 @@ class OpenAIBackend:
         self._streams = ChatStreams(name, upstream, self._keepalive)
         self._server = config.server
         self._offload = shared.offload
+        self._fetched = shared.fetched
         self._server_tools = (
-            ServerTools(config, page_fetcher(config.server), address_check(config.server.fetch_allow_private))
+            ServerTools(
+                config, page_fetcher(config.server, shared.fetched), address_check(config.server.fetch_allow_private)
+            )
             if ServerTools.configured(config)
             else None
         )
@@ -160,7 +163,7 @@ class OpenAIBackend:
 
     async def messages(self, call: Call, route: Route) -> Reply:
         # Its URL images and documents, held until the answer (a stream's head).
-        with Budget(self._server) as budget:
+        with Budget(self._server, self._fetched) as budget:
             return await self._messages(call, route, budget)
 
     async def _messages(self, call: Call, route: Route, budget: Budget) -> Reply:
@@ -346,7 +349,7 @@ class OpenAIBackend:
         return result
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
-        with Budget(self._server) as budget:
+        with Budget(self._server, self._fetched) as budget:
             return await self._count_tokens(call, route, budget)
 
     async def _count_tokens(self, call: Call, route: Route, budget: Budget) -> Reply:
