@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from dragoman.backends.fetch_budget import Held
 from dragoman.core.offload import Offload
 from dragoman.core.redaction import Redactor
+from dragoman.upstream.keepalive import BodyEnds
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,7 +23,9 @@ class Shared:
     redactor: Redactor = field(default_factory=Redactor)  # the upstream keys, kept out of errors
     offload: Offload = field(default_factory=Offload)  # the slow-work threads (PDFs, large images)
     fetched: Held = field(default_factory=Held)  # the bytes the requests in flight fetched by URL and hold
+    ends: BodyEnds = field(default_factory=BodyEnds)  # bodies still read after their stream's end
 
     async def close(self) -> None:
         """Nothing outlives the gateway that made it."""
+        await self.ends.close()
         self.offload.close()

@@ -88,7 +88,7 @@ class AnthropicBackend:
                                 prefix="/v1",
                                 defaults={"anthropic-version": "2023-06-01"})  # fmt: skip
         self._keepalive = config.server.keepalive_interval
-        self._pump = Pump(name, upstream, self._keepalive)
+        self._pump = Pump(name, upstream, self._keepalive, shared.ends)
         self._server = config.server
         self._offload = shared.offload
         self._fetched = shared.fetched

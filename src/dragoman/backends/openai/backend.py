@@ -95,7 +95,7 @@ class OpenAIBackend:
         self._counts = CountCache()
         self._tool_support: dict[str, bool] = {}
         self._keepalive = config.server.keepalive_interval
-        self._streams = ChatStreams(name, upstream, self._keepalive)
+        self._streams = ChatStreams(name, upstream, self._keepalive, shared.ends)
         self._server = config.server
         self._offload = shared.offload
         self._fetched = shared.fetched

@@ -19,6 +19,7 @@ from dragoman.protocol.sse import DataDecoder, encode_all
 from dragoman.tokens.estimate import completion_estimate
 from dragoman.translate.stream import StreamTranslator
 from dragoman.upstream.errors import upstream_errors
+from dragoman.upstream.keepalive import BodyEnds
 from dragoman.upstream.pump import Pump
 from dragoman.upstream.transport.response import Response
 
@@ -34,9 +35,9 @@ class ChatStreams:
 
     __slots__ = ("_pump", "name")
 
-    def __init__(self, name: str, upstream: OpenAIUpstream, keepalive: float) -> None:
+    def __init__(self, name: str, upstream: OpenAIUpstream, keepalive: float, ends: BodyEnds) -> None:
         self.name = name
-        self._pump = Pump(name, upstream, keepalive)
+        self._pump = Pump(name, upstream, keepalive, ends)
 
     def translated(
         self,
