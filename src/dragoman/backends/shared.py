@@ -8,6 +8,8 @@ the first.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dragoman.backends.fetch_budget import Held
@@ -24,6 +26,7 @@ class Shared:
     offload: Offload = field(default_factory=Offload)  # the slow-work threads (PDFs, large images)
     fetched: Held = field(default_factory=Held)  # the bytes the requests in flight fetched by URL and hold
     ends: BodyEnds = field(default_factory=BodyEnds)  # bodies still read after their stream's end
+    clock: Callable[[], float] = time.monotonic  # seconds, for the time budgets (a PDF's reading)
 
     async def close(self) -> None:
         """Nothing outlives the gateway that made it."""

@@ -90,7 +90,7 @@ class AnthropicBackend:
         self._keepalive = config.server.keepalive_interval
         self._pump = Pump(name, upstream, self._keepalive, shared.ends)
         self._server = config.server
-        self._offload = shared.offload
+        self._shared = shared
         self._fetched = shared.fetched
         self._documents = upstream.documents
         self._documents_as_text = upstream.documents == "as_text"  # "auto": decided by the model list
@@ -150,7 +150,7 @@ class AnthropicBackend:
             return call.body  # looked through for URL images, and none found: sent as it came
         data["model"] = call.upstream_model
         if as_text:
-            await documents_as_text(data, self._server, budget, self._offload)
+            await documents_as_text(data, self._server, budget, self._shared)
         return msgspec.json.encode(data)
 
     def _may_ask_list(self) -> bool:

@@ -88,6 +88,7 @@ class OpenAIBackend:
             prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "",
         )
         self._options = Options(
+            clock=shared.clock,
             keep_billing_header=config.server.keep_billing_header,
             drop_server_tools=config.server.server_tools == "drop",
         )
