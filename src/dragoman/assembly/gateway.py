@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,16 @@ EPOCH = "1970-01-01T00:00:00Z"
 LIFECYCLES = frozenset({"active", "deprecated", "retired"})
 
 
+@dataclass(slots=True)
+class Timings:
+    """How often a gateway asks its upstreams for their models, and for how long; a test sets
+    its own on the gateway (`Gateway.timings`) instead of patching the module's defaults."""
+
+    rediscover_after: float = REDISCOVER_AFTER
+    discovery_timeout: float = DISCOVERY_TIMEOUT
+    ready_reuse: float = READY_REUSE
+
+
 async def with_tool_support(backend: Backend, models: list[UpstreamModel]) -> list[UpstreamModel]:
     """`models` with whether each chat template shows the model tools, where the backend can
     tell (backends/openai/tool_support.py); a backend without the check keeps its list."""
@@ -83,6 +93,8 @@ class Gateway:
     ) -> None:
         self.config = config
         self.shared = shared or Shared()  # what was once process-global: the keys to redact, ...
+        self.timings = Timings()
+        self._clock = self.shared.clock
         self.metrics = metrics or Metrics()
         self.metrics.redactor = self.shared.redactor
         self.metrics.registry.register(LoadCollector())  # what each replica says of its load
@@ -198,12 +210,13 @@ class Gateway:
             await asyncio.sleep(REGISTRY_CHECK_EVERY)
 
     async def discover(self, upstream: str) -> None:
-        self._last_attempt[upstream] = time.monotonic()
+        self._last_attempt[upstream] = self._clock()
         try:
-            async with asyncio.timeout(DISCOVERY_TIMEOUT):
+            async with asyncio.timeout(self.timings.discovery_timeout):
                 models = await self.backends[upstream].list_models()
         except TimeoutError:  # its str() is empty
-            log.warning("model discovery on upstream %s failed: no answer within %g s", upstream, DISCOVERY_TIMEOUT)
+            log.warning("model discovery on upstream %s failed: no answer within %g s", upstream,
+                        self.timings.discovery_timeout)  # fmt: skip
         except NoModelList as error:  # said once: it will answer the same at every rediscovery
             if self.router.set_listless(upstream):
                 log.warning("%s: names that no other upstream lists go to it (a 404 instead when several upstreams "
@@ -250,13 +263,13 @@ class Gateway:
         was down at startup still tells its server kind and context windows once up), or,
         after a miss, those serving what they list (one may have been restarted with
         other models)."""
-        now = time.monotonic()
+        now = self._clock()
         candidates = self.router.discovering if even_if_known else list(self.backends)
         stale = [
             u
             for u in candidates
             if (even_if_known or not self.router.answered(u))
-            and now - self._last_attempt.get(u, -1e9) > REDISCOVER_AFTER
+            and now - self._last_attempt.get(u, -1e9) > self.timings.rediscover_after
         ]
         if stale:
             async with self._lock:
@@ -282,17 +295,17 @@ class Gateway:
     async def reachable_upstreams(self) -> list[str]:
         """The upstreams that answer their model list. /ready is unauthenticated, and each
         round asks every upstream (an authenticated call to a hosted one): probes at the same
-        moment share one round, and its answer is reused for READY_REUSE seconds, so that
+        moment share one round, and its answer is reused for `timings.ready_reuse` seconds, so that
         nobody can multiply calls to the upstreams by asking /ready."""
         latest = self._readiness
-        if latest is None or (latest.done() and time.monotonic() - self._ready_at >= READY_REUSE):
+        if latest is None or (latest.done() and self._clock() - self._ready_at >= self.timings.ready_reuse):
             latest = self._readiness = asyncio.ensure_future(self._probe_upstreams())
         return list(await asyncio.shield(latest))  # a caller that leaves does not cancel the others' round
 
     async def _probe_upstreams(self) -> list[str]:
         async def probe(name: str) -> str | None:
             try:
-                async with asyncio.timeout(DISCOVERY_TIMEOUT):
+                async with asyncio.timeout(self.timings.discovery_timeout):
                     await self.backends[name].list_models()
                 return name
             except NoModelList:  # it answered: a server without a list is up all the same
@@ -303,7 +316,7 @@ class Gateway:
         try:
             results = await asyncio.gather(*(probe(n) for n in self.backends))
         finally:
-            self._ready_at = time.monotonic()
+            self._ready_at = self._clock()
         return [r for r in results if r]
 
     # -- models API ----------------------------------------------------------------
