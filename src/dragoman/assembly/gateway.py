@@ -19,6 +19,7 @@ from dragoman.assembly.observe import Metrics, capped
 from dragoman.assembly.pipeline import Pipeline
 from dragoman.assembly.request_trace import end_trace
 from dragoman.assembly.routing import Router
+from dragoman.assembly.settings import Settings, resolve
 from dragoman.assembly.threads import ThreadStore
 from dragoman.assembly.tracing import build_tracing
 from dragoman.backends import build
@@ -32,7 +33,7 @@ from dragoman.core.capabilities import (
     refresh_registry,
     registry_path,
 )
-from dragoman.core.config import Config, ConfigError, key_tenants, server_api_keys, usage_admin_keys
+from dragoman.core.config import Config, ConfigError
 from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
 from dragoman.core.owners import Owners, load_salt
 from dragoman.core.paging import list_param, page_of
@@ -90,8 +91,11 @@ class Gateway:
         backends: dict[str, Backend] | None = None,
         metrics: Metrics | None = None,
         shared: Shared | None = None,
+        settings: Settings | None = None,
     ) -> None:
-        self.config = config
+        """`settings`: `config` resolved (`assembly.settings.resolve`), or resolved here first."""
+        settings = settings or resolve(config)
+        self.config = config = settings.config
         self.shared = shared or Shared()  # what was once process-global: the keys to redact, ...
         self.timings = Timings()
         self._clock = self.shared.clock
@@ -105,10 +109,10 @@ class Gateway:
         )
         registry = Registry.load(self.registry_file) if self.registry_file else Registry()
         self.registry_missed = False  # the last refresh found models.dev out of reach (or failing)
-        self.router = Router(config, self.backends, registry)
-        self.api_keys = server_api_keys(config)
-        self.tenants = key_tenants(config)
-        self.admin_keys = usage_admin_keys(config)
+        self.router = Router(config, self.backends, registry, settings.counters)
+        self.api_keys = settings.api_keys
+        self.tenants = settings.tenants
+        self.admin_keys = settings.admin_keys
         self.keyring = keys.keyring(config, self.api_keys, self.tenants, self.admin_keys)  # every key, by digest
         self.limiters = {
             name: Limiter(name, upstream.max_concurrent, upstream.max_queue)

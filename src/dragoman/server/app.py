@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from dragoman.assembly.gateway import Gateway
 from dragoman.assembly.observe import capped, configure_logging
 from dragoman.assembly.pipeline import Endpoint
+from dragoman.assembly.settings import Settings
 from dragoman.calls.types import Backend, Outcome
 from dragoman.core import ids
 from dragoman.core.config import Config
@@ -268,10 +269,12 @@ def settle_garbage_collector() -> None:
 QUIET_LOGGERS = ("pypdf", "multipart", "python_multipart")
 
 
-def create_app(config: Config, *, backends: dict[str, Backend] | None = None) -> App:
+def create_app(config: Config, *, backends: dict[str, Backend] | None = None, settings: Settings | None = None) -> App:
+    """The app serving `config` (`settings`: resolved already, else resolved here: a ConfigError
+    listing every problem)."""
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
-    gateway = Gateway(config, backends)
+    gateway = Gateway(config, backends, settings=settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(starlette: Starlette) -> AsyncIterator[None]:
