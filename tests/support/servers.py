@@ -158,9 +158,7 @@ class GatewayServer:
         uvicorn's, 5 s as `dragoman serve` leaves it (a float: uvicorn types it int, but tests want less than 1 s).
         `timings`: the gateway's discovery timings, set before it starts discovering."""
         self.config = config
-        self.app = create_app(config)  # first: a config it refuses leaves no socket bound
-        if timings is not None:
-            self.app.gateway.timings = timings
+        self.app = create_app(config, timings=timings)  # first: a config it refuses leaves no socket bound
         # Bound here and handed to uvicorn: a port picked now and bound only once the server
         # starts could be taken in between by a test in another pytest-xdist worker.
         self._socket = server_socket()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from dragoman.assembly.tracing import build_tracing
 from dragoman.backends import build
 from dragoman.backends.auto import PROBE_TIMEOUT
 from dragoman.backends.shared import Shared
+from dragoman.batches.runs import BatchTimings
 from dragoman.batches.service import Batches
 from dragoman.calls.types import Backend, NoModelList, Route, UpstreamModel
 from dragoman.core.capabilities import (
@@ -69,6 +70,7 @@ class Timings:
     rediscover_after: float = REDISCOVER_AFTER
     discovery_timeout: float = DISCOVERY_TIMEOUT
     ready_reuse: float = READY_REUSE
+    batches: BatchTimings = field(default_factory=BatchTimings)  # its batches' sweeps and rests
 
 
 async def with_tool_support(backend: Backend, models: list[UpstreamModel]) -> list[UpstreamModel]:
@@ -92,12 +94,14 @@ class Gateway:
         metrics: Metrics | None = None,
         shared: Shared | None = None,
         settings: Settings | None = None,
+        timings: Timings | None = None,
     ) -> None:
-        """`settings`: `config` resolved (`assembly.settings.resolve`), or resolved here first."""
+        """`settings`: `config` resolved (`assembly.settings.resolve`), or resolved here first;
+        `timings`: other than the defaults (a test's)."""
         settings = settings or resolve(config)
         self.config = config = settings.config
         self.shared = shared or Shared()  # what was once process-global: the keys to redact, ...
-        self.timings = Timings()
+        self.timings = timings or Timings()
         self._clock = self.shared.clock
         self.metrics = metrics or Metrics()
         self.metrics.redactor = self.shared.redactor
@@ -147,7 +151,7 @@ class Gateway:
                                  limits=self.limits, notice=config.server.tools_dropped_notice,
                                  safeguards=Safeguards(config, self.route, self.metrics.record, self.limiters),
                                  routes=self.routes)  # fmt: skip
-        self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
+        self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners, timings=self.timings.batches)
         self.usage: UsageWriter | None = None
         if config.usage.enabled:
             self.usage = writer_for(config)
