@@ -195,6 +195,8 @@ class Gateway:
         await self.batches.close()
         if self.limits is not None:
             await self.limits.close()
+        if self.routes is not None:
+            await self.routes.close()
         await self.keyring.close()
         for backend in self.backends.values():
             await backend.close()
