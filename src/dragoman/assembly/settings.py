@@ -23,14 +23,9 @@ import msgspec
 
 from dragoman.assembly.routing import Counter, load_counters
 from dragoman.assembly.tracing import resolve_tracing
-from dragoman.core.config import (
-    Config,
-    ConfigError,
-    api_keys_enabled,
-    key_tenants,
-    server_api_keys,
-    usage_admin_keys,
-)
+from dragoman.core.config import Config, ConfigError, api_keys_enabled
+from dragoman.core.config_keys import key_tenants, server_api_keys, usage_admin_keys
+from dragoman.core.redaction import Redactor
 from dragoman.routes.settings import check as check_routes
 from dragoman.upstream.client import HttpClient
 
@@ -61,8 +56,8 @@ def resolve(config: Config, environ: Mapping[str, str] = os.environ) -> Settings
     tracing, tracing_problems = resolve_tracing(config.tracing, environ)
     problems += tracing_problems
     counters: dict[str, Counter] = _collect(problems, {}, lambda: load_counters(config))
-    for name, upstream in config.upstreams.items():
-        problems += HttpClient.problems(name, upstream, upstream.api_key)
+    for name, upstream in config.upstreams.items():  # its headers, TLS files and proxy: as building it checks them
+        _collect(problems, None, lambda: HttpClient(name, upstream, upstream.api_key, redactor=Redactor()))  # noqa: B023
     check_routes(config.routes, config.models, config.fallbacks, problems)
     if problems:
         raise ConfigError(problems)

@@ -119,16 +119,6 @@ class HttpClient:
         ) as error:  # a proxy from HTTP(S)_PROXY that is not http://, unreadable TLS files, a bad key
             raise ConfigError(f"upstreams.{name}: {error}") from None
 
-    @classmethod
-    def problems(cls, name: str, upstream: UpstreamConfig, api_key: str | None) -> list[str]:
-        """What building this upstream's client would refuse (its headers, TLS files, proxy), for
-        `assembly.settings.resolve` to report with every other problem. Nothing is opened."""
-        try:
-            cls(name, upstream, api_key, redactor=Redactor())
-        except ConfigError as error:
-            return error.problems
-        return []
-
     def _header_lines(self, extra: dict[str, str] | None) -> bytes:
         """The request's header lines; the client's own are encoded once, at start-up."""
         if extra is None:

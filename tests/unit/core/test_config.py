@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.core import config, config_load
+from dragoman.core import config, config_keys, config_load
 from dragoman.core.config import AnthropicUpstream, ConfigError, OpenAIUpstream
 from dragoman.core.redaction import Redactor
 
@@ -121,7 +121,7 @@ def test_unreadable_files(tmp_path: Path, content: str | None, fragment: str) ->
 def test_server_api_keys_merge_file_and_environment() -> None:
     environ = {"DRAGOMAN_TEST_KEYS": " k2 , k3,, "}
     loaded = config_load.from_dict({"server": {"api_keys": ["k1"], "api_keys_env": "DRAGOMAN_TEST_KEYS"}})
-    assert config.server_api_keys(loaded, {}, environ) == {"k1", "k2", "k3"}
+    assert config_keys.server_api_keys(loaded, {}, environ) == {"k1", "k2", "k3"}
 
 
 @pytest.mark.parametrize("value", [None, "", " , "])
@@ -129,9 +129,9 @@ def test_api_keys_env_without_a_key_is_a_startup_error_not_an_open_gateway(value
     environ = {} if value is None else {"DRAGOMAN_TEST_KEYS": value}
     loaded = config_load.from_dict({"server": {"api_keys_env": "DRAGOMAN_TEST_KEYS"}})
     with pytest.raises(ConfigError, match="^server.api_keys_env: the environment variable DRAGOMAN_TEST_KEYS is unset"):
-        config.server_api_keys(loaded, {}, environ)
+        config_keys.server_api_keys(loaded, {}, environ)
     with_file_keys = config_load.from_dict({"server": {"api_keys": ["k1"], "api_keys_env": "DRAGOMAN_TEST_KEYS"}})
-    assert config.server_api_keys(with_file_keys, {}, environ) == {
+    assert config_keys.server_api_keys(with_file_keys, {}, environ) == {
         "k1"
     }  # still keyed: fewer keys than meant, never none
 
@@ -347,8 +347,8 @@ def test_tenant_keys_are_api_keys_and_name_their_tenant() -> None:
     loaded = config_load.from_dict(
         good(server={"api_keys": ["sk-solo"], "tenants": {"team-a": ["sk-old", "sk-new"], "team-b": ["sk-b"]}})
     )
-    tenants = config.key_tenants(loaded, {})
-    assert config.server_api_keys(loaded, tenants, {}) == {"sk-solo", "sk-old", "sk-new", "sk-b"}
+    tenants = config_keys.key_tenants(loaded, {})
+    assert config_keys.server_api_keys(loaded, tenants, {}) == {"sk-solo", "sk-old", "sk-new", "sk-b"}
     assert tenants == {"sk-old": "team-a", "sk-new": "team-a", "sk-b": "team-b"}
 
 
@@ -471,12 +471,12 @@ def test_tenant_keys_come_from_the_environment_and_files(tmp_path: Path) -> None
     loaded = config_load.from_dict(good(server={"tenants_env": {"team-a": "TEAM_A_KEYS"},
                                                 "tenants_file": {"team-b": str(tmp_path / "b")},
                                                 "api_keys_file": str(tmp_path / "loose")}))  # fmt: skip
-    tenants = config.key_tenants(loaded, environ)
+    tenants = config_keys.key_tenants(loaded, environ)
     assert tenants == {"sk-a1": "team-a", "sk-a2": "team-a", "sk-b1": "team-b", "sk-b2": "team-b"}
-    assert config.server_api_keys(loaded, tenants, environ) == {"sk-a1", "sk-a2", "sk-b1", "sk-b2", "sk-loose"}
+    assert config_keys.server_api_keys(loaded, tenants, environ) == {"sk-a1", "sk-a2", "sk-b1", "sk-b2", "sk-loose"}
     missing = config_load.from_dict(good(server={"tenants_file": {"team-c": str(tmp_path / "none")}}))
     with pytest.raises(ConfigError, match="server.tenants_file.team-c: cannot read"):
-        config.key_tenants(missing, {})
+        config_keys.key_tenants(missing, {})
 
 
 def test_admin_keys_and_keys_made_at_run_time() -> None:
@@ -484,7 +484,7 @@ def test_admin_keys_and_keys_made_at_run_time() -> None:
     with_admin = config_load.from_dict(
         good(admin={"keys": ["sk-adm"]}, limits={"tenants": {"any-team": {"requests_per_minute": 5}}})
     )
-    assert config.api_keys_enabled(with_admin) and config.usage_admin_keys(with_admin, {}) == {"sk-adm"}
+    assert config.api_keys_enabled(with_admin) and config_keys.usage_admin_keys(with_admin, {}) == {"sk-adm"}
     assert "admin.poll_interval" in failure(good(admin={"poll_interval": 5}))
     assert "admin.keys: a key is also a client key" in failure(good(admin={"keys": ["k"]}, server={"api_keys": ["k"]}))
     assert "models.0.price" in failure(good(models=[{"name": "m", "upstream": "local", "price": {"input": -1}}]))
