@@ -24,7 +24,7 @@ class _OverBudget(Exception):
     """Raised from pypdf's visitors to stop a page's extraction part-way."""
 
 
-def pdf_text(raw: bytes, where: str, clock: Callable[[], float]) -> str:
+def pdf_text(raw: bytes, where: str, clock: Callable[[], float], *, max_text: int = MAX_TEXT) -> str:
     """The text of the PDF `raw`, page by page; a 400 naming `where` when it cannot be
     read or is past a limit (`clock`, in seconds: how long reading took)."""
     try:
@@ -36,7 +36,7 @@ def pdf_text(raw: bytes, where: str, clock: Callable[[], float]) -> str:
             reader = PdfReader(io.BytesIO(raw))
             pages = reader.pages
             _check_size(pages, where)
-            texts = _texts(pages, where, clock)
+            texts = _texts(pages, where, clock, max_text)
     except InvalidRequest:
         raise
     except Exception as error:  # pypdf raises many types on a damaged file (PdfReadError, LimitReachedError, ...)
@@ -60,7 +60,7 @@ def _check_size(pages: Any, where: str) -> None:
             )
 
 
-def _texts(pages: Any, where: str, clock: Callable[[], float]) -> list[str]:
+def _texts(pages: Any, where: str, clock: Callable[[], float], max_text: int) -> list[str]:
     deadline = clock() + TIME_BUDGET
     size = 0
 
@@ -71,8 +71,8 @@ def _texts(pages: Any, where: str, clock: Callable[[], float]) -> list[str]:
     def on_text(text: str, *_: object) -> None:
         nonlocal size
         size += len(text)
-        if size > MAX_TEXT:
-            raise _OverBudget(f"the PDF's text is longer than {MAX_TEXT:,} characters")
+        if size > max_text:
+            raise _OverBudget(f"the PDF's text is longer than {max_text:,} characters")
 
     texts = []
     try:

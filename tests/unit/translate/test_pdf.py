@@ -17,9 +17,9 @@ from tests.support.samples import pdf_bytes, shared_stream_pdf
 WHERE = "messages.0.content.0"
 
 
-def _refused(raw: bytes, clock: Callable[[], float] = time.monotonic) -> str:
+def _refused(raw: bytes, clock: Callable[[], float] = time.monotonic, max_text: int = pdf.MAX_TEXT) -> str:
     with pytest.raises(InvalidRequest) as caught:
-        pdf.pdf_text(raw, WHERE, clock)
+        pdf.pdf_text(raw, WHERE, clock, max_text=max_text)
     assert caught.value.message.startswith(f"{WHERE}.source.data: ")
     return caught.value.message
 
@@ -43,11 +43,9 @@ def test_reading_stops_at_the_time_budget() -> None:
     assert "took longer than 10 s" in _refused(shared_stream_pdf(2, 100), lambda: next(ticks))
 
 
-def test_reading_stops_at_the_text_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pdf, "MAX_TEXT", 150)
-    assert "text is longer than" in _refused(shared_stream_pdf(2, 100))  # 200 x's, and more
-    monkeypatch.setattr(pdf, "MAX_TEXT", 100_000)
-    assert pdf.pdf_text(shared_stream_pdf(2, 100), WHERE, time.monotonic).count("x") == 200
+def test_reading_stops_at_the_text_limit() -> None:
+    assert "text is longer than 150" in _refused(shared_stream_pdf(2, 100), max_text=150)  # 200 x's, and more
+    assert pdf.pdf_text(shared_stream_pdf(2, 100), WHERE, time.monotonic, max_text=100_000).count("x") == 200
 
 
 def test_a_damaged_pdf_is_a_400() -> None:
