@@ -44,6 +44,7 @@ from dragoman.routes.table import Routes
 from dragoman.safeguards.service import Safeguards
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
 from dragoman.upstream.gauges import LoadCollector
+from dragoman.upstream.replicas import CoolDowns
 from dragoman.usage.stores import writer_for
 from dragoman.usage.writer import UsageWriter
 
@@ -71,6 +72,7 @@ class Timings:
     discovery_timeout: float = DISCOVERY_TIMEOUT
     ready_reuse: float = READY_REUSE
     batches: BatchTimings = field(default_factory=BatchTimings)  # its batches' sweeps and rests
+    cool_downs: CoolDowns = field(default_factory=CoolDowns)  # how long its backends pass a failed instance over
 
 
 async def with_tool_support(backend: Backend, models: list[UpstreamModel]) -> list[UpstreamModel]:
@@ -100,8 +102,8 @@ class Gateway:
         `timings`: other than the defaults (a test's)."""
         settings = settings or resolve(config)
         self.config = config = settings.config
-        self.shared = shared or Shared()  # what was once process-global: the keys to redact, ...
         self.timings = timings or Timings()
+        self.shared = shared or Shared(cool_downs=self.timings.cool_downs)  # once process-global: keys to redact, ...
         self._clock = self.shared.clock
         self.metrics = metrics or Metrics()
         self.metrics.redactor = self.shared.redactor

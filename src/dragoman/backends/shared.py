@@ -16,6 +16,7 @@ from dragoman.backends.fetch_budget import Held
 from dragoman.core.offload import Offload
 from dragoman.core.redaction import Redactor
 from dragoman.upstream.keepalive import BodyEnds
+from dragoman.upstream.replicas import CoolDowns
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,6 +28,7 @@ class Shared:
     fetched: Held = field(default_factory=Held)  # the bytes the requests in flight fetched by URL and hold
     ends: BodyEnds = field(default_factory=BodyEnds)  # bodies still read after their stream's end
     clock: Callable[[], float] = time.monotonic  # seconds, for the time budgets (a PDF's reading)
+    cool_downs: CoolDowns = field(default_factory=CoolDowns)  # how long a failed instance is passed over
 
     async def close(self) -> None:
         """Nothing outlives the gateway that made it."""

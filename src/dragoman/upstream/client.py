@@ -30,7 +30,7 @@ from dragoman.upstream import gauges, hedge
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.opening import Opening, Sending
 from dragoman.upstream.placement import Decision, MessagesParts, Placement, PromptKind, prompt_of
-from dragoman.upstream.replicas import Replicas
+from dragoman.upstream.replicas import CoolDowns, Replicas
 from dragoman.upstream.retries import RETRY_STATUSES, backoff, count_retry, may_retry, retry_after
 from dragoman.upstream.transport.failures import ConnectTimeout, HeadTimeout
 from dragoman.upstream.transport.pool import Pool
@@ -76,6 +76,7 @@ class HttpClient:
         api_key: str | None,
         *,
         redactor: Redactor,
+        cool_downs: CoolDowns | None = None,  # how long a failed instance is passed over (the gateway's)
         auth_header: str = "authorization",
         prefix: str = "",
         defaults: dict[str, str] | None = None,
@@ -104,7 +105,7 @@ class HttpClient:
         policy = upstream.routing or ("cache_aware" if len(roots) > 1 else "round_robin")
         placement = Placement(roots, policy, upstream.cache_routing) if policy != "round_robin" else None
         self.replicas = Replicas(name, roots, trial_for=upstream.connect_timeout + upstream.first_byte_timeout,
-                                 placement=placement)  # fmt: skip
+                                 cool_downs=cool_downs, placement=placement)  # fmt: skip
         self._proxies = {root: _proxy_for(root, upstream.proxy) for root in roots}
         try:
             self._encoded = _encode_headers(self.headers)

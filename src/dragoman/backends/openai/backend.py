@@ -85,6 +85,7 @@ class OpenAIBackend:
             upstream,
             config.upstream_key(upstream),
             redactor=shared.redactor,
+            cool_downs=shared.cool_downs,
             prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "",
         )
         self._options = Options(
