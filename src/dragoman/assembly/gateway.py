@@ -43,7 +43,6 @@ from dragoman.keys import wiring as keys
 from dragoman.routes.table import Routes
 from dragoman.safeguards.service import Safeguards
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
-from dragoman.upstream.gauges import LoadCollector
 from dragoman.upstream.replicas import CoolDowns
 from dragoman.usage.stores import writer_for
 from dragoman.usage.writer import UsageWriter
@@ -107,7 +106,7 @@ class Gateway:
         self._clock = self.shared.clock
         self.metrics = metrics or Metrics()
         self.metrics.redactor = self.shared.redactor
-        self.metrics.registry.register(LoadCollector())  # what each replica says of its load
+        self.metrics.registry.register(self.shared.gauges)  # what each replica says of its load
         self.backends = backends if backends is not None else build(config, self.shared)
         cache = config.server.registry_cache
         self.registry_file: Path | None = (

@@ -77,6 +77,7 @@ class HttpClient:
         *,
         redactor: Redactor,
         cool_downs: CoolDowns | None = None,  # how long a failed instance is passed over (the gateway's)
+        shown_by: gauges.LoadCollector | None = None,  # the gateway's /metrics of its replicas' load
         auth_header: str = "authorization",
         prefix: str = "",
         defaults: dict[str, str] | None = None,
@@ -113,7 +114,7 @@ class HttpClient:
             self._pool = Pool(roots, connect_timeout=upstream.connect_timeout, tls=self._tls(), proxies=self._proxies,
                               host=self.headers.get("host"))  # fmt: skip
             # Each replica's own load, read in the background from the first request on (docs/routing.md).
-            self.loads = gauges.for_upstream(name, upstream, placement, self._pool, self._encoded)
+            self.loads = gauges.for_upstream(name, upstream, placement, self._pool, self._encoded, shown_by)
         except (
             ValueError,
             OSError,

@@ -160,10 +160,11 @@ def test_stopping_ends_every_read_even_one_waiting_on_a_silent_replica() -> None
 
 
 def test_the_collector_shows_fresh_readings_by_upstream_and_replica_while_reading() -> None:
-    registry = CollectorRegistry()
-    registry.register(LoadCollector())
+    registry, collector = CollectorRegistry(), LoadCollector()
+    registry.register(collector)
     replica = Replica({ROOTS[0]: (200, backend_metrics.VLLM), ROOTS[1]: (200, backend_metrics.LLAMACPP)})
-    loads = ReplicaLoads("local", Placement(ROOTS, "cache_aware", CacheRouting()), replica, interval=10.0)
+    loads = ReplicaLoads("local", Placement(ROOTS, "cache_aware", CacheRouting()), replica, interval=10.0,
+                         shown_by=collector)  # fmt: skip
 
     async def main() -> tuple[str, str]:
         loads.start()

@@ -84,7 +84,7 @@ class AnthropicBackend:
         self.name = name
         self._upstream = upstream
         # The url is the SDK's base URL, without /v1; a trailing /v1 is tolerated.
-        self._http = HttpClient(name, upstream, config.upstream_key(upstream), redactor=shared.redactor, cool_downs=shared.cool_downs,
+        self._http = HttpClient(name, upstream, config.upstream_key(upstream), redactor=shared.redactor, cool_downs=shared.cool_downs, shown_by=shared.gauges,
                                 auth_header="x-api-key",
                                 prefix="/v1",
                                 defaults={"anthropic-version": "2023-06-01"})  # fmt: skip

@@ -86,6 +86,7 @@ class OpenAIBackend:
             config.upstream_key(upstream),
             redactor=shared.redactor,
             cool_downs=shared.cool_downs,
+            shown_by=shared.gauges,
             prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "",
         )
         self._options = Options(
