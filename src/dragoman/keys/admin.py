@@ -14,20 +14,17 @@ from typing import Any
 
 import msgspec
 
-from dragoman.core.errors import GatewayError, NotFound, PermissionDenied
+from dragoman.core.errors import NotFound, PermissionDenied, StoreUnavailable
 from dragoman.core.paging import page_of
 from dragoman.keys import bodies, money
 from dragoman.keys.records import Budget, Grant, KeyRow, digest, hint, key_id, new_secret
 from dragoman.keys.ring import Keyring
 from dragoman.keys.store import KeyStore
+from dragoman.usage.outage import RETRY_AFTER
 
 OPEN_WAIT = 5.0  # seconds an admin request waits for a store still opening (just started, or the database away)
 STATUSES = ("active", "inactive", "archived", "expired")
 Spent = Callable[[str, Budget], Awaitable[float | None]]  # (key id, budget) -> nano-dollars this period
-
-
-class Unavailable(GatewayError):
-    status = 503
 
 
 class KeyAdmin:
@@ -43,7 +40,7 @@ class KeyAdmin:
         deadline = time.monotonic() + OPEN_WAIT
         while not self.ring.opened:
             if time.monotonic() > deadline:
-                raise Unavailable("the key store cannot be reached; try again shortly", should_retry=True)
+                raise StoreUnavailable("the key store cannot be reached; try again shortly", retry_after=RETRY_AFTER)
             await asyncio.sleep(0.02)
         return self.ring.store
 

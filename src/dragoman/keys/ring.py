@@ -128,7 +128,11 @@ class Keyring:
                     self.listening = False
                 if self.used and time.monotonic() - touched > TOUCH_EVERY:
                     used, self.used, touched = self.used, {}, time.monotonic()
-                    await self.store.touch(used)
+                    try:
+                        await self.store.touch(used)
+                    except BaseException:
+                        self.used = {**used, **self.used}  # written at the next try, not lost
+                        raise
                 if self._failing:
                     log.warning("keys: the key store answers again; keys made at run time are current")
                 self._failing = False
