@@ -76,7 +76,9 @@ class UsageWriter:
                 continue  # not a stream, or none of its tokens relayed yet: nothing a client got to record
             record = record_of(outcome, now - outcome.started)
             relayed = outcome.progress() if outcome.progress is not None else None
-            records.append(replace(record, error_type=CRASHED, disconnected=True,
+            # A translated stream learns its input at its end: until then, the upstream's or an estimate.
+            read = record.input_tokens or (outcome.input_so_far() if outcome.input_so_far is not None else 0)
+            records.append(replace(record, error_type=CRASHED, disconnected=True, input_tokens=read,
                                    output_tokens=max(record.output_tokens, relayed or 0)))  # fmt: skip
         return records
 
