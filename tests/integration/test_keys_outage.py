@@ -9,6 +9,7 @@ failure only). A locked key table fails the reads within the statement timeout."
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -149,3 +150,32 @@ def test_a_locked_key_table_answers_503_and_holds_no_request(
         release.set()
         holder.join(60)
     assert update(url, kept["id"], name="renamed")["name"] == "renamed"
+
+
+def test_one_warning_per_outage_for_the_keys_and_the_usage_records(
+    upstream: FakeUpstream,
+    pg_proxy: tuple[TcpProxy, str],  # noqa: F811
+    gateway_from: Callable[[dict[str, Any]], GatewayServer],
+    caplog: Any,
+) -> None:
+    """The keyring, the usage writer and the Admin API all find the same database out: one
+    warning for the outage, one line for its end, and nothing from the driver."""
+    proxy, proxied = pg_proxy
+    config = keys_config(upstream.url, admin={"poll_interval": 1.0},
+                         usage={"database_url": proxied, "statement_timeout": TIMEOUT})  # fmt: skip
+    server = gateway_from(config)
+    gateway = server.app.state.gateway
+    kept = eventually(answered(lambda: create(server.url, name="kept")), "a key made", timeout=10)
+    caplog.set_level(logging.INFO)
+    caplog.clear()
+    proxy.cut()
+    assert _served(server.url, kept["key"])  # a usage record to write
+    _assert_503(lambda: listing(server.url))
+    eventually(lambda: gateway.keyring._failing and gateway.usage._failing, "both found it out", timeout=CATCH_UP)
+    proxy.restore()
+    eventually(lambda: not gateway.keyring._failing and not gateway.usage._failing, "both back", timeout=CATCH_UP)
+    assert listing(server.url)["data"]
+    lines = [(r.levelname, r.name) for r in caplog.records if r.name.split(".")[0] in ("dragoman", "asyncpg")
+             and r.name != "dragoman.access"]  # fmt: skip
+    assert [level for level, _ in lines if level in ("WARNING", "ERROR")] == ["WARNING"], caplog.text
+    assert [level for level, _ in lines if level == "INFO"] == ["INFO"], caplog.text

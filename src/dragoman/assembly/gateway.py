@@ -128,6 +128,7 @@ class Gateway:
         self.usage: UsageWriter | None = None
         if config.usage.enabled:
             self.usage = writer_for(config)
+            self.keyring.outage = self.usage.outage  # the same database: one warning per outage
             self.metrics.open_sinks.append(self.usage.opened)
             self.metrics.sinks.append(self.usage.note)
         self.key_admin = keys.admin(self.keyring, self.usage, config)

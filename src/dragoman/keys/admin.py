@@ -20,7 +20,7 @@ from dragoman.keys import bodies, money
 from dragoman.keys.records import Budget, Grant, KeyRow, digest, hint, key_id, new_secret
 from dragoman.keys.ring import Keyring
 from dragoman.keys.store import KeyStore
-from dragoman.usage.outage import RETRY_AFTER
+from dragoman.usage.outage import RETRY_AFTER, ReadGuard
 
 OPEN_WAIT = 5.0  # seconds an admin request waits for a store still opening (just started, or the database away)
 STATUSES = ("active", "inactive", "archived", "expired")
@@ -31,6 +31,8 @@ class KeyAdmin:
     def __init__(self, ring: Keyring, spent: Spent | None = None) -> None:
         self.ring = ring
         self._spent = spent
+        # The database down or locked: 503 with retry-after, logged unless the outage is already.
+        self.guard = ReadGuard(None, quiet=lambda: ring.outage.down)
         self.started_at = time.time()  # configured keys' created_at: when this process read them
 
     async def _store(self) -> KeyStore:
