@@ -25,7 +25,7 @@ from tests.support.serve_process import _start
 from tests.support.tcp_proxy import TcpProxy, pg_proxy  # noqa: F401 (fixture)
 from tests.support.waiting import eventually
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.heavy, pytest.mark.faults]  # several processes: the full suite runs it, --fast leaves it out
 
 ASK: dict[str, Any] = {"model": "test-model", "max_tokens": 50, "messages": [{"role": "user", "content": "Hi"}]}
 TIMEOUT = 1.0  # [usage] statement_timeout, seconds

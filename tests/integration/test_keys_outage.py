@@ -25,7 +25,7 @@ from tests.support.servers import GatewayServer
 from tests.support.tcp_proxy import TcpProxy, pg_proxy  # noqa: F401 (fixture)
 from tests.support.waiting import eventually
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.heavy, pytest.mark.faults]  # several processes: the full suite runs it, --fast leaves it out
 
 TIMEOUT = 2.0  # [usage] statement_timeout, seconds
 CATCH_UP = 6.0  # seconds a test waits for a catch-up before failing (the design's bound: 1 s poll + a query)

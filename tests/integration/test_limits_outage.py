@@ -19,7 +19,7 @@ from tests.support.redis_server import RedisProcess
 from tests.support.servers import GatewayServer
 from tests.support.waiting import eventually
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.heavy, pytest.mark.faults]  # several processes: the full suite runs it, --fast leaves it out
 
 RPM = 30
 OUTAGE = 10.0  # seconds Redis is stopped

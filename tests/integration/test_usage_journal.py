@@ -23,7 +23,7 @@ from tests.support.postgres import PrivatePostgres, private_postgres  # noqa: F4
 from tests.support.serve_process import _kill, _start
 from tests.support.waiting import eventually
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.heavy, pytest.mark.faults]  # several processes: the full suite runs it, --fast leaves it out
 
 ASK: dict[str, Any] = {"model": "test-model", "max_tokens": 50, "messages": [{"role": "user", "content": "Hi"}]}
 
