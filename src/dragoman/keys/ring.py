@@ -149,7 +149,7 @@ class Keyring:
             except Exception as error:  # noqa: BLE001 - the database away: keys held are served, tried again
                 if not self._failing and self.outage.failed("keys"):
                     log.warning("keys: the key store cannot be read (%s: %s); serving the keys held, trying again",
-                              type(error).__name__, error)  # fmt: skip
+                                type(error).__name__, error)  # fmt: skip
                 self._failing = True
             with contextlib.suppress(TimeoutError):  # the poll, unless a NOTIFY comes first
                 await asyncio.wait_for(self._woken.wait(), self._interval)
