@@ -159,7 +159,7 @@ def test_one_warning_per_outage_for_the_keys_and_the_usage_records(
     caplog: Any,
 ) -> None:
     """The keyring, the usage writer and the Admin API all find the same database out: one
-    warning for the outage, one line for its end, and nothing from the driver."""
+    warning for the outage, one line for its end, nothing from the driver; the 503s counted."""
     proxy, proxied = pg_proxy
     config = keys_config(upstream.url, admin={"poll_interval": 1.0},
                          usage={"database_url": proxied, "statement_timeout": TIMEOUT})  # fmt: skip
@@ -172,6 +172,8 @@ def test_one_warning_per_outage_for_the_keys_and_the_usage_records(
     proxy.cut()
     assert _served(server.url, kept["key"])  # a usage record to write
     _assert_503(lambda: listing(server.url))
+    refused = {"store": "database", "policy": "answer_503", "decision": "refused"}
+    assert gateway.metrics.registry.get_sample_value("dragoman_store_outage_requests_total", refused) == 1
     eventually(lambda: gateway.keyring._failing and gateway.usage._failing, "both found it out", timeout=CATCH_UP)
     proxy.restore()
     eventually(lambda: not gateway.keyring._failing and not gateway.usage._failing, "both back", timeout=CATCH_UP)

@@ -9,13 +9,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from dragoman.core.errors import NotFound, StoreUnavailable
+from dragoman.core.errors import NotFound
 from dragoman.keys.admin import KeyAdmin
 from dragoman.keys.cost import CostQuery, cost_report
 from dragoman.keys.wiring import prices
 from dragoman.server import auth
 from dragoman.server.endpoints import _gateway, _read_body, struct_response
-from dragoman.usage.outage import RETRY_AFTER
 
 MAX_BODY = 64 * 1024
 
@@ -81,7 +80,7 @@ async def costs(request: Request) -> Response:
     query = CostQuery({name: params.getlist(name) for name in params.keys()})
     guard = gateway.usage.guard  # the database down or locked: 503, as the usage report
     if not await guard(asyncio.shield(gateway.usage.flush())):
-        raise StoreUnavailable("the usage store cannot be reached now; try again shortly", retry_after=RETRY_AFTER)
+        raise guard.refused()
     return struct_response(await guard(cost_report(gateway.usage.store, prices(gateway.config), query)))
 
 

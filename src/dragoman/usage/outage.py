@@ -47,9 +47,11 @@ class ReadGuard:
     """Bounds each read by `timeout` seconds (the database's statement timeout, plus a
     second for its answer to arrive) and turns a store's failure into StoreUnavailable."""
 
-    def __init__(self, timeout: float | None, quiet: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, timeout: float | None, quiet: Callable[[], bool] = lambda: False, store: str = "usage") -> None:
         self.timeout = None if timeout is None else timeout + 1.0  # None: no bound (a write cut short is unknown)
         self._quiet = quiet  # True: the outage is logged already (by the writer)
+        self._store = store
+        self.on_refused: Callable[[], None] = lambda: None  # counts each 503 (dragoman_store_outage_requests)
         self.failing = False  # logged once per outage
         self._logged = False  # this guard told of the outage (no other part had)
 
@@ -65,10 +67,15 @@ class ReadGuard:
                             type(error).__name__, error or "timed out")  # fmt: skip
                 self._logged = True
             self.failing = True
-            raise StoreUnavailable("the usage store cannot be reached now; try again shortly",
-                                   retry_after=RETRY_AFTER) from None  # fmt: skip
+            raise self.refused() from None
         if self.failing:
             if self._logged:  # its end is told only where its start was
                 log.info("the admin API reaches the database again")
             self.failing = self._logged = False
         return result
+
+    def refused(self) -> StoreUnavailable:
+        """The 503 a reader gets while the store is out, counted."""
+        self.on_refused()
+        return StoreUnavailable(f"the {self._store} store cannot be reached now; try again shortly",
+                                retry_after=RETRY_AFTER)  # fmt: skip
