@@ -43,21 +43,24 @@ def _gateways(upstream: FakeUpstream, database: str, tmp_path: Path, stop_later:
     return started
 
 
-def _counts(url: str) -> dict[str, int]:
-    """Request id -> how many records it has."""
+def _counts(url: str) -> tuple[dict[str, int], int]:
+    """(request id -> how many records it has, the requests the per-minute rollups count)."""
 
-    async def read() -> dict[str, int]:
+    async def read() -> tuple[dict[str, int], int]:
         connection = await asyncpg.connect(url, timeout=10)
         try:
             rows = await connection.fetch("SELECT request_id, count(*) FROM usage_records GROUP BY request_id")
+            rolled = await connection.fetchval(
+                "SELECT coalesce(sum(requests), 0) FROM usage_rollups WHERE grain = 'all' AND width = 60"
+            )
         finally:
             await connection.close()
-        return {r[0]: r[1] for r in rows}
+        return {r[0]: r[1] for r in rows}, int(rolled)
 
     try:
         return asyncio.run(read())
     except (OSError, asyncpg.PostgresError):
-        return {}  # the table is not there yet
+        return {}, 0  # the tables are not there yet
 
 
 def _ask(url: str, answered: list[str]) -> None:
@@ -83,7 +86,8 @@ def _journaled(directory: Path) -> set[str]:
 
 
 def _once_each(url: str, answered: list[str]) -> Callable[[], bool]:
-    return lambda: _counts(url) == dict.fromkeys(answered, 1)
+    """Each answered request has one record, and the rollups count each once."""
+    return lambda: _counts(url) == (dict.fromkeys(answered, 1), len(answered))
 
 
 def test_a_gateway_frozen_with_sigstop_loses_and_doubles_nothing(
@@ -106,7 +110,7 @@ def test_a_gateway_frozen_with_sigstop_loses_and_doubles_nothing(
     try:
         for _ in range(6):
             _ask(other, answered)  # the other process serves meanwhile
-        eventually(lambda: set(answered[3:]) <= set(_counts(pg_url)), "the other's records written", timeout=15)
+        eventually(lambda: set(answered[3:]) <= set(_counts(pg_url)[0]), "the other's records written", timeout=15)
     finally:
         frozen.send_signal(signal.SIGCONT)
     release.set()
