@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TypeVar
@@ -80,15 +81,9 @@ class OpenAIBackend:
     def __init__(self, name: str, upstream: OpenAIUpstream, config: Config, shared: Shared) -> None:
         self.name = name
         self._upstream = upstream
-        self._http = HttpClient(
-            name,
-            upstream,
-            config.upstream_key(upstream),
-            redactor=shared.redactor,
-            cool_downs=shared.cool_downs,
-            shown_by=shared.gauges,
-            prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "",
-        )
+        self._http = HttpClient(name, upstream, config.upstream_key(upstream), redactor=shared.redactor,
+                                cool_downs=shared.cool_downs, shown_by=shared.gauges,
+                                prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "")  # fmt: skip
         self._options = Options(
             clock=shared.clock,
             keep_billing_header=config.server.keep_billing_header,
@@ -102,13 +97,11 @@ class OpenAIBackend:
         self._server = config.server
         self._offload = shared.offload
         self._fetched = shared.fetched
-        self._server_tools = (
-            ServerTools(
-                config, page_fetcher(config.server, shared.fetched), address_check(config.server.fetch_allow_private)
-            )
-            if ServerTools.configured(config)
-            else None
+        fetch_page, check = (
+            page_fetcher(config.server, shared.fetched),
+            address_check(config.server.fetch_allow_private),
         )
+        self._server_tools = ServerTools(config, fetch_page, check) if ServerTools.configured(config) else None
 
     @property
     def http(self) -> HttpClient:
@@ -229,14 +222,13 @@ class OpenAIBackend:
 
         headers = _headers(translated, dropped)
         if request.stream:
-            return await self._streamed(
-                post, StreamTranslator(**reply, redactor=self._http.redactor), call, prompt_tokens, headers
-            )
+            return await self._streamed(post, StreamTranslator(**reply, redactor=self._http.redactor), call,
+                                        prompt_tokens, headers, _estimate(call, translated.chat))  # fmt: skip
         response = await post
         if upstream_stream:  # read as a stream, folded into one message
             folder = Folder(upstream=self.name)  # the events folded as they come: none is kept
-            batches = self._streams.translated(response, StreamTranslator(**reply, redactor=self._http.redactor), call.outcome, _as_events,
-                                               prompt_tokens)  # fmt: skip
+            translator = StreamTranslator(**reply, redactor=self._http.redactor)
+            batches = self._streams.translated(response, translator, call.outcome, _as_events, prompt_tokens)
             async with contextlib.aclosing(batches):  # a reply refused part-way closes its upstream request now
                 async for batch in batches:
                     folder.feed(batch)
@@ -281,7 +273,8 @@ class OpenAIBackend:
 
         translator = StreamTranslator(**self._reply_settings(call, translated, fitted.window_bound),
                                       redactor=self._http.redactor)  # fmt: skip
-        return self._streams.translated(response, translator, call.outcome, _as_events, prompt_tokens)
+        return self._streams.translated(response, translator, call.outcome, _as_events, prompt_tokens,
+                                        estimate=_estimate(call, translated.chat))  # fmt: skip
 
     def _reply_settings(self, call: Call, translated: Translated, window_bound: bool) -> ReplySettings:
         """What translating the reply back needs to know of the request."""
@@ -305,15 +298,16 @@ class OpenAIBackend:
         }
 
     async def _streamed(self, post: Awaitable[Response], translator: StreamTranslator, call: Call,
-                        prompt_tokens: Callable[[], Awaitable[int]], headers: dict[str, str]) -> Streaming:  # fmt: skip
+                        prompt_tokens: Callable[[], Awaitable[int]], headers: dict[str, str],
+                        estimate: Callable[[], int]) -> Streaming:  # fmt: skip
         """The client's stream: its head may wait for the upstream's (keep-alives meanwhile)."""
         direct = DirectWrites()
         head = await head_or_task(post, self._keepalive)
         if isinstance(head, asyncio.Task):
             chunks = late_start(head, self._keepalive, lambda response: self._streams.translated(
-                response, translator, call.outcome, _sse, prompt_tokens, direct))  # fmt: skip
+                response, translator, call.outcome, _sse, prompt_tokens, direct, estimate))  # fmt: skip
             return Streaming(chunks, headers=headers, direct=direct)
-        chunks = self._streams.translated(head, translator, call.outcome, _sse, prompt_tokens, direct)
+        chunks = self._streams.translated(head, translator, call.outcome, _sse, prompt_tokens, direct, estimate)
         return Streaming(chunks, headers=headers, on_close=head.close, direct=direct)
 
     async def _warm_cache(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
@@ -394,3 +388,9 @@ def _headers(translated: Translated, tools_dropped: bool = False) -> dict[str, s
     if applied is not None:
         headers["x-max-tokens-applied"] = str(applied)
     return headers
+
+
+def _estimate(call: Call, chat: openai.ChatRequest) -> Callable[[], int]:
+    """The prompt's tokens for the record a crash mid-stream leaves: routing's count if it
+    made one, else the local estimate; worked out once, and only if a stream is journaled."""
+    return functools.cache(lambda: (call.outcome and call.outcome.routed_tokens) or count_estimate(chat))
