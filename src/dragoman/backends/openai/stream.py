@@ -13,11 +13,13 @@ from dragoman.calls.types import ClientWriter, DirectWrites, Outcome
 from dragoman.core.config import OpenAIUpstream
 from dragoman.core.error_mapping import from_stream_error, upstream_message
 from dragoman.core.errors import GatewayError, UpstreamError
+from dragoman.core.redaction import Redactor
 from dragoman.protocol import anthropic, openai
 from dragoman.protocol.sse import DataDecoder, encode_all
 from dragoman.tokens.estimate import completion_estimate
 from dragoman.translate.stream import StreamTranslator
 from dragoman.upstream.errors import upstream_errors
+from dragoman.upstream.keepalive import BodyEnds
 from dragoman.upstream.pump import Pump
 from dragoman.upstream.transport.response import Response
 
@@ -33,9 +35,9 @@ class ChatStreams:
 
     __slots__ = ("_pump", "name")
 
-    def __init__(self, name: str, upstream: OpenAIUpstream, keepalive: float) -> None:
+    def __init__(self, name: str, upstream: OpenAIUpstream, keepalive: float, ends: BodyEnds) -> None:
         self.name = name
-        self._pump = Pump(name, upstream, keepalive)
+        self._pump = Pump(name, upstream, keepalive, ends)
 
     def translated(
         self,
@@ -45,14 +47,16 @@ class ChatStreams:
         encode: Callable[[Batch], T],
         prompt_tokens: Callable[[], Awaitable[int]] | None = None,
         direct: DirectWrites | None = None,
+        estimate: Callable[[], int] | None = None,
     ) -> AsyncGenerator[T, None]:
         """An upstream stream as batches of Anthropic events (one per network read, the
         first token alone), each passed through `encode`: SSE bytes for the client, or
         the events themselves to fold. After the first token, reads go straight to
         `direct`'s writer when there is one (SSE only), from the connection's callback.
         Raises GatewayError after yielding what came before the failure; always closes
-        or releases the upstream response."""
-        translation = Translation(self.name, translator, outcome, encode, prompt_tokens)
+        or releases the upstream response. `estimate` gives the prompt's tokens, cheaply,
+        for the record a crash mid-stream leaves (usage's journal)."""
+        translation = Translation(self.name, translator, outcome, encode, prompt_tokens, estimate)
         if response.content_type == "application/json":  # the upstream ignored `stream: true`
             return translation.whole(response)
         return self._pump.run(response, translation, direct)
@@ -66,7 +70,8 @@ class Translation(Generic[T]):
                  "translator")  # fmt: skip
 
     def __init__(self, name: str, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T],
-                 prompt_tokens: Callable[[], Awaitable[int]] | None) -> None:  # fmt: skip
+                 prompt_tokens: Callable[[], Awaitable[int]] | None,
+                 estimate: Callable[[], int] | None = None) -> None:  # fmt: skip
         self.name = name
         self.translator = translator
         self._outcome = outcome
@@ -82,6 +87,7 @@ class Translation(Generic[T]):
         self._opening: Batch = translator.start()
         if outcome is not None:  # one output token per chunk until the upstream tells its usage
             outcome.progress = lambda: (translator.usage_so_far() or translator.usage).output_tokens
+            outcome.input_so_far = lambda: input_so_far(translator, estimate)
 
     def silence(self) -> T:
         return self._with_start(PINGS)
@@ -163,7 +169,7 @@ class Translation(Generic[T]):
         try:
             with upstream_errors(self.name):
                 body = await response.read()
-            completion = completion_of(body, self.name)
+            completion = completion_of(body, self.name, self.translator.redactor)
         except BaseException:
             response.close()
             self.abandoned()
@@ -216,12 +222,20 @@ class Translation(Generic[T]):
             raise UpstreamError(f"upstream {self.name} sent an unreadable stream chunk: {error}") from None
 
 
+def input_so_far(translator: StreamTranslator, estimate: Callable[[], int] | None) -> int:
+    """A stream's input tokens before it ended: the upstream's, if it told them (some servers
+    report usage in every chunk), else the estimate, else 0."""
+    if not translator.needs_usage:
+        return translator.usage.input_tokens
+    return estimate() if estimate is not None else 0
+
+
 def _then_raise(out: T, error: BaseException) -> Iterator[T]:
     yield out
     raise error
 
 
-def completion_of(body: bytes, upstream: str) -> openai.ChatCompletion:
+def completion_of(body: bytes, upstream: str, redactor: Redactor) -> openai.ChatCompletion:
     """A completion body decoded, or the upstream's failure in it raised."""
     try:
         completion = openai.CHAT_COMPLETION.decode(body)
@@ -229,7 +243,7 @@ def completion_of(body: bytes, upstream: str) -> openai.ChatCompletion:
         raise UpstreamError(f"upstream {upstream} sent an unreadable completion: {error}") from None
     if not completion.choices:  # some servers answer a failure with 200 and an error body
         if b'"error"' in body:
-            raise from_stream_error(upstream_message(body)[0], upstream=upstream)
+            raise from_stream_error(upstream_message(body)[0], upstream=upstream, redactor=redactor)
         raise UpstreamError(f"upstream {upstream} returned a completion without choices")
     return completion
 
