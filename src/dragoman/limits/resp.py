@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import hashlib
 import ssl
 from collections.abc import Sequence
@@ -199,13 +200,16 @@ class Pipe:
     async def call(self, *parts: Arg) -> Any:
         """One command's reply; an error reply raised as redis-py would."""
         link = self._link
-        if link is None or link.lost is not None:
+        if link is None or link.lost is not None or link.loop is not asyncio.get_running_loop():
             link = await self._open()
         return await link.send(encode(parts))
 
     async def _open(self) -> _Link:
         """A connected link, shared by callers that ask while it opens."""
-        if self._opening is None:
+        if self._opening is None or self._opening.get_loop() is not asyncio.get_running_loop():
+            stale, self._link = self._link, None
+            if stale is not None and stale.lost is None:
+                _drop(stale)
             self._opening = asyncio.get_running_loop().create_future()
             try:
                 self._link = await self._connect()
@@ -248,9 +252,21 @@ class Pipe:
 
     async def close(self) -> None:
         link, self._link = self._link, None
-        if link is not None and link.transport is not None and link.lost is None:
+        if link is None or link.transport is None or link.lost is not None:
+            return
+        if link.loop is asyncio.get_running_loop():
             link._flush()
             link.transport.close()
+        else:
+            _drop(link)
+
+
+def _drop(link: _Link) -> None:
+    """Another event loop's link (closed, maybe): let go of it as well as that loop allows."""
+    link.lost = ConnectionError("the event loop changed")
+    with contextlib.suppress(Exception):
+        if link.transport is not None:
+            link.transport.abort()
 
 
 class Script:

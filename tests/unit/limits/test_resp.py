@@ -222,3 +222,14 @@ def test_the_database_and_password_of_the_url_are_used(redis_url, redis_prefix):
     in_three = redis.Redis.from_url(redis_url.rsplit("/", 1)[0] + "/3")
     assert in_three.get(redis_prefix + "db") == b"3"
     in_three.delete(redis_prefix + "db")
+
+
+def test_a_pipe_used_from_another_event_loop_dials_again(redis_url, redis_prefix):
+    pipe = Pipe(redis_url, 1.0)
+
+    async def incr() -> int:
+        return await pipe.call(b"INCR", redis_prefix + "loops")  # type: ignore[no-any-return]
+
+    assert asyncio.run(incr()) == 1  # the first loop ends with its connection still open
+    assert asyncio.run(incr()) == 2
+    asyncio.run(pipe.close())

@@ -95,6 +95,11 @@ class AnthropicBackend:
         self._list_asked = -LIST_EVERY
         self._renders_tools: bool | None = None  # llama-server's template, once it said
 
+    @property
+    def http(self) -> HttpClient:
+        """The upstream's client: its replicas and their load, for the console."""
+        return self._http
+
     async def close(self) -> None:
         await self._http.close()
 
@@ -131,7 +136,7 @@ class AnthropicBackend:
         as_text = self._documents_as_text and b'"document"' in call.body
         parts = call.envelope
         images = may_have_url_images(
-            call.body, parts.messages if parts is not None else None
+            call.body, parts
         )  # fetched here: the server would fetch them from inside the network
         if call.upstream_model == call.model and not as_text and not images:
             return call.body
