@@ -73,6 +73,29 @@ def test_no_template_is_learnt_from_a_chunk_that_is_not_a_plain_token(body):
     assert template.text(body) is None
 
 
+def test_a_template_is_learnt_again_when_the_chunks_change_now_and_then():
+    template, served = TokenTemplate(), 0
+    for second in range(3 * tokens.LEARN_TRIES):  # a server that writes the time of each second
+        for text in ("a", "b", "c"):
+            body = payload(text).replace(b'"created":1', b'"created":%d' % second)
+            if template.text(body) is None:
+                template.learn(body, openai.CHAT_CHUNK.decode(body))
+            else:
+                served += 1
+    assert served == 2 * 3 * tokens.LEARN_TRIES
+
+
+def test_a_server_whose_chunks_all_differ_stops_being_learnt_from():
+    template, learnt = TokenTemplate(), 0
+    for n in range(4 * tokens.LEARN_TRIES):
+        body = payload("a").replace(b'"created":1', b'"created":%d' % n)
+        assert template.text(body) is None
+        before = template._head
+        template.learn(body, openai.CHAT_CHUNK.decode(body))
+        learnt += template._head != before  # each chunk's head differs: a new one means it learnt
+    assert learnt == tokens.LEARN_TRIES
+
+
 def test_a_text_delta_made_directly_is_the_encoded_event():
     for index, text in ((0, "a"), (3, 'x"\n\u2028y'), (12, "")):
         assert text_delta(index, text) == encode(a.ContentBlockDelta(index=index, delta=a.TextDelta(text=text)))

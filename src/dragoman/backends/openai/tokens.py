@@ -16,7 +16,8 @@ import msgspec
 
 from dragoman.protocol import openai
 
-LEARN_TRIES = 16  # chunks a stream may learn from: a server whose chunks all differ stops paying for it
+LEARN_TRIES = 16  # templates a stream may learn in a row that serve no token: a server whose chunks all differ
+# stops paying for it; one whose chunks change now and then (a `created` of each second) learns again
 _PROBE = "\x00probe"
 _PROBE_JSON = msgspec.json.encode(_PROBE)
 _TEXT = msgspec.json.Decoder(str)
@@ -26,27 +27,36 @@ class TokenTemplate:
     """The bytes around a stream's text tokens, once learnt: in a `data:` payload, and in a
     whole read that is one `data: …` event (how tokens arrive one by one)."""
 
-    __slots__ = ("_head", "_tail", "_read_head", "_read_tail", "_least", "_tries")
+    __slots__ = ("_head", "_tail", "_read_head", "_read_tail", "_least", "_tries", "_served")
 
     def __init__(self) -> None:
         self._head = self._tail = self._read_head = self._read_tail = b""
         self._least = 0  # shorter payloads cannot fit (head, a string of one character at least, tail)
         self._tries = LEARN_TRIES
+        self._served = False  # the template has read a token since it was learnt
 
     def text(self, payload: bytes) -> str | None:
         """The payload's text, if it is the template's chunk with another (non-empty) text; else None."""
         if not self._least or len(payload) < self._least:
             return None
-        return _between(payload, self._head, self._tail)
+        text = _between(payload, self._head, self._tail)
+        if text is not None:
+            self._served = True
+        return text
 
     def read(self, data: bytes) -> str | None:
         """`text` of a read that is one whole `data: <payload>\n\n` event, the decoder holding nothing."""
         if not self._least or len(data) < self._least + 8:
             return None
-        return _between(data, self._read_head, self._read_tail)
+        text = _between(data, self._read_head, self._read_tail)
+        if text is not None:
+            self._served = True
+        return text
 
     def learn(self, payload: bytes, chunk: openai.ChatChunk) -> None:
         """Take `chunk` (decoded from `payload`) as the template if it is a plain text token."""
+        if self._served:
+            self._tries, self._served = LEARN_TRIES, False
         if self._tries <= 0 or not plain_text(chunk):
             return
         self._tries -= 1
