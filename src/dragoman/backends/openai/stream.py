@@ -46,6 +46,7 @@ class ChatStreams:
         encode: Callable[[Batch], T],
         prompt_tokens: Callable[[], Awaitable[int]] | None = None,
         direct: DirectWrites | None = None,
+        estimate: Callable[[], int] | None = None,
         sse: bool = False,
     ) -> AsyncGenerator[T, None]:
         """An upstream stream as batches of Anthropic events (one per network read, the
@@ -53,9 +54,10 @@ class ChatStreams:
         the events themselves to fold. After the first token, reads go straight to
         `direct`'s writer when there is one (SSE only), from the connection's callback.
         Raises GatewayError after yielding what came before the failure; always closes
-        or releases the upstream response. `sse`: `encode` is `encode_all` (the client's
-        stream), so a batch may carry frames encoded already."""
-        translation = Translation(self.name, translator, outcome, encode, prompt_tokens, sse)
+        or releases the upstream response. `estimate` gives the prompt's tokens, cheaply,
+        for the record a crash mid-stream leaves (usage's journal). `sse`: `encode` is
+        `encode_all` (the client's stream), so a batch may carry frames encoded already."""
+        translation = Translation(self.name, translator, outcome, encode, prompt_tokens, estimate, sse)
         if response.content_type == "application/json":  # the upstream ignored `stream: true`
             return translation.whole(response)
         return self._pump.run(response, translation, direct)
@@ -69,7 +71,8 @@ class Translation(Generic[T]):
                  "started", "translator")  # fmt: skip
 
     def __init__(self, name: str, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T],
-                 prompt_tokens: Callable[[], Awaitable[int]] | None, sse: bool = False) -> None:  # fmt: skip
+                 prompt_tokens: Callable[[], Awaitable[int]] | None,
+                 estimate: Callable[[], int] | None = None, sse: bool = False) -> None:  # fmt: skip
         self.name = name
         self.translator = translator
         self._outcome = outcome
@@ -87,6 +90,7 @@ class Translation(Generic[T]):
         self._opening: Batch = translator.start()
         if outcome is not None:  # one output token per chunk until the upstream tells its usage
             outcome.progress = lambda: (translator.usage_so_far() or translator.usage).output_tokens
+            outcome.input_so_far = lambda: input_so_far(translator, estimate)
 
     def silence(self) -> T:
         return self._with_start(PINGS)
@@ -236,6 +240,14 @@ class Translation(Generic[T]):
             except msgspec.DecodeError:
                 pass
             raise UpstreamError(f"upstream {self.name} sent an unreadable stream chunk: {error}") from None
+
+
+def input_so_far(translator: StreamTranslator, estimate: Callable[[], int] | None) -> int:
+    """A stream's input tokens before it ended: the upstream's, if it told them (some servers
+    report usage in every chunk), else the estimate, else 0."""
+    if not translator.needs_usage:
+        return translator.usage.input_tokens
+    return estimate() if estimate is not None else 0
 
 
 def _then_raise(out: T, error: BaseException) -> Iterator[T]:
