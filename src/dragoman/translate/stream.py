@@ -129,6 +129,21 @@ class StreamTranslator:
             self._finish = choice.finish_reason
         return events
 
+    def feed_text(self, text: str, events: list[a.StreamEvent]) -> None:
+        """`feed` of a chunk of nothing but non-empty `text`, its events appended to `events`."""
+        if not self.done:
+            self._generated += 1
+            self._text(text, events)
+
+    def streaming_text(self, text: str) -> int:
+        """`feed_text` while a text block is open, no stop sequence or prefill echo watched: the
+        open block's index, under which the caller sends the text delta itself; else -1, nothing done."""
+        if self._open != "text" or self.done or self._matching or not self._echo.done or not text:
+            return -1
+        self._generated += 1
+        self._saw_content = self._answered = True
+        return self._index
+
     @property
     def finished_upstream(self) -> bool:
         """The upstream said why it stopped (a reply cut short never does)."""

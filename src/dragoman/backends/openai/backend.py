@@ -305,9 +305,11 @@ class OpenAIBackend:
         head = await head_or_task(post, self._keepalive)
         if isinstance(head, asyncio.Task):
             chunks = late_start(head, self._keepalive, lambda response: self._streams.translated(
-                response, translator, call.outcome, _sse, prompt_tokens, direct, estimate))  # fmt: skip
+                response, translator, call.outcome, _sse, prompt_tokens, direct, estimate, sse=True))  # fmt: skip
             return Streaming(chunks, headers=headers, direct=direct)
-        chunks = self._streams.translated(head, translator, call.outcome, _sse, prompt_tokens, direct, estimate)
+        chunks = self._streams.translated(
+            head, translator, call.outcome, _sse, prompt_tokens, direct, estimate, sse=True
+        )
         return Streaming(chunks, headers=headers, on_close=head.close, direct=direct)
 
     async def _warm_cache(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
