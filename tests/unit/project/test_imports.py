@@ -71,7 +71,7 @@ def modules() -> list[str]:
 def test_every_module_imports_first() -> None:
     names = modules()
     assert len(names) > 30
-    done = subprocess.run([sys.executable, "-c", CHILDREN, *names], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-E", "-c", CHILDREN, *names], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == ""
 
@@ -85,8 +85,9 @@ def test_a_cycle_is_caught(tmp_path: Path) -> None:
     (package / "a.py").write_text("from cyclic.b import B\nA = 1\n")
     (package / "b.py").write_text("from cyclic.a import A\nB = 2\n")
     done = subprocess.run(
-        [sys.executable, "-c", CHILDREN, "cyclic.a", "cyclic.b"],
+        [sys.executable, "-E", "-c", CHILDREN, "cyclic.a", "cyclic.b"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert [line.split("\t")[0] for line in done.stdout.splitlines()] == ["cyclic.a", "cyclic.b"]
+    failed = [line.split("\t")[0] for line in done.stdout.splitlines()]
+    assert failed == ["cyclic.a", "cyclic.b"], done.stdout[-2000:] + done.stderr[-2000:]
