@@ -132,6 +132,9 @@ async def migrate(connection: Any) -> None:
     """Bring the schema (of the connection's search_path) to LATEST, one process at a time:
     the advisory lock is held until the transaction that applies the migrations ends."""
     async with connection.transaction():
+        # No statement timeout here: a migration may fill a table from every record stored
+        # (rollups, version 6), and the others wait for it rather than fail and start over.
+        await connection.execute("SET LOCAL statement_timeout = 0")
         await connection.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
         await connection.execute(CREATE_VERSIONS.format(time="TIMESTAMPTZ"))
         current = await connection.fetchval(f"SELECT coalesce(max(version), 0) FROM {VERSIONS_TABLE}")
