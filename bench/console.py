@@ -132,29 +132,31 @@ def cases(gateway: Gateway, now: float) -> dict[str, Callable[[], Awaitable[Any]
     }
 
 
-async def measure(gateway: Gateway, runs: int, now: float) -> list[tuple[str, float, float]]:
+async def measure(gateway: Gateway, runs: int, now: float) -> list[tuple[str, float, float, float]]:
     results = []
     for name, call in cases(gateway, now).items():
         await call()  # warm: the store opened, pages cached
-        times = []
+        times, cpu = [], []
         for _ in range(runs):
-            started = time.perf_counter()
+            started, used = time.perf_counter(), time.process_time()
             await call()
             times.append((time.perf_counter() - started) * 1000)
-        results.append((name, statistics.median(times), max(times)))
+            cpu.append((time.process_time() - used) * 1000)
+        results.append((name, statistics.median(times), max(times), statistics.median(cpu)))
     batch = [replace(r, at=time.time() - random.random()) for r in records(1000, now, seed=8)]  # one busy second
     assert gateway.usage is not None
-    started = time.perf_counter()
+    started, used = time.perf_counter(), time.process_time()
     await gateway.usage.store.write(batch)
-    results.append(("write 1,000 records (with rollups)", (time.perf_counter() - started) * 1000, float("nan")))
+    results.append(("write 1,000 records (with rollups)", (time.perf_counter() - started) * 1000, float("nan"),
+                    (time.process_time() - used) * 1000))  # fmt: skip
     return results
 
 
-def report(store: str, rows: int, filled: float, results: list[tuple[str, float, float]]) -> None:
+def report(store: str, rows: int, filled: float, results: list[tuple[str, float, float, float]]) -> None:
     print(f"\n{store}: {rows:,} records, filled and rolled up in {filled:.0f} s")
-    print("| call | median ms | slowest ms |\n| --- | --- | --- |")
-    for name, median, slowest in results:
-        print(f"| {name} | {median:.1f} | {'' if slowest != slowest else f'{slowest:.1f}'} |")
+    print("| call | median ms | slowest ms | CPU ms (this process) |\n| --- | --- | --- | --- |")
+    for name, median, slowest, cpu in results:
+        print(f"| {name} | {median:.1f} | {'' if slowest != slowest else f'{slowest:.1f}'} | {cpu:.1f} |")
 
 
 async def run_store(name: str, usage: dict[str, Any], fill: Callable[[], Awaitable[None]], args: Any,
