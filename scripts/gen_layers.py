@@ -36,7 +36,8 @@ FLOORS: list[list[str]] = [
     ["backends/", "keys/", "safeguards/"],
     ["batches/"],
     ["assembly/"],
-    ["server/", "console/", "quickstart.py", "keys_command.py"],
+    ["console/"],  # the operator console's pages and data, over the assembled gateway; routed by server/app.py
+    ["server/", "quickstart.py", "keys_command.py"],
     ["cli.py"],
     ["__main__.py"],
 ]

@@ -9,6 +9,7 @@ import pytest
 from tests.support.bench import ROOT, bench_module
 
 
+@pytest.mark.heavy
 def test_bench_smoke_runs_every_path_without_a_failed_request():
     result = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "run.py"), "--smoke", "--no-litellm", "--no-pin", "--wait-quiet", "0"],
@@ -24,6 +25,7 @@ def test_bench_smoke_runs_every_path_without_a_failed_request():
     assert "- passthrough: none (" in result.stdout
 
 
+@pytest.mark.heavy
 def test_bench_rounds_interleave_and_merge(tmp_path):
     """--rounds 2: each target's figures are its two rounds merged (the JSON keeps each round)."""
     out = tmp_path / "bench.json"

@@ -288,7 +288,7 @@ def test_a_client_that_stops_reading_gets_every_token_in_order(
     )
     gateway = start(upstream.url)
 
-    frames = _read_late(gateway, "test-model")
+    frames = _read_late(gateway, "test-model", writes if mode == "direct" else None)
     _check_every_token(frames, [d["delta"]["text"] for e, d in frames if e == "content_block_delta"], mode, writes)
 
 
@@ -300,7 +300,7 @@ def test_passthrough_to_a_client_that_stops_reading_loses_nothing(native: FakeAn
         native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}]
     )
 
-    frames = _read_late(gateway, "native-model")
+    frames = _read_late(gateway, "native-model", writes if mode == "direct" else None)
     texts = [d["delta"]["text"] for e, d in frames if e == "content_block_delta"][1:]  # after text_events' own ""
     _check_every_token(frames, texts, mode, writes)
 
@@ -328,9 +328,10 @@ def _check_every_token(frames: list[tuple[str | None, Any]], texts: list[str], m
         assert writes.refused > 0, "the client's socket never filled: the test did not exercise flow control"
 
 
-def _read_late(gateway: GatewayServer, model: str) -> list[tuple[str | None, Any]]:
+def _read_late(gateway: GatewayServer, model: str, writes: Writes | None = None) -> list[tuple[str | None, Any]]:
     """A stream's frames, read by a client with a small socket buffer that reads nothing
-    for half a second (the gateway's writes to it pause), then everything."""
+    (the gateway's writes to it pause), then everything. It reads nothing until the direct
+    writer found the socket full (`writes`), or for half a second in buffered mode."""
     body = (
         b'{"model":"%s","max_tokens":5000,"stream":true,"messages":[{"role":"user","content":"Hi"}]}' % model.encode()
     )
@@ -339,7 +340,10 @@ def _read_late(gateway: GatewayServer, model: str) -> list[tuple[str | None, Any
         client.connect(("127.0.0.1", gateway.port))
         client.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\n"
                        b"content-length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
-        time.sleep(0.5)  # read nothing while the upstream sends everything
+        if writes is None:
+            time.sleep(0.5)  # read nothing while the upstream sends everything
+        else:  # however loaded the machine, wait until flow control has had to act
+            eventually(lambda: writes.refused > 0, "the direct writer finding the client's socket full", timeout=30)
         received = bytearray()
         client.settimeout(20)
         while data := client.recv(65536):

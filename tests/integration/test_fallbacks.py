@@ -314,3 +314,22 @@ def test_a_fallback_to_another_upstream_takes_one_of_its_slots(fakes, gateway_fr
     assert served(b) == ["small-b", "backup-b"]
     # The slot came back when that request ended: a request of b's own is served.
     assert client.messages.create(model="small", max_tokens=5, messages=USER).content[0].text == "Hello!"
+
+
+def test_a_cool_down_holds_in_every_gateway_sharing_redis(fakes, gateway_from, redis_url, redis_prefix):
+    """Two gateways with one limits store: the first finds `main` refused (401) and cools it
+    down; the second, which never saw the failure, passes `main` over too."""
+    a, b = fakes
+    config = fleet_config(a, b, main=MAIN)
+    config["limits"] = {"redis_url": redis_url, "redis_prefix": redis_prefix}
+    one, two = sdk(gateway_from(config)), sdk(gateway_from(config))
+    two.messages.create(model="main", max_tokens=20, messages=USER)  # served by main; its poll has started
+    a.queue(Reply(status=401, body={"error": {"message": "invalid api key", "type": "auth"}}))
+    one.messages.create(model="main", max_tokens=20, messages=USER)
+    assert served(a) == ["main-a", "main-a"] and served(b) == ["backup-b"]
+
+    def passed_over() -> bool:  # the cool-downs are polled every second: until then, main serves
+        two.messages.create(model="main", max_tokens=20, messages=USER)
+        return served(b)[-1:] == ["backup-b"] and len(served(b)) == 2
+
+    eventually(passed_over, "the second gateway passes main over", timeout=10, every=0.2)

@@ -10,6 +10,8 @@ import pytest
 
 from tests.support.bench import bench_module
 
+pytestmark = pytest.mark.heavy  # whole simulated fleets: the full suite runs them, --fast leaves them out
+
 fleet = bench_module("fleet")
 fleet_floor = bench_module("fleet_floor")
 fleet_shapes = bench_module("fleet_shapes")

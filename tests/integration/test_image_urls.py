@@ -141,11 +141,12 @@ def test_an_allowed_image_url_reaches_the_model_inline_never_as_a_url(make_gatew
     assert "not a JPEG, PNG, GIF or WebP image" in error_of(caught, 400, "invalid_request_error")
 
 
-def _passthrough(native: FakeAnthropic, **server: object) -> GatewayServer:
+def _passthrough(native: FakeAnthropic, routes: list[dict] | None = None, **server: object) -> GatewayServer:
     return GatewayServer(from_dict({
         "server": server,
         "upstreams": {"native": {"url": native.url + "/v1", "protocol": "anthropic", "max_retries": 0}},
-        "models": [{"name": "claude-test", "upstream": "native", "upstream_model": "claude-test"}],
+        "models": [{"name": "claude-test", "upstream": "native", "upstream_model": "claude-test", "vision": True}],
+        "routes": routes or [],
     })).start()  # fmt: skip
 
 
@@ -180,3 +181,20 @@ def test_an_image_url_spelled_with_json_escapes_is_caught_too(client, upstream, 
     finally:
         gateway.stop()
     assert upstream.requests == [] and native.requests == []
+
+
+def test_an_images_route_and_the_url_check_share_one_read_of_the_messages(native, images):
+    """With a route on images, the messages the route read are the ones the URL check looks
+    through (protocol.blocks): an allowed URL still arrives inline, an escaped private one is refused."""
+    vision = [{"name": "vision", "when": {"images": True}, "model": "claude-test"}]
+    gateway = _passthrough(native, vision, fetch_allow_private=True)
+    try:
+        client = anthropic.Anthropic(base_url=gateway.url, api_key="k", max_retries=0)
+        for messages in _places(f"{images}/png")[:2]:  # a user block, a tool result
+            raw = client.messages.with_raw_response.create(model="claude-test", max_tokens=10, messages=messages,
+                                                           tools=TOOLS)  # fmt: skip
+            assert raw.headers["x-dragoman-route"] == "vision"
+    finally:
+        gateway.stop()
+    sent = [body for path, body, _ in native.requests if path.endswith("/messages")]
+    assert len(sent) == 2 and images not in str(sent) and str(sent).count(f"'data': '{PNG}'") == 2

@@ -10,12 +10,15 @@ import time
 from typing import Any
 
 import anthropic
+import pytest
 
 from dragoman.core.config_load import from_dict
 from tests.support.fakes import FakeUpstream
 from tests.support.redis_server import RedisProcess
 from tests.support.servers import GatewayServer
 from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.heavy  # several processes: the full suite runs it, --fast leaves it out
 
 RPM = 30
 OUTAGE = 10.0  # seconds Redis is stopped

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
 from tests.support.fakes import completion, text_stream
 from tests.support.model_fleet import USER, fleet_config, sdk, served
 from tests.support.servers import GatewayServer
@@ -269,3 +270,22 @@ def test_an_error_names_the_route_taken_too(routed, fakes):
     assert response.status_code == 400 and response.json()["type"] == "error"
     assert response.headers["x-dragoman-route"] == "side"
     assert served(b) == ["small-b"] and served(a) == []
+
+
+def test_a_route_to_a_passthrough_model_answers_under_the_name_asked_for(fakes, gateway_from):
+    """Passed through, the body read by the core's one read (a routed envelope): a `body.` path
+    decides, and the reply, streamed or not, carries the client's name, not the upstream's."""
+    native = FakeAnthropic().start()
+    try:
+        route = {"name": "ci", "when": {"body.metadata.user_id": {"glob": "ci-*"}}, "model": "native-main"}
+        client = sdk(gateway_from(fleet_config(*fakes, routes=[route], native=native)))
+        ci = {"user_id": "ci-7"}
+        raw = client.messages.with_raw_response.create(model="main", max_tokens=20, messages=USER, metadata=ci)
+        assert raw.headers["x-dragoman-route"] == "ci" and raw.parse().model == "main"
+        native.replies.append(NativeReply(events=text_events("streamed")))
+        with client.messages.stream(model="main", max_tokens=20, messages=USER, metadata=ci) as stream:
+            assert "".join(stream.text_stream) == "streamed" and stream.get_final_message().model == "main"
+        assert client.messages.create(model="main", max_tokens=20, messages=USER).model == "main"
+        assert served(fakes[0]) == ["main-a"] and len(native.requests) == 2  # the last one took no route
+    finally:
+        native.stop()

@@ -20,6 +20,8 @@ from tests.support.serve_process import _kill, _start
 from tests.support.servers import sse_frames, worker_serving
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.heavy  # several processes: the full suite runs it, --fast leaves it out
+
 BODY = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "Hi"}]}
 
 

@@ -14,11 +14,14 @@ from typing import Any
 
 import anthropic
 import asyncpg
+import pytest
 
 from tests.support.fakes import FakeUpstream, chunk, completion, text_stream
 from tests.support.postgres import PrivatePostgres, private_postgres  # noqa: F401 (fixture)
 from tests.support.serve_process import _kill, _start
 from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.heavy  # several processes: the full suite runs it, --fast leaves it out
 
 ASK: dict[str, Any] = {"model": "test-model", "max_tokens": 50, "messages": [{"role": "user", "content": "Hi"}]}
 

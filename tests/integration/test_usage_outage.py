@@ -16,6 +16,8 @@ from tests.support.fakes import FakeUpstream, completion
 from tests.support.postgres import PrivatePostgres, pg_url, private_postgres  # noqa: F401 (fixtures)
 from tests.support.usage import KEYS, report, team_config
 
+pytestmark = pytest.mark.heavy  # several processes: the full suite runs it, --fast leaves it out
+
 ASK: dict[str, Any] = {"model": "test-model", "max_tokens": 20, "messages": [{"role": "user", "content": "Hi"}]}
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import anthropic
 import asyncpg
+import pytest
 
 from tests.support.fakes import FakeUpstream, completion, text_stream
 from tests.support.postgres import (  # noqa: F401 (fixtures)
@@ -24,6 +25,7 @@ from tests.support.usage import KEYS, team_config, wait_recorded
 from tests.support.waiting import eventually
 
 
+@pytest.mark.heavy
 def test_a_database_restart_loses_no_record(
     upstream: FakeUpstream,
     private_postgres: PrivatePostgres,  # noqa: F811

@@ -6,11 +6,14 @@ from __future__ import annotations
 import signal
 
 import anthropic
+import pytest
 from click.testing import CliRunner
 
 from dragoman.cli import main
 from tests.support.fakes import FakeUpstream, completion
 from tests.support.serve_process import _start
+
+pytestmark = pytest.mark.heavy  # several processes: the full suite runs it, --fast leaves it out
 
 
 def test_sigterm_loses_no_record_of_either_worker(upstream: FakeUpstream, stop_later) -> None:

@@ -92,7 +92,7 @@ class Pipeline:
         if endpoint == "batch" or (endpoint == "messages" and self._decode_whole()):
             envelope = whole = decode_request(body, anthropic.MESSAGES_REQUEST)  # decoded once (a large body costs)
         else:
-            envelope = decode_request(body, anthropic.ENVELOPE)
+            envelope = decode_request(body, anthropic.ENVELOPE if self._routes is None else self._routes.envelope)
         outcome.model = envelope.model
         if endpoint == "batch":
             _check_batchable(envelope)

@@ -26,48 +26,27 @@ from dragoman.core.config import ServerConfig
 from dragoman.core.errors import InvalidRequest
 from dragoman.files.sniff import image_type
 from dragoman.protocol import anthropic as a
+from dragoman.protocol import blocks
+from dragoman.protocol.blocks import Block
 
 # Where an image URL was found, the URL, and how to put the fetched image in its place.
 _Found = tuple[str, str, Callable[[str, str], None]]
 
 
-class _Source(msgspec.Struct):
-    type: str = ""
-    content: str | list[_Block] | None = None  # a `content` document's blocks
-
-
-class _Block(msgspec.Struct):
-    type: str = ""
-    source: _Source | None = None
-    content: str | list[_Block] | None = None  # a tool result's blocks
-
-
-class _Message(msgspec.Struct):
-    content: str | list[_Block] = ""
-
-
-class _Messages(msgspec.Struct):
-    messages: list[_Message] = []
-
-
-_MESSAGES = msgspec.json.Decoder(_Messages)  # every other field is skipped, not built
-_MESSAGE = msgspec.json.Decoder(_Message)
-
-
-def may_have_url_images(body: bytes, messages: list[msgspec.Raw] | None = None) -> bool:
+def may_have_url_images(body: bytes, envelope: a.Envelope | None = None) -> bool:
     """Whether the body gives an image by URL, decoded (so an escaped `"\\u0075rl"` is seen as
     `"url"`) into only the fields that say so: about 30 µs for an 80 KB Claude Code body,
     where scanning its bytes for every spelling cost over 100; less from its `messages`, when
-    the core read them already (`Envelope`). A body that does not decode so is looked
-    through whole by `inline_url_images`."""
+    the core read them already (`Envelope`), nothing when a route read them (`protocol.blocks`).
+    A body that does not decode so is looked through whole by `inline_url_images`."""
     try:
-        read = _MESSAGES.decode(body).messages if messages is None else [_MESSAGE.decode(m) for m in messages]
+        read = blocks.MESSAGES.decode(body).messages if envelope is None else blocks.read(envelope)
     except (msgspec.DecodeError, RecursionError):
         return True
     return any(_url_image(block) for message in read if isinstance(message.content, list) for block in message.content)
 
 
-def _url_image(block: _Block) -> bool:
+def _url_image(block: Block) -> bool:
     source = block.source
     if block.type == "image":
         return source is not None and source.type == "url"

@@ -41,6 +41,7 @@ class When:
     anys: tuple[tuple[When, ...], ...]
     images: bool = False  # `images = true` is required: its target needs vision
     threshold: int | None = None  # `input_tokens` gt/ge this: its target needs the window
+    fields: frozenset[str] = frozenset()  # the body's top-level fields `body.<path>` reads
 
     def holds(self, shape: Shape) -> bool | None:
         for test in self.tests:
@@ -64,6 +65,7 @@ def compile_when(table: dict[str, Any], where: str) -> When:
     tests: list[Test] = []
     counted: list[Test] = []
     anys: list[tuple[When, ...]] = []
+    fields: set[str] = set()
     images, threshold = False, None
     for key, value in table.items():
         at = f"{where}.{key}"
@@ -72,7 +74,7 @@ def compile_when(table: dict[str, Any], where: str) -> When:
                 raise ConditionError(f"{at}: expected a list of condition tables")
             anys.append(tuple(compile_when(option, f"{at}.{i}") for i, option in enumerate(value)))
         elif key in ("header", "body") or key.startswith(("header.", "body.")):
-            tests.extend(_dotted(key, value, at))
+            tests.extend(_dotted(key, value, at, fields))
         elif key in ("input_tokens", "fits"):
             test, bound = _counted(key, value, at)
             counted.append(test)
@@ -81,10 +83,11 @@ def compile_when(table: dict[str, Any], where: str) -> When:
             tests.append(_plain(key, value, at))
             images = images or (key == "images" and value is True)
     for options in anys:  # a request an option lets in reaches the target too
+        fields.update(name for option in options for name in option.fields)
         images = images or any(option.images for option in options)
         bounds = [option.threshold for option in options if option.threshold is not None]
         threshold = max([*bounds, *([threshold] if threshold is not None else [])], default=None)
-    return When(tuple(tests), tuple(counted), tuple(anys), images, threshold)
+    return When(tuple(tests), tuple(counted), tuple(anys), images, threshold, frozenset(fields))
 
 
 def _plain(key: str, value: Any, at: str) -> Test:
@@ -142,13 +145,15 @@ def _thinking(value: Any, at: str) -> Test:
     return test
 
 
-def _dotted(key: str, value: Any, at: str) -> list[Test]:
+def _dotted(key: str, value: Any, at: str, fields: set[str]) -> list[Test]:
     """`header.<name>` and `body.<path>`, written `"body.a.b" = ...` or as nested TOML tables."""
     kind, _, rest = key.partition(".")
     if not rest:
         if not isinstance(value, dict) or not value:
             raise ConditionError(f"{at}: expected a table of {kind} names")
-        return [test for name, inner in value.items() for test in _dotted(f"{kind}.{name}", inner, f"{at}.{name}")]
+        return [
+            test for name, inner in value.items() for test in _dotted(f"{kind}.{name}", inner, f"{at}.{name}", fields)
+        ]
     if kind == "header":
         name = rest.lower()
         if value is True or value is False:
@@ -157,8 +162,11 @@ def _dotted(key: str, value: Any, at: str) -> list[Test]:
         glob = _globs(value, at)
         return [lambda s: (found := s.header(name)) is not None and glob(found)]
     if isinstance(value, dict) and value and not set(value) <= BODY_TESTS:  # a nested path, not a test
-        return [test for name, inner in value.items() for test in _dotted(f"{key}.{name}", inner, f"{at}.{name}")]
+        return [
+            test for name, inner in value.items() for test in _dotted(f"{key}.{name}", inner, f"{at}.{name}", fields)
+        ]
     path = tuple(int(p) if p.isdigit() else p for p in rest.split("."))
+    fields.add(str(path[0]))
     check = _body_test(value, at)
     return [lambda s: check(s.body_at(path))]
 

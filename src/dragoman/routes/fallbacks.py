@@ -21,6 +21,7 @@ from dragoman.core.errors import GatewayError
 from dragoman.routes.gate import Gate
 from dragoman.routes.settings import FallbackSettings
 from dragoman.routes.shape import Shape
+from dragoman.routes.shared import Shared
 from dragoman.routes.signatures import without_thinking
 
 Kind = Literal["fallback", "context", "misconfigured"]
@@ -45,10 +46,15 @@ class Cooldowns:
     """Models passed over as targets for a while after failing: `cooldown_failures` within
     `cooldown_window` seconds, or at once when the upstream refused them (401, 403, 404)."""
 
-    def __init__(self, settings: FallbackSettings) -> None:
+    def __init__(self, settings: FallbackSettings, shared: Shared | None = None) -> None:
         self._settings = settings
         self._failures: dict[str, deque[float]] = {}
         self._until: dict[str, float] = {}
+        self.shared = shared  # every process's failures count, and every one's cool-downs hold (Redis)
+
+    def heard(self, model: str, seconds: float) -> None:
+        """Another process cooled `model` down for `seconds` more (shared.Shared's poll)."""
+        self._until[model] = max(self._until.get(model, 0.0), time.monotonic() + seconds)
 
     def cooled(self, model: str) -> bool:
         until = self._until.get(model)
@@ -63,6 +69,22 @@ class Cooldowns:
         if at_once or len(failures) >= settings.cooldown_failures:
             self._until[model] = now + settings.cooldown
             failures.clear()
+        if self.shared is not None:
+            self.shared.failed(model, at_once, settings.cooldown_failures, settings.cooldown_window, settings.cooldown)
+
+
+class Once:
+    """A slot's release, run once: by the first of its attempt given up and the request's end."""
+
+    __slots__ = ("_release",)
+
+    def __init__(self, release: Callable[[], None]) -> None:
+        self._release: Callable[[], None] | None = release
+
+    def __call__(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
 
 
 @dataclasses.dataclass(slots=True)
@@ -91,6 +113,7 @@ class Attempts:
         self.name = self.primary.backend.name
 
     serving: Route | None = None  # the route of the latest attempt
+    held: Once | None = None  # the slot the latest attempt took on another upstream, if any
 
     @property
     def path(self) -> str:
@@ -131,6 +154,7 @@ class Attempts:
             following = await self.after(refused)
             if following is None:
                 return reply  # the upstream's own answer, as it came
+            self.let_go()
             name, target = following
 
     async def _sent(self, call: Call, name: str, target: Route) -> Reply:
@@ -145,11 +169,19 @@ class Attempts:
         except BaseException:
             slots.release()
             raise
+        self.held = Once(slots.release)
         if call.outcome is not None:
-            call.outcome.finish.hold(slots.release)  # a stream holds it to its last byte
+            call.outcome.finish.hold(self.held)  # a stream holds it to its last byte
         else:
-            slots.release()
+            self.let_go()
         return reply
+
+    def let_go(self) -> None:
+        """The latest attempt is given up (its answer refused, its stream failed before content):
+        its slot goes back now, not when the request ends."""
+        held, self.held = self.held, None
+        if held is not None:
+            held()
 
     def _call_for(self, call: Call, name: str, target: Route) -> Call:
         """`call` as `target` gets it: its model's name, and no thinking signed elsewhere when it checks."""

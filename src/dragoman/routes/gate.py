@@ -32,6 +32,8 @@ class Chooser(Protocol):
 
     def attempt(self, call: Call, name: str, target: Route) -> Awaitable[Reply]: ...
 
+    def let_go(self) -> None: ...
+
 
 def in_band_error(chunk: bytes, upstream: str) -> GatewayError | None:
     """The error an `error` event in `chunk` carries, as the status it would have had."""
@@ -124,6 +126,7 @@ class Gate:
     async def _switch(self, name: str, target: Route) -> None:
         """The stream of the next model (it may itself fall through to the ones after it)."""
         self._close()
+        self._chooser.let_go()  # the failed one's slot, if it took one
         reply = await self._chooser.attempt(self._call, name, target)
         if not isinstance(reply, Streaming):  # an error answer passed through, whole
             raise from_upstream(reply.status, reply.body, upstream=target.upstream)

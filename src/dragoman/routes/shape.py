@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
 
+from dragoman.protocol import blocks
 from dragoman.protocol.anthropic import Envelope, ImageBlock, MessagesRequest, ToolResultBlock
 
 MISSING: Any = object()  # what `body_at` finds where the path leads nowhere
@@ -26,29 +27,31 @@ class _Tool(msgspec.Struct):
     type: Any = None
 
 
-class _Inner(msgspec.Struct):
-    type: Any = None
-
-
-class _Block(msgspec.Struct):
-    type: Any = None
-    content: str | list[_Inner] | None = None
-
-
-class _Message(msgspec.Struct):
-    content: str | list[_Block] | None = None
-
-
 class _System(msgspec.Struct):
     text: Any = None
 
 
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _TOOLS = msgspec.json.Decoder(list[_Tool])
-_MESSAGES = msgspec.json.Decoder(list[_Message])
-_MESSAGE = msgspec.json.Decoder(_Message)
 _TYPED = frozenset({"stream", "max_tokens", "thinking", "output_config", "output_format", "metadata"})
 _SYSTEM = msgspec.json.Decoder(list[_System] | str | None)
+_READ = ("metadata", "thinking", "output_config", "output_format", "tool_choice")  # Shape.field, count_body
+COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")  # what a count takes
+_DEFAULTED = frozenset(f.encode_name for f in msgspec.structs.fields(MessagesRequest)
+                       if f.default is not None and f.default is not msgspec.NODEFAULT)  # fmt: skip
+_UNKNOWN: Any = object()  # a path the decoded request cannot answer: read the body itself
+
+
+def routed_envelope(names: Iterable[str]) -> type[Envelope]:
+    """An `Envelope` that also keeps, undecoded, the top-level fields routes read (`names`: those
+    of `body.<path>` conditions), so the core's one read of a passed-through body serves them."""
+    own = {f.encode_name for f in msgspec.structs.fields(Envelope)}
+    wanted = sorted({*_READ, *names} - own)
+    fields = [(f"f{i}", msgspec.Raw, msgspec.field(default=msgspec.Raw(b""), name=n)) for i, n in enumerate(wanted)]
+    kept = {n: f"f{i}" for i, n in enumerate(wanted)} | {"tools": "tools", "system": "system"}
+    return msgspec.defstruct(  # type: ignore[return-value]  # a subclass of Envelope
+        "RoutedEnvelope", fields, bases=(Envelope,), kw_only=True, gc=True, dict=True, namespace={"kept": kept}
+    )  # a __dict__ (so tracked by the collector): room for `protocol.blocks.read`
 
 
 class Shape:
@@ -90,9 +93,14 @@ class Shape:
         return self._read
 
     def _raw_field(self, name: str) -> Any:
+        """A top-level field as sent: from what the envelope kept of it, else from the body."""
         key = "." + name
         if key not in self._parts:
-            raw = self._fields.get(name)
+            kept = getattr(self._envelope, "kept", None)
+            if kept is not None and name in kept:
+                raw = getattr(self._envelope, kept[name]) or None  # an absent field is an empty Raw
+            else:
+                raw = self._fields.get(name)
             self._parts[key] = MISSING if raw is None else _decoded(raw)
         return self._parts[key]
 
@@ -107,8 +115,7 @@ class Shape:
         elif self._envelope is not None and name in ("stream", "max_tokens"):
             value = getattr(self._envelope, name)
         else:
-            raw = self._fields.get(name)
-            value = MISSING if raw is None else _decoded(raw)
+            value = self._raw_field(name)
         parts[name] = value
         return value
 
@@ -199,11 +206,12 @@ class Shape:
         if found is None:
             if self._request is not None:
                 found = any(_typed_image(message.content) for message in self._request.messages)
-            elif self._envelope is not None:
-                found = any(_raw_image(message) for message in self._envelope.messages)
             else:
-                raw = self._fields.get("messages")
-                found = raw is not None and _has_image(raw)
+                try:  # an odd shape the pipeline let through: no image that we can see
+                    found = blocks.has_image(blocks.read(self._envelope) if self._envelope is not None
+                                             else blocks.MESSAGES.decode(self._body).messages)  # fmt: skip
+                except msgspec.DecodeError:
+                    found = False
             self._parts[" images"] = found
         return found
 
@@ -234,19 +242,66 @@ class Shape:
         """Input plus max_tokens within the window (True when the window is unknown)."""
         return self.window is None or self.tokens is None or self.tokens + self.max_tokens <= self.window
 
+    def count_body(self) -> bytes:
+        """The body of a passed-through count: the counted fields as sent (no max_tokens, which
+        Anthropic's count refuses), spliced from the envelope's parts when it kept them."""
+        kept = getattr(self._envelope, "kept", None)
+        if kept is None:
+            whole = self.body_at(())
+            return msgspec.json.encode({k: v for k, v in whole.items() if k in COUNTED and v is not MISSING})
+        envelope: Any = self._envelope
+        parts = [b'"model":' + msgspec.json.encode(envelope.model),
+                 b'"messages":[' + b",".join(bytes(m) for m in envelope.messages) + b"]"]  # fmt: skip
+        for name in COUNTED[2:]:
+            raw = getattr(envelope, kept[name])
+            if raw:
+                parts.append(msgspec.json.encode(name) + b":" + bytes(raw))
+        return b"{" + b",".join(parts) + b"}"
+
     def body_at(self, path: tuple[str | int, ...]) -> Any:
-        """The body's value at a dotted path (numbers index lists), or MISSING."""
+        """The body's value at a dotted path (numbers index lists), or MISSING (a JSON null too)."""
         if not path:
             return {name: self._raw_field(name) for name in self._fields}
-        value = self._raw_field(str(path[0]))  # as sent: a struct the core decoded keeps only its own fields
-        for step in path[1:]:
-            if isinstance(step, int) and isinstance(value, list) and -len(value) <= step < len(value):
-                value = value[step]
-            elif isinstance(value, dict) and str(step) in value:
-                value = value[str(step)]
-            else:
+        value = _UNKNOWN if self._request is None else _typed_at(self._request, path)
+        if value is _UNKNOWN:  # as sent: a struct the core decoded keeps only its own fields
+            value = _walk(self._raw_field(str(path[0])), path[1:])
+        return MISSING if value is None else value
+
+
+def _walk(value: Any, path: tuple[str | int, ...]) -> Any:
+    for step in path:
+        if isinstance(step, int) and isinstance(value, list) and -len(value) <= step < len(value):
+            value = value[step]
+        elif isinstance(value, dict) and str(step) in value:
+            value = value[str(step)]
+        else:
+            return MISSING
+    return value
+
+
+def _typed_at(request: MessagesRequest, path: tuple[str | int, ...]) -> Any:
+    """The value at `path` in the decoded request, or _UNKNOWN where it may differ from the body:
+    a field it does not declare (dropped), a whole struct (its unknown keys dropped), a default."""
+    if path[0] in _DEFAULTED:
+        return _UNKNOWN
+    value: Any = request
+    for at, step in enumerate(path):
+        if value is None:
+            return MISSING
+        if isinstance(value, msgspec.Struct):
+            names = value.__struct_encode_fields__
+            if step not in names:
+                return _UNKNOWN
+            value = getattr(value, value.__struct_fields__[names.index(step)])
+        else:
+            value = _walk(value, path[at : at + 1])
+            if value is MISSING:
                 return MISSING
-        return value
+    if isinstance(value, msgspec.Struct) or (
+        isinstance(value, list) and any(isinstance(v, msgspec.Struct) for v in value)
+    ):
+        return _UNKNOWN
+    return value
 
 
 def _decoded(raw: msgspec.Raw) -> Any:
@@ -254,31 +309,6 @@ def _decoded(raw: msgspec.Raw) -> Any:
         return msgspec.json.decode(raw)
     except msgspec.DecodeError:
         return None
-
-
-def _has_image(raw: msgspec.Raw) -> bool:
-    try:
-        messages = _MESSAGES.decode(raw)
-    except msgspec.ValidationError:  # an odd shape the pipeline let through: no image that we can see
-        return False
-    return any(_image_in(message) for message in messages)
-
-
-def _raw_image(raw: msgspec.Raw) -> bool:
-    try:
-        return _image_in(_MESSAGE.decode(raw))
-    except msgspec.ValidationError:
-        return False
-
-
-def _image_in(message: _Message) -> bool:
-    for block in message.content if isinstance(message.content, list) else ():
-        if block.type == "image":
-            return True
-        inner = block.content if block.type == "tool_result" else None
-        if isinstance(inner, list) and any(b.type == "image" for b in inner):
-            return True
-    return False
 
 
 def _typed_image(content: Any) -> bool:

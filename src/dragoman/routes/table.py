@@ -27,9 +27,9 @@ from dragoman.routes.conditions import When, compile_when
 from dragoman.routes.fallbacks import Attempts, Cooldowns
 from dragoman.routes.sessions import Held, Sessions
 from dragoman.routes.settings import check, served_names
-from dragoman.routes.shape import Shape
+from dragoman.routes.shape import Shape, routed_envelope
+from dragoman.routes.shared import Shared
 
-COUNTED_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")
 MAX_PENDING = 100_000  # requests in flight whose session waits for their usage
 
 
@@ -53,12 +53,19 @@ class Routes:
             for i, r in enumerate(config.routes)
         )
         self._sticky = any(r.sticky for r in self._routes)
+        fields = {name for r in self._routes for name in r.when.fields}
+        self.envelope = msgspec.json.Decoder(routed_envelope(fields))  # what the core reads of a passed-through body
         self._names = served_names(config.models)
         self._models = {(m.upstream, m.served_model): m for m in config.models}
         self._checking = frozenset(n for n, m in self._names.items() if m.checks_signatures)
         self._budgets = (tuple(config.server.effort_budgets) + (2048, 8192))[:2]
-        self.sessions = Sessions()
-        self.cooldowns = Cooldowns(config.fallbacks)
+        limits = config.limits  # its Redis, when configured, shares sessions and cool-downs between processes
+        shared = Shared(limits.redis_url, limits.redis_prefix, limits.redis_timeout) if limits.redis_url else None
+        self.sessions = Sessions(shared=shared if self._sticky else None)
+        self.cooldowns = Cooldowns(config.fallbacks, shared)
+        self._shared = shared
+        self._chained = {name for m in config.models if m.fallbacks or m.context_fallbacks
+                         for name in (m.name, *m.fallbacks, *m.context_fallbacks)}  # fmt: skip
         self._settings = config.fallbacks
         self._retry_budgets = {name: u.retry_budget for name, u in config.upstreams.items()}
         self._pending: OrderedDict[str, str] = OrderedDict()  # request id -> its session
@@ -85,7 +92,9 @@ class Routes:
         model = read.model
         shape = Shape(model, headers, body, self._budgets, read)  # type: ignore[arg-type]
         session = shape.session if self._sticky else None
-        held = self.sessions.get(session)
+        if self._shared is not None and self._chained:
+            self._shared.watch(self._chained, self.cooldowns.heard)  # once: the others' cool-downs, polled
+        held = await self.sessions.fetch(session)
         if held is not None and held.last_input:
             self._climb(session, held)  # type: ignore[arg-type]
         base: list[Route] = []  # the name's own route, once resolved
@@ -158,7 +167,7 @@ class Routes:
             return
         shape.window = base.context_window
         body = (
-            _count_body(shape) if base.path == "passthrough" else shape.raw
+            shape.count_body() if base.path == "passthrough" else shape.raw
         )  # the upstream's count takes no max_tokens
         call = Call(body=body, model=shape.model, upstream_model=base.upstream_model, headers=headers, request_id="")
         try:
@@ -190,6 +199,10 @@ class Routes:
         while len(self._pending) > MAX_PENDING:
             self._pending.popitem(last=False)
 
+    async def close(self) -> None:
+        if self._shared is not None:
+            await self._shared.close()
+
     def finished(self, outcome: Outcome, duration: float) -> None:
         """(A metrics sink.) The session's last prompt size, from the reply's usage; the route's counter."""
         if outcome.route:
@@ -198,10 +211,3 @@ class Routes:
         if session is not None and outcome.input_tokens is not None:
             prompt = outcome.input_tokens + (outcome.cache_read_tokens or 0) + (outcome.cache_creation_tokens or 0)
             self.sessions.replied(session, prompt)
-
-
-def _count_body(shape: Shape) -> bytes:
-    whole = shape.body_at(())
-    if not isinstance(whole, dict):
-        return b"{}"
-    return msgspec.json.encode({k: v for k, v in whole.items() if k in COUNTED_FIELDS})

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from dragoman.backends.images import may_have_url_images
-from dragoman.protocol import anthropic
+from dragoman.protocol import anthropic, blocks
+from dragoman.routes.shape import Shape, routed_envelope
 
 URL = {"type": "url", "url": "http://169.254.169.254/x.png"}
 
 
 def check(raw: bytes, read: bool) -> bool:
-    return may_have_url_images(raw, anthropic.ENVELOPE.decode(raw).messages if read else None)
+    return may_have_url_images(raw, anthropic.ENVELOPE.decode(raw) if read else None)
 
 
 def body(*blocks: object) -> bytes:
@@ -60,3 +62,13 @@ def test_no_image_url_means_no_fetch(raw: bytes, read: bool) -> None:
 def test_a_body_of_another_shape_is_looked_through_whole() -> None:
     assert may_have_url_images(b'{"messages": [{"content": [42]}]}')
     assert check(b'{"model": "m", "messages": [{"content": [42]}]}', read=True)
+
+
+def test_the_messages_a_route_read_are_not_read_again():
+    raw = json.dumps(
+        {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": URL}]}]}
+    ).encode()
+    envelope = msgspec.json.decode(raw, type=routed_envelope(()))
+    assert Shape("m", {}, raw, read=envelope).images  # the route's read, kept on the envelope
+    kept = vars(envelope)["blocks"]
+    assert blocks.read(envelope) is kept and may_have_url_images(raw, envelope)

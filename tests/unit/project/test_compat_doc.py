@@ -4,9 +4,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.heavy
 def test_compatibility_doc_is_current():
     generated = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_compat.py")], capture_output=True, text=True, check=True

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
 from dragoman.protocol.anthropic import ENVELOPE, MESSAGES_REQUEST
 from dragoman.routes.conditions import compile_when
-from dragoman.routes.shape import Shape
+from dragoman.routes.shape import Shape, routed_envelope
 
-READ = {"body": lambda body: None, "envelope": ENVELOPE.decode, "whole": MESSAGES_REQUEST.decode}
+ROUTED = msgspec.json.Decoder(routed_envelope({"metadata", "temperature", "service_tier"}))
+READ = {"body": lambda body: None, "envelope": ENVELOPE.decode, "routed": ROUTED.decode,
+        "whole": MESSAGES_REQUEST.decode}  # fmt: skip
 mode = "body"
 
 
@@ -71,6 +74,32 @@ def test_body_paths(when, expected):
     assert holds(when, shape(metadata={"tags": ["a", "b"], "level": 2, "flag": True})) is expected
 
 
+@pytest.mark.parametrize(
+    ("when", "expected"),
+    [
+        ({"body.metadata.user_id": {"glob": "ci-*"}}, True),
+        ({"body.metadata.team": "red"}, True),  # a key the decoded request's Metadata drops
+        ({"body.metadata": {"eq": {"user_id": "ci-7", "team": "red"}}}, True),  # the whole table, as sent
+        ({"body.service_tier": "auto"}, True),  # a field no decoded struct declares
+        ({"body.temperature": {"exists": True}}, False),  # null counts as absent
+        ({"body.stream": {"exists": True}}, False),  # absent, though the decoded request says false
+        ({"body.stop_sequences.0": "END"}, True),
+        ({"body.messages.0.role": "user"}, True),
+        ({"body.messages.0.content": "hi"}, True),
+    ],
+)
+def test_body_paths_read_what_was_sent_not_what_was_decoded(when, expected):
+    request = shape(metadata={"user_id": "ci-7", "team": "red"}, service_tier="auto", temperature=None,
+                    stop_sequences=["END"])  # fmt: skip
+    assert holds(when, request) is expected
+
+
+def test_a_routed_envelope_keeps_the_fields_routes_read_and_the_rest_as_before():
+    read = ROUTED.decode(b'{"model": "m", "max_tokens": 5, "messages": [], "metadata": {"user_id": "u"}}')
+    assert isinstance(read, ENVELOPE.type) and read.max_tokens == 5
+    assert Shape("m", {}, b"not read", read=read).body_at(("metadata", "user_id")) == "u"  # not from the body
+
+
 def test_output_format_from_output_config_or_the_older_field():
     schema = {"type": "json_schema", "schema": {}}
     assert holds({"output_format": "json_*"}, shape(output_config={"format": schema})) is True
@@ -107,3 +136,13 @@ def test_the_subagent_flag_is_only_read_from_the_billing_block():
     assert shape(system=[other, billing]).subagent is False
     assert shape({"x-claude-code-agent-id": "a1"}).subagent is True
     assert shape(system="cc_is_subagent=true").subagent is False
+
+
+def test_a_count_body_holds_the_counted_fields_as_sent_and_nothing_else():
+    tools = [{"name": "t", "input_schema": {"type": "object"}}]
+    request = shape(system=[{"type": "text", "text": "s"}], tools=tools, tool_choice={"type": "auto"}, stream=True,
+                    thinking={"type": "adaptive"}, metadata={"user_id": "u"})  # fmt: skip
+    counted = json.loads(request.count_body())
+    assert counted == {"model": "claude-opus-5-5", "messages": [{"role": "user", "content": "hi"}],
+                       "system": [{"type": "text", "text": "s"}], "tools": tools, "tool_choice": {"type": "auto"},
+                       "thinking": {"type": "adaptive"}}  # fmt: skip

@@ -136,7 +136,7 @@ class AnthropicBackend:
         as_text = self._documents_as_text and b'"document"' in call.body
         parts = call.envelope
         images = may_have_url_images(
-            call.body, parts.messages if parts is not None else None
+            call.body, parts
         )  # fetched here: the server would fetch them from inside the network
         if call.upstream_model == call.model and not as_text and not images:
             return call.body
