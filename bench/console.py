@@ -179,13 +179,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--postgres", default=PG_URL, help="a server where a database is made and dropped")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--postgres-database", help="a database filled by an earlier run: read it, keep it")
     parser.add_argument("--sqlite-dir", type=Path, help="keep the SQLite ledger here, and reuse it when it is there")
     args = parser.parse_args()
     now = time.time()
     reused = args.sqlite_dir is not None and (args.sqlite_dir / "now").exists()
     if reused:
         now = float((args.sqlite_dir / "now").read_text())
-    rows = [] if reused and args.no_postgres else records(args.rows, now)
+    rows = [] if reused and (args.no_postgres or args.postgres_database) else records(args.rows, now)
 
     with tempfile.TemporaryDirectory() as directory:
         path = args.sqlite_dir or Path(directory)
@@ -204,6 +205,10 @@ def main() -> None:
 async def _postgres(args: Any, rows: list[UsageRecord], now: float) -> None:
     import asyncpg
 
+    if args.postgres_database:
+        url = args.postgres.rsplit("/", 1)[0] + f"/{args.postgres_database}"
+        await run_store("PostgreSQL", {"database_url": url}, _nothing, args, now)
+        return
     name = f"bench_console_{int(time.time())}"
     try:
         admin = await asyncpg.connect(args.postgres, timeout=5)
@@ -217,6 +222,10 @@ async def _postgres(args: Any, rows: list[UsageRecord], now: float) -> None:
     finally:
         await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
         await admin.close()
+
+
+async def _nothing() -> None:
+    return None
 
 
 if __name__ == "__main__":
