@@ -74,8 +74,9 @@ def quantile(histogram: Iterable[int], q: float) -> float | None:
 def bucket_of(at: float, width: int, dialect: Dialect) -> int:
     """The start of the `width` bucket holding a record that started at `at`, as the
     database will see its time: SQLite keeps the float, PostgreSQL whole microseconds."""
-    if dialect == "sqlite":
-        return math.floor(at / width) * width
+    if dialect == "sqlite":  # the bucket `at >= start AND at < end` puts it in, however the division rounds
+        bucket = math.floor(at / width) * width
+        return bucket - width if bucket > at else bucket + width if bucket + width <= at else bucket
     micros = round((at - PG_EPOCH) * 1_000_000) + PG_EPOCH * 1_000_000
     return micros // (width * 1_000_000) * width
 
