@@ -37,6 +37,7 @@ from dragoman.core.owners import Owners, load_salt
 from dragoman.core.paging import list_param, page_of
 from dragoman.files.store import FileStore
 from dragoman.keys import wiring as keys
+from dragoman.limits.outages import outage_counter
 from dragoman.routes.table import Routes
 from dragoman.safeguards.service import Safeguards
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
@@ -128,10 +129,14 @@ class Gateway:
         self.usage: UsageWriter | None = None
         if config.usage.enabled:
             self.usage = writer_for(config)
+            self.keyring.outage = self.usage.outage  # the same database: one warning per outage
             self.metrics.open_sinks.append(self.usage.opened)
             self.metrics.sinks.append(self.usage.note)
         keys.seeding(self.keyring, self.limits, self.usage, config)
         self.key_admin = keys.admin(self.keyring, self.usage, config)
+        refused = outage_counter(self.metrics.registry, "answer_503", store="database")
+        for guard in (self.key_admin.guard, *([self.usage.guard] if self.usage is not None else [])):
+            guard.on_refused = lambda: refused("refused")  # the Admin API and reports while the database is out
 
     @property
     def translates_only(self) -> bool:

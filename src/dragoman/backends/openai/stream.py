@@ -45,14 +45,16 @@ class ChatStreams:
         encode: Callable[[Batch], T],
         prompt_tokens: Callable[[], Awaitable[int]] | None = None,
         direct: DirectWrites | None = None,
+        estimate: Callable[[], int] | None = None,
     ) -> AsyncGenerator[T, None]:
         """An upstream stream as batches of Anthropic events (one per network read, the
         first token alone), each passed through `encode`: SSE bytes for the client, or
         the events themselves to fold. After the first token, reads go straight to
         `direct`'s writer when there is one (SSE only), from the connection's callback.
         Raises GatewayError after yielding what came before the failure; always closes
-        or releases the upstream response."""
-        translation = Translation(self.name, translator, outcome, encode, prompt_tokens)
+        or releases the upstream response. `estimate` gives the prompt's tokens, cheaply,
+        for the record a crash mid-stream leaves (usage's journal)."""
+        translation = Translation(self.name, translator, outcome, encode, prompt_tokens, estimate)
         if response.content_type == "application/json":  # the upstream ignored `stream: true`
             return translation.whole(response)
         return self._pump.run(response, translation, direct)
@@ -66,7 +68,8 @@ class Translation(Generic[T]):
                  "translator")  # fmt: skip
 
     def __init__(self, name: str, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T],
-                 prompt_tokens: Callable[[], Awaitable[int]] | None) -> None:  # fmt: skip
+                 prompt_tokens: Callable[[], Awaitable[int]] | None,
+                 estimate: Callable[[], int] | None = None) -> None:  # fmt: skip
         self.name = name
         self.translator = translator
         self._outcome = outcome
@@ -82,6 +85,7 @@ class Translation(Generic[T]):
         self._opening: Batch = translator.start()
         if outcome is not None:  # one output token per chunk until the upstream tells its usage
             outcome.progress = lambda: (translator.usage_so_far() or translator.usage).output_tokens
+            outcome.input_so_far = lambda: input_so_far(translator, estimate)
 
     def silence(self) -> T:
         return self._with_start(PINGS)
@@ -214,6 +218,14 @@ class Translation(Generic[T]):
             except msgspec.DecodeError:
                 pass
             raise UpstreamError(f"upstream {self.name} sent an unreadable stream chunk: {error}") from None
+
+
+def input_so_far(translator: StreamTranslator, estimate: Callable[[], int] | None) -> int:
+    """A stream's input tokens before it ended: the upstream's, if it told them (some servers
+    report usage in every chunk), else the estimate, else 0."""
+    if not translator.needs_usage:
+        return translator.usage.input_tokens
+    return estimate() if estimate is not None else 0
 
 
 def _then_raise(out: T, error: BaseException) -> Iterator[T]:
