@@ -165,8 +165,7 @@ def test_me_shows_a_key_its_budget_and_its_day(tmp_path: Path) -> None:
     async def body(gateway: Gateway) -> None:
         store = await data.store_of(gateway)  # (the writer's task, not started here, would open it)
         assert gateway.keyring.store is not None
-        await gateway.keyring.store.open()  # as the keyring's task would: not started here, its
-        # poll's thread may outlive close() (keys/connections.py), and SQLite crashes then
+        await gateway.keyring.store.open()  # as the keyring's task would (not started here)
         gateway.keyring.opened = True
         made = await gateway.key_admin.create(
             b'{"name": "alice", "budget": {"amount": "500", "currency": "USD", "period": "day"}}', "admin"
