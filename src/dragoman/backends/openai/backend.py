@@ -26,6 +26,7 @@ from dragoman.backends.openai.stream import (
     note_usage,
 )
 from dragoman.backends.openai.tool_support import renders_tools
+from dragoman.backends.shared import Shared
 from dragoman.calls.types import (
     NO_MODEL_LIST_STATUSES,
     Call,
@@ -41,7 +42,6 @@ from dragoman.core import ids
 from dragoman.core.config import Config, OpenAIUpstream
 from dragoman.core.error_mapping import from_upstream
 from dragoman.core.errors import GatewayError, UpstreamError
-from dragoman.core.offload import offload
 from dragoman.core.profiles import PROFILES, Profile, profile_for
 from dragoman.core.validation import decode_request
 from dragoman.protocol import anthropic, openai, sse
@@ -78,16 +78,14 @@ def _as_events(batch: Batch) -> Batch:
 class OpenAIBackend:
     path = "translate"
 
-    def __init__(self, name: str, upstream: OpenAIUpstream, config: Config) -> None:
+    def __init__(self, name: str, upstream: OpenAIUpstream, config: Config, shared: Shared) -> None:
         self.name = name
         self._upstream = upstream
-        self._http = HttpClient(
-            name,
-            upstream,
-            config.upstream_key(upstream),
-            prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "",
-        )
+        self._http = HttpClient(name, upstream, config.upstream_key(upstream), redactor=shared.redactor,
+                                cool_downs=shared.cool_downs, shown_by=shared.gauges,
+                                prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "")  # fmt: skip
         self._options = Options(
+            clock=shared.clock,
             keep_billing_header=config.server.keep_billing_header,
             drop_server_tools=config.server.server_tools == "drop",
         )
@@ -95,13 +93,15 @@ class OpenAIBackend:
         self._counts = CountCache()
         self._tool_support: dict[str, bool] = {}
         self._keepalive = config.server.keepalive_interval
-        self._streams = ChatStreams(name, upstream, self._keepalive)
+        self._streams = ChatStreams(name, upstream, self._keepalive, shared.ends)
         self._server = config.server
-        self._server_tools = (
-            ServerTools(config, page_fetcher(config.server), address_check(config.server.fetch_allow_private))
-            if ServerTools.configured(config)
-            else None
+        self._offload = shared.offload
+        self._fetched = shared.fetched
+        fetch_page, check = (
+            page_fetcher(config.server, shared.fetched),
+            address_check(config.server.fetch_allow_private),
         )
+        self._server_tools = ServerTools(config, fetch_page, check) if ServerTools.configured(config) else None
 
     @property
     def http(self) -> HttpClient:
@@ -118,7 +118,7 @@ class OpenAIBackend:
         if status in NO_MODEL_LIST_STATUSES:
             raise NoModelList(self.name, status, self._http.url("/models"))
         if status != 200:
-            raise from_upstream(status, body, upstream=self.name)
+            raise from_upstream(status, body, upstream=self.name, redactor=self._http.redactor)
         try:
             models = openai.MODEL_LIST.decode(body).data
         except msgspec.DecodeError as error:
@@ -159,11 +159,12 @@ class OpenAIBackend:
         of images to check: `slow_to_translate`), so that the event loop keeps serving meanwhile,
         else here."""
         if slow_to_translate(request.messages):  # fetched URL documents included: they are base64 by now
-            return await offload(self._translate, request, route, stream, betas)
+            return await self._offload(self._translate, request, route, stream, betas)
         return self._translate(request, route, stream, betas)
 
     async def messages(self, call: Call, route: Route) -> Reply:
-        with Budget(self._server) as budget:  # its URL images and documents, held until the answer (a stream's head)
+        # Its URL images and documents, held until the answer (a stream's head).
+        with Budget(self._server, self._fetched) as budget:
             return await self._messages(call, route, budget)
 
     async def _messages(self, call: Call, route: Route, budget: Budget) -> Reply:
@@ -221,13 +222,13 @@ class OpenAIBackend:
 
         headers = _headers(translated, dropped)
         if request.stream:
-            return await self._streamed(post, StreamTranslator(**reply), call, prompt_tokens, headers,
-                                        _estimate(call, translated.chat))  # fmt: skip
+            return await self._streamed(post, StreamTranslator(**reply, redactor=self._http.redactor), call,
+                                        prompt_tokens, headers, _estimate(call, translated.chat))  # fmt: skip
         response = await post
         if upstream_stream:  # read as a stream, folded into one message
             folder = Folder(upstream=self.name)  # the events folded as they come: none is kept
-            batches = self._streams.translated(response, StreamTranslator(**reply), call.outcome, _as_events,
-                                               prompt_tokens)  # fmt: skip
+            translator = StreamTranslator(**reply, redactor=self._http.redactor)
+            batches = self._streams.translated(response, translator, call.outcome, _as_events, prompt_tokens)
             async with contextlib.aclosing(batches):  # a reply refused part-way closes its upstream request now
                 async for batch in batches:
                     folder.feed(batch)
@@ -237,7 +238,7 @@ class OpenAIBackend:
                 body = await response.read()
             finally:
                 response.release()
-        completion = completion_of(body, self.name)
+        completion = completion_of(body, self.name, self._http.redactor)
         message = to_message(completion, **reply)
         if completion.usage is None and completion.choices:  # a server that reports none: counted here
             message.usage.input_tokens = await prompt_tokens()
@@ -270,7 +271,8 @@ class OpenAIBackend:
         async def prompt_tokens() -> int:
             return (await self._count(translated.chat, route, estimate=count_estimate(translated.chat)))[0]
 
-        translator = StreamTranslator(**self._reply_settings(call, translated, fitted.window_bound))
+        translator = StreamTranslator(**self._reply_settings(call, translated, fitted.window_bound),
+                                      redactor=self._http.redactor)  # fmt: skip
         return self._streams.translated(response, translator, call.outcome, _as_events, prompt_tokens,
                                         estimate=_estimate(call, translated.chat))  # fmt: skip
 
@@ -349,7 +351,7 @@ class OpenAIBackend:
         return result
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
-        with Budget(self._server) as budget:
+        with Budget(self._server, self._fetched) as budget:
             return await self._count_tokens(call, route, budget)
 
     async def _count_tokens(self, call: Call, route: Route, budget: Budget) -> Reply:

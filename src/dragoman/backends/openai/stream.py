@@ -13,11 +13,13 @@ from dragoman.calls.types import ClientWriter, DirectWrites, Outcome
 from dragoman.core.config import OpenAIUpstream
 from dragoman.core.error_mapping import from_stream_error, upstream_message
 from dragoman.core.errors import GatewayError, UpstreamError
+from dragoman.core.redaction import Redactor
 from dragoman.protocol import anthropic, openai
 from dragoman.protocol.sse import DataDecoder, encode_all
 from dragoman.tokens.estimate import completion_estimate
 from dragoman.translate.stream import StreamTranslator
 from dragoman.upstream.errors import upstream_errors
+from dragoman.upstream.keepalive import BodyEnds
 from dragoman.upstream.pump import Pump
 from dragoman.upstream.transport.response import Response
 
@@ -33,9 +35,9 @@ class ChatStreams:
 
     __slots__ = ("_pump", "name")
 
-    def __init__(self, name: str, upstream: OpenAIUpstream, keepalive: float) -> None:
+    def __init__(self, name: str, upstream: OpenAIUpstream, keepalive: float, ends: BodyEnds) -> None:
         self.name = name
-        self._pump = Pump(name, upstream, keepalive)
+        self._pump = Pump(name, upstream, keepalive, ends)
 
     def translated(
         self,
@@ -167,7 +169,7 @@ class Translation(Generic[T]):
         try:
             with upstream_errors(self.name):
                 body = await response.read()
-            completion = completion_of(body, self.name)
+            completion = completion_of(body, self.name, self.translator.redactor)
         except BaseException:
             response.close()
             self.abandoned()
@@ -233,7 +235,7 @@ def _then_raise(out: T, error: BaseException) -> Iterator[T]:
     raise error
 
 
-def completion_of(body: bytes, upstream: str) -> openai.ChatCompletion:
+def completion_of(body: bytes, upstream: str, redactor: Redactor) -> openai.ChatCompletion:
     """A completion body decoded, or the upstream's failure in it raised."""
     try:
         completion = openai.CHAT_COMPLETION.decode(body)
@@ -241,7 +243,7 @@ def completion_of(body: bytes, upstream: str) -> openai.ChatCompletion:
         raise UpstreamError(f"upstream {upstream} sent an unreadable completion: {error}") from None
     if not completion.choices:  # some servers answer a failure with 200 and an error body
         if b'"error"' in body:
-            raise from_stream_error(upstream_message(body)[0], upstream=upstream)
+            raise from_stream_error(upstream_message(body)[0], upstream=upstream, redactor=redactor)
         raise UpstreamError(f"upstream {upstream} returned a completion without choices")
     return completion
 
