@@ -132,29 +132,31 @@ def cases(gateway: Gateway, now: float) -> dict[str, Callable[[], Awaitable[Any]
     }
 
 
-async def measure(gateway: Gateway, runs: int, now: float) -> list[tuple[str, float, float]]:
+async def measure(gateway: Gateway, runs: int, now: float) -> list[tuple[str, float, float, float]]:
     results = []
     for name, call in cases(gateway, now).items():
         await call()  # warm: the store opened, pages cached
-        times = []
+        times, cpu = [], []
         for _ in range(runs):
-            started = time.perf_counter()
+            started, used = time.perf_counter(), time.process_time()
             await call()
             times.append((time.perf_counter() - started) * 1000)
-        results.append((name, statistics.median(times), max(times)))
+            cpu.append((time.process_time() - used) * 1000)
+        results.append((name, statistics.median(times), max(times), statistics.median(cpu)))
     batch = [replace(r, at=time.time() - random.random()) for r in records(1000, now, seed=8)]  # one busy second
     assert gateway.usage is not None
-    started = time.perf_counter()
+    started, used = time.perf_counter(), time.process_time()
     await gateway.usage.store.write(batch)
-    results.append(("write 1,000 records (with rollups)", (time.perf_counter() - started) * 1000, float("nan")))
+    results.append(("write 1,000 records (with rollups)", (time.perf_counter() - started) * 1000, float("nan"),
+                    (time.process_time() - used) * 1000))  # fmt: skip
     return results
 
 
-def report(store: str, rows: int, filled: float, results: list[tuple[str, float, float]]) -> None:
+def report(store: str, rows: int, filled: float, results: list[tuple[str, float, float, float]]) -> None:
     print(f"\n{store}: {rows:,} records, filled and rolled up in {filled:.0f} s")
-    print("| call | median ms | slowest ms |\n| --- | --- | --- |")
-    for name, median, slowest in results:
-        print(f"| {name} | {median:.1f} | {'' if slowest != slowest else f'{slowest:.1f}'} |")
+    print("| call | median ms | slowest ms | CPU ms (this process) |\n| --- | --- | --- | --- |")
+    for name, median, slowest, cpu in results:
+        print(f"| {name} | {median:.1f} | {'' if slowest != slowest else f'{slowest:.1f}'} | {cpu:.1f} |")
 
 
 async def run_store(name: str, usage: dict[str, Any], fill: Callable[[], Awaitable[None]], args: Any,
@@ -177,13 +179,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--postgres", default=PG_URL, help="a server where a database is made and dropped")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--postgres-database", help="a database filled by an earlier run: read it, keep it")
     parser.add_argument("--sqlite-dir", type=Path, help="keep the SQLite ledger here, and reuse it when it is there")
     args = parser.parse_args()
     now = time.time()
     reused = args.sqlite_dir is not None and (args.sqlite_dir / "now").exists()
     if reused:
         now = float((args.sqlite_dir / "now").read_text())
-    rows = [] if reused and args.no_postgres else records(args.rows, now)
+    rows = [] if reused and (args.no_postgres or args.postgres_database) else records(args.rows, now)
 
     with tempfile.TemporaryDirectory() as directory:
         path = args.sqlite_dir or Path(directory)
@@ -202,6 +205,10 @@ def main() -> None:
 async def _postgres(args: Any, rows: list[UsageRecord], now: float) -> None:
     import asyncpg
 
+    if args.postgres_database:
+        url = args.postgres.rsplit("/", 1)[0] + f"/{args.postgres_database}"
+        await run_store("PostgreSQL", {"database_url": url}, _nothing, args, now)
+        return
     name = f"bench_console_{int(time.time())}"
     try:
         admin = await asyncpg.connect(args.postgres, timeout=5)
@@ -215,6 +222,10 @@ async def _postgres(args: Any, rows: list[UsageRecord], now: float) -> None:
     finally:
         await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
         await admin.close()
+
+
+async def _nothing() -> None:
+    return None
 
 
 if __name__ == "__main__":

@@ -88,28 +88,31 @@ async def usage(gateway: Gateway, start: float, end: float, bucket: str = "1h", 
     and groups with requests are in `series`; `buckets` lists every bucket's start, and
     `groups` each group shown with its totals, largest first."""
     query = usage_query(start, end, bucket, group_by, top)
-    names: dict[str | None, str] = {}
+    names: dict[str | None, str | None] = {OTHER: "every other"}
     if group_by == "key":
         names.update((key, grant.name) for key, grant in gateway.keyring.by_id.items())
-    groups: dict[str | None, dict[str, Any]] = {}
+    totals: dict[str | None, list[int]] = {}
     series = []
-    for s in await _chosen(gateway, query, group_by, top):
+    for s in await _chosen(gateway, query, group_by, top):  # (a row per point: thousands, kept plain)
         group = s.groups[0]
-        name = "every other" if group == OTHER else names.get(group) if group_by == "key" else group
-        values = (s.requests, s.input_tokens, s.output_tokens, s.cache_read_tokens)
-        row = {"t": int(s.bucket), "group": group, "name": name, **dict(zip(FIELDS, values, strict=True))}
-        held = groups.get(group)
+        name = names.get(group) if group_by == "key" or group == OTHER else group
+        series.append({"t": int(s.bucket), "group": group, "name": name, "requests": s.requests,
+                       "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
+                       "cache_read_tokens": s.cache_read_tokens})  # fmt: skip
+        held = totals.get(group)
         if held is None:
-            held = groups[group] = {"group": group, "name": name, "other": group == OTHER, **dict.fromkeys(FIELDS, 0)}
-        for field, value in zip(FIELDS, values, strict=True):
-            held[field] += value
-        series.append(row)
-    ranked = sorted(groups.values(), key=lambda g: (g["other"], -(g["input_tokens"] + g["output_tokens"]
-                                                                   + g["cache_read_tokens"]), -g["requests"]))  # fmt: skip
+            held = totals[group] = [0, 0, 0, 0]
+        held[0] += s.requests
+        held[1] += s.input_tokens
+        held[2] += s.output_tokens
+        held[3] += s.cache_read_tokens
+    order = sorted(totals, key=lambda g: (g == OTHER, -(totals[g][1] + totals[g][2] + totals[g][3]), -totals[g][0]))
+    groups = [{"group": g, "name": names.get(g) if group_by == "key" or g == OTHER else g, "other": g == OTHER,
+               **dict(zip(FIELDS, totals[g], strict=True))} for g in order]  # fmt: skip
     width = int(query.width)
     return {"bucket_width": bucket, "group_by": group_by, "start": int(query.start), "end": end,
             "buckets": list(range(int(query.start), math.ceil(end / width) * width, width)),
-            "groups": ranked, "series": series}  # fmt: skip
+            "groups": groups, "series": series}  # fmt: skip
 
 
 async def usage_csv(gateway: Gateway, start: float, end: float, bucket: str = "1h", group_by: str = "key",

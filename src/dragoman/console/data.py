@@ -110,7 +110,8 @@ async def me(gateway: Gateway, key_id: str) -> dict[str, Any]:
     if budget is not None and budget.get("used") is not None:
         used = budget["used"]
         try:
-            remaining = _decimal(max(Decimal(0), Decimal(budget["amount"]) - Decimal(used)))
+            left = max(Decimal(0), Decimal(budget["amount"]) - Decimal(used))
+            remaining = format(left.normalize(), "f")  # cents, as Anthropic's amounts: "500", "12.5"
         except InvalidOperation:
             remaining = None
     key = {name: described.get(name) for name in ("id", "name", "status", "tenant", "limits", "models", "budget",
@@ -125,7 +126,3 @@ async def me(gateway: Gateway, key_id: str) -> dict[str, Any]:
     series = [{"t": t, **_figures([by_bucket[t]] if t in by_bucket else [])} for t in range(start, end, width)]
     return {"key": key, "usage": {"period": "day", "bucket_width": "1h", "start": start, "end": end,
                                   "totals": _figures(sums), "series": series}}  # fmt: skip
-
-
-def _decimal(value: Decimal) -> str:
-    return format(value, "f").rstrip("0").rstrip(".") if "." in format(value, "f") else format(value, "f")

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -49,14 +50,27 @@ class Database(Protocol):
 
 
 class _SqliteConn:
-    def __init__(self, db: sqlite3.Connection) -> None:
+    """Each call in a thread, under `busy`: a call whose task was cancelled (the keyring's
+    poll, at shutdown) goes on in its thread, and closing the connection under it would
+    crash the process."""
+
+    def __init__(self, db: sqlite3.Connection, busy: threading.Lock) -> None:
         self._db = db
+        self._busy = busy
 
     async def fetch(self, sql: str, *args: object) -> list[tuple[Any, ...]]:
-        return await asyncio.to_thread(lambda: self._db.execute(sql, args).fetchall())
+        def run() -> list[tuple[Any, ...]]:
+            with self._busy:
+                return self._db.execute(sql, args).fetchall()
+
+        return await asyncio.to_thread(run)
 
     async def execute(self, sql: str, *args: object) -> None:
-        await asyncio.to_thread(self._db.execute, sql, args)
+        def run() -> None:
+            with self._busy:
+                self._db.execute(sql, args)
+
+        await asyncio.to_thread(run)
 
 
 class Sqlite:
@@ -68,6 +82,7 @@ class Sqlite:
         self.path = path
         self._db: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
+        self._busy = threading.Lock()  # held by a thread while it uses the connection (see _SqliteConn)
 
     async def open(self) -> None:
         def connect() -> sqlite3.Connection:
@@ -89,7 +104,7 @@ class Sqlite:
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Conn]:
         async with self._lock:
-            conn = _SqliteConn(self._connection())
+            conn = _SqliteConn(self._connection(), self._busy)
             await conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -101,7 +116,7 @@ class Sqlite:
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[Conn]:
         async with self._lock:
-            yield _SqliteConn(self._connection())
+            yield _SqliteConn(self._connection(), self._busy)
 
     async def listen(self, channel: str, woken: Callable[[], None]) -> None:
         pass  # SQLite has no notifications: the poll alone finds changes
@@ -114,8 +129,12 @@ class Sqlite:
     async def close(self) -> None:
         async with self._lock:
             if self._db is not None:
-                self._db.close()
-                self._db = None
+                db, self._db = self._db, None
+                await asyncio.to_thread(self._closed, db)
+
+    def _closed(self, db: sqlite3.Connection) -> None:
+        with self._busy:  # after a call still running in its thread
+            db.close()
 
 
 _PLACEHOLDER = re.compile(r"\?")

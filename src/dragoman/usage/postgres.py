@@ -21,6 +21,7 @@ log = logging.getLogger("dragoman.usage")
 # One lock for every dragoman migrating a database (pg_advisory_xact_lock takes a bigint).
 MIGRATION_LOCK = zlib.crc32(b"dragoman usage migrations")
 CONNECT_TIMEOUT = 10.0
+MIGRATION_TIMEOUT = 3600.0  # seconds a migration's statement may take (rollups filled from a large ledger)
 POOL_SIZE = 4
 
 
@@ -36,7 +37,11 @@ class PostgresStore:
         # The driver's own warnings (a traceback each time the pool fails to reconnect) are
         # quieted: the writer logs one warning per outage.
         logging.getLogger("asyncpg").setLevel(logging.ERROR)
-        settings = {"statement_timeout": str(max(1, int(self.statement_timeout * 1000)))}  # milliseconds
+        settings = {"statement_timeout": str(max(1, int(self.statement_timeout * 1000))),  # milliseconds
+                    # A report's sums: compiling them (JIT) took longer than summing them, and a
+                    # plan made for any range (asyncpg's prepared statements, after five runs)
+                    # read every rollup of a grain: 5 times as slow as one made for its range.
+                    "jit": "off", "plan_cache_mode": "force_custom_plan"}  # fmt: skip
         # The client's bound, a second past the server's: a server that answers nothing (frozen,
         # or cut off without a reset) fails a write too, so the writer journals and retries.
         pool = await asyncpg.create_pool(self._url, min_size=1, max_size=POOL_SIZE, timeout=CONNECT_TIMEOUT,
@@ -117,10 +122,14 @@ BULK_INSERT = (f"INSERT INTO usage_records ({', '.join(COLUMNS)}) "
                f"AS t({', '.join(COLUMNS)}) ON CONFLICT (request_id) DO NOTHING RETURNING request_id")  # fmt: skip
 
 
+UPSERT = rollups.upsert_sql("postgres")
+
+
 async def _roll_up(connection: Any, records: list[UsageRecord]) -> None:
     """(In the transaction that stored them.) The records added to their rollups."""
-    if records:
-        await connection.executemany(rollups.upsert_sql("postgres"), rollups.deltas(records, "postgres"))
+    rows = rollups.deltas(records, "postgres")  # one row per key: a statement never updates a row twice
+    if rows:
+        await connection.execute(UPSERT, *(list(column) for column in zip(*rows, strict=True)))
 
 
 async def close_pool(pool: Any) -> None:
@@ -135,7 +144,11 @@ async def migrate(connection: Any) -> None:
     """Bring the schema (of the connection's search_path) to LATEST, one process at a time:
     the advisory lock is held until the transaction that applies the migrations ends."""
     async with connection.transaction():
-        await connection.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+        # Neither the server's statement timeout nor the pool's command timeout here: a migration
+        # may fill a table from every record stored (rollups, version 6), and the others wait
+        # for it rather than fail and start over.
+        await connection.execute("SET LOCAL statement_timeout = 0")
+        await connection.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK, timeout=MIGRATION_TIMEOUT)
         await connection.execute(CREATE_VERSIONS.format(time="TIMESTAMPTZ"))
         current = await connection.fetchval(f"SELECT coalesce(max(version), 0) FROM {VERSIONS_TABLE}")
         if current > LATEST:
@@ -143,7 +156,7 @@ async def migrate(connection: Any) -> None:
         for version, steps in MIGRATIONS:
             if version > current:
                 for statement in steps["postgres"]:
-                    await connection.execute(statement)
+                    await connection.execute(statement, timeout=MIGRATION_TIMEOUT)
                 await connection.execute(
                     f"INSERT INTO {VERSIONS_TABLE} (version, applied_at) VALUES ($1, $2)",
                     version,

@@ -37,12 +37,10 @@ def pieces(start: float, end: float, widths: tuple[int, ...]) -> list[tuple[int,
     if not widths:
         return [(0, start, end)]
     width, finer = widths[0], widths[1:]
-    first = math.ceil(start / width) * width
-    if first - width >= start:
-        first -= width
+    first = math.ceil(start / width) * width  # (a division may round either way: set right by comparing)
+    first += width if first < start else -width if first - width >= start else 0
     last = math.floor(end / width) * width
-    if last + width <= end:
-        last += width
+    last += -width if last > end else width if last + width <= end else 0
     if first >= last:
         return pieces(start, end, finer)
     return [*pieces(start, first, finer), (width, first, last), *pieces(last, end, finer)]

@@ -74,8 +74,9 @@ def quantile(histogram: Iterable[int], q: float) -> float | None:
 def bucket_of(at: float, width: int, dialect: Dialect) -> int:
     """The start of the `width` bucket holding a record that started at `at`, as the
     database will see its time: SQLite keeps the float, PostgreSQL whole microseconds."""
-    if dialect == "sqlite":
-        return math.floor(at / width) * width
+    if dialect == "sqlite":  # the bucket `at >= start AND at < end` puts it in, however the division rounds
+        bucket = math.floor(at / width) * width
+        return bucket - width if bucket > at else bucket + width if bucket + width <= at else bucket
     micros = round((at - PG_EPOCH) * 1_000_000) + PG_EPOCH * 1_000_000
     return micros // (width * 1_000_000) * width
 
@@ -108,13 +109,19 @@ def deltas(records: Iterable[UsageRecord], dialect: Dialect) -> list[tuple[objec
 
 
 def upsert_sql(dialect: Dialect) -> str:
-    """Add one row's counts to what is stored (or store it)."""
+    """Add rows' counts to what is stored (or store them): one row's in SQLite (executemany);
+    in PostgreSQL every row's at once, as one array per column (one statement, one round trip)."""
     names = ", ".join((*PRIMARY, *VALUES))
-    marks = ", ".join("?" if dialect == "sqlite" else f"${i}" for i in range(1, len(PRIMARY) + len(VALUES) + 1))
     added = ", ".join(f"{v} = usage_rollups.{v} + excluded.{v}" for v in VALUES)
-    return (
-        f"INSERT INTO usage_rollups ({names}) VALUES ({marks}) ON CONFLICT ({', '.join(PRIMARY)}) DO UPDATE SET {added}"
-    )
+    conflict = f"ON CONFLICT ({', '.join(PRIMARY)}) DO UPDATE SET {added}"
+    if dialect == "sqlite":
+        return (
+            f"INSERT INTO usage_rollups ({names}) VALUES ({', '.join('?' * (len(PRIMARY) + len(VALUES)))}) {conflict}"
+        )
+    types = {"grain": "text", "width": "int4", "bucket": "int8", "refused": "int4"}
+    arrays = ", ".join(f"${i}::{types.get(c, 'text' if c in DIMENSIONS else 'int8')}[]"
+                       for i, c in enumerate((*PRIMARY, *VALUES), 1))  # fmt: skip
+    return f"INSERT INTO usage_rollups ({names}) SELECT * FROM unnest({arrays}) {conflict}"
 
 
 def ttft_sums(column: str = "ttft") -> list[str]:

@@ -21,24 +21,25 @@ from dragoman.console import data
 from dragoman.core.config_load import from_dict
 from dragoman.core.errors import InvalidRequest
 from dragoman.usage.report import ReportQuery, report
+from tests.support.postgres import schema_url
 from tests.support.usage import usage_record
 
 ADMIN = "sk-admin-console-test"
 
 
-def _gateway(tmp_path: Path) -> Gateway:
+def _gateway(tmp_path: Path, usage: dict[str, Any] | None = None) -> Gateway:
     config = from_dict({
         "server": {"registry_cache": "", "default_model": "m", "tenants": {"team": ["sk-team-key"]}},
-        "usage": {"dir": str(tmp_path / "usage"), "admin_keys": [ADMIN]},
+        "usage": {"dir": str(tmp_path / "usage"), "admin_keys": [ADMIN], **(usage or {})},
         "batches": {"dir": str(tmp_path / "batches")}, "files": {"dir": str(tmp_path / "files")},
         "upstreams": {"up": {"url": "http://127.0.0.1:9/v1", "replicas": ["http://127.0.0.1:10/v1"]}},
     })  # fmt: skip
     return Gateway(config)
 
 
-def _run(tmp_path: Path, body: Callable[[Gateway], Awaitable[None]]) -> None:
+def _run(tmp_path: Path, body: Callable[[Gateway], Awaitable[None]], usage: dict[str, Any] | None = None) -> None:
     async def run() -> None:
-        gateway = _gateway(tmp_path)
+        gateway = _gateway(tmp_path, usage)
         try:
             await body(gateway)
         finally:
@@ -164,8 +165,7 @@ def test_me_shows_a_key_its_budget_and_its_day(tmp_path: Path) -> None:
     async def body(gateway: Gateway) -> None:
         store = await data.store_of(gateway)  # (the writer's task, not started here, would open it)
         assert gateway.keyring.store is not None
-        await gateway.keyring.store.open()  # as the keyring's task would: not started here, its
-        # poll's thread may outlive close() (keys/connections.py), and SQLite crashes then
+        await gateway.keyring.store.open()  # as the keyring's task would (not started here)
         gateway.keyring.opened = True
         made = await gateway.key_admin.create(
             b'{"name": "alice", "budget": {"amount": "500", "currency": "USD", "period": "day"}}', "admin"
@@ -208,3 +208,20 @@ def test_overview_buckets_end_with_the_current_one(tmp_path: Path) -> None:
         assert shown["totals"]["requests"] == 0 and shown["totals"]["ttft_p50"] is None
 
     _run(tmp_path, body)
+
+
+def test_the_views_read_postgresql_as_sqlite(tmp_path: Path) -> None:
+    async def body(gateway: Gateway) -> None:
+        now = time.time()
+        await (await data.store_of(gateway)).write(_records(now))
+        hour = await data.overview(gateway, "hour")
+        assert (hour["totals"]["requests"], hour["totals"]["errors"]) == (3, 2)
+        shown = await data.usage(gateway, now - 86400, now + 60, "1h", "model")
+        assert {g["group"]: g["requests"] for g in shown["groups"]} == {"m1": 3, "m2": 1}
+        rows = (await data.requests(gateway, limit=3, failures_first=True))["data"]
+        assert [r["request_id"] for r in rows] == ["d", "b", "a"]
+        (upstream,) = (await data.replicas(gateway))["upstreams"]
+        assert upstream["replicas"][0]["requests"] == 2
+
+    with schema_url() as url:
+        _run(tmp_path, body, {"database_url": url})

@@ -218,3 +218,15 @@ def test_quantiles_come_from_the_histogram() -> None:
     assert quantile([0] * len(TTFT_COLUMNS), 0.5) is None
     assert quantile([0] * (len(TTFT_COLUMNS) - 1) + [3], 0.5) == TTFT_BOUNDS[-1]
     assert ttft_bucket(0.0) == 0 and ttft_bucket(TTFT_BOUNDS[0]) == 1 and ttft_bucket(1e9) == len(TTFT_BOUNDS)
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [(100.5, 90000.2), (86400.0, 172800.0), (BASE, BASE + 59), (BASE + 1e-6, BASE + 7 * 86400 - 1e-6), (0.0, 1.0)],
+)
+def test_a_range_is_tiled_by_whole_buckets_and_edges(start: float, end: float) -> None:
+    cut = reading.pieces(start, end, (86400, 3600, 60))
+    assert cut[0][1] == start and cut[-1][2] == end
+    assert all(a[2] == b[1] for a, b in zip(cut, cut[1:], strict=False))
+    for width, a, b in cut:
+        assert a < b and (width == 0 and b - a < 60 or width and a % width == 0 == b % width)
