@@ -2,13 +2,15 @@
 
 The file's own problems are all found by `core.config_load`; what the configuration names
 outside it is found here, in one pass, and raised as one ConfigError listing each: the
-environment variables (`*_env`, the `OTEL_*` ones), key files, the usage database's URL,
+environment variables (`*_env`, the `OTEL_*` ones: web search's key and secret, the console's
+session secret among them), key files, the usage database's URL,
 tokenizer and tiktoken files, the tracing packages, each upstream's headers, TLS files and
 proxy, and the routes. `Gateway` resolves its configuration first, so `dragoman serve`,
 `check` and `models` (and each worker, and each reload) report the same list.
 
 What was read is kept (`Settings`) or written into the configuration (each upstream's key,
-the usage database's URL, tracing's protocol and service name), so that nothing reads the
+the usage database's URL, web search's key and secret, the console's session secret, tracing's
+protocol and service name), so that nothing reads the
 environment again.
 """
 
@@ -53,6 +55,7 @@ def resolve(config: Config, environ: Mapping[str, str] = os.environ) -> Settings
         problems.append("admin keys: a key is also a client key (server.api_keys, tenants, or their variables "
                         "and files); use separate keys")  # fmt: skip
     config = _with_environment(config, environ, problems)
+    config = _with_secrets(config, environ, problems)
     tracing, tracing_problems = resolve_tracing(config.tracing, environ)
     problems += tracing_problems
     counters: dict[str, Counter] = _collect(problems, {}, lambda: load_counters(config))
@@ -97,3 +100,31 @@ def _with_environment(config: Config, environ: Mapping[str, str], problems: list
                             "database_url is configured (records would go to SQLite in usage.dir instead)")  # fmt: skip
         usage = msgspec.structs.replace(usage, database_url=url, database_url_env=None)
     return msgspec.structs.replace(config, upstreams=upstreams, usage=usage)
+
+
+def _with_secrets(config: Config, environ: Mapping[str, str], problems: list[str]) -> Config:
+    """`config` with web search's key and secret and the console's session secret read from their
+    variables: a variable named and unset is a problem, not a search without a key (401s at run
+    time) or results that only this machine can read back."""
+
+    def read(field: str, variable: str | None, instead: str | None) -> str | None:
+        if not variable:
+            return instead
+        value = environ.get(variable, "")
+        if not value:
+            problems.append(f"{field}: the environment variable {variable} is unset or empty")
+        return value or instead
+
+    search, console = config.web_search, config.console
+    if search is not None:
+        search = msgspec.structs.replace(
+            search,
+            api_key=read("web_search.api_key_env", search.api_key_env, search.api_key), api_key_env=None,
+            secret=read("web_search.secret_env", search.secret_env, search.secret), secret_env=None,
+        )  # fmt: skip
+    field = "console.session_secret_env" if console.session_secret_env else "console.session_secret"
+    secret = read(field, console.session_secret_env, console.session_secret)
+    if secret is not None and len(secret) < 16:  # never quoted: it is a secret
+        problems.append(f"{field}: the secret must hold at least 16 characters")
+    console = msgspec.structs.replace(console, session_secret=secret, session_secret_env=None)
+    return msgspec.structs.replace(config, web_search=search, console=console)

@@ -1,7 +1,7 @@
 """Console sessions: a signed cookie naming the key that signed in, never the key itself.
 
 The signing secret is shared by every replica, so a session made on one is read on all:
-`[console] session_secret_env` when set; else one made once and kept in the keys' database
+`[console] session_secret` (or its `session_secret_env`) when set; else one made once and kept in the keys' database
 (the SQLite file beside the usage records, or PostgreSQL), the first process to ask writing
 it and every later one reading it. Every request checks the key again in the keyring, so a
 revoked or expired key ends its sessions on the next click. CSRF: every state-changing
@@ -14,7 +14,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import os
 import secrets
 import time
 import weakref
@@ -127,11 +126,8 @@ async def sessions(gateway: Gateway) -> Sessions:
 
 
 async def _secret(gateway: Gateway) -> bytes:
-    variable = gateway.config.console.session_secret_env
-    if variable:
-        value = os.environ.get(variable, "")
-        if len(value) < 16:
-            raise Unavailable(f"console.session_secret_env: the variable {variable} must hold at least 16 characters")
+    value = gateway.config.console.session_secret  # resolved from its variable, and checked (assembly.settings)
+    if value:
         return hashlib.sha256(b"dragoman-console\0" + value.encode()).digest()
     ring = gateway.keyring
     if ring.store is None:  # admin keys from the configuration only: every replica has the same ones

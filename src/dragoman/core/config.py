@@ -277,12 +277,14 @@ class WebSearchConfig(_Config, frozen=True):
 
     provider: Literal["searxng", "brave", "tavily"] = "searxng"
     url: str | None = None  # SearXNG's base URL (required for it); Brave's and Tavily's API by default
+    api_key: str | None = None  # Brave's or Tavily's key (api_key_env wins when it is set)
     api_key_env: str | None = None  # the variable holding Brave's or Tavily's key
     max_results: int = 5  # results per search
     timeout: float = 10.0  # seconds a search may take; then `unavailable`
     # The variable holding the secret that signs `encrypted_content`: the same on every replica,
-    # so that any replica reads the results a client sends back. Unset: one made per process.
+    # so that any replica reads the results a client sends back. Unset: one kept per machine.
     secret_env: str | None = None
+    secret: str | None = None  # the secret itself (secret_env wins when it is set)
 
 
 class WebFetchConfig(_Config, frozen=True):
@@ -315,6 +317,7 @@ class ConsoleConfig(_Config, frozen=True):
     # The variable holding the secret that signs session cookies: the same on every replica.
     # Unset: one made once and kept in the keys' database (SQLite file or PostgreSQL).
     session_secret_env: str | None = None
+    session_secret: str | None = None  # the secret itself (session_secret_env wins when it is set)
     session_hours: float = 12.0  # a session ends this long after sign-in
 
 

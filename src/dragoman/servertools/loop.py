@@ -49,7 +49,7 @@ class ServerTools:
     def __init__(self, config: Config, fetch: Fetch, check_url: CheckURL) -> None:
         search = config.web_search
         self._provider = Provider(search) if search is not None else None
-        self._sealer = Sealer.from_env(search.secret_env) if search is not None else None
+        self._sealer = Sealer.shared(search.secret) if search is not None else None
         self._keepalive = config.server.keepalive_interval
         self._fetch = config.web_fetch
         self._fetch_page = fetch

@@ -40,14 +40,10 @@ class Sealer:
         self._secret = secret
 
     @classmethod
-    def from_env(cls, variable: str | None) -> Sealer:
-        """The secret in `variable`; without one, this machine's own (`local_secret`)."""
-        secret = os.environ.get(variable, "") if variable else ""
-        if secret:
-            return cls(secret.encode())
-        if variable:
-            log.warning("web_search.secret_env: %s is unset; results are readable on this machine only", variable)
-        return cls(local_secret())
+    def shared(cls, secret: str | None) -> Sealer:
+        """With `secret` (`web_search.secret`, resolved from `secret_env` by `assembly.settings`);
+        without one, this machine's own (`local_secret`)."""
+        return cls(secret.encode() if secret else local_secret())
 
     def seal(self, item: Sealed) -> str:
         body = _VERSION + zlib.compress(msgspec.msgpack.encode(item))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -71,7 +70,7 @@ class Provider:
     def __init__(self, config: WebSearchConfig) -> None:
         self.name = config.provider
         self._config = config
-        self._key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+        self._key = config.api_key or ""  # resolved from api_key_env by `assembly.settings`
         default = {"brave": BRAVE_URL, "tavily": TAVILY_URL}.get(config.provider, "")
         self._url = (config.url or default).rstrip("/")
 

@@ -63,7 +63,8 @@ def _tool_messages(body: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", ["searxng", "brave", "tavily"])
-def test_a_search_answers_with_anthropics_blocks(start, upstream, kind):
+def test_a_search_answers_with_anthropics_blocks(start, upstream, kind, monkeypatch):
+    monkeypatch.setenv("SEARCH_KEY", "search-key")
     search = FakeSearch(kind).start()
     try:
         upstream.queue(web_search_call("dragoman gateway"), Reply(chunks=text_stream("Dragoman ", "translates.")))
@@ -90,6 +91,8 @@ def test_a_search_answers_with_anthropics_blocks(start, upstream, kind):
     handed = _tool_messages(upstream.requests[1])
     assert len(handed) == 1 and "Dragoman translates the Messages API." in handed[0]
     assert "https://dragoman.example.org/guide" in handed[0]
+    if kind != "searxng":  # the key read from SEARCH_KEY once, at start-up, reached the provider
+        assert any("search-key" in value for value in search.headers[0].values())
 
 
 def test_the_stream_folds_into_the_same_message_and_pings_while_searching(start, upstream, search):

@@ -96,3 +96,31 @@ def test_tracing_asked_for_with_a_protocol_it_cannot_speak_is_a_problem() -> Non
     on = from_dict({"upstreams": UPSTREAM, "tracing": {"enabled": True}})
     with pytest.raises(ConfigError, match="tracing.protocol: 'carrier-pigeon' is not supported"):
         resolve(on, {"OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon"})
+
+
+def test_a_missing_search_key_is_reported_with_the_other_problems(tmp_path: Path) -> None:
+    config = from_dict({
+        **_three_problems(tmp_path),
+        "web_search": {"provider": "brave", "api_key_env": "NO_SEARCH_KEY", "secret_env": "SEARCH_SECRET"},
+        "console": {"session_secret_env": "CONSOLE_SECRET"},
+    })  # fmt: skip
+    with pytest.raises(ConfigError) as caught:
+        resolve(config, {"SEARCH_SECRET": "shared", "CONSOLE_SECRET": "too short"})
+    fields = [p.split(":")[0] for p in caught.value.problems]
+    assert fields == ["server.tenants_file.team-a", "server.api_keys_env", "web_search.api_key_env",
+                      "console.session_secret_env", "models.0.tokenizer"]  # fmt: skip
+    assert "too short" not in str(caught.value)
+
+
+def test_server_tool_and_console_secrets_are_read_once_and_written_in() -> None:
+    config = from_dict({
+        "upstreams": UPSTREAM,
+        "web_search": {"provider": "tavily", "api_key_env": "SEARCH_KEY", "secret_env": "SEARCH_SECRET"},
+        "console": {"session_secret_env": "CONSOLE_SECRET"},
+    })  # fmt: skip
+    environ = {"SEARCH_KEY": "tvly-1", "SEARCH_SECRET": "shared", "CONSOLE_SECRET": "c" * 16}
+    resolved = resolve(config, environ).config
+    assert resolved.web_search is not None
+    assert (resolved.web_search.api_key, resolved.web_search.secret) == ("tvly-1", "shared")
+    assert (resolved.web_search.api_key_env, resolved.web_search.secret_env) == (None, None)
+    assert (resolved.console.session_secret, resolved.console.session_secret_env) == ("c" * 16, None)

@@ -117,8 +117,8 @@ def test_without_a_configured_secret_every_process_of_the_machine_shares_one(tmp
     """Workers and restarts read one secret kept in the data directory, made once, not readable by others."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     item = Sealed(url="https://example.com/a", title="A", snippet="about a")
-    sealed = Sealer.from_env(None).seal(item)
-    assert Sealer.from_env(None).open(sealed, "x") == item  # another process, or after a restart
+    sealed = Sealer.shared(None).seal(item)
+    assert Sealer.shared(None).open(sealed, "x") == item  # another process, or after a restart
     kept = tmp_path / "dragoman" / "secrets" / "web_search"
     assert len(kept.read_bytes()) == 32 and kept.stat().st_mode & 0o077 == 0
     assert [p.name for p in kept.parent.iterdir()] == ["web_search"]  # no temporary file left behind
