@@ -383,7 +383,7 @@ def run(config: Config, *, workers: int = 1, reload: Callable[[], Config] | None
     else:
         try:
             app = create_app(config, settings=settings)
-        except ConfigError as error:  # what only building it finds (the files directory's salt)
+        except ConfigError as error:  # what only building it could find
             _fail(str(error))
         if reload is not None:
             app.reload_from(reload)

@@ -34,9 +34,9 @@ from dragoman.core.capabilities import (
     refresh_registry,
     registry_path,
 )
-from dragoman.core.config import Config, ConfigError
+from dragoman.core.config import Config
 from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
-from dragoman.core.owners import Owners, load_salt
+from dragoman.core.owners import Owners
 from dragoman.core.paging import list_param, page_of
 from dragoman.files.store import FileStore
 from dragoman.keys import wiring as keys
@@ -136,11 +136,7 @@ class Gateway:
         self.tracing = build_tracing(config.tracing, __version__)
         if self.tracing is not None:
             self.metrics.sinks.append(end_trace)
-        try:  # a salt only where keys name owners: a gateway without keys writes nothing at start
-            named = self.keyring.required and not config.server.share_between_keys
-            self.owners = Owners(load_salt(FileStore.directory(config.files)) if named else None)
-        except OSError as error:
-            raise ConfigError(f"files.dir: cannot keep the gateway's owner salt there: {error}") from None
+        self.owners = Owners(settings.owner_salt)  # read (or made) by resolve, where keys name owners
         self.files = FileStore(config.files, self.owners)
         self.threads = ThreadStore()
         self.limits = keys.limits(config, self.keyring, self.metrics.registry)

@@ -3,8 +3,8 @@
 The file's own problems are all found by `core.config_load`; what the configuration names
 outside it is found here, in one pass, and raised as one ConfigError listing each: the
 environment variables (`*_env`, the `OTEL_*` ones: web search's key and secret, the console's
-session secret among them), key files, the usage database's URL,
-tokenizer and tiktoken files, the tracing packages, each upstream's headers, TLS files and
+session secret among them), key files, the usage database's URL, tokenizer and tiktoken files,
+the owners' salt in `files.dir`, the tracing packages, each upstream's headers, TLS files and
 proxy, and the routes. `Gateway` resolves its configuration first, so `dragoman serve`,
 `check` and `models` (and each worker, and each reload) report the same list.
 
@@ -27,7 +27,9 @@ from dragoman.assembly.routing import Counter, load_counters
 from dragoman.assembly.tracing import resolve_tracing
 from dragoman.core.config import Config, ConfigError, api_keys_enabled
 from dragoman.core.config_keys import key_tenants, server_api_keys, usage_admin_keys
+from dragoman.core.owners import load_salt
 from dragoman.core.redaction import Redactor
+from dragoman.files.store import FileStore
 from dragoman.routes.settings import check as check_routes
 from dragoman.upstream.client import HttpClient
 
@@ -43,6 +45,7 @@ class Settings:
     tenants: dict[str, str]  # each tenant key's tenant
     admin_keys: frozenset[str]
     counters: dict[str, Counter]  # each model's own token counter, by model name
+    owner_salt: bytes | None = None  # names the owners of files and batches; None: no owner is named
 
 
 def resolve(config: Config, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -62,10 +65,11 @@ def resolve(config: Config, environ: Mapping[str, str] = os.environ) -> Settings
     for name, upstream in config.upstreams.items():  # its headers, TLS files and proxy: as building it checks them
         _collect(problems, None, lambda: HttpClient(name, upstream, upstream.api_key, redactor=Redactor()))  # noqa: B023
     check_routes(config.routes, config.models, config.fallbacks, problems)
+    salt = _collect(problems, None, lambda: _owner_salt(config, api_keys))
     if problems:
         raise ConfigError(problems)
     return Settings(config=msgspec.structs.replace(config, tracing=tracing), api_keys=api_keys, tenants=tenants,
-                    admin_keys=admin_keys, counters=counters)  # fmt: skip
+                    admin_keys=admin_keys, counters=counters, owner_salt=salt)  # fmt: skip
 
 
 def _collect(problems: list[str], instead: T, step: Callable[[], T]) -> T:
@@ -75,6 +79,18 @@ def _collect(problems: list[str], instead: T, step: Callable[[], T]) -> T:
     except ConfigError as error:
         problems += error.problems
         return instead
+
+
+def _owner_salt(config: Config, api_keys: frozenset[str]) -> bytes | None:
+    """The salt in `files.dir`, made there at the first start, where keys name owners (client
+    keys, or keys made at run time; not `share_between_keys`): a gateway without keys writes
+    nothing at start."""
+    if config.server.share_between_keys or not (api_keys or api_keys_enabled(config)):
+        return None
+    try:
+        return load_salt(FileStore.directory(config.files))
+    except OSError as error:
+        raise ConfigError(f"files.dir: cannot keep the gateway's owner salt there: {error}") from None
 
 
 def _with_environment(config: Config, environ: Mapping[str, str], problems: list[str]) -> Config:

@@ -125,7 +125,7 @@ class Reloader:
         log.info("SIGHUP: reading the configuration again")
         try:
             config = await asyncio.to_thread(self._load)
-            new = Gateway(config)  # what only building it can check (tokenizer files, the owners' salt)
+            new = Gateway(config)  # resolved first: every problem (variables, files, the owners' salt) in one error
         except ConfigError as error:
             log.error("SIGHUP: the new configuration is refused; the old one serves on. %s", error)
             return False

@@ -124,3 +124,26 @@ def test_server_tool_and_console_secrets_are_read_once_and_written_in() -> None:
     assert (resolved.web_search.api_key, resolved.web_search.secret) == ("tvly-1", "shared")
     assert (resolved.web_search.api_key_env, resolved.web_search.secret_env) == (None, None)
     assert (resolved.console.session_secret, resolved.console.session_secret_env) == ("c" * 16, None)
+
+
+def test_a_files_directory_that_cannot_keep_the_salt_is_reported_with_the_rest(tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    config = from_dict({
+        "upstreams": UPSTREAM,
+        "server": {"api_keys": ["k"]},
+        "files": {"dir": str(blocked / "files")},
+        "models": [{"name": "m", "upstream": "local", "tokenizer": str(tmp_path / "no-tokenizer")}],
+    })  # fmt: skip
+    with pytest.raises(ConfigError) as caught:
+        resolve(config, {})
+    assert [p.split(":")[0] for p in caught.value.problems] == ["models.0.tokenizer", "files.dir"]
+    assert "cannot keep the gateway's owner salt there" in caught.value.problems[1]
+
+
+def test_the_salt_is_read_where_keys_name_owners_only(tmp_path: Path) -> None:
+    keyed = from_dict({"upstreams": UPSTREAM, "server": {"api_keys": ["k"]}, "files": {"dir": str(tmp_path / "f")}})
+    salt = resolve(keyed, {}).owner_salt
+    assert salt is not None and resolve(keyed, {}).owner_salt == salt  # made once, then read
+    open_to_all = from_dict({"upstreams": UPSTREAM, "files": {"dir": str(tmp_path / "g")}})
+    assert resolve(open_to_all, {}).owner_salt is None and not (tmp_path / "g").exists()
