@@ -29,6 +29,8 @@ from dragoman.batches.runs import BatchTimings
 from dragoman.batches.service import Batches
 from dragoman.calls.types import Backend, NoModelList, Route, UpstreamModel
 from dragoman.core.capabilities import (
+    REGISTRY_TIMEOUT,
+    REGISTRY_URL,
     Registry,
     needs_refresh,
     refresh_registry,
@@ -65,12 +67,15 @@ LIFECYCLES = frozenset({"active", "deprecated", "retired"})
 
 @dataclass(slots=True)
 class Timings:
-    """How often a gateway asks its upstreams for their models, and for how long; a test sets
-    its own on the gateway (`Gateway.timings`) instead of patching the module's defaults."""
+    """How often a gateway asks its upstreams for their models (and models.dev for its registry),
+    and for how long; a test sets its own on the gateway (`Gateway.timings`) instead of patching
+    the module's defaults."""
 
     rediscover_after: float = REDISCOVER_AFTER
     discovery_timeout: float = DISCOVERY_TIMEOUT
     ready_reuse: float = READY_REUSE
+    registry_url: str = REGISTRY_URL  # where models.dev's registry is fetched (a test's own server)
+    registry_timeout: float = REGISTRY_TIMEOUT
     batches: BatchTimings = field(default_factory=BatchTimings)  # its batches' sweeps and rests
     cool_downs: CoolDowns = field(default_factory=CoolDowns)  # how long its backends pass a failed instance over
 
@@ -211,7 +216,9 @@ class Gateway:
 
     async def refresh_registry(self) -> None:
         if self.registry_file is not None and needs_refresh(self.registry_file):
-            registry = await refresh_registry(self.registry_file)
+            registry = await refresh_registry(
+                self.registry_file, self.timings.registry_timeout, self.timings.registry_url
+            )
             self.registry_missed = registry is None
             if registry is not None:
                 self.router.registry = registry

@@ -20,6 +20,7 @@ from typing import Literal
 log = logging.getLogger("dragoman.registry")
 
 REGISTRY_URL = "https://models.dev/api.json"
+REGISTRY_TIMEOUT = 5.0  # seconds a fetch of it may take
 REFRESH_AFTER = 24 * 3600
 
 # Families known to reason, matched on the model id's last path segment. Qwen3's
@@ -112,7 +113,7 @@ class Unreachable(Exception):
     """models.dev could not be reached: offline, or behind a firewall (the usual case, not news)."""
 
 
-async def refresh_registry(path: Path, timeout: float = 5.0, url: str = REGISTRY_URL) -> Registry | None:
+async def refresh_registry(path: Path, timeout: float = REGISTRY_TIMEOUT, url: str = REGISTRY_URL) -> Registry | None:
     """Fetch the registry (from `url`) into the cache file; None (and a log line) when it failed.
     Out of reach (no network) is a debug line: every start without internet would say it again."""
     try:
@@ -124,7 +125,7 @@ async def refresh_registry(path: Path, timeout: float = 5.0, url: str = REGISTRY
     return None
 
 
-async def fetch_registry(path: Path, timeout: float = 5.0, url: str = REGISTRY_URL) -> Registry:
+async def fetch_registry(path: Path, timeout: float = REGISTRY_TIMEOUT, url: str = REGISTRY_URL) -> Registry:
     """Fetch the registry into the cache file. Raises Unreachable when models.dev is out of
     reach, OSError or ValueError when it answered wrongly or the cache cannot be written."""
     import aiohttp

@@ -9,18 +9,19 @@ from typing import Any
 import anthropic
 import pytest
 
-from dragoman.core import capabilities
+from dragoman.assembly.gateway import Timings
 from tests.support.fakes import FakeUpstream
 from tests.support.servers import GatewayServer, make_config
 from tests.support.thinking_scaffold import MODELS
+
+UNREACHABLE = "http://127.0.0.1:9/api.json"  # where each gateway here looks for models.dev
 
 
 @pytest.fixture(scope="module")
 def _shared(tmp_path_factory) -> Iterator[tuple[FakeUpstream, dict]]:
     with pytest.MonkeyPatch.context() as patch:
-        # No real models.dev cache or fetch: an empty cache dir and an unreachable URL.
+        # No real models.dev cache or fetch: an empty cache dir and an unreachable URL (`UNREACHABLE`).
         patch.setenv("DRAGOMAN_CACHE_DIR", str(tmp_path_factory.mktemp("registry")))
-        patch.setattr(capabilities, "REGISTRY_URL", "http://127.0.0.1:9/api.json")
         fake = FakeUpstream().start()
         gateways: dict = {}
         try:
@@ -52,7 +53,8 @@ def gw(_shared, fake) -> Callable[..., anthropic.Anthropic]:
         if key not in gateways:
             models = [{"upstream": "default", **m} for m in MODELS]
             gateways[key] = GatewayServer(
-                make_config(fake.url, server=server, upstream={"flavor": flavor}, models=models)
+                make_config(fake.url, server=server, upstream={"flavor": flavor}, models=models),
+                timings=Timings(registry_url=UNREACHABLE),
             ).start()
         return anthropic.Anthropic(base_url=gateways[key].url, api_key="test-key", max_retries=0)
 

@@ -17,7 +17,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.core import capabilities
+from dragoman.assembly.gateway import Timings
 from tests.support.fakes import completion
 from tests.support.thinking_scaffold import (
     ANSWER,
@@ -163,9 +163,8 @@ def test_a_model_the_fetched_registry_lists_as_reasoning_gets_reasoning_controls
     registry = _RegistryServer({"acme": {"models": {"acme/house-model": {"reasoning": True}}}})
     try:
         monkeypatch.setenv("DRAGOMAN_CACHE_DIR", str(tmp_path / "fresh"))
-        monkeypatch.setattr(capabilities, "REGISTRY_URL", registry.url)
         upstream.models = [{"id": "house-model", "object": "model", "owned_by": "vllm"}]
-        gateway = make_gateway(upstream={"flavor": "vllm"})
+        gateway = make_gateway(upstream={"flavor": "vllm"}, timings=Timings(registry_url=registry.url))
         gateway.wait_discovered()
         router = gateway.app.state.gateway.router
         eventually(lambda: router.registry.lookup("house-model") is True, "the fetched registry is read")
@@ -190,12 +189,10 @@ def test_an_unanswering_registry_does_not_slow_requests(make_gateway, upstream, 
     silent.listen(8)
     try:
         monkeypatch.setenv("DRAGOMAN_CACHE_DIR", str(tmp_path / "empty"))
-        monkeypatch.setattr(capabilities, "REGISTRY_URL", f"http://127.0.0.1:{silent.getsockname()[1]}/api.json")
-        monkeypatch.setattr(
-            capabilities.refresh_registry, "__defaults__", (60.0,)
-        )  # a request that waited for it would fail
+        hanging = Timings(registry_url=f"http://127.0.0.1:{silent.getsockname()[1]}/api.json",
+                          registry_timeout=60.0)  # a request that waited for it would fail  # fmt: skip
         upstream.models = [{"id": "Qwen/Qwen3-8B", "object": "model", "owned_by": "vllm"}]
-        gateway = make_gateway(upstream={"flavor": "vllm"})
+        gateway = make_gateway(upstream={"flavor": "vllm"}, timings=hanging)
         gateway.wait_discovered()
         client = anthropic.Anthropic(
             base_url=gateway.url, api_key="k", max_retries=0, timeout=10.0
