@@ -9,7 +9,9 @@ import sys
 import anthropic
 import pytest
 
+from dragoman.assembly.gateway import Timings
 from dragoman.core.config_load import from_dict
+from dragoman.upstream.client import Waits
 from tests.support.fakes import completion
 from tests.support.servers import GatewayServer
 from tests.support.waiting import eventually
@@ -114,7 +116,7 @@ def test_a_replica_that_never_answers_holds_neither_the_probe_nor_the_requests(n
         try:
             client = anthropic.Anthropic(
                 base_url=gateway.url, api_key="k", max_retries=0, timeout=8
-            )  # below PROBE_TIMEOUT, far below first_byte_timeout
+            )  # below the probe's own time (`Waits.probe`), far below first_byte_timeout
             for _ in range(3):  # the hung instance is passed over for a while after the probe found it silent
                 message = client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
                 assert message.content[0].text == ("Hi" if healthy == "native" else "Hello!")
@@ -123,17 +125,14 @@ def test_a_replica_that_never_answers_holds_neither_the_probe_nor_the_requests(n
             gateway.stop()
 
 
-def test_a_probe_no_instance_answers_fails_in_its_own_time_and_decides_nothing(monkeypatch):
-    from dragoman.backends import auto
-
-    monkeypatch.setattr(auto, "PROBE_TIMEOUT", 0.3)
+def test_a_probe_no_instance_answers_fails_in_its_own_time_and_decides_nothing():
     with socket.socket() as hung:  # connections are accepted (by the kernel), never answered
         hung.bind(("127.0.0.1", 0))
         hung.listen(16)
         config = from_dict({"server": {"default_model": "m"}, "upstreams": {"up": {"url": f"http://127.0.0.1:{hung.getsockname()[1]}",
                             "protocol": "auto", "max_retries": 0, "first_byte_timeout": 600}},
                             "models": [{"name": "m", "upstream": "up", "upstream_model": "test-model"}]})  # fmt: skip
-        gateway = GatewayServer(config).start()
+        gateway = GatewayServer(config, timings=Timings(waits=Waits(probe=0.3))).start()
         try:
             client = anthropic.Anthropic(
                 base_url=gateway.url, api_key="k", max_retries=0, timeout=5

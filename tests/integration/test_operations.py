@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from dragoman.assembly.gateway import Timings
+from dragoman.upstream.client import Waits
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 from tests.support.waiting import eventually
@@ -257,15 +258,11 @@ def test_a_discovery_that_times_out_says_so_in_the_log(make_gateway, caplog):
 
 
 @pytest.mark.parametrize("starting", [True, False], ids=["one-answers-503", "none-answers"])
-def test_discovery_logs_what_the_model_list_saw(gateway_from, monkeypatch, caplog, starting):
+def test_discovery_logs_what_the_model_list_saw(gateway_from, caplog, starting):
     """One instance hangs, the other answers its model list 503 (still starting): the log says
     503, not that nothing answered (discovery's own 5 s used to cut the model list's 10 s short).
     With no other instance, it is the model list's own limit that the log names."""
-    from dragoman.upstream import client as http
-    from dragoman.upstream import hedge
-
-    monkeypatch.setattr(http, "MODEL_LIST_TIMEOUT", 0.5)  # raises if it is renamed
-    monkeypatch.setattr(hedge, "HEDGE_AFTER", 0.05)
+    quick = Timings(waits=Waits(model_list=0.5, hedge_after=0.05))
     other = FakeAnthropic().start()
     other.models_down = True
     with (
@@ -285,7 +282,8 @@ def test_discovery_logs_what_the_model_list_saw(gateway_from, monkeypatch, caplo
                             "protocol": "anthropic",
                         }
                     }
-                }
+                },
+                timings=quick,
             )
             eventually(
                 lambda: any("model discovery" in r.getMessage() for r in caplog.records),

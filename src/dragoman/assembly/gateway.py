@@ -23,7 +23,6 @@ from dragoman.assembly.settings import Settings, resolve
 from dragoman.assembly.threads import ThreadStore
 from dragoman.assembly.tracing import build_tracing
 from dragoman.backends import build
-from dragoman.backends.auto import PROBE_TIMEOUT
 from dragoman.backends.shared import Shared
 from dragoman.batches.runs import BatchTimings
 from dragoman.batches.service import Batches
@@ -45,7 +44,7 @@ from dragoman.keys import wiring as keys
 from dragoman.limits.outages import outage_counter
 from dragoman.routes.table import Routes
 from dragoman.safeguards.service import Safeguards
-from dragoman.upstream.client import MODEL_LIST_TIMEOUT
+from dragoman.upstream.client import MODEL_LIST_TIMEOUT, PROBE_TIMEOUT, Waits
 from dragoman.upstream.replicas import CoolDowns
 from dragoman.usage.stores import writer_for
 from dragoman.usage.writer import UsageWriter
@@ -78,6 +77,7 @@ class Timings:
     registry_timeout: float = REGISTRY_TIMEOUT
     batches: BatchTimings = field(default_factory=BatchTimings)  # its batches' sweeps and rests
     cool_downs: CoolDowns = field(default_factory=CoolDowns)  # how long its backends pass a failed instance over
+    waits: Waits = field(default_factory=Waits)  # how long their model lists and protocol probes wait
 
 
 async def with_tool_support(backend: Backend, models: list[UpstreamModel]) -> list[UpstreamModel]:
@@ -108,7 +108,9 @@ class Gateway:
         settings = settings or resolve(config)
         self.config = config = settings.config
         self.timings = timings or Timings()
-        self.shared = shared or Shared(cool_downs=self.timings.cool_downs)  # once process-global: keys to redact, ...
+        self.shared = shared or Shared(
+            cool_downs=self.timings.cool_downs, waits=self.timings.waits
+        )  # once process-global: keys to redact, ...
         self._clock = self.shared.clock
         self.metrics = metrics or Metrics()
         self.metrics.redactor = self.shared.redactor

@@ -5,7 +5,7 @@ inference for: a server with the route rejects the body (400, 422), a server
 without it answers 404 or 405. It runs once, at discovery or at the first
 request, and again only after it could not reach the upstream.
 
-Requests wait behind the probe, so it is bounded by PROBE_TIMEOUT, not by
+Requests wait behind the probe, so it is bounded by `Waits.probe`, not by
 `first_byte_timeout`, and asks the upstream's instances as a model list does: one
 that hangs or answers something undecided does not decide, nor stall the upstream.
 """
@@ -32,7 +32,6 @@ NOT_SERVED = frozenset({404, 405, 501})
 # without `messages` with a JSON 500). 401, 403, 429, 502-504 and a 500 that is not JSON
 # (a proxy's page) say nothing about the route.
 SERVED = frozenset({200, 400, 413, 422, 500})
-PROBE_TIMEOUT = 10.0  # seconds for an answer from any instance; every request to the upstream waits for it
 
 
 def _judged(status: int, content_type: str) -> bool:
@@ -87,19 +86,20 @@ class AutoBackend:
             if self.chosen is None:
                 # Both key styles: the server's auth must not decide which protocol it speaks.
                 headers = {"authorization": f"Bearer {self._key}"} if self._key else None
+                http = self._passthrough._http
                 try:
-                    status, content_type, _ = await self._passthrough._http.first_answer(
+                    status, content_type, _ = await http.first_answer(
                         b"POST",
                         "/messages",
                         b"{}",
                         headers=headers,
-                        timeout=PROBE_TIMEOUT,
+                        timeout=http.waits.probe,
                         accept=_judged,
                         pass_over_silent=True,
                     )
                 except UpstreamTimeout:  # every instance silent
                     message = (
-                        f"upstream {self.name}: no instance answered the protocol probe within {PROBE_TIMEOUT:g} s"
+                        f"upstream {self.name}: no instance answered the protocol probe within {http.waits.probe:g} s"
                     )
                     raise UpstreamTimeout(message) from None
                 if not _judged(status, content_type):  # 401, 429, 5xx...: ask again next time

@@ -18,6 +18,7 @@ import ssl
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,6 +41,20 @@ MAX_ERROR_BODY = 64 * 1024
 # Seconds a model list may take, every instance together (the hedged GET): what /ready,
 # discovery and `dragoman check` report is what it saw by then (a 503, or no answer).
 MODEL_LIST_TIMEOUT = 5.0
+# Seconds the `auto` protocol probe (backends/auto.py) may take, every instance together:
+# every request to the upstream waits for it.
+PROBE_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Waits:
+    """How long the requests that cost a server nothing (`first_answer`) wait on its instances:
+    the gateway's (`Gateway.timings.waits`), so that a test sets its own instead of patching
+    these defaults."""
+
+    hedge_after: float = hedge.HEDGE_AFTER  # on one instance, before the next is asked too
+    model_list: float = MODEL_LIST_TIMEOUT
+    probe: float = PROBE_TIMEOUT
 
 
 def _encode_headers(headers: dict[str, str]) -> bytes:
@@ -77,6 +92,7 @@ class HttpClient:
         *,
         redactor: Redactor,
         cool_downs: CoolDowns | None = None,  # how long a failed instance is passed over (the gateway's)
+        waits: Waits | None = None,  # how long a model list and the protocol probe wait (the gateway's)
         shown_by: gauges.LoadCollector | None = None,  # the gateway's /metrics of its replicas' load
         auth_header: str = "authorization",
         prefix: str = "",
@@ -84,6 +100,7 @@ class HttpClient:
     ) -> None:
         self.name = name
         self._upstream = upstream
+        self.waits = waits or Waits()
         self.headers = {
             "content-type": "application/json", "accept": "*/*", "accept-encoding": "gzip", "user-agent": f"dragoman/{__version__}",
             **(defaults or {}), **{name.lower(): value for name, value in upstream.headers.items()},
@@ -332,8 +349,8 @@ class HttpClient:
 
     async def get(self, path: str, *, timeout: float | None = None, from_root: bool = False) -> tuple[int, bytes]:
         """A GET (the model list): the first answer below 500 from any instance (`first_answer`),
-        within MODEL_LIST_TIMEOUT unless told otherwise."""
-        timeout = MODEL_LIST_TIMEOUT if timeout is None else timeout
+        within `waits.model_list` unless told otherwise."""
+        timeout = self.waits.model_list if timeout is None else timeout
         status, _, body = await self.first_answer(
             b"GET", path, None, timeout=timeout, from_root=from_root, accept=_below_500
         )
@@ -362,7 +379,8 @@ class HttpClient:
         on_silent = functools.partial(self.replicas.failed, silent=True) if pass_over_silent else None
         return await hedge.first_answer(self.name, self.replicas.order(),
                                         lambda root: self._ask(root, method, target, lines, body, limit),
-                                        timeout=timeout, accept=accept, on_silent=on_silent)  # fmt: skip
+                                        timeout=timeout, accept=accept, on_silent=on_silent,
+                                        hedge_after=self.waits.hedge_after)  # fmt: skip
 
     async def _ask(
         self, root: str, method: bytes, target: str, lines: bytes, body: bytes | None, limit: int | None

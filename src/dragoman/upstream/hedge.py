@@ -25,10 +25,12 @@ async def first_answer(
     timeout: float,
     accept: Callable[[int, str], bool],
     on_silent: Callable[[str], None] | None = None,
+    hedge_after: float = HEDGE_AFTER,
 ) -> Answer:
     """The first answer `accept` takes of `ask` sent to each of `roots`, each once. `timeout`
     bounds the whole; the last failure is raised, or the last answer returned, at the timeout
-    too (an instance that answered 503 is told as such, not as a timeout). `on_silent` is told
+    too (an instance that answered 503 is told as such, not as a timeout); the next instance is
+    asked alongside one still silent after `hedge_after` seconds. `on_silent` is told
     of the instances still silent when one answered. What is still asked at the end is
     cancelled, which closes its connection: the instance stops working on it."""
     waiting = list(roots)
@@ -43,7 +45,7 @@ async def first_answer(
                             root = waiting.pop(0)
                             asking[asyncio.ensure_future(ask(root))] = root
                         done, _ = await asyncio.wait(
-                            asking, timeout=HEDGE_AFTER if waiting else None, return_when=asyncio.FIRST_COMPLETED
+                            asking, timeout=hedge_after if waiting else None, return_when=asyncio.FIRST_COMPLETED
                         )
                         for task in done:
                             root = asking.pop(task)

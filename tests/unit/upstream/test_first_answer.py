@@ -14,16 +14,16 @@ import pytest
 from dragoman.core.config import OpenAIUpstream
 from dragoman.core.errors import UpstreamError
 from dragoman.core.redaction import Redactor
-from dragoman.upstream import hedge
-from dragoman.upstream.client import HttpClient
+from dragoman.upstream.client import HttpClient, Waits
 from dragoman.upstream.replicas import Replicas
 
 Answer = tuple[int, str, bytes]
 
 
-def client(instances: int) -> HttpClient:
+def client(instances: int, waits: Waits | None = None) -> HttpClient:
     roots = [f"http://127.0.0.1:{9 + n}" for n in range(instances)]  # never connected to: `_ask` is replaced
-    return HttpClient("up", OpenAIUpstream(url=roots[0], replicas=roots[1:], max_retries=0), None, redactor=Redactor())
+    upstream = OpenAIUpstream(url=roots[0], replicas=roots[1:], max_retries=0)
+    return HttpClient("up", upstream, None, redactor=Redactor(), waits=waits)
 
 
 def asked_in_turn(up: HttpClient, *answers: Callable[[], Coroutine[Any, Any, Answer]]) -> None:
@@ -70,16 +70,15 @@ async def fails_as_cancelled() -> Answer:
 
 
 @pytest.mark.parametrize("scenario", ["same round", "cancelled"])
-def test_answers_not_taken_are_retrieved_never_logged_later(monkeypatch: pytest.MonkeyPatch, scenario: str) -> None:
+def test_answers_not_taken_are_retrieved_never_logged_later(scenario: str) -> None:
     """The first instance is hedged; the second's answer is taken. What the first ends with,
     an error in the same round ("same round") or one raised as it is cancelled
     ("cancelled"), is not logged later as a task exception never retrieved."""
-    monkeypatch.setattr(hedge, "HEDGE_AFTER", 0.001)
     unretrieved: list[dict[str, Any]] = []
 
     async def main() -> None:
         asyncio.get_running_loop().set_exception_handler(lambda loop, context: unretrieved.append(context))
-        up = client(2)
+        up = client(2, Waits(hedge_after=0.001))
         for _ in range(20):  # a round's answers are looked at in a set's order: each order, most likely
             go = asyncio.Event()
 

@@ -84,7 +84,7 @@ class AnthropicBackend:
         self.name = name
         self._upstream = upstream
         # The url is the SDK's base URL, without /v1; a trailing /v1 is tolerated.
-        self._http = HttpClient(name, upstream, config.upstream_key(upstream), redactor=shared.redactor, cool_downs=shared.cool_downs, shown_by=shared.gauges,
+        self._http = HttpClient(name, upstream, config.upstream_key(upstream), redactor=shared.redactor, cool_downs=shared.cool_downs, waits=shared.waits, shown_by=shared.gauges,
                                 auth_header="x-api-key",
                                 prefix="/v1",
                                 defaults={"anthropic-version": "2023-06-01"})  # fmt: skip
@@ -136,7 +136,7 @@ class AnthropicBackend:
         images are given by URL (fetched here and sent inline)."""
         if self._documents == "auto" and not self._listed and self._may_ask_list() and b'"document"' in call.body:
             with contextlib.suppress(GatewayError):  # what server is it? (not known yet: it was down at start)
-                await self.list_models()  # within the model list's own time (http.MODEL_LIST_TIMEOUT)
+                await self.list_models()  # within the model list's own time (`Waits.model_list`)
         as_text = self._documents_as_text and b'"document"' in call.body
         parts = call.envelope
         images = may_have_url_images(

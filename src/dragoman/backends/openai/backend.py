@@ -82,7 +82,7 @@ class OpenAIBackend:
         self.name = name
         self._upstream = upstream
         self._http = HttpClient(name, upstream, config.upstream_key(upstream), redactor=shared.redactor,
-                                cool_downs=shared.cool_downs, shown_by=shared.gauges,
+                                cool_downs=shared.cool_downs, waits=shared.waits, shown_by=shared.gauges,
                                 prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "")  # fmt: skip
         self._options = Options(
             clock=shared.clock,
