@@ -6,8 +6,8 @@ running at shutdown starts nothing; what is kept of deleted batches stays within
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
+import os
 import shutil
 import threading
 import time
@@ -16,16 +16,17 @@ from typing import Any
 
 import pytest
 
-from dragoman.assembly.gateway import Gateway
+from dragoman.batches.catalog import Catalog
+from dragoman.batches.keeper import Keeper
 from dragoman.batches.runs import BatchTimings, Run, Runner
 from dragoman.batches.service import Batches
 from dragoman.batches.store import BatchDir, BatchStore, Record
 from dragoman.calls.types import Caller, Completed, Outcome, Reply
 from dragoman.core import paging
 from dragoman.core.config import BatchesConfig
-from dragoman.core.config_load import from_dict
 from dragoman.core.errors import InvalidRequest
 from tests.support.helpers import batch_path
+from tests.support.waiting import eventually_async
 
 
 def _batch(
@@ -50,17 +51,22 @@ def _batch(
     return BatchStore(root).create(record, body).path, record
 
 
-def _claim(runner: Runner, root: Path, record: Record) -> Run:
-    from dragoman.batches.store import BatchDir
-
-    where = BatchDir(batch_path(root, record.id))
+def _claim(runner: Runner, root: Path, record: Record, kind: type[BatchDir] = BatchDir) -> Run:
+    where = kind(batch_path(root, record.id))
     run = runner.claim(where, record)
     assert run is not None
     run.open(where.requests())
     return run
 
 
-def test_a_storage_failure_does_not_leak_a_request_slot_of_the_process(tmp_path: Path, monkeypatch) -> None:
+class _FullDisk(BatchDir):
+    """A batch whose results go to a full disk: every write fails with ENOSPC (/dev/full)."""
+
+    def open_results(self) -> int:
+        return os.open("/dev/full", os.O_WRONLY)
+
+
+def test_a_storage_failure_does_not_leak_a_request_slot_of_the_process(tmp_path: Path) -> None:
     """Batch X holds both slots; batch A's two requests wait for one. X's first request ends:
     A's r0 takes the slot, is answered at once, gives the slot to A's r1, and its result
     cannot be stored. The run cancels r1, which had just been handed the slot: the slot comes
@@ -69,37 +75,27 @@ def test_a_storage_failure_does_not_leak_a_request_slot_of_the_process(tmp_path:
     _, x_record = _batch(root, "x", 2)
     _, a_record = _batch(root, "a", 2)
     config = BatchesConfig(max_concurrent=2, dir=str(root))
-    gates = {("msgbatch_01x", "r0"): asyncio.Event, ("msgbatch_01x", "r1"): asyncio.Event}
-    failed: list[str] = []
-    real_settle = Run.settle
 
-    def settle(self: Run, custom_id: str, outcome: str, result: bytes) -> None:
-        if self.record.id == a_record.id and not failed:
-            failed.append(custom_id)
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real_settle(self, custom_id, outcome, result)
-
-    monkeypatch.setattr(Run, "settle", settle)
-
-    async def main() -> int:
-        events = {key: make() for key, make in gates.items()}
-        runner = Runner(_GatedPath(events), _NoRecorder(), config, lambda *_: None, lambda: None,
+    async def main() -> tuple[Runner, int]:
+        path = _GatedPath({(x_record.id, "r0"): asyncio.Event(), (x_record.id, "r1"): asyncio.Event()})
+        runner = Runner(path, _NoRecorder(), config, lambda *_: None, lambda: None,
                         BatchTimings(rest_after_failure=0.0))  # fmt: skip
         x = _claim(runner, root, x_record)
         runner.start(x)
-        await asyncio.sleep(0.05)  # X's two requests hold both slots
-        a = _claim(runner, root, a_record)
+        await eventually_async(lambda: len(path.asked) == 2, "X's two requests hold both slots")
+        a = _claim(runner, root, a_record, _FullDisk)
         runner.start(a)
-        await asyncio.sleep(0.05)  # A's two requests wait for a slot
-        events[("msgbatch_01x", "r0")].set()
+        slots = runner._slots
+        assert slots is not None
+        await eventually_async(lambda: len(slots._waiters or ()) == 2, "A's two requests wait for a slot")
+        path.events[(x_record.id, "r0")].set()
         await asyncio.wait_for(a.task, 5)  # type: ignore[arg-type]
-        events[("msgbatch_01x", "r1")].set()
+        path.events[(x_record.id, "r1")].set()
         await asyncio.wait_for(x.task, 5)  # type: ignore[arg-type]
-        assert runner._slots is not None
-        return runner._slots._value
+        return runner, slots._value
 
-    free = asyncio.run(main())
-    assert failed, "the storage failure was not reached"
+    runner, free = asyncio.run(main())
+    assert a_record.id in runner.resting, "the storage failure was not reached"  # the run rests after it
     assert free == 2, f"after every run ended, {free} of 2 request slots are free: {2 - free} leaked"
 
 
@@ -133,11 +129,13 @@ class _GatedPath:
 
     def __init__(self, events: dict[tuple[str, str], asyncio.Event]) -> None:
         self.events = events
+        self.asked: list[tuple[str, str]] = []  # (batch, custom_id) of each request sent, in turn
 
     async def prepare(self, body: bytes, *, endpoint: str, headers: Any, caller: Caller, outcome: Outcome) -> Any:
         return headers["x-batch"], json.loads(body)["metadata"]["user_id"]  # (batch, custom_id): see _batch
 
     async def send(self, prepared: Any, *, endpoint: str) -> Reply:
+        self.asked.append(prepared)
         event = self.events.get(prepared)
         if event is not None:
             await event.wait()
@@ -145,8 +143,10 @@ class _GatedPath:
 
 
 class _NoRecorder:
-    def record(self, outcome: Outcome) -> None:
-        pass
+    """Records nothing: each request's outcome ends unrecorded (`batches.requests.Recorder`)."""
+
+    def outcome(self, request_id: str, endpoint: str) -> Outcome:
+        return Outcome(request_id=request_id, endpoint=endpoint)
 
 
 class _Loop:
@@ -183,12 +183,8 @@ def test_a_claim_that_fails_after_locking_does_not_keep_the_batch_forever(tmp_pa
     (path / "canceled").mkdir()
     batches = _batches(root, max_concurrent=2)
     started = _swept(batches)
-    from dragoman.batches.store import BatchDir
-
     other = BatchDir(path).try_lock()  # what another process's sweep would do
     if other is not None:
-        import os
-
         os.close(other)
     assert started or not batches._runner.holds(record.id), (
         f"not started, yet held by this process (room now {batches._runner.room()} of 2); another process can lock it: {other is not None}"
@@ -213,8 +209,6 @@ def test_one_unreadable_cancel_marker_does_not_stop_younger_batches_from_startin
 def test_stopped_batches_end_in_the_sweep_one_at_a_time(tmp_path: Path) -> None:
     """40 batches that expired while no process ran them: the sweep ends each one itself
     (every request `expired`), holding one batch's files at a time, and starts none."""
-    import os
-
     root = tmp_path / "b"
     for i in range(40):
         _batch(root, f"late{i:02d}", 3, created=time.time() - 7200 + i, expires_in=3600)  # all expired
@@ -255,43 +249,45 @@ def test_one_batch_whose_lock_cannot_be_opened_does_not_stop_the_others_being_ta
     assert [run.record.id for run in _swept(batches)] == [good]
 
 
+class _SlowListing(BatchStore):
+    """A directory whose listing takes until `go` (a large directory): a sweep still in its
+    thread, `listing` once it has begun."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.listing, self.go = threading.Event(), threading.Event()
+
+    def batches(self, owner: str | None = None) -> list[BatchDir]:
+        self.listing.set()
+        self.go.wait(5)
+        return super().batches(owner)
+
+
 def test_a_sweep_still_running_at_shutdown_starts_no_batch(tmp_path: Path) -> None:
-    """A sweep still in its thread when the gateway closes starts no batch (nor leaks one)."""
+    """A sweep still in its thread when the keeper closes starts no batch (nor leaks one)."""
     root = tmp_path / "batches"
     batch_id = _batch(root, "orphan", 2)[1].id
-    config = from_dict(
-        {
-            "server": {"registry_cache": ""},
-            "batches": {"dir": str(root)},
-            "upstreams": {"default": {"url": "http://127.0.0.1:9", "max_retries": 0}},
-        }
-    )
+    store = _SlowListing(root)
+    path = _GatedPath({})
 
-    async def main() -> list[str]:
-        gateway = Gateway(config)
-        batches = gateway.batches
-        entered, go = threading.Event(), threading.Event()
-        real_batches = batches._store.batches
+    async def main() -> tuple[list[str], bool]:
+        runner = Runner(path, _NoRecorder(), BatchesConfig(dir=str(root)), lambda *_: None, lambda: None)
+        keeper = Keeper(Catalog(store, 3600.0), runner)
+        keeper.start()
+        await asyncio.to_thread(store.listing.wait, 5)
+        closing = asyncio.ensure_future(keeper.close())  # what the gateway's close does at shutdown
+        await asyncio.sleep(0)  # one turn of the loop: the close's first step marks the keeper closing
+        store.go.set()
+        await asyncio.wait_for(closing, 10)  # it waits for the sweep's thread
+        started = list(runner.runs)
+        await runner.close()
+        return started, runner.holds(batch_id)
 
-        def slow_batches(owner: str | None = None) -> list[BatchDir]:  # a sweep that takes a while (a large directory)
-            entered.set()
-            go.wait(5)
-            return real_batches(owner)
-
-        batches._store.batches = slow_batches  # type: ignore[method-assign]
-        await batches.start()
-        await asyncio.to_thread(entered.wait, 5)
-        await gateway.close()  # what the lifespan does at shutdown
-        go.set()
-        await asyncio.sleep(0.5)
-        started = list(batches._runner.runs)
-        await batches._runner.close()
-        return started
-
-    started = asyncio.run(main())
+    started, held = asyncio.run(main())
     results = batch_path(root, batch_id) / "results.jsonl"
     written = results.read_bytes() if results.exists() else b""
-    assert started == [] and written == b"", f"started after shutdown: {started}; results written: {written[:300]!r}"
+    assert started == [] and not held and path.asked == [], f"started after shutdown: {started}, asked {path.asked}"
+    assert written == b"", f"results written after shutdown: {written[:300]!r}"
 
 
 def test_deleted_batches_are_kept_within_a_bound_and_a_cursor_naming_a_recent_one_still_places(
