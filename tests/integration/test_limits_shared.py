@@ -16,8 +16,8 @@ from typing import Any
 import anthropic
 import pytest
 
+from dragoman.assembly.gateway import Timings
 from dragoman.core.config_load import from_dict
-from dragoman.limits import redis_store
 from tests.support.fakes import FakeUpstream, Reply, completion
 from tests.support.redis_server import RedisProcess
 from tests.support.servers import GatewayServer, start_serving
@@ -94,13 +94,13 @@ def test_two_gateways_sharing_redis_enforce_one_limit(workers, tmp_path, redis_u
     assert len(upstream.requests) == statuses.count(200)  # a refusal never reached the backend
 
 
-def test_redis_killed_mid_test_fails_no_request_under_fail_open(monkeypatch, upstream):
-    monkeypatch.setattr(redis_store, "RETRY_AFTER", 0.0)  # ask Redis again at the next request
+def test_redis_killed_mid_test_fails_no_request_under_fail_open(upstream):
     own = RedisProcess().start()
     config = from_dict({"server": {"api_keys": ["sk-shared"]},
                         "limits": {"requests_per_minute": 6, "redis_url": own.url, "on_redis_error": "fail_open"},
                         "upstreams": {"default": {"url": upstream.url, "max_retries": 0}}})  # fmt: skip
-    gateway = GatewayServer(config).start()
+    again_at_once = Timings(redis_retry_after=0.0)  # ask Redis again at the next request
+    gateway = GatewayServer(config, timings=again_at_once).start()
     client = anthropic.Anthropic(base_url=gateway.url, api_key="sk-shared", max_retries=0)
 
     def ask() -> Any:

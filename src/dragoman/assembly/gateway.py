@@ -78,6 +78,7 @@ class Timings:
     batches: BatchTimings = field(default_factory=BatchTimings)  # its batches' sweeps and rests
     cool_downs: CoolDowns = field(default_factory=CoolDowns)  # how long its backends pass a failed instance over
     waits: Waits = field(default_factory=Waits)  # how long their model lists and protocol probes wait
+    redis_retry_after: float | None = None  # seconds its limits wait after a Redis failure; None: their default
 
 
 async def with_tool_support(backend: Backend, models: list[UpstreamModel]) -> list[UpstreamModel]:
@@ -146,7 +147,7 @@ class Gateway:
         self.owners = Owners(settings.owner_salt)  # read (or made) by resolve, where keys name owners
         self.files = FileStore(config.files, self.owners)
         self.threads = ThreadStore()
-        self.limits = keys.limits(config, self.keyring, self.metrics.registry)
+        self.limits = keys.limits(config, self.keyring, self.metrics.registry, self.timings.redis_retry_after)
         self.routes = Routes.build(config, self.route, self.metrics.registry, self.limiters)  # [[routes]], fallbacks
         if self.routes is not None:
             self.metrics.sinks.append(self.routes.finished)

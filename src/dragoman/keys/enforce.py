@@ -47,12 +47,14 @@ class KeyedLimits(Limits):
         return await super().admit(key_id, grant.tenant, call, endpoint, grant.limits, extras)
 
 
-def build(config: Config, ring: Keyring, registry: CollectorRegistry | None = None) -> Limits | None:
+def build(
+    config: Config, ring: Keyring, registry: CollectorRegistry | None = None, redis_retry_after: float | None = None
+) -> Limits | None:
     """The gateway's limits: [limits] and, when keys are made at run time, the keys' rules.
     None when there is nothing to apply."""
     if ring.store is None:
-        return gate.build(config.limits, registry)
-    keyed = gate.build(config.limits, registry, cls=KeyedLimits)
+        return gate.build(config.limits, registry, redis_retry_after=redis_retry_after)
+    keyed = gate.build(config.limits, registry, cls=KeyedLimits, redis_retry_after=redis_retry_after)
     assert isinstance(keyed, KeyedLimits)
     keyed.ring = ring
     keyed.prices = money.Prices.of(config.models)

@@ -37,8 +37,10 @@ def prices(config: Config) -> money.Prices:
     return money.Prices.of(config.models)
 
 
-def limits(config: Config, ring: Keyring, registry: CollectorRegistry | None) -> Limits | None:
-    return enforce.build(config, ring, registry)
+def limits(
+    config: Config, ring: Keyring, registry: CollectorRegistry | None, redis_retry_after: float | None = None
+) -> Limits | None:
+    return enforce.build(config, ring, registry, redis_retry_after)
 
 
 def seeding(ring: Keyring, limits: Limits | None, usage: UsageWriter | None, config: Config) -> None:

@@ -342,9 +342,14 @@ def _values(own: LimitSet, path: str, base: LimitSet | None = None, base_path: s
 
 
 def build(
-    config: LimitsConfig, registry: CollectorRegistry | None = None, *, cls: type[Limits] | None = None
+    config: LimitsConfig,
+    registry: CollectorRegistry | None = None,
+    *,
+    cls: type[Limits] | None = None,
+    redis_retry_after: float | None = None,
 ) -> Limits | None:
-    """The gateway's limits, or None when none are configured (`cls`: a subclass, built always)."""
+    """The gateway's limits, or None when none are configured (`cls`: a subclass, built always;
+    `redis_retry_after`: seconds after a Redis failure before it is asked again, if not the default)."""
     if not config.enabled and cls is None:
         return None
     cls = cls or Limits
@@ -352,13 +357,14 @@ def build(
     if config.redis_url:
         from dragoman.limits.outages import outage_counter
         from dragoman.limits.redis_slots import SharedConcurrency
-        from dragoman.limits.redis_store import RedisStore
+        from dragoman.limits.redis_store import RETRY_AFTER, RedisStore
 
         errors = Counter("dragoman_limits_store_errors", "Redis failures met by the limits (fail_open served on)",
                          registry=registry) if registry is not None else None  # fmt: skip
         store = RedisStore(config.redis_url, prefix=config.redis_prefix, timeout=config.redis_timeout,
                            fail_open=config.on_redis_error == "fail_open",
                            on_error=errors.inc if errors is not None else lambda: None,
-                           on_outage=outage_counter(registry, config.on_redis_error))  # fmt: skip
+                           on_outage=outage_counter(registry, config.on_redis_error),
+                           retry_after=RETRY_AFTER if redis_retry_after is None else redis_retry_after)  # fmt: skip
         return cls(config, store, registry, concurrency=SharedConcurrency(store))
     return cls(config, LocalStore(), registry)

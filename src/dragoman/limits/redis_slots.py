@@ -4,7 +4,7 @@ A request holds a lease (a random member, scored by when it lapses) from the mom
 is admitted to its end; one script call takes a lease if fewer than the limit are held,
 dropping lapsed ones first, and one more (not waited for) gives it back. A full set is
 asked again every `POLL` to `POLL_MAX` seconds until `queue_timeout`; a client that
-hangs up stops asking. A process that dies leaves its leases to lapse after `LEASE`
+hangs up stops asking. A process that dies leaves its leases to lapse after `lease`
 seconds, and a request that runs longer than that stops counting (a stream of more than
 ten minutes lets one more in).
 
@@ -42,8 +42,9 @@ return 1
 class SharedConcurrency:
     """The same calls as `slots.Concurrency`, with the slots in Redis."""
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: RedisStore, lease: float = LEASE) -> None:
         self._store = store
+        self._lease = lease  # seconds a lease lasts unless given back
         self._redis: redis.asyncio.Redis = store.client
         self._acquire = store.script(ACQUIRE)
         self._local = Concurrency()  # while Redis is away, under fail_open
@@ -57,7 +58,9 @@ class SharedConcurrency:
             if self._store.down():
                 return await self._fallback(key, limit, deadline)
             try:
-                taken = await self._acquire(keys=[self._store.prefix + key], args=[limit, lease, int(LEASE * 1000)])
+                taken = await self._acquire(
+                    keys=[self._store.prefix + key], args=[limit, lease, int(self._lease * 1000)]
+                )
             except (RedisError, OSError, TimeoutError) as error:
                 self._store.failed(error, ())
                 return await self._fallback(key, limit, deadline)

@@ -13,7 +13,7 @@ Redis unreachable: `fail_open` serves on buckets in this process, each holding i
 of the rate from the level Redis last reported (`fallback`), `fail_closed` answers 503;
 logged once per outage, failed calls counted in `dragoman_limits_store_errors` and the
 requests so decided in `dragoman_store_outage_requests`. Either
-way Redis is tried again after `RETRY_AFTER` seconds, so the gateway recovers by itself.
+way Redis is tried again after `retry_after` seconds, so the gateway recovers by itself.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ def _ms(seconds: float) -> int:
 class RedisStore:
     def __init__(self, url: str, *, prefix: str, timeout: float, fail_open: bool,
                  on_error: Callable[[], None] = lambda: None,
-                 on_outage: Callable[[str], None] = lambda decision: None) -> None:  # fmt: skip
+                 on_outage: Callable[[str], None] = lambda decision: None,
+                 retry_after: float = RETRY_AFTER) -> None:  # fmt: skip
         # No retries of its own, whatever redis-py's default (it has changed between versions): a
         # failure is answered at once under on_redis_error, not after seconds of backoff.
         self.client = redis.asyncio.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
@@ -128,6 +129,7 @@ class RedisStore:
         logging.getLogger("redis").setLevel(logging.ERROR)  # its own lines quieted: one warning per outage here
         self._local = LocalStore()  # while Redis is away, under fail_open
         self._down_until: float | None = None  # set while Redis is failing
+        self._retry_after = retry_after  # seconds after a failure before Redis is asked again
         self._queued: list[tuple[Want, float]] = []  # settlements waiting for the next round trip
         self._flush: asyncio.TimerHandle | None = None
         self._pending: set[asyncio.Task[None]] = set()
@@ -226,7 +228,7 @@ class RedisStore:
         if self._down_until is None:
             policy = "serving on this process's own buckets" if self.fail_open else "answering 503"
             log.warning("limits: Redis is unreachable (%s); %s until it is back", type(error).__name__, policy)
-        self._down_until = time.monotonic() + RETRY_AFTER
+        self._down_until = time.monotonic() + self._retry_after
 
     def back(self) -> None:
         if self._down_until is not None:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import redis
 
-from dragoman.limits import fallback, redis_slots, redis_store
+from dragoman.limits import fallback, redis_slots
 from dragoman.limits.redis_store import LimitsUnavailable, RedisStore
 from dragoman.limits.store import LocalStore, Want
 from tests.support.redis_server import RedisProcess
@@ -138,13 +138,13 @@ def test_redis_adjusts_and_refunds(redis_url, redis_prefix):
     asyncio.run(run())
 
 
-def test_redis_unreachable_fails_open_and_recovers(monkeypatch):
-    monkeypatch.setattr(redis_store, "RETRY_AFTER", 0.0)
+def test_redis_unreachable_fails_open_and_recovers():
     own = RedisProcess().start()
     errors: list[int] = []
 
     async def run() -> None:
-        store = RedisStore(own.url, prefix="t:", timeout=0.5, fail_open=True, on_error=lambda: errors.append(1))
+        store = RedisStore(own.url, prefix="t:", timeout=0.5, fail_open=True, on_error=lambda: errors.append(1),
+                           retry_after=0.0)  # ask Redis again at the next request  # fmt: skip
         try:
             assert (await store.take([rpm("k", 3)])).admitted
             own.kill()
@@ -283,12 +283,10 @@ def test_a_redis_that_never_answers_counts_as_unreachable(monkeypatch):
     assert len(accepted) == 1  # one attempt: no retries
 
 
-def test_a_shared_lease_never_given_back_lapses(monkeypatch, redis_url, redis_prefix):
-    monkeypatch.setattr(redis_slots, "LEASE", 0.3)  # a process that died holding it
-
+def test_a_shared_lease_never_given_back_lapses(redis_url, redis_prefix):
     async def run() -> None:
         store = shared(redis_url, redis_prefix)
-        slots = redis_slots.SharedConcurrency(store)
+        slots = redis_slots.SharedConcurrency(store, lease=0.3)  # a process that died holding it
         try:
             assert await slots.acquire("k", 1, 0) is not None
             assert await slots.acquire("k", 1, 0) is None  # full, and no queue
