@@ -15,7 +15,7 @@ from typing import Any, Self
 import pytest
 
 from dragoman.upstream.transport.connection import Connection, Response
-from dragoman.upstream.transport.pool import Pool
+from dragoman.upstream.transport.pool import IDLE_LIMIT, Pool
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {"asyncio": asyncio.new_event_loop}
 try:
@@ -139,15 +139,15 @@ class Script:
 
 
 def new_pool(*roots: str, proxies: dict[str, str | None] | None = None, tls: ssl.SSLContext | None = None,
-             connect_timeout: float = 2.0) -> Pool:  # fmt: skip
-    return Pool(list(roots), connect_timeout=connect_timeout, tls=tls, proxies=proxies or {})
+             connect_timeout: float = 2.0, idle_limit: float = IDLE_LIMIT) -> Pool:  # fmt: skip
+    return Pool(list(roots), connect_timeout=connect_timeout, tls=tls, proxies=proxies or {}, idle_limit=idle_limit)
 
 
 @contextlib.asynccontextmanager
-async def scripted_pool(handler: Handler) -> AsyncIterator[tuple[Script, Pool]]:
+async def scripted_pool(handler: Handler, idle_limit: float = IDLE_LIMIT) -> AsyncIterator[tuple[Script, Pool]]:
     """A `Script` server and a pool to it, the pool closed at the end however it ends."""
     async with Script(handler) as server:
-        pool = new_pool(server.root)
+        pool = new_pool(server.root, idle_limit=idle_limit)
         try:
             yield server, pool
         finally:

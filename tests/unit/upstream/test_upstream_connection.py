@@ -10,7 +10,6 @@ import asyncio
 
 import pytest
 
-from dragoman.upstream.transport import pool as pool_module
 from dragoman.upstream.transport.connection import Disconnected, StaleConnection
 from tests.support.peers import (
     Peer,
@@ -262,11 +261,9 @@ def test_the_most_recently_used_idle_connection_is_taken() -> None:
     run(main)
 
 
-def test_a_connection_idle_too_long_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pool_module, "IDLE_LIMIT", 0.0)
-
+def test_a_connection_idle_too_long_is_not_reused() -> None:
     async def main() -> None:
-        async with scripted_pool(answer_each) as (server, pool):
+        async with scripted_pool(answer_each, idle_limit=0.0) as (server, pool):
             assert await get(pool, server.root) == b"ok"
             assert await get(pool, server.root) == b"ok"
             assert len(server.peers) == 2
@@ -275,13 +272,12 @@ def test_a_connection_idle_too_long_is_not_reused(monkeypatch: pytest.MonkeyPatc
     run(main)
 
 
-def test_a_pool_left_idle_closes_its_connections_after_the_idle_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pool_left_idle_closes_its_connections_after_the_idle_limit() -> None:
     """No request comes to take them: the pool's own timer lets them go (the upstream's
     sockets and the gateway's file descriptors are not held for ever)."""
-    monkeypatch.setattr(pool_module, "IDLE_LIMIT", 0.2)
 
     async def main() -> None:
-        async with scripted_pool(answer_each) as (server, pool):
+        async with scripted_pool(answer_each, idle_limit=0.2) as (server, pool):
             first = await pool.request(server.root, b"GET", "/1", b"", None)
             second = await pool.request(server.root, b"GET", "/2", b"", None)
             for response in (first, second):

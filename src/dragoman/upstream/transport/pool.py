@@ -5,7 +5,7 @@ New connections race a host's addresses (IPv6 and IPv4) the happy-eyeballs way (
 8305, with aiohappyeyeballs: uvloop's create_connection tries them one by one, so a
 black-holed address would cost the whole connect timeout). A connection goes back to
 the pool when its response was read to the end and the upstream keeps it open; it is
-reused most-recently-used first, and dropped once idle for IDLE_LIMIT. A request whose
+reused most-recently-used first, and dropped once idle for `idle_limit` (IDLE_LIMIT). A request whose
 pooled connection the upstream closes as it goes out (STALE_WINDOW, before a byte of
 the answer) is sent once more on a new connection.
 """
@@ -153,10 +153,12 @@ class Pool:
         tls: ssl.SSLContext | None,
         proxies: Mapping[str, str | None],
         host: str | None = None,
+        idle_limit: float = IDLE_LIMIT,
     ) -> None:
         self._origins = {root: Origin(root, tls, proxies.get(root), host) for root in roots}
         self._connect_timeout = connect_timeout
-        self._sweep: asyncio.TimerHandle | None = None  # closes connections idle past IDLE_LIMIT
+        self._idle_limit = idle_limit  # seconds a pooled connection may wait for its next request
+        self._sweep: asyncio.TimerHandle | None = None  # closes connections idle past `idle_limit`
         self._closed = False
 
     async def request(
@@ -227,7 +229,7 @@ class Pool:
         conn.idle_since = time.monotonic()
         origin.idle.append(conn)
         if self._sweep is None:  # one timer per pool, not per connection: a pool left idle still lets go of them
-            self._sweep = conn.loop.call_later(IDLE_LIMIT, self._close_stale, conn.loop)
+            self._sweep = conn.loop.call_later(self._idle_limit, self._close_stale, conn.loop)
 
     def _close_stale(self, loop: asyncio.AbstractEventLoop) -> None:
         self._sweep = None
@@ -236,14 +238,14 @@ class Pool:
         for origin in self._origins.values():
             kept = []
             for conn in origin.idle:  # oldest first, as put_back appends
-                if conn.reusable and now - conn.idle_since < IDLE_LIMIT:
+                if conn.reusable and now - conn.idle_since < self._idle_limit:
                     kept.append(conn)
                 else:
                     conn.close()
             origin.idle[:] = kept
             waiting = waiting or bool(kept)
         if waiting:
-            self._sweep = loop.call_later(IDLE_LIMIT / 2, self._close_stale, loop)
+            self._sweep = loop.call_later(self._idle_limit / 2, self._close_stale, loop)
 
     def _take(self, origin: Origin) -> Connection | None:
         idle = origin.idle
@@ -252,7 +254,7 @@ class Pool:
         now = time.monotonic()
         while idle:
             conn = idle.pop()
-            if conn.reusable and now - conn.idle_since < IDLE_LIMIT:
+            if conn.reusable and now - conn.idle_since < self._idle_limit:
                 return conn
             conn.close()
         return None
