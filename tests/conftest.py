@@ -8,6 +8,7 @@ import anthropic
 import pytest
 
 from dragoman.assembly.gateway import Timings
+from dragoman.backends.shared import Shared
 from dragoman.core.config_load import from_dict
 from tests.support import redis_server, servers
 from tests.support.fake_anthropic import FakeAnthropic
@@ -87,8 +88,10 @@ def make_gateway(upstream: FakeUpstream) -> Iterator[Callable[..., GatewayServer
     models=[...], url=...)`; `url` defaults to the fake upstream's. Stopped at teardown."""
     started: list[GatewayServer] = []
 
-    def start(*, url: str | None = None, timings: Timings | None = None, **config: Any) -> GatewayServer:
-        server = GatewayServer(make_config(url or upstream.url, **config), timings=timings).start()
+    def start(
+        *, url: str | None = None, timings: Timings | None = None, shared: Shared | None = None, **config: Any
+    ) -> GatewayServer:
+        server = GatewayServer(make_config(url or upstream.url, **config), timings=timings, shared=shared).start()
         started.append(server)
         return server
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from dragoman.translate import fold
+from dragoman.backends.shared import Shared
 from tests.support.fakes import chunk
 from tests.support.hostile import HostileUpstream
 from tests.support.samples import MiB
@@ -71,11 +71,11 @@ CASES: list[tuple[Callable[[], Iterator[bytes]], int, str]] = [
 
 
 @pytest.mark.parametrize(("answer", "status", "words"), CASES, ids=[case[0].__name__ for case in CASES])
-def test_a_hostile_reply_is_an_envelope_and_the_gateway_serves_on(make_gateway, monkeypatch, answer, status, words):
-    monkeypatch.setattr(fold, "MAX_FOLDED", MiB)  # 64 MiB in earnest: the same path, a shorter run
+def test_a_hostile_reply_is_an_envelope_and_the_gateway_serves_on(make_gateway, answer, status, words):
     hostile = HostileUpstream(answer).start()
     try:
-        gateway = make_gateway(url=hostile.url, models=[{"name": "test-model", "upstream": "default"}])
+        gateway = make_gateway(url=hostile.url, models=[{"name": "test-model", "upstream": "default"}],
+                               shared=Shared(max_folded=MiB))  # 64 MiB in earnest: the same path, a shorter run  # fmt: skip
         response = httpx.post(f"{gateway.url}/v1/messages", json=ASK, headers={"x-api-key": "k"}, timeout=30)
         assert response.status_code == status, response.text
         body = response.json()

@@ -11,8 +11,8 @@ import anthropic
 import httpx
 import pytest
 
+from dragoman.backends.shared import Shared
 from dragoman.core.config_load import from_dict
-from dragoman.translate import fold
 from dragoman.upstream.transport import inflate
 from tests.support.envelopes import error_of
 from tests.support.fake_anthropic import FakeAnthropic, NativeReply
@@ -114,10 +114,11 @@ def test_a_long_reply_read_as_a_stream_folds_whole(gateway, upstream):
 
 
 @pytest.mark.parametrize("kind", ["text", "tool arguments"])
-def test_a_folded_reply_past_its_cap_is_a_502_and_the_gateway_goes_on(gateway, upstream, monkeypatch, kind):
+def test_a_folded_reply_past_its_cap_is_a_502_and_the_gateway_goes_on(make_gateway, upstream, kind):
     """A hostile upstream's endless stream, read for a non-streaming request, ends at MAX_FOLDED
-    (64 MiB; 1 MiB here) with Anthropic's envelope, and closes the upstream request."""
-    monkeypatch.setattr(fold, "MAX_FOLDED", MiB)
+    (64 MiB; 1 MiB here: the gateway's `Shared.max_folded`) with Anthropic's envelope, and
+    closes the upstream request."""
+    gateway = make_gateway(shared=Shared(max_folded=MiB))
     if kind == "text":
         upstream.stream_reply([chunk({"role": "assistant", "content": ""})] + [chunk({"content": "x" * 1024})] * 4096)
     else:

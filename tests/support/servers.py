@@ -17,6 +17,7 @@ import httpx
 import uvicorn
 
 from dragoman.assembly.gateway import Timings
+from dragoman.backends.shared import Shared
 from dragoman.core.config import Config
 from dragoman.core.config_load import from_dict
 from dragoman.server.app import create_app
@@ -152,13 +153,17 @@ class _Server(uvicorn.Server):
 
 class GatewayServer:
     def __init__(
-        self, config: Config, *, http: Any = None, timeout_keep_alive: float = 5, timings: Timings | None = None
-    ) -> None:
+        self, config: Config, *, http: Any = None, timeout_keep_alive: float = 5, timings: Timings | None = None,
+        shared: Shared | None = None,
+    ) -> None:  # fmt: skip
         """`http`: uvicorn's protocol; by default the one `dragoman serve` runs. `timeout_keep_alive`:
         uvicorn's, 5 s as `dragoman serve` leaves it (a float: uvicorn types it int, but tests want less than 1 s).
-        `timings`: the gateway's discovery timings, set before it starts discovering."""
+        `timings`: the gateway's discovery timings, set before it starts discovering; `shared`: its
+        backends' state and limits (`backends.shared.Shared`), other than the defaults."""
         self.config = config
-        self.app = create_app(config, timings=timings)  # first: a config it refuses leaves no socket bound
+        self.app = create_app(
+            config, timings=timings, shared=shared
+        )  # first: a config it refuses leaves no socket bound
         # Bound here and handed to uvicorn: a port picked now and bound only once the server
         # starts could be taken in between by a test in another pytest-xdist worker.
         self._socket = server_socket()

@@ -68,7 +68,8 @@ class Held:
 
 class ThreadStore:
     def __init__(self, *, max_bytes: int = MAX_HELD_BYTES, max_owner_bytes: int = MAX_OWNER_BYTES,
-                 held_for: float = HELD_FOR, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 held_for: float = HELD_FOR, clock: Callable[[], float] = time.monotonic,
+                 max_folded: int = fold.MAX_FOLDED) -> None:  # fmt: skip
         self._held: OrderedDict[tuple[str, str], Held] = OrderedDict()  # oldest first
         self._owned: dict[str, OrderedDict[tuple[str, str], None]] = {}  # each owner's keys, oldest first
         self._owner_bytes: dict[str, int] = {}
@@ -77,6 +78,7 @@ class ThreadStore:
         self._max_owner_bytes = max_owner_bytes
         self._held_for = held_for
         self._clock = clock
+        self.max_folded = max_folded  # characters of a streamed reply held at most (a hostile stream)
 
     def __len__(self) -> int:
         return len(self._held)
@@ -220,7 +222,7 @@ class Turn:
         """Hold the message `stream` carries once its `message_stop` goes by (before the
         client has it: its next turn finds this one held); a stream that ends without one
         ends the turn with nothing held, at the request's end."""
-        folded = _Fold()
+        folded = _Fold(self._store.max_folded)
 
         def seen(chunk: bytes) -> None:
             if not self._ended:
@@ -240,11 +242,12 @@ _DELTA_FIELDS = {"text": "text", "thinking": "thinking", "input": "partial_json"
 class _Fold:
     """The message of an SSE reply, folded from its events as plain JSON. Text and arguments
     are kept as pieces and joined once (`+=` would cost the square of their length); a reply
-    past `fold.MAX_FOLDED` characters is not held."""
+    past `limit` characters (`ThreadStore.max_folded`) is not held."""
 
-    __slots__ = ("_decoder", "_message", "_blocks", "_pieces", "_size", "_stopped", "_broken")
+    __slots__ = ("_decoder", "_message", "_blocks", "_pieces", "_size", "_stopped", "_broken", "_limit")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
         self._decoder = DataDecoder()
         self._message: dict[str, Any] | None = None
         self._blocks: dict[int, dict[str, Any]] = {}
@@ -263,7 +266,7 @@ class _Fold:
             except (msgspec.DecodeError, KeyError, TypeError, ValueError, AttributeError):
                 self._broken = True  # not a stream this can fold: nothing is held
                 return
-        if self._size > fold.MAX_FOLDED:
+        if self._size > self._limit:
             self._broken = True
             self._pieces.clear()
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from dragoman.backends.fetch_budget import Held
 from dragoman.core.offload import Offload
 from dragoman.core.redaction import Redactor
+from dragoman.translate.fold import MAX_FOLDED
 from dragoman.upstream.client import Waits
 from dragoman.upstream.gauges import LoadCollector
 from dragoman.upstream.keepalive import BodyEnds
@@ -33,6 +34,7 @@ class Shared:
     cool_downs: CoolDowns = field(default_factory=CoolDowns)  # how long a failed instance is passed over
     gauges: LoadCollector = field(default_factory=LoadCollector)  # the replicas' own load, for /metrics
     waits: Waits = field(default_factory=Waits)  # how long a model list and the protocol probe wait
+    max_folded: int = MAX_FOLDED  # characters of a reply folded for a non-streaming request, at most
 
     async def close(self) -> None:
         """Nothing outlives the gateway that made it."""

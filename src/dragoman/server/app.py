@@ -20,6 +20,7 @@ from dragoman.assembly.gateway import Gateway, Timings
 from dragoman.assembly.observe import capped, configure_logging
 from dragoman.assembly.pipeline import Endpoint
 from dragoman.assembly.settings import Settings
+from dragoman.backends.shared import Shared
 from dragoman.calls.types import Backend, Outcome
 from dragoman.console.routes import routes as console_routes
 from dragoman.core import ids
@@ -272,12 +273,12 @@ QUIET_LOGGERS = ("pypdf", "multipart", "python_multipart")
 
 
 def create_app(config: Config, *, backends: dict[str, Backend] | None = None, settings: Settings | None = None,
-               timings: Timings | None = None) -> App:  # fmt: skip
+               timings: Timings | None = None, shared: Shared | None = None) -> App:  # fmt: skip
     """The app serving `config` (`settings`: resolved already, else resolved here: a ConfigError
-    listing every problem; `timings`: a test's)."""
+    listing every problem; `timings` and `shared`: a test's)."""
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
-    gateway = Gateway(config, backends, settings=settings, timings=timings)
+    gateway = Gateway(config, backends, shared=shared, settings=settings, timings=timings)
 
     @contextlib.asynccontextmanager
     async def lifespan(starlette: Starlette) -> AsyncIterator[None]:

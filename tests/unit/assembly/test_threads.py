@@ -10,7 +10,6 @@ import pytest
 
 from dragoman.assembly.threads import ThreadError, ThreadNotFound, ThreadStore
 from dragoman.calls.types import Outcome, Streaming
-from dragoman.translate import fold
 
 
 class Clock:
@@ -158,10 +157,9 @@ def test_a_streamed_reply_in_many_pieces_is_held_whole() -> None:
     assert held[1]["input"] == {"a": "cd" * 5000}
 
 
-def test_a_streamed_reply_past_the_fold_cap_is_not_held(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_streamed_reply_past_the_fold_cap_is_not_held() -> None:
     """A hostile upstream's endless stream must not grow a thread's memory without bound."""
-    monkeypatch.setattr(fold, "MAX_FOLDED", 10_000)
-    store = ThreadStore()
+    store = ThreadStore(max_folded=10_000)
     _watch(store, _streamed_reply("msg_1", ["x" * 100] * 101, []))
     with pytest.raises(ThreadNotFound):
         _continue(store, "msg_1")

@@ -96,6 +96,7 @@ class OpenAIBackend:
         self._streams = ChatStreams(name, upstream, self._keepalive, shared.ends)
         self._server = config.server
         self._offload = shared.offload
+        self._max_folded = shared.max_folded
         self._fetched = shared.fetched
         fetch_page, check = (
             page_fetcher(config.server, shared.fetched),
@@ -226,7 +227,7 @@ class OpenAIBackend:
                                         prompt_tokens, headers, _estimate(call, translated.chat))  # fmt: skip
         response = await post
         if upstream_stream:  # read as a stream, folded into one message
-            folder = Folder(upstream=self.name)  # the events folded as they come: none is kept
+            folder = Folder(upstream=self.name, limit=self._max_folded)  # the events folded as they come: none is kept
             translator = StreamTranslator(**reply, redactor=self._http.redactor)
             batches = self._streams.translated(response, translator, call.outcome, _as_events, prompt_tokens)
             async with contextlib.aclosing(batches):  # a reply refused part-way closes its upstream request now
@@ -253,7 +254,7 @@ class OpenAIBackend:
         batches = self._server_tools.run(plan, lambda request: self._events(call, route, request), call.outcome)
         if plan.request.stream:
             return Streaming(_encoded(batches))
-        folder = Folder(upstream=self.name)
+        folder = Folder(upstream=self.name, limit=self._max_folded)
         async with contextlib.aclosing(batches):
             async for batch in batches:
                 folder.feed(batch)
