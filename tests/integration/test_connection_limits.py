@@ -7,6 +7,7 @@ as uvicorn serves them."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import socket
 import time
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dragoman.server.serving import MAX_HEAD_BYTES
+from dragoman.server.serving import MAX_HEAD_BYTES, DirectBodyProtocol
 from tests.support.fakes import FakeUpstream
 from tests.support.servers import GatewayServer, make_config
 from tests.support.waiting import eventually
@@ -258,12 +259,9 @@ def test_a_client_still_sending_its_oversized_headers_gets_the_431_not_a_reset(s
     assert response.startswith(b"HTTP/1.1 431 "), response[:200]
 
 
-def test_a_request_trickling_in_gets_a_408_at_the_total_deadline(start: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_request_trickling_in_gets_a_408_at_the_total_deadline(start: Any) -> None:
     """A byte every 0.1 s keeps the idle timeout from firing; the deadline for the whole request does not move."""
-    import dragoman.server.serving
-
-    monkeypatch.setattr(dragoman.server.serving, "READ_DEADLINE", 0.5)
-    gateway = start()
+    gateway = start(http=functools.partial(DirectBodyProtocol, read_deadline=0.5))
     client = _connect(gateway)
     request = (
         b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n"

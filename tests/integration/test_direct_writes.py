@@ -5,6 +5,7 @@ to have been taken."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import socket
@@ -516,12 +517,10 @@ def _rows(gateway: GatewayServer, prefix: str) -> list[str]:
     ids=["headers", "body"],
 )  # fmt: skip
 def test_a_client_that_stops_sending_its_request_gets_a_408_and_the_connection_closes(
-    upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch, sent: bytes
+    upstream: FakeUpstream, sent: bytes
 ) -> None:
-    import dragoman.server.serving
-
-    monkeypatch.setattr(dragoman.server.serving, "READ_IDLE_TIMEOUT", 0.3)
-    gateway = GatewayServer(make_config(upstream.url)).start()
+    impatient = functools.partial(DirectBodyProtocol, read_idle_timeout=0.3)
+    gateway = GatewayServer(make_config(upstream.url), http=impatient).start()
     try:
         with socket.create_connection(("127.0.0.1", gateway.port)) as client:
             client.settimeout(5)

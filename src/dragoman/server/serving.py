@@ -132,8 +132,8 @@ class DirectBodyProtocol(_Base):
       disconnected. uvicorn marks only the newest, so a client that pipelined a second
       request behind a stream and then went away left the stream writing to a closed
       transport (an exception per write, and the upstream generating for nobody);
-    - a request whose bytes stop coming for `READ_IDLE_TIMEOUT` (part of its headers or
-      of its body), or that has not arrived whole `READ_DEADLINE` after its first byte,
+    - a request whose bytes stop coming for `read_idle_timeout` (part of its headers or
+      of its body), or that has not arrived whole `read_deadline` after its first byte,
       is answered 408 and its connection closed. uvicorn waits forever, so a few stalled
       clients (or clients sending a byte now and then) could hold as many connections as
       they liked. A request that arrives in one read costs no timer;
@@ -157,11 +157,19 @@ class DirectBodyProtocol(_Base):
     """
 
     max_connections = MAX_CONNECTIONS
+    read_idle_timeout = READ_IDLE_TIMEOUT
+    read_deadline = READ_DEADLINE
 
-    def __init__(self, *args: Any, max_connections: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, max_connections: int | None = None, read_idle_timeout: float | None = None,
+                 read_deadline: float | None = None, **kwargs: Any) -> None:  # fmt: skip
+        """Each limit: the module's default unless given (a test's, through a partial)."""
         super().__init__(*args, **kwargs)
         if max_connections is not None:
             self.max_connections = max_connections
+        if read_idle_timeout is not None:
+            self.read_idle_timeout = read_idle_timeout
+        if read_deadline is not None:
+            self.read_deadline = read_deadline
         self._begun = 0.0  # when the request being received began
         self._answering: list[Any] = []  # request cycles whose response is not complete
         self._receiving = False  # between the first byte of a request and its end
@@ -215,7 +223,7 @@ class DirectBodyProtocol(_Base):
         if self._receiving:  # a request arriving in pieces
             self._last_byte = self.loop.time()
             if self._read_timer is None:
-                wait = min(READ_IDLE_TIMEOUT, READ_DEADLINE - (self._last_byte - self._begun))
+                wait = min(self.read_idle_timeout, self.read_deadline - (self._last_byte - self._begun))
                 self._read_timer = self.loop.call_later(max(wait, 0.0), self._check_read)
 
     def _count_head(self, data: bytes) -> tuple[int, bool]:
@@ -270,15 +278,15 @@ class DirectBodyProtocol(_Base):
         if not self._receiving or self.transport.is_closing():
             return
         now = self.loop.time()
-        idle_left = READ_IDLE_TIMEOUT - (now - self._last_byte)
-        total_left = READ_DEADLINE - (now - self._begun)
+        idle_left = self.read_idle_timeout - (now - self._last_byte)
+        total_left = self.read_deadline - (now - self._begun)
         if idle_left > 0 and total_left > 0:
             self._read_timer = self.loop.call_later(min(idle_left, total_left), self._check_read)
             return
         cycle = self.cycle
         if cycle is None or not cycle.response_started:
-            why = (f"no byte of the request for {READ_IDLE_TIMEOUT:g} s" if idle_left <= 0
-                   else f"the request did not arrive whole within {READ_DEADLINE:g} s")  # fmt: skip
+            why = (f"no byte of the request for {self.read_idle_timeout:g} s" if idle_left <= 0
+                   else f"the request did not arrive whole within {self.read_deadline:g} s")  # fmt: skip
             body = RequestTimeout(f"{why}; send it whole").body(None)
             self.transport.write(_TIMED_OUT % (len(body), body))
         self.transport.close()
