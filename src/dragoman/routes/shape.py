@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, TypeVar, overload
 
 import msgspec
 
@@ -28,7 +28,7 @@ class _Tool(msgspec.Struct):
 
 
 class _System(msgspec.Struct):
-    text: Any = None
+    text: msgspec.Raw = msgspec.Raw(b"null")  # decoded for the first block alone
 
 
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -40,6 +40,20 @@ COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking", "o
 _DEFAULTED = frozenset(f.encode_name for f in msgspec.structs.fields(MessagesRequest)
                        if f.default is not None and f.default is not msgspec.NODEFAULT)  # fmt: skip
 _UNKNOWN: Any = object()  # a path the decoded request cannot answer: read the body itself
+T = TypeVar("T")
+
+
+def tool_types(raw: bytes) -> tuple[Any, ...]:
+    """Each tool's `type` in the tools array `raw` (none when it is not a list of objects)."""
+    try:
+        return tuple(t.type for t in _TOOLS.decode(raw))
+    except msgspec.ValidationError:
+        return ()
+
+
+def header_names(names: Iterable[str]) -> dict[bytes, str]:
+    """The headers a route table reads (`names`, lowercase, and those `Shape` reads itself), for `Shape`."""
+    return {name.encode("latin-1"): name for name in sorted({*names, SUBAGENT_HEADER, SESSION_HEADER})}
 
 
 def routed_envelope(names: Iterable[str]) -> type[Envelope]:
@@ -54,22 +68,47 @@ def routed_envelope(names: Iterable[str]) -> type[Envelope]:
     )  # a __dict__ (so tracked by the collector): room for `protocol.blocks.read`
 
 
+class once(Generic[T]):  # noqa: N801  # used as a decorator, like `property`
+    """A fact of the request, computed the first time a condition asks for it, then a plain
+    attribute of the shape (the next route's condition reads it at the cost of a dict lookup)."""
+
+    def __init__(self, compute: Callable[[Any], T]) -> None:
+        self.compute = compute
+        self.name = compute.__name__
+        self.__doc__ = compute.__doc__
+
+    @overload
+    def __get__(self, shape: None, owner: type) -> once[T]: ...
+
+    @overload
+    def __get__(self, shape: object, owner: type | None = None) -> T: ...
+
+    def __get__(self, shape: object, owner: type | None = None) -> T | once[T]:
+        if shape is None:
+            return self
+        value = shape.__dict__[self.name] = self.compute(shape)
+        return value
+
+
 class Shape:
     """One request as conditions test it. `tokens` (and `window`, the context window of the model
-    the request would otherwise get) are filled in by the caller when a condition needs them."""
-
-    __slots__ = ("_body", "_envelope", "_headers", "_parts", "_read", "_request", "effort_budgets", "model", "tokens",
-                 "window")  # fmt: skip
+    the request would otherwise get) are filled in by the caller when a condition needs them.
+    `header_names`: the headers conditions read (lowercase), looked up together the first time;
+    `tools`: how a passed-through body's tools are read (`tool_types`, or the table's `Memo` of it)."""
 
     def __init__(self, model: str, headers: Mapping[str, str], body: bytes, effort_budgets: tuple[int, int] = (2048, 8192),
-                 read: MessagesRequest | Envelope | None = None) -> None:  # fmt: skip
+                 read: MessagesRequest | Envelope | None = None, header_names: Mapping[bytes, str] | None = None,
+                 tools: Callable[[bytes], tuple[Any, ...]] | None = None) -> None:  # fmt: skip
         self.model = model  # the name the client asked for, before aliasing
         self._headers = headers
+        self._header_names = header_names
+        self._tools = tools  # `tool_types`, or a `Memo` of it
+        self._seen: dict[str, str | None] | None = None  # the headers looked up
         self._body = body
         self._request = read if isinstance(read, MessagesRequest) else None  # the body decoded whole
         self._envelope = read if isinstance(read, Envelope) else None
         self._read: dict[str, msgspec.Raw] | None = None  # the body's top-level fields, once scanned
-        self._parts: dict[str, Any] = {}
+        self._parts: dict[Any, Any] = {}
         self.effort_budgets = effort_budgets
         self.tokens: int | None = None
         self.window: int | None = None
@@ -80,7 +119,13 @@ class Shape:
         return self._body
 
     def header(self, name: str) -> str | None:
-        return self._headers.get(name)
+        seen = self._seen
+        if seen is None:
+            seen = self._seen = _picked(self._headers, self._header_names)
+        found = seen.get(name, MISSING)
+        if found is MISSING:  # a name no condition declared
+            found = seen[name] = self._headers.get(name)
+        return found  # type: ignore[no-any-return]
 
     @property
     def _fields(self) -> dict[str, msgspec.Raw]:
@@ -119,106 +164,118 @@ class Shape:
         parts[name] = value
         return value
 
-    @property
+    @once
     def stream(self) -> bool:
-        return self.field("stream") is True
+        core = self._request or self._envelope  # both read `stream` and `max_tokens`
+        return (core.stream if core is not None else self.field("stream")) is True
 
-    @property
+    @once
     def max_tokens(self) -> int:
-        value = self.field("max_tokens")
+        core = self._request or self._envelope
+        value = core.max_tokens if core is not None else self.field("max_tokens")
         return value if isinstance(value, int) else 0
 
-    @property
-    def tool_types(self) -> list[Any]:
-        types = self._parts.get(" tools")
-        if types is None and self._request is not None:
-            types = self._parts[" tools"] = [tool.type for tool in self._request.tools or ()]
-        if types is None:
-            raw = self._envelope.tools if self._envelope is not None else self._fields.get("tools")
-            raw = raw if raw else None  # an envelope without tools holds an empty Raw
-            try:
-                types = [t.type for t in _TOOLS.decode(raw)] if raw is not None else []
-            except msgspec.ValidationError:
-                types = []
-            self._parts[" tools"] = types
-        return types
+    @once
+    def tool_types(self) -> tuple[Any, ...]:
+        """Each tool's `type` (None for most client tools), from a read of the tools without their schemas."""
+        if self._request is not None:
+            return tuple(tool.type for tool in self._request.tools or ())
+        raw = self._envelope.tools if self._envelope is not None else self._fields.get("tools")
+        if not raw:  # an envelope without tools holds an empty Raw
+            return ()
+        return (self._tools or tool_types)(raw)
 
-    @property
+    @once
+    def tool_count(self) -> int:
+        return len(self._request.tools or ()) if self._request is not None else len(self.tool_types)
+
+    @once
     def server_tools(self) -> list[str]:
         """The types of the request's server tools (web_search_20250305, ...): every typed tool but `custom`."""
+        if self._request is not None:
+            return [tool.type for tool in self._request.tools or () if tool.type is not None and tool.type != "custom"]
         return [kind for kind in self.tool_types if isinstance(kind, str) and kind != "custom"]
 
-    @property
+    @once
     def output_format(self) -> str | None:
+        """The structured output's type: `output_config.format`'s, else the older `output_format`'s."""
+        request = self._request
+        if request is not None:
+            config = request.output_config
+            held = config.format if config is not None and config.format is not None else request.output_format
+            return held.type if held is not None else None
         for holder in (self.field("output_config"), {"format": self.field("output_format")}):
             if isinstance(holder, dict) and isinstance(holder.get("format"), dict):
                 kind = holder["format"].get("type")
                 return kind if isinstance(kind, str) else None
         return None
 
-    @property
+    @once
     def thinking_on(self) -> bool:
+        if self._request is not None:
+            return self._request.thinking is not None and self._request.thinking.type in ("enabled", "adaptive")
         thinking = self.field("thinking")
         return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
 
-    @property
+    @once
     def budget(self) -> int | None:
+        if self._request is not None:
+            config = self._request.thinking
+            return config.budget_tokens if config is not None and config.type == "enabled" else None
         thinking = self.field("thinking")
         budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
         return budget if isinstance(budget, int) and thinking.get("type") == "enabled" else None  # type: ignore[union-attr]
 
-    @property
+    @once
     def effort(self) -> str | None:
         """`output_config.effort`, else the effort a `budget_tokens` stands for (server.effort_budgets)."""
-        config = self.field("output_config")
-        if isinstance(config, dict) and isinstance(config.get("effort"), str):
-            return config["effort"]
+        if self._request is not None:
+            config = self._request.output_config
+            effort = config.effort if config is not None else None
+        else:
+            config = self.field("output_config")
+            effort = config.get("effort") if isinstance(config, dict) else None
+        if isinstance(effort, str):
+            return effort
         budget = self.budget
         if budget is None:
             return None
         low, medium = self.effort_budgets
         return "low" if budget <= low else "medium" if budget <= medium else "high"
 
-    @property
+    @once
     def subagent(self) -> bool:
         """Claude Code's subagent requests: its agent header, or the billing block's flag."""
-        if self._headers.get(SUBAGENT_HEADER):
+        if self.header(SUBAGENT_HEADER):
             return True
         if self._request is not None:
             system: Any = self._request.system
+            text = system[0].text if isinstance(system, list) and system else None
         else:
             raw = self._envelope.system if self._envelope is not None else self._fields.get("system")
-            try:
+            try:  # the first block's text alone
                 system = _SYSTEM.decode(raw) if raw else None
-            except msgspec.ValidationError:
+                text = msgspec.json.decode(system[0].text) if isinstance(system, list) and system else None
+            except msgspec.DecodeError:
                 return False
-        text = system[0].text if isinstance(system, list) and system else None
         return (
             isinstance(text, str)
             and text.startswith("x-anthropic-billing-header")
             and bool(_SUBAGENT_FLAG.search(text))
         )
 
-    @property
+    @once
     def images(self) -> bool:
         """Whether any message holds an image block, tool results included."""
-        found = self._parts.get(" images")
-        if found is None:
-            if self._request is not None:
-                found = any(_typed_image(message.content) for message in self._request.messages)
-            else:
-                try:  # an odd shape the pipeline let through: no image that we can see
-                    found = blocks.has_image(blocks.read(self._envelope) if self._envelope is not None
-                                             else blocks.MESSAGES.decode(self._body).messages)  # fmt: skip
-                except msgspec.DecodeError:
-                    found = False
-            self._parts[" images"] = found
-        return found
+        if self._request is not None:
+            return _typed_image(self._request.messages)
+        # an odd shape the pipeline let through: no image that we can see
+        return (blocks.read(self._envelope) if self._envelope is not None else blocks.read_body(self._body)).images
 
     @property
     def session(self) -> str | None:
         """Claude Code's session: its header, else `metadata.user_id` (JSON, or the older `..._session_<id>`)."""
-        header = self._headers.get(SESSION_HEADER)
+        header = self.header(SESSION_HEADER)
         if header:
             return header
         metadata = self.field("metadata")
@@ -260,12 +317,36 @@ class Shape:
 
     def body_at(self, path: tuple[str | int, ...]) -> Any:
         """The body's value at a dotted path (numbers index lists), or MISSING (a JSON null too)."""
+        found = self._parts.get(path, _UNKNOWN)  # a tuple: no field's key
+        if found is not _UNKNOWN:
+            return found
         if not path:
-            return {name: self._raw_field(name) for name in self._fields}
-        value = _UNKNOWN if self._request is None else _typed_at(self._request, path)
-        if value is _UNKNOWN:  # as sent: a struct the core decoded keeps only its own fields
-            value = _walk(self._raw_field(str(path[0])), path[1:])
-        return MISSING if value is None else value
+            found = {name: self._raw_field(name) for name in self._fields}
+        else:
+            found = _UNKNOWN if self._request is None else _typed_at(self._request, path)
+            if found is _UNKNOWN:  # as sent: a struct the core decoded keeps only its own fields
+                found = _walk(self._raw_field(str(path[0])), path[1:])
+            found = MISSING if found is None else found
+        self._parts[path] = found
+        return found
+
+
+def _picked(headers: Mapping[str, str], names: Mapping[bytes, str] | None) -> dict[str, str | None]:
+    """The headers `names` lists (None for those absent), in one pass over the ASGI list when
+    there is one (Starlette's `Headers.raw`): a lookup there costs a scan, and a miss an exception."""
+    if not names:
+        return {}
+    picked: dict[str, str | None] = dict.fromkeys(names.values())
+    raw = getattr(headers, "raw", None)
+    if isinstance(raw, list):
+        for key, value in raw:
+            name = names.get(key)
+            if name is not None and picked[name] is None:  # the first one, as `Headers.get`
+                picked[name] = value.decode("latin-1")
+    else:
+        for name in picked:
+            picked[name] = headers.get(name)
+    return picked
 
 
 def _walk(value: Any, path: tuple[str | int, ...]) -> Any:
@@ -311,11 +392,17 @@ def _decoded(raw: msgspec.Raw) -> Any:
         return None
 
 
-def _typed_image(content: Any) -> bool:
-    for block in content if isinstance(content, list) else ():
-        if isinstance(block, ImageBlock):
-            return True
-        if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
-            if any(isinstance(inner, ImageBlock) for inner in block.content):
+def _typed_image(messages: list[Any]) -> bool:
+    for message in messages:
+        content = message.content
+        if isinstance(content, str):
+            continue
+        for block in content:
+            kind = type(block)  # neither type has subclasses: `is`, where isinstance walks the MRO
+            if kind is ImageBlock:
                 return True
+            if kind is ToolResultBlock and isinstance(block.content, list):
+                for inner in block.content:
+                    if type(inner) is ImageBlock:
+                        return True
     return False
