@@ -2,58 +2,31 @@
 is dropped (the billing block) or the model name is aliased. What the core read of the body
 already (decoded whole on the translating path, its `Envelope` otherwise) is used first; the
 rest is read from the body once, when a condition asks (its top-level fields as raw JSON,
-each decoded on demand).
+each decoded on demand). Each fact is read once (`reading.once`), the first time a condition
+asks for it.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Generic, TypeVar, overload
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import msgspec
 
 from dragoman.protocol import blocks
 from dragoman.protocol.anthropic import Envelope, ImageBlock, MessagesRequest, ToolResultBlock
+from dragoman.routes.reading import SESSION_HEADER, SUBAGENT_HEADER, Reader, flagged, once, picked
 
 MISSING: Any = object()  # what `body_at` finds where the path leads nowhere
-SUBAGENT_HEADER = "x-claude-code-agent-id"
-SESSION_HEADER = "x-claude-code-session-id"
-_SUBAGENT_FLAG = re.compile(r"""cc_is_subagent["']?\s*[=:]\s*["']?true""")
-
-
-class _Tool(msgspec.Struct):
-    type: Any = None
-
-
-class _System(msgspec.Struct):
-    text: msgspec.Raw = msgspec.Raw(b"null")  # decoded for the first block alone
-
-
+READER = Reader()  # a shape's without a table: nothing kept between requests
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_TOOLS = msgspec.json.Decoder(list[_Tool])
 _TYPED = frozenset({"stream", "max_tokens", "thinking", "output_config", "output_format", "metadata"})
-_SYSTEM = msgspec.json.Decoder(list[_System] | str | None)
 _READ = ("metadata", "thinking", "output_config", "output_format", "tool_choice")  # Shape.field, count_body
 COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")  # what a count takes
 _DEFAULTED = frozenset(f.encode_name for f in msgspec.structs.fields(MessagesRequest)
                        if f.default is not None and f.default is not msgspec.NODEFAULT)  # fmt: skip
 _UNKNOWN: Any = object()  # a path the decoded request cannot answer: read the body itself
-T = TypeVar("T")
-
-
-def tool_types(raw: bytes) -> tuple[Any, ...]:
-    """Each tool's `type` in the tools array `raw` (none when it is not a list of objects)."""
-    try:
-        return tuple(t.type for t in _TOOLS.decode(raw))
-    except msgspec.ValidationError:
-        return ()
-
-
-def header_names(names: Iterable[str]) -> dict[bytes, str]:
-    """The headers a route table reads (`names`, lowercase, and those `Shape` reads itself), for `Shape`."""
-    return {name.encode("latin-1"): name for name in sorted({*names, SUBAGENT_HEADER, SESSION_HEADER})}
 
 
 def routed_envelope(names: Iterable[str]) -> type[Envelope]:
@@ -68,48 +41,23 @@ def routed_envelope(names: Iterable[str]) -> type[Envelope]:
     )  # a __dict__ (so tracked by the collector): room for `protocol.blocks.read`
 
 
-class once(Generic[T]):  # noqa: N801  # used as a decorator, like `property`
-    """A fact of the request, computed the first time a condition asks for it, then a plain
-    attribute of the shape (the next route's condition reads it at the cost of a dict lookup)."""
-
-    def __init__(self, compute: Callable[[Any], T]) -> None:
-        self.compute = compute
-        self.name = compute.__name__
-        self.__doc__ = compute.__doc__
-
-    @overload
-    def __get__(self, shape: None, owner: type) -> once[T]: ...
-
-    @overload
-    def __get__(self, shape: object, owner: type | None = None) -> T: ...
-
-    def __get__(self, shape: object, owner: type | None = None) -> T | once[T]:
-        if shape is None:
-            return self
-        value = shape.__dict__[self.name] = self.compute(shape)
-        return value
-
-
 class Shape:
     """One request as conditions test it. `tokens` (and `window`, the context window of the model
     the request would otherwise get) are filled in by the caller when a condition needs them.
-    `header_names`: the headers conditions read (lowercase), looked up together the first time;
-    `tools`: how a passed-through body's tools are read (`tool_types`, or the table's `Memo` of it)."""
+    `reader`: the table's (the headers its conditions read, what it kept of earlier requests)."""
 
-    def __init__(self, model: str, headers: Mapping[str, str], body: bytes, effort_budgets: tuple[int, int] = (2048, 8192),
-                 read: MessagesRequest | Envelope | None = None, header_names: Mapping[bytes, str] | None = None,
-                 tools: Callable[[bytes], tuple[Any, ...]] | None = None) -> None:  # fmt: skip
+    def __init__(self, model: str, headers: Mapping[str, str], body: bytes,
+                 read: MessagesRequest | Envelope | None = None, reader: Reader = READER) -> None:  # fmt: skip
         self.model = model  # the name the client asked for, before aliasing
         self._headers = headers
-        self._header_names = header_names
-        self._tools = tools  # `tool_types`, or a `Memo` of it
+        self._reader = reader
         self._seen: dict[str, str | None] | None = None  # the headers looked up
         self._body = body
         self._request = read if isinstance(read, MessagesRequest) else None  # the body decoded whole
         self._envelope = read if isinstance(read, Envelope) else None
+        self._kept: dict[str, str] | None = getattr(read, "kept", None)  # a routed envelope's fields
         self._read: dict[str, msgspec.Raw] | None = None  # the body's top-level fields, once scanned
         self._parts: dict[Any, Any] = {}
-        self.effort_budgets = effort_budgets
         self.tokens: int | None = None
         self.window: int | None = None
 
@@ -121,7 +69,7 @@ class Shape:
     def header(self, name: str) -> str | None:
         seen = self._seen
         if seen is None:
-            seen = self._seen = _picked(self._headers, self._header_names)
+            seen = self._seen = picked(self._headers, self._reader.header_names)
         found = seen.get(name, MISSING)
         if found is MISSING:  # a name no condition declared
             found = seen[name] = self._headers.get(name)
@@ -137,32 +85,37 @@ class Shape:
                 self._read = {}
         return self._read
 
+    def _part(self, name: str) -> Any:
+        """A top-level field as sent, undecoded: what the envelope kept of it, else from the body (None: absent)."""
+        kept = self._kept
+        if kept is not None and name in kept:
+            return getattr(self._envelope, kept[name]) or None  # an absent field is an empty Raw
+        return self._fields.get(name)
+
     def _raw_field(self, name: str) -> Any:
-        """A top-level field as sent: from what the envelope kept of it, else from the body."""
+        """A top-level field as sent, decoded (MISSING when absent)."""
         key = "." + name
-        if key not in self._parts:
-            kept = getattr(self._envelope, "kept", None)
-            if kept is not None and name in kept:
-                raw = getattr(self._envelope, kept[name]) or None  # an absent field is an empty Raw
-            else:
-                raw = self._fields.get(name)
-            self._parts[key] = MISSING if raw is None else _decoded(raw)
-        return self._parts[key]
+        found = self._parts.get(key, _UNKNOWN)
+        if found is _UNKNOWN:
+            raw = self._part(name)
+            found = self._parts[key] = MISSING if raw is None else _decoded(raw)
+        return found
 
     def field(self, name: str) -> Any:
         """A top-level field, decoded (MISSING when absent)."""
         parts = self._parts
-        if name in parts:
-            return parts[name]
+        found = parts.get(name, _UNKNOWN)
+        if found is not _UNKNOWN:
+            return found
         if self._request is not None and name in _TYPED:
-            value = getattr(self._request, name)
-            value = MISSING if value is None else msgspec.to_builtins(value)
+            found = getattr(self._request, name)
+            found = MISSING if found is None else msgspec.to_builtins(found)
         elif self._envelope is not None and name in ("stream", "max_tokens"):
-            value = getattr(self._envelope, name)
+            found = getattr(self._envelope, name)
         else:
-            value = self._raw_field(name)
-        parts[name] = value
-        return value
+            found = self._raw_field(name)
+        parts[name] = found
+        return found
 
     @once
     def stream(self) -> bool:
@@ -183,7 +136,7 @@ class Shape:
         raw = self._envelope.tools if self._envelope is not None else self._fields.get("tools")
         if not raw:  # an envelope without tools holds an empty Raw
             return ()
-        return (self._tools or tool_types)(raw)
+        return self._reader.tools(raw)
 
     @once
     def tool_count(self) -> int:
@@ -240,7 +193,7 @@ class Shape:
         budget = self.budget
         if budget is None:
             return None
-        low, medium = self.effort_budgets
+        low, medium = self._reader.effort_budgets
         return "low" if budget <= low else "medium" if budget <= medium else "high"
 
     @once
@@ -249,20 +202,10 @@ class Shape:
         if self.header(SUBAGENT_HEADER):
             return True
         if self._request is not None:
-            system: Any = self._request.system
-            text = system[0].text if isinstance(system, list) and system else None
-        else:
-            raw = self._envelope.system if self._envelope is not None else self._fields.get("system")
-            try:  # the first block's text alone
-                system = _SYSTEM.decode(raw) if raw else None
-                text = msgspec.json.decode(system[0].text) if isinstance(system, list) and system else None
-            except msgspec.DecodeError:
-                return False
-        return (
-            isinstance(text, str)
-            and text.startswith("x-anthropic-billing-header")
-            and bool(_SUBAGENT_FLAG.search(text))
-        )
+            system = self._request.system
+            return isinstance(system, list) and bool(system) and flagged(system[0].text)
+        raw = self._envelope.system if self._envelope is not None else self._fields.get("system")
+        return self._reader.subagent(raw) if raw else False
 
     @once
     def images(self) -> bool:
@@ -329,24 +272,6 @@ class Shape:
             found = MISSING if found is None else found
         self._parts[path] = found
         return found
-
-
-def _picked(headers: Mapping[str, str], names: Mapping[bytes, str] | None) -> dict[str, str | None]:
-    """The headers `names` lists (None for those absent), in one pass over the ASGI list when
-    there is one (Starlette's `Headers.raw`): a lookup there costs a scan, and a miss an exception."""
-    if not names:
-        return {}
-    picked: dict[str, str | None] = dict.fromkeys(names.values())
-    raw = getattr(headers, "raw", None)
-    if isinstance(raw, list):
-        for key, value in raw:
-            name = names.get(key)
-            if name is not None and picked[name] is None:  # the first one, as `Headers.get`
-                picked[name] = value.decode("latin-1")
-    else:
-        for name in picked:
-            picked[name] = headers.get(name)
-    return picked
 
 
 def _walk(value: Any, path: tuple[str | int, ...]) -> Any:

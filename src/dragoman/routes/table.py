@@ -25,10 +25,10 @@ from dragoman.protocol.anthropic import Envelope, MessagesRequest
 from dragoman.routes.answer import CountAnswer
 from dragoman.routes.conditions import When, compile_when
 from dragoman.routes.fallbacks import Attempts, Cooldowns
-from dragoman.routes.memo import Memo
+from dragoman.routes.reading import Reader
 from dragoman.routes.sessions import Held, Sessions
 from dragoman.routes.settings import check, served_names
-from dragoman.routes.shape import Shape, header_names, routed_envelope, tool_types
+from dragoman.routes.shape import Shape, routed_envelope
 from dragoman.routes.shared import Shared
 
 MAX_PENDING = 100_000  # requests in flight whose session waits for their usage
@@ -56,13 +56,12 @@ class Routes:
         self._counting = tuple(r for r in self._routes if r.model is not None)  # a count answer: Messages only
         self._sticky = any(r.sticky for r in self._routes)
         fields = {name for r in self._routes for name in r.when.fields}
-        self._headers = header_names(name for r in self._routes for name in r.when.headers)
-        self._tools = Memo(tool_types)  # the same tools, request after request: read once
+        low, medium = [*config.server.effort_budgets, 2048, 8192][:2]
+        self._reader = Reader.table((low, medium), {name for r in self._routes for name in r.when.headers})
         self.envelope = msgspec.json.Decoder(routed_envelope(fields))  # what the core reads of a passed-through body
         self._names = served_names(config.models)
         self._models = {(m.upstream, m.served_model): m for m in config.models}
         self._checking = frozenset(n for n, m in self._names.items() if m.checks_signatures)
-        self._budgets = (tuple(config.server.effort_budgets) + (2048, 8192))[:2]
         limits = config.limits  # its Redis, when configured, shares sessions and cool-downs between processes
         shared = Shared(limits.redis_url, limits.redis_prefix, limits.redis_timeout) if limits.redis_url else None
         self.sessions = Sessions(shared=shared if self._sticky else None)
@@ -94,7 +93,7 @@ class Routes:
         """The route for one request (with its fallbacks), noted in `outcome` and its trace. `read` is
         what the core decoded of `body` (whole, or its envelope): what it holds is not read again."""
         model = read.model
-        shape = Shape(model, headers, body, self._budgets, read, self._headers, self._tools)  # type: ignore[arg-type]
+        shape = Shape(model, headers, body, read, self._reader)
         session = shape.session if self._sticky else None
         if self._shared is not None and self._chained:
             self._shared.watch(self._chained, self.cooldowns.heard)  # once: the others' cool-downs, polled
