@@ -36,6 +36,7 @@ FLOORS: list[list[str]] = [
     ["backends/", "keys/", "safeguards/"],
     ["batches/"],
     ["assembly/"],
+    ["console/"],  # the operator console's pages and data, over the assembled gateway; routed by server/app.py
     ["server/", "quickstart.py", "keys_command.py"],
     ["cli.py"],
     ["__main__.py"],

@@ -9,6 +9,7 @@ from typing import Any
 import anthropic
 import pytest
 
+from dragoman.keys.records import key_id
 from tests.support.fakes import FakeUpstream, completion
 from tests.support.keys import ADMIN, admin, ask, create, keys_config, listing, retrieve, update
 
@@ -136,8 +137,6 @@ def test_each_change_is_one_access_line_naming_who_what_and_which_key(
 
 
 def test_a_configured_key_has_limits_of_its_own_by_its_id(upstream: FakeUpstream, gateway_from: Any) -> None:
-    from dragoman.keys.records import key_id
-
     url = gateway_from({"server": {"tenants": {"team": ["sk-one", "sk-two"]}},
                         "limits": {"keys": {key_id("sk-one"): {"requests_per_minute": 1}}},
                         "upstreams": {"default": {"url": upstream.url, "max_retries": 0}}}).url  # fmt: skip
@@ -155,5 +154,8 @@ def test_the_sdks_own_admin_api_keys_methods_read_and_page_them(url: str) -> Non
     assert ids <= {k.id for k in listed} and len(listed) == len({k.id for k in listed})
     one = keys.retrieve(next(iter(ids)))
     assert one.type == "api_key" and one.scope.type == "workspace" and one.created_at.tzinfo is not None
+    assert one.created_by is not None and (one.created_by.id, one.created_by.type) == (key_id(ADMIN), "service_account")
+    configured = [k for k in keys.list(limit=1000) if k.id == key_id(ADMIN)]  # listed read-only, made by no one
+    assert len(configured) == 1 and configured[0].created_by is None
     changed = keys.update(one.id, name="renamed", status="archived")
     assert (changed.name, changed.status) == ("renamed", "archived")

@@ -1,4 +1,5 @@
-"""Two `dragoman serve` processes sharing one PostgreSQL: a change made through one is
+"""Two `dragoman serve` processes sharing one PostgreSQL: a change made through one (a key
+made, its limit lowered, its models narrowed, its expiry passed, the key revoked) is
 served by the other at its next poll (admin.poll_interval), never later than 2 s by
 design; the tests wait for it by polling (`eventually`), with a bound for failure only."""
 
@@ -27,11 +28,11 @@ def _serve(upstream: FakeUpstream, database: str, tmp_path: Path, stop_later: An
     return url
 
 
-def _refused(url: str, key: str, error: type[anthropic.APIStatusError]) -> bool:
+def _refused(url: str, key: str, error: type[anthropic.APIStatusError], saying: str = "") -> bool:
     try:
         ask(url, key)
-    except error:
-        return True
+    except error as refused:
+        return saying in str(refused)
     except anthropic.APIError:
         return False
     return False  # still served
@@ -45,7 +46,7 @@ def _limited_to_one_a_minute(url: str, key: str) -> bool:
     return _refused(url, key, anthropic.RateLimitError)
 
 
-def test_keys_made_revoked_and_limited_on_one_process_hold_on_the_other(
+def test_keys_made_limited_narrowed_expired_and_revoked_on_one_process_hold_on_the_other(
     upstream: FakeUpstream, pg_url: str, tmp_path: Path, stop_later: Any,  # noqa: F811
 ) -> None:  # fmt: skip
     one = _serve(upstream, pg_url, tmp_path, stop_later)
@@ -56,6 +57,14 @@ def test_keys_made_revoked_and_limited_on_one_process_hold_on_the_other(
     update(one, made["id"], limits={"requests_per_minute": 1})
     for url in (one, two):
         eventually(lambda url=url: _limited_to_one_a_minute(url, key), f"1 request a minute on {url}", timeout=10)  # type: ignore[misc]
-    update(two, made["id"], status="inactive")
+    update(one, made["id"], models=["other-*"])
+    for url in (one, two):
+        eventually(lambda url=url: _refused(url, key, anthropic.PermissionDeniedError), f"403 on {url}", timeout=10)  # type: ignore[misc]
+    update(two, made["id"], expires_at="2020-01-01T00:00:00Z")
     for url in (two, one):
-        eventually(lambda url=url: _refused(url, key, anthropic.AuthenticationError), f"401 on {url}", timeout=10)  # type: ignore[misc]
+        eventually(lambda url=url: _refused(url, key, anthropic.AuthenticationError, "expired"), f"expired on {url}",
+                   timeout=10)  # type: ignore[misc]  # fmt: skip
+    update(two, made["id"], status="inactive", expires_at=None)
+    for url in (two, one):
+        eventually(lambda url=url: _refused(url, key, anthropic.AuthenticationError, "inactive"), f"401 on {url}",
+                   timeout=10)  # type: ignore[misc]  # fmt: skip

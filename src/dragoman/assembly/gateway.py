@@ -130,6 +130,7 @@ class Gateway:
             self.usage = writer_for(config)
             self.metrics.open_sinks.append(self.usage.opened)
             self.metrics.sinks.append(self.usage.note)
+        keys.seeding(self.keyring, self.limits, self.usage, config)
         self.key_admin = keys.admin(self.keyring, self.usage, config)
 
     @property

@@ -22,6 +22,7 @@ from dragoman.backends.openai.backend import OpenAIBackend
 from dragoman.calls.types import Backend, Call, Reply, Route, UpstreamModel
 from dragoman.core.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
 from dragoman.core.errors import UpstreamError, UpstreamTimeout
+from dragoman.upstream.client import HttpClient
 
 log = logging.getLogger("dragoman.upstream")
 
@@ -118,6 +119,11 @@ class AutoBackend:
 
     async def tool_support(self, models: list[UpstreamModel]) -> list[UpstreamModel]:
         return await (await self.choose()).tool_support(models)
+
+    @property
+    def http(self) -> HttpClient:
+        """The client whose replicas both paths share (see __init__)."""
+        return self._passthrough.http
 
     async def close(self) -> None:
         await self._translate.close()

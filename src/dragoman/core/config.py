@@ -308,9 +308,19 @@ class AdminConfig(_Config, frozen=True):
     poll_interval: float = 1.0  # seconds between checks for changes made by other processes (at most 2)
 
 
+class ConsoleConfig(_Config, frozen=True):
+    """The operator console at /console (docs/console.md): on whenever an admin key exists."""
+
+    # The variable holding the secret that signs session cookies: the same on every replica.
+    # Unset: one made once and kept in the keys' database (SQLite file or PostgreSQL).
+    session_secret_env: str | None = None
+    session_hours: float = 12.0  # a session ends this long after sign-in
+
+
 class Config(_Config, frozen=True):
     server: ServerConfig = ServerConfig()
     admin: AdminConfig = AdminConfig()
+    console: ConsoleConfig = ConsoleConfig()
     batches: BatchesConfig = BatchesConfig()
     files: FilesConfig = FilesConfig()
     tracing: TracingConfig = TracingConfig()

@@ -107,6 +107,8 @@ def _check_usage(config: Config, problems: list[str]) -> None:
             problems.append(f"{where}: a key is also a client key (server.api_keys or tenants); use separate keys")
     if not 0 < config.admin.poll_interval <= 2:
         problems.append(f"admin.poll_interval: more than 0 and at most 2 seconds, got {config.admin.poll_interval}")
+    if not 0 < config.console.session_hours <= 24 * 30:
+        problems.append(f"console.session_hours: more than 0 and at most 720, got {config.console.session_hours}")
 
 
 def _check_server_tools(config: Config, problems: list[str]) -> None:

@@ -60,7 +60,7 @@ class KeyAdmin:
                      models=values["models"], budget=values["budget"], expires_at=values["expires_at"],
                      created_at=now, created_by=actor, updated_at=now, updated_by=actor)  # fmt: skip
         row = await store.insert(row, actor)
-        self.ring.apply([row])
+        await self.ring.receive([row])
         return {**await self.describe(row), "key": secret}
 
     async def update(self, key: str, body: bytes, actor: str) -> dict[str, Any]:
@@ -77,7 +77,7 @@ class KeyAdmin:
         row = await store.update(key, values, actor)
         if row is None:
             raise NotFound(f"api_key_id: no API key {key!r}")
-        self.ring.apply([row])
+        await self.ring.receive([row])
         return await self.describe(row)
 
     async def delete(self, key: str, actor: str) -> dict[str, Any]:
@@ -86,7 +86,7 @@ class KeyAdmin:
         row = await store.update(key, {"status": "deleted"}, actor, action="delete")
         if row is None:
             raise NotFound(f"api_key_id: no API key {key!r}")
-        self.ring.apply([row])
+        await self.ring.receive([row])
         return {"id": key, "type": "api_key_deleted"}
 
     async def retrieve(self, key: str) -> dict[str, Any]:
@@ -132,9 +132,9 @@ class KeyAdmin:
             **_common(row.id, row.name, _status(row.status, row.expires_at, time.time()), row.tenant, row.role),
             "partial_key_hint": row.hint,
             "created_at": bodies.rfc3339(row.created_at),
-            "created_by": {"id": row.created_by, "type": "api_key"} if row.created_by else None,
+            "created_by": _actor(row.created_by),
             "updated_at": bodies.rfc3339(row.updated_at),
-            "updated_by": {"id": row.updated_by, "type": "api_key"} if row.updated_by else None,
+            "updated_by": _actor(row.updated_by),
             "expires_at": bodies.rfc3339(row.expires_at),
             "last_used_at": bodies.rfc3339(row.last_used_at),
             "limits": _limits(row.limits),
@@ -156,6 +156,12 @@ def _common(id_: str, name: str, status: str, tenant: str | None, role: str) -> 
     scope = {"type": "workspace", "workspace_id": tenant} if tenant else {"type": "organization"}
     return {"id": id_, "type": "api_key", "name": name, "status": status, "tenant": tenant, "role": role,
             "workspace_id": tenant, "scope": scope, "principal": None}  # fmt: skip
+
+
+def _actor(key_id: str | None) -> dict[str, str] | None:
+    """Who made a change, as Anthropic's `created_by` names an actor (`user` or `service_account`):
+    an admin key, no person, is a service account; None where nothing made it (configured keys)."""
+    return {"id": key_id, "type": "service_account"} if key_id else None
 
 
 def _status(status: str, expires_at: float | None, now: float) -> str:

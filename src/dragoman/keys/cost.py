@@ -61,13 +61,13 @@ class CostQuery:
 
 
 async def cost_report(store: UsageStore, prices: Prices, query: CostQuery) -> dict[str, Any]:
-    columns = ("model",) + tuple({"workspace_id": "tenant", "api_key_id": "api_key_id"}[g]
-                                 for g in query.group_by if g != "description")  # fmt: skip
+    columns = ("model", "upstream_model") + tuple({"workspace_id": "tenant", "api_key_id": "api_key_id"}[g]
+                                                  for g in query.group_by if g != "description")  # fmt: skip
     sums = await store.sums(Query(query.start, min(query.page_end(), query.end), DAY, columns))
     buckets: dict[float, dict[tuple[Any, ...], float]] = {}
     for row in sums:
         groups = dict(zip(columns, row.groups, strict=True))
-        price = prices.get(groups["model"] or "") or FREE
+        price = prices.get(groups["model"] or "", groups["upstream_model"] or "") or FREE  # as budgets price it
         for token_type, _, field, price_field in TOKEN_TYPES:
             amount = getattr(row, field) * getattr(price, price_field)
             key = (groups.get("tenant"), groups.get("api_key_id"),
@@ -91,7 +91,7 @@ def _result(key: tuple[Any, ...], amount: float, group_by: tuple[str, ...]) -> d
         "currency": "USD", "amount": cents(amount), "workspace_id": tenant,
         "description": f"{model} Usage - {words}" if described else None,
         "cost_type": "tokens" if described else None, "context_window": None, "model": model,
-        "service_tier": "standard" if described else None, "token_type": token_type,
+        "service_tier": "standard" if described else None, "token_type": token_type, "inference_geo": None,
     }  # fmt: skip
     if "api_key_id" in group_by:
         result["api_key_id"] = api_key
@@ -102,10 +102,21 @@ async def spent(store: UsageStore, prices: Prices, key_id: str, budget: Budget, 
     """What a key's recorded requests cost in its budget's current period, in nano-dollars."""
     now = time.time() if now is None else now
     _, start, _ = window(budget.period, now)
-    total = 0.0
-    for row in await store.sums(Query(start, now + 1, 0, ("model",), key_ids=(key_id,))):
-        total += _cost(row, prices.get(row.groups[0] or "") or FREE)
-    return total
+    return (await spent_by_key(store, prices, (key_id,), start, now + 1))[key_id]
+
+
+async def spent_by_key(store: UsageStore, prices: Prices, key_ids: Sequence[str], start: float,
+                       end: float) -> dict[str, float]:  # fmt: skip
+    """What each key's requests that began between `start` and `end` cost, in nano-dollars,
+    priced as a budget's settlement prices them (the name asked for, else the one served).
+    No `key_ids`: every key's."""
+    query = Query(start, end, 0, ("api_key_id", "model", "upstream_model"), key_ids=tuple(key_ids))
+    totals = dict.fromkeys(key_ids, 0.0)
+    for row in await store.sums(query):
+        key, model, upstream = row.groups
+        if key is not None and (key in totals or not key_ids):
+            totals[key] = totals.get(key, 0.0) + _cost(row, prices.get(model or "", upstream or "") or FREE)
+    return totals
 
 
 def _cost(row: Sums, price: Price) -> float:

@@ -55,7 +55,7 @@ def build(config: Config, ring: Keyring, registry: CollectorRegistry | None = No
     keyed = gate.build(config.limits, registry, cls=KeyedLimits)
     assert isinstance(keyed, KeyedLimits)
     keyed.ring = ring
-    keyed.prices = money.Prices((m.name, m.aliases, m.price) for m in config.models)
+    keyed.prices = money.Prices.of(config.models)
     unpriced = [m.name for m in config.models if m.price is None]
     if unpriced or not config.models:
 

@@ -5,17 +5,21 @@ A request reserves its most (its input estimated from its size, and `max_tokens`
 starts and is settled with its real usage when it ends, however it ends, as the output-token
 bucket is. The bucket is counted in the limits' store (Redis when configured, in the same
 round trip). It holds SPAN nano-dollars and starts full; a request is admitted while the
-spend (SPAN - level) is below the budget, so a changed budget keeps what was spent."""
+spend (SPAN - level) is below the budget, so a changed budget keeps what was spent.
+A process that has not counted a period yet charges it with what the ledger says was spent
+(`keys.seeding`), only where the store holds nothing for it."""
 
 from __future__ import annotations
 
 import datetime
+import fnmatch
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from dragoman.calls.types import Call, Outcome, max_tokens
+from dragoman.core.config import ModelConfig
 from dragoman.keys.records import Budget, Grant
 from dragoman.limits.gate import Extra, LimitReached, rfc3339
 from dragoman.limits.store import Want
@@ -23,6 +27,7 @@ from dragoman.limits.store import Want
 NANO = 1_000  # nano-dollars per token for a price of 1 USD per million tokens
 SPAN = 4e15  # a budget bucket's capacity in nano-dollars ($4M): exact in a double, more than any budget
 MOST_CENTS = 100_000_000  # the largest budget accepted ($1M)
+MOST_NAMES = 10_000  # names a Prices remembers it matched by a wildcard
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,26 +45,50 @@ class Price:
 
 
 class Prices:
-    """The price of each configured model, by its name and its aliases."""
+    """The price of each configured model, by its name and its aliases, wildcards too, found as
+    the router finds the model (exact names first, then wildcards in order); a configured model
+    without a price is found, and free. Last, by the model id sent upstream (`served`, where
+    the models serving it agree on a price): what a name routed to `default_model` costs."""
 
-    def __init__(self, models: Iterable[tuple[str, Iterable[str], object]]) -> None:
-        self._by_name: dict[str, Price] = {}
-        for name, aliases, price in models:
-            if price is None:
-                continue
-            each = Price(*(getattr(price, f) * NANO for f in ("input", "output", "cache_read", "cache_write")))
+    def __init__(
+        self, models: Iterable[tuple[str, Iterable[str], object] | tuple[str, Iterable[str], object, str]]
+    ) -> None:
+        self._by_name: dict[str, Price | None] = {}
+        self._patterns: list[tuple[str, Price | None]] = []
+        served: dict[str, set[Price | None]] = {}
+        for name, aliases, price, *upstream in models:
+            each = None
+            if price is not None:
+                each = Price(*(getattr(price, f) * NANO for f in ("input", "output", "cache_read", "cache_write")))
             for alias in (name, *aliases):
-                self._by_name.setdefault(alias, each)
+                if "*" in alias or "?" in alias:
+                    self._patterns.append((alias, each))
+                else:
+                    self._by_name.setdefault(alias, each)
+            for model_id in upstream:
+                served.setdefault(model_id, set()).add(each)
+        self._served = {i: next(iter(p)) for i, p in served.items() if len(p) == 1 and None not in p}
+        self._priced = any(p is not None for p in (*self._by_name.values(), *(p for _, p in self._patterns)))
+
+    @staticmethod
+    def of(models: Iterable[ModelConfig]) -> Prices:
+        return Prices((m.name, m.aliases, m.price, m.served_model) for m in models)
 
     def __bool__(self) -> bool:
-        return bool(self._by_name)
+        return self._priced
 
     def get(self, *names: str) -> Price | None:
+        """The first of `names` that is a configured model's: its price (None: free); else the
+        price of the first that is a model id sent upstream."""
         for name in names:
-            price = self._by_name.get(name)
-            if price is not None:
-                return price
-        return None
+            if name in self._by_name:
+                return self._by_name[name]
+            for pattern, price in self._patterns:
+                if fnmatch.fnmatchcase(name, pattern):
+                    if len(self._by_name) < MOST_NAMES:  # client names, bounded: later ones are matched again
+                        self._by_name[name] = price
+                    return price
+        return next((self._served[n] for n in names if n in self._served), None)
 
 
 def cents(nanodollars: float) -> str:
@@ -85,16 +114,20 @@ def window(period: str, now: float) -> tuple[str, float, float]:
     return start.strftime("%Y-%m-%d"), start.timestamp(), end.timestamp()
 
 
+def bucket(key_id: str, budget: Budget, now: float) -> Want:
+    """The key's money bucket for the period holding `now`, as a settlement asks of it."""
+    name, _, end = window(budget.period, now)
+    return Want(f"{{k:{key_id}}}:spend:{budget.period}:{name}", SPAN, 0.0, 0.0, SPAN, end - now + 60)
+
+
 def spend(grant: Grant, call: Call, price: Price, now: float) -> Extra:
     """The key's money bucket for this request: its reservation, refusal and settlement."""
     assert grant.budget is not None
     budget = budget_nanodollars(grant.budget)
-    name, _, end = window(grant.budget.period, now)
+    _, _, end = window(grant.budget.period, now)
     estimate, most = len(call.body) // 4, max_tokens(call)
     reserved = price.of(estimate, most)
-    want = Want(
-        f"{{k:{grant.id}}}:spend:{grant.budget.period}:{name}", SPAN, 0.0, reserved, SPAN - budget + 1, end - now + 60
-    )
+    want = replace(bucket(grant.id, grant.budget, now), cost=reserved, need=SPAN - budget + 1)
 
     def refusal() -> LimitReached:
         error = LimitReached(f"budget: key {grant.id} has spent its budget of {grant.budget.amount} cents "  # type: ignore[union-attr]

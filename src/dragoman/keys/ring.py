@@ -16,7 +16,7 @@ import hashlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from dragoman.keys.records import Grant, KeyRow, digest, key_id
 from dragoman.keys.store import KeyStore
@@ -43,7 +43,7 @@ class Keyring:
         self._interval = poll_interval
         self._api: dict[str, Grant] = {}  # digest (hex, under the database's salt) -> key
         self._digests: dict[str, str] = {}  # id -> its digest, to drop the old entry of a changed key
-        self.version = -1  # the database's version applied; -1: not read yet
+        self.version = -1  # the database's version read up to (`refresh`); -1: not read yet
         self.used: dict[str, float] = {}  # id -> when last used, not yet written
         self._task: asyncio.Task[None] | None = None
         self._failing = False
@@ -51,6 +51,7 @@ class Keyring:
         self._woken: asyncio.Event | None = None  # set by PostgreSQL's NOTIFY: read the changes now
         self.listening = False  # told of changes as they commit (PostgreSQL; with SQLite, polling is all there is)
         self.on_budget: Callable[[], None] | None = None  # called once, when a key with a budget is first seen
+        self.before_apply: Callable[[list[KeyRow]], Awaitable[None]] | None = None  # budgets seeded (keys.seeding)
 
     def _add_configured(self, key: str, grant: Grant) -> None:
         self._configured[self._local(key)] = grant
@@ -80,7 +81,9 @@ class Keyring:
         return list(self._configured.values())
 
     def apply(self, rows: Iterable[KeyRow]) -> None:
-        """Rows read from the store (or just written by this process): newer versions only."""
+        """Rows read from the store (or just written by this process): newer versions only. The
+        version read up to moves in `refresh` alone: a row of this process's own, newer than a
+        change another made and this one has not read yet, must not hide that change."""
         for row in rows:
             held = self.by_id.get(row.id)
             if held is not None and (held.source == "config" or held.version >= row.version):
@@ -97,14 +100,19 @@ class Keyring:
                 self.on_budget = None
             self._api[row.digest] = grant
             self._digests[row.id] = row.digest
-            self.version = max(self.version, row.version)
+
+    async def receive(self, rows: list[KeyRow]) -> None:
+        """`apply`, once `before_apply` has had the rows (it never raises)."""
+        if self.before_apply is not None:
+            await self.before_apply(rows)
+        self.apply(rows)
 
     async def refresh(self) -> None:
         """Read what changed since the version held (every process, every poll_interval)."""
         assert self.store is not None
         version = await self.store.version()
         if version != self.version:
-            self.apply(await self.store.changes(max(self.version, 0)))
+            await self.receive(await self.store.changes(max(self.version, 0)))
             self.version = max(self.version, version)
 
     def start(self) -> None:

@@ -12,6 +12,7 @@ from dragoman.keys.admin import KeyAdmin
 from dragoman.keys.connections import Postgres, Sqlite
 from dragoman.keys.records import Budget
 from dragoman.keys.ring import Keyring
+from dragoman.keys.seeding import Seeder
 from dragoman.keys.store import KeyStore
 from dragoman.limits.gate import Limits
 from dragoman.usage.sqlite import FILE
@@ -33,11 +34,17 @@ def keyring(config: Config, clients: frozenset[str], tenants: dict[str, str], ad
 
 
 def prices(config: Config) -> money.Prices:
-    return money.Prices((m.name, m.aliases, m.price) for m in config.models)
+    return money.Prices.of(config.models)
 
 
 def limits(config: Config, ring: Keyring, registry: CollectorRegistry | None) -> Limits | None:
     return enforce.build(config, ring, registry)
+
+
+def seeding(ring: Keyring, limits: Limits | None, usage: UsageWriter | None, config: Config) -> None:
+    """Money budgets charged from the ledger when a process first counts their period."""
+    if isinstance(limits, enforce.KeyedLimits) and usage is not None:
+        ring.before_apply = Seeder(limits, prices(config), usage).seed
 
 
 def admin(ring: Keyring, usage: UsageWriter | None, config: Config) -> KeyAdmin:

@@ -67,15 +67,21 @@ class Share:
             self._reported[want.key] = level
 
     def take(self, local: LocalStore, wants: Sequence[Want]) -> Taken:
-        """Take from this process's share: each bucket scaled by 1/N, seeded once per outage."""
+        """Take from this process's share, seeded once per outage: a rate's bucket scaled by 1/N;
+        a budget's (no refill) room above what it needs to admit, as a money budget's bucket
+        holds a large span and admits only above a floor near it (`keys.money`)."""
         n = self.processes
-        shares = [replace(w, capacity=w.capacity / n, per_second=w.per_second / n, need=min(w.need, w.capacity / n))
+        shares = [w if w.per_second == 0 else replace(w, capacity=w.capacity / n, per_second=w.per_second / n,
+                                                      need=min(w.need, w.capacity / n))
                   for w in wants]  # fmt: skip
         for want in shares:
             if want.key not in self._seeded:
                 self._seeded.add(want.key)
                 level = self._reported.get(want.key)
-                if level is not None:  # from where Redis left it, not full
+                if want.per_second == 0:  # from where Redis left it, else full: 1/N of the room
+                    room = (want.capacity if level is None else level) - want.need
+                    local.adjust([(want, want.need + room / n - want.capacity)])
+                elif level is not None:  # from where Redis left it, not full
                     local.adjust([(want, level / n - want.capacity)])
         return local.take_now(shares)
 

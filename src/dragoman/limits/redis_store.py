@@ -78,6 +78,21 @@ return reply
 """
 
 
+# KEYS: buckets to start where Redis holds nothing for them; 3 ARGV each (capacity, delta, ttl ms).
+SEED = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+for i = 1, #KEYS do
+  local a = (i - 1) * 3 + 1
+  if redis.call('EXISTS', KEYS[i]) == 0 then
+    redis.call('HSET', KEYS[i], 't', tostring(math.min(tonumber(ARGV[a]), tonumber(ARGV[a]) + tonumber(ARGV[a + 1]))), 'at', now)
+    redis.call('PEXPIRE', KEYS[i], ARGV[a + 2])
+  end
+end
+return #KEYS
+"""
+
+
 class LimitsUnavailable(GatewayError):
     """Redis is unreachable and `on_redis_error` is `fail_closed`."""
 
@@ -98,6 +113,7 @@ class RedisStore:
         self.client = redis.asyncio.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
                                              retry=Retry(NoBackoff(), 0))  # fmt: skip
         self._step = self.client.register_script(STEP)
+        self._seed = self.client.register_script(SEED)
         self.prefix = prefix
         self.fail_open = fail_open
         self._on_error = on_error
@@ -152,6 +168,15 @@ class RedisStore:
         self._queued.extend(changes)
         if self._flush is None:
             self._flush = asyncio.get_running_loop().call_later(FLUSH_AFTER, self._flush_now)
+
+    async def seed(self, changes: Sequence[tuple[Want, float]]) -> None:
+        """One round trip; raises when Redis cannot be reached (the caller says what it costs)."""
+        if not changes:
+            return
+        args: list[float | int] = []
+        for want, delta in changes:
+            args += (want.capacity, delta, _ms(want.ttl))
+        await self._seed(keys=[self.prefix + want.key for want, _ in changes], args=args)
 
     def _take_queued(self) -> list[tuple[Want, float]]:
         queued, self._queued = self._queued, []

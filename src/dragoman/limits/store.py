@@ -47,6 +47,11 @@ class Store(Protocol):
         """Add each delta to its bucket (a refund > 0, a charge < 0); does not wait."""
         ...
 
+    async def seed(self, changes: Sequence[tuple[Want, float]]) -> None:
+        """Add each delta to its bucket only where the store holds nothing for it (a spend
+        counted from the ledger, which a bucket already counting would count twice)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -108,6 +113,9 @@ class LocalStore:
         now = self._clock()  # type: ignore[operator]
         for want, delta in changes:
             self._set(want, min(want.capacity, self._level(want, now) + delta), now)
+
+    async def seed(self, changes: Sequence[tuple[Want, float]]) -> None:
+        self.adjust([(want, delta) for want, delta in changes if want.key not in self._buckets])
 
     def _prune(self, now: float) -> None:
         self._pruned = now

@@ -13,13 +13,14 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dragoman.assembly.gateway import Gateway
 from dragoman.assembly.observe import capped, configure_logging
 from dragoman.assembly.pipeline import Endpoint
 from dragoman.calls.types import Backend, Outcome
+from dragoman.console.routes import routes as console_routes
 from dragoman.core import ids
 from dragoman.core.config import Config
 from dragoman.core.errors import GatewayError, MethodNotAllowed, NotFound, Overloaded
@@ -217,14 +218,15 @@ EXCEPTION_HANDLERS = {
 }
 
 
-def _routes() -> list[Route]:
+def _routes() -> list[BaseRoute]:
     """Each route is named as the access log names its endpoint (server/access.py)."""
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/", endpoints.root, methods=["GET", "HEAD"], name="root"),
         Route("/api/hello", endpoints.root, methods=["GET", "HEAD"], name="root"),  # Claude Code's connection warm-up
         Route("/health", endpoints.health, methods=["GET"]),
         Route("/ready", endpoints.ready, methods=["GET"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
+        *console_routes(),  # the operator console (/console), on when an admin key exists
     ]
     # A base URL that already ends in /v1 makes some clients ask for /v1/v1/messages.
     for prefix in ("/v1", "/v1/v1"):

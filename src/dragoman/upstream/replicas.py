@@ -128,6 +128,10 @@ class Replicas:
         now = self._clock()
         return any(self._until.get(other, 0.0) <= now for other in self.roots if other != root)
 
+    def passed_over(self, root: str) -> bool:
+        """Whether `root` is resting after a failure now (what the console shows as unhealthy)."""
+        return self._until.get(root, 0.0) > self._clock()
+
     def answered(self, root: str) -> None:
         """`root` answered a request (its response head came; for a stream, the first bytes of
         its body: `dragoman.upstream.opening`): a silent instance is back."""

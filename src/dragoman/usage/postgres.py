@@ -12,8 +12,9 @@ from typing import Any
 
 from msgspec.structs import astuple
 
+from dragoman.usage import reading, rollups
 from dragoman.usage.records import Query, Sums, UsageRecord
-from dragoman.usage.schema import CREATE_VERSIONS, LATEST, MIGRATIONS, VERSIONS_TABLE, insert_sql, sums_of, sums_sql
+from dragoman.usage.schema import COLUMNS, CREATE_VERSIONS, LATEST, MIGRATIONS, VERSIONS_TABLE, insert_sql, sums_of
 
 log = logging.getLogger("dragoman.usage")
 
@@ -47,34 +48,53 @@ class PostgresStore:
         self._pool = pool
 
     async def write(self, records: list[UsageRecord]) -> None:
-        """All of them in one transaction. A record the database refuses as data (not a
+        """All of them in one transaction, with the rollups of those the database did not
+        hold yet (RETURNING says which). A record the database refuses as data (not a
         lost connection: that is retried whole) is dropped and logged, one by one, so
         that it holds back no other."""
         import asyncpg
 
         if not records:
             return
+        records = list({r.request_id: r for r in reversed(records)}.values())[::-1]  # the first of each id
         async with self._pool.acquire() as connection:
             try:
                 async with connection.transaction():
-                    await connection.executemany(insert_sql("postgres"), [astuple(r) for r in records])
+                    columns = list(zip(*(astuple(r) for r in records), strict=True))
+                    added = {row[0] for row in await connection.fetch(BULK_INSERT, *columns)}
+                    await _roll_up(connection, [r for r in records if r.request_id in added])
             except asyncpg.DataError:
                 for record in records:
                     try:
-                        await connection.execute(insert_sql("postgres"), *astuple(record))
+                        async with connection.transaction():
+                            if await connection.fetchval(
+                                insert_sql("postgres") + " RETURNING request_id", *astuple(record)
+                            ):
+                                await _roll_up(connection, [record])
                     except asyncpg.DataError as error:
                         log.error("usage record %s refused by the database, dropped: %s", record.request_id, error)
 
     async def sums(self, query: Query) -> list[Sums]:
-        sql, args = sums_sql(query, "postgres")
         if self._pool is None:
             raise ConnectionError("the usage database has not been reached yet")
+        parts = []
         async with self._pool.acquire(timeout=self.statement_timeout) as connection:
-            rows = await connection.fetch(sql, *args)
-        return sums_of([tuple(row) for row in rows], query)
+            for sql, args in reading.plan(query, "postgres"):
+                parts.append(sums_of([tuple(row) for row in await connection.fetch(sql, *args)], query))
+        return reading.combine(parts)
+
+    async def recent(self, limit: int, failures: bool | None = None, key_id: str | None = None) -> list[UsageRecord]:
+        if self._pool is None:
+            raise ConnectionError("the usage database has not been reached yet")
+        sql, args = reading.recent_sql("postgres", limit, failures, key_id)
+        async with self._pool.acquire(timeout=self.statement_timeout) as connection:
+            return reading.records_of([tuple(row) for row in await connection.fetch(sql, *args)])
 
     async def prune(self, before: float) -> int:
         async with self._pool.acquire() as connection:
+            await connection.execute(
+                "DELETE FROM usage_rollups WHERE width = 60 AND bucket + 60 <= $1::float8", float(before)
+            )
             status = await connection.execute("DELETE FROM usage_records WHERE at < to_timestamp($1)", float(before))
         return int(status.split()[-1])  # "DELETE 42"
 
@@ -82,6 +102,22 @@ class PostgresStore:
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await close_pool(pool)
+
+
+# Types of COLUMNS, for one INSERT of a whole batch from arrays (one round trip, and RETURNING
+# says which records were new).
+_TYPES = {"at": "float8", "disconnected": "bool", "status": "int4", "duration": "float8", "ttft": "float8"}
+_ARRAYS = [f"${i}::{_TYPES.get(c, 'int8' if c.endswith(('_tokens', '_requests')) else 'text')}[]"
+           for i, c in enumerate(COLUMNS, 1)]  # fmt: skip
+BULK_INSERT = (f"INSERT INTO usage_records ({', '.join(COLUMNS)}) "
+               f"SELECT to_timestamp(at), {', '.join(COLUMNS[1:])} FROM unnest({', '.join(_ARRAYS)}) "
+               f"AS t({', '.join(COLUMNS)}) ON CONFLICT (request_id) DO NOTHING RETURNING request_id")  # fmt: skip
+
+
+async def _roll_up(connection: Any, records: list[UsageRecord]) -> None:
+    """(In the transaction that stored them.) The records added to their rollups."""
+    if records:
+        await connection.executemany(rollups.upsert_sql("postgres"), rollups.deltas(records, "postgres"))
 
 
 async def close_pool(pool: Any) -> None:

@@ -79,13 +79,15 @@ class Query:
     start: float
     end: float
     width: int = 0
-    group_by: tuple[str, ...] = ()  # of "api_key_id", "model", "tenant"
+    group_by: tuple[str, ...] = ()  # of "api_key_id", "model", "tenant", "upstream_model", "upstream", "replica"
     key_ids: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
+    tenants: tuple[str, ...] = ()
     refusals: bool | None = None  # 401/403 answers: None counted with the rest, False left out, True alone
+    ttft: bool = False  # with the TTFT histogram (Sums.ttft), which costs 28 more sums
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a chart makes thousands, and a frozen one costs six times as much to make
 class Sums:
     bucket: float  # the bucket's start (the query's start when not bucketed)
     groups: tuple[str | None, ...]  # in the order of Query.group_by
@@ -98,6 +100,7 @@ class Sums:
     cache_creation_1h_tokens: int = 0  # of those
     web_search_requests: int = 0
     web_fetch_requests: int = 0
+    ttft: tuple[int, ...] = ()  # requests by time to first token, in usage.rollups.TTFT_BOUNDS' buckets
 
 
 class UsageStore(Protocol):
@@ -109,8 +112,14 @@ class UsageStore(Protocol):
 
     async def sums(self, query: Query) -> list[Sums]: ...
 
+    async def recent(self, limit: int, failures: bool | None = None, key_id: str | None = None) -> list[UsageRecord]:
+        """The `limit` latest records, newest first: failed ones only (`failures=True`), the
+        others only (False) or all (None); of one key, if given."""
+        ...
+
     async def prune(self, before: float) -> int:
-        """Delete the records that started before `before`; how many went."""
+        """Delete the records that started before `before`, and minute rollups wholly
+        before it (hour and day rollups are kept: see usage.rollups); how many records went."""
         ...
 
     async def close(self) -> None: ...

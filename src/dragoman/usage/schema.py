@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
+from dragoman.usage import rollups
 from dragoman.usage.records import Query, Sums
+from dragoman.usage.rollups import ttft_sums
 
 Dialect = Literal["sqlite", "postgres"]
 
@@ -76,6 +78,18 @@ MIGRATIONS: list[tuple[int, dict[Dialect, list[str]]]] = [
     ),
 ]
 
+RECENT_INDEXES = [
+    "CREATE INDEX usage_records_key_at ON usage_records (key_id, at)",
+    "CREATE INDEX usage_records_failures ON usage_records (at) WHERE error_type IS NOT NULL",
+]
+MIGRATIONS += [
+    (
+        5,  # the console's latest requests: of one key, and failures first (a partial index: failures are few)
+        {"sqlite": RECENT_INDEXES, "postgres": RECENT_INDEXES},
+    ),
+    (6, {"sqlite": rollups.create_statements("sqlite"), "postgres": rollups.create_statements("postgres")}),
+]  # (6: per minute, hour and day, filled from the records stored so far; see usage.rollups)
+
 LATEST = MIGRATIONS[-1][0]
 
 COLUMNS = (
@@ -134,12 +148,12 @@ def sums_sql(query: Query, dialect: Dialect) -> tuple[str, list[object]]:
         columns.insert(0, f"CAST(floor({epoch} / {width}) * {width} AS BIGINT)" if dialect == "postgres"
                           else f"(CAST({epoch} / {width} AS INTEGER) * {width})")  # fmt: skip
     where = [f"at >= {time(float(query.start))}", f"at < {time(float(query.end))}"]
-    for column, values in (("key_id", query.key_ids), ("model", query.models)):
+    for column, values in (("key_id", query.key_ids), ("model", query.models), ("tenant", query.tenants)):
         if values:
             where.append(f"{column} IN ({', '.join(arg(v) for v in values)})")
     if query.refusals is not None:  # statuses of ours, not the client's text
         where.append(f"status {'IN' if query.refusals else 'NOT IN'} ({', '.join(map(str, REFUSALS))})")
-    sums = ", ".join(f"CAST(sum({c}) AS BIGINT)" for c in SUMMED)
+    sums = ", ".join([*(f"CAST(sum({c}) AS BIGINT)" for c in SUMMED), *(ttft_sums() if query.ttft else ())])
     errors = "CAST(sum(CASE WHEN error_type IS NULL THEN 0 ELSE 1 END) AS BIGINT)"
     keys = ", ".join(str(i) for i in range(1, len(columns) + 1))  # by position: grouped and ordered alike
     sql = (f"SELECT {', '.join([*columns, 'count(*)', errors, sums])} FROM usage_records "
@@ -148,13 +162,17 @@ def sums_sql(query: Query, dialect: Dialect) -> tuple[str, list[object]]:
 
 
 def sums_of(rows: list[tuple[object, ...]], query: Query) -> list[Sums]:
-    """The query's rows (as both drivers give them) as `Sums`."""
+    """The query's rows (as both drivers give them) as `Sums`. (Called for every row of a
+    chart: kept to one tuple and one constructor a row.)"""
     result = []
+    at = 1 if query.width else 0
+    first = at + len(query.group_by)  # the count's column
+    tail = first + 2 + len(SUMMED)  # the TTFT histogram's first
     for row in rows:
-        at = 1 if query.width else 0
-        bucket = float(row[0]) if query.width else query.start  # type: ignore[arg-type]
-        groups = tuple(None if v is None else str(v) for v in row[at : at + len(query.group_by)])
-        count, errors, *summed = (int(v or 0) for v in row[at + len(query.group_by) :])  # type: ignore[call-overload]
-        if count:  # an aggregate over no rows is one row of zeros
-            result.append(Sums(bucket, groups, count, errors=errors, **dict(zip(SUMMED, summed, strict=True))))
+        if not row[first]:  # an aggregate over no rows is one row of zeros (or NULLs); else no sum is NULL
+            continue
+        v = row[first:]
+        bucket = float(row[0]) if at else query.start  # type: ignore[arg-type]
+        ttft = tuple(v[tail - first :]) if query.ttft else ()
+        result.append(Sums(bucket, row[at:first], *v[:1], *v[2:5], v[1], *v[5 : tail - first], ttft))  # type: ignore[arg-type,call-arg]
     return result

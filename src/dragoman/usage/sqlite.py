@@ -12,8 +12,9 @@ from pathlib import Path
 
 from msgspec.structs import astuple
 
+from dragoman.usage import reading, rollups
 from dragoman.usage.records import Query, Sums, UsageRecord
-from dragoman.usage.schema import CREATE_VERSIONS, LATEST, MIGRATIONS, VERSIONS_TABLE, insert_sql, sums_of, sums_sql
+from dragoman.usage.schema import CREATE_VERSIONS, LATEST, MIGRATIONS, VERSIONS_TABLE, insert_sql, sums_of
 
 FILE = "usage.sqlite3"
 BUSY_TIMEOUT = 10.0  # seconds a writer waits for another process's transaction
@@ -59,8 +60,10 @@ class SqliteStore:
         with self._lock:
             db = self._connection()
             db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany(insert_sql("sqlite"), (astuple(r) for r in records))
+            try:  # the rollups count only what this transaction stored: a record written twice counts once
+                insert = insert_sql("sqlite")
+                added = [r for r in records if db.execute(insert, astuple(r)).rowcount == 1]
+                db.executemany(rollups.upsert_sql("sqlite"), rollups.deltas(added, "sqlite"))
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
@@ -70,17 +73,28 @@ class SqliteStore:
         return await asyncio.to_thread(self._sums, query)
 
     def _sums(self, query: Query) -> list[Sums]:
-        sql, args = sums_sql(query, "sqlite")
         with self._lock:
-            rows = self._connection().execute(sql, args).fetchall()
-        return sums_of(rows, query)
+            db = self._connection()
+            parts = [sums_of(db.execute(sql, args).fetchall(), query) for sql, args in reading.plan(query, "sqlite")]
+        return reading.combine(parts)
+
+    async def recent(self, limit: int, failures: bool | None = None, key_id: str | None = None) -> list[UsageRecord]:
+        sql, args = reading.recent_sql("sqlite", limit, failures, key_id)
+
+        def read() -> list[UsageRecord]:
+            with self._lock:
+                return reading.records_of(self._connection().execute(sql, args).fetchall())
+
+        return await asyncio.to_thread(read)
 
     async def prune(self, before: float) -> int:
         return await asyncio.to_thread(self._prune, before)
 
     def _prune(self, before: float) -> int:
         with self._lock:
-            return self._connection().execute("DELETE FROM usage_records WHERE at < ?", (before,)).rowcount
+            db = self._connection()
+            db.execute("DELETE FROM usage_rollups WHERE width = 60 AND bucket + 60 <= ?", (before,))
+            return db.execute("DELETE FROM usage_records WHERE at < ?", (before,)).rowcount
 
     async def close(self) -> None:
         with self._lock:

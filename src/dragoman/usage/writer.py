@@ -196,6 +196,14 @@ class UsageWriter:
                 self._failing = False
             return True
 
+    async def current(self) -> bool:
+        """(For a reader.) The store opened, even before the background task got to it, and
+        what is held written; False if either cannot be done now."""
+        async with self._flushing:
+            if not await self._open():
+                return False
+        return await self.flush()
+
     async def close(self) -> None:
         """Stop the background task and write what is held, trying for CLOSE_TIMEOUT."""
         if self._task is not None:

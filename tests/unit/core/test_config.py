@@ -497,6 +497,7 @@ def test_admin_keys_and_keys_made_at_run_time() -> None:
     )
     assert config.api_keys_enabled(with_admin) and config.usage_admin_keys(with_admin) == {"sk-adm"}
     assert "admin.poll_interval" in failure(good(admin={"poll_interval": 5}))
+    assert "console.session_hours" in failure(good(console={"session_hours": 0}))
     assert "admin.keys: a key is also a client key" in failure(good(admin={"keys": ["k"]}, server={"api_keys": ["k"]}))
     assert "models.0.price" in failure(good(models=[{"name": "m", "upstream": "local", "price": {"input": -1}}]))
     assert "limits.keys.key_x.requests_per_minute" in failure(

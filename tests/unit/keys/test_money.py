@@ -39,3 +39,21 @@ def test_prices_are_found_by_name_or_alias_and_unpriced_models_have_none() -> No
     price = prices.get("q")
     assert price is not None and price.of(1_000_000, 1_000_000) == 1.5e9  # $1.50
     assert prices.get("free") is None and prices.get("nope", "qwen3") is price
+
+
+def test_prices_are_found_as_the_router_finds_models_wildcards_included() -> None:
+    prices = Prices([("qwen3", ["claude-opus-*", "q"], PriceConfig(input=1.0, output=1.0)), ("free", ["claude-*"], None),
+                     ("other", ["claude-opus-*"], PriceConfig(input=9.0, output=9.0))])  # fmt: skip
+    qwen3 = prices.get("qwen3")
+    assert prices.get("claude-opus-4-5") is qwen3  # the first wildcard that matches, as routing picks
+    assert prices.get("claude-haiku-4-5", "qwen3") is None  # served free: a configured model without a price
+    assert prices.get("Qwen/Qwen3-32B", "q") is qwen3 and bool(prices)
+    assert not Prices([("free", ["*"], None)])
+
+
+def test_a_name_routed_to_the_default_model_is_priced_by_the_model_id_sent_upstream() -> None:
+    config = PriceConfig(input=1.0, output=1.0)
+    prices = Prices([("qwen3", [], config, "Qwen/Qwen3-32B"), ("a", [], config, "shared"),
+                     ("b", [], PriceConfig(input=2.0, output=2.0), "shared"), ("free", [], None, "gpt-oss")])  # fmt: skip
+    assert prices.get("gpt-4", "Qwen/Qwen3-32B") is prices.get("qwen3")
+    assert prices.get("gpt-4", "shared") is None and prices.get("gpt-4", "gpt-oss") is None  # two prices; free

@@ -7,6 +7,8 @@ import contextlib
 import math
 import socket
 import threading
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import redis
@@ -66,6 +68,35 @@ def test_a_budget_does_not_refill():
     budget = Want("day", 100, 0.0, 0.0, 1.0, 3600)
     store.adjust([(budget, -100.0)])
     assert math.isinf(store.take_now([budget]).wait)
+
+
+def test_a_seed_starts_only_a_bucket_not_yet_counted():
+    store = LocalStore(Clock())
+    budget = Want("spend", 100, 0.0, 0.0, 1.0, 3600)
+    asyncio.run(store.seed([(budget, -30.0)]))
+    asyncio.run(store.seed([(budget, -30.0)]))  # counted already: not charged twice
+    assert store.take_now([Want("spend", 100, 0.0, 0.0, 71.0, 3600)]).refused == 0
+    assert store.take_now([Want("spend", 100, 0.0, 0.0, 70.0, 3600)]).admitted
+
+
+def test_in_an_outage_a_budget_shares_what_is_left_of_it():
+    """Each of N processes may spend 1/N of what a budget had left (a money budget's bucket holds
+    a large span and admits while its level is above a floor: the room above it is shared)."""
+    share = fallback.Share(SimpleNamespace(register_script=lambda script: None), "p:")
+    share.processes = 2
+    span = 4e15  # keys.money.SPAN
+    spend = Want("spend", span, 0.0, 0.0, span - 100 + 1, 3600)  # a budget of 100, 40 spent
+    tokens = Want("day", 1000, 0.0, 0.0, 1.0, 3600)  # 600 of 1000 tokens used
+    share.reported([spend, tokens], [span - 40, 400.0])
+    local = LocalStore(Clock())
+    assert share.take(local, [replace(spend, cost=30.0), tokens]).admitted  # 30 of the 60 left is this process's
+    assert not share.take(local, [replace(spend, cost=1.0)]).admitted
+    for _ in range(200):
+        assert share.take(local, [tokens]).admitted
+        local.adjust([(tokens, -1.0)])
+    assert not share.take(local, [tokens]).admitted  # 200 of the 400 left
+    fresh = Want("fresh", span, 0.0, 0.0, span - 100 + 1, 3600)  # never reported: the whole budget's share
+    assert share.take(local, [replace(fresh, cost=50.0)]).admitted and not share.take(local, [fresh]).admitted
 
 
 def shared(redis_url: str, prefix: str) -> RedisStore:
@@ -190,6 +221,23 @@ def test_redis_budget_does_not_refill(redis_url, redis_prefix):
             assert (
                 int(redis.Redis.from_url(redis_url).pttl(redis_prefix + budget.key)) > 3_000_000
             )  # kept till its day ends
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+
+
+def test_redis_seeds_only_a_bucket_it_holds_nothing_for(redis_url, redis_prefix):
+    async def run() -> None:
+        store = shared(redis_url, redis_prefix)
+        budget, taken = Want("spend:2026-12", 100, 0.0, 0.0, 1.0, 3600), Want("spend:2026-11", 100, 0.0, 5.0, 1.0, 3600)
+        try:
+            assert (await store.take([taken])).admitted  # counted here already
+            await store.seed([(budget, -30.0), (taken, -30.0)])
+            await store.seed([(budget, -30.0)])
+            levels = (await store.take([replace(w, cost=0.0, need=0.0) for w in (budget, taken)])).levels
+            assert levels == [pytest.approx(70.0), pytest.approx(95.0)]
+            assert int(redis.Redis.from_url(redis_url).pttl(redis_prefix + budget.key)) > 3_000_000
         finally:
             await store.close()
 

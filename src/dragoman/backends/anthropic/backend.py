@@ -95,6 +95,11 @@ class AnthropicBackend:
         self._list_asked = -LIST_EVERY
         self._renders_tools: bool | None = None  # llama-server's template, once it said
 
+    @property
+    def http(self) -> HttpClient:
+        """The upstream's client: its replicas and their load, for the console."""
+        return self._http
+
     async def close(self) -> None:
         await self._http.close()
 

@@ -102,6 +102,11 @@ class OpenAIBackend:
             else None
         )
 
+    @property
+    def http(self) -> HttpClient:
+        """The upstream's client: its replicas and their load, for the console."""
+        return self._http
+
     async def close(self) -> None:
         await self._http.close()
 

@@ -1,0 +1,153 @@
+"""Rollups: sums of the usage records per minute, hour and day, kept by the writer in the
+transaction that stores the records, so that reading a week costs a few hundred rows.
+
+Grains, each a set of dimensions (the others are '' or 0 in its rows): `all` (none: the
+console's overview); `key`, `tenant` and `model` (each with whether the key was refused: a
+chart by one of them); `full` (key, tenant, model, upstream model, refused: any other
+grouping or filter of `Query`'s, as the usage report's); `replica` (upstream and replica). A record is counted once: only records the insert actually added
+(not those whose request id was stored already) are rolled up. A missing key id or tenant
+is '' here (a NULL could not take part in the primary key) and NULL again when read.
+
+Time to first token is kept as a histogram of fixed, log-spaced buckets (`TTFT_BOUNDS`), so
+a bucket's p50 or p95 comes from its rollup rows alone (`quantile`)."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable
+from typing import Literal
+
+from dragoman.usage.records import UsageRecord
+
+Dialect = Literal["sqlite", "postgres"]
+
+# Upper bounds (seconds) of the TTFT buckets, a factor of sqrt(2) apart, 10 ms to 82 s; one
+# more bucket holds what is slower. Fixed: stored rows count by these positions.
+TTFT_BOUNDS: tuple[float, ...] = tuple(round(0.01 * 2 ** (i / 2), 4) for i in range(27))
+TTFT_COLUMNS = tuple(f"ttft_{i}" for i in range(len(TTFT_BOUNDS) + 1))
+WIDTHS = (86400, 3600, 60)  # coarsest first: a range is read from the coarsest rollups that fit
+DIMENSIONS = ("key_id", "tenant", "model", "upstream_model", "refused", "upstream", "replica")
+# Narrow grains first: a query reads the first that keeps every dimension it groups or filters
+# by (a week by key is 168 x keys rows, not 168 x keys x models).
+GRAINS: dict[str, tuple[str, ...]] = {
+    "all": (),
+    "key": ("key_id", "refused"),
+    "tenant": ("tenant", "refused"),
+    "model": ("model", "refused"),
+    "full": ("key_id", "tenant", "model", "upstream_model", "refused"),
+    "replica": ("upstream", "replica"),
+}
+COUNTED = ("requests", "errors", "input_tokens", "cache_read_tokens", "output_tokens", "cache_creation_tokens",
+           "cache_creation_1h_tokens", "web_search_requests", "web_fetch_requests")  # fmt: skip
+VALUES = (*COUNTED, *TTFT_COLUMNS)  # every counter of a row, in this order
+PRIMARY = ("grain", "width", "bucket", *DIMENSIONS)
+REFUSALS = (401, 403)
+PG_EPOCH = 946684800  # 2000-01-01, where PostgreSQL counts its microseconds from
+
+
+def ttft_bucket(ttft: float) -> int:
+    return bisect.bisect_right(TTFT_BOUNDS, ttft)
+
+
+def quantile(histogram: Iterable[int], q: float) -> float | None:
+    """The `q` quantile (0 to 1) of a TTFT histogram, in seconds, interpolated within its
+    bucket on a log scale (linearly in the first); None if it counts nothing."""
+    counts = list(histogram)
+    total = sum(counts)
+    if not total:
+        return None
+    rank, seen = q * total, 0
+    for index, count in enumerate(counts):
+        if count and seen + count >= rank:
+            if index >= len(TTFT_BOUNDS):
+                return TTFT_BOUNDS[-1]  # slower than the last bound: only that much is known
+            upper, share = TTFT_BOUNDS[index], (rank - seen) / count
+            if index == 0:
+                return upper * share
+            lower = TTFT_BOUNDS[index - 1]
+            return lower * (upper / lower) ** share
+        seen += count
+    return TTFT_BOUNDS[-1]
+
+
+def bucket_of(at: float, width: int, dialect: Dialect) -> int:
+    """The start of the `width` bucket holding a record that started at `at`, as the
+    database will see its time: SQLite keeps the float, PostgreSQL whole microseconds."""
+    if dialect == "sqlite":
+        return math.floor(at / width) * width
+    micros = round((at - PG_EPOCH) * 1_000_000) + PG_EPOCH * 1_000_000
+    return micros // (width * 1_000_000) * width
+
+
+def deltas(records: Iterable[UsageRecord], dialect: Dialect) -> list[tuple[object, ...]]:
+    """The rollup rows (PRIMARY then VALUES) the records add, one per row touched, sorted
+    (processes updating the same rows take their locks in one order)."""
+    rows: dict[tuple[object, ...], list[int]] = {}
+    kept = [(grain, tuple(d in dims for d in DIMENSIONS)) for grain, dims in GRAINS.items()]
+    empty = tuple(0 if d == "refused" else "" for d in DIMENSIONS)
+    hist = len(COUNTED)
+    for r in records:
+        counts = (1, int(r.error_type is not None), r.input_tokens, r.cache_read_tokens, r.output_tokens,
+                  r.cache_creation_tokens, r.cache_creation_1h_tokens, r.web_search_requests, r.web_fetch_requests)  # fmt: skip
+        added = [(i, v) for i, v in enumerate(counts) if v]
+        if r.ttft is not None:
+            added.append((hist + ttft_bucket(r.ttft), 1))
+        values = (r.key_id or "", r.tenant or "", r.model, r.upstream_model, int(r.status in REFUSALS), r.upstream,
+                  r.replica)  # fmt: skip
+        dims = [tuple(v if keep else e for v, keep, e in zip(values, mask, empty, strict=True)) for _, mask in kept]
+        for width in WIDTHS:
+            bucket = bucket_of(r.at, width, dialect)
+            for (grain, _), dim in zip(kept, dims, strict=True):
+                held = rows.get((grain, width, bucket, *dim))
+                if held is None:
+                    held = rows[(grain, width, bucket, *dim)] = [0] * len(VALUES)
+                for i, v in added:
+                    held[i] += v
+    return [(*key, *values) for key, values in sorted(rows.items(), key=lambda item: str(item[0]))]
+
+
+def upsert_sql(dialect: Dialect) -> str:
+    """Add one row's counts to what is stored (or store it)."""
+    names = ", ".join((*PRIMARY, *VALUES))
+    marks = ", ".join("?" if dialect == "sqlite" else f"${i}" for i in range(1, len(PRIMARY) + len(VALUES) + 1))
+    added = ", ".join(f"{v} = usage_rollups.{v} + excluded.{v}" for v in VALUES)
+    return (
+        f"INSERT INTO usage_rollups ({names}) VALUES ({marks}) ON CONFLICT ({', '.join(PRIMARY)}) DO UPDATE SET {added}"
+    )
+
+
+def ttft_sums(column: str = "ttft") -> list[str]:
+    """One sum per TTFT bucket over raw records."""
+    bounds = ["", *(f"{column} >= {b!r}" for b in TTFT_BOUNDS)]
+    uppers = [*(f"{column} < {b!r}" for b in TTFT_BOUNDS), ""]
+    return [f"CAST(sum(CASE WHEN {' AND '.join(c for c in (lo, hi) if c)} THEN 1 ELSE 0 END) AS BIGINT)"
+            for lo, hi in zip(bounds, uppers, strict=True)]  # fmt: skip
+
+
+def create_statements(dialect: Dialect) -> list[str]:
+    """The rollup table, and its rows for the records stored before it existed."""
+    big = "INTEGER" if dialect == "sqlite" else "BIGINT"
+    dims = ", ".join(f"{d} {'INTEGER' if d == 'refused' else 'TEXT'} NOT NULL" for d in DIMENSIONS)
+    counters = ", ".join(f"{v} {big} NOT NULL" for v in VALUES)
+    table = (f"CREATE TABLE usage_rollups (grain TEXT NOT NULL, width INTEGER NOT NULL, bucket {big} NOT NULL, "
+             f"{dims}, {counters}, PRIMARY KEY ({', '.join(PRIMARY)}))")  # fmt: skip
+    if dialect == "sqlite":  # rows kept in the key's order: a chart's range is read from adjacent pages
+        table += " WITHOUT ROWID"
+    return [table, *(_backfill(grain, width, dialect) for grain in GRAINS for width in WIDTHS)]
+
+
+def _backfill(grain: str, width: int, dialect: Dialect) -> str:
+    epoch = "at" if dialect == "sqlite" else "extract(epoch from at)"
+    bucket = (f"(CAST({epoch} / {width} AS INTEGER) * {width})" if dialect == "sqlite"
+              else f"CAST(floor({epoch} / {width}) * {width} AS BIGINT)")  # fmt: skip
+    source = {"key_id": "coalesce(key_id, '')", "tenant": "coalesce(tenant, '')", "model": "model",
+              "upstream_model": "upstream_model", "upstream": "upstream", "replica": "replica",
+              "refused": f"CASE WHEN status IN ({', '.join(map(str, REFUSALS))}) THEN 1 ELSE 0 END"}  # fmt: skip
+    dims = [source[d] if d in GRAINS[grain] else ("0" if d == "refused" else "''") for d in DIMENSIONS]
+    sums = ["count(*)", "CAST(sum(CASE WHEN error_type IS NULL THEN 0 ELSE 1 END) AS BIGINT)",
+            *(f"CAST(sum({c}) AS BIGINT)" for c in COUNTED[2:]), *ttft_sums()]  # fmt: skip
+    grouped = ", ".join(str(i) for i in range(3, 3 + len(DIMENSIONS) + 1))
+    return (f"INSERT INTO usage_rollups ({', '.join((*PRIMARY, *VALUES))}) "
+            f"SELECT '{grain}', {width}, {bucket}, {', '.join(dims)}, {', '.join(sums)} FROM usage_records "
+            f"GROUP BY {grouped}")  # fmt: skip
