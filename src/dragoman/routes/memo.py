@@ -17,7 +17,7 @@ import msgspec
 
 SIZE = 16
 SMALLEST = 2048  # smaller parts are read again: as cheap as a look-up
-LARGEST = 256 * 1024  # larger ones too: SIZE of them are kept at most (4 MB)
+LARGEST = 256 * 1024  # larger ones too: at most SIZE x LARGEST kept (4 MB a memo; a table has two)
 
 T = TypeVar("T")
 
