@@ -81,7 +81,7 @@ def picked(headers: Mapping[str, str], names: Mapping[bytes, str]) -> dict[str, 
     there is one (Starlette's `Headers.raw`): a lookup there costs a scan, and a miss an exception."""
     found: dict[str, str | None] = dict.fromkeys(names.values())
     raw = getattr(headers, "raw", None)
-    if isinstance(raw, list):
+    if found and isinstance(raw, list):
         for key, value in raw:
             name = names.get(key)
             if name is not None and found[name] is None:  # the first one, as `Headers.get`
