@@ -8,6 +8,7 @@ per build: CPU per request in each round and over all of them, and the p50 laten
 
     python bench/ab.py --base /work/main/src --rounds 5 --duration 2
     python bench/ab.py --base ../main/src --cases tiny:stream100:1,claude-code:paced100:1 --paths translating
+    python bench/ab.py --base ../main/src --cases tiny:json:1,tiny:json:32 --paths translating,limits-redis
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ sys.path.insert(0, str(HERE))
 import load  # noqa: E402
 import run  # noqa: E402
 
-STARTERS = {"translating": run.start_translating, "passthrough": run.start_passthrough}
+STARTERS = {"translating": run.start_translating, "passthrough": run.start_passthrough,
+            run.LIMITS: run.start_limited, run.LIMITS_REDIS: run.start_limited}  # fmt: skip
 
 
 def parse_cases(text: str) -> list[run.Case]:
@@ -42,8 +44,8 @@ async def compare(args: argparse.Namespace, procs: run.Processes) -> int:
     base_env = {"PYTHONPATH": str(Path(args.base).resolve())}
     servers = {}
     for path in args.paths:
-        servers[(path, "A")] = STARTERS[path](procs, fake, name=f"{path}-A", env=base_env)
-        servers[(path, "B")] = STARTERS[path](procs, fake, name=f"{path}-B")
+        servers[(path, "A")] = STARTERS[path](procs, fake, name=f"{path}-A", env=base_env)  # type: ignore[operator]
+        servers[(path, "B")] = STARTERS[path](procs, fake, name=f"{path}-B")  # type: ignore[operator]
     measure_args = argparse.Namespace(
         smoke=False, warmup=args.warmup, duration=args.duration * args.rounds, max_window=40.0
     )

@@ -2,7 +2,7 @@
 
     python bench/fleet.py                       # the default matrix, about a minute
     python bench/fleet.py --replicas 32 --conversations 512 --gateways 1,3 --duration 300
-    python bench/fleet.py --shape all --seeds 1-5 --jobs 2   # every shape at 8 and 32 replicas, the targets
+    python bench/fleet.py --shape all --seeds 1-5 --load-metrics 1 --jobs 2   # every shape at 8 and 32 replicas, the targets
     python bench/fleet.py --decision-cost       # CPU of one decision for an 80 KB request
 
 Time here is simulated, not measured: an event loop over a virtual clock, so 32 replicas and
@@ -149,6 +149,7 @@ class Fleet:
         self.sessions = count()
         self.decision_seconds = 0.0
         self.decisions = 0
+        self.last_done = 0.0  # when the last request ended
         self.moves = self.later_turns = 0  # turns sent to another replica than the turn before
 
     def clock(self) -> float:
@@ -260,6 +261,7 @@ class Fleet:
 
     def _decoded(self, now: float, request: Request) -> None:
         replica, conversation, rng = self.replicas[request.root], request.conversation, self.rng
+        self.last_done = now
         replica.note_load(now, self.s.warmup)
         replica.running -= 1
         replica.active_tokens -= request.prompt_tokens + request.output_tokens
@@ -296,7 +298,7 @@ class Fleet:
         cached = sum(min(r.cached_tokens, r.prompt_tokens) for r in measured)
         ttfts = sorted(r.first_token - r.sent for r in measured)
         loads = [replica.load_area for replica in self.replicas.values()]
-        window = min(s.duration, self.now) - s.warmup
+        window = min(s.duration, self.last_done) - s.warmup  # not to the last read of the replicas' load
         floored = floor(self.trace, s.replicas, s.cache_tokens // BLOCK_TOKENS, BLOCK_TOKENS)
         return {
             "requests": len(measured),
@@ -403,6 +405,7 @@ def _parser() -> argparse.ArgumentParser:
 def _jobs(args: argparse.Namespace) -> list[tuple[Settings, str]]:
     routing = {key: type(getattr(CacheRouting(), key))(value) for key, value in (s.split("=", 1) for s in args.set)}
     jobs = []
+    intervals = [float(m) for m in args.load_metrics.split(",")]
     for shape in MATRIX if args.shape == "all" else args.shape.split(","):
         if shape == "steady" and not (args.replicas or args.conversations):
             cells = [(r, c, g) for r, c, g in DEFAULT_CELLS if not args.gateways or str(g) in args.gateways.split(",")]
@@ -413,11 +416,13 @@ def _jobs(args: argparse.Namespace) -> list[tuple[Settings, str]]:
         for (replicas, conversations, gateways), seed, metrics, policy in itertools.product(
             cells,
             _ints(args.seeds or str(args.seed)),
-            [float(m) for m in args.load_metrics.split(",")],
+            intervals,
             (args.policies or default).split(","),
         ):
-            if metrics and policy == "round_robin":
-                continue  # nothing is read under round robin
+            if policy == "round_robin":  # it reads nothing: one run per cell, every interval's yardstick
+                if metrics != intervals[0]:
+                    continue
+                metrics = 0.0
             settings = settings_for(shape, replicas, conversations=conversations or None, gateways=gateways or None,
                                     duration=args.duration, warmup=args.warmup, cache_tokens=args.cache_tokens,
                                     slots=args.slots, prefill_rate=args.prefill_rate, decode_rate=args.decode_rate,

@@ -15,6 +15,7 @@ from dragoman.upstream.placement import BYTES_PER_TOKEN
 
 BLOCK_TOKENS = 64  # the replicas' cache granularity (vLLM's default block is 16 tokens; coarser is faster here)
 BLOCK_BYTES = BLOCK_TOKENS * BYTES_PER_TOKEN
+COMPACT = (",", ":")  # as dragoman's translator encodes a body (routing reads its messages' roles)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def variants(rng: random.Random, shape: Shape) -> list[Variant]:
     out = []
     for tools_tokens in shape.tools:
         tools = json.dumps([{"type": "function", "function": {"name": "t", "description": _filler(rng, tools_tokens)}}])
-        system = json.dumps({"role": "system", "content": _filler(rng, shape.system)})
+        system = json.dumps({"role": "system", "content": _filler(rng, shape.system)}, separators=COMPACT)
         text = Text()
         text.add(tools.encode() + system.encode())
         out.append(Variant(tools.encode(), system.encode(), text))
@@ -124,7 +125,7 @@ class Conversation:
 
 
 def message(role: str, rng: random.Random, tokens: int) -> bytes:
-    return json.dumps({"role": role, "content": _filler(rng, tokens)}).encode()
+    return json.dumps({"role": role, "content": _filler(rng, tokens)}, separators=COMPACT).encode()
 
 
 def conversation(shape: Shape, kinds: list[Variant], rng: random.Random, session: str) -> Conversation:

@@ -338,10 +338,13 @@ def redis_url() -> str:
     return url
 
 
-def start_limited(procs: Processes, fake: Server, name: str) -> Server:
-    """`translating` with [limits] too large to be reached: every request is checked and settled."""
+def start_limited(procs: Processes, fake: Server, name: str, env: dict[str, str] | None = None) -> Server:
+    """`translating` with [limits] too large to be reached: every request is checked and settled
+    (in Redis when `name` starts with limits-redis)."""
     store = (
-        f'redis_url = "{redis_url()}"\nredis_prefix = "dragoman-bench:{os.getpid()}:"\n' if name == LIMITS_REDIS else ""
+        f'redis_url = "{redis_url()}"\nredis_prefix = "dragoman-bench:{os.getpid()}:{name}:"\n'
+        if name.startswith(LIMITS_REDIS)
+        else ""
     )
     config = procs.workdir / f"{name}.toml"
     config.write_text(
@@ -355,7 +358,7 @@ def start_limited(procs: Processes, fake: Server, name: str) -> Server:
         return argv, f"http://127.0.0.1:{port}/v1/messages"
 
     return start_on_a_free_port(procs, name, launch, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30,
-                                gateway=True, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"})  # fmt: skip
+                                gateway=True, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"}, env=env)  # fmt: skip
 
 
 def start_passthrough(

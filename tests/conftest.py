@@ -7,6 +7,7 @@ from typing import Any
 import anthropic
 import pytest
 
+from dragoman.assembly.gateway import Timings
 from dragoman.core.config_load import from_dict
 from tests.support import redis_server, servers
 from tests.support.fake_anthropic import FakeAnthropic
@@ -70,8 +71,8 @@ def gateway_from() -> Iterator[Callable[[dict[str, Any]], GatewayServer]]:
     """Start a gateway from a config dict (as a TOML file would give it); stopped at teardown."""
     started: list[GatewayServer] = []
 
-    def start(data: dict[str, Any]) -> GatewayServer:
-        server = GatewayServer(from_dict(data)).start()
+    def start(data: dict[str, Any], *, timings: Timings | None = None) -> GatewayServer:
+        server = GatewayServer(from_dict(data), timings=timings).start()
         started.append(server)
         return server
 
@@ -86,8 +87,8 @@ def make_gateway(upstream: FakeUpstream) -> Iterator[Callable[..., GatewayServer
     models=[...], url=...)`; `url` defaults to the fake upstream's. Stopped at teardown."""
     started: list[GatewayServer] = []
 
-    def start(*, url: str | None = None, **config: Any) -> GatewayServer:
-        server = GatewayServer(make_config(url or upstream.url, **config)).start()
+    def start(*, url: str | None = None, timings: Timings | None = None, **config: Any) -> GatewayServer:
+        server = GatewayServer(make_config(url or upstream.url, **config), timings=timings).start()
         started.append(server)
         return server
 

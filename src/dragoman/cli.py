@@ -353,6 +353,7 @@ def run(config: Config, *, workers: int = 1, reload: Callable[[], Config] | None
     import uvicorn
 
     from dragoman.assembly.observe import configure_logging
+    from dragoman.assembly.settings import resolve
     from dragoman.server.app import CONFIG_ENV, create_app, settle_garbage_collector
     from dragoman.server.serving import server_options
 
@@ -372,13 +373,18 @@ def run(config: Config, *, workers: int = 1, reload: Callable[[], Config] | None
             "listening on %s without API keys: anyone who can reach it can use it", server.host
         )
     try:
-        app: Any = create_app(config)  # also checks what only building the app can (tokenizer files)
+        settings = resolve(config)  # every problem at once: keys, variables, files, tokenizers, tracing
     except ConfigError as error:
         _fail(str(error))
-    if workers > 1:  # each worker process builds its app from the config in the environment
+    app: Any
+    if workers > 1:  # each worker process resolves and builds its app from the config in the environment
         os.environ[CONFIG_ENV] = msgspec.json.encode(config).decode()
         app = "dragoman.server.app:app_from_environment"
     else:
+        try:
+            app = create_app(config, settings=settings)
+        except ConfigError as error:  # what only building it finds (the files directory's salt)
+            _fail(str(error))
         if reload is not None:
             app.reload_from(reload)
         settle_garbage_collector()

@@ -95,13 +95,14 @@ def test_an_ambiguous_probe_answer_decides_nothing_and_is_asked_again(native, am
 
 
 @pytest.mark.parametrize("healthy", ["native", "openai"])
-def test_a_replica_that_never_answers_holds_neither_the_probe_nor_the_requests(native, upstream, healthy, monkeypatch):
-    from dragoman.upstream import replicas
+def test_a_replica_that_never_answers_holds_neither_the_probe_nor_the_requests(native, upstream, healthy):
+    from dragoman.assembly.gateway import Timings
+    from dragoman.upstream.replicas import CoolDowns
 
     # Passed over for the whole test, not the 30 s it is in production: on a loaded machine the
     # three requests may take longer than that, and one sent to the hung instance after the
     # window waits for it (as it should: the test is about the probe and the requests behind it).
-    monkeypatch.setattr(replicas, "COOL_DOWNS", replicas.CoolDowns(silent=600.0))
+    passed_over = Timings(cool_downs=CoolDowns(silent=600.0))
     with socket.socket() as hung:  # connections are accepted (by the kernel), never answered
         hung.bind(("127.0.0.1", 0))
         hung.listen(16)
@@ -109,7 +110,7 @@ def test_a_replica_that_never_answers_holds_neither_the_probe_nor_the_requests(n
               "protocol": "auto", "max_retries": 0, "first_byte_timeout": 600}  # fmt: skip
         config = from_dict({"server": {"default_model": "m"}, "upstreams": {"up": up},
                             "models": [{"name": "m", "upstream": "up", "upstream_model": "test-model"}]})  # fmt: skip
-        gateway = GatewayServer(config).start()  # the probe asks the hung instance first (round robin starts there)
+        gateway = GatewayServer(config, timings=passed_over).start()  # the probe asks the hung instance first
         try:
             client = anthropic.Anthropic(
                 base_url=gateway.url, api_key="k", max_retries=0, timeout=8

@@ -164,12 +164,12 @@ def test_upstream_dropping_mid_stream_ends_with_an_error_event(
 
 
 def test_a_server_keeping_its_body_open_after_done_still_gives_a_whole_reply(upstream: FakeUpstream, start: Any, mode: str,
-                                                                            writes: Writes, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+                                                                            writes: Writes) -> None:  # fmt: skip
     # The client's reply ends at once, not after the grace the gateway gives the body's end (more than the client's timeout here).
-    monkeypatch.setattr("dragoman.upstream.keepalive.AFTER_END_GRACE", 60)
     chunks = [*_paced(*text_stream("a", "b", "c")), b"data: [DONE]\n\n", ("sleep", 30)]
     upstream.queue(Reply(chunks=chunks, done=False))
     gateway = start(upstream.url, upstream={"idle_timeout": 60})
+    gateway.app.gateway.shared.ends.grace = 60
     response = httpx.post(
         f"{gateway.url}/v1/messages", json=REQUEST, headers=HEADERS, timeout=10
     )  # not 30 s, nor an error
@@ -180,14 +180,14 @@ def test_a_server_keeping_its_body_open_after_done_still_gives_a_whole_reply(ups
 
 
 def test_passthrough_server_keeping_its_body_open_after_message_stop_still_gives_a_whole_reply(
-    native: FakeAnthropic, start: Any, mode: str, writes: Writes, monkeypatch: pytest.MonkeyPatch
+    native: FakeAnthropic, start: Any, mode: str, writes: Writes
 ) -> None:
-    monkeypatch.setattr("dragoman.upstream.keepalive.AFTER_END_GRACE", 60)  # the reply ends at once all the same
     events = text_events("Hello")
     native.replies.append(NativeReply(events=[*_paced(*events), ("sleep", 30)]))
     gateway = start(
         native.url, upstream={"protocol": "anthropic"}, models=[{"name": "native-model", "upstream": "default"}]
     )
+    gateway.app.gateway.shared.ends.grace = 60  # the reply ends at once all the same
     response = httpx.post(
         f"{gateway.url}/v1/messages", json={**REQUEST, "model": "native-model"}, headers=HEADERS, timeout=10
     )

@@ -13,11 +13,18 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.backends.fetch_budget import MAX_DOCUMENTS, PARALLEL_FETCHES, held_bytes
+from dragoman.backends.fetch_budget import MAX_DOCUMENTS, PARALLEL_FETCHES
 from tests.support.envelopes import error_of, raw_error
 from tests.support.samples import TINY_PNG
 
 TEXT = "The launch code is 1234."
+
+
+def _held(gateway) -> int:
+    """The bytes the gateway's requests in flight hold of what they fetched."""
+    return gateway.app.gateway.shared.fetched.bytes
+
+
 HANG = 1.0  # seconds /hang.txt takes
 
 
@@ -216,7 +223,7 @@ def test_each_distinct_url_is_fetched_once_per_request(make_gateway, upstream, d
     assert sent.count(TEXT) == MAX_DOCUMENTS and sent.count("data:image/png;base64,") == MAX_DOCUMENTS
     client.messages.count_tokens(model="test-model", messages=messages)  # type: ignore[arg-type]
     assert _Handler.served == 4
-    assert held_bytes() == 0  # given back once answered
+    assert _held(gateway) == 0  # given back once answered
 
 
 def test_the_passthrough_path_fetches_each_distinct_url_once_too(native, gateway_from, docs_server):
@@ -232,7 +239,7 @@ def test_the_passthrough_path_fetches_each_distinct_url_once_too(native, gateway
     assert _Handler.served == 2
     (sent,) = [json.dumps(body) for path, body, _ in native.requests if path.endswith("/messages")]
     assert sent.count(TEXT) == 10 and sent.count('"type": "base64"') == 10
-    assert held_bytes() == 0
+    assert _held(gateway) == 0
 
 
 def test_a_url_named_again_counts_again_against_the_request(make_gateway, upstream, docs_server):
@@ -250,7 +257,7 @@ def test_past_what_the_process_may_hold_a_request_is_answered_529(make_gateway, 
         client.messages.create(model="test-model", max_tokens=10, messages=_body(docs_server + "/big.txt")["messages"])
     assert "server.fetch_max_held_bytes (4000 bytes)" in error_of(caught, 529, "overloaded_error")
     client.messages.create(model="test-model", max_tokens=10, messages=_body(docs_server + "/doc.txt")["messages"])
-    assert upstream.requests and held_bytes() == 0
+    assert upstream.requests and _held(gateway) == 0
 
 
 def test_all_of_a_request_s_fetches_end_within_one_deadline(make_gateway, upstream, docs_server):
@@ -262,7 +269,7 @@ def test_all_of_a_request_s_fetches_end_within_one_deadline(make_gateway, upstre
     response = httpx.post(gateway.url + "/v1/messages", json=body, timeout=30)
     message = raw_error(response, 400, "invalid_request_error")
     assert "/hang.txt?n=" in message and f"server.fetch_total_timeout ({HANG / 2:g} s)" in message
-    assert upstream.requests == [] and held_bytes() == 0
+    assert upstream.requests == [] and _held(gateway) == 0
 
 
 def test_a_name_that_resolves_to_a_private_address_is_refused(make_gateway, upstream, docs_server):

@@ -87,3 +87,13 @@ def test_the_floor_pins_each_conversation_and_balances_them_by_size() -> None:
     assert fleet_floor.floor(requests, 2, 1_000, 64) == (6 + 2 + 2) * 64
     assert fleet_floor.floor(requests, 1, 1_000, 64) == (6 + 2 + 2) * 64  # one replica: no prefixes shared here
     assert fleet_floor.floor(requests, 2, 4, 64) == (6 + 2 + 10) * 64  # 4 blocks cached: a's second turn finds none
+
+
+@pytest.mark.parametrize(("shape", "alone"), [("skewed", True), ("gateways", False)])
+def test_a_lone_gateway_finds_itself_alone_and_three_gateways_do_not(shape: str, alone: bool) -> None:
+    """Homes are kept only by a gateway alone: behind three, kept homes drift apart between
+    them (docs/routing.md). Each tells from the turn it first sees each conversation at."""
+    settings = fleet.settings_for(shape, 2, duration=30.0, warmup=5.0)
+    simulated = fleet.Fleet(settings, "cache_aware")
+    assert simulated.run()["requests"] > 0
+    assert [gateway.homes.alone for gateway in simulated.gateways] == [alone] * settings.gateways

@@ -14,7 +14,8 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.upstream import replicas as replicas_module
+from dragoman.assembly.gateway import Timings
+from dragoman.core.redaction import Redactor
 from dragoman.upstream.replicas import CoolDowns, Replicas
 from tests.support.envelopes import error_of
 from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
@@ -43,9 +44,9 @@ def hung() -> Iterator[FakeUpstream]:
 
 
 @pytest.fixture
-def long_cool_down(monkeypatch: pytest.MonkeyPatch) -> None:
+def long_cool_down() -> Timings:
     """A silent instance stays passed over for longer than any test."""
-    monkeypatch.setattr(replicas_module, "COOL_DOWNS", CoolDowns(silent=3600.0))
+    return Timings(cool_downs=CoolDowns(silent=3600.0))
 
 
 def _answers_streams(upstream: FakeUpstream) -> None:
@@ -64,7 +65,10 @@ def test_after_a_first_byte_timeout_requests_go_to_the_other_replica_without_wai
     make_gateway, upstream, hung, long_cool_down
 ):
     gateway = make_gateway(
-        url=hung.url, upstream={"replicas": [upstream.url], **FLEET}, server={"default_model": "test-model"}
+        url=hung.url,
+        upstream={"replicas": [upstream.url], **FLEET},
+        server={"default_model": "test-model"},
+        timings=long_cool_down,
     )
     client = _client(gateway)
     for _ in range(6):  # round robin would send every other one to the hung instance
@@ -81,7 +85,7 @@ def test_a_stream_whose_replica_is_silent_is_retried_on_another(
     timeout the stream is committed to 200 and has had comment lines, which are no part of it."""
     _answers_streams(upstream)
     gateway = make_gateway(url=hung.url, upstream={"replicas": [upstream.url], **FLEET},
-                           server={"default_model": "test-model", "keepalive_interval": keepalive})  # fmt: skip
+                           server={"default_model": "test-model", "keepalive_interval": keepalive}, timings=long_cool_down)  # fmt: skip
     client = _client(gateway)
     for _ in range(4):
         with client.messages.stream(**VALID) as stream:
@@ -96,7 +100,7 @@ def test_a_passthrough_stream_whose_replica_is_silent_is_retried_on_another(gate
     native.replies.extend(NativeReply(events=text_events("Hi")) for _ in range(4))
     try:
         gateway = gateway_from({"server": {"default_model": "native-model", "keepalive_interval": 0.2},
-                                "upstreams": {"n": {"url": silent.url, "replicas": [native.url], "protocol": "anthropic", **FLEET}}})  # fmt: skip
+                                "upstreams": {"n": {"url": silent.url, "replicas": [native.url], "protocol": "anthropic", **FLEET}}}, timings=long_cool_down)  # fmt: skip
         client = _client(gateway)
         for _ in range(4):
             with client.messages.stream(
@@ -120,7 +124,9 @@ def test_a_stream_that_has_started_is_never_retried(make_gateway, upstream, long
     upstream.responder = other.responder = stalls
     try:
         gateway = make_gateway(
-            upstream={"replicas": [other.url], **FLEET, "idle_timeout": 0.5}, server={"default_model": "test-model"}
+            upstream={"replicas": [other.url], **FLEET, "idle_timeout": 0.5},
+            server={"default_model": "test-model"},
+            timings=long_cool_down,
         )
         response = httpx.post(gateway.url + "/v1/messages", json={**VALID, "stream": True}, timeout=30)
         frames = sse_frames(response.text)
@@ -163,7 +169,7 @@ def test_a_replica_that_answers_again_is_used_again_after_its_cool_down(make_gat
     for _ in range(4):
         client.messages.create(**VALID)
     assert len(hung.requests) == 1  # still cooling down
-    now[0] += replicas_module.COOL_DOWNS.silent
+    now[0] += CoolDowns().silent
     for _ in range(4):
         assert client.messages.create(**VALID).content[0].text == "Hello!"
     assert len(hung.requests) == 3  # its trial answered: back in the rotation, every other request
@@ -187,7 +193,7 @@ def test_a_connect_timeout_is_retried_on_another_replica_though_it_used_the_retr
     )
 
     async def main() -> None:
-        client = HttpClient("up", settings, None, prefix="/v1")
+        client = HttpClient("up", settings, None, redactor=Redactor(), prefix="/v1")
         try:
             for _ in range(2):  # round robin starts at the black-holed instance
                 response = await client.post("/chat/completions", b'{"model": "test-model", "messages": []}')

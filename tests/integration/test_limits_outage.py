@@ -6,6 +6,7 @@ warning per outage per process, redis-py's own lines quieted; the requests so de
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from typing import Any
 
@@ -18,7 +19,7 @@ from tests.support.redis_server import RedisProcess
 from tests.support.servers import GatewayServer
 from tests.support.waiting import eventually
 
-pytestmark = pytest.mark.heavy  # several processes: the full suite runs it, --fast leaves it out
+pytestmark = [pytest.mark.heavy, pytest.mark.faults]  # several processes: the full suite runs it, --fast leaves it out
 
 RPM = 30
 OUTAGE = 10.0  # seconds Redis is stopped
@@ -69,6 +70,37 @@ def test_a_redis_outage_holds_the_rate_across_two_gateways(upstream: FakeUpstrea
         assert sum(_outage_count(g, "refused") for g in gateways) == n - admitted
         warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert [r.name for r in warnings] == ["dragoman.limits"] * 2, [r.getMessage() for r in warnings]
+    finally:
+        for gateway in gateways:
+            gateway.stop()
+        own.stop()
+
+
+def test_a_frozen_redis_holds_no_request(upstream: FakeUpstream) -> None:
+    """Redis stopped with SIGSTOP (connections open, nothing answered): each request waits at
+    most `redis_timeout`, is decided under fail_open, and Redis is used again once continued."""
+    own = RedisProcess().start()
+    config = from_dict({"server": {"api_keys": ["sk-shared"]},
+                        "limits": {"requests_per_minute": 1000, "redis_url": own.url, "on_redis_error": "fail_open"},
+                        "upstreams": {"default": {"url": upstream.url, "max_retries": 0}}})  # fmt: skip
+    gateways = [GatewayServer(config).start() for _ in range(2)]
+    clients = [anthropic.Anthropic(base_url=g.url, api_key="sk-shared", max_retries=0, timeout=10) for g in gateways]
+    try:
+        assert [_status(c) for c in clients] == [200, 200]
+        assert own.process is not None
+        own.process.send_signal(signal.SIGSTOP)
+        try:
+            assert [_status(clients[n % 2]) for n in range(4)] == [200] * 4  # the SDK's timeout: no hang
+            assert sum(_outage_count(g, "admitted") for g in gateways) == 4
+        finally:
+            own.process.send_signal(signal.SIGCONT)
+
+        def on_redis_again() -> bool:
+            before = sum(_outage_count(g, "admitted") for g in gateways)
+            statuses = [_status(c) for c in clients]
+            return statuses == [200, 200] and sum(_outage_count(g, "admitted") for g in gateways) == before
+
+        eventually(on_redis_again, "both gateways on Redis again", timeout=15, every=0.2)
     finally:
         for gateway in gateways:
             gateway.stop()

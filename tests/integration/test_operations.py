@@ -12,7 +12,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.assembly import gateway as gateway_module
+from dragoman.assembly.gateway import Timings
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 from tests.support.waiting import eventually
@@ -230,27 +230,27 @@ def test_an_upstream_without_a_model_list_is_ready(make_gateway, upstream):
     assert [r["model"] for r in upstream.requests] == ["any-name"]
 
 
-def test_a_replica_that_never_answers_leaves_the_upstream_ready(make_gateway, upstream, monkeypatch):
-    monkeypatch.setattr(gateway_module, "READY_REUSE", 0.0)  # each probe its own round
+def test_a_replica_that_never_answers_leaves_the_upstream_ready(make_gateway, upstream):
+    each_its_own_round = Timings(ready_reuse=0.0)
     with socket.socket() as silent:  # connections are accepted (by the kernel), never answered
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
-        gateway = make_gateway(url=url, upstream={"replicas": [upstream.url]}, server={"default_model": "test-model"})
+        gateway = make_gateway(url=url, upstream={"replicas": [upstream.url]}, server={"default_model": "test-model"},
+                               timings=each_its_own_round)  # fmt: skip
         for _ in range(3):  # round robin: some probes ask the silent instance first
             ready = httpx.get(gateway.url + "/ready", timeout=10)
             assert ready.status_code == 200 and ready.json()["upstreams"] == ["default"]
 
 
-def test_a_discovery_that_times_out_says_so_in_the_log(make_gateway, caplog, monkeypatch):
-    monkeypatch.setattr(gateway_module, "DISCOVERY_TIMEOUT", 0.2)
+def test_a_discovery_that_times_out_says_so_in_the_log(make_gateway, caplog):
     with (
         socket.socket() as silent,
         caplog.at_level(logging.WARNING, logger="dragoman"),
     ):  # accepted by the kernel, never answered
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
-        make_gateway(url=f"http://127.0.0.1:{silent.getsockname()[1]}/v1")
+        make_gateway(url=f"http://127.0.0.1:{silent.getsockname()[1]}/v1", timings=Timings(discovery_timeout=0.2))
         eventually(lambda: any("model discovery" in r.getMessage() for r in caplog.records), "discovery's warning")
     lines = [r.getMessage() for r in caplog.records if "model discovery" in r.getMessage()]
     assert lines == ["model discovery on upstream default failed: no answer within 0.2 s"]
@@ -264,7 +264,7 @@ def test_discovery_logs_what_the_model_list_saw(gateway_from, monkeypatch, caplo
     from dragoman.upstream import client as http
     from dragoman.upstream import hedge
 
-    monkeypatch.setattr(http, "MODEL_LIST_TIMEOUT", 0.5, raising=False)
+    monkeypatch.setattr(http, "MODEL_LIST_TIMEOUT", 0.5)  # raises if it is renamed
     monkeypatch.setattr(hedge, "HEDGE_AFTER", 0.05)
     other = FakeAnthropic().start()
     other.models_down = True
@@ -303,13 +303,13 @@ def test_discovery_logs_what_the_model_list_saw(gateway_from, monkeypatch, caplo
     assert lines == [f"model discovery on upstream n failed: {expected}"]
 
 
-def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native, monkeypatch):
-    monkeypatch.setattr(gateway_module, "READY_REUSE", 0.0)  # each probe its own round
+def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native):
     starting = FakeAnthropic().start()
     starting.models_down = True  # its model list answers 503
     try:
         gateway = gateway_from(
-            {"upstreams": {"n": {"url": starting.url, "replicas": [native.url], "protocol": "anthropic"}}}
+            {"upstreams": {"n": {"url": starting.url, "replicas": [native.url], "protocol": "anthropic"}}},
+            timings=Timings(ready_reuse=0.0),  # each probe its own round
         )
         for _ in range(3):  # round robin: some probes ask the starting instance first
             ready = httpx.get(gateway.url + "/ready", timeout=10)
@@ -318,10 +318,11 @@ def test_a_replica_still_starting_leaves_the_upstream_ready(gateway_from, native
         starting.stop()
 
 
-def test_ready_probes_are_shared_so_nobody_can_multiply_upstream_calls(gateway_from, native, monkeypatch):
+def test_ready_probes_are_shared_so_nobody_can_multiply_upstream_calls(gateway_from, native):
     # /ready is open to anyone, and each round asks every upstream its model list (an authenticated call)
-    monkeypatch.setattr("dragoman.assembly.gateway.READY_REUSE", 3600.0)
-    gateway = gateway_from({"upstreams": {"native": {"url": native.url, "protocol": "anthropic"}}})
+    gateway = gateway_from(
+        {"upstreams": {"native": {"url": native.url, "protocol": "anthropic"}}}, timings=Timings(ready_reuse=3600.0)
+    )
     gateway.wait_discovered()
     before = native.model_lists
     answers: list[int] = []

@@ -273,13 +273,13 @@ def test_pdf_text_is_extracted_off_the_event_loop(native, upstream, serve, monke
     in_a_thread: list[bool] = []
     real = content.document_text
 
-    def watched(block: Any, where: str) -> str:
+    def watched(block: Any, where: str, clock: Any) -> str:
         try:
             asyncio.get_running_loop()
             in_a_thread.append(False)
         except RuntimeError:  # no loop runs in this thread
             in_a_thread.append(True)
-        return real(block, where)
+        return real(block, where, clock)
 
     monkeypatch.setattr(documents, "document_text", watched)
     monkeypatch.setattr(content, "document_text", watched)

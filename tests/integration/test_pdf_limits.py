@@ -8,6 +8,7 @@ import base64
 import concurrent.futures
 import os
 import threading
+from typing import Any
 
 import anthropic
 import httpx
@@ -47,7 +48,7 @@ def test_pdfs_being_read_hold_up_neither_health_nor_the_files_api(gateway, clien
     (on the default executor) still runs."""
     release, reading = threading.Event(), threading.Semaphore(0)
 
-    def blocked(raw: bytes, where: str) -> str:
+    def blocked(raw: bytes, where: str, clock: Any) -> str:
         reading.release()
         release.wait(30)
         return "text"

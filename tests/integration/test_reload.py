@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from click.testing import CliRunner
 from dragoman.cli import main
 from tests.support.fakes import FakeUpstream, chunk, completion, usage_chunk
 from tests.support.serve_process import Prober, Stderr, _start
+from tests.support.waiting import eventually
 
 USER: Any = [{"role": "user", "content": "Hi"}]
 SWAPPED = "the new configuration serves new requests"
@@ -63,9 +63,7 @@ def test_sighup_adds_a_key_while_a_stream_finishes_and_the_port_keeps_accepting(
     log = Stderr(process)
     events: list[Any] = []
     reader = _stream_in_thread(url, "key-a", events)
-    deadline = time.monotonic() + 10
-    while "one" not in _text(events) and time.monotonic() < deadline:  # the stream is under way
-        time.sleep(0.01)
+    eventually(lambda: "one" in _text(events), "the stream under way", timeout=10)
     assert _text(events) == "one "
     assert _answers(url, "key-b") == 401
     with Prober(int(url.rsplit(":", 1)[1])) as probe:

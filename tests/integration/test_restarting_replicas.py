@@ -11,7 +11,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.upstream import replicas as replicas_module
+from dragoman.assembly.gateway import Timings
 from dragoman.upstream.replicas import CoolDowns
 from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
 from tests.support.fakes import FakeUpstream, Reply, text_stream
@@ -25,9 +25,9 @@ STREAMS = 3  # round robin over two replicas: at least one goes to the one that 
 
 
 @pytest.fixture
-def long_cool_down(monkeypatch: pytest.MonkeyPatch) -> None:
+def long_cool_down() -> Timings:
     """A replica that closed a connection stays passed over for longer than any test."""
-    monkeypatch.setattr(replicas_module, "COOL_DOWNS", CoolDowns(unreachable=3600.0))
+    return Timings(cool_downs=CoolDowns(unreachable=3600.0))
 
 
 @pytest.fixture
@@ -48,7 +48,10 @@ def test_a_translated_stream_closed_after_its_head_is_answered_by_another_replic
 ):
     upstream.responder = lambda body: Reply(chunks=text_stream("Hi", "!")) if body.get("stream") else None
     gateway = make_gateway(
-        url=closing.url, upstream={"replicas": [upstream.url], **FLEET}, server={"default_model": "test-model"}
+        url=closing.url,
+        upstream={"replicas": [upstream.url], **FLEET},
+        server={"default_model": "test-model"},
+        timings=long_cool_down,
     )
     client = _client(gateway.url)
     for _ in range(STREAMS):
@@ -72,7 +75,7 @@ def test_a_passthrough_stream_closed_after_its_head_is_answered_by_another_repli
                           for _ in range(STREAMS))  # fmt: skip
     try:
         gateway = gateway_from({"server": {"default_model": "native-model"},
-                                "upstreams": {"n": {"url": closes.url, "replicas": [native.url], "protocol": "anthropic", **FLEET}}})  # fmt: skip
+                                "upstreams": {"n": {"url": closes.url, "replicas": [native.url], "protocol": "anthropic", **FLEET}}}, timings=long_cool_down)  # fmt: skip
         client = _client(gateway.url)
         heads = []
         for _ in range(STREAMS):

@@ -7,15 +7,17 @@ Timeouts are small; cool-downs are longer than any test, never waited for."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 
 import anthropic
 import pytest
 
-from dragoman.upstream import replicas as replicas_module
+from dragoman.assembly.gateway import Timings
 from dragoman.upstream.replicas import CoolDowns
 from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
 from tests.support.fakes import FakeUpstream, Reply, chunk, text_stream
+from tests.support.servers import GatewayServer
 
 FIRST_BYTE_TIMEOUT = 1.0  # small, yet far above what a healthy fake takes to answer on a loaded machine
 # Rotation sends each test's requests to the failing replica too (cache-aware routing would keep one
@@ -34,9 +36,18 @@ def _answers_streams(body: dict) -> Reply | None:
     return Reply(chunks=text_stream("Hi", "!")) if body.get("stream") else None
 
 
-@pytest.fixture(autouse=True)
-def long_cool_down(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(replicas_module, "COOL_DOWNS", CoolDowns(silent=3600.0))
+LONG_COOL_DOWN = Timings(cool_downs=CoolDowns(silent=3600.0))  # a silent instance stays passed over
+
+
+@pytest.fixture
+def make_gateway(make_gateway: Callable[..., GatewayServer]) -> Callable[..., GatewayServer]:
+    """The shared fixture's, with every gateway passing a silent instance over for the whole test."""
+    return functools.partial(make_gateway, timings=LONG_COOL_DOWN)
+
+
+@pytest.fixture
+def gateway_from(gateway_from: Callable[..., GatewayServer]) -> Callable[..., GatewayServer]:
+    return functools.partial(gateway_from, timings=LONG_COOL_DOWN)
 
 
 @pytest.fixture

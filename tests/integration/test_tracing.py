@@ -12,7 +12,7 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.assembly.tracing import build_tracing, wanted
+from dragoman.assembly.tracing import build_tracing, resolve_tracing, wanted
 from dragoman.core.config import TracingConfig
 from tests.support.batches import wait_ended
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
@@ -245,10 +245,9 @@ def test_the_replica_and_why_routing_chose_it_are_on_the_attempt(traced, upstrea
     assert isinstance(attempt.attributes["dragoman.route.prefix_tokens"], int)
 
 
-def test_tracing_is_off_unless_asked_for(monkeypatch):
-    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED"):
-        monkeypatch.delenv(name, raising=False)
-    assert build_tracing(TracingConfig(), "0") is None  # the request path then does no tracing work
+def test_tracing_is_off_unless_asked_for():
+    off, problems = resolve_tracing(TracingConfig(), {})
+    assert build_tracing(off, "0") is None and problems == []  # the request path then does no tracing work
     assert wanted(TracingConfig(), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
     assert not wanted(TracingConfig(), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_SDK_DISABLED": "true"})
     assert not wanted(TracingConfig(enabled=False), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"})

@@ -9,6 +9,7 @@ import asyncio
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,13 @@ import anthropic
 import asyncpg
 import pytest
 
-from tests.support.fakes import FakeUpstream, chunk, completion, text_stream
+from dragoman.usage.writer import JOURNAL_EVERY
+from tests.support.fakes import FakeUpstream, Reply, chunk, completion, text_stream
 from tests.support.postgres import PrivatePostgres, private_postgres  # noqa: F401 (fixture)
 from tests.support.serve_process import _kill, _start
 from tests.support.waiting import eventually
 
-pytestmark = pytest.mark.heavy  # several processes: the full suite runs it, --fast leaves it out
+pytestmark = [pytest.mark.heavy, pytest.mark.faults]  # several processes: the full suite runs it, --fast leaves it out
 
 ASK: dict[str, Any] = {"model": "test-model", "max_tokens": 50, "messages": [{"role": "user", "content": "Hi"}]}
 
@@ -38,16 +40,18 @@ def _config(tmp_path: Path, database_url: str) -> Path:
     return path
 
 
-def _records(url: str) -> dict[str, tuple[int, str | None]]:
-    """Every record in the table: request id -> (output tokens, error type)."""
+def _records(url: str) -> dict[str, tuple[int, str | None, int]]:
+    """Every record in the table: request id -> (output tokens, error type, input tokens)."""
 
-    async def read() -> dict[str, tuple[int, str | None]]:
+    async def read() -> dict[str, tuple[int, str | None, int]]:
         connection = await asyncpg.connect(url, timeout=10)
         try:
-            rows = await connection.fetch("SELECT request_id, output_tokens, error_type FROM usage_records")
+            rows = await connection.fetch(
+                "SELECT request_id, output_tokens, error_type, input_tokens FROM usage_records"
+            )
         finally:
             await connection.close()
-        return {r["request_id"]: (r["output_tokens"], r["error_type"]) for r in rows}
+        return {r["request_id"]: (r["output_tokens"], r["error_type"], r["input_tokens"]) for r in rows}
 
     try:
         return asyncio.run(read())
@@ -113,14 +117,22 @@ def test_sigkill_mid_stream_records_what_each_stream_relayed(
     tmp_path: Path,
     stop_later: Any,
 ) -> None:
+    """The database down throughout, so the journal alone keeps what the kill spares: the open
+    streams (with what they relayed, and their input estimated) and every finished reply
+    older than the journal's fsync interval (plus a tick's own work on a loaded machine)."""
     config = _config(tmp_path, private_postgres.url)
     gateways = [_gateway(upstream, config, stop_later) for _ in range(2)]
-    never = threading.Event()  # the streams stay open until the gateways die
-    clients, streams, ids = [], [], []
+    eventually(lambda: _table_exists(private_postgres.url), "the schema made", timeout=20, every=0.2)
+    private_postgres.stop()
+    never, done = threading.Event(), threading.Event()  # the streams stay open until the gateways die
+    opening = [chunk({"role": "assistant", "content": ""}), *(chunk({"content": p}) for p in "abc"), ("wait", never)]
+    upstream.responder = lambda body: Reply(chunks=opening) if body.get("stream") else None  # else a completion
+    clients, streams, ids = [], [], []  # (the streams held: one collected would hang up)
+    finished: dict[str, float] = {}  # reply request id -> when it was answered (monotonic)
+    replies = threading.Thread(target=_replies, args=([url for _, url in gateways], finished, done), daemon=True)
+    replies.start()  # finished replies, through both, until the kill
     try:
         for n in range(4):  # two open streams in each process, each 3 tokens in
-            upstream.stream_reply([chunk({"role": "assistant", "content": ""}),
-                                   *(chunk({"content": p}) for p in "abc"), ("wait", never)])  # fmt: skip
             client = anthropic.Anthropic(base_url=gateways[n % 2][1], api_key="any", max_retries=0, timeout=30)
             stream = client.messages.stream(**ASK).__enter__()
             text = ""
@@ -133,16 +145,46 @@ def test_sigkill_mid_stream_records_what_each_stream_relayed(
             streams.append(stream)
             ids.append(stream.request_id)
         eventually(lambda: _journaled(tmp_path / "journal") >= set(ids), "the open streams journaled", timeout=10)
+        eventually(lambda: _older(finished, SPARED) >= 5, "replies finished before the last tick", timeout=20)
+        killed_at = time.monotonic()
         for process, _ in gateways:
             _kill(process)  # SIGKILL, the process group
     finally:
+        done.set()
         never.set()
         for client in clients:
             client.close()
+    replies.join(30)
+    private_postgres.start()
     _gateway(upstream, config, stop_later)
     eventually(lambda: set(_records(private_postgres.url)) >= set(ids), "every stream recorded", timeout=30, every=0.2)
     records = _records(private_postgres.url)
-    assert [records[i] for i in ids] == [(3, "gateway_crashed")] * 4
+    assert [records[i][:2] for i in ids] == [(3, "gateway_crashed")] * 4
+    assert all(records[i][2] > 0 for i in ids), "a translated stream's input, estimated"
+    spared = {i for i, at in finished.items() if killed_at - at > SPARED}
+    assert spared and not spared - set(records), "a finished reply older than the journal's interval is missing"
+
+
+SPARED = JOURNAL_EVERY + 0.5  # a reply this old was journaled before the kill: one fsync interval, and its tick's work
+
+
+def _replies(urls: list[str], finished: dict[str, float], done: threading.Event) -> None:
+    """Short replies through each gateway in turn, paced, until `done` or a gateway dies."""
+    clients = [anthropic.Anthropic(base_url=url, api_key="any", max_retries=0, timeout=10) for url in urls]
+    n = 0
+    while not done.is_set() and n < 200:  # bounded
+        try:
+            reply = clients[n % len(clients)].messages.create(**ASK)
+        except anthropic.APIError:
+            return  # killed
+        finished[reply._request_id or ""] = time.monotonic()
+        n += 1
+        done.wait(0.05)  # pacing the load, not waiting for a condition
+
+
+def _older(finished: dict[str, float], seconds: float) -> int:
+    now = time.monotonic()
+    return sum(now - at > seconds for at in list(finished.values()))
 
 
 def _journaled(directory: Path) -> set[str]:

@@ -14,6 +14,8 @@ from typing import Any
 import anthropic
 import pytest
 
+from dragoman.assembly.gateway import Timings
+from dragoman.batches.runs import BatchTimings
 from tests.support.fakes import FakeUpstream, Reply, completion
 from tests.support.servers import GatewayServer
 from tests.support.waiting import eventually
@@ -84,14 +86,17 @@ KEYS = ["key-a", "key-b"]
 def keeping_start(
     upstream: FakeUpstream, tmp_path: Path, gateway_from: Callable[[dict], GatewayServer]
 ) -> Callable[..., GatewayServer]:
-    """`start(batches=..., server=...)`: a gateway keeping its batches in this test's directory."""
+    """`start(batches=..., server=..., timings=...)`: a gateway keeping its batches in this test's
+    directory (`timings`: how often it sweeps for batches, how long a failed one rests)."""
 
-    def run(*, batches: dict | None = None, server: dict | None = None) -> GatewayServer:
+    def run(
+        *, batches: dict | None = None, server: dict | None = None, timings: BatchTimings | None = None
+    ) -> GatewayServer:
         return gateway_from({
             "server": server or {},
             "batches": {"dir": str(tmp_path / "batches"), **(batches or {})},
             "upstreams": {"default": {"url": upstream.url, "max_retries": 0}},
-        })  # fmt: skip
+        }, timings=Timings(batches=timings) if timings else None)  # fmt: skip
 
     return run
 

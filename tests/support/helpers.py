@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from dragoman.translate.request import Options, Translated, to_chat_request
 from tests.support.openai_shapes import chunk, completion_dict, usage, usage_chunk  # noqa: F401 (shared)
 
 # -- requests ---------------------------------------------------------------------
+
+
+OPTIONS = Options(clock=time.monotonic)  # what a gateway tells the translation, by default
 
 
 def request(**fields: Any) -> a.MessagesRequest:
@@ -40,9 +44,8 @@ def translate(
     kwargs: dict[str, Any] = {}
     if caps is not None:
         kwargs["caps"] = caps
-    if options is not None:
-        kwargs["options"] = options
-    return to_chat_request(request(**fields), upstream_model="served-model", profile=chosen, stream=stream, **kwargs)
+    return to_chat_request(request(**fields), upstream_model="served-model", profile=chosen, stream=stream,
+                           options=options or OPTIONS, **kwargs)  # fmt: skip
 
 
 def wire(chat: openai.ChatRequest) -> dict[str, Any]:

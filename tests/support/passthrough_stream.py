@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from dragoman.backends.anthropic.backend import AnthropicBackend
+from dragoman.backends.shared import Shared
 from dragoman.calls.types import Call, Outcome
 from dragoman.core.config_load import from_dict
 from dragoman.core.errors import GatewayError
@@ -35,13 +36,14 @@ def delta(value: str, kind: str = "text") -> bytes:
     return b"event: content_block_delta\ndata: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
 
-def _backend() -> AnthropicBackend:
+def _backend(shared: Shared | None = None) -> AnthropicBackend:
     config = from_dict({"upstreams": {"native": {"url": "http://127.0.0.1:9", "protocol": "anthropic"}}})
-    return AnthropicBackend("native", config.upstreams["native"], config)  # type: ignore[arg-type]
+    return AnthropicBackend("native", config.upstreams["native"], config, shared or Shared())  # type: ignore[arg-type]
 
 
-def relay(reads: list[bytes]) -> tuple[bytes, Outcome, Response]:
-    backend = _backend()
+def relay(reads: list[bytes], shared: Shared | None = None) -> tuple[bytes, Outcome, Response]:
+    """The stream relayed whole by a backend sharing `shared` (its keys to redact, say)."""
+    backend = _backend(shared)
     outcome = Outcome(request_id="req_1", endpoint="messages")
     call = Call(b"{}", "client-name", "served", {}, "req_1", True, outcome)
     response = Response(reads)

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+from dragoman.assembly.gateway import Timings
 from dragoman.core.config import Config
 from dragoman.core.config_load import from_dict
 from dragoman.server.app import create_app
@@ -150,11 +151,14 @@ class _Server(uvicorn.Server):
 
 
 class GatewayServer:
-    def __init__(self, config: Config, *, http: Any = None, timeout_keep_alive: float = 5) -> None:
+    def __init__(
+        self, config: Config, *, http: Any = None, timeout_keep_alive: float = 5, timings: Timings | None = None
+    ) -> None:
         """`http`: uvicorn's protocol; by default the one `dragoman serve` runs. `timeout_keep_alive`:
-        uvicorn's, 5 s as `dragoman serve` leaves it (a float: uvicorn types it int, but tests want less than 1 s)."""
+        uvicorn's, 5 s as `dragoman serve` leaves it (a float: uvicorn types it int, but tests want less than 1 s).
+        `timings`: the gateway's discovery timings, set before it starts discovering."""
         self.config = config
-        self.app = create_app(config)  # first: a config it refuses leaves no socket bound
+        self.app = create_app(config, timings=timings)  # first: a config it refuses leaves no socket bound
         # Bound here and handed to uvicorn: a port picked now and bound only once the server
         # starts could be taken in between by a test in another pytest-xdist worker.
         self._socket = server_socket()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,13 @@ from dragoman.assembly.observe import Metrics, capped
 from dragoman.assembly.pipeline import Pipeline
 from dragoman.assembly.request_trace import end_trace
 from dragoman.assembly.routing import Router
+from dragoman.assembly.settings import Settings, resolve
 from dragoman.assembly.threads import ThreadStore
 from dragoman.assembly.tracing import build_tracing
 from dragoman.backends import build
 from dragoman.backends.auto import PROBE_TIMEOUT
+from dragoman.backends.shared import Shared
+from dragoman.batches.runs import BatchTimings
 from dragoman.batches.service import Batches
 from dragoman.calls.types import Backend, NoModelList, Route, UpstreamModel
 from dragoman.core.capabilities import (
@@ -31,16 +34,17 @@ from dragoman.core.capabilities import (
     refresh_registry,
     registry_path,
 )
-from dragoman.core.config import Config, ConfigError, key_tenants, server_api_keys, usage_admin_keys
+from dragoman.core.config import Config, ConfigError
 from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
 from dragoman.core.owners import Owners, load_salt
 from dragoman.core.paging import list_param, page_of
 from dragoman.files.store import FileStore
 from dragoman.keys import wiring as keys
+from dragoman.limits.outages import outage_counter
 from dragoman.routes.table import Routes
 from dragoman.safeguards.service import Safeguards
 from dragoman.upstream.client import MODEL_LIST_TIMEOUT
-from dragoman.upstream.gauges import LoadCollector
+from dragoman.upstream.replicas import CoolDowns
 from dragoman.usage.stores import writer_for
 from dragoman.usage.writer import UsageWriter
 
@@ -59,6 +63,18 @@ EPOCH = "1970-01-01T00:00:00Z"
 LIFECYCLES = frozenset({"active", "deprecated", "retired"})
 
 
+@dataclass(slots=True)
+class Timings:
+    """How often a gateway asks its upstreams for their models, and for how long; a test sets
+    its own on the gateway (`Gateway.timings`) instead of patching the module's defaults."""
+
+    rediscover_after: float = REDISCOVER_AFTER
+    discovery_timeout: float = DISCOVERY_TIMEOUT
+    ready_reuse: float = READY_REUSE
+    batches: BatchTimings = field(default_factory=BatchTimings)  # its batches' sweeps and rests
+    cool_downs: CoolDowns = field(default_factory=CoolDowns)  # how long its backends pass a failed instance over
+
+
 async def with_tool_support(backend: Backend, models: list[UpstreamModel]) -> list[UpstreamModel]:
     """`models` with whether each chat template shows the model tools, where the backend can
     tell (backends/openai/tool_support.py); a backend without the check keeps its list."""
@@ -74,22 +90,35 @@ async def with_tool_support(backend: Backend, models: list[UpstreamModel]) -> li
 
 class Gateway:
     def __init__(
-        self, config: Config, backends: dict[str, Backend] | None = None, metrics: Metrics | None = None
+        self,
+        config: Config,
+        backends: dict[str, Backend] | None = None,
+        metrics: Metrics | None = None,
+        shared: Shared | None = None,
+        settings: Settings | None = None,
+        timings: Timings | None = None,
     ) -> None:
-        self.config = config
+        """`settings`: `config` resolved (`assembly.settings.resolve`), or resolved here first;
+        `timings`: other than the defaults (a test's)."""
+        settings = settings or resolve(config)
+        self.config = config = settings.config
+        self.timings = timings or Timings()
+        self.shared = shared or Shared(cool_downs=self.timings.cool_downs)  # once process-global: keys to redact, ...
+        self._clock = self.shared.clock
         self.metrics = metrics or Metrics()
-        self.metrics.registry.register(LoadCollector())  # what each replica says of its load
-        self.backends = backends if backends is not None else build(config)
+        self.metrics.redactor = self.shared.redactor
+        self.metrics.registry.register(self.shared.gauges)  # what each replica says of its load
+        self.backends = backends if backends is not None else build(config, self.shared)
         cache = config.server.registry_cache
         self.registry_file: Path | None = (
             None if cache == "" else Path(cache).expanduser() if cache else registry_path()
         )
         registry = Registry.load(self.registry_file) if self.registry_file else Registry()
         self.registry_missed = False  # the last refresh found models.dev out of reach (or failing)
-        self.router = Router(config, self.backends, registry)
-        self.api_keys = server_api_keys(config)
-        self.tenants = key_tenants(config)
-        self.admin_keys = usage_admin_keys(config)
+        self.router = Router(config, self.backends, registry, settings.counters)
+        self.api_keys = settings.api_keys
+        self.tenants = settings.tenants
+        self.admin_keys = settings.admin_keys
         self.keyring = keys.keyring(config, self.api_keys, self.tenants, self.admin_keys)  # every key, by digest
         self.limiters = {
             name: Limiter(name, upstream.max_concurrent, upstream.max_queue)
@@ -124,14 +153,18 @@ class Gateway:
                                  limits=self.limits, notice=config.server.tools_dropped_notice,
                                  safeguards=Safeguards(config, self.route, self.metrics.record, self.limiters),
                                  routes=self.routes)  # fmt: skip
-        self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners)
+        self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners, timings=self.timings.batches)
         self.usage: UsageWriter | None = None
         if config.usage.enabled:
             self.usage = writer_for(config)
+            self.keyring.outage = self.usage.outage  # the same database: one warning per outage
             self.metrics.open_sinks.append(self.usage.opened)
             self.metrics.sinks.append(self.usage.note)
         keys.seeding(self.keyring, self.limits, self.usage, config)
         self.key_admin = keys.admin(self.keyring, self.usage, config)
+        refused = outage_counter(self.metrics.registry, "answer_503", store="database")
+        for guard in (self.key_admin.guard, *([self.usage.guard] if self.usage is not None else [])):
+            guard.on_refused = lambda: refused("refused")  # the Admin API and reports while the database is out
 
     @property
     def translates_only(self) -> bool:
@@ -176,6 +209,7 @@ class Gateway:
             await backend.close()
         if self.tracing is not None:
             await self.tracing.close()
+        await self.shared.close()
         if self.usage is not None:
             await self.usage.close()  # last: every request before it has been recorded
 
@@ -193,12 +227,13 @@ class Gateway:
             await asyncio.sleep(REGISTRY_CHECK_EVERY)
 
     async def discover(self, upstream: str) -> None:
-        self._last_attempt[upstream] = time.monotonic()
+        self._last_attempt[upstream] = self._clock()
         try:
-            async with asyncio.timeout(DISCOVERY_TIMEOUT):
+            async with asyncio.timeout(self.timings.discovery_timeout):
                 models = await self.backends[upstream].list_models()
         except TimeoutError:  # its str() is empty
-            log.warning("model discovery on upstream %s failed: no answer within %g s", upstream, DISCOVERY_TIMEOUT)
+            log.warning("model discovery on upstream %s failed: no answer within %g s", upstream,
+                        self.timings.discovery_timeout)  # fmt: skip
         except NoModelList as error:  # said once: it will answer the same at every rediscovery
             if self.router.set_listless(upstream):
                 log.warning("%s: names that no other upstream lists go to it (a 404 instead when several upstreams "
@@ -245,13 +280,13 @@ class Gateway:
         was down at startup still tells its server kind and context windows once up), or,
         after a miss, those serving what they list (one may have been restarted with
         other models)."""
-        now = time.monotonic()
+        now = self._clock()
         candidates = self.router.discovering if even_if_known else list(self.backends)
         stale = [
             u
             for u in candidates
             if (even_if_known or not self.router.answered(u))
-            and now - self._last_attempt.get(u, -1e9) > REDISCOVER_AFTER
+            and now - self._last_attempt.get(u, -1e9) > self.timings.rediscover_after
         ]
         if stale:
             async with self._lock:
@@ -277,17 +312,17 @@ class Gateway:
     async def reachable_upstreams(self) -> list[str]:
         """The upstreams that answer their model list. /ready is unauthenticated, and each
         round asks every upstream (an authenticated call to a hosted one): probes at the same
-        moment share one round, and its answer is reused for READY_REUSE seconds, so that
+        moment share one round, and its answer is reused for `timings.ready_reuse` seconds, so that
         nobody can multiply calls to the upstreams by asking /ready."""
         latest = self._readiness
-        if latest is None or (latest.done() and time.monotonic() - self._ready_at >= READY_REUSE):
+        if latest is None or (latest.done() and self._clock() - self._ready_at >= self.timings.ready_reuse):
             latest = self._readiness = asyncio.ensure_future(self._probe_upstreams())
         return list(await asyncio.shield(latest))  # a caller that leaves does not cancel the others' round
 
     async def _probe_upstreams(self) -> list[str]:
         async def probe(name: str) -> str | None:
             try:
-                async with asyncio.timeout(DISCOVERY_TIMEOUT):
+                async with asyncio.timeout(self.timings.discovery_timeout):
                     await self.backends[name].list_models()
                 return name
             except NoModelList:  # it answered: a server without a list is up all the same
@@ -298,7 +333,7 @@ class Gateway:
         try:
             results = await asyncio.gather(*(probe(n) for n in self.backends))
         finally:
-            self._ready_at = time.monotonic()
+            self._ready_at = self._clock()
         return [r for r in results if r]
 
     # -- models API ----------------------------------------------------------------

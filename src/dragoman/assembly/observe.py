@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dragoman.calls.types import Completed, Outcome, Reply
 from dragoman.core.error_mapping import anthropic_envelope
-from dragoman.core.redaction import redact
+from dragoman.core.redaction import NO_KEYS, Redactor
 
 log = logging.getLogger("dragoman.access")
 
@@ -48,6 +48,7 @@ TOKEN_BUCKETS = (0, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self.redactor: Redactor = NO_KEYS  # the gateway's keys, kept out of the access line (its gateway sets it)
         r = self.registry
         self.requests = Counter(
             "dragoman_requests", "Requests served", ["endpoint", "model", "upstream", "path", "status"], registry=r
@@ -150,7 +151,7 @@ class Metrics:
         if outcome.routing:
             self._routing(outcome)
         if log.isEnabledFor(logging.INFO):  # the line is built only when someone reads it
-            log.info(_line(outcome, duration))
+            log.info(_line(outcome, duration, self.redactor))
 
     def _count_usage(self, outcome: Outcome, model: str) -> None:
         tenant = outcome.tenant or ""
@@ -180,7 +181,7 @@ class Metrics:
         return series
 
 
-def _line(outcome: Outcome, duration: float) -> str:
+def _line(outcome: Outcome, duration: float, redactor: Redactor) -> str:
     fields = {
         "request_id": outcome.request_id,
         "endpoint": outcome.endpoint,
@@ -203,7 +204,7 @@ def _line(outcome: Outcome, duration: float) -> str:
         "ttft_ms": None if outcome.first_byte is None else round((outcome.first_byte - outcome.started) * 1000, 1),
         "duration_ms": round(duration * 1000, 1),
         "error": outcome.error_type,
-        "error_message": logged_message(outcome.error_message),
+        "error_message": logged_message(outcome.error_message, redactor),
         "client_disconnected": outcome.disconnected or None,
         "tools_dropped": outcome.tools_dropped or None,
         "safeguards": outcome.safeguards,
@@ -211,11 +212,11 @@ def _line(outcome: Outcome, duration: float) -> str:
     return json_line(fields)
 
 
-def logged_message(message: str | None) -> str | None:
+def logged_message(message: str | None, redactor: Redactor) -> str | None:
     """An error's message as the access line has it: without keys (an upstream may quote one
     back), on one line, capped by `json_line`. It names no more of the request than the
     client's own answer does."""
-    return None if not message else redact(" ".join(message.split()))
+    return None if not message else redactor.redact(" ".join(message.split()))
 
 
 def json_line(fields: dict[str, Any]) -> str:

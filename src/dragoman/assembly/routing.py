@@ -37,8 +37,33 @@ SERVE_ANY_NAME = (
 )
 
 
+Counter = LocalCounter | TiktokenCounter
+
+
+def load_counters(config: Config) -> dict[str, Counter]:
+    """Each model's own token counter (its tokenizer or tiktoken files); a ConfigError naming
+    every model whose files cannot be loaded."""
+    counters: dict[str, Counter] = {}
+    problems = []
+    for index, model in enumerate(config.models):
+        try:
+            if model.tokenizer:
+                counters[model.name] = LocalCounter(model.tokenizer, model.chat_template)
+            elif model.tiktoken_encoding or model.tiktoken_file:
+                if not (model.tiktoken_encoding and model.tiktoken_file):
+                    raise TokenizerError("tiktoken_encoding and tiktoken_file go together")
+                counters[model.name] = TiktokenCounter(model.tiktoken_encoding, model.tiktoken_file)
+        except TokenizerError as error:
+            problems.append(f"models.{index}.{'tokenizer' if model.tokenizer else 'tiktoken_file'}: {error}")
+    if problems:
+        raise ConfigError(problems)
+    return counters
+
+
 class Router:
-    def __init__(self, config: Config, backends: dict[str, Backend], registry: Registry | None = None) -> None:
+    def __init__(self, config: Config, backends: dict[str, Backend], registry: Registry | None = None,
+                 counters: dict[str, Counter] | None = None) -> None:  # fmt: skip
+        """`counters`: the models' token counters, loaded already (`load_counters`) or loaded here."""
         self._config = config
         self._registry = registry or Registry()
         self._backends = backends
@@ -51,18 +76,7 @@ class Router:
                     self._wildcards.append((alias, model))
                 else:
                     self._by_name.setdefault(alias, model)
-        self._counters: dict[str, LocalCounter | TiktokenCounter] = {}
-        for index, model in enumerate(config.models):
-            try:
-                if model.tokenizer:
-                    self._counters[model.name] = LocalCounter(model.tokenizer, model.chat_template)
-                elif model.tiktoken_encoding or model.tiktoken_file:
-                    if not (model.tiktoken_encoding and model.tiktoken_file):
-                        raise TokenizerError("tiktoken_encoding and tiktoken_file go together")
-                    self._counters[model.name] = TiktokenCounter(model.tiktoken_encoding, model.tiktoken_file)
-            except TokenizerError as error:
-                key = "tokenizer" if model.tokenizer else "tiktoken_file"
-                raise ConfigError(f"models.{index}.{key}: {error}") from None
+        self._counters = load_counters(config) if counters is None else counters
         configured = {m.upstream for m in config.models}
         # Upstreams without configured models serve every model they list.
         self.discovering = [name for name in config.upstreams if name not in configured]

@@ -11,13 +11,15 @@ the standard `OTEL_*` variables (the SDK reads them); `[tracing]` says what they
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from dragoman.assembly.request_trace import Instruments, RequestTrace, context_of, traceparent_of
-from dragoman.core.config import ConfigError, TracingConfig
+from dragoman.core.config import TracingConfig
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
@@ -29,7 +31,7 @@ INSTALL_HINT = "pip install 'dragoman[otel]'"
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 
-def wanted(config: TracingConfig, environ: Mapping[str, str] = os.environ) -> bool:
+def wanted(config: TracingConfig, environ: Mapping[str, str]) -> bool:
     """Whether tracing is asked for: by the configuration, else by an OTLP endpoint in the environment."""
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
@@ -38,21 +40,39 @@ def wanted(config: TracingConfig, environ: Mapping[str, str] = os.environ) -> bo
     return any(environ.get(name) for name in ENDPOINT_VARIABLES)
 
 
-def build_tracing(config: TracingConfig, version: str) -> Tracing | None:
-    """The gateway's tracing, or None when it is off. Asked for in the configuration without
-    the packages installed, it is a ConfigError; asked for by the environment alone, a warning."""
-    if not wanted(config):
-        return None
-    try:
-        return Tracing(config, version)
-    except ImportError:
+def resolve_tracing(config: TracingConfig, environ: Mapping[str, str]) -> tuple[TracingConfig, list[str]]:
+    """The tracing settings with what the OTEL_* variables say of them written in (whether it is on,
+    the protocol, the service name), and their problems. Asked for in the configuration without the
+    packages installed, it is a problem; asked for by the environment alone, a warning, and off."""
+    on = wanted(config, environ)
+    protocol = config.protocol or environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or \
+        environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")  # fmt: skip
+    problems = []
+    if on and protocol not in ("http/protobuf", "grpc"):
+        problems.append(f"tracing.protocol: {protocol!r} is not supported (http/protobuf or grpc)")
+    if on and not _installed():
         if config.enabled:
-            raise ConfigError(
-                f"tracing.enabled: the OpenTelemetry packages are not installed ({INSTALL_HINT})"
-            ) from None
-        log.warning("an OTLP endpoint is set but the OpenTelemetry packages are not installed (%s): no traces",
-                    INSTALL_HINT)  # fmt: skip
-        return None
+            problems.append(f"tracing.enabled: the OpenTelemetry packages are not installed ({INSTALL_HINT})")
+        else:
+            log.warning("an OTLP endpoint is set but the OpenTelemetry packages are not installed (%s): no traces",
+                        INSTALL_HINT)  # fmt: skip
+            on = False
+    service = config.service_name or environ.get("OTEL_SERVICE_NAME") or "dragoman"
+    resolved = msgspec.structs.replace(config, enabled=on, service_name=service,
+                                       protocol=protocol if not problems else None)  # fmt: skip
+    return resolved, problems
+
+
+def _installed() -> bool:
+    try:
+        return importlib.util.find_spec("opentelemetry.sdk") is not None
+    except ModuleNotFoundError:  # not even `opentelemetry`
+        return False
+
+
+def build_tracing(config: TracingConfig, version: str) -> Tracing | None:
+    """The gateway's tracing, or None when it is off; `config` as `resolve_tracing` gives it."""
+    return Tracing(config, version) if config.enabled else None
 
 
 class Tracing:
@@ -63,8 +83,7 @@ class Tracing:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        resource = Resource.create({"service.name": config.service_name or os.environ.get("OTEL_SERVICE_NAME") or "dragoman",
-                                    "service.version": version})  # fmt: skip
+        resource = Resource.create({"service.name": config.service_name or "dragoman", "service.version": version})
         self.config = config
         self.tracer_provider: TracerProvider = TracerProvider(resource=resource)
         self.tracer_provider.add_span_processor(BatchSpanProcessor(_span_exporter(config)))
@@ -120,14 +139,7 @@ class Tracing:
 
 
 def _protocol(config: TracingConfig) -> str:
-    protocol = (
-        config.protocol
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-    )
-    if protocol not in ("http/protobuf", "grpc"):
-        raise ConfigError(f"tracing.protocol: {protocol!r} is not supported (http/protobuf or grpc)")
-    return protocol
+    return config.protocol or "http/protobuf"  # resolved (`resolve_tracing`): checked, the environment's written in
 
 
 def _span_exporter(config: TracingConfig) -> Any:

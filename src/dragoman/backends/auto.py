@@ -19,6 +19,7 @@ import msgspec
 
 from dragoman.backends.anthropic.backend import AnthropicBackend
 from dragoman.backends.openai.backend import OpenAIBackend
+from dragoman.backends.shared import Shared
 from dragoman.calls.types import Backend, Call, Reply, Route, UpstreamModel
 from dragoman.core.config import AnthropicUpstream, AutoUpstream, Config, OpenAIUpstream
 from dragoman.core.errors import UpstreamError, UpstreamTimeout
@@ -41,7 +42,7 @@ def _judged(status: int, content_type: str) -> bool:
 
 
 class AutoBackend:
-    def __init__(self, name: str, upstream: AutoUpstream, config: Config) -> None:
+    def __init__(self, name: str, upstream: AutoUpstream, config: Config, shared: Shared) -> None:
         self.name = name
         fields = msgspec.structs.asdict(upstream)
         root = upstream.url.rstrip("/").removesuffix("/v1")
@@ -57,7 +58,7 @@ class AutoBackend:
                 url=root + "/v1", replicas=[r + "/v1" for r in replicas],
                 flavor=upstream.flavor, strip_schema_keys=upstream.strip_schema_keys, **common,
             ),
-            config,
+            config, shared,
         )  # fmt: skip
         self._passthrough = AnthropicBackend(
             name,
@@ -65,6 +66,7 @@ class AutoBackend:
                 url=root, replicas=replicas, documents=upstream.documents, safeguards=upstream.safeguards, **common
             ),
             config,
+            shared,
         )
         # Both clients reach the same instances (the same roots): an instance the probe or one
         # path passed over is passed over by the other too.

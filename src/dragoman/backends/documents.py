@@ -18,14 +18,14 @@ import msgspec
 
 from dragoman.backends.fetch import fetch_document
 from dragoman.backends.fetch_budget import Budget
+from dragoman.backends.shared import Shared
 from dragoman.core.config import ServerConfig
 from dragoman.core.errors import InvalidRequest
-from dragoman.core.offload import offload
 from dragoman.protocol import anthropic
 from dragoman.translate.content import content_with_images, document_head, document_text
 
 
-async def documents_as_text(data: dict[str, Any], server: ServerConfig, budget: Budget) -> None:
+async def documents_as_text(data: dict[str, Any], server: ServerConfig, budget: Budget, shared: Shared) -> None:
     """Replace, in place, every document block of the request `data` with a text block; its
     URL documents are fetched within the request's `budget`, each distinct URL once."""
     messages = data.get("messages")
@@ -34,23 +34,25 @@ async def documents_as_text(data: dict[str, Any], server: ServerConfig, budget: 
     for index, message in enumerate(messages):
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list):
-            await _blocks(content, f"messages.{index}.content", server, budget)
+            await _blocks(content, f"messages.{index}.content", server, budget, shared)
 
 
-async def _blocks(blocks: list[Any], where: str, server: ServerConfig, budget: Budget) -> None:
+async def _blocks(blocks: list[Any], where: str, server: ServerConfig, budget: Budget, shared: Shared) -> None:
     replaced: list[Any] = []
     for index, block in enumerate(blocks):
         here = f"{where}.{index}"
         if isinstance(block, dict) and block.get("type") == "document":
-            replaced.extend(await _as_text(block, here, server, budget))
+            replaced.extend(await _as_text(block, here, server, budget, shared))
             continue
         if isinstance(block, dict) and block.get("type") == "tool_result" and isinstance(block.get("content"), list):
-            await _blocks(block["content"], f"{here}.content", server, budget)
+            await _blocks(block["content"], f"{here}.content", server, budget, shared)
         replaced.append(block)
     blocks[:] = replaced
 
 
-async def _as_text(block: dict[str, Any], where: str, server: ServerConfig, budget: Budget) -> list[dict[str, Any]]:
+async def _as_text(
+    block: dict[str, Any], where: str, server: ServerConfig, budget: Budget, shared: Shared
+) -> list[dict[str, Any]]:
     """The document as a text block; a `content` document holding images as text blocks
     with its images, as the client sent them, in their places."""
     try:
@@ -75,9 +77,9 @@ async def _as_text(block: dict[str, Any], where: str, server: ServerConfig, budg
             {"type": "text", "text": "</document>"},
         ]
     elif isinstance(document.source, anthropic.Base64Source):  # a PDF: its text is extracted off the loop
-        parts = [{"type": "text", "text": await offload(document_text, document, where)}]
+        parts = [{"type": "text", "text": await shared.offload(document_text, document, where, shared.clock)}]
     else:
-        parts = [{"type": "text", "text": document_text(document, where)}]
+        parts = [{"type": "text", "text": document_text(document, where, shared.clock)}]
     if "cache_control" in block:  # a breakpoint on the document stays a breakpoint, on its last block
         parts[-1] = {**parts[-1], "cache_control": block["cache_control"]}
     return parts

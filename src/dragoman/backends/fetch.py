@@ -21,7 +21,7 @@ import aiohttp.abc
 from aiohttp.abc import ResolveResult
 from yarl import URL
 
-from dragoman.backends.fetch_budget import Budget
+from dragoman.backends.fetch_budget import Budget, Held
 from dragoman.core.config import ServerConfig
 from dragoman.core.errors import InvalidRequest
 from dragoman.files.charsets import decode_text
@@ -160,12 +160,12 @@ async def fetch(
         raise InvalidRequest(f"{kind} URL {url!r}: could not be fetched: {error}") from None
 
 
-def page_fetcher(server: ServerConfig) -> Callable[[str], Awaitable[tuple[bytes, str, str | None]]]:
+def page_fetcher(server: ServerConfig, held: Held) -> Callable[[str], Awaitable[tuple[bytes, str, str | None]]]:
     """Fetches one page under the server's rules, with a budget of its own held only while it is
     read: for the web fetch tool (dragoman.servertools), which lies below this layer."""
 
     async def fetch_page(url: str) -> tuple[bytes, str, str | None]:
-        with Budget(server) as budget:
+        with Budget(server, held) as budget:
             async with budget.turn(url, "web_fetch"):
                 return await fetch(url, server, budget, kind="web_fetch")
 

@@ -5,7 +5,8 @@ its fetches share one `Budget`, whatever the kind (images, documents) and path. 
 distinct URL is fetched once, however often the request names it; its bytes count once
 for each place it fills, since each place is sent on. Past `max_request_bytes` together
 (what the request could have held itself) the request is a 400. The bytes fetched and
-held by all requests in flight are bounded by `fetch_max_held_bytes` per process: past
+held by all requests in flight are bounded by `fetch_max_held_bytes` per gateway (its
+`Held`, in `backends.shared.Shared`): past
 it a request is answered 529, as the PDFs waiting to be read are (`core.offload`), and
 the SDKs retry it. A request holds its bytes until its backend has its answer (for a
 stream: until its head). All of a request's fetches, the waits for one of its
@@ -25,26 +26,29 @@ from dragoman.core.errors import InvalidRequest, Overloaded
 MAX_DOCUMENTS = 100  # URL documents (and, apart, URL images) fetched for one request
 PARALLEL_FETCHES = 4  # of one request's fetches, running at once
 
-_held = 0  # bytes fetched and held by the requests in flight in this process
 
+class Held:
+    """The bytes fetched and held by one gateway's requests in flight."""
 
-def held_bytes() -> int:
-    """What the requests in flight hold now (for tests and metrics)."""
-    return _held
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
 
 
 class Budget:
     """The fetches of one request. `release()` it when the request is done with them."""
 
-    __slots__ = ("_server", "_left", "_uses", "_sizes", "bytes", "held", "_slots", "_deadline", "fetched")
+    __slots__ = ("_server", "_all", "_left", "_uses", "_sizes", "bytes", "held", "_slots", "_deadline", "fetched")
 
-    def __init__(self, server: ServerConfig) -> None:
+    def __init__(self, server: ServerConfig, held: Held) -> None:
         self._server = server
+        self._all = held  # what every request of the gateway holds
         self._left = {"document": MAX_DOCUMENTS, "image": MAX_DOCUMENTS}
         self._uses: dict[tuple[str, str], int] = {}  # the places each URL fills, by kind (dicts: made per request)
         self._sizes: dict[tuple[str, str], int] = {}  # the bytes fetched from each URL, by kind
         self.bytes = server.max_request_bytes  # what its fetches may still add to the request
-        self.held = 0  # of the process's `_held`
+        self.held = 0  # of the gateway's `Held`
         self._slots: asyncio.Semaphore | None = None
         self._deadline: float | None = None
         self.fetched: dict[str, Any] = {}  # what was fetched already, by URL, for paths that fetch one by one
@@ -58,7 +62,6 @@ class Budget:
 
     def take(self, size: int, url: str, kind: str = "document", places: int | None = None) -> None:
         """`size` more bytes fetched from `url`, counted for each place it fills (or `places`)."""
-        global _held
         if places is None:  # fetched now
             self._sizes[kind, url] = self._sizes.get((kind, url), 0) + size
         size *= max(1, self._uses.get((kind, url), 0)) if places is None else places
@@ -66,11 +69,11 @@ class Budget:
         if self.bytes < 0:
             raise InvalidRequest(f"{kind} URL {url!r}: the images and documents fetched for this request together "
                                  f"pass server.max_request_bytes ({self._server.max_request_bytes} bytes)")  # fmt: skip
-        if _held + size > self._server.fetch_max_held_bytes:
+        if self._all.bytes + size > self._server.fetch_max_held_bytes:
             raise Overloaded(f"the images and documents fetched by URL for the requests in flight hold "
                              f"server.fetch_max_held_bytes ({self._server.fetch_max_held_bytes} bytes); "
                              f"send it again later", retry_after="1")  # fmt: skip
-        _held += size
+        self._all.bytes += size
         self.held += size
 
     def size(self, url: str, kind: str = "document") -> int:
@@ -85,8 +88,7 @@ class Budget:
 
     def release(self) -> None:
         """Give back what the request held."""
-        global _held
-        _held -= self.held
+        self._all.bytes -= self.held
         self.held = 0
 
     @contextlib.asynccontextmanager

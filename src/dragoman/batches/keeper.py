@@ -1,6 +1,6 @@
 """The keeper: which batches this process starts, found by sweeping the directory.
 
-It sweeps at start, every ADOPT_EVERY seconds, and whenever woken (this process has room for
+It sweeps at start, every `timings.adopt_every` seconds, and whenever woken (this process has room for
 another batch, or a batch was created or canceled). It starts the oldest batches no process
 runs, as many as there is room for (a canceled or expired one always: it ends at once), so a
 batch whose process died is taken over, running only the requests without a result (one in
@@ -21,8 +21,6 @@ from dragoman.batches.runs import Run, Runner
 from dragoman.batches.store import BatchDir, Record
 
 log = logging.getLogger("dragoman.batches")
-
-ADOPT_EVERY = 30.0  # seconds between sweeps when nothing else prompts one
 
 
 class Keeper:
@@ -60,7 +58,7 @@ class Keeper:
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
-            pause = ADOPT_EVERY
+            pause = self._runner.timings.adopt_every
             try:
                 self._sweeping = loop.run_in_executor(None, self.sweep, loop)
                 pause = min(pause, await asyncio.shield(self._sweeping))

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
@@ -39,6 +40,18 @@ log = logging.getLogger("dragoman.batches")
 
 CANCEL_POLL = 0.5  # seconds between looks for a cancel made by another process
 REST_AFTER_FAILURE = 30.0  # seconds before this process runs again a batch whose results it could not store
+ADOPT_EVERY = 30.0  # seconds between the keeper's sweeps when nothing else prompts one
+
+
+@dataclass(slots=True)
+class BatchTimings:
+    """How often a gateway looks for batches to run, and how long one that failed rests; the
+    gateway's (`Gateway.timings.batches`), which a test sets instead of patching the module."""
+
+    adopt_every: float = ADOPT_EVERY
+    rest_after_failure: float = REST_AFTER_FAILURE
+
+
 # What the gateway finds wrong with a request's params (not its upstream's answer, not a limit):
 # the message names the field as the batch request holds it, `requests.3.params.<field>`.
 ABOUT_THE_PARAMS = (InvalidRequest, NotFound, RequestTooLarge)
@@ -151,8 +164,9 @@ class Run:
 
 class Runner:
     def __init__(self, pipeline: RequestPath, metrics: Recorder, config: BatchesConfig, on_end: Callable[[str, Ended], None],
-                 on_free: Callable[[], None]) -> None:  # fmt: skip
+                 on_free: Callable[[], None], timings: BatchTimings | None = None) -> None:  # fmt: skip
         self._pipeline = pipeline
+        self.timings = timings or BatchTimings()
         self._metrics = metrics
         self._config = config
         self._on_end = on_end
@@ -234,10 +248,10 @@ class Runner:
             log.warning("batch %s interrupted by shutdown; it resumes where it stopped", run.record.id)
             raise
         except OSError as error:  # no tight loop of upstream calls on a full disk: the batch rests first
-            self.resting[run.record.id] = time.time() + REST_AFTER_FAILURE
+            self.resting[run.record.id] = time.time() + self.timings.rest_after_failure
             log.error("batch %s could not store a result (%s); it resumes where it stopped", run.record.id, error)
         except Exception:  # a bug: the same rest, and a traceback to find it by
-            self.resting[run.record.id] = time.time() + REST_AFTER_FAILURE
+            self.resting[run.record.id] = time.time() + self.timings.rest_after_failure
             log.exception("batch %s failed; it resumes where it stopped", run.record.id)
         finally:
             expiry.cancel()

@@ -28,7 +28,7 @@ from dragoman.batches.catalog import Catalog
 from dragoman.batches.keeper import Keeper
 from dragoman.batches.quota import Usage, check_room
 from dragoman.batches.requests import Recorder, RequestPath
-from dragoman.batches.runs import Runner
+from dragoman.batches.runs import BatchTimings, Runner
 from dragoman.batches.store import PREFIX, BatchDir, BatchStore, Record
 from dragoman.core import ids
 from dragoman.core.config import BatchesConfig, data_dir
@@ -66,12 +66,13 @@ class Batches:
         config: BatchesConfig,
         owners: Owners | None = None,
         store: BatchStore | None = None,  # another store over the same directory layout (tests' races)
+        timings: BatchTimings | None = None,
     ) -> None:
         self._config = config
         self._store = store or BatchStore(Path(config.dir).expanduser() if config.dir else data_dir("batches"))
         self._catalog = Catalog(self._store, config.retain_for, owners)
         self._deleted: dict[str, Record] = {}  # the latest deleted here, so that a cursor naming one still places
-        self._runner = Runner(pipeline, metrics, config, self._catalog.ended.__setitem__, self._wake_keeper)
+        self._runner = Runner(pipeline, metrics, config, self._catalog.ended.__setitem__, self._wake_keeper, timings)
         self._keeper = Keeper(self._catalog, self._runner)
 
     @property

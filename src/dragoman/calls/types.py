@@ -239,6 +239,7 @@ class Outcome:
     safeguards: list[str] | None = None  # auto-mode verdicts given (dragoman.safeguards): "tool=outcome", no input
     route: str = ""  # the [[routes]] entry it took (dragoman.routes), if any
     progress: Callable[[], int] | None = None  # a stream's output tokens relayed so far (usage's journal)
+    input_so_far: Callable[[], int] | None = None  # a translated stream's input so far: the upstream's, or estimated
     finish: Finish = field(init=False, repr=False, compare=False)  # the request's one end
 
     def __post_init__(self) -> None:

@@ -12,7 +12,6 @@ from starlette.responses import Response
 
 from dragoman.console import data, gate
 from dragoman.core.errors import InvalidRequest, RequestTooLarge
-from dragoman.usage.outage import ReadGuard
 
 PERIODS = {"hour": 3600, "day": 86400, "week": 7 * 86400, "month": 30 * 86400}
 BUCKETS = {"1m": 60, "1h": 3600, "1d": 86400}
@@ -20,7 +19,6 @@ GROUPS = ("key", "tenant", "model")
 MAX_BUCKETS = 1440  # a chart's points per series (data.MAX_BUCKETS): a week by the minute is refused
 MAX_BODY = 64 * 1024
 MAX_KEYS = 10_000  # rows the keys table loads
-_guard = ReadGuard(None)  # the key store down: 503 with retry-after, as the Admin API answers
 
 
 def _json(value: object) -> Response:
@@ -90,7 +88,7 @@ async def keys(request: Request) -> Response:
     listed: list[dict[str, Any]] = []
     query: dict[str, str] = {"limit": "1000"}
     while len(listed) < MAX_KEYS:
-        page = await _guard(found.gateway.key_admin.page(query))
+        page = await found.gateway.key_admin.guard(found.gateway.key_admin.page(query))
         listed += page["data"]
         if not page["has_more"]:
             break
@@ -117,7 +115,7 @@ def _noted(request: Request, action: str, key_id: str) -> None:
 
 async def create_key(request: Request) -> Response:
     found = await gate.changing(request)
-    made = await _guard(found.gateway.key_admin.create(await _body(request), found.grant.id))
+    made = await found.gateway.key_admin.guard(found.gateway.key_admin.create(await _body(request), found.grant.id))
     _noted(request, "create", made["id"])
     return _json(made)
 
@@ -125,6 +123,8 @@ async def create_key(request: Request) -> Response:
 async def update_key(request: Request) -> Response:
     found = await gate.changing(request)
     key = request.path_params["api_key_id"]
-    changed = await _guard(found.gateway.key_admin.update(key, await _body(request), found.grant.id))
+    changed = await found.gateway.key_admin.guard(
+        found.gateway.key_admin.update(key, await _body(request), found.grant.id)
+    )
     _noted(request, "update", key)
     return _json(changed)

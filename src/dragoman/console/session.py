@@ -24,7 +24,6 @@ import msgspec
 from starlette.requests import Request
 
 from dragoman.assembly.gateway import Gateway
-from dragoman.core.config import usage_admin_keys
 from dragoman.core.errors import GatewayError
 from dragoman.keys.records import Grant
 from dragoman.keys.store import MIGRATION_LOCK
@@ -136,7 +135,7 @@ async def _secret(gateway: Gateway) -> bytes:
         return hashlib.sha256(b"dragoman-console\0" + value.encode()).digest()
     ring = gateway.keyring
     if ring.store is None:  # admin keys from the configuration only: every replica has the same ones
-        basis = "\0".join(sorted(usage_admin_keys(gateway.config))).encode()
+        basis = "\0".join(sorted(gateway.admin_keys)).encode()  # resolved once (assembly.settings)
         return hashlib.sha256(b"dragoman-console-configured\0" + basis).digest()
     deadline = time.monotonic() + OPEN_WAIT
     while not ring.opened:

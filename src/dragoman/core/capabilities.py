@@ -112,11 +112,11 @@ class Unreachable(Exception):
     """models.dev could not be reached: offline, or behind a firewall (the usual case, not news)."""
 
 
-async def refresh_registry(path: Path, timeout: float = 5.0) -> Registry | None:
-    """Fetch the registry into the cache file; None (and a log line) when it failed. Out of
-    reach (no network) is a debug line: every start without internet would say it again."""
+async def refresh_registry(path: Path, timeout: float = 5.0, url: str = REGISTRY_URL) -> Registry | None:
+    """Fetch the registry (from `url`) into the cache file; None (and a log line) when it failed.
+    Out of reach (no network) is a debug line: every start without internet would say it again."""
     try:
-        return await fetch_registry(path, timeout)
+        return await fetch_registry(path, timeout, url)
     except Unreachable as error:
         log.debug("models.dev registry not reached (%s); using the cache and name rules", error)
     except (OSError, ValueError) as error:
@@ -124,14 +124,14 @@ async def refresh_registry(path: Path, timeout: float = 5.0) -> Registry | None:
     return None
 
 
-async def fetch_registry(path: Path, timeout: float = 5.0) -> Registry:
+async def fetch_registry(path: Path, timeout: float = 5.0, url: str = REGISTRY_URL) -> Registry:
     """Fetch the registry into the cache file. Raises Unreachable when models.dev is out of
     reach, OSError or ValueError when it answered wrongly or the cache cannot be written."""
     import aiohttp
 
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout), trust_env=True) as session:
-            async with session.get(REGISTRY_URL) as response:
+            async with session.get(url) as response:
                 if response.status != 200:
                     raise OSError(f"HTTP {response.status}")
                 raw = await response.read()

@@ -98,6 +98,7 @@ class CacheRouting(_Config, frozen=True):
     kv_high: float = 0.9  # the used fraction of a replica's KV cache from which it costs more
     home_tokens: int = 16384  # the cost of each step down a conversation's rendezvous order, in tokens
     spread: float = 1.05  # a replica is home to at most spread x an even share of the active conversations
+    shared_spread: float = 1.3  # the same, where other gateways send to these replicas too (docs/routing.md)
     balance_rel: float = 1.5  # a replica with more in flight than balance_rel x the mean + balance_abs
     balance_abs: float = 4.0  # takes no request while another is below that
 
@@ -339,49 +340,6 @@ class Config(_Config, frozen=True):
         if upstream.api_key_env:
             return os.environ.get(upstream.api_key_env) or upstream.api_key
         return upstream.api_key
-
-
-def server_api_keys(config: Config) -> frozenset[str]:
-    """The keys clients may present. `api_keys_env` naming a variable that holds no key, with no
-    other key configured, is a ConfigError: the gateway would otherwise run without authentication."""
-    keys = set(config.server.api_keys) | set(key_tenants(config))
-    if config.server.api_keys_file:
-        keys.update(_file_keys("server.api_keys_file", config.server.api_keys_file))
-    if config.server.api_keys_env:
-        keys.update(k.strip() for k in os.environ.get(config.server.api_keys_env, "").split(",") if k.strip())
-        if not keys:
-            raise ConfigError(f"server.api_keys_env: the environment variable {config.server.api_keys_env} is unset or holds "
-                              "no key, and no other key is configured (the gateway would accept every client)")  # fmt: skip
-    return frozenset(keys)
-
-
-def key_tenants(config: Config) -> dict[str, str]:
-    """Each tenant key's tenant name (`server.tenants`, checked to name every key once), with the
-    keys of `tenants_env` and `tenants_file`."""
-    tenants = {key: tenant for tenant, keys in config.server.tenants.items() for key in keys}
-    for tenant, variable in config.server.tenants_env.items():
-        tenants.update((k.strip(), tenant) for k in os.environ.get(variable, "").split(",") if k.strip())
-    for tenant, path in config.server.tenants_file.items():
-        tenants.update((key, tenant) for key in _file_keys(f"server.tenants_file.{tenant}", path))
-    return tenants
-
-
-def _file_keys(where: str, path: str) -> list[str]:
-    """The keys of a file, one a line (blank lines and `#` comments skipped)."""
-    try:
-        lines = Path(path).expanduser().read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{where}: cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
-    return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
-
-
-def usage_admin_keys(config: Config) -> frozenset[str]:
-    """The configured admin keys: `usage.admin_keys`, `admin.keys` and their `_env` variables."""
-    keys = set(config.usage.admin_keys) | set(config.admin.keys)
-    for variable in (config.usage.admin_keys_env, config.admin.keys_env):
-        if variable:
-            keys.update(k.strip() for k in os.environ.get(variable, "").split(",") if k.strip())
-    return frozenset(keys)
 
 
 def api_keys_enabled(config: Config) -> bool:

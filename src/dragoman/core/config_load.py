@@ -188,7 +188,7 @@ def _check_upstream(where: str, upstream: UpstreamConfig, problems: list[str]) -
 
 
 def _check_cache_routing(where: str, routing: CacheRouting, problems: list[str]) -> None:
-    for key in ("block_bytes", "max_blocks", "max_age", "balance_rel", "spread"):
+    for key in ("block_bytes", "max_blocks", "max_age", "balance_rel", "spread", "shared_spread"):
         if getattr(routing, key) <= 0:
             problems.append(f"{where}.{key}: must be positive, got {getattr(routing, key)}")
     for key in ("load_tokens", "queue_tokens", "kv_tokens", "home_tokens", "balance_abs"):

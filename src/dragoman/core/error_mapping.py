@@ -27,7 +27,7 @@ from dragoman.core.errors import (
     UpstreamTimeout,
     context_overflow,
 )
-from dragoman.core.redaction import redact, redact_bytes
+from dragoman.core.redaction import Redactor
 
 
 class _UpstreamErrorBody(msgspec.Struct):
@@ -140,10 +140,12 @@ def upstream_message(raw: bytes) -> tuple[str, _UpstreamErrorBody | None]:
     return text.strip()[:2000], None
 
 
-def from_upstream(status: int, raw: bytes, *, upstream: str, retry_after: str | None = None) -> GatewayError:
-    """Map a backend's non-2xx response to the error the client should see."""
-    text, body = upstream_message(redact_bytes(raw))  # before the message is shortened: no key is cut in two
-    text = redact(text)
+def from_upstream(
+    status: int, raw: bytes, *, upstream: str, redactor: Redactor, retry_after: str | None = None
+) -> GatewayError:
+    """Map a backend's non-2xx response to the error the client should see, without the gateway's keys."""
+    text, body = upstream_message(redactor.redact_bytes(raw))  # before the message is shortened: no key is cut in two
+    text = redactor.redact(text)
     if status in (400, 413, 422) or (body and body.code == "context_length_exceeded"):
         overflow = _recognise_overflow(text, body)
         if overflow is not None:
@@ -197,7 +199,7 @@ def anthropic_envelope(raw: bytes) -> _AnthropicEnvelope | None:
         return None
 
 
-def from_error_event(data: bytes, *, upstream: str, retry_after: str | None = None) -> GatewayError:
+def from_error_event(data: bytes, *, upstream: str, redactor: Redactor, retry_after: str | None = None) -> GatewayError:
     """The HTTP error for an `error` event a passthrough server sent as its stream's first
     event, before anything reached the client: what the server would have answered.
 
@@ -208,9 +210,9 @@ def from_error_event(data: bytes, *, upstream: str, retry_after: str | None = No
     envelope = anthropic_envelope(data)
     if envelope is not None:
         kind = _BY_TYPE.get(envelope.error.type)
-        message = redact(envelope.error.message)
+        message = redactor.redact(envelope.error.message)
         if kind in (Unauthorized, PermissionDenied):
-            return from_upstream(kind.status, data, upstream=upstream, retry_after=retry_after)
+            return from_upstream(kind.status, data, upstream=upstream, redactor=redactor, retry_after=retry_after)
         if kind is None:  # a type with no status here (billing_error, vLLM's BadRequestError): not known to pass
             error: GatewayError = UpstreamError(f"upstream {upstream} sent {envelope.error.type}: {message}",
                                                 retry_after=retry_after, should_retry=False)  # fmt: skip
@@ -225,7 +227,7 @@ def from_error_event(data: bytes, *, upstream: str, retry_after: str | None = No
         status = body.code
     else:
         status = _BY_TYPE.get(body.type or "", UpstreamError).status
-    return from_upstream(status, data, upstream=upstream, retry_after=retry_after)
+    return from_upstream(status, data, upstream=upstream, redactor=redactor, retry_after=retry_after)
 
 
 def _error_body(data: bytes) -> tuple[_UpstreamErrorBody | None, bytes]:
@@ -244,10 +246,10 @@ def _error_body(data: bytes) -> tuple[_UpstreamErrorBody | None, bytes]:
     return (body, b'{"error":' + data + b"}") if body.message is not None else (None, data)
 
 
-def from_stream_error(text: str, *, upstream: str, status: int | str | None = None) -> GatewayError:
+def from_stream_error(text: str, *, upstream: str, redactor: Redactor, status: int | str | None = None) -> GatewayError:
     """Map an error that a backend reported inside a stream after its 200 (with the status
     it carries, as vLLM's and SGLang's `{"error": {"code": 400}}` do: a 4xx is the request's)."""
-    text = redact(text)
+    text = redactor.redact(text)
     overflow = _recognise_overflow(text, None)
     if overflow is not None:
         overflow.upstream = upstream

@@ -14,26 +14,25 @@ from typing import Any
 
 import msgspec
 
-from dragoman.core.errors import GatewayError, NotFound, PermissionDenied
+from dragoman.core.errors import NotFound, PermissionDenied, StoreUnavailable
 from dragoman.core.paging import page_of
 from dragoman.keys import bodies, money
 from dragoman.keys.records import Budget, Grant, KeyRow, digest, hint, key_id, new_secret
 from dragoman.keys.ring import Keyring
 from dragoman.keys.store import KeyStore
+from dragoman.usage.outage import RETRY_AFTER, ReadGuard
 
 OPEN_WAIT = 5.0  # seconds an admin request waits for a store still opening (just started, or the database away)
 STATUSES = ("active", "inactive", "archived", "expired")
 Spent = Callable[[str, Budget], Awaitable[float | None]]  # (key id, budget) -> nano-dollars this period
 
 
-class Unavailable(GatewayError):
-    status = 503
-
-
 class KeyAdmin:
     def __init__(self, ring: Keyring, spent: Spent | None = None) -> None:
         self.ring = ring
         self._spent = spent
+        # The database down or locked: 503 with retry-after, logged unless the outage is already.
+        self.guard = ReadGuard(None, quiet=lambda: ring.outage.down, store="key")
         self.started_at = time.time()  # configured keys' created_at: when this process read them
 
     async def _store(self) -> KeyStore:
@@ -43,7 +42,7 @@ class KeyAdmin:
         deadline = time.monotonic() + OPEN_WAIT
         while not self.ring.opened:
             if time.monotonic() > deadline:
-                raise Unavailable("the key store cannot be reached; try again shortly", should_retry=True)
+                raise StoreUnavailable("the key store cannot be reached; try again shortly", retry_after=RETRY_AFTER)
             await asyncio.sleep(0.02)
         return self.ring.store
 

@@ -1,11 +1,17 @@
 """One small async interface over SQLite and PostgreSQL for the key store: `?` placeholders
 (renumbered as `$n` for PostgreSQL), a transaction that holds the database's write lock
-(SQLite's BEGIN IMMEDIATE; PostgreSQL's row lock on the version counter), rows as tuples."""
+(SQLite's BEGIN IMMEDIATE; PostgreSQL's row lock on the version counter), rows as tuples.
+
+With PostgreSQL every statement is bounded twice: by the server's `statement_timeout` (a
+locked table: the statement fails, its transaction rolls back) and, a second later, by the
+client (a server that does not answer at all, frozen or cut off without a reset), so that
+neither the Admin API nor the keyring's poll waits on a database that is not there."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import sqlite3
 import time
@@ -135,25 +141,39 @@ class _PgConn:
 class Postgres:
     dialect = "postgres"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, statement_timeout: float = 10.0) -> None:
         self._url = url
         self._pool: Any = None
         self._listener: Any = None  # a connection of its own, LISTENing
+        self.statement_timeout = statement_timeout  # `[usage] statement_timeout`, shared with the usage store
 
     async def open(self) -> None:
         import asyncpg
 
-        self._pool = await asyncpg.create_pool(self._url, min_size=1, max_size=POOL_SIZE, timeout=CONNECT_TIMEOUT)
+        logging.getLogger("asyncpg").setLevel(logging.ERROR)  # the keyring logs one line per outage
+        settings = {"statement_timeout": str(max(1, int(self.statement_timeout * 1000)))}  # milliseconds
+        pool = await asyncpg.create_pool(self._url, min_size=1, max_size=POOL_SIZE, timeout=CONNECT_TIMEOUT,
+                                         command_timeout=self.statement_timeout + 1.0,
+                                         server_settings=settings)  # fmt: skip
+        if self._pool is not None:  # opened again after a failed start: the old pool goes
+            self._pool.terminate()
+        self._pool = pool
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Conn]:
-        async with self._pool.acquire() as connection, connection.transaction():
+        async with self._acquired() as connection, connection.transaction():
             yield _PgConn(connection)
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[Conn]:
-        async with self._pool.acquire() as connection:
+        async with self._acquired() as connection:
             yield _PgConn(connection)
+
+    def _acquired(self) -> Any:
+        """A pooled connection, waited for no longer than a statement (both in use by a stalled poll)."""
+        if self._pool is None:
+            raise ConnectionError("the key store has not been reached yet")
+        return self._pool.acquire(timeout=self.statement_timeout + 1.0)
 
     async def listen(self, channel: str, woken: Callable[[], None]) -> None:
         """A connection of its own that LISTENs; if it is lost, the poll still finds every change."""

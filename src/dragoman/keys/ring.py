@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from dragoman.keys.records import Grant, KeyRow, digest, key_id
 from dragoman.keys.store import KeyStore
+from dragoman.usage.outage import Outage
 
 log = logging.getLogger("dragoman.keys")
 
@@ -47,6 +48,7 @@ class Keyring:
         self.used: dict[str, float] = {}  # id -> when last used, not yet written
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        self.outage = Outage()  # the usage writer's, when both are on (one warning per outage for both)
         self.opened = False  # the store opened (its schema current, its salt read)
         self._woken: asyncio.Event | None = None  # set by PostgreSQL's NOTIFY: read the changes now
         self.listening = False  # told of changes as they commit (PostgreSQL; with SQLite, polling is all there is)
@@ -136,14 +138,18 @@ class Keyring:
                     self.listening = False
                 if self.used and time.monotonic() - touched > TOUCH_EVERY:
                     used, self.used, touched = self.used, {}, time.monotonic()
-                    await self.store.touch(used)
-                if self._failing:
-                    log.warning("keys: the key store answers again; keys made at run time are current")
+                    try:
+                        await self.store.touch(used)
+                    except BaseException:
+                        self.used = {**used, **self.used}  # written at the next try, not lost
+                        raise
+                if self._failing and self.outage.answered("keys"):
+                    log.info("keys: the key store answers again; keys made at run time are current")
                 self._failing = False
             except Exception as error:  # noqa: BLE001 - the database away: keys held are served, tried again
-                if not self._failing:
-                    log.error("keys: the key store cannot be read (%s: %s); serving the keys held, trying again",
-                              type(error).__name__, error)  # fmt: skip
+                if not self._failing and self.outage.failed("keys"):
+                    log.warning("keys: the key store cannot be read (%s: %s); serving the keys held, trying again",
+                                type(error).__name__, error)  # fmt: skip
                 self._failing = True
             with contextlib.suppress(TimeoutError):  # the poll, unless a NOTIFY comes first
                 await asyncio.wait_for(self._woken.wait(), self._interval)

@@ -23,7 +23,7 @@ def store_for(config: Config) -> KeyStore:
     """Beside the usage records: `[usage] database_url`'s PostgreSQL, else the SQLite file."""
     url = usage_database_url(config)
     if url:
-        return KeyStore(Postgres(url))
+        return KeyStore(Postgres(url, config.usage.statement_timeout))
     directory = Path(config.usage.dir).expanduser() if config.usage.dir else data_dir("usage")
     return KeyStore(Sqlite(directory / FILE))
 

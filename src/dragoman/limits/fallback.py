@@ -14,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
-from prometheus_client import CollectorRegistry, Counter
 from redis.exceptions import RedisError
 
 from dragoman.limits.store import LocalStore, Taken, Want
@@ -97,13 +96,3 @@ class Share:
                 await self._task
             with contextlib.suppress(RedisError, OSError, TimeoutError):
                 await self._client.zrem(self._key, self._member)  # type: ignore[attr-defined]
-
-
-def outage_counter(registry: CollectorRegistry | None, policy: str) -> Callable[[str], None]:
-    """`count(decision)`: a request admitted or refused because Redis was out (beside
-    `dragoman_limits_store_errors`, the failed calls)."""
-    if registry is None:
-        return lambda decision: None
-    counter = Counter("dragoman_store_outage_requests", "Requests admitted or refused because a store was down",
-                      ["store", "policy", "decision"], registry=registry)  # fmt: skip
-    return lambda decision: counter.labels("redis", policy, decision).inc()

@@ -350,7 +350,7 @@ def build(
     cls = cls or Limits
     store: Store
     if config.redis_url:
-        from dragoman.limits.fallback import outage_counter
+        from dragoman.limits.outages import outage_counter
         from dragoman.limits.redis_slots import SharedConcurrency
         from dragoman.limits.redis_store import RedisStore
 

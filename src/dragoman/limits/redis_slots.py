@@ -45,7 +45,7 @@ class SharedConcurrency:
     def __init__(self, store: RedisStore) -> None:
         self._store = store
         self._redis: redis.asyncio.Redis = store.client
-        self._acquire = self._redis.register_script(ACQUIRE)
+        self._acquire = store.script(ACQUIRE)
         self._local = Concurrency()  # while Redis is away, under fail_open
         self._pending: set[asyncio.Task[None]] = set()
 
@@ -85,7 +85,10 @@ class SharedConcurrency:
 
     async def _give_back(self, key: str, lease: str) -> None:
         try:
-            await self._redis.zrem(self._store.prefix + key, lease)
+            if self._store.pipe is not None:
+                await self._store.pipe.call(b"ZREM", self._store.prefix + key, lease)
+            else:
+                await self._redis.zrem(self._store.prefix + key, lease)
         except (RedisError, OSError, TimeoutError):
             pass  # the lease lapses by itself
 

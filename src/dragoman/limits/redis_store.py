@@ -4,9 +4,10 @@ One Lua script (`STEP`), one round trip, atomic in Redis, per request: it first 
 the settlements queued since the last call (requests that ended: their real token
 counts), then refills, checks and takes from all of this request's buckets or none. A
 settlement thus rides along with the next request's round trip, or goes on its own
-after `FLUSH_AFTER` seconds if none comes. Time is Redis's own (`TIME`), so the hosts'
+within `FLUSH_AFTER` seconds if none comes. Time is Redis's own (`TIME`), so the hosts'
 clocks need not agree. A bucket is a hash {t: tokens, at: ms} that expires once it
-would be full again.
+would be full again. The calls go over `resp.Pipe`: concurrent requests' scripts share
+one write and one round trip, each with its own reply.
 
 Redis unreachable: `fail_open` serves on buckets in this process, each holding its share
 of the rate from the level Redis last reported (`fallback`), `fail_closed` answers 503;
@@ -20,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import redis.asyncio
 from redis.asyncio.retry import Retry
@@ -29,12 +31,13 @@ from redis.exceptions import RedisError
 
 from dragoman.core.errors import GatewayError
 from dragoman.limits.fallback import Share
+from dragoman.limits.resp import Pipe, supported
 from dragoman.limits.store import LocalStore, Taken, Want, refused
 
 log = logging.getLogger("dragoman.limits")
 
 RETRY_AFTER = 1.0  # seconds after a failure before Redis is asked again
-FLUSH_AFTER = 0.1  # seconds a settlement waits for a request to ride along with
+FLUSH_AFTER = 0.1  # seconds a settlement waits at most for a request to ride along with
 
 # ARGV[1]: n, the buckets to take from (the first n KEYS); the other KEYS are settled first.
 # Then 5 ARGV per bucket taken from (capacity, refill per ms, cost, need, ttl ms), then 4 per
@@ -112,8 +115,11 @@ class RedisStore:
         # failure is answered at once under on_redis_error, not after seconds of backoff.
         self.client = redis.asyncio.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
                                              retry=Retry(NoBackoff(), 0))  # fmt: skip
-        self._step = self.client.register_script(STEP)
-        self._seed = self.client.register_script(SEED)
+        # The hot path's calls go over dragoman's own pipelined connection (`resp`); redis-py
+        # keeps the heartbeat, and everything for a URL with options only redis-py reads.
+        self.pipe = Pipe(url, timeout) if supported(url) else None
+        self._step = self.script(STEP)
+        self._seed = self.script(SEED)
         self.prefix = prefix
         self.fail_open = fail_open
         self._on_error = on_error
@@ -125,6 +131,10 @@ class RedisStore:
         self._queued: list[tuple[Want, float]] = []  # settlements waiting for the next round trip
         self._flush: asyncio.TimerHandle | None = None
         self._pending: set[asyncio.Task[None]] = set()
+
+    def script(self, source: str) -> Callable[..., Awaitable[Any]]:
+        """`source` as a callable `(keys=..., args=...)`, over the pipe where there is one."""
+        return self.pipe.script(source) if self.pipe is not None else self.client.register_script(source)
 
     def down(self) -> bool:
         return self._down_until is not None and time.monotonic() < self._down_until
@@ -158,7 +168,8 @@ class RedisStore:
         return reply  # type: ignore[no-any-return]
 
     def adjust(self, changes: Sequence[tuple[Want, float]]) -> None:
-        """Queued for the next round trip; sent alone if none comes within FLUSH_AFTER."""
+        """Queued for the next round trip; sent alone if none comes within FLUSH_AFTER (one timer at a
+        time, not one per request: a settlement may go alone a little sooner)."""
         if not changes:
             return
         if self.down():
@@ -179,14 +190,15 @@ class RedisStore:
         await self._seed(keys=[self.prefix + want.key for want, _ in changes], args=args)
 
     def _take_queued(self) -> list[tuple[Want, float]]:
-        queued, self._queued = self._queued, []
-        if self._flush is not None:
-            self._flush.cancel()
-            self._flush = None
+        queued, self._queued = self._queued, []  # the timer stays: it finds nothing, or later ones
         return queued
 
     def _flush_now(self) -> None:
-        self._flush = None
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        if not self._queued:
+            return
         task = asyncio.get_running_loop().create_task(self._settle(self._take_queued()))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
@@ -228,4 +240,6 @@ class RedisStore:
         self._flush_now()
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
+        if self.pipe is not None:
+            await self.pipe.close()
         await self.client.aclose()

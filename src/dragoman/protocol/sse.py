@@ -7,6 +7,8 @@ chunk boundaries (CRLF or LF line ends, comments ignored).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
 from dragoman.core.errors import UpstreamError
@@ -35,11 +37,30 @@ def encode(event: a.StreamEvent) -> bytes:
     return _NAMES[type(event)] + _encoder.encode(event) + b"\n\n"
 
 
-def encode_all(events: list[a.StreamEvent]) -> bytes:
+def encode_all(events: Sequence[a.StreamEvent | bytes]) -> bytes:
+    """The events' frames in order; an item that is bytes is a frame encoded already (`text_delta`)."""
     if len(events) == 1:  # a token as it arrives: the common case
         event = events[0]
+        if isinstance(event, bytes):
+            return event
         return _NAMES[type(event)] + _encoder.encode(event) + b"\n\n"
-    return b"".join([_NAMES[type(e)] + _encoder.encode(e) + b"\n\n" for e in events])
+    return b"".join([e if isinstance(e, bytes) else _NAMES[type(e)] + _encoder.encode(e) + b"\n\n" for e in events])
+
+
+_DELTA_HEADS: dict[int, bytes] = {}  # a text delta's bytes before its text, by block index
+_DELTA_TAIL = b"}}\n\n"
+
+
+def text_delta(index: int, text: str) -> bytes:
+    """`encode(ContentBlockDelta(index=index, delta=TextDelta(text=text)))`, the common event,
+    without making it: its bytes around the text are made once per index."""
+    head = _DELTA_HEADS.get(index)
+    if head is None:
+        whole = encode(a.ContentBlockDelta(index=index, delta=a.TextDelta(text="")))
+        head = whole[: -len(b'""' + _DELTA_TAIL)]
+        if len(_DELTA_HEADS) < 256:
+            _DELTA_HEADS[index] = head
+    return head + _encoder.encode(text) + _DELTA_TAIL
 
 
 MAX_LINE = 16 * 1024 * 1024  # bytes of one stream line; a server sending more without a newline has failed
@@ -49,6 +70,11 @@ class DataDecoder:
     """Yields the payload of each `data:` line of an SSE byte stream."""
 
     __slots__ = ("_buffer", "_pieces", "_held")
+
+    @property
+    def idle(self) -> bool:
+        """Nothing held back: the next read begins a line."""
+        return not self._buffer and not self._pieces
 
     def __init__(self) -> None:
         self._buffer = b""

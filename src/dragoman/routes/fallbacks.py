@@ -18,6 +18,7 @@ from typing import Literal
 from dragoman.calls.types import Call, Completed, Reply, Route, Slots, Streaming, UpstreamModel
 from dragoman.core.error_mapping import from_upstream
 from dragoman.core.errors import GatewayError
+from dragoman.core.redaction import NO_KEYS
 from dragoman.routes.gate import Gate
 from dragoman.routes.settings import FallbackSettings
 from dragoman.routes.shape import Shape
@@ -252,5 +253,5 @@ def _refusal(reply: Reply, target: Route) -> GatewayError | None:
     """A passed-through error answer (a Completed with the upstream's status) that calls for another model."""
     if not isinstance(reply, Completed) or reply.status < 400:
         return None
-    error = from_upstream(reply.status, reply.body, upstream=target.upstream)
+    error = from_upstream(reply.status, reply.body, upstream=target.upstream, redactor=NO_KEYS)  # as relayed
     return error if classify(error) is not None else None

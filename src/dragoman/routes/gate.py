@@ -19,6 +19,7 @@ from typing import Protocol
 from dragoman.calls.types import Call, DirectWrites, Reply, Route, Streaming
 from dragoman.core.error_mapping import from_error_event, from_upstream
 from dragoman.core.errors import GatewayError
+from dragoman.core.redaction import NO_KEYS
 
 _CONTENT = (b"content_block_start", b"message_delta", b"message_stop")
 _START = re.compile(rb"event: ?message_start\r?\ndata: ?[^\n]*\r?\n\r?\n")
@@ -43,7 +44,7 @@ def in_band_error(chunk: bytes, upstream: str) -> GatewayError | None:
     if found is None:
         return None
     data = found.group(1) or found.group(2)
-    error = from_error_event(data.strip(), upstream=upstream)
+    error = from_error_event(data.strip(), upstream=upstream, redactor=NO_KEYS)  # relayed: redacted by its backend
     error.upstream = upstream
     return error
 
@@ -129,6 +130,6 @@ class Gate:
         self._chooser.let_go()  # the failed one's slot, if it took one
         reply = await self._chooser.attempt(self._call, name, target)
         if not isinstance(reply, Streaming):  # an error answer passed through, whole
-            raise from_upstream(reply.status, reply.body, upstream=target.upstream)
+            raise from_upstream(reply.status, reply.body, upstream=target.upstream, redactor=NO_KEYS)  # as relayed
         self._headers.update(reply.headers)
         self._current, self._inner = reply, reply.direct

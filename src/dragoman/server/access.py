@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dragoman.assembly.observe import json_line, log, logged_message
+from dragoman.core.redaction import NO_KEYS
 from dragoman.server.auth import presented_key
 
 PROBES = frozenset({"/health", "/ready", "/metrics"})
@@ -54,6 +55,7 @@ class AccessLogMiddleware:
 def _fields(scope: Scope, status: int, duration: float) -> dict[str, object]:
     state = scope.get("state", {})
     route = scope.get("route")
+    gateway = getattr(getattr(scope.get("app"), "state", None), "gateway", None)
     params = scope.get("path_params", {})
     fields: dict[str, object] = {
         "request_id": state.get("request_id"),
@@ -63,7 +65,7 @@ def _fields(scope: Scope, status: int, duration: float) -> dict[str, object]:
         "status": status,
         "duration_ms": round(duration * 1000, 1),
         "error": state.get("error_type"),
-        "error_message": logged_message(state.get("error_message")),
+        "error_message": logged_message(state.get("error_message"), gateway.metrics.redactor if gateway else NO_KEYS),
         "client_disconnected": True if status == 499 else None,
     }
     fields.update({key: str(params[key]) for key in IDS if key in params})

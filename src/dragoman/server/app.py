@@ -16,9 +16,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dragoman.assembly.gateway import Gateway
+from dragoman.assembly.gateway import Gateway, Timings
 from dragoman.assembly.observe import capped, configure_logging
 from dragoman.assembly.pipeline import Endpoint
+from dragoman.assembly.settings import Settings
 from dragoman.calls.types import Backend, Outcome
 from dragoman.console.routes import routes as console_routes
 from dragoman.core import ids
@@ -270,10 +271,13 @@ def settle_garbage_collector() -> None:
 QUIET_LOGGERS = ("pypdf", "multipart", "python_multipart")
 
 
-def create_app(config: Config, *, backends: dict[str, Backend] | None = None) -> App:
+def create_app(config: Config, *, backends: dict[str, Backend] | None = None, settings: Settings | None = None,
+               timings: Timings | None = None) -> App:  # fmt: skip
+    """The app serving `config` (`settings`: resolved already, else resolved here: a ConfigError
+    listing every problem; `timings`: a test's)."""
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
-    gateway = Gateway(config, backends)
+    gateway = Gateway(config, backends, settings=settings, timings=timings)
 
     @contextlib.asynccontextmanager
     async def lifespan(starlette: Starlette) -> AsyncIterator[None]:

@@ -9,16 +9,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from dragoman.core.errors import NotFound, StoreUnavailable
+from dragoman.core.errors import NotFound
+from dragoman.keys.admin import KeyAdmin
 from dragoman.keys.cost import CostQuery, cost_report
 from dragoman.keys.wiring import prices
 from dragoman.server import auth
 from dragoman.server.endpoints import _gateway, _read_body, struct_response
-from dragoman.usage.outage import RETRY_AFTER, ReadGuard
-
-_guard = ReadGuard(None)  # a key operation while the database is down: 503 with retry-after, not a 500
 
 MAX_BODY = 64 * 1024
+
+
+def _keys(request: Request) -> KeyAdmin:
+    """This gateway's key operations; their `guard` answers 503 while the database is out."""
+    return _gateway(request).key_admin
 
 
 async def _admin(request: Request) -> str:
@@ -31,25 +34,29 @@ def _noted(request: Request, action: str, key_id: str) -> None:
 
 async def create(request: Request) -> Response:
     actor = await _admin(request)
-    made = await _guard(_gateway(request).key_admin.create(await _read_body(request, MAX_BODY), actor))
+    keys = _keys(request)
+    made = await keys.guard(keys.create(await _read_body(request, MAX_BODY), actor))
     _noted(request, "create", made["id"])
     return struct_response(made)
 
 
 async def list_keys(request: Request) -> Response:
     await _admin(request)
-    return struct_response(await _guard(_gateway(request).key_admin.page(request.query_params)))
+    keys = _keys(request)
+    return struct_response(await keys.guard(keys.page(request.query_params)))
 
 
 async def retrieve(request: Request) -> Response:
     await _admin(request)
-    return struct_response(await _guard(_gateway(request).key_admin.retrieve(request.path_params["api_key_id"])))
+    keys = _keys(request)
+    return struct_response(await keys.guard(keys.retrieve(request.path_params["api_key_id"])))
 
 
 async def update(request: Request) -> Response:
     actor = await _admin(request)
     key = request.path_params["api_key_id"]
-    changed = await _guard(_gateway(request).key_admin.update(key, await _read_body(request, MAX_BODY), actor))
+    keys = _keys(request)
+    changed = await keys.guard(keys.update(key, await _read_body(request, MAX_BODY), actor))
     _noted(request, "update", key)
     return struct_response(changed)
 
@@ -57,7 +64,8 @@ async def update(request: Request) -> Response:
 async def delete(request: Request) -> Response:
     actor = await _admin(request)
     key = request.path_params["api_key_id"]
-    gone = await _guard(_gateway(request).key_admin.delete(key, actor))
+    keys = _keys(request)
+    gone = await keys.guard(keys.delete(key, actor))
     _noted(request, "delete", key)
     return struct_response(gone)
 
@@ -72,7 +80,7 @@ async def costs(request: Request) -> Response:
     query = CostQuery({name: params.getlist(name) for name in params.keys()})
     guard = gateway.usage.guard  # the database down or locked: 503, as the usage report
     if not await guard(asyncio.shield(gateway.usage.flush())):
-        raise StoreUnavailable("the usage store cannot be reached now; try again shortly", retry_after=RETRY_AFTER)
+        raise guard.refused()
     return struct_response(await guard(cost_report(gateway.usage.store, prices(gateway.config), query)))
 
 

@@ -7,10 +7,9 @@ import asyncio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from dragoman.core.errors import NotFound, StoreUnavailable
+from dragoman.core.errors import NotFound
 from dragoman.server import auth
 from dragoman.server.endpoints import _gateway, struct_response
-from dragoman.usage.outage import RETRY_AFTER
 from dragoman.usage.report import ReportQuery, report
 
 
@@ -25,5 +24,5 @@ async def messages_report(request: Request) -> Response:
     query = ReportQuery({name: params.getlist(name) for name in params.keys()})
     guard = gateway.usage.guard  # a store down or locked: 503 within its timeout, never a 500 or a hang
     if not await guard(asyncio.shield(gateway.usage.flush())):  # (a flush cut short would hold the writer)
-        raise StoreUnavailable("the usage store cannot be reached now; try again shortly", retry_after=RETRY_AFTER)
+        raise guard.refused()
     return struct_response(await guard(report(gateway.usage.store, query)))

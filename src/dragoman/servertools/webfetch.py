@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from html.parser import HTMLParser
@@ -147,7 +148,7 @@ class WebFetch:
         self, url: str, kind: str, data: bytes, charset: str | None
     ) -> tuple[dict[str, Any], str | None, str]:
         if kind == "application/pdf":
-            text = pdf_text(data, "web_fetch")[: self._max_chars]
+            text = pdf_text(data, "web_fetch", time.monotonic)[: self._max_chars]
             return (
                 {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(data).decode()},
                 None,

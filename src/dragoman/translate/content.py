@@ -8,7 +8,7 @@ become text the model reads, with their title and context kept (and the images o
 from __future__ import annotations
 
 import binascii
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -75,15 +75,16 @@ def image_part(block: anthropic.ImageBlock, where: str) -> openai.ImagePart:
     raise _no_file(source, where)
 
 
-def _pdf_text(data: str, where: str) -> str:
+def _pdf_text(data: str, where: str, clock: Callable[[], float]) -> str:
     try:
         raw = binascii.a2b_base64(data, strict_mode=True)  # decoded anyway: checked as is_base64 would
     except (binascii.Error, ValueError):
         raise InvalidRequest(f"{where}.source.data: {INVALID_BASE64}") from None
-    return pdf_text(raw, where)
+    return pdf_text(raw, where, clock)
 
 
-def document_text(block: anthropic.DocumentBlock, where: str) -> str:
+def document_text(block: anthropic.DocumentBlock, where: str, clock: Callable[[], float]) -> str:
+    """The document as text for a model (a PDF's read within a time budget, on `clock`)."""
     source = block.source
     if isinstance(source, anthropic.TextSource):
         body = source.data
@@ -98,7 +99,7 @@ def document_text(block: anthropic.DocumentBlock, where: str) -> str:
             raise InvalidRequest(
                 f"{where}.source.media_type: {source.media_type!r} is not supported for base64 documents; use application/pdf"
             )
-        body = _pdf_text(source.data, where)
+        body = _pdf_text(source.data, where, clock)
     elif isinstance(source, anthropic.URLSource):
         raise InvalidRequest(
             f"{where}.source: URL documents are not fetched by this gateway (server.fetch_documents is off); "
@@ -134,12 +135,14 @@ def content_with_images(block: anthropic.DocumentBlock) -> list[tuple[int, dict[
     ]
 
 
-def document_parts(block: anthropic.DocumentBlock, where: str, *, vision: bool | None) -> list[openai.Part]:
+def document_parts(
+    block: anthropic.DocumentBlock, where: str, *, vision: bool | None, clock: Callable[[], float]
+) -> list[openai.Part]:
     """A document as parts: its text, and the images a `content` source holds in their
     places, as image blocks would go (the text alone would drop them unsaid)."""
     items = content_with_images(block)
     if items is None:
-        return [openai.TextPart(text=document_text(block, where))]
+        return [openai.TextPart(text=document_text(block, where, clock))]
     if vision is False:
         raise InvalidRequest(f"{where}.source.content: this model does not accept images (it has no vision capability)")
     parts: list[openai.Part] = [openai.TextPart(text=document_head(block))]
@@ -192,7 +195,12 @@ def search_result_text(block: anthropic.SearchResultBlock) -> str:
 
 
 def user_parts(
-    blocks: list[anthropic.ContentBlockParam], where: str, *, vision: bool | None, first_index: int = 0
+    blocks: list[anthropic.ContentBlockParam],
+    where: str,
+    *,
+    vision: bool | None,
+    clock: Callable[[], float],
+    first_index: int = 0,
 ) -> list[openai.Part]:
     """Parts for the text, image, document and search-result blocks of a user turn
     (`first_index`: where `blocks` begin in the list `where` names, for error messages)."""
@@ -206,7 +214,7 @@ def user_parts(
                 raise InvalidRequest(f"{here}: this model does not accept images (it has no vision capability)")
             parts.append(image_part(block, here))
         elif isinstance(block, anthropic.DocumentBlock):
-            parts.extend(document_parts(block, here, vision=vision))
+            parts.extend(document_parts(block, here, vision=vision, clock=clock))
         elif isinstance(block, anthropic.SearchResultBlock):
             parts.append(openai.TextPart(text=search_result_text(block)))
     return parts

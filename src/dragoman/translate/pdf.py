@@ -3,12 +3,13 @@
 pypdf parses a page's content stream whole, once per page that draws it, so a small
 file can cost minutes: 300 pages sharing one stream of 2,000 operations took 49 s. What
 is read is bounded before and while reading, and a PDF past a bound is a 400 naming it.
-The caller runs this off the event loop (`core.offload`)."""
+The caller runs this off the event loop (`core.offload`), and hands it the clock the time
+budget is read on: translate/ reads no clock of its own."""
 
 from __future__ import annotations
 
 import io
-import time
+from collections.abc import Callable
 from typing import Any
 
 from dragoman.core.errors import InvalidRequest
@@ -23,9 +24,9 @@ class _OverBudget(Exception):
     """Raised from pypdf's visitors to stop a page's extraction part-way."""
 
 
-def pdf_text(raw: bytes, where: str) -> str:
+def pdf_text(raw: bytes, where: str, clock: Callable[[], float], *, max_text: int = MAX_TEXT) -> str:
     """The text of the PDF `raw`, page by page; a 400 naming `where` when it cannot be
-    read or is past a limit."""
+    read or is past a limit (`clock`, in seconds: how long reading took)."""
     try:
         from pypdf import PdfReader
     except ImportError:  # pragma: no cover - pypdf is a dependency
@@ -35,7 +36,7 @@ def pdf_text(raw: bytes, where: str) -> str:
             reader = PdfReader(io.BytesIO(raw))
             pages = reader.pages
             _check_size(pages, where)
-            texts = _texts(pages, where)
+            texts = _texts(pages, where, clock, max_text)
     except InvalidRequest:
         raise
     except Exception as error:  # pypdf raises many types on a damaged file (PdfReadError, LimitReachedError, ...)
@@ -59,19 +60,19 @@ def _check_size(pages: Any, where: str) -> None:
             )
 
 
-def _texts(pages: Any, where: str) -> list[str]:
-    deadline = time.monotonic() + TIME_BUDGET
+def _texts(pages: Any, where: str, clock: Callable[[], float], max_text: int) -> list[str]:
+    deadline = clock() + TIME_BUDGET
     size = 0
 
     def on_operation(*_: object) -> None:
-        if time.monotonic() >= deadline:
+        if clock() >= deadline:
             raise _OverBudget(f"reading the PDF's text took longer than {TIME_BUDGET:g} s")
 
     def on_text(text: str, *_: object) -> None:
         nonlocal size
         size += len(text)
-        if size > MAX_TEXT:
-            raise _OverBudget(f"the PDF's text is longer than {MAX_TEXT:,} characters")
+        if size > max_text:
+            raise _OverBudget(f"the PDF's text is longer than {max_text:,} characters")
 
     texts = []
     try:

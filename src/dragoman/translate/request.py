@@ -7,6 +7,7 @@ reply back (tool names, stop sequences, whether thinking was asked for).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +27,11 @@ from dragoman.translate.tool_results import tool_result_messages
 BILLING_PREFIX = "x-anthropic-billing-header:"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Options:
+    """What the gateway tells the translation; `clock` (seconds) is what a PDF's time budget is read on."""
+
+    clock: Callable[[], float]
     keep_billing_header: bool = False
     drop_server_tools: bool = False
 
@@ -158,7 +162,7 @@ def to_chat_request(
     upstream_model: str,
     profile: Profile,
     caps: ModelCaps = ModelCaps(),  # noqa: B008 (a frozen dataclass, as Options below)
-    options: Options = Options(),
+    options: Options,
     stream: bool,
     betas: frozenset[str] = frozenset(),
 ) -> Translated:
@@ -172,7 +176,7 @@ def to_chat_request(
     names, tools, tool_choice, parallel = offered_tools(request, turns, profile, drop)
     reasoning = plan(request, caps.reasoning, model=request.model)
     replay_field = profile.reasoning_field if caps.reasoning_replay else None
-    messages = _chat_messages(system, turns, names, caps.vision, replay_field)
+    messages = _chat_messages(system, turns, names, caps.vision, replay_field, options.clock)
     prefill, continue_final = _prefill(messages, turns, profile)
     chat = openai.ChatRequest(
         model=upstream_model,
@@ -217,6 +221,7 @@ def _chat_messages(
     names: dict[str, str],
     vision: bool | None,
     replay_field: str | None,
+    clock: Callable[[], float],
 ) -> list[openai.ChatMessage]:
     """The conversation as chat messages: a user turn's tool results become tool messages
     (before its other content, as the chat format wants them right after the calls)."""
@@ -228,9 +233,9 @@ def _chat_messages(
         if role == "assistant":
             messages.append(_assistant_message(blocks, names, replay_field))
             continue
-        tool_messages, tool_images = tool_result_messages(blocks, where, vision)
+        tool_messages, tool_images = tool_result_messages(blocks, where, vision, clock)
         messages.extend(tool_messages)
-        parts = tool_images + content.user_parts(blocks, where, vision=vision)
+        parts = tool_images + content.user_parts(blocks, where, vision=vision, clock=clock)
         if parts or not tool_messages:
             messages.append(openai.UserMessage(content=content.collapse(parts)))
     return messages

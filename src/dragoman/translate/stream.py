@@ -19,6 +19,7 @@ from msgspec import UNSET
 
 from dragoman.core.error_mapping import from_stream_error
 from dragoman.core.errors import UpstreamError
+from dragoman.core.redaction import NO_KEYS, Redactor
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
 from dragoman.translate.reply import reasoning_as_answer, stop_reason_of, usage_of
@@ -45,6 +46,7 @@ class StreamTranslator:
         window_bound: bool = False,
         prefill: str = "",
         upstream: str = "upstream",
+        redactor: Redactor = NO_KEYS,
     ) -> None:
         self._model = model
         self._message_id = message_id
@@ -57,6 +59,7 @@ class StreamTranslator:
         self._surface_thinking = surface_thinking
         self._omit_thinking_text = omit_thinking_text
         self._upstream = upstream
+        self.redactor = redactor  # the gateway's keys, kept out of an error the upstream streams
         self._open: str | None = None  # "thinking" | "text" | "tool"
         self._index = -1
         # The call begun last, open or not: a fragment without index or id continues it, and
@@ -95,7 +98,8 @@ class StreamTranslator:
     def feed(self, chunk: openai.ChatChunk) -> list[a.StreamEvent]:
         if chunk.error is not None:
             text = chunk.error if isinstance(chunk.error, str) else (chunk.error.message or chunk.error.type or "error")
-            raise from_stream_error(text, upstream=self._upstream, status=getattr(chunk.error, "code", None))
+            raise from_stream_error(text, upstream=self._upstream, redactor=self.redactor,
+                                    status=getattr(chunk.error, "code", None))  # fmt: skip
         if chunk.usage is not None:
             self._usage = chunk.usage
         events: list[a.StreamEvent] = []
@@ -124,6 +128,21 @@ class StreamTranslator:
         if choice.finish_reason:
             self._finish = choice.finish_reason
         return events
+
+    def feed_text(self, text: str, events: list[a.StreamEvent]) -> None:
+        """`feed` of a chunk of nothing but non-empty `text`, its events appended to `events`."""
+        if not self.done:
+            self._generated += 1
+            self._text(text, events)
+
+    def streaming_text(self, text: str) -> int:
+        """`feed_text` while a text block is open, no stop sequence or prefill echo watched: the
+        open block's index, under which the caller sends the text delta itself; else -1, nothing done."""
+        if self._open != "text" or self.done or self._matching or not self._echo.done or not text:
+            return -1
+        self._generated += 1
+        self._saw_content = self._answered = True
+        return self._index
 
     @property
     def finished_upstream(self) -> bool:

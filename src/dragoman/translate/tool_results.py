@@ -6,6 +6,7 @@ in a user message after them, each labelled with its tool call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from dragoman.protocol import anthropic, openai
@@ -16,7 +17,7 @@ IMAGE_OMITTED = "[Image omitted: this model does not accept images]"
 
 
 def tool_result_messages(
-    blocks: list[Any], where: str, vision: bool | None
+    blocks: list[Any], where: str, vision: bool | None, clock: Callable[[], float]
 ) -> tuple[list[openai.ChatMessage], list[openai.Part]]:
     """Tool messages for a user turn's tool results, plus the images they held. A model
     without vision is told an image was left out, rather than refused the turn: the tool
@@ -41,7 +42,7 @@ def tool_result_messages(
                         continue
                     parts: list[openai.Part] = [content.image_part(inner, f"{here}.{inner_index}")]
                 else:
-                    parts = content.user_parts([inner], here, vision=None, first_index=inner_index)
+                    parts = content.user_parts([inner], here, vision=None, clock=clock, first_index=inner_index)
                 for part in parts:
                     if isinstance(part, openai.TextPart):
                         texts.append(part.text)

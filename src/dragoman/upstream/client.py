@@ -25,12 +25,12 @@ from dragoman import __version__
 from dragoman.core.config import ConfigError, UpstreamConfig
 from dragoman.core.error_mapping import from_upstream
 from dragoman.core.errors import UpstreamError, UpstreamTimeout
-from dragoman.core.redaction import register_secret
+from dragoman.core.redaction import Redactor
 from dragoman.upstream import gauges, hedge
 from dragoman.upstream.errors import upstream_errors
 from dragoman.upstream.opening import Opening, Sending
 from dragoman.upstream.placement import Decision, MessagesParts, Placement, PromptKind, prompt_of
-from dragoman.upstream.replicas import Replicas
+from dragoman.upstream.replicas import CoolDowns, Replicas
 from dragoman.upstream.retries import RETRY_STATUSES, backoff, count_retry, may_retry, retry_after
 from dragoman.upstream.transport.failures import ConnectTimeout, HeadTimeout
 from dragoman.upstream.transport.pool import Pool
@@ -75,6 +75,9 @@ class HttpClient:
         upstream: UpstreamConfig,
         api_key: str | None,
         *,
+        redactor: Redactor,
+        cool_downs: CoolDowns | None = None,  # how long a failed instance is passed over (the gateway's)
+        shown_by: gauges.LoadCollector | None = None,  # the gateway's /metrics of its replicas' load
         auth_header: str = "authorization",
         prefix: str = "",
         defaults: dict[str, str] | None = None,
@@ -87,10 +90,11 @@ class HttpClient:
         }  # fmt: skip
         if api_key:
             self.headers[auth_header] = f"Bearer {api_key}" if auth_header == "authorization" else api_key
-        register_secret(api_key)
+        self.redactor = redactor  # the gateway's: it redacts this client's keys and every other upstream's
+        redactor.register(api_key)
         for header, value in upstream.headers.items():  # credentials set as plain headers
             if any(word in header.lower() for word in ("key", "auth", "token", "secret")):
-                register_secret(value)
+                redactor.register(value)
         # Each replica as a server root; `prefix` is the API path under it (e.g. /v1).
         roots = []
         for url in [upstream.url, *upstream.replicas]:
@@ -102,7 +106,7 @@ class HttpClient:
         policy = upstream.routing or ("cache_aware" if len(roots) > 1 else "round_robin")
         placement = Placement(roots, policy, upstream.cache_routing) if policy != "round_robin" else None
         self.replicas = Replicas(name, roots, trial_for=upstream.connect_timeout + upstream.first_byte_timeout,
-                                 placement=placement)  # fmt: skip
+                                 cool_downs=cool_downs, placement=placement)  # fmt: skip
         self._proxies = {root: _proxy_for(root, upstream.proxy) for root in roots}
         try:
             self._encoded = _encode_headers(self.headers)
@@ -110,7 +114,7 @@ class HttpClient:
             self._pool = Pool(roots, connect_timeout=upstream.connect_timeout, tls=self._tls(), proxies=self._proxies,
                               host=self.headers.get("host"))  # fmt: skip
             # Each replica's own load, read in the background from the first request on (docs/routing.md).
-            self.loads = gauges.for_upstream(name, upstream, placement, self._pool, self._encoded)
+            self.loads = gauges.for_upstream(name, upstream, placement, self._pool, self._encoded, shown_by)
         except (
             ValueError,
             OSError,
@@ -262,9 +266,8 @@ class HttpClient:
                             error_body = await response.read(MAX_ERROR_BODY)
                     finally:
                         response.release()
-                    raise from_upstream(
-                        response.status, error_body, upstream=self.name, retry_after=response.headers.get("retry-after")
-                    )
+                    raise from_upstream(response.status, error_body, upstream=self.name, redactor=self.redactor,
+                                        retry_after=response.headers.get("retry-after"))  # fmt: skip
                 response.release()
             count_retry(request)
             if not elsewhere:

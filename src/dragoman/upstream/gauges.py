@@ -155,13 +155,14 @@ def fetcher(pool: Pool, headers: bytes, timeout: float) -> Fetch:
 
 
 def for_upstream(name: str, upstream: UpstreamConfig, placement: Placement | None, pool: Pool,
-                 headers: bytes) -> ReplicaLoads | None:  # fmt: skip
+                 headers: bytes, shown_by: LoadCollector | None = None) -> ReplicaLoads | None:  # fmt: skip
     """The reader of upstream `name`'s replicas' load; None where none is wanted: round robin
     (no `placement`), a single replica, or `load_metrics = false`."""
     if placement is None or len(placement.in_flight) < 2 or not upstream.load_metrics:
         return None
     interval = upstream.load_metrics_interval
-    return ReplicaLoads(name, placement, fetcher(pool, headers, max(2.0, 2 * interval)), interval=interval)
+    return ReplicaLoads(name, placement, fetcher(pool, headers, max(2.0, 2 * interval)), interval=interval,
+                        shown_by=shown_by)  # fmt: skip
 
 
 class ReplicaLoads:
@@ -169,8 +170,9 @@ class ReplicaLoads:
     started, and reports each to `placement` (and to /metrics: `LoadCollector`)."""
 
     def __init__(self, name: str, placement: Placement, fetch: Fetch, *, interval: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.monotonic, shown_by: LoadCollector | None = None) -> None:  # fmt: skip
         self.name = name
+        self._shown_by = shown_by  # the gateway's /metrics, while reading
         self.placement = placement
         self.roots = list(placement.in_flight)
         self.interval = interval
@@ -186,12 +188,14 @@ class ReplicaLoads:
         if self._tasks or self._stopped:
             return
         self._tasks = [asyncio.create_task(self._watch(root), name=f"load of {root}") for root in self.roots]
-        _RUNNING.add(self)
+        if self._shown_by is not None:
+            self._shown_by.running.add(self)
 
     async def stop(self) -> None:
         """Stop reading and wait until every read has ended; idempotent."""
         self._stopped = True
-        _RUNNING.discard(self)
+        if self._shown_by is not None:
+            self._shown_by.running.discard(self)
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
@@ -240,12 +244,12 @@ class ReplicaLoads:
                 yield root, reading
 
 
-_RUNNING: weakref.WeakSet[ReplicaLoads] = weakref.WeakSet()  # started and not stopped, in this process
-
-
 class LoadCollector(Collector):
     """The figures each replica published, as gauges by upstream and replica, for every
-    ReplicaLoads running in this process (one gateway per process: `--workers` are processes)."""
+    ReplicaLoads of one gateway that is reading (`shown_by` it)."""
+
+    def __init__(self) -> None:
+        self.running: weakref.WeakSet[ReplicaLoads] = weakref.WeakSet()  # started and not stopped
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         labels = ["upstream", "replica"]
@@ -255,7 +259,7 @@ class LoadCollector(Collector):
                                     "Requests the replica said were waiting (its /metrics)", labels=labels)  # fmt: skip
         usage = GaugeMetricFamily("dragoman_replica_kv_cache_usage",
                                   "The used fraction of the replica's KV cache (its /metrics)", labels=labels)  # fmt: skip
-        for loads in list(_RUNNING):
+        for loads in list(self.running):
             for root, reading in loads.fresh():
                 running.add_metric([loads.name, root], reading.running)
                 waiting.add_metric([loads.name, root], reading.waiting)

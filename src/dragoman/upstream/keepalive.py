@@ -196,31 +196,47 @@ async def late_start(
 
 
 AFTER_END_GRACE = 1.0  # seconds a server may take to end its body after the stream's own end
-_past_end: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
 
 
-def end_body(response: Response) -> None:
-    """After the stream's own end (`[DONE]`, `message_stop`): the connection goes back to the
-    pool once the rest of the body, normally only its terminator, is read. The client's reply
-    ends now, whatever the server does: one that keeps its body open is read in the background
-    for AFTER_END_GRACE seconds, and its connection is then closed, not reused."""
-    if response.ended:
-        response.release()
-        return
-    task = asyncio.ensure_future(_read_past_end(response))
-    _past_end.add(task)
-    task.add_done_callback(_past_end.discard)
+class BodyEnds:
+    """The bodies one gateway still reads after their stream's own end (`[DONE]`,
+    `message_stop`), each for at most `grace` seconds; `close()` (the gateway's) stops them."""
 
+    __slots__ = ("grace", "_reading")
 
-async def _read_past_end(response: Response) -> None:
-    try:
-        async with asyncio.timeout(AFTER_END_GRACE):
-            while await response.readany():
-                pass  # bytes after the end belong to no reply
-    except asyncio.CancelledError:  # the gateway is closing
-        response.close()
-        raise
-    except Exception:  # noqa: BLE001 - a timeout, or the connection failing: either way it is not reused
-        response.close()
-    else:
-        response.release()
+    def __init__(self, grace: float = AFTER_END_GRACE) -> None:
+        self.grace = grace
+        self._reading: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
+
+    def end_body(self, response: Response) -> None:
+        """The connection goes back to the pool once the rest of the body, normally only its
+        terminator, is read. The client's reply ends now, whatever the server does: one that
+        keeps its body open is read in the background for `grace` seconds, and its connection
+        is then closed, not reused."""
+        if response.ended:
+            response.release()
+            return
+        task = asyncio.ensure_future(self._read_past_end(response))
+        self._reading.add(task)
+        task.add_done_callback(self._reading.discard)
+
+    async def _read_past_end(self, response: Response) -> None:
+        try:
+            async with asyncio.timeout(self.grace):
+                while await response.readany():
+                    pass  # bytes after the end belong to no reply
+        except asyncio.CancelledError:  # the gateway is closing
+            response.close()
+            raise
+        except Exception:  # noqa: BLE001 - a timeout, or the connection failing: either way it is not reused
+            response.close()
+        else:
+            response.release()
+
+    async def close(self) -> None:
+        """The bodies still being read are closed, not reused."""
+        reading = list(self._reading)
+        for task in reading:
+            task.cancel()
+        if reading:
+            await asyncio.wait(reading)

@@ -58,6 +58,7 @@ class Prompt:
     blocks: list[int]  # chained hashes of its fixed-size blocks
     size: int  # bytes
     identity: bytes  # the conversation: its session, else a hash of everything to its first user turn
+    first_turn: bool | None = None  # nothing after its first user turn (None: not known)
 
     @property
     def tokens(self) -> int:
@@ -113,7 +114,7 @@ def prompt_of(
         ordered = _parts_order(kind)
     if ordered is None:
         return None
-    data, opening = ordered
+    data, opening, first_turn = ordered
     view = memoryview(data)
     identity = conversation.encode() if conversation else _hash(view[:opening]).to_bytes(8, "little")
     blocks = []
@@ -121,23 +122,24 @@ def prompt_of(
     for start in range(0, len(data), block_bytes):
         chained = _hash(view[start : start + block_bytes], chained)
         blocks.append(chained)
-    return Prompt(blocks, len(data), identity)
+    return Prompt(blocks, len(data), identity, first_turn)
 
 
-def _chat_order(body: bytes) -> tuple[bytes, int] | None:
+def _chat_order(body: bytes) -> tuple[bytes, int, bool | None] | None:
     """A Chat Completions body as dragoman's translator encodes it (compact, `messages` before
     `tools`, each message's `role` first), tools first, without decoding it: no key can hide in
-    a string, whose quotes are escaped. Returns the bytes and where its first user turn ends."""
+    a string, whose quotes are escaped. Returns the bytes, where its first user turn ends, and
+    whether that turn is the last."""
     tools = body.rfind(b',"tools":[')
     data = body[tools:] + body[:tools] if tools > 0 else body
     user = data.find(b'{"role":"user"')
     if user < 0:
-        return data, len(data)
+        return data, len(data), None
     end = data.find(b',{"role":"', user)  # the next message; else the end of the list
-    return data, end if end > 0 else data.rfind(b"}]", user) + 1
+    return (data, end, False) if end > 0 else (data, data.rfind(b"}]", user) + 1, True)
 
 
-def _messages_order(body: bytes) -> tuple[bytes, int] | None:
+def _messages_order(body: bytes) -> tuple[bytes, int, bool | None] | None:
     """An Anthropic Messages body, whatever its formatting: tools, system, then messages."""
     try:
         return _parts_order(_SEGMENTS.decode(body))
@@ -145,14 +147,15 @@ def _messages_order(body: bytes) -> tuple[bytes, int] | None:
         return None
 
 
-def _parts_order(segments: MessagesParts) -> tuple[bytes, int]:
+def _parts_order(segments: MessagesParts) -> tuple[bytes, int, bool | None]:
     messages: list[bytes | msgspec.Raw] = list(segments.messages)
     for index in range(max(0, len(messages) - 2), len(messages)):
         messages[index] = _CACHE_CONTROL.sub(b"", bytes(messages[index]))
     first_user = next((i for i, m in enumerate(messages) if not _SYSTEM_ROLE.match(m)), len(messages) - 1)
     model = segments.model.encode()
     opening = len(model) + len(segments.tools) + len(segments.system) + sum(len(m) for m in messages[: first_user + 1])
-    return b"".join([model, segments.tools, segments.system, *messages]), opening
+    first_turn = first_user == len(messages) - 1 if messages else None
+    return b"".join([model, segments.tools, segments.system, *messages]), opening, first_turn
 
 
 class PrefixIndex:
@@ -216,7 +219,9 @@ class Placement:
         self.in_flight = dict.fromkeys(roots, 0)
         self.reported: dict[str, Reported] = {}  # by replica: its own figures (`report`)
         self.indexes = {root: PrefixIndex(settings.max_blocks, settings.max_age) for root in roots}
-        self.homes = Homes(roots, spread=settings.spread, max_age=settings.max_age, clock=clock)
+        self.homes = Homes(
+            roots, spread=settings.spread, shared_spread=settings.shared_spread, max_age=settings.max_age, clock=clock
+        )
         self._turn = itertools.cycle(range(len(roots)))
 
     def wants_prompt(self) -> bool:
@@ -279,7 +284,7 @@ class Placement:
         loads, surcharges = self._loads(candidates, now)
         cap = sum(loads.values()) / len(loads) * settings.balance_rel + settings.balance_abs
         # The conversation's home, then its rendezvous order: what every gateway replica computes.
-        ranked = self.homes.order(prompt.identity)
+        ranked = self.homes.order(prompt.identity, prompt.first_turn)
         order = [root for root in ranked if root in loads]
         eligible = [root for root in order if loads[root] <= cap] or order
         block_tokens = settings.block_bytes // BYTES_PER_TOKEN

@@ -21,7 +21,7 @@ from dragoman.calls.streams import StagedWriter, Stages
 from dragoman.calls.types import ClientWriter, DirectWrites
 from dragoman.core.config import UpstreamConfig
 from dragoman.upstream.errors import upstream_errors
-from dragoman.upstream.keepalive import ReadWatch, Silence, end_body
+from dragoman.upstream.keepalive import BodyEnds, ReadWatch, Silence
 from dragoman.upstream.opening import Opening
 from dragoman.upstream.transport.response import Response
 
@@ -82,12 +82,13 @@ class Pump:
     """How one upstream's streams are read: its name (in errors), its timeouts, and the
     keep-alive interval (`silence` after that long without a read)."""
 
-    __slots__ = ("_keepalive", "_upstream", "name")
+    __slots__ = ("_keepalive", "_upstream", "ends", "name")
 
-    def __init__(self, name: str, upstream: UpstreamConfig, keepalive: float) -> None:
+    def __init__(self, name: str, upstream: UpstreamConfig, keepalive: float, ends: BodyEnds) -> None:
         self.name = name
         self._upstream = upstream
         self._keepalive = keepalive
+        self.ends = ends  # the gateway's: bodies read past their stream's end
 
     def run(
         self, response: Response, transformer: Transformer[T], direct: DirectWrites | None = None
@@ -166,7 +167,9 @@ class _Run(Generic[T]):
                     yield out
             finished = True
             if not t.cut:
-                end_body(self._response)  # the client's reply ends now, not when the server ends its body
+                self._pump.ends.end_body(
+                    self._response
+                )  # the client's reply ends now, not when the server ends its body
         finally:
             watch.close()
             if opening is not None:

@@ -1,7 +1,7 @@
 """Which instance (replica) of an upstream a request goes to, and which are passed over.
 
 Requests rotate over the instances (round robin). An instance that failed is passed
-over for a while, by how it failed (COOL_DOWNS); one that answered `retry-after` for
+over for a while, by how it failed (`CoolDowns`, the gateway's); one that answered `retry-after` for
 that long, at most `retry_after_cap`. When every instance is passed over, one is
 asked anyway: cool-downs alone never refuse traffic.
 
@@ -44,15 +44,12 @@ class CoolDowns:
     retry_after_cap: float = 60.0
 
 
-COOL_DOWNS = CoolDowns()
-
-
 class Replicas:
     """The instances of upstream `name` (`roots`) and when each may be asked again.
 
     `trial_for` bounds a trial (connect_timeout + first_byte_timeout): should its end
     never be reported, the instance is free again after that. `clock` is injectable
-    for tests; cool-downs read COOL_DOWNS when the upstream is built."""
+    for tests; `cool_downs` are the gateway's (`Gateway.timings.cool_downs`), else the defaults."""
 
     __slots__ = ("_clock", "_cool_downs", "_on_trial", "_silent", "_trial_for", "_turn", "_until", "name", "placement",
                  "roots")  # fmt: skip
@@ -71,7 +68,7 @@ class Replicas:
         self.roots = roots
         self.placement = placement  # None: round robin
         self._trial_for = trial_for
-        self._cool_downs = cool_downs or COOL_DOWNS
+        self._cool_downs = cool_downs or CoolDowns()
         self._clock = clock
         self._turn = itertools.cycle(range(len(roots)))
         self._until: dict[str, float] = {}  # passed over until this time

@@ -17,14 +17,43 @@ T = TypeVar("T")
 RETRY_AFTER = "5"  # seconds a client is told to wait
 
 
+class Outage:
+    """The database's outage as one process sees it. The usage writer and the keyring both
+    find it (each retries every second); whichever does first logs it, and the last to see it
+    back logs its end: one warning per outage per process, whoever noticed."""
+
+    def __init__(self) -> None:
+        self._parts: set[str] = set()
+
+    @property
+    def down(self) -> bool:
+        return bool(self._parts)
+
+    def failed(self, part: str) -> bool:
+        """`part` cannot reach the database; True if it is the first to say so (it logs)."""
+        first = not self._parts
+        self._parts.add(part)
+        return first
+
+    def answered(self, part: str) -> bool:
+        """`part` reaches the database; True if the outage ends with it (it logs the end)."""
+        if part not in self._parts:
+            return False
+        self._parts.discard(part)
+        return not self._parts
+
+
 class ReadGuard:
     """Bounds each read by `timeout` seconds (the database's statement timeout, plus a
     second for its answer to arrive) and turns a store's failure into StoreUnavailable."""
 
-    def __init__(self, timeout: float | None, quiet: Callable[[], bool] = lambda: False) -> None:
+    def __init__(self, timeout: float | None, quiet: Callable[[], bool] = lambda: False, store: str = "usage") -> None:
         self.timeout = None if timeout is None else timeout + 1.0  # None: no bound (a write cut short is unknown)
         self._quiet = quiet  # True: the outage is logged already (by the writer)
+        self._store = store
+        self.on_refused: Callable[[], None] = lambda: None  # counts each 503 (dragoman_store_outage_requests)
         self.failing = False  # logged once per outage
+        self._logged = False  # this guard told of the outage (no other part had)
 
     async def __call__(self, read: Awaitable[T]) -> T:
         try:
@@ -36,10 +65,17 @@ class ReadGuard:
             if not self.failing and not self._quiet():
                 log.warning("the admin API cannot reach the database (%s: %s); answering 503 until it can",
                             type(error).__name__, error or "timed out")  # fmt: skip
+                self._logged = True
             self.failing = True
-            raise StoreUnavailable("the usage store cannot be reached now; try again shortly",
-                                   retry_after=RETRY_AFTER) from None  # fmt: skip
+            raise self.refused() from None
         if self.failing:
-            log.info("the admin API reaches the database again")
-            self.failing = False
+            if self._logged:  # its end is told only where its start was
+                log.info("the admin API reaches the database again")
+            self.failing = self._logged = False
         return result
+
+    def refused(self) -> StoreUnavailable:
+        """The 503 a reader gets while the store is out, counted."""
+        self.on_refused()
+        return StoreUnavailable(f"the {self._store} store cannot be reached now; try again shortly",
+                                retry_after=RETRY_AFTER)  # fmt: skip

@@ -37,7 +37,10 @@ class PostgresStore:
         # quieted: the writer logs one warning per outage.
         logging.getLogger("asyncpg").setLevel(logging.ERROR)
         settings = {"statement_timeout": str(max(1, int(self.statement_timeout * 1000)))}  # milliseconds
+        # The client's bound, a second past the server's: a server that answers nothing (frozen,
+        # or cut off without a reset) fails a write too, so the writer journals and retries.
         pool = await asyncpg.create_pool(self._url, min_size=1, max_size=POOL_SIZE, timeout=CONNECT_TIMEOUT,
+                                         command_timeout=self.statement_timeout + 1.0,
                                          server_settings=settings)  # fmt: skip
         try:
             async with pool.acquire() as connection:
@@ -57,7 +60,7 @@ class PostgresStore:
         if not records:
             return
         records = list({r.request_id: r for r in reversed(records)}.values())[::-1]  # the first of each id
-        async with self._pool.acquire() as connection:
+        async with self._pool.acquire(timeout=self.statement_timeout + 1.0) as connection:
             try:
                 async with connection.transaction():
                     columns = list(zip(*(astuple(r) for r in records), strict=True))

@@ -17,7 +17,7 @@ from msgspec.structs import replace
 
 from dragoman.calls.types import Outcome
 from dragoman.usage.journal import CRASHED, Journal
-from dragoman.usage.outage import ReadGuard
+from dragoman.usage.outage import Outage, ReadGuard
 from dragoman.usage.records import UsageRecord, UsageStore, record_of
 
 log = logging.getLogger("dragoman.usage")
@@ -32,8 +32,9 @@ class UsageWriter:
     def __init__(self, store: UsageStore, interval: float = 1.0, retain_days: int | None = None,
                  journal: Journal | None = None, read_timeout: float = 10.0) -> None:  # fmt: skip
         self.store = store
+        self.outage = Outage()  # shared with the keyring when the keys live in the same database
         self.guard = ReadGuard(
-            read_timeout, quiet=lambda: self._failing
+            read_timeout, quiet=lambda: self.outage.down
         )  # the report's reads: 503 within the timeout while the store is out
         self.journal = journal
         self._unjournaled: list[UsageRecord] = []  # noted since the last tick
@@ -76,7 +77,9 @@ class UsageWriter:
                 continue  # not a stream, or none of its tokens relayed yet: nothing a client got to record
             record = record_of(outcome, now - outcome.started)
             relayed = outcome.progress() if outcome.progress is not None else None
-            records.append(replace(record, error_type=CRASHED, disconnected=True,
+            # A translated stream learns its input at its end: until then, the upstream's or an estimate.
+            read = record.input_tokens or (outcome.input_so_far() if outcome.input_so_far is not None else 0)
+            records.append(replace(record, error_type=CRASHED, disconnected=True, input_tokens=read,
                                    output_tokens=max(record.output_tokens, relayed or 0)))  # fmt: skip
         return records
 
@@ -136,7 +139,7 @@ class UsageWriter:
             try:
                 await self.store.open()
             except Exception as error:  # noqa: BLE001 - unreachable, refused: tried again
-                if not self._failing:
+                if not self._failing and self.outage.failed("usage"):
                     log.error("the usage store cannot be opened (%s: %s); records are held and it is tried again",
                               type(error).__name__, error)  # fmt: skip
                 self._failing = True
@@ -183,7 +186,7 @@ class UsageWriter:
                 self._held[:0] = batch  # (written twice, a record counts once: see schema.insert_sql)
                 if not isinstance(error, Exception):
                     raise  # cancelled
-                if not self._failing:
+                if not self._failing and self.outage.failed("usage"):
                     log.warning("usage records could not be written (%s: %s); %d kept, retrying every %g s",
                                 type(error).__name__, error, len(self._held), self._interval)  # fmt: skip
                 self._failing = True
@@ -192,7 +195,8 @@ class UsageWriter:
             if journaled and self.journal is not None:
                 self.journal.shipped()  # every sealed segment's records were in `batch`
             if self._failing:
-                log.info("usage records are written again (%d written)", len(batch))
+                if self.outage.answered("usage"):
+                    log.info("usage records are written again (%d written)", len(batch))
                 self._failing = False
             return True
 

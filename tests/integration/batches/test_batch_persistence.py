@@ -11,8 +11,8 @@ import threading
 import anthropic
 import pytest
 
-from dragoman.batches import keeper
 from dragoman.batches import store as batch_store
+from dragoman.batches.runs import BatchTimings
 from tests.support.batches import (
     KEYS,
     answer_per_marker,
@@ -151,15 +151,15 @@ def test_the_gateway_running_a_batch_says_ended_as_soon_as_the_others_do(start, 
 
 
 def test_a_live_gateway_takes_over_a_batch_whose_gateway_stopped(start, upstream, monkeypatch):
-    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.1)
+    timings = BatchTimings(adopt_every=0.1)
     hang_on(upstream, slow="m0")
-    first = start(batches={"max_concurrent": 1})
+    first = start(batches={"max_concurrent": 1}, timings=timings)
     created = sdk(first).messages.batches.create(
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)]
     )
     eventually(lambda: len(upstream.requests) == 1)
-    second = (
-        start()
+    second = start(
+        timings=timings
     )  # only now: started before, a sweep of its own could lock the batch before `first` (any process may run it)
     answer_per_marker(upstream)
     first.stop()
@@ -170,16 +170,16 @@ def test_a_live_gateway_takes_over_a_batch_whose_gateway_stopped(start, upstream
 
 
 def test_only_one_of_two_gateways_takes_over_a_batch(start, upstream, monkeypatch):
-    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.05)
+    timings = BatchTimings(adopt_every=0.05)
     hang_on(upstream, slow="m0")
-    first = start(batches={"max_concurrent": 1})
+    first = start(batches={"max_concurrent": 1}, timings=timings)
     created = sdk(first).messages.batches.create(
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)]
     )
     eventually(lambda: len(upstream.requests) == 1)
     first.stop()
     answer_per_marker(upstream, hang=0.05)
-    second, third = start(), start()
+    second, third = start(timings=timings), start(timings=timings)
 
     ended = wait_ended(sdk(third), created.id)
     assert counts(ended)["succeeded"] == 3

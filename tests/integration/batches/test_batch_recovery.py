@@ -21,9 +21,9 @@ import httpx
 import pytest
 import uvicorn.config
 
-from dragoman.batches import keeper
 from dragoman.batches import runs as batch_runs
 from dragoman.batches import store as batch_store
+from dragoman.batches.runs import BatchTimings
 from dragoman.batches.store import BatchStore, Record
 from tests.support.batches import (
     KEYS,
@@ -52,8 +52,7 @@ def test_a_storage_error_on_one_result_stops_the_other_requests_before_the_batch
     """The disk fills while r0's result is stored: the run stops r1 (in flight) before it lets
     the batch go, so nothing is written through a closed or reused descriptor, and the batch,
     taken over again, ends with each result once."""
-    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.05)
-    monkeypatch.setattr(batch_runs, "REST_AFTER_FAILURE", 0.05)
+    timings = BatchTimings(adopt_every=0.05, rest_after_failure=0.05)
     released: set[int] = set()
     late: list[str] = []
     failed_once = threading.Event()
@@ -81,7 +80,7 @@ def test_a_storage_error_on_one_result_stops_the_other_requests_before_the_batch
         return Reply(body=completion(f"answer to {marker}"), hang=0.5 if marker == "m1" else 0.0)
 
     upstream.responder = respond
-    client = sdk(start(batches={"max_concurrent": 2}))
+    client = sdk(start(batches={"max_concurrent": 2}, timings=timings))
     created = client.messages.batches.create(
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)]
     )
@@ -102,8 +101,7 @@ def test_a_storage_error_on_one_result_stops_the_other_requests_before_the_batch
 def test_a_batch_whose_results_cannot_be_stored_rests_before_it_runs_again(start, upstream, monkeypatch):
     """A disk that stays full: each run stops at its first result, and the batch rests
     REST_AFTER_FAILURE before this process runs it again: no tight loop of upstream calls."""
-    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.02)
-    monkeypatch.setattr(batch_runs, "REST_AFTER_FAILURE", 0.5)
+    timings = BatchTimings(adopt_every=0.02, rest_after_failure=0.5)
 
     def settle(self: batch_runs.Run, custom_id: str, outcome: str, result: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -114,7 +112,7 @@ def test_a_batch_whose_results_cannot_be_stored_rests_before_it_runs_again(start
     assert answer is not None
     arrivals: list[float] = []
     upstream.responder = lambda body: (arrivals.append(time.monotonic()), answer(body))[1]
-    client = sdk(start(batches={"max_concurrent": 1}))
+    client = sdk(start(batches={"max_concurrent": 1}, timings=timings))
     created = client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
     eventually(lambda: len(arrivals) >= 3, timeout=10)  # one run, then one per rest
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
@@ -144,10 +142,9 @@ class _ShortFirstWrite:
 
 def test_a_result_line_written_short_does_not_corrupt_the_results(start, upstream, monkeypatch, tmp_path):
     monkeypatch.setattr(batch_runs, "os", _ShortFirstWrite())
-    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.05)
-    monkeypatch.setattr(batch_runs, "REST_AFTER_FAILURE", 0.05)
+    timings = BatchTimings(adopt_every=0.05, rest_after_failure=0.05)
     answer_per_marker(upstream)
-    client = sdk(start(batches={"max_concurrent": 1}))
+    client = sdk(start(batches={"max_concurrent": 1}, timings=timings))
     created = client.messages.batches.create(
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(3)]
     )
@@ -240,9 +237,9 @@ def test_another_keys_batch_id_as_a_list_cursor_is_an_unknown_id(start, upstream
 def test_an_unreadable_ended_file_does_not_leave_the_batch_in_progress_forever(start, upstream, tmp_path, monkeypatch):
     """An outcome file left empty (a power loss) with every result stored: the next process
     rebuilds the outcome from the results; the batch does not stay in progress forever."""
-    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.05)
+    timings = BatchTimings(adopt_every=0.05)
     answer_per_marker(upstream)
-    first = start()
+    first = start(timings=timings)
     created = sdk(first).messages.batches.create(
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)]
     )
@@ -250,7 +247,7 @@ def test_an_unreadable_ended_file_does_not_leave_the_batch_in_progress_forever(s
     first.stop()
     (batch_path(tmp_path / "batches", created.id) / "ended.json").write_bytes(b"")  # its data never reached the disk
 
-    client = sdk(start())
+    client = sdk(start(timings=timings))
     ended = wait_ended(client, created.id, timeout=3)
     assert counts(ended)["succeeded"] == 2
 
@@ -309,7 +306,7 @@ def test_an_overlong_batch_id_is_a_404_not_a_500(start, upstream, method, suffix
 def test_a_create_that_fails_after_storing_the_batch_leaves_no_batch_that_never_runs(start, upstream, monkeypatch):
     """The results file cannot be opened when the batch first runs (EMFILE under load): the
     create still answers, and the batch runs once the keeper tries again."""
-    monkeypatch.setattr(keeper, "ADOPT_EVERY", 0.05)
+    timings = BatchTimings(adopt_every=0.05)
     answer_per_marker(upstream)
     real_open = batch_store.BatchDir.open_results
     failed: list[bool] = []
@@ -321,7 +318,7 @@ def test_a_create_that_fails_after_storing_the_batch_leaves_no_batch_that_never_
         return real_open(self)
 
     monkeypatch.setattr(batch_store.BatchDir, "open_results", open_results)
-    client = sdk(start())
+    client = sdk(start(timings=timings))
     created = client.messages.batches.create(requests=[{"custom_id": "a", "params": params()}])
     assert [b.id for b in client.messages.batches.list().data] == [created.id]
     assert counts(wait_ended(client, created.id, timeout=3))["succeeded"] == 1

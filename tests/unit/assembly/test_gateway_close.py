@@ -67,3 +67,31 @@ def test_closing_during_background_discovery_leaves_no_task_pending(tmp_path: Pa
         assert _pending() == [] and backend.closed
 
     asyncio.run(main())
+
+
+def test_what_was_process_state_is_the_gateways_and_closes_with_it(tmp_path: Path) -> None:
+    """The slow-work threads and the bodies read past their stream's end are the gateway's own:
+    a second gateway shares none of it, and closing one stops them."""
+    first, second = _gateway(tmp_path, _Hung()), _gateway(tmp_path, _Hung())
+    assert first.shared.offload is not second.shared.offload and first.shared.redactor is not second.shared.redactor
+
+    class _OpenBody:
+        ended = closed = False
+
+        async def readany(self) -> bytes:
+            await asyncio.Event().wait()
+            return b""
+
+        def close(self) -> None:
+            self.closed = True
+
+    async def main() -> _OpenBody:
+        body = _OpenBody()
+        first.shared.ends.end_body(body)  # type: ignore[arg-type]
+        await asyncio.sleep(0)  # its read has begun
+        await first.close()
+        return body
+
+    assert asyncio.run(main()).closed  # not left to the grace: closed with the gateway
+    with pytest.raises(RuntimeError):  # its threads take no more work
+        asyncio.run(first.shared.offload(len, "x"))

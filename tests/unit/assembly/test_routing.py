@@ -193,12 +193,10 @@ def test_an_upstream_that_gets_a_model_list_serves_what_it_lists_and_no_longer_e
         gateway.router.resolve("m3")
 
 
-def test_an_upstream_without_a_list_is_not_asked_again_and_again(monkeypatch):
+def test_an_upstream_without_a_list_is_not_asked_again_and_again():
     """It will answer the same: only a miss asks it again (as it asks every upstream then)."""
-    import dragoman.assembly.gateway as gateway_module
-
-    monkeypatch.setattr(gateway_module, "REDISCOVER_AFTER", 0.0)
     gateway = _gateway_with_listless({"a": ["m1"], "b": None})
+    gateway.timings.rediscover_after = 0.0
     _discover_all(gateway)
     listless = gateway.backends["b"]
     assert listless.asked == 1  # type: ignore[attr-defined]

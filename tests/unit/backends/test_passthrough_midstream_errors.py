@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from dragoman.core.redaction import register_secret
+from dragoman.backends.shared import Shared
+from dragoman.core.redaction import Redactor
 from tests.support.passthrough_stream import BLOCK, DELTA, START, events_of, relay
 
 
@@ -66,12 +67,12 @@ def test_anthropics_envelope_goes_out_as_it_came() -> None:
 
 
 def test_the_gateways_key_is_redacted_in_either_shape() -> None:
-    register_secret("midstream-secret-key")
+    shared = Shared(redactor=Redactor("midstream-secret-key"))
     anthropic_shape = error_event(json.dumps(envelope("api_error", "key midstream-secret-key")).encode())
-    body, _, _ = relay([*BEFORE, anthropic_shape])
+    body, _, _ = relay([*BEFORE, anthropic_shape], shared)
     assert body.endswith(anthropic_shape.replace(b"midstream-secret-key", b"[redacted]"))
     body, _, _ = relay(
-        [*BEFORE, error_event(b'{"code":500,"message":"key midstream-secret-key","type":"server_error"}')]
+        [*BEFORE, error_event(b'{"code":500,"message":"key midstream-secret-key","type":"server_error"}')], shared
     )
     assert b"midstream-secret-key" not in body and events_of(body)[-1][1]["error"]["message"].endswith("key [redacted]")
 

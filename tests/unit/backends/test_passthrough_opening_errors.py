@@ -12,11 +12,12 @@ import pytest
 
 from dragoman.backends.anthropic.backend import AnthropicBackend
 from dragoman.backends.anthropic.events import error_event_data
+from dragoman.backends.shared import Shared
 from dragoman.calls.types import Call, Outcome
 from dragoman.core.config_load import from_dict
 from dragoman.core.error_mapping import from_error_event
 from dragoman.core.errors import GatewayError
-from dragoman.core.redaction import register_secret
+from dragoman.core.redaction import NO_KEYS, Redactor
 from tests.support.passthrough_stream import BLOCK, DELTA, START
 from tests.support.responses import ScriptedResponse as Response
 
@@ -75,7 +76,7 @@ RETRIED, NOT_RETRIED = True, False  # by the SDKs (status >= 500 or 429, and no 
 def test_an_opening_error_event_maps_to_the_status_the_server_would_have_answered(
     data, status, kind, message, retried
 ) -> None:
-    error = from_error_event(data, upstream="native", retry_after="7")
+    error = from_error_event(data, upstream="native", redactor=NO_KEYS, retry_after="7")
     assert (error.status, error.type, error.message) == (status, kind, message)
     assert error.is_upstream  # counted as the upstream's failure
     headers = error.headers()
@@ -85,13 +86,15 @@ def test_an_opening_error_event_maps_to_the_status_the_server_would_have_answere
 
 
 def test_an_opening_error_keeps_its_error_code_and_never_the_gateways_key() -> None:
-    register_secret("opening-secret-key")
+    redactor = Redactor("opening-secret-key")
     data = json.dumps({"type": "error", "error": {"type": "invalid_request_error", "message": "key opening-secret-key",
                                                   "details": {"error_code": "some_code"}}}).encode()  # fmt: skip
-    error = from_error_event(data, upstream="native")
+    error = from_error_event(data, upstream="native", redactor=redactor)
     assert error.message == "key [redacted]" and error.details == {"error_code": "some_code"}
     llama = from_error_event(
-        b'{"code":400,"message":"key opening-secret-key","type":"invalid_request_error"}', upstream="native"
+        b'{"code":400,"message":"key opening-secret-key","type":"invalid_request_error"}',
+        upstream="native",
+        redactor=redactor,
     )
     assert "opening-secret-key" not in llama.message and "[redacted]" in llama.message
 
@@ -121,7 +124,7 @@ def relay(
 ) -> tuple[bytes, GatewayError | None, Outcome]:
     """What the relay yields before it ends, and the error it raises, if any."""
     config = from_dict({"upstreams": {"native": {"url": "http://127.0.0.1:9", "protocol": "anthropic"}}})
-    backend = AnthropicBackend("native", config.upstreams["native"], config)  # type: ignore[arg-type]
+    backend = AnthropicBackend("native", config.upstreams["native"], config, Shared())  # type: ignore[arg-type]
     outcome = Outcome(request_id="req_1", endpoint="messages")
     call = Call(b"{}", "client-name", "served", {}, "req_1", True, outcome)
 

@@ -12,6 +12,7 @@ from dragoman.backends.anthropic import output
 from dragoman.backends.anthropic.events import Events
 from dragoman.backends.anthropic.output import relayed_tokens
 from dragoman.calls.types import Call, Outcome
+from dragoman.core.redaction import NO_KEYS
 from tests.support.passthrough_stream import BLOCK, END, START, STOP, delta, relay, relay_cut
 
 
@@ -79,7 +80,7 @@ def test_a_complete_stream_has_the_upstreams_count() -> None:
 
 def _cut(reads: list[bytes]) -> int:
     outcome = Outcome(request_id="req_1", endpoint="messages")
-    events = Events(Call(b"{}", "m", "m", {}, "req_1", True, outcome), "native")
+    events = Events(Call(b"{}", "m", "m", {}, "req_1", True, outcome), "native", NO_KEYS)
     for read in reads:
         events.take(read)
     events.count_output()

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dragoman.backends.anthropic.backend import AnthropicBackend
+from dragoman.backends.shared import Shared
 from dragoman.calls.types import Call, Outcome
 from dragoman.core.config_load import from_dict
 from tests.support.passthrough_stream import BLOCK, DELTA, END, START, STOP, client_stream, events_of, relay
@@ -41,7 +42,7 @@ class FailingResponse(Response):
 
 def relay_failing(reads: list[bytes]) -> bytes:
     config = from_dict({"upstreams": {"native": {"url": "http://127.0.0.1:9", "protocol": "anthropic"}}})
-    backend = AnthropicBackend("native", config.upstreams["native"], config)  # type: ignore[arg-type]
+    backend = AnthropicBackend("native", config.upstreams["native"], config, Shared())  # type: ignore[arg-type]
     call = Call(b"{}", "served", "served", {}, "req_1", True, Outcome(request_id="req_1", endpoint="messages"))
 
     async def run() -> bytes:

@@ -12,11 +12,13 @@ from typing import Any
 
 from dragoman.backends.openai.backend import OpenAIBackend, _as_events, _sse
 from dragoman.backends.openai.stream import FIRST_PIECE
+from dragoman.backends.shared import Shared
 from dragoman.core import ids
 from dragoman.core.config_load import from_dict
 from dragoman.core.errors import GatewayError, UpstreamError
 from dragoman.protocol.sse import DataDecoder
 from dragoman.translate.stream import StreamTranslator
+from dragoman.upstream.keepalive import BodyEnds
 from tests.support.responses import ScriptedResponse as Response
 from tests.support.waiting import eventually_async
 
@@ -31,9 +33,9 @@ USAGE = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_to
 DONE = b"data: [DONE]\n\n"
 
 
-def backend() -> OpenAIBackend:
+def backend(shared: Shared | None = None) -> OpenAIBackend:
     config = from_dict({"upstreams": {"up": {"url": "http://127.0.0.1:9/v1"}}})
-    return OpenAIBackend("up", config.upstreams["up"], config)  # type: ignore[arg-type]
+    return OpenAIBackend("up", config.upstreams["up"], config, shared or Shared())  # type: ignore[arg-type]
 
 
 def translator() -> StreamTranslator:
@@ -122,7 +124,7 @@ class SlowStart(Response):
 
 def test_a_ping_before_the_first_token_follows_message_start() -> None:
     config = from_dict({"server": {"keepalive_interval": 0.05}, "upstreams": {"up": {"url": "http://127.0.0.1:9/v1"}}})
-    slow = OpenAIBackend("up", config.upstreams["up"], config)  # type: ignore[arg-type]
+    slow = OpenAIBackend("up", config.upstreams["up"], config, Shared())  # type: ignore[arg-type]
     response = SlowStart([chunk(content="a"), FINISH + USAGE + DONE])
 
     async def run() -> list[Any]:
@@ -190,14 +192,14 @@ class OpenBody(Response):
         return b""
 
 
-def test_a_body_kept_open_after_done_ends_the_reply_at_once_and_its_connection_is_closed_later(
-    monkeypatch: Any,
-) -> None:
-    monkeypatch.setattr("dragoman.upstream.keepalive.AFTER_END_GRACE", 0.01)
+def test_a_body_kept_open_after_done_ends_the_reply_at_once_and_its_connection_is_closed_later() -> None:
+    shared = Shared(ends=BodyEnds(grace=0.01))
 
     async def run() -> tuple[list[Any], OpenBody, tuple[bool, bool]]:
         response = OpenBody([chunk(content="a") + FINISH + USAGE + DONE])
-        batches = [batch async for batch in backend()._streams.translated(response, translator(), None, _as_events)]  # type: ignore[arg-type]
+        batches = [
+            batch async for batch in backend(shared)._streams.translated(response, translator(), None, _as_events)
+        ]  # type: ignore[arg-type]
         at_the_end = (response.released, response.closed)  # the reply is whole; the body is still being read
         await eventually_async(lambda: response.closed, "the body closed", timeout=2)
         return batches, response, at_the_end

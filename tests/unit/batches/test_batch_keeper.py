@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from dragoman.assembly.gateway import Gateway
-from dragoman.batches import runs as batch_runs
-from dragoman.batches.runs import Run, Runner
+from dragoman.batches.runs import BatchTimings, Run, Runner
 from dragoman.batches.service import Batches
 from dragoman.batches.store import BatchDir, BatchStore, Record
 from dragoman.calls.types import Caller, Completed, Outcome, Reply
@@ -81,11 +80,11 @@ def test_a_storage_failure_does_not_leak_a_request_slot_of_the_process(tmp_path:
         real_settle(self, custom_id, outcome, result)
 
     monkeypatch.setattr(Run, "settle", settle)
-    monkeypatch.setattr(batch_runs, "REST_AFTER_FAILURE", 0.0)
 
     async def main() -> int:
         events = {key: make() for key, make in gates.items()}
-        runner = Runner(_GatedPath(events), _NoRecorder(), config, lambda *_: None, lambda: None)
+        runner = Runner(_GatedPath(events), _NoRecorder(), config, lambda *_: None, lambda: None,
+                        BatchTimings(rest_after_failure=0.0))  # fmt: skip
         x = _claim(runner, root, x_record)
         runner.start(x)
         await asyncio.sleep(0.05)  # X's two requests hold both slots

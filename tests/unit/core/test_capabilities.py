@@ -260,7 +260,7 @@ def _silent_listener() -> socket.socket:
     "existing", [None, "{}", json.dumps(MODELS_DEV)], ids=["no-cache", "empty-cache", "full-cache"]
 )
 def test_refresh_with_the_network_unreachable_returns_none_and_leaves_the_cache(monkeypatch, tmp_path, existing):
-    monkeypatch.setattr(capabilities, "REGISTRY_URL", f"http://127.0.0.1:{_closed_port()}/api.json")
+    url = f"http://127.0.0.1:{_closed_port()}/api.json"
     path = tmp_path / "cache" / "models.dev.json"
     if existing is not None:
         path.parent.mkdir()
@@ -269,7 +269,7 @@ def test_refresh_with_the_network_unreachable_returns_none_and_leaves_the_cache(
         os.utime(path, (old, old))
         before = path.stat().st_mtime
     result = asyncio.run(
-        asyncio.wait_for(refresh_registry(path, timeout=60), 10)
+        asyncio.wait_for(refresh_registry(path, timeout=60, url=url), 10)
     )  # refused at once: no wait for the timeout
     assert result is None
     if existing is None:
@@ -281,9 +281,9 @@ def test_refresh_with_the_network_unreachable_returns_none_and_leaves_the_cache(
 
 def test_an_unreachable_registry_is_a_debug_line_not_an_info_one(monkeypatch, tmp_path, caplog):
     """Every start without internet finds models.dev out of reach: no news, so nothing at info."""
-    monkeypatch.setattr(capabilities, "REGISTRY_URL", f"http://127.0.0.1:{_closed_port()}/api.json")
+    url = f"http://127.0.0.1:{_closed_port()}/api.json"
     with caplog.at_level(logging.DEBUG, logger="dragoman.registry"):
-        assert asyncio.run(asyncio.wait_for(refresh_registry(tmp_path / "models.dev.json"), 10)) is None
+        assert asyncio.run(asyncio.wait_for(refresh_registry(tmp_path / "models.dev.json", url=url), 10)) is None
     said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "dragoman.registry"]
     assert [level for level, _ in said] == [logging.DEBUG], said
     assert "models.dev registry not reached" in said[0][1]
@@ -292,10 +292,10 @@ def test_an_unreachable_registry_is_a_debug_line_not_an_info_one(monkeypatch, tm
 def test_refresh_against_a_silent_server_gives_up_within_its_timeout(monkeypatch, tmp_path):
     listener = _silent_listener()
     try:
-        monkeypatch.setattr(capabilities, "REGISTRY_URL", f"http://127.0.0.1:{listener.getsockname()[1]}/api.json")
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/api.json"
         path = tmp_path / "models.dev.json"
         assert (
-            asyncio.run(asyncio.wait_for(refresh_registry(path, timeout=0.3), 10)) is None
+            asyncio.run(asyncio.wait_for(refresh_registry(path, timeout=0.3, url=url), 10)) is None
         )  # None: its own timeout, not wait_for's
         assert not path.exists()
     finally:
@@ -342,8 +342,7 @@ class _Registry:
 def test_refresh_from_a_reachable_registry_writes_the_cache(monkeypatch, tmp_path):
     path = tmp_path / "sub" / "models.dev.json"
     with _Registry(json.dumps(MODELS_DEV).encode()) as server:
-        monkeypatch.setattr(capabilities, "REGISTRY_URL", server.url)
-        registry = asyncio.run(refresh_registry(path, timeout=2.0))
+        registry = asyncio.run(refresh_registry(path, timeout=2.0, url=server.url))
     assert server.hits == 1
     assert registry is not None and registry.lookup("Qwen/Qwen3-235B-A22B") is True
     assert json.loads(path.read_text()) == MODELS_DEV
@@ -361,8 +360,7 @@ def test_refresh_that_gets_an_error_or_garbage_leaves_the_cache(monkeypatch, tmp
     path = tmp_path / "models.dev.json"
     path.write_text(json.dumps(MODELS_DEV))
     with _Registry(body, status) as server:
-        monkeypatch.setattr(capabilities, "REGISTRY_URL", server.url)
-        assert asyncio.run(refresh_registry(path, timeout=2.0)) is None
+        assert asyncio.run(refresh_registry(path, timeout=2.0, url=server.url)) is None
     assert server.hits == 1
     assert json.loads(path.read_text()) == MODELS_DEV
     assert not path.with_suffix(".tmp").exists()

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from dragoman.core import config, config_load
+from dragoman.core import config, config_keys, config_load
 from dragoman.core.config import AnthropicUpstream, ConfigError, OpenAIUpstream
+from dragoman.core.redaction import Redactor
 
 
 def good(**overrides: Any) -> dict[str, Any]:
@@ -117,36 +118,22 @@ def test_unreadable_files(tmp_path: Path, content: str | None, fragment: str) ->
     assert fragment in str(caught.value) and str(path) in str(caught.value)
 
 
-def test_upstream_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    loaded = config_load.from_dict(
-        good(upstreams={"local": {"url": "http://a", "api_key": "inline", "api_key_env": "DRAGOMAN_TEST_KEY"}})
-    )
-    upstream = loaded.upstreams["local"]
-    monkeypatch.setenv("DRAGOMAN_TEST_KEY", "from-env")
-    assert loaded.upstream_key(upstream) == "from-env"
-    monkeypatch.delenv("DRAGOMAN_TEST_KEY")
-    assert loaded.upstream_key(upstream) == "inline"
-
-
-def test_server_api_keys_merge_file_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DRAGOMAN_TEST_KEYS", " k2 , k3,, ")
+def test_server_api_keys_merge_file_and_environment() -> None:
+    environ = {"DRAGOMAN_TEST_KEYS": " k2 , k3,, "}
     loaded = config_load.from_dict({"server": {"api_keys": ["k1"], "api_keys_env": "DRAGOMAN_TEST_KEYS"}})
-    assert config.server_api_keys(loaded) == {"k1", "k2", "k3"}
+    assert config_keys.server_api_keys(loaded, {}, environ) == {"k1", "k2", "k3"}
 
 
 @pytest.mark.parametrize("value", [None, "", " , "])
-def test_api_keys_env_without_a_key_is_a_startup_error_not_an_open_gateway(
-    monkeypatch: pytest.MonkeyPatch, value: str | None
-) -> None:
-    if value is None:
-        monkeypatch.delenv("DRAGOMAN_TEST_KEYS", raising=False)
-    else:
-        monkeypatch.setenv("DRAGOMAN_TEST_KEYS", value)
+def test_api_keys_env_without_a_key_is_a_startup_error_not_an_open_gateway(value: str | None) -> None:
+    environ = {} if value is None else {"DRAGOMAN_TEST_KEYS": value}
     loaded = config_load.from_dict({"server": {"api_keys_env": "DRAGOMAN_TEST_KEYS"}})
     with pytest.raises(ConfigError, match="^server.api_keys_env: the environment variable DRAGOMAN_TEST_KEYS is unset"):
-        config.server_api_keys(loaded)
+        config_keys.server_api_keys(loaded, {}, environ)
     with_file_keys = config_load.from_dict({"server": {"api_keys": ["k1"], "api_keys_env": "DRAGOMAN_TEST_KEYS"}})
-    assert config.server_api_keys(with_file_keys) == {"k1"}  # still keyed: fewer keys than meant, never none
+    assert config_keys.server_api_keys(with_file_keys, {}, environ) == {
+        "k1"
+    }  # still keyed: fewer keys than meant, never none
 
 
 @pytest.mark.parametrize(
@@ -248,7 +235,7 @@ def test_a_proxy_from_the_environment_that_is_not_http_is_a_startup_error(monkey
         "local"
     ]
     with pytest.raises(ConfigError) as caught:
-        HttpClient("local", upstream, None, prefix="/v1")
+        HttpClient("local", upstream, None, redactor=Redactor(), prefix="/v1")
     assert str(caught.value).startswith("upstreams.local: only http:// proxies are supported")
     assert "s3cret" not in str(caught.value)
 
@@ -303,7 +290,7 @@ def test_a_proxy_password_with_a_slash_is_not_printed() -> None:
         good(upstreams={"local": {"url": "http://10.1.2.3:8000/v1", "proxy": "http://alice:s3c/ret@proxy:3128"}})
     )
     with pytest.raises(ConfigError) as caught:
-        HttpClient("local", upstream.upstreams["local"], None, prefix="/v1")
+        HttpClient("local", upstream.upstreams["local"], None, redactor=Redactor(), prefix="/v1")
     assert "s3c" not in str(caught.value) and "%2F" in str(caught.value)
 
 
@@ -312,7 +299,7 @@ def test_an_api_key_with_a_line_break_is_a_startup_error() -> None:
 
     upstream = config_load.from_dict(good()).upstreams["local"]
     with pytest.raises(ConfigError) as caught:
-        HttpClient("local", upstream, "sk-abc\r\nx-admin: 1", prefix="/v1")
+        HttpClient("local", upstream, "sk-abc\r\nx-admin: 1", redactor=Redactor(), prefix="/v1")
     assert str(caught.value).startswith("upstreams.local: header 'authorization'") and "sk-abc" not in str(caught.value)
 
 
@@ -360,8 +347,9 @@ def test_tenant_keys_are_api_keys_and_name_their_tenant() -> None:
     loaded = config_load.from_dict(
         good(server={"api_keys": ["sk-solo"], "tenants": {"team-a": ["sk-old", "sk-new"], "team-b": ["sk-b"]}})
     )
-    assert config.server_api_keys(loaded) == {"sk-solo", "sk-old", "sk-new", "sk-b"}
-    assert config.key_tenants(loaded) == {"sk-old": "team-a", "sk-new": "team-a", "sk-b": "team-b"}
+    tenants = config_keys.key_tenants(loaded, {})
+    assert config_keys.server_api_keys(loaded, tenants, {}) == {"sk-solo", "sk-old", "sk-new", "sk-b"}
+    assert tenants == {"sk-old": "team-a", "sk-new": "team-a", "sk-b": "team-b"}
 
 
 def test_a_key_in_two_tenants_is_refused_without_printing_it() -> None:
@@ -476,18 +464,19 @@ def test_one_problem_is_one_line_without_a_count() -> None:
     assert failure(good(server={"prot": 1})) == "server.prot: unknown key (did you mean port?)"
 
 
-def test_tenant_keys_come_from_the_environment_and_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_tenant_keys_come_from_the_environment_and_files(tmp_path: Path) -> None:
     (tmp_path / "b").write_text("# team b\nsk-b1\n\n  sk-b2  \n")
     (tmp_path / "loose").write_text("sk-loose\n")
-    monkeypatch.setenv("TEAM_A_KEYS", "sk-a1, sk-a2")
+    environ = {"TEAM_A_KEYS": "sk-a1, sk-a2"}
     loaded = config_load.from_dict(good(server={"tenants_env": {"team-a": "TEAM_A_KEYS"},
                                                 "tenants_file": {"team-b": str(tmp_path / "b")},
                                                 "api_keys_file": str(tmp_path / "loose")}))  # fmt: skip
-    assert config.key_tenants(loaded) == {"sk-a1": "team-a", "sk-a2": "team-a", "sk-b1": "team-b", "sk-b2": "team-b"}
-    assert config.server_api_keys(loaded) == {"sk-a1", "sk-a2", "sk-b1", "sk-b2", "sk-loose"}
+    tenants = config_keys.key_tenants(loaded, environ)
+    assert tenants == {"sk-a1": "team-a", "sk-a2": "team-a", "sk-b1": "team-b", "sk-b2": "team-b"}
+    assert config_keys.server_api_keys(loaded, tenants, environ) == {"sk-a1", "sk-a2", "sk-b1", "sk-b2", "sk-loose"}
     missing = config_load.from_dict(good(server={"tenants_file": {"team-c": str(tmp_path / "none")}}))
     with pytest.raises(ConfigError, match="server.tenants_file.team-c: cannot read"):
-        config.key_tenants(missing)
+        config_keys.key_tenants(missing, {})
 
 
 def test_admin_keys_and_keys_made_at_run_time() -> None:
@@ -495,7 +484,7 @@ def test_admin_keys_and_keys_made_at_run_time() -> None:
     with_admin = config_load.from_dict(
         good(admin={"keys": ["sk-adm"]}, limits={"tenants": {"any-team": {"requests_per_minute": 5}}})
     )
-    assert config.api_keys_enabled(with_admin) and config.usage_admin_keys(with_admin) == {"sk-adm"}
+    assert config.api_keys_enabled(with_admin) and config_keys.usage_admin_keys(with_admin, {}) == {"sk-adm"}
     assert "admin.poll_interval" in failure(good(admin={"poll_interval": 5}))
     assert "console.session_hours" in failure(good(console={"session_hours": 0}))
     assert "admin.keys: a key is also a client key" in failure(good(admin={"keys": ["k"]}, server={"api_keys": ["k"]}))

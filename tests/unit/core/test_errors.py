@@ -24,6 +24,7 @@ from dragoman.core.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from dragoman.core.redaction import NO_KEYS, Redactor
 
 PROMPT_TOO_LONG = re.compile(r"^prompt is too long: (\d+) tokens > (\d+) maximum")
 MAX_TOKENS_TOO_LARGE = re.compile(
@@ -83,7 +84,7 @@ PROMPT_OVERFLOWS = [
 def test_context_overflow_becomes_prompt_is_too_long_with_numbers(
     status: int, body: Any, numbers: tuple[int, int]
 ) -> None:
-    error = from_upstream(status, raw(body), upstream="local")
+    error = from_upstream(status, raw(body), upstream="local", redactor=NO_KEYS)
     assert isinstance(error, InvalidRequest) and error.status == 400 and error.type == "invalid_request_error"
     match = PROMPT_TOO_LONG.match(error.message)
     assert match, error.message
@@ -117,7 +118,7 @@ MAX_TOKENS_OVERFLOWS = [
 def test_prompt_plus_max_tokens_overflow_uses_anthropics_max_tokens_wording(
     body: Any, numbers: tuple[int, int, int]
 ) -> None:
-    error = from_upstream(400, raw(body), upstream="local")
+    error = from_upstream(400, raw(body), upstream="local", redactor=NO_KEYS)
     assert isinstance(error, InvalidRequest)
     match = MAX_TOKENS_TOO_LARGE.match(error.message)
     assert match, error.message
@@ -141,7 +142,7 @@ OVERFLOWS_WITHOUT_NUMBERS = [
     "body", [c[1] for c in OVERFLOWS_WITHOUT_NUMBERS], ids=[c[0] for c in OVERFLOWS_WITHOUT_NUMBERS]
 )
 def test_context_overflow_without_numbers_is_still_prompt_is_too_long(body: Any) -> None:
-    error = from_upstream(400, raw(body), upstream="local")
+    error = from_upstream(400, raw(body), upstream="local", redactor=NO_KEYS)
     assert isinstance(error, InvalidRequest)
     assert error.message.startswith("prompt is too long")
 
@@ -160,12 +161,12 @@ def test_context_overflow_without_numbers_is_still_prompt_is_too_long(body: Any)
     ],
 )
 def test_context_overflow_reported_inside_a_stream(text: str, expected: str) -> None:
-    error = from_stream_error(text, upstream="local")
+    error = from_stream_error(text, upstream="local", redactor=NO_KEYS)
     assert isinstance(error, InvalidRequest) and error.message.startswith(expected)
 
 
 def test_other_stream_errors_are_upstream_errors() -> None:
-    error = from_stream_error("CUDA out of memory", upstream="gpu-box")
+    error = from_stream_error("CUDA out of memory", upstream="gpu-box", redactor=NO_KEYS)
     assert isinstance(error, UpstreamError) and error.status == 502
     assert "gpu-box" in error.message and "CUDA out of memory" in error.message
 
@@ -250,22 +251,28 @@ def test_other_stream_errors_are_upstream_errors() -> None:
 def test_status_mapping(
     status: int, body: Any, kind: type[GatewayError], client_status: int, client_type: str, fragment: str
 ) -> None:
-    error = from_upstream(status, raw(body), upstream="local")
+    error = from_upstream(status, raw(body), upstream="local", redactor=NO_KEYS)
     assert type(error) is kind
     assert (error.status, error.type) == (client_status, client_type)
     assert fragment in error.message and "local" in error.message
 
 
 def test_deterministic_errors_say_do_not_retry_and_transient_ones_do_not() -> None:
-    assert from_upstream(400, raw(openai_error("bad")), upstream="u").headers()["x-should-retry"] == "false"
-    assert from_upstream(407, b"Proxy Authentication Required", upstream="u").headers()["x-should-retry"] == "false"
-    assert "x-should-retry" not in from_upstream(429, b"slow down", upstream="u").headers()
-    assert "x-should-retry" not in from_upstream(503, b"busy", upstream="u").headers()
+    assert (
+        from_upstream(400, raw(openai_error("bad")), upstream="u", redactor=NO_KEYS).headers()["x-should-retry"]
+        == "false"
+    )
+    assert (
+        from_upstream(407, b"Proxy Authentication Required", upstream="u", redactor=NO_KEYS).headers()["x-should-retry"]
+        == "false"
+    )
+    assert "x-should-retry" not in from_upstream(429, b"slow down", upstream="u", redactor=NO_KEYS).headers()
+    assert "x-should-retry" not in from_upstream(503, b"busy", upstream="u", redactor=NO_KEYS).headers()
 
 
 @pytest.mark.parametrize("status", [429, 503])
 def test_retry_after_is_kept(status: int) -> None:
-    error = from_upstream(status, raw(openai_error("slow down")), upstream="u", retry_after="17")
+    error = from_upstream(status, raw(openai_error("slow down")), upstream="u", redactor=NO_KEYS, retry_after="17")
     assert error.headers()["retry-after"] == "17"
 
 
@@ -283,14 +290,14 @@ def test_retry_after_is_kept(status: int) -> None:
     ids=["error-object", "object-error", "error-string", "message", "detail", "plain-text", "plain-text-padded"],
 )
 def test_body_shapes(body: Any) -> None:
-    error = from_upstream(400, raw(body), upstream="local")
+    error = from_upstream(400, raw(body), upstream="local", redactor=NO_KEYS)
     assert isinstance(error, InvalidRequest)
     assert error.message.endswith("a message")
 
 
 def test_non_utf8_and_huge_bodies_are_handled() -> None:
-    assert isinstance(from_upstream(500, b"\xff\xfe broken", upstream="u"), UpstreamError)
-    error = from_upstream(500, b"x" * 100_000, upstream="u")
+    assert isinstance(from_upstream(500, b"\xff\xfe broken", upstream="u", redactor=NO_KEYS), UpstreamError)
+    error = from_upstream(500, b"x" * 100_000, upstream="u", redactor=NO_KEYS)
     assert len(error.message) < 5_000
 
 
@@ -314,18 +321,20 @@ SECRET = "sk-proj-Zx81kQ0aLmN3pQr7StUvWxYz12345678"
     ids=["openai-401", "echoed-header", "plain-403", "400"],
 )
 def test_credentials_are_never_repeated_to_the_client(status: int, body: Any) -> None:
-    error = from_upstream(status, raw(body), upstream="local")
+    error = from_upstream(status, raw(body), upstream="local", redactor=NO_KEYS)
     assert SECRET not in error.message
     assert SECRET[8:] not in error.message
     assert SECRET.encode() not in error.body("req_1") and SECRET.encode() not in error.event()
 
 
 def test_credentials_are_not_repeated_from_a_stream_error() -> None:
-    assert SECRET not in from_stream_error(f"auth failed for Bearer {SECRET}", upstream="local").message
+    assert (
+        SECRET not in from_stream_error(f"auth failed for Bearer {SECRET}", upstream="local", redactor=NO_KEYS).message
+    )
 
 
 def test_error_body_and_event_use_anthropics_envelope() -> None:
-    error = from_upstream(503, raw(openai_error("busy")), upstream="local")
+    error = from_upstream(503, raw(openai_error("busy")), upstream="local", redactor=NO_KEYS)
     body = msgspec.json.decode(error.body("req_123"))
     assert body == {
         "type": "error",
@@ -339,26 +348,27 @@ def test_error_body_and_event_use_anthropics_envelope() -> None:
 
 
 def test_a_registered_key_is_redacted_even_where_the_message_is_shortened() -> None:
-    from dragoman.core.redaction import register_secret
-
     key = "gsk_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123"
-    register_secret(key)
+    redactor = Redactor(key)
     for body in (
         b"x" * 1980 + b" bad key " + key.encode(),
         b'{"error": "' + b"y" * 1980 + b" bad key " + key.encode() + b'"}',
     ):
-        message = from_upstream(401, body, upstream="u").message
+        message = from_upstream(401, body, upstream="u", redactor=redactor).message
         assert "gsk_" not in message and "ABCDEFG" not in message
 
 
 def test_keys_are_redacted_longest_first_and_a_header_schemes_token_alone() -> None:
-    from dragoman.core.redaction import redact, register_secret
+    redactor = Redactor("shortkey-12345", "shortkey-12345-and-a-longer-tail")
+    assert redactor.redact("saw shortkey-12345-and-a-longer-tail") == "saw [redacted]"
+    redactor.register("Basic dXNlcjpwYXNzd29yZA==")
+    assert redactor.redact("credentials dXNlcjpwYXNzd29yZA== refused") == "credentials [redacted] refused"
 
-    register_secret("shortkey-12345")
-    register_secret("shortkey-12345-and-a-longer-tail")
-    assert redact("saw shortkey-12345-and-a-longer-tail") == "saw [redacted]"
-    register_secret("Basic dXNlcjpwYXNzd29yZA==")
-    assert redact("credentials dXNlcjpwYXNzd29yZA== refused") == "credentials [redacted] refused"
+
+def test_one_gateways_keys_are_not_anothers() -> None:
+    first, second = Redactor("first-gateway-key"), Redactor()
+    assert first.redact("saw first-gateway-key") == "saw [redacted]"
+    assert second.redact("saw first-gateway-key") == "saw first-gateway-key"
 
 
 @pytest.mark.parametrize(

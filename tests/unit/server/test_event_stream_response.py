@@ -108,12 +108,18 @@ def test_a_client_gone_stops_the_stream_and_closes_it() -> None:
     outcome = metrics.outcome("req_1", "messages")
     response = EventStreamResponse(chunks(), headers={}, status_code=200, outcome=outcome, metrics=metrics)
 
+    bodies_sent: list[dict[str, Any]] = []
+    some_sent = asyncio.Event()
+
     async def receive() -> dict[str, Any]:
-        await asyncio.sleep(0.08)  # the client hangs up after a few chunks
+        await some_sent.wait()  # the client hangs up after a few chunks
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
-        pass
+        if message["type"] == "http.response.body":
+            bodies_sent.append(message)
+            if len(bodies_sent) == 3:
+                some_sent.set()
 
     async def main() -> None:
         await asyncio.wait_for(response({"type": "http"}, receive, send), 5)  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ from dragoman.core.capabilities import ModelCaps, ReasoningCaps
 from dragoman.core.profiles import PROFILES
 from dragoman.protocol import anthropic as a
 from dragoman.translate.request import BILLING_PREFIX, to_chat_request
-from tests.support.helpers import wire
+from tests.support.helpers import OPTIONS, wire
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "claude_code"
 MAIN_LOOP = ["main_loop_turn1", "main_loop_turn2", "bare_turn2"]
@@ -51,8 +51,9 @@ def translate(name: str, profile: str, caps: str = "plain") -> dict[str, Any]:
     body = fixture(name)
     request = a.MESSAGES_REQUEST.decode(json.dumps(body).encode())
     translated = to_chat_request(
-        request, upstream_model="served", profile=PROFILES[profile], caps=CAPS[caps], stream=body["stream"]
-    )
+        request, upstream_model="served", profile=PROFILES[profile], caps=CAPS[caps], stream=body["stream"],
+        options=OPTIONS,
+    )  # fmt: skip
     return wire(translated.chat)
 
 

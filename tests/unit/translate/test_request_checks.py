@@ -13,6 +13,7 @@ from dragoman.core.errors import InvalidRequest
 from dragoman.core.profiles import PROFILES
 from dragoman.protocol import anthropic
 from dragoman.translate.request import to_chat_request
+from tests.support.helpers import OPTIONS
 
 TOOL = {"name": "get_weather", "input_schema": {"type": "object", "properties": {}}}
 USE = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
@@ -25,8 +26,9 @@ def _translate(**fields: Any) -> dict[str, Any]:
     body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}], **fields}
     request = msgspec.json.decode(msgspec.json.encode(body), type=anthropic.MessagesRequest)
     translated = to_chat_request(
-        request, upstream_model="m", profile=PROFILES["generic"], caps=ModelCaps(vision=True), stream=False
-    )
+        request, upstream_model="m", profile=PROFILES["generic"], caps=ModelCaps(vision=True), stream=False,
+        options=OPTIONS,
+    )  # fmt: skip
     decoded: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(translated.chat))
     return decoded
 
@@ -103,7 +105,9 @@ def _think(max_tokens: int, thinking: dict[str, Any], betas: frozenset[str] = fr
         **fields,
     }
     request = msgspec.json.decode(msgspec.json.encode(body), type=anthropic.MessagesRequest)
-    to_chat_request(request, upstream_model="m", profile=PROFILES["generic"], stream=False, betas=betas)
+    to_chat_request(
+        request, upstream_model="m", profile=PROFILES["generic"], stream=False, betas=betas, options=OPTIONS
+    )
 
 
 def _enabled(budget: int) -> dict[str, Any]:

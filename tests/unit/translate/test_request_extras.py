@@ -9,6 +9,7 @@ from dragoman.core.profiles import PROFILES
 from dragoman.protocol import anthropic, openai
 from dragoman.translate.request import to_chat_request
 from dragoman.translate.stream import StreamTranslator
+from tests.support.helpers import OPTIONS
 
 SCHEMA = {"type": "object", "properties": {}}
 
@@ -18,7 +19,9 @@ PLAIN = ModelCaps()
 
 def _chat(body: dict, caps: ModelCaps = PLAIN) -> dict:
     request = anthropic.MESSAGES_REQUEST.decode(msgspec.json.encode({"model": "m", "max_tokens": 10, **body}))
-    translated = to_chat_request(request, upstream_model="m", profile=PROFILES["vllm"], caps=caps, stream=False)
+    translated = to_chat_request(
+        request, upstream_model="m", profile=PROFILES["vllm"], caps=caps, stream=False, options=OPTIONS
+    )
     return msgspec.json.decode(openai.ENCODER.encode(translated.chat))
 
 
@@ -95,5 +98,7 @@ def test_display_omitted_is_planned_from_the_request():
         },
         anthropic.MessagesRequest,
     )
-    translated = to_chat_request(request, upstream_model="m", profile=PROFILES["vllm"], caps=caps, stream=True)
+    translated = to_chat_request(
+        request, upstream_model="m", profile=PROFILES["vllm"], caps=caps, stream=True, options=OPTIONS
+    )
     assert translated.surface_thinking and translated.omit_thinking_text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -33,7 +34,7 @@ BILLING = "x-anthropic-billing-header: cc_version=2.1.3; cc_entrypoint=cli;"
         ([text(BILLING), text("You are Claude Code.")], None, "You are Claude Code."),
         (
             [text(BILLING), text("You are Claude Code.")],
-            Options(keep_billing_header=True),
+            Options(clock=time.monotonic, keep_billing_header=True),
             f"{BILLING}\n\nYou are Claude Code.",
         ),
         # only a *first* block is the billing header

@@ -5,6 +5,7 @@ and image and document content."""
 from __future__ import annotations
 
 import base64
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -156,7 +157,7 @@ def test_server_tools_are_rejected_by_name(kind: str) -> None:
 
 def test_server_tools_are_dropped_with_the_option() -> None:
     sent = body(
-        options=Options(drop_server_tools=True),
+        options=Options(clock=time.monotonic, drop_server_tools=True),
         tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}, TOOL],
         messages=[user("q")],
     )

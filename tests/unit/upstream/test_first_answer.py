@@ -13,6 +13,7 @@ import pytest
 
 from dragoman.core.config import OpenAIUpstream
 from dragoman.core.errors import UpstreamError
+from dragoman.core.redaction import Redactor
 from dragoman.upstream import hedge
 from dragoman.upstream.client import HttpClient
 from dragoman.upstream.replicas import Replicas
@@ -22,7 +23,7 @@ Answer = tuple[int, str, bytes]
 
 def client(instances: int) -> HttpClient:
     roots = [f"http://127.0.0.1:{9 + n}" for n in range(instances)]  # never connected to: `_ask` is replaced
-    return HttpClient("up", OpenAIUpstream(url=roots[0], replicas=roots[1:], max_retries=0), None)
+    return HttpClient("up", OpenAIUpstream(url=roots[0], replicas=roots[1:], max_retries=0), None, redactor=Redactor())
 
 
 def asked_in_turn(up: HttpClient, *answers: Callable[[], Coroutine[Any, Any, Answer]]) -> None:

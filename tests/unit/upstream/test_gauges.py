@@ -14,6 +14,7 @@ from dragoman.core.config import CacheRouting
 from dragoman.upstream.gauges import LoadCollector, Reading, ReplicaLoads, parse
 from dragoman.upstream.placement import Placement
 from tests.support import backend_metrics
+from tests.support.waiting import eventually_async
 
 ROOTS = ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
 
@@ -119,11 +120,15 @@ def test_a_replica_that_publishes_again_is_said_to_and_read_every_interval_again
     place = Placement(ROOTS, "cache_aware", CacheRouting())
     loads = ReplicaLoads("up", place, replica, interval=0.01)
 
+    def running() -> float | None:
+        reading = dict(loads.fresh()).get(ROOTS[0])
+        return reading.running if reading is not None else None
+
     async def main() -> None:
         loads.start()
-        await asyncio.sleep(0.05)
+        await eventually_async(lambda: replica.reads.get(ROOTS[0]), "the 503 read")
         replica.answers[ROOTS[0]] = (200, backend_metrics.VLLM)
-        await asyncio.sleep(0.5)
+        await eventually_async(lambda: running() == 21.0, "the replica read again")
         await loads.stop()
 
     with caplog.at_level(logging.INFO, logger="dragoman.upstream"):
@@ -134,8 +139,11 @@ def test_a_replica_that_publishes_again_is_said_to_and_read_every_interval_again
 
 
 def test_stopping_ends_every_read_even_one_waiting_on_a_silent_replica() -> None:
+    asked = asyncio.Event()
+
     async def silent(root: str) -> tuple[int, bytes]:
-        await asyncio.sleep(3600)
+        asked.set()
+        await asyncio.Event().wait()  # never answers
         raise AssertionError("unreachable")
 
     async def main() -> list[asyncio.Task[object]]:
@@ -143,7 +151,7 @@ def test_stopping_ends_every_read_even_one_waiting_on_a_silent_replica() -> None
         loads = ReplicaLoads("up", place, silent, interval=1.0)
         loads.start()
         loads.start()  # once only
-        await asyncio.sleep(0.01)
+        await asyncio.wait_for(asked.wait(), 1.0)  # a read waits on the silent replica
         await asyncio.wait_for(loads.stop(), 1.0)
         loads.start()  # not after stop
         return [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
@@ -152,14 +160,15 @@ def test_stopping_ends_every_read_even_one_waiting_on_a_silent_replica() -> None
 
 
 def test_the_collector_shows_fresh_readings_by_upstream_and_replica_while_reading() -> None:
-    registry = CollectorRegistry()
-    registry.register(LoadCollector())
+    registry, collector = CollectorRegistry(), LoadCollector()
+    registry.register(collector)
     replica = Replica({ROOTS[0]: (200, backend_metrics.VLLM), ROOTS[1]: (200, backend_metrics.LLAMACPP)})
-    loads = ReplicaLoads("local", Placement(ROOTS, "cache_aware", CacheRouting()), replica, interval=10.0)
+    loads = ReplicaLoads("local", Placement(ROOTS, "cache_aware", CacheRouting()), replica, interval=10.0,
+                         shown_by=collector)  # fmt: skip
 
     async def main() -> tuple[str, str]:
         loads.start()
-        await asyncio.sleep(0.05)
+        await eventually_async(lambda: len(dict(loads.fresh())) == 2, "both replicas read")
         while_reading = generate_latest(registry).decode()
         await loads.stop()
         return while_reading, generate_latest(registry).decode()

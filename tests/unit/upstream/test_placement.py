@@ -4,6 +4,7 @@ prefix index, each conversation's home, and the choice (dragoman.upstream.placem
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from typing import Any
 
@@ -94,6 +95,16 @@ def test_without_a_session_the_identity_is_the_conversation_up_to_its_first_user
     assert first.identity == later.identity
     assert prompt(chat_body("task B " * 20)).identity != first.identity
     assert prompt(chat_body("task A " * 20), conversation="session-1").identity == b"session-1"
+
+
+def test_the_prompt_says_whether_it_is_the_conversations_first_turn() -> None:
+    """How a gateway knows whether it is alone: behind several, most conversations it sees
+    first are at a later turn."""
+    assert prompt(chat_body("task A " * 20)).first_turn is True
+    assert prompt(chat_body("task A " * 20, "done", "now the tests")).first_turn is False
+    assert prompt(messages_body("task A " * 20), "messages").first_turn is True
+    assert prompt(messages_body("task A " * 20, "ok", "next"), "messages").first_turn is False
+    assert prompt(chat_body(), "chat").first_turn is None  # no user turn: not known
 
 
 def test_a_moved_cache_breakpoint_does_not_break_an_anthropic_conversations_prefix() -> None:
@@ -192,6 +203,63 @@ def test_a_few_conversations_are_shared_evenly(seed: int) -> None:
     for _ in range(2):  # as they came, and as assigned afresh
         assert sorted(Counter(homes.order(i)[0] for i in identities).values()) == [2, 2]
         clock.now += 2
+
+
+def test_a_gateway_that_sees_every_conversation_from_its_first_turn_keeps_their_homes() -> None:
+    """Alone, a home stays while it has room: assigned afresh, conversations that came since
+    (and the room they change) would move some, each move a recomputed conversation."""
+    clock = Clock()
+    homes = Homes(ROOTS, spread=1.05, max_age=600, clock=clock)
+    first = [f"c{i}".encode() for i in range(40)]
+    for identity in first:
+        homes.order(identity, first_turn=True)
+    assert homes.alone
+    clock.now += 2
+    before = {identity: homes.order(identity)[0] for identity in first}
+    for wave in range(3):
+        for i in range(7):
+            homes.order(f"new-{wave}-{i}".encode(), first_turn=True)
+        clock.now += 2
+        assert {identity: homes.order(identity)[0] for identity in first} == before
+    counts = Counter(homes.order(identity)[0] for identity in list(homes._seen))
+    assert max(counts.values()) <= math.ceil(1.05 * len(homes._seen) / len(ROOTS))
+
+
+def test_alone_an_idle_conversation_holds_no_room_and_comes_back_to_its_home() -> None:
+    """Ended conversations look idle: counted for max_age they would fill replicas that serve
+    nothing. One idle for a while still finds its home, and its prefix there."""
+    clock = Clock()
+    homes = Homes(ROOTS, spread=1.05, max_age=600, clock=clock)
+    talks = [f"c{i}".encode() for i in range(24)]
+    for identity in talks:
+        homes.order(identity, first_turn=True)
+    clock.now += 2
+    idle = talks[0]
+    home = homes.order(idle)[0]
+    for _ in range(7):  # the others go on; `idle` is not seen for 70 s
+        clock.now += 10
+        for identity in talks[1:]:
+            homes.order(identity)
+    assert homes._active == len(talks) - 1
+    assert homes.order(idle)[0] == home
+    clock.now += 2
+    assert homes.order(idle)[0] == home
+
+
+def test_gateways_that_see_conversations_first_at_later_turns_assign_homes_afresh() -> None:
+    """Behind several gateways each sees most conversations first at a later turn: they keep
+    the canonical assignment, on which gateways that saw the same conversations agree."""
+    clock = Clock()
+    one = Homes(ROOTS, spread=1.05, max_age=600, clock=clock)
+    other = Homes(ROOTS, spread=1.05, max_age=600, clock=clock)
+    identities = [f"conversation-{i}".encode() for i in range(40)]
+    for index, identity in enumerate(identities):  # each sees a third first at their first turn
+        one.order(identity, first_turn=index % 3 == 0)
+    for index, identity in enumerate(reversed(identities)):
+        other.order(identity, first_turn=index % 3 == 1)
+    assert not one.alone and not other.alone
+    clock.now += 2
+    assert [one.order(i)[0] for i in identities] == [other.order(i)[0] for i in identities]
 
 
 def test_homes_forget_conversations_not_seen_for_max_age_and_are_bounded() -> None:

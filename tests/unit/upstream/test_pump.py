@@ -11,6 +11,7 @@ from typing import Any
 from dragoman.calls.types import ClientWriter, DirectWrites, Streaming
 from dragoman.core.config_load import from_dict
 from dragoman.core.errors import GatewayError, UpstreamError
+from dragoman.upstream.keepalive import BodyEnds
 from dragoman.upstream.pump import Pump
 from tests.support.responses import ScriptedResponse
 
@@ -57,7 +58,7 @@ class Upper:
 
 def pump(keepalive: float = 15) -> Pump:
     config = from_dict({"upstreams": {"up": {"url": "http://127.0.0.1:9/v1"}}})
-    return Pump("up", config.upstreams["up"], keepalive=keepalive)
+    return Pump("up", config.upstreams["up"], keepalive=keepalive, ends=BodyEnds())
 
 
 class Writer:

@@ -10,6 +10,7 @@ import pytest
 
 from dragoman.core.errors import UpstreamTimeout
 from dragoman.upstream.keepalive import CLOCK_SLACK, ReadWatch, Silence
+from tests.support.waiting import eventually_async
 
 
 class Feed:
@@ -156,7 +157,7 @@ def test_another_cancellation_is_not_swallowed() -> None:
     async def main() -> None:
         box: list[ReadWatch] = []
         task = asyncio.ensure_future(reader(box))
-        await asyncio.sleep(0.01)
+        await eventually_async(lambda: box, "the read begun")
         task.cancel()  # a client hanging up
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -218,7 +219,7 @@ def test_head_or_task_cancelled_cancels_the_upstream_request() -> None:
 
     async def main() -> bool:
         waiting = asyncio.ensure_future(head_or_task(head(), 5))
-        await asyncio.sleep(0.01)
+        await eventually_async(lambda: started, "the upstream request begun")
         waiting.cancel()  # the client left while the upstream was thinking
         with pytest.raises(asyncio.CancelledError):
             await waiting

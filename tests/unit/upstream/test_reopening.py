@@ -16,6 +16,7 @@ import pytest
 
 from dragoman.calls.types import Outcome
 from dragoman.core.config import OpenAIUpstream
+from dragoman.core.redaction import Redactor
 from dragoman.upstream.client import HttpClient
 from dragoman.upstream.keepalive import ReadWatch, Silence
 from dragoman.upstream.transport.failures import Disconnected
@@ -62,7 +63,7 @@ def client_for(*roots: str, **settings: Any) -> HttpClient:
         url=roots[0] + "/v1", replicas=[root + "/v1" for root in roots[1:]],
         **{"max_retries": 2, "load_metrics": False, **settings},
     )  # fmt: skip
-    return HttpClient("up", upstream, None, prefix="/v1")
+    return HttpClient("up", upstream, None, redactor=Redactor(), prefix="/v1")
 
 
 async def stream(client: HttpClient, outcome: Any, head_read: asyncio.Event) -> Response:

@@ -12,6 +12,7 @@ import zlib
 import pytest
 
 from dragoman.core.errors import UpstreamError, UpstreamTimeout
+from dragoman.core.redaction import Redactor
 from dragoman.upstream.errors import _mapped
 from dragoman.upstream.transport import connection
 from dragoman.upstream.transport.connection import HIGH_WATER, INFLATE_PIECE, BadResponse, BodyTimeout
@@ -280,7 +281,9 @@ def test_the_idle_timeout_reaches_the_response_from_the_upstreams_config() -> No
 
     async def main() -> None:
         async with Script(handler) as server:
-            client = HttpClient("up", OpenAIUpstream(url=server.root, idle_timeout=0.2, max_retries=0), None)
+            client = HttpClient(
+                "up", OpenAIUpstream(url=server.root, idle_timeout=0.2, max_retries=0), None, redactor=Redactor()
+            )
             response = await client.post("/chat/completions", b"{}")
             assert response.idle_timeout == 0.2
             with pytest.raises(BodyTimeout):

@@ -24,6 +24,7 @@ from dragoman.backends.documents import documents_as_text
 from dragoman.backends.fetch_budget import Budget
 from dragoman.backends.images import inline_url_images, may_have_url_images
 from dragoman.backends.openai.tool_support import llamacpp_renders_tools, sends_tools
+from dragoman.backends.shared import Shared
 from dragoman.calls.types import (
     NO_MODEL_LIST_STATUSES,
     Call,
@@ -38,7 +39,6 @@ from dragoman.calls.types import (
 from dragoman.core.config import AnthropicUpstream, Config
 from dragoman.core.error_mapping import anthropic_envelope, from_upstream
 from dragoman.core.errors import GatewayError, InvalidRequest, UpstreamError
-from dragoman.core.redaction import redact_bytes
 from dragoman.protocol import anthropic
 from dragoman.upstream.client import MAX_ERROR_BODY, HttpClient
 from dragoman.upstream.errors import upstream_errors
@@ -80,15 +80,19 @@ LIST_EVERY = 60.0  # seconds between such look-ups while the list cannot be read
 class AnthropicBackend:
     path = "passthrough"
 
-    def __init__(self, name: str, upstream: AnthropicUpstream, config: Config) -> None:
+    def __init__(self, name: str, upstream: AnthropicUpstream, config: Config, shared: Shared) -> None:
         self.name = name
         self._upstream = upstream
         # The url is the SDK's base URL, without /v1; a trailing /v1 is tolerated.
-        self._http = HttpClient(name, upstream, config.upstream_key(upstream), auth_header="x-api-key", prefix="/v1",
+        self._http = HttpClient(name, upstream, config.upstream_key(upstream), redactor=shared.redactor, cool_downs=shared.cool_downs, shown_by=shared.gauges,
+                                auth_header="x-api-key",
+                                prefix="/v1",
                                 defaults={"anthropic-version": "2023-06-01"})  # fmt: skip
         self._keepalive = config.server.keepalive_interval
-        self._pump = Pump(name, upstream, self._keepalive)
+        self._pump = Pump(name, upstream, self._keepalive, shared.ends)
         self._server = config.server
+        self._shared = shared
+        self._fetched = shared.fetched
         self._documents = upstream.documents
         self._documents_as_text = upstream.documents == "as_text"  # "auto": decided by the model list
         self._listed = False
@@ -152,7 +156,7 @@ class AnthropicBackend:
             return call.body  # looked through for URL images, and none found: sent as it came
         data["model"] = call.upstream_model
         if as_text:
-            await documents_as_text(data, self._server, budget)
+            await documents_as_text(data, self._server, budget, self._shared)
         return msgspec.json.encode(data)
 
     def _may_ask_list(self) -> bool:
@@ -175,7 +179,8 @@ class AnthropicBackend:
                                      prompt=prompt, conversation=call.conversation)  # fmt: skip
 
     async def messages(self, call: Call, route: Route) -> Reply:
-        with Budget(self._server) as budget:  # its URL images and documents, held until the answer (a stream's head)
+        # Its URL images and documents, held until the answer (a stream's head).
+        with Budget(self._server, self._fetched) as budget:
             return await self._messages(call, route, budget)
 
     async def _messages(self, call: Call, route: Route, budget: Budget) -> Reply:
@@ -215,10 +220,10 @@ class AnthropicBackend:
                 response.release()
         if response.status == 200:  # a non-streaming answer to a streaming request
             raise _not_a_stream(self.name, response.content_type)
-        raise from_upstream(response.status, raw, upstream=self.name)
+        raise from_upstream(response.status, raw, upstream=self.name, redactor=self._http.redactor)
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
-        with Budget(self._server) as budget:
+        with Budget(self._server, self._fetched) as budget:
             response = await self._send(call, "/messages/count_tokens", await self._body(call, budget))
         headers = _reply_headers(response.headers)
         headers["x-token-count-method"] = "upstream"
@@ -243,8 +248,9 @@ class AnthropicBackend:
         if response.status in (401, 403) or anthropic_envelope(body) is None:
             # Not Anthropic's envelope (a proxy's page, another server's shape), or the server
             # refusing the gateway's own key, which the client cannot fix: dragoman's error.
-            raise from_upstream(response.status, body, upstream=self.name, retry_after=headers.get("retry-after"))
-        return Completed(redact_bytes(body), status=response.status, headers=headers)
+            raise from_upstream(response.status, body, upstream=self.name, redactor=self._http.redactor,
+                                retry_after=headers.get("retry-after"))  # fmt: skip
+        return Completed(self._http.redactor.redact_bytes(body), status=response.status, headers=headers)
 
     def _relay(
         self, response: Response, call: Call, direct: DirectWrites | None = None, headers: dict[str, str] | None = None,
@@ -253,5 +259,5 @@ class AnthropicBackend:
         """Forward stream events as they arrive, whole (`relay.Relay`, read by the one pump).
         Once `message_start` has gone out, reads go straight to `direct`'s writer when there
         is one, from the connection's callback."""
-        relay = Relay(self.name, call, headers, _reply_headers, committed=committed)
+        relay = Relay(self.name, call, headers, _reply_headers, committed=committed, redactor=self._http.redactor)
         return self._pump.run(response, relay, direct)

@@ -13,7 +13,7 @@ from dragoman.backends.anthropic.output import RelayedOutput
 from dragoman.calls.types import Call, max_tokens
 from dragoman.core.error_mapping import anthropic_envelope, from_error_event
 from dragoman.core.ids import message_id
-from dragoman.core.redaction import redact_bytes
+from dragoman.core.redaction import Redactor
 from dragoman.protocol import anthropic
 from dragoman.protocol.sse import encode
 
@@ -232,12 +232,13 @@ class Events:
     `{"error": {...}}`) is put in it. `finish`, at the stream's end, takes an error event the
     server closed on without its blank line."""
 
-    __slots__ = ("_call", "_upstream", "_held", "ended", "_cut_sent", "_counted", "_relayed", "_measure_past",
+    __slots__ = ("_call", "_upstream", "redactor", "_held", "ended", "_cut_sent", "_counted", "_relayed", "_measure_past",
                  "_output")  # fmt: skip
 
-    def __init__(self, call: Call, upstream: str) -> None:
+    def __init__(self, call: Call, upstream: str, redactor: Redactor) -> None:
         self._call = call
         self._upstream = upstream  # the server's name, for the messages of the errors it sends
+        self.redactor = redactor  # the gateway's keys, kept out of the error events relayed
         self._held = b""
         # `message_stop` or an `error` event went past: nothing after it is relayed. An
         # attribute, not a property: read once per read.
@@ -325,7 +326,7 @@ class Events:
             chunk = chunk[: end + width]
         if found[found.lastindex or 0] == b"error":
             chunk, kind = self._in_envelope(chunk, found.start())
-            chunk = redact_bytes(chunk)  # a server may quote the gateway's key back
+            chunk = self.redactor.redact_bytes(chunk)  # a server may quote the gateway's key back
             outcome = self._call.outcome
             if outcome is not None:  # counted as the upstream's error, as on the translating path
                 if kind is None:
@@ -346,7 +347,7 @@ class Events:
         data = error_event_data(chunk[start:])
         if data is None or anthropic_envelope(data) is not None:
             return chunk, None
-        error = from_error_event(data, upstream=self._upstream)
+        error = from_error_event(data, upstream=self._upstream, redactor=self.redactor)
         event = error.event()
         if chunk.endswith(b"\r\n"):  # the server's line ends, as the rest of its stream has them
             event = event.replace(b"\n", b"\r\n")

@@ -19,6 +19,7 @@ from dragoman.backends.anthropic.events import (
 from dragoman.calls.types import Call, ClientWriter
 from dragoman.core.error_mapping import from_error_event
 from dragoman.core.errors import UpstreamError
+from dragoman.core.redaction import Redactor
 from dragoman.protocol.sse import KEEPALIVE_COMMENT, PING
 from dragoman.upstream.transport.response import Response
 
@@ -48,13 +49,14 @@ class Relay:
     __slots__ = ("_call", "_committed", "_events", "_head", "_headers", "_reply_headers", "ended", "name", "started")
 
     def __init__(self, name: str, call: Call, headers: dict[str, str] | None,
-                 reply_headers: Callable[[Mapping[str, str]], dict[str, str]], *, committed: bool) -> None:  # fmt: skip
+                 reply_headers: Callable[[Mapping[str, str]], dict[str, str]], *, committed: bool,
+                 redactor: Redactor) -> None:  # fmt: skip
         self.name = name
         self._call = call
         self._headers = headers
         self._reply_headers = reply_headers
         self._committed = committed
-        self._events = Events(call, name)
+        self._events = Events(call, name, redactor)
         self._head: bytes | None = b""  # None once the head has gone out
         # Plain attributes, not properties: the pump reads them once per read.
         self.started = False  # the head has gone out
@@ -123,7 +125,9 @@ class Relay:
             data = error_event_data(head)
             if data is not None:
                 retry_after = self._headers.get("retry-after") if self._headers is not None else None
-                raise from_error_event(data, upstream=self.name, retry_after=retry_after)
+                raise from_error_event(
+                    data, upstream=self.name, redactor=self._events.redactor, retry_after=retry_after
+                )
         return completed_start(with_start(renamed(head, self._call), self._call))
 
     async def finish(self) -> AsyncIterator[bytes]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TypeVar
@@ -25,6 +26,7 @@ from dragoman.backends.openai.stream import (
     note_usage,
 )
 from dragoman.backends.openai.tool_support import renders_tools
+from dragoman.backends.shared import Shared
 from dragoman.calls.types import (
     NO_MODEL_LIST_STATUSES,
     Call,
@@ -40,7 +42,6 @@ from dragoman.core import ids
 from dragoman.core.config import Config, OpenAIUpstream
 from dragoman.core.error_mapping import from_upstream
 from dragoman.core.errors import GatewayError, UpstreamError
-from dragoman.core.offload import offload
 from dragoman.core.profiles import PROFILES, Profile, profile_for
 from dragoman.core.validation import decode_request
 from dragoman.protocol import anthropic, openai, sse
@@ -77,16 +78,14 @@ def _as_events(batch: Batch) -> Batch:
 class OpenAIBackend:
     path = "translate"
 
-    def __init__(self, name: str, upstream: OpenAIUpstream, config: Config) -> None:
+    def __init__(self, name: str, upstream: OpenAIUpstream, config: Config, shared: Shared) -> None:
         self.name = name
         self._upstream = upstream
-        self._http = HttpClient(
-            name,
-            upstream,
-            config.upstream_key(upstream),
-            prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "",
-        )
+        self._http = HttpClient(name, upstream, config.upstream_key(upstream), redactor=shared.redactor,
+                                cool_downs=shared.cool_downs, shown_by=shared.gauges,
+                                prefix="/v1" if upstream.url.rstrip("/").endswith("/v1") else "")  # fmt: skip
         self._options = Options(
+            clock=shared.clock,
             keep_billing_header=config.server.keep_billing_header,
             drop_server_tools=config.server.server_tools == "drop",
         )
@@ -94,13 +93,15 @@ class OpenAIBackend:
         self._counts = CountCache()
         self._tool_support: dict[str, bool] = {}
         self._keepalive = config.server.keepalive_interval
-        self._streams = ChatStreams(name, upstream, self._keepalive)
+        self._streams = ChatStreams(name, upstream, self._keepalive, shared.ends)
         self._server = config.server
-        self._server_tools = (
-            ServerTools(config, page_fetcher(config.server), address_check(config.server.fetch_allow_private))
-            if ServerTools.configured(config)
-            else None
+        self._offload = shared.offload
+        self._fetched = shared.fetched
+        fetch_page, check = (
+            page_fetcher(config.server, shared.fetched),
+            address_check(config.server.fetch_allow_private),
         )
+        self._server_tools = ServerTools(config, fetch_page, check) if ServerTools.configured(config) else None
 
     @property
     def http(self) -> HttpClient:
@@ -117,7 +118,7 @@ class OpenAIBackend:
         if status in NO_MODEL_LIST_STATUSES:
             raise NoModelList(self.name, status, self._http.url("/models"))
         if status != 200:
-            raise from_upstream(status, body, upstream=self.name)
+            raise from_upstream(status, body, upstream=self.name, redactor=self._http.redactor)
         try:
             models = openai.MODEL_LIST.decode(body).data
         except msgspec.DecodeError as error:
@@ -158,11 +159,12 @@ class OpenAIBackend:
         of images to check: `slow_to_translate`), so that the event loop keeps serving meanwhile,
         else here."""
         if slow_to_translate(request.messages):  # fetched URL documents included: they are base64 by now
-            return await offload(self._translate, request, route, stream, betas)
+            return await self._offload(self._translate, request, route, stream, betas)
         return self._translate(request, route, stream, betas)
 
     async def messages(self, call: Call, route: Route) -> Reply:
-        with Budget(self._server) as budget:  # its URL images and documents, held until the answer (a stream's head)
+        # Its URL images and documents, held until the answer (a stream's head).
+        with Budget(self._server, self._fetched) as budget:
             return await self._messages(call, route, budget)
 
     async def _messages(self, call: Call, route: Route, budget: Budget) -> Reply:
@@ -220,12 +222,13 @@ class OpenAIBackend:
 
         headers = _headers(translated, dropped)
         if request.stream:
-            return await self._streamed(post, StreamTranslator(**reply), call, prompt_tokens, headers)
+            return await self._streamed(post, StreamTranslator(**reply, redactor=self._http.redactor), call,
+                                        prompt_tokens, headers, _estimate(call, translated.chat))  # fmt: skip
         response = await post
         if upstream_stream:  # read as a stream, folded into one message
             folder = Folder(upstream=self.name)  # the events folded as they come: none is kept
-            batches = self._streams.translated(response, StreamTranslator(**reply), call.outcome, _as_events,
-                                               prompt_tokens)  # fmt: skip
+            translator = StreamTranslator(**reply, redactor=self._http.redactor)
+            batches = self._streams.translated(response, translator, call.outcome, _as_events, prompt_tokens)
             async with contextlib.aclosing(batches):  # a reply refused part-way closes its upstream request now
                 async for batch in batches:
                     folder.feed(batch)
@@ -235,7 +238,7 @@ class OpenAIBackend:
                 body = await response.read()
             finally:
                 response.release()
-        completion = completion_of(body, self.name)
+        completion = completion_of(body, self.name, self._http.redactor)
         message = to_message(completion, **reply)
         if completion.usage is None and completion.choices:  # a server that reports none: counted here
             message.usage.input_tokens = await prompt_tokens()
@@ -268,8 +271,10 @@ class OpenAIBackend:
         async def prompt_tokens() -> int:
             return (await self._count(translated.chat, route, estimate=count_estimate(translated.chat)))[0]
 
-        translator = StreamTranslator(**self._reply_settings(call, translated, fitted.window_bound))
-        return self._streams.translated(response, translator, call.outcome, _as_events, prompt_tokens)
+        translator = StreamTranslator(**self._reply_settings(call, translated, fitted.window_bound),
+                                      redactor=self._http.redactor)  # fmt: skip
+        return self._streams.translated(response, translator, call.outcome, _as_events, prompt_tokens,
+                                        estimate=_estimate(call, translated.chat))  # fmt: skip
 
     def _reply_settings(self, call: Call, translated: Translated, window_bound: bool) -> ReplySettings:
         """What translating the reply back needs to know of the request."""
@@ -293,15 +298,18 @@ class OpenAIBackend:
         }
 
     async def _streamed(self, post: Awaitable[Response], translator: StreamTranslator, call: Call,
-                        prompt_tokens: Callable[[], Awaitable[int]], headers: dict[str, str]) -> Streaming:  # fmt: skip
+                        prompt_tokens: Callable[[], Awaitable[int]], headers: dict[str, str],
+                        estimate: Callable[[], int]) -> Streaming:  # fmt: skip
         """The client's stream: its head may wait for the upstream's (keep-alives meanwhile)."""
         direct = DirectWrites()
         head = await head_or_task(post, self._keepalive)
         if isinstance(head, asyncio.Task):
             chunks = late_start(head, self._keepalive, lambda response: self._streams.translated(
-                response, translator, call.outcome, _sse, prompt_tokens, direct))  # fmt: skip
+                response, translator, call.outcome, _sse, prompt_tokens, direct, estimate, sse=True))  # fmt: skip
             return Streaming(chunks, headers=headers, direct=direct)
-        chunks = self._streams.translated(head, translator, call.outcome, _sse, prompt_tokens, direct)
+        chunks = self._streams.translated(
+            head, translator, call.outcome, _sse, prompt_tokens, direct, estimate, sse=True
+        )
         return Streaming(chunks, headers=headers, on_close=head.close, direct=direct)
 
     async def _warm_cache(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
@@ -345,7 +353,7 @@ class OpenAIBackend:
         return result
 
     async def count_tokens(self, call: Call, route: Route) -> Reply:
-        with Budget(self._server) as budget:
+        with Budget(self._server, self._fetched) as budget:
             return await self._count_tokens(call, route, budget)
 
     async def _count_tokens(self, call: Call, route: Route, budget: Budget) -> Reply:
@@ -382,3 +390,9 @@ def _headers(translated: Translated, tools_dropped: bool = False) -> dict[str, s
     if applied is not None:
         headers["x-max-tokens-applied"] = str(applied)
     return headers
+
+
+def _estimate(call: Call, chat: openai.ChatRequest) -> Callable[[], int]:
+    """The prompt's tokens for the record a crash mid-stream leaves: routing's count if it
+    made one, else the local estimate; worked out once, and only if a stream is journaled."""
+    return functools.cache(lambda: (call.outcome and call.outcome.routed_tokens) or count_estimate(chat))

@@ -9,15 +9,18 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from dragoman.backends.openai.tokens import TokenTemplate
 from dragoman.calls.types import ClientWriter, DirectWrites, Outcome
 from dragoman.core.config import OpenAIUpstream
 from dragoman.core.error_mapping import from_stream_error, upstream_message
 from dragoman.core.errors import GatewayError, UpstreamError
+from dragoman.core.redaction import Redactor
 from dragoman.protocol import anthropic, openai
-from dragoman.protocol.sse import DataDecoder, encode_all
+from dragoman.protocol.sse import DataDecoder, encode_all, text_delta
 from dragoman.tokens.estimate import completion_estimate
 from dragoman.translate.stream import StreamTranslator
 from dragoman.upstream.errors import upstream_errors
+from dragoman.upstream.keepalive import BodyEnds
 from dragoman.upstream.pump import Pump
 from dragoman.upstream.transport.response import Response
 
@@ -33,9 +36,9 @@ class ChatStreams:
 
     __slots__ = ("_pump", "name")
 
-    def __init__(self, name: str, upstream: OpenAIUpstream, keepalive: float) -> None:
+    def __init__(self, name: str, upstream: OpenAIUpstream, keepalive: float, ends: BodyEnds) -> None:
         self.name = name
-        self._pump = Pump(name, upstream, keepalive)
+        self._pump = Pump(name, upstream, keepalive, ends)
 
     def translated(
         self,
@@ -45,14 +48,18 @@ class ChatStreams:
         encode: Callable[[Batch], T],
         prompt_tokens: Callable[[], Awaitable[int]] | None = None,
         direct: DirectWrites | None = None,
+        estimate: Callable[[], int] | None = None,
+        sse: bool = False,
     ) -> AsyncGenerator[T, None]:
         """An upstream stream as batches of Anthropic events (one per network read, the
         first token alone), each passed through `encode`: SSE bytes for the client, or
         the events themselves to fold. After the first token, reads go straight to
         `direct`'s writer when there is one (SSE only), from the connection's callback.
         Raises GatewayError after yielding what came before the failure; always closes
-        or releases the upstream response."""
-        translation = Translation(self.name, translator, outcome, encode, prompt_tokens)
+        or releases the upstream response. `estimate` gives the prompt's tokens, cheaply,
+        for the record a crash mid-stream leaves (usage's journal). `sse`: `encode` is
+        `encode_all` (the client's stream), so a batch may carry frames encoded already."""
+        translation = Translation(self.name, translator, outcome, encode, prompt_tokens, estimate, sse)
         if response.content_type == "application/json":  # the upstream ignored `stream: true`
             return translation.whole(response)
         return self._pump.run(response, translation, direct)
@@ -62,17 +69,20 @@ class Translation(Generic[T]):
     """The translating path's `upstream.pump.Transformer`: Chat Completions chunks in,
     batches of Anthropic events out (`encode`d)."""
 
-    __slots__ = ("_decoder", "_encode", "_opening", "_outcome", "_prompt_tokens", "cut", "ended", "name", "started",
-                 "translator")  # fmt: skip
+    __slots__ = ("_decoder", "_encode", "_opening", "_outcome", "_prompt_tokens", "_sse", "_tokens", "cut", "ended", "name",
+                 "started", "translator")  # fmt: skip
 
     def __init__(self, name: str, translator: StreamTranslator, outcome: Outcome | None, encode: Callable[[Batch], T],
-                 prompt_tokens: Callable[[], Awaitable[int]] | None) -> None:  # fmt: skip
+                 prompt_tokens: Callable[[], Awaitable[int]] | None,
+                 estimate: Callable[[], int] | None = None, sse: bool = False) -> None:  # fmt: skip
         self.name = name
         self.translator = translator
         self._outcome = outcome
         self._encode = encode
         self._prompt_tokens = prompt_tokens
         self._decoder = DataDecoder()
+        self._tokens = TokenTemplate()  # text tokens read without decoding their whole chunk
+        self._sse = sse  # `encode` makes SSE (`encode_all`): a batch may hold frames encoded already
         # Plain attributes, not properties: the pump reads them once per read.
         self.started = False  # the first token has gone out
         self.ended = False  # `[DONE]` came, or a stop sequence matched
@@ -82,6 +92,7 @@ class Translation(Generic[T]):
         self._opening: Batch = translator.start()
         if outcome is not None:  # one output token per chunk until the upstream tells its usage
             outcome.progress = lambda: (translator.usage_so_far() or translator.usage).output_tokens
+            outcome.input_so_far = lambda: input_so_far(translator, estimate)
 
     def silence(self) -> T:
         return self._with_start(PINGS)
@@ -140,6 +151,13 @@ class Translation(Generic[T]):
             yield self._encode(out)
 
     def feed_to(self, data: bytes, writer: ClientWriter) -> None:
+        if self._decoder.idle:  # a read of one text token, as most are: no chunk, no events made
+            text = self._tokens.read(data)
+            if text is not None:
+                index = self.translator.streaming_text(text)
+                if index >= 0:
+                    writer.write(text_delta(index, text))
+                    return
         out: Batch = []
         try:
             self._feed(self._decoder.feed(data), out)
@@ -163,7 +181,7 @@ class Translation(Generic[T]):
         try:
             with upstream_errors(self.name):
                 body = await response.read()
-            completion = completion_of(body, self.name)
+            completion = completion_of(body, self.name, self.translator.redactor)
         except BaseException:
             response.close()
             self.abandoned()
@@ -190,12 +208,22 @@ class Translation(Generic[T]):
         """Translate a read's `data:` payloads into `out`, up to `[DONE]` or the reply's end;
         with `first_alone`, stop once `out` holds something. How many payloads were used
         (all of them at `[DONE]` or the end)."""
-        translator = self.translator
+        translator, tokens, sse = self.translator, self._tokens, self._sse
         for used, payload in enumerate(payloads, 1):
-            if payload == b"[DONE]":
+            text = tokens.text(payload)
+            if text is not None:
+                index = translator.streaming_text(text) if sse else -1
+                if index >= 0:
+                    out.append(text_delta(index, text))  # type: ignore[arg-type]  # an SSE batch takes frames made already
+                else:
+                    translator.feed_text(text, out)
+            elif payload == b"[DONE]":
                 translator.upstream_ended = self.ended = True
                 break
-            out.extend(translator.feed(self._chunk(payload)))
+            else:
+                chunk = self._chunk(payload)
+                out.extend(translator.feed(chunk))
+                tokens.learn(payload, chunk)
             if translator.done:
                 self.ended = self.cut = True
                 break
@@ -216,12 +244,20 @@ class Translation(Generic[T]):
             raise UpstreamError(f"upstream {self.name} sent an unreadable stream chunk: {error}") from None
 
 
+def input_so_far(translator: StreamTranslator, estimate: Callable[[], int] | None) -> int:
+    """A stream's input tokens before it ended: the upstream's, if it told them (some servers
+    report usage in every chunk), else the estimate, else 0."""
+    if not translator.needs_usage:
+        return translator.usage.input_tokens
+    return estimate() if estimate is not None else 0
+
+
 def _then_raise(out: T, error: BaseException) -> Iterator[T]:
     yield out
     raise error
 
 
-def completion_of(body: bytes, upstream: str) -> openai.ChatCompletion:
+def completion_of(body: bytes, upstream: str, redactor: Redactor) -> openai.ChatCompletion:
     """A completion body decoded, or the upstream's failure in it raised."""
     try:
         completion = openai.CHAT_COMPLETION.decode(body)
@@ -229,7 +265,7 @@ def completion_of(body: bytes, upstream: str) -> openai.ChatCompletion:
         raise UpstreamError(f"upstream {upstream} sent an unreadable completion: {error}") from None
     if not completion.choices:  # some servers answer a failure with 200 and an error body
         if b'"error"' in body:
-            raise from_stream_error(upstream_message(body)[0], upstream=upstream)
+            raise from_stream_error(upstream_message(body)[0], upstream=upstream, redactor=redactor)
         raise UpstreamError(f"upstream {upstream} returned a completion without choices")
     return completion
 
