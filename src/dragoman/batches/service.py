@@ -34,7 +34,7 @@ from dragoman.core import ids
 from dragoman.core.config import BatchesConfig, data_dir
 from dragoman.core.errors import GatewayError, InvalidRequest, NotFound
 from dragoman.core.owners import Owners
-from dragoman.core.paging import page_of, remember_deleted
+from dragoman.core.paging import DELETED_KEPT, page_of, remember_deleted
 from dragoman.core.validation import decode_request
 from dragoman.protocol.anthropic import forwarded_headers, timestamp
 from dragoman.protocol.batches import (
@@ -67,8 +67,10 @@ class Batches:
         owners: Owners | None = None,
         store: BatchStore | None = None,  # another store over the same directory layout (tests' races)
         timings: BatchTimings | None = None,
+        deleted_kept: int = DELETED_KEPT,  # how many deleted ids a cursor may still name (the latest)
     ) -> None:
         self._config = config
+        self._deleted_kept = deleted_kept
         self._store = store or BatchStore(Path(config.dir).expanduser() if config.dir else data_dir("batches"))
         self._catalog = Catalog(self._store, config.retain_for, owners)
         self._deleted: dict[str, Record] = {}  # the latest deleted here, so that a cursor naming one still places
@@ -180,7 +182,7 @@ class Batches:
             )
         gone = self._store.hide(where)
         self._catalog.forget((batch_id,))
-        remember_deleted(self._deleted, batch_id, record)  # a cursor naming the batch still places
+        remember_deleted(self._deleted, batch_id, record, self._deleted_kept)  # a cursor naming the batch still places
         if gone is not None:
             await asyncio.to_thread(shutil.rmtree, gone, True)
         return DeletedBatch(id=batch_id)

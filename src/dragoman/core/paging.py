@@ -68,9 +68,9 @@ def list_param(query: Mapping[str, str], name: str) -> list[str]:
     return [item for value in values for item in value.split(",") if item]
 
 
-def remember_deleted(gone: dict[K, V], key: K, place: V) -> None:
-    """Remember a deleted id's `place` for `position`, forgetting the oldest past DELETED_KEPT."""
+def remember_deleted(gone: dict[K, V], key: K, place: V, kept: int = DELETED_KEPT) -> None:
+    """Remember a deleted id's `place` for `position`, forgetting the oldest past `kept`."""
     gone.pop(key, None)
     gone[key] = place
-    while len(gone) > DELETED_KEPT:
+    while len(gone) > kept:
         del gone[next(iter(gone))]

@@ -45,7 +45,7 @@ from dragoman.core import ids
 from dragoman.core.config import FilesConfig, data_dir
 from dragoman.core.errors import InvalidRequest, NotFound
 from dragoman.core.owners import Owners
-from dragoman.core.paging import list_param, page_of, remember_deleted
+from dragoman.core.paging import DELETED_KEPT, list_param, page_of, remember_deleted
 from dragoman.files.layout import Layout
 from dragoman.files.sources import fill_sources, names_a_file
 from dragoman.protocol.anthropic import timestamp
@@ -88,8 +88,10 @@ class DeletedFile(msgspec.Struct):
 
 
 class FileStore:
-    def __init__(self, config: FilesConfig, owners: Owners | None = None) -> None:
+    def __init__(self, config: FilesConfig, owners: Owners | None = None, deleted_kept: int = DELETED_KEPT) -> None:
+        """`deleted_kept`: how many deleted ids a cursor may still name (the latest)."""
         self.dir = self.directory(config)
+        self._deleted_kept = deleted_kept
         self._owners = owners  # reads owners that earlier versions recorded (see `core.owners`)
         self.layout = Layout(self.dir)
         self.max_bytes = config.max_bytes
@@ -168,7 +170,7 @@ class FileStore:
 
     def delete(self, file_id: str, *, owner: str) -> DeletedFile:
         stored = self._load(file_id, owner)  # 404 if unknown, or another owner's
-        remember_deleted(self._gone, (owner, file_id), stored.created_at)
+        remember_deleted(self._gone, (owner, file_id), stored.created_at, self._deleted_kept)
         self.layout.remove(file_id, owner)
         return DeletedFile(id=file_id)
 

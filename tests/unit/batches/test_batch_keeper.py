@@ -22,7 +22,6 @@ from dragoman.batches.runs import BatchTimings, Run, Runner
 from dragoman.batches.service import Batches
 from dragoman.batches.store import BatchDir, BatchStore, Record
 from dragoman.calls.types import Caller, Completed, Outcome, Reply
-from dragoman.core import paging
 from dragoman.core.config import BatchesConfig
 from dragoman.core.errors import InvalidRequest
 from tests.support.helpers import batch_path
@@ -291,15 +290,14 @@ def test_a_sweep_still_running_at_shutdown_starts_no_batch(tmp_path: Path) -> No
 
 
 def test_deleted_batches_are_kept_within_a_bound_and_a_cursor_naming_a_recent_one_still_places(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path,
 ) -> None:
     """Each deleted batch's record stayed in memory for the life of the process (a cursor
     naming it must still place): a cleanup loop's deletes grew it for weeks. Only the
-    latest DELETED_KEPT are remembered now."""
-    monkeypatch.setattr(paging, "DELETED_KEPT", 2)
+    latest `deleted_kept` are remembered now."""
     root = tmp_path / "b"
     made = [_batch(root, f"x{i}", 1, created=time.time() - 7200 + i, expires_in=3600)[1].id for i in range(5)]
-    batches = _batches(root, max_concurrent=1)
+    batches = Batches(None, None, BatchesConfig(dir=str(root), max_concurrent=1), deleted_kept=2)  # type: ignore[arg-type]
     batches._keeper.sweep(_Loop())  # type: ignore[arg-type]  # each expired: ended in the sweep
 
     async def main() -> dict:

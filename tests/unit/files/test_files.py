@@ -471,14 +471,11 @@ def test_an_expiry_in_range_is_taken(field: str, seconds: int) -> None:
 
 
 def test_deleted_files_are_remembered_within_a_bound_and_a_cursor_naming_a_recent_one_still_places(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """Every delete was remembered for the life of the process (a cursor naming the file
     must still place): a cleanup loop's deletes grew its memory for weeks."""
-    from dragoman.core import paging
-
-    monkeypatch.setattr(paging, "DELETED_KEPT", 2)
-    files = store(tmp_path)
+    files = FileStore(FilesConfig(dir=str(tmp_path / "files")), deleted_kept=2)
 
     async def main() -> list[str]:
         return [(await files.save(f"{i}.txt", "text/plain", b"x", owner="")).id for i in range(5)]
