@@ -69,17 +69,18 @@ MAX_LINE = 16 * 1024 * 1024  # bytes of one stream line; a server sending more w
 class DataDecoder:
     """Yields the payload of each `data:` line of an SSE byte stream."""
 
-    __slots__ = ("_buffer", "_pieces", "_held")
+    __slots__ = ("_buffer", "_pieces", "_held", "_max_line")
 
     @property
     def idle(self) -> bool:
         """Nothing held back: the next read begins a line."""
         return not self._buffer and not self._pieces
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int = MAX_LINE) -> None:
         self._buffer = b""
         self._pieces: list[bytes] = []  # reads of a line still without its newline (joined once it comes)
         self._held = 0
+        self._max_line = max_line  # bytes of one line at most
 
     def feed(self, chunk: bytes) -> list[bytes]:
         if (
@@ -94,8 +95,10 @@ class DataDecoder:
         if b"\n" not in chunk:  # a long line arriving in pieces: kept, not copied again per read
             self._pieces.append(chunk)
             self._held += len(chunk)
-            if self._held + len(self._buffer) > MAX_LINE:
-                raise UpstreamError(f"the upstream sent a stream line longer than {MAX_LINE // (1024 * 1024)} MiB")
+            if self._held + len(self._buffer) > self._max_line:
+                raise UpstreamError(
+                    f"the upstream sent a stream line longer than {self._max_line / (1024 * 1024):g} MiB"
+                )
             return []
         if self._pieces:
             chunk = b"".join(self._pieces) + chunk

@@ -147,12 +147,10 @@ def test_a_line_arriving_in_many_pieces_is_whole_and_each_piece_is_kept_not_reco
     assert out == [payload]
 
 
-def test_a_line_longer_than_the_limit_is_the_upstreams_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_line_longer_than_the_limit_is_the_upstreams_failure() -> None:
     from dragoman.core.errors import UpstreamError
-    from dragoman.protocol import sse
 
-    monkeypatch.setattr(sse, "MAX_LINE", 1000)
-    decoder = DataDecoder()
+    decoder = DataDecoder(max_line=1000)
     decoder.feed(b"data: " + b"y" * 600)
     with pytest.raises(UpstreamError, match="longer than"):
         decoder.feed(b"y" * 600)
