@@ -18,8 +18,6 @@ import base64
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import msgspec
-
 from dragoman.backends.fetch import fetch
 from dragoman.backends.fetch_budget import Budget
 from dragoman.core.config import ServerConfig
@@ -27,7 +25,6 @@ from dragoman.core.errors import InvalidRequest
 from dragoman.files.sniff import image_type
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import blocks
-from dragoman.protocol.blocks import Block
 
 # Where an image URL was found, the URL, and how to put the fetched image in its place.
 _Found = tuple[str, str, Callable[[str, str], None]]
@@ -35,23 +32,11 @@ _Found = tuple[str, str, Callable[[str, str], None]]
 
 def may_have_url_images(body: bytes, envelope: a.Envelope | None = None) -> bool:
     """Whether the body gives an image by URL, decoded (so an escaped `"\\u0075rl"` is seen as
-    `"url"`) into only the fields that say so: about 30 µs for an 80 KB Claude Code body,
-    where scanning its bytes for every spelling cost over 100; less from its `messages`, when
-    the core read them already (`Envelope`), nothing when a route read them (`protocol.blocks`).
+    `"url"`) into only the fields that say so (`protocol.blocks`): about 23 µs for an 80 KB
+    Claude Code body, where scanning its bytes for every spelling cost over 100; less from its
+    `messages`, when the core read them already (`Envelope`), nothing when a route read them.
     A body that does not decode so is looked through whole by `inline_url_images`."""
-    try:
-        read = blocks.MESSAGES.decode(body).messages if envelope is None else blocks.read(envelope)
-    except (msgspec.DecodeError, RecursionError):
-        return True
-    return any(_url_image(block) for message in read if isinstance(message.content, list) for block in message.content)
-
-
-def _url_image(block: Block) -> bool:
-    source = block.source
-    if block.type == "image":
-        return source is not None and source.type == "url"
-    inner = block.content if block.type == "tool_result" else source.content if source is not None else None
-    return isinstance(inner, list) and any(_url_image(item) for item in inner)
+    return (blocks.read_body(body) if envelope is None else blocks.read(envelope)).url_images
 
 
 async def inline_url_images(messages: list[Any], server: ServerConfig, budget: Budget) -> bool:

@@ -2,13 +2,13 @@
 is dropped (the billing block) or the model name is aliased. What the core read of the body
 already (decoded whole on the translating path, its `Envelope` otherwise) is used first; the
 rest is read from the body once, when a condition asks (its top-level fields as raw JSON,
-each decoded on demand).
+each decoded on demand). Each fact is read once (`reading.once`), the first time a condition
+asks for it.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -16,25 +16,12 @@ import msgspec
 
 from dragoman.protocol import blocks
 from dragoman.protocol.anthropic import Envelope, ImageBlock, MessagesRequest, ToolResultBlock
+from dragoman.routes.reading import SESSION_HEADER, SUBAGENT_HEADER, Reader, flagged, once, picked
 
 MISSING: Any = object()  # what `body_at` finds where the path leads nowhere
-SUBAGENT_HEADER = "x-claude-code-agent-id"
-SESSION_HEADER = "x-claude-code-session-id"
-_SUBAGENT_FLAG = re.compile(r"""cc_is_subagent["']?\s*[=:]\s*["']?true""")
-
-
-class _Tool(msgspec.Struct):
-    type: Any = None
-
-
-class _System(msgspec.Struct):
-    text: Any = None
-
-
+READER = Reader()  # a shape's without a table: nothing kept between requests
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_TOOLS = msgspec.json.Decoder(list[_Tool])
 _TYPED = frozenset({"stream", "max_tokens", "thinking", "output_config", "output_format", "metadata"})
-_SYSTEM = msgspec.json.Decoder(list[_System] | str | None)
 _READ = ("metadata", "thinking", "output_config", "output_format", "tool_choice")  # Shape.field, count_body
 COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")  # what a count takes
 _DEFAULTED = frozenset(f.encode_name for f in msgspec.structs.fields(MessagesRequest)
@@ -56,21 +43,21 @@ def routed_envelope(names: Iterable[str]) -> type[Envelope]:
 
 class Shape:
     """One request as conditions test it. `tokens` (and `window`, the context window of the model
-    the request would otherwise get) are filled in by the caller when a condition needs them."""
+    the request would otherwise get) are filled in by the caller when a condition needs them.
+    `reader`: the table's (the headers its conditions read, what it kept of earlier requests)."""
 
-    __slots__ = ("_body", "_envelope", "_headers", "_parts", "_read", "_request", "effort_budgets", "model", "tokens",
-                 "window")  # fmt: skip
-
-    def __init__(self, model: str, headers: Mapping[str, str], body: bytes, effort_budgets: tuple[int, int] = (2048, 8192),
-                 read: MessagesRequest | Envelope | None = None) -> None:  # fmt: skip
+    def __init__(self, model: str, headers: Mapping[str, str], body: bytes,
+                 read: MessagesRequest | Envelope | None = None, reader: Reader = READER) -> None:  # fmt: skip
         self.model = model  # the name the client asked for, before aliasing
         self._headers = headers
+        self._reader = reader
+        self._seen: dict[str, str | None] | None = None  # the headers looked up
         self._body = body
         self._request = read if isinstance(read, MessagesRequest) else None  # the body decoded whole
         self._envelope = read if isinstance(read, Envelope) else None
+        self._kept: dict[str, str] | None = getattr(read, "kept", None)  # a routed envelope's fields
         self._read: dict[str, msgspec.Raw] | None = None  # the body's top-level fields, once scanned
-        self._parts: dict[str, Any] = {}
-        self.effort_budgets = effort_budgets
+        self._parts: dict[Any, Any] = {}
         self.tokens: int | None = None
         self.window: int | None = None
 
@@ -80,7 +67,13 @@ class Shape:
         return self._body
 
     def header(self, name: str) -> str | None:
-        return self._headers.get(name)
+        seen = self._seen
+        if seen is None:
+            seen = self._seen = picked(self._headers, self._reader.header_names)
+        found = seen.get(name, MISSING)
+        if found is MISSING:  # a name no condition declared
+            found = seen[name] = self._headers.get(name)
+        return found  # type: ignore[no-any-return]
 
     @property
     def _fields(self) -> dict[str, msgspec.Raw]:
@@ -92,133 +85,140 @@ class Shape:
                 self._read = {}
         return self._read
 
+    def _part(self, name: str) -> Any:
+        """A top-level field as sent, undecoded: what the envelope kept of it, else from the body (None: absent)."""
+        kept = self._kept
+        if kept is not None and name in kept:
+            return getattr(self._envelope, kept[name]) or None  # an absent field is an empty Raw
+        return self._fields.get(name)
+
     def _raw_field(self, name: str) -> Any:
-        """A top-level field as sent: from what the envelope kept of it, else from the body."""
+        """A top-level field as sent, decoded (MISSING when absent)."""
         key = "." + name
-        if key not in self._parts:
-            kept = getattr(self._envelope, "kept", None)
-            if kept is not None and name in kept:
-                raw = getattr(self._envelope, kept[name]) or None  # an absent field is an empty Raw
-            else:
-                raw = self._fields.get(name)
-            self._parts[key] = MISSING if raw is None else _decoded(raw)
-        return self._parts[key]
+        found = self._parts.get(key, _UNKNOWN)
+        if found is _UNKNOWN:
+            raw = self._part(name)
+            found = self._parts[key] = MISSING if raw is None else _decoded(raw)
+        return found
 
     def field(self, name: str) -> Any:
         """A top-level field, decoded (MISSING when absent)."""
         parts = self._parts
-        if name in parts:
-            return parts[name]
+        found = parts.get(name, _UNKNOWN)
+        if found is not _UNKNOWN:
+            return found
         if self._request is not None and name in _TYPED:
-            value = getattr(self._request, name)
-            value = MISSING if value is None else msgspec.to_builtins(value)
+            found = getattr(self._request, name)
+            found = MISSING if found is None else msgspec.to_builtins(found)
         elif self._envelope is not None and name in ("stream", "max_tokens"):
-            value = getattr(self._envelope, name)
+            found = getattr(self._envelope, name)
         else:
-            value = self._raw_field(name)
-        parts[name] = value
-        return value
+            found = self._raw_field(name)
+        parts[name] = found
+        return found
 
-    @property
+    @once
     def stream(self) -> bool:
-        return self.field("stream") is True
+        core = self._request or self._envelope  # both read `stream` and `max_tokens`
+        return (core.stream if core is not None else self.field("stream")) is True
 
-    @property
+    @once
     def max_tokens(self) -> int:
-        value = self.field("max_tokens")
+        core = self._request or self._envelope
+        value = core.max_tokens if core is not None else self.field("max_tokens")
         return value if isinstance(value, int) else 0
 
-    @property
-    def tool_types(self) -> list[Any]:
-        types = self._parts.get(" tools")
-        if types is None and self._request is not None:
-            types = self._parts[" tools"] = [tool.type for tool in self._request.tools or ()]
-        if types is None:
-            raw = self._envelope.tools if self._envelope is not None else self._fields.get("tools")
-            raw = raw if raw else None  # an envelope without tools holds an empty Raw
-            try:
-                types = [t.type for t in _TOOLS.decode(raw)] if raw is not None else []
-            except msgspec.ValidationError:
-                types = []
-            self._parts[" tools"] = types
-        return types
+    @once
+    def tool_types(self) -> tuple[Any, ...]:
+        """Each tool's `type` (None for most client tools), from a read of the tools without their schemas."""
+        if self._request is not None:
+            return tuple(tool.type for tool in self._request.tools or ())
+        raw = self._envelope.tools if self._envelope is not None else self._fields.get("tools")
+        if not raw:  # an envelope without tools holds an empty Raw
+            return ()
+        return self._reader.tools(raw)
 
-    @property
+    @once
+    def tool_count(self) -> int:
+        return len(self._request.tools or ()) if self._request is not None else len(self.tool_types)
+
+    @once
     def server_tools(self) -> list[str]:
         """The types of the request's server tools (web_search_20250305, ...): every typed tool but `custom`."""
+        if self._request is not None:
+            return [tool.type for tool in self._request.tools or () if tool.type is not None and tool.type != "custom"]
         return [kind for kind in self.tool_types if isinstance(kind, str) and kind != "custom"]
 
-    @property
+    @once
     def output_format(self) -> str | None:
+        """The structured output's type: `output_config.format`'s, else the older `output_format`'s."""
+        request = self._request
+        if request is not None:
+            config = request.output_config
+            held = config.format if config is not None and config.format is not None else request.output_format
+            return held.type if held is not None else None
         for holder in (self.field("output_config"), {"format": self.field("output_format")}):
             if isinstance(holder, dict) and isinstance(holder.get("format"), dict):
                 kind = holder["format"].get("type")
                 return kind if isinstance(kind, str) else None
         return None
 
-    @property
+    @once
     def thinking_on(self) -> bool:
+        if self._request is not None:
+            return self._request.thinking is not None and self._request.thinking.type in ("enabled", "adaptive")
         thinking = self.field("thinking")
         return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
 
-    @property
+    @once
     def budget(self) -> int | None:
+        if self._request is not None:
+            config = self._request.thinking
+            return config.budget_tokens if config is not None and config.type == "enabled" else None
         thinking = self.field("thinking")
         budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
         return budget if isinstance(budget, int) and thinking.get("type") == "enabled" else None  # type: ignore[union-attr]
 
-    @property
+    @once
     def effort(self) -> str | None:
         """`output_config.effort`, else the effort a `budget_tokens` stands for (server.effort_budgets)."""
-        config = self.field("output_config")
-        if isinstance(config, dict) and isinstance(config.get("effort"), str):
-            return config["effort"]
+        if self._request is not None:
+            config = self._request.output_config
+            effort = config.effort if config is not None else None
+        else:
+            config = self.field("output_config")
+            effort = config.get("effort") if isinstance(config, dict) else None
+        if isinstance(effort, str):
+            return effort
         budget = self.budget
         if budget is None:
             return None
-        low, medium = self.effort_budgets
+        low, medium = self._reader.effort_budgets
         return "low" if budget <= low else "medium" if budget <= medium else "high"
 
-    @property
+    @once
     def subagent(self) -> bool:
         """Claude Code's subagent requests: its agent header, or the billing block's flag."""
-        if self._headers.get(SUBAGENT_HEADER):
+        if self.header(SUBAGENT_HEADER):
             return True
         if self._request is not None:
-            system: Any = self._request.system
-        else:
-            raw = self._envelope.system if self._envelope is not None else self._fields.get("system")
-            try:
-                system = _SYSTEM.decode(raw) if raw else None
-            except msgspec.ValidationError:
-                return False
-        text = system[0].text if isinstance(system, list) and system else None
-        return (
-            isinstance(text, str)
-            and text.startswith("x-anthropic-billing-header")
-            and bool(_SUBAGENT_FLAG.search(text))
-        )
+            system = self._request.system
+            return isinstance(system, list) and bool(system) and flagged(system[0].text)
+        raw = self._envelope.system if self._envelope is not None else self._fields.get("system")
+        return self._reader.subagent(raw) if raw else False
 
-    @property
+    @once
     def images(self) -> bool:
         """Whether any message holds an image block, tool results included."""
-        found = self._parts.get(" images")
-        if found is None:
-            if self._request is not None:
-                found = any(_typed_image(message.content) for message in self._request.messages)
-            else:
-                try:  # an odd shape the pipeline let through: no image that we can see
-                    found = blocks.has_image(blocks.read(self._envelope) if self._envelope is not None
-                                             else blocks.MESSAGES.decode(self._body).messages)  # fmt: skip
-                except msgspec.DecodeError:
-                    found = False
-            self._parts[" images"] = found
-        return found
+        if self._request is not None:
+            return _typed_image(self._request.messages)
+        # an odd shape the pipeline let through: no image that we can see
+        return (blocks.read(self._envelope) if self._envelope is not None else blocks.read_body(self._body)).images
 
     @property
     def session(self) -> str | None:
         """Claude Code's session: its header, else `metadata.user_id` (JSON, or the older `..._session_<id>`)."""
-        header = self._headers.get(SESSION_HEADER)
+        header = self.header(SESSION_HEADER)
         if header:
             return header
         metadata = self.field("metadata")
@@ -260,12 +260,18 @@ class Shape:
 
     def body_at(self, path: tuple[str | int, ...]) -> Any:
         """The body's value at a dotted path (numbers index lists), or MISSING (a JSON null too)."""
+        found = self._parts.get(path, _UNKNOWN)  # a tuple: no field's key
+        if found is not _UNKNOWN:
+            return found
         if not path:
-            return {name: self._raw_field(name) for name in self._fields}
-        value = _UNKNOWN if self._request is None else _typed_at(self._request, path)
-        if value is _UNKNOWN:  # as sent: a struct the core decoded keeps only its own fields
-            value = _walk(self._raw_field(str(path[0])), path[1:])
-        return MISSING if value is None else value
+            found = {name: self._raw_field(name) for name in self._fields}
+        else:
+            found = _UNKNOWN if self._request is None else _typed_at(self._request, path)
+            if found is _UNKNOWN:  # as sent: a struct the core decoded keeps only its own fields
+                found = _walk(self._raw_field(str(path[0])), path[1:])
+            found = MISSING if found is None else found
+        self._parts[path] = found
+        return found
 
 
 def _walk(value: Any, path: tuple[str | int, ...]) -> Any:
@@ -311,11 +317,17 @@ def _decoded(raw: msgspec.Raw) -> Any:
         return None
 
 
-def _typed_image(content: Any) -> bool:
-    for block in content if isinstance(content, list) else ():
-        if isinstance(block, ImageBlock):
-            return True
-        if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
-            if any(isinstance(inner, ImageBlock) for inner in block.content):
+def _typed_image(messages: list[Any]) -> bool:
+    for message in messages:
+        content = message.content
+        if isinstance(content, str):
+            continue
+        for block in content:
+            kind = type(block)  # neither type has subclasses: `is`, where isinstance walks the MRO
+            if kind is ImageBlock:
                 return True
+            if kind is ToolResultBlock and isinstance(block.content, list):
+                for inner in block.content:
+                    if type(inner) is ImageBlock:
+                        return True
     return False

@@ -25,6 +25,7 @@ from dragoman.protocol.anthropic import Envelope, MessagesRequest
 from dragoman.routes.answer import CountAnswer
 from dragoman.routes.conditions import When, compile_when
 from dragoman.routes.fallbacks import Attempts, Cooldowns
+from dragoman.routes.reading import Reader
 from dragoman.routes.sessions import Held, Sessions
 from dragoman.routes.settings import check, served_names
 from dragoman.routes.shape import Shape, routed_envelope
@@ -52,13 +53,15 @@ class Routes:
             Compiled(r.name, compile_when(r.when, f"routes.{i}.when"), r.model, r.sticky == "session")
             for i, r in enumerate(config.routes)
         )
+        self._counting = tuple(r for r in self._routes if r.model is not None)  # a count answer: Messages only
         self._sticky = any(r.sticky for r in self._routes)
         fields = {name for r in self._routes for name in r.when.fields}
+        low, medium = [*config.server.effort_budgets, 2048, 8192][:2]
+        self._reader = Reader.table((low, medium), {name for r in self._routes for name in r.when.headers})
         self.envelope = msgspec.json.Decoder(routed_envelope(fields))  # what the core reads of a passed-through body
         self._names = served_names(config.models)
         self._models = {(m.upstream, m.served_model): m for m in config.models}
         self._checking = frozenset(n for n, m in self._names.items() if m.checks_signatures)
-        self._budgets = (tuple(config.server.effort_budgets) + (2048, 8192))[:2]
         limits = config.limits  # its Redis, when configured, shares sessions and cool-downs between processes
         shared = Shared(limits.redis_url, limits.redis_prefix, limits.redis_timeout) if limits.redis_url else None
         self.sessions = Sessions(shared=shared if self._sticky else None)
@@ -90,11 +93,11 @@ class Routes:
         """The route for one request (with its fallbacks), noted in `outcome` and its trace. `read` is
         what the core decoded of `body` (whole, or its envelope): what it holds is not read again."""
         model = read.model
-        shape = Shape(model, headers, body, self._budgets, read)  # type: ignore[arg-type]
+        shape = Shape(model, headers, body, read, self._reader)
         session = shape.session if self._sticky else None
         if self._shared is not None and self._chained:
             self._shared.watch(self._chained, self.cooldowns.heard)  # once: the others' cool-downs, polled
-        held = await self.sessions.fetch(session)
+        held = None if session is None else await self.sessions.fetch(session)
         if held is not None and held.last_input:
             self._climb(session, held)  # type: ignore[arg-type]
         base: list[Route] = []  # the name's own route, once resolved
@@ -105,9 +108,7 @@ class Routes:
             return base[0]
 
         chosen: Compiled | None = None
-        for route in self._routes:
-            if route.model is None and endpoint != "messages":
-                continue  # a count answer is for a Messages request
+        for route in self._routes if endpoint == "messages" else self._counting:
             verdict = None if route.sticky else route.when.holds(shape)  # the common case without awaiting
             if verdict or (verdict is None and await self._matches(route, shape, held, own, headers)):
                 chosen = route
