@@ -15,7 +15,8 @@ is dragoman's own (`dragoman.upstream.placement`: the request body as the gatewa
   each add the assistant's reply and a tool result, with think time between them. A
   conversation ends after 6-20 turns and a new one takes its place (the concurrency is fixed).
   That is the `steady` shape; `--shape` picks others (bench/fleet_shapes.py: starting together,
-  skewed lengths, Poisson churn, one long shared prefix, three gateways).
+  skewed lengths, Poisson churn, one long shared prefix, three gateways, and `replicas`:
+  bench/replicas.py's replay, to set beside a real run).
 - Replicas: a prefix cache of `--cache-tokens` in 64-token blocks, LRU, the reply's tokens
   cached with its prompt (as vLLM's prefix caching and llama-server's slots do); `--slots`
   requests run at once, more wait in a queue; prefill takes uncached tokens / `--prefill-rate`,
@@ -167,6 +168,9 @@ class Fleet:
             self._arrival(0.0, None)
         for _ in range(s.conversations):
             self.at(self.rng.uniform(0, 0.5 if shape.arrivals == "together" else 10), "send", self.new_conversation())
+        for replica in self.replicas.values() if shape.warm else ():
+            for variant in self.variants:
+                replica.cache.store(variant.text.keys, len(variant.text.keys))
         for root in self.roots[: max(1, s.replicas // 4)] if s.outside else ():
             for _ in range(s.outside):
                 self._outside(0.0, self.replicas[root])
@@ -194,7 +198,7 @@ class Fleet:
         body = conversation.body()
         keys = conversation.text.keys
         tokens = len(conversation.text.data) // BYTES_PER_TOKEN
-        request = Request(conversation, now, tokens, self.rng.randint(100, 500), gateway)
+        request = Request(conversation, now, tokens, self.rng.randint(*self.shape.output), gateway)
         request.record = Sent(conversation.session, keys, now, len(keys), tokens, False)
         self.trace.append(request.record)
         if self.policy == "round_robin":
@@ -285,7 +289,7 @@ class Fleet:
             conversation = self.new_conversation()
         else:
             conversation.append(message("user", rng, rng.randint(*conversation.user)))
-        self.at(now + rng.uniform(1.0, 4.0), "send", conversation)
+        self.at(now + rng.uniform(*self.shape.think), "send", conversation)
 
     def _next_waiting(self, now: float, replica: Replica) -> None:
         if replica.waiting:
@@ -299,7 +303,8 @@ class Fleet:
         ttfts = sorted(r.first_token - r.sent for r in measured)
         loads = [replica.load_area for replica in self.replicas.values()]
         window = min(s.duration, self.last_done) - s.warmup  # not to the last read of the replicas' load
-        floored = floor(self.trace, s.replicas, s.cache_tokens // BLOCK_TOKENS, BLOCK_TOKENS)
+        warm = tuple(v.text.keys for v in self.variants) if self.shape.warm else ()
+        floored = floor(self.trace, s.replicas, s.cache_tokens // BLOCK_TOKENS, BLOCK_TOKENS, warm)
         return {
             "requests": len(measured),
             "recomputed_mtok": (prompt - cached) / 1e6,

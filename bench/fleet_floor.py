@@ -57,10 +57,16 @@ class Sent:
     done_keys: int = 0
 
 
-def floor(requests: list[Sent], replicas: int, capacity: int, block_tokens: int) -> int:
-    """Prompt tokens the pinned replay recomputes over the measured requests."""
+def floor(
+    requests: list[Sent], replicas: int, capacity: int, block_tokens: int, warm: tuple[list[int], ...] = ()
+) -> int:
+    """Prompt tokens the pinned replay recomputes over the measured requests (each cache
+    holding the `warm` prefixes first, as the policy's did)."""
     pins = _pins(requests, replicas)
     caches = [PrefixCache(capacity) for _ in range(replicas)]
+    for cache in caches:
+        for keys in warm:
+            cache.store(keys, len(keys))
     events: list[tuple[float, int, int, Sent]] = []  # (time, ends before sends, order, request)
     for order, request in enumerate(requests):
         events.append((request.sent, 1, order, request))

@@ -38,6 +38,9 @@ class Shape:
     tools: tuple[int, ...] = (14_000, 6_000, 6_000, 6_000)  # the variants' tools: the main one, then sub-agents
     system: int = 2_000
     main_share: float = 0.75  # of the conversations, those on the main variant
+    output: tuple[int, int] = (100, 500)  # tokens of each reply, kept in the conversation
+    think: tuple[float, float] = (1.0, 4.0)  # seconds between a reply and the next turn
+    warm: bool = False  # every replica holds the shared prefixes before the first turn
     cache_tokens: int = 400_000
     gateways: int = 1
     duration: float = 200.0
@@ -63,6 +66,11 @@ SHAPES = {
         tools=(36_000,), system=4_000, main_share=1.0, first=(100, 400), user=(100, 600),
     ),
     "gateways": Shape("the steady shape through three gateway replicas that share nothing", gateways=3),
+    "replicas": Shape(  # bench/replicas.py's replay (docs/performance-history.md), at 2 replicas
+        "4 conversations of 4 turns at once, 4-token replies, caches holding two conversations (slots)",
+        conversations=16, arrivals="together", turns=(4, 4), first=(120, 120), user=(206, 206), tools=(0,),
+        system=285, output=(4, 4), think=(0.0, 1.0), warm=True, cache_tokens=2_240, duration=3_600.0, warmup=0.0,
+    ),
 }  # fmt: skip
 MATRIX = ("together", "skewed", "churn", "prefix", "gateways")  # `--shape all`, each at 8 and 32 replicas
 

@@ -97,3 +97,16 @@ def test_a_lone_gateway_finds_itself_alone_and_three_gateways_do_not(shape: str,
     simulated = fleet.Fleet(settings, "cache_aware")
     assert simulated.run()["requests"] > 0
     assert [gateway.homes.alone for gateway in simulated.gateways] == [alone] * settings.gateways
+
+
+def test_the_real_replay_shape_warms_every_cache_and_its_floor_too() -> None:
+    """The `replicas` shape is bench/replicas.py's replay (each replica holds the shared system
+    prompt before it): the floor starts from the same warm caches, so it stays a lower bound."""
+    settings = fleet.settings_for("replicas", 2, slots=2, prefill_rate=100.0, decode_rate=20.0)
+    results = {policy: fleet.run_cell((settings, policy)) for policy in fleet.POLICIES}
+    for policy, result in results.items():
+        assert result["requests"] == 16, policy  # 4 conversations of 4 turns, all answered
+        assert result["recomputed_per_request"] >= result["floor_per_request"] > 0, policy
+    one = list(range(100, 104))
+    requests = [fleet_floor.Sent("a", one, 0.0, 4, 4 * 64, True, 1.0, 4)]
+    assert fleet_floor.floor(requests, 1, 1_000, 64, warm=(one[:2],)) == 2 * 64  # the warm blocks are not recomputed

@@ -86,10 +86,15 @@ def schema_url(base: str | None = None) -> Iterator[str]:
 
 
 def count_records(url: str) -> int:
+    """Records in the usage table; 0 before the gateway's writer has made it (it opens the
+    store in its own task, so requests can be answered first)."""
+
     async def count() -> int:
         connection = await asyncpg.connect(url, timeout=10)
         try:
             return int(await connection.fetchval("SELECT count(*) FROM usage_records"))
+        except asyncpg.UndefinedTableError:
+            return 0
         finally:
             await connection.close()
 
