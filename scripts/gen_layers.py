@@ -38,6 +38,7 @@ FLOORS: list[list[str]] = [
     ["assembly/"],
     ["console/"],  # the operator console's pages and data, over the assembled gateway; routed by server/app.py
     ["server/", "quickstart.py", "keys_command.py"],
+    ["launch.py"],  # serve's start: the port check, the local model, uvicorn
     ["cli.py"],
     ["__main__.py"],
 ]
