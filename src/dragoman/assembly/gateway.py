@@ -41,6 +41,7 @@ from dragoman.core.owners import Owners
 from dragoman.core.paging import list_param, page_of
 from dragoman.files.store import FileStore
 from dragoman.keys import wiring as keys
+from dragoman.keys.admin import KeyAdmin
 from dragoman.limits.outages import outage_counter
 from dragoman.routes.table import Routes
 from dragoman.safeguards.service import Safeguards
@@ -117,10 +118,7 @@ class Gateway:
         self.metrics.redactor = self.shared.redactor
         self.metrics.registry.register(self.shared.gauges)  # what each replica says of its load
         self.backends = backends if backends is not None else build(config, self.shared)
-        cache = config.server.registry_cache
-        self.registry_file: Path | None = (
-            None if cache == "" else Path(cache).expanduser() if cache else registry_path()
-        )
+        self.registry_file = _registry_file(config)
         registry = Registry.load(self.registry_file) if self.registry_file else Registry()
         self.registry_missed = False  # the last refresh found models.dev out of reach (or failing)
         self.router = Router(config, self.backends, registry, settings.counters)
@@ -151,24 +149,38 @@ class Gateway:
         self.routes = Routes.build(config, self.route, self.metrics.registry, self.limiters)  # [[routes]], fallbacks
         if self.routes is not None:
             self.metrics.sinks.append(self.routes.finished)
-        self.pipeline = Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,
-                                 max_request_bytes=config.server.max_request_bytes,
-                                 decode_whole=lambda: self.translates_only, tracing=self.tracing,
-                                 limits=self.limits, notice=config.server.tools_dropped_notice,
-                                 safeguards=Safeguards(config, self.route, self.metrics.record, self.limiters),
-                                 routes=self.routes)  # fmt: skip
+        self.pipeline = self._pipeline(config)
         self.batches = Batches(self.pipeline, self.metrics, config.batches, self.owners, timings=self.timings.batches)
-        self.usage: UsageWriter | None = None
-        if config.usage.enabled:
-            self.usage = writer_for(config)
-            self.keyring.outage = self.usage.outage  # the same database: one warning per outage
-            self.metrics.open_sinks.append(self.usage.opened)
-            self.metrics.sinks.append(self.usage.note)
+        self.usage = self._usage(config)
+        self.key_admin = self._key_admin(config)
+
+    def _pipeline(self, config: Config) -> Pipeline:
+        return Pipeline(route=self.route, files=self.files, threads=self.threads, limiters=self.limiters,
+                        max_request_bytes=config.server.max_request_bytes,
+                        decode_whole=lambda: self.translates_only, tracing=self.tracing,
+                        limits=self.limits, notice=config.server.tools_dropped_notice,
+                        safeguards=Safeguards(config, self.route, self.metrics.record, self.limiters),
+                        routes=self.routes)  # fmt: skip
+
+    def _usage(self, config: Config) -> UsageWriter | None:
+        """The usage writer, its records fed by the metrics' finish, when usage is on."""
+        if not config.usage.enabled:
+            return None
+        usage = writer_for(config)
+        self.keyring.outage = usage.outage  # the same database: one warning per outage
+        self.metrics.open_sinks.append(usage.opened)
+        self.metrics.sinks.append(usage.note)
+        return usage
+
+    def _key_admin(self, config: Config) -> KeyAdmin:
+        """The Admin API's key operations; budgets charged from the ledger; both the Admin API
+        and the reports counted when they refuse while the database is out."""
         keys.seeding(self.keyring, self.limits, self.usage, config)
-        self.key_admin = keys.admin(self.keyring, self.usage, config)
+        admin = keys.admin(self.keyring, self.usage, config)
         refused = outage_counter(self.metrics.registry, "answer_503", store="database")
-        for guard in (self.key_admin.guard, *([self.usage.guard] if self.usage is not None else [])):
-            guard.on_refused = lambda: refused("refused")  # the Admin API and reports while the database is out
+        for guard in (admin.guard, *([self.usage.guard] if self.usage is not None else [])):
+            guard.on_refused = lambda: refused("refused")
+        return admin
 
     @property
     def translates_only(self) -> bool:
@@ -375,3 +387,9 @@ class Gateway:
             )
         names = self.router.names() if not stages or "active" in stages else []  # every model served here is active
         return page_of(names, query, self._info, "model")
+
+
+def _registry_file(config: Config) -> Path | None:
+    """Where models.dev's registry is cached: none when `registry_cache` is "" (off)."""
+    cache = config.server.registry_cache
+    return None if cache == "" else Path(cache).expanduser() if cache else registry_path()
