@@ -8,19 +8,16 @@ failure only). A locked key table fails the reads within the statement timeout."
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
-import asyncpg
 import pytest
 
 from tests.support.fakes import FakeUpstream
 from tests.support.keys import answered, ask, create, keys_config, listing, update
-from tests.support.postgres import pg_url  # noqa: F401 (fixture)
+from tests.support.postgres import locked, pg_url  # noqa: F401 (fixture)
 from tests.support.servers import GatewayServer
 from tests.support.tcp_proxy import TcpProxy, pg_proxy  # noqa: F401 (fixture)
 from tests.support.waiting import eventually
@@ -126,29 +123,11 @@ def test_a_locked_key_table_answers_503_and_holds_no_request(
 ) -> None:
     url = _gateway(gateway_from, upstream, pg_url)
     kept = eventually(answered(lambda: create(url, name="kept")), "a key made", timeout=10)
-    locked, release = threading.Event(), threading.Event()
-
-    async def hold_lock() -> None:
-        connection = await asyncpg.connect(pg_url)
-        try:
-            async with connection.transaction():
-                await connection.execute("LOCK TABLE dragoman_keys, dragoman_keys_state IN ACCESS EXCLUSIVE MODE")
-                locked.set()
-                await asyncio.to_thread(release.wait, 60)
-        finally:
-            await connection.close()
-
-    holder = threading.Thread(target=asyncio.run, args=(hold_lock(),))
-    holder.start()
-    try:
-        assert locked.wait(30)
+    with locked(pg_url, "dragoman_keys", "dragoman_keys_state"):
         for _ in range(3):
             assert _served(url, kept["key"])  # authentication never waits on the table
         _assert_503(lambda: listing(url))
         _assert_503(lambda: update(url, kept["id"], name="renamed"))
-    finally:
-        release.set()
-        holder.join(60)
     assert update(url, kept["id"], name="renamed")["name"] == "renamed"
 
 

@@ -4,16 +4,13 @@ another connection. The report answers 503 `overloaded_error` with `retry-after`
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any
 
 import anthropic
-import asyncpg
 import pytest
 
 from tests.support.fakes import FakeUpstream, completion
-from tests.support.postgres import PrivatePostgres, pg_url, private_postgres  # noqa: F401 (fixtures)
+from tests.support.postgres import PrivatePostgres, locked, pg_url, private_postgres  # noqa: F401 (fixtures)
 from tests.support.usage import KEYS, report, team_config
 
 pytestmark = pytest.mark.heavy  # several processes: the full suite runs it, --fast leaves it out
@@ -57,30 +54,12 @@ def test_a_locked_table_answers_503_within_the_statement_timeout(
 ) -> None:
     server = gateway_from(team_config(upstream.url, {"database_url": pg_url, "statement_timeout": 1}))
     report(server.url)  # the table is there
-    locked, release = threading.Event(), threading.Event()
-
-    async def hold_lock() -> None:
-        connection = await asyncpg.connect(pg_url)
-        try:
-            async with connection.transaction():
-                await connection.execute("LOCK TABLE usage_records IN ACCESS EXCLUSIVE MODE")
-                locked.set()
-                await asyncio.to_thread(release.wait, 60)
-        finally:
-            await connection.close()
-
-    holder = threading.Thread(target=asyncio.run, args=(hold_lock(),))
-    holder.start()
-    try:
-        assert locked.wait(30)
+    with locked(pg_url, "usage_records"):
         client = anthropic.Anthropic(base_url=server.url, api_key=KEYS["team-a"], max_retries=0)
         for _ in range(3):  # the request path does not wait for the table
             upstream.json_reply(completion("x"))
             client.messages.create(**ASK)
         _assert_503(_unavailable(server.url))
-    finally:
-        release.set()
-        holder.join(60)
     assert report(server.url)["data"][-1]["results"][0]["uncached_input_tokens"] == 30  # written once unlocked
 
 

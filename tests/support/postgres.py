@@ -17,6 +17,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,3 +171,29 @@ def private_postgres() -> Iterator[PrivatePostgres]:
     server = PrivatePostgres().start()
     yield server
     server.remove()
+
+
+@contextlib.contextmanager
+def locked(url: str, *tables: str) -> Iterator[None]:
+    """`tables` held in ACCESS EXCLUSIVE mode by another connection (another thread) for the
+    block: every statement touching them waits until it ends."""
+    held, release = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        connection = await asyncpg.connect(url)
+        try:
+            async with connection.transaction():
+                await connection.execute(f"LOCK TABLE {', '.join(tables)} IN ACCESS EXCLUSIVE MODE")
+                held.set()
+                await asyncio.to_thread(release.wait, 60)
+        finally:
+            await connection.close()
+
+    holder = threading.Thread(target=asyncio.run, args=(hold(),))
+    holder.start()
+    try:
+        assert held.wait(30), f"could not lock {tables}"
+        yield
+    finally:
+        release.set()
+        holder.join(60)
