@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-import time
 from pathlib import Path
 
 from tests.support.fakes import FakeUpstream, Reply
 from tests.support.model_fleet import USER, fleet_config, sdk
 from tests.support.otlp import OtlpReceiver
+from tests.support.waiting import eventually
 
 CLIENT, SERVER = 3, 2  # SpanKind values in OTLP
 SIDE = {"name": "side", "when": {"model": "claude-haiku-*"}, "model": "main"}
@@ -38,18 +38,16 @@ def test_the_access_log_and_usage_record_name_the_route_and_the_model_that_serve
 
 
 def _rows(path: Path) -> list[tuple[str, ...]]:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if path.exists():
-            with sqlite3.connect(path) as db:
-                try:
-                    rows = db.execute("SELECT model, upstream_model, upstream, route FROM usage_records").fetchall()
-                except sqlite3.OperationalError:  # the table is being made
-                    rows = []
-            if rows:
-                return rows
-        time.sleep(0.02)
-    return []
+    def rows() -> list[tuple[str, ...]]:
+        if not path.exists():
+            return []
+        with sqlite3.connect(path) as db:
+            try:
+                return db.execute("SELECT model, upstream_model, upstream, route FROM usage_records").fetchall()
+            except sqlite3.OperationalError:  # the table is being made
+                return []
+
+    return eventually(rows, "the usage record written", timeout=10)
 
 
 def test_the_span_names_the_route_and_each_model_tried_is_a_sibling_attempt(fakes, gateway_from):

@@ -83,29 +83,49 @@ def bucket_of(at: float, width: int, dialect: Dialect) -> int:
 
 def deltas(records: Iterable[UsageRecord], dialect: Dialect) -> list[tuple[object, ...]]:
     """The rollup rows (PRIMARY then VALUES) the records add, one per row touched, sorted
-    (processes updating the same rows take their locks in one order)."""
+    (processes updating the same rows take their locks in one order). Records are summed per
+    minute and dimensions first, then each sum spread over the grains and widths: a batch's
+    records mostly share their dimensions, so the spreading runs a few times, not per record."""
     rows: dict[tuple[object, ...], list[int]] = {}
     kept = [(grain, tuple(d in dims for d in DIMENSIONS)) for grain, dims in GRAINS.items()]
     empty = tuple(0 if d == "refused" else "" for d in DIMENSIONS)
-    hist = len(COUNTED)
-    for r in records:
-        counts = (1, int(r.error_type is not None), r.input_tokens, r.cache_read_tokens, r.output_tokens,
-                  r.cache_creation_tokens, r.cache_creation_1h_tokens, r.web_search_requests, r.web_fetch_requests)  # fmt: skip
-        added = [(i, v) for i, v in enumerate(counts) if v]
-        if r.ttft is not None:
-            added.append((hist + ttft_bucket(r.ttft), 1))
-        values = (r.key_id or "", r.tenant or "", r.model, r.upstream_model, int(r.status in REFUSALS), r.upstream,
-                  r.replica)  # fmt: skip
+    for (minute, values), counts in _by_minute(records, dialect).items():
         dims = [tuple(v if keep else e for v, keep, e in zip(values, mask, empty, strict=True)) for _, mask in kept]
         for width in WIDTHS:
-            bucket = bucket_of(r.at, width, dialect)
+            bucket = minute // width * width  # a minute's start lies in one hour and one day: theirs
             for (grain, _), dim in zip(kept, dims, strict=True):
                 held = rows.get((grain, width, bucket, *dim))
                 if held is None:
-                    held = rows[(grain, width, bucket, *dim)] = [0] * len(VALUES)
-                for i, v in added:
-                    held[i] += v
+                    rows[(grain, width, bucket, *dim)] = list(counts)
+                else:
+                    for i, v in enumerate(counts):
+                        held[i] += v
     return [(*key, *values) for key, values in sorted(rows.items(), key=lambda item: str(item[0]))]
+
+
+def _by_minute(records: Iterable[UsageRecord], dialect: Dialect) -> dict[tuple[int, tuple[object, ...]], list[int]]:
+    """The records' counters (VALUES) summed per minute bucket and dimension values."""
+    sums: dict[tuple[int, tuple[object, ...]], list[int]] = {}
+    hist = len(COUNTED)
+    for r in records:
+        values = (r.key_id or "", r.tenant or "", r.model, r.upstream_model, int(r.status in REFUSALS), r.upstream,
+                  r.replica)  # fmt: skip
+        key = (bucket_of(r.at, 60, dialect), values)
+        held = sums.get(key)
+        if held is None:
+            held = sums[key] = [0] * len(VALUES)
+        held[0] += 1  # COUNTED, in its order
+        held[1] += r.error_type is not None
+        held[2] += r.input_tokens
+        held[3] += r.cache_read_tokens
+        held[4] += r.output_tokens
+        held[5] += r.cache_creation_tokens
+        held[6] += r.cache_creation_1h_tokens
+        held[7] += r.web_search_requests
+        held[8] += r.web_fetch_requests
+        if r.ttft is not None:
+            held[hist + ttft_bucket(r.ttft)] += 1
+    return sums
 
 
 def upsert_sql(dialect: Dialect) -> str:

@@ -85,7 +85,7 @@ def test_a_storage_error_on_one_result_stops_the_other_requests_before_the_batch
         requests=[{"custom_id": f"r{i}", "params": params(f"m{i}")} for i in range(2)]
     )
     eventually(lambda: failed_once.is_set() and released)
-    time.sleep(1.5)
+    time.sleep(1.5)  # pacing: past r1's 0.5 s in flight, so a stray settle would have landed by now
     wait_ended(client, created.id)
     lines = [
         json.loads(line)["custom_id"]

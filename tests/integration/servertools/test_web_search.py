@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from tests.support.fakes import FakeUpstream, Reply, completion, text_stream, we
 from tests.support.search_fakes import FakeSearch, Result
 from tests.support.servers import GatewayServer
 from tests.support.usage import KEYS, report, team_config, wait_recorded
+from tests.support.waiting import eventually
 
 SEARCH_TOOL = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
 ASK = [{"role": "user", "content": "Perform a web search for the query: dragoman gateway"}]
@@ -293,10 +293,9 @@ def test_searches_are_counted_in_the_usage_report_and_the_metric(upstream, searc
     text = httpx.get(server.url + "/metrics").text
     assert 'dragoman_server_tool_calls_total{outcome="ok",provider="searxng",tool="web_search"} 1.0' in text
     assert 'dragoman_server_tool_calls_total{outcome="unavailable",provider="searxng",tool="web_search"} 1.0' in text
-    deadline = time.monotonic() + 10
-    while sum(_searches(report(server.url))) < 1:  # the writer flushes each second: poll the store
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    eventually(  # the writer flushes each second: poll the store
+        lambda: sum(_searches(report(server.url))) >= 1, "the search counted in the usage report", timeout=10
+    )
     assert _searches(report(server.url)) == [1]
 
 

@@ -118,7 +118,7 @@ class SlowStart(Response):
     async def readany(self) -> bytes:
         if not self.waited:
             self.waited = True
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # pacing: several keep-alive intervals pass
         return await super().readany()
 
 

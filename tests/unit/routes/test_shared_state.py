@@ -116,7 +116,7 @@ def test_without_redis_or_with_it_down_each_process_keeps_its_own(dead_port):
             try:
                 counted.count = 5000
                 assert await route(one, "s-5") == "long"
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.1)  # pacing: time for a sharing that must not happen
                 assert await route(two, "s-5") == "" and await route(one, "s-5") == "long"
             finally:
                 await one.close()

@@ -273,7 +273,7 @@ def test_readable_waits_for_the_first_body_bytes_and_leaves_them_for_readany() -
         async with scripted_pool(handler) as (server, pool):
             response = await pool.request(server.root, b"POST", "/stream", b"", b"{}")
             waiting = asyncio.ensure_future(response.readable())
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # pacing: a chance to finish, which it must not take
             assert not waiting.done()  # the head alone: nothing to read
             begin.set()
             assert await waiting is True

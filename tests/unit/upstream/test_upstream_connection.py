@@ -75,14 +75,15 @@ def test_chunked_body_arrives_in_pieces_then_ends() -> None:
 
 def test_drain_to_hands_pieces_to_the_sink_until_it_declines_one_then_readany_has_it() -> None:
     begin, go_on = asyncio.Event(), asyncio.Event()
+    handed = {piece: asyncio.Event() for piece in (b"one", b"two", b"three")}
 
     async def handler(peer: Peer) -> None:
         await peer.request()
         await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
         await begin.wait()
-        for piece in (b"one", b"two", b"three"):
+        for piece, given in handed.items():
             await peer.send(b"%x\r\n%s\r\n" % (len(piece), piece))
-            await asyncio.sleep(0.01)  # each piece its own read
+            await given.wait()  # each piece its own read: the next goes once the sink had this one
         await go_on.wait()
         await peer.send(b"4\r\nfour\r\n0\r\n\r\n")
         await peer.request()
@@ -94,6 +95,7 @@ def test_drain_to_hands_pieces_to_the_sink_until_it_declines_one_then_readany_ha
             begin.set()
 
             def sink(piece: bytes) -> bool:
+                handed[piece].set()
                 if piece == b"three":
                     return False
                 taken.append(piece)
@@ -114,17 +116,15 @@ def test_drain_to_hands_pieces_to_the_sink_until_it_declines_one_then_readany_ha
 
 def test_drain_to_returns_when_the_sink_stops_or_the_body_ends_or_fails() -> None:
     begin = asyncio.Event()
+    handed = {piece: asyncio.Event() for piece in (b"first", b"second", b"third")}
 
     async def handler(peer: Peer) -> None:
         await peer.request()
         await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
         await begin.wait()
-        await peer.send(b"5\r\nfirst\r\n")
-        await asyncio.sleep(0.05)
-        await peer.send(b"6\r\nsecond\r\n")
-        await asyncio.sleep(0.05)
-        await peer.send(b"5\r\nthird\r\n")
-        await asyncio.sleep(0.05)
+        for piece, given in handed.items():
+            await peer.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await given.wait()  # each piece its own read: the next goes once a sink had this one
         peer.close()  # mid-body
 
     async def main() -> None:
@@ -133,6 +133,7 @@ def test_drain_to_returns_when_the_sink_stops_or_the_body_ends_or_fails() -> Non
             taken: list[bytes] = []
 
             def stopping(piece: bytes) -> bool:
+                handed[piece].set()
                 taken.append(piece)
                 response.stop_sink()  # took this one, wants no more
                 return True
@@ -142,6 +143,7 @@ def test_drain_to_returns_when_the_sink_stops_or_the_body_ends_or_fails() -> Non
             assert taken == [b"first"]
 
             def taking(piece: bytes) -> bool:
+                handed[piece].set()
                 taken.append(piece)
                 return True
 
@@ -158,7 +160,7 @@ def test_close_delimited_body_ends_at_the_close_and_is_not_reused() -> None:
     async def handler(peer: Peer) -> None:
         await peer.request()
         await peer.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\n", b"abc")
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # pacing: the body comes in two reads
         await peer.send(b"def")  # then the handler returns: the server closes
 
     async def main() -> None:
@@ -294,7 +296,7 @@ def test_bytes_on_an_idle_connection_make_it_unusable() -> None:
         if peer.index == 0:
             await peer.request()
             await peer.send(ok(b"ok"))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # pacing: the bytes come after the reply, as it sits idle
             await peer.send(
                 b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\n\r\n"
             )  # and keeps the connection open
@@ -393,7 +395,7 @@ def test_a_chunked_body_cut_short_is_disconnected() -> None:
     async def handler(peer: Peer) -> None:
         await peer.request()
         await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # pacing: the close comes in a later read than the piece
 
     async def main() -> None:
         async with scripted_pool(handler) as (server, pool):

@@ -170,7 +170,7 @@ def test_interim_responses_are_skipped() -> None:
     async def handler(peer: Peer) -> None:
         await peer.request()
         await peer.send(b"HTTP/1.1 100 Continue\r\n\r\n")
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # pacing: the interim answer in a read of its own
         await peer.send(
             b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n" + ok(b"final", b"x-final: yes\r\n")
         )
