@@ -51,31 +51,35 @@ def usage_query(start: float, end: float, bucket: str, group_by: str, top: int =
     return Query(first, end, width, (GROUP_BY[group_by],))
 
 
-async def _chosen(gateway: Gateway, query: Query, group_by: str, top: int) -> list[Sums]:
-    """The query's sums: every group's if there are `top` or fewer, else the `top` largest
-    groups' and OTHER's (the whole less theirs). Three reads of rollups at most; never one
-    row per bucket for every one of hundreds of keys."""
+async def _chosen(gateway: Gateway, query: Query, group_by: str, top: int) -> list[tuple[Any, ...]]:
+    """The query's rows (bucket, group, *FIELDS): every group's if there are `top` or fewer,
+    else the `top` largest groups' and OTHER's (the whole less theirs). Three reads of rollups
+    at most; never one row per bucket for every one of hundreds of keys. Plain rows, no
+    object per row: a day by the minute is thousands."""
     store = await store_of(gateway)
     totals = await guarded(gateway, store.sums(dataclasses.replace(query, width=0)))
     if len(totals) <= top:
-        return await guarded(gateway, store.sums(query))
+        return await guarded(gateway, store.rows(query, FIELDS))
     ranked = sorted(totals, key=lambda s: (-_tokens(s), -s.requests, str(s.groups[0])))
     chosen = tuple(g for g in (s.groups[0] for s in ranked) if g is not None)[:top]
     only = {"key": Query(query.start, query.end, query.width, query.group_by, key_ids=chosen),
             "tenant": Query(query.start, query.end, query.width, query.group_by, tenants=chosen),
             "model": Query(query.start, query.end, query.width, query.group_by, models=chosen)}[group_by]  # fmt: skip
-    sums = await guarded(gateway, store.sums(only))
-    whole = await guarded(gateway, store.sums(dataclasses.replace(query, group_by=())))
-    shown: dict[float, list[int]] = {}
-    for s in sums:
-        held = shown.setdefault(s.bucket, [0] * len(FIELDS))
-        for i, field in enumerate(FIELDS):
-            held[i] += getattr(s, field)
-    for w in whole:
-        rest = [getattr(w, f) - v for f, v in zip(FIELDS, shown.get(w.bucket, [0] * len(FIELDS)), strict=True)]
+    rows = await guarded(gateway, store.rows(only, FIELDS))
+    whole = await guarded(gateway, store.rows(dataclasses.replace(query, group_by=()), FIELDS))
+    shown: dict[int, list[int]] = {}
+    for bucket, _, *values in rows:
+        held = shown.get(bucket)
+        if held is None:
+            shown[bucket] = values
+        else:
+            held[:] = [a + b for a, b in zip(held, values, strict=True)]
+    none = [0] * len(FIELDS)
+    for bucket, *values in whole:
+        rest = [w - v for w, v in zip(values, shown.get(bucket, none), strict=True)]
         if any(rest):
-            sums.append(Sums(w.bucket, (OTHER,), rest[0], rest[1], rest[3], rest[2], 0))
-    return sorted(sums, key=lambda s: s.bucket)
+            rows.append((bucket, OTHER, *rest))
+    return sorted(rows, key=lambda r: r[0])
 
 
 def _tokens(s: Sums) -> int:
@@ -92,22 +96,22 @@ async def usage(gateway: Gateway, start: float, end: float, bucket: str = "1h", 
     if group_by == "key":
         names.update((key, grant.name) for key, grant in gateway.keyring.by_id.items())
     totals: dict[str | None, list[int]] = {}
+    shown: dict[str | None, str | None] = {}  # each group's name
     series = []
-    for s in await _chosen(gateway, query, group_by, top):  # (a row per point: thousands, kept plain)
-        group = s.groups[0]
-        name = names.get(group) if group_by == "key" or group == OTHER else group
-        series.append({"t": int(s.bucket), "group": group, "name": name, "requests": s.requests,
-                       "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
-                       "cache_read_tokens": s.cache_read_tokens})  # fmt: skip
+    for t, group, requests, input_tokens, output_tokens, cache_read in await _chosen(gateway, query, group_by, top):
         held = totals.get(group)
         if held is None:
             held = totals[group] = [0, 0, 0, 0]
-        held[0] += s.requests
-        held[1] += s.input_tokens
-        held[2] += s.output_tokens
-        held[3] += s.cache_read_tokens
+            shown[group] = names.get(group) if group_by == "key" or group == OTHER else group
+        series.append({"t": int(t), "group": group, "name": shown[group], "requests": requests,
+                       "input_tokens": input_tokens, "output_tokens": output_tokens,
+                       "cache_read_tokens": cache_read})  # fmt: skip
+        held[0] += requests
+        held[1] += input_tokens
+        held[2] += output_tokens
+        held[3] += cache_read
     order = sorted(totals, key=lambda g: (g == OTHER, -(totals[g][1] + totals[g][2] + totals[g][3]), -totals[g][0]))
-    groups = [{"group": g, "name": names.get(g) if group_by == "key" or g == OTHER else g, "other": g == OTHER,
+    groups = [{"group": g, "name": shown[g], "other": g == OTHER,
                **dict(zip(FIELDS, totals[g], strict=True))} for g in order]  # fmt: skip
     width = int(query.width)
     return {"bucket_width": bucket, "group_by": group_by, "start": int(query.start), "end": end,

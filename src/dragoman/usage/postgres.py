@@ -91,6 +91,14 @@ class PostgresStore:
                 parts.append(sums_of([tuple(row) for row in await connection.fetch(sql, *args)], query))
         return reading.combine(parts)
 
+    async def rows(self, query: Query, counters: tuple[str, ...]) -> list[tuple[Any, ...]]:
+        if self._pool is None:
+            raise ConnectionError("the usage database has not been reached yet")
+        async with self._pool.acquire(timeout=self.statement_timeout) as connection:
+            parts = [[tuple(row) for row in await connection.fetch(sql, *args)]
+                     for sql, args in reading.plan(query, "postgres", counters)]  # fmt: skip
+        return reading.combine_rows(parts, bool(query.width) + len(query.group_by), bool(query.width))
+
     async def recent(self, limit: int, failures: bool | None = None, key_id: str | None = None) -> list[UsageRecord]:
         if self._pool is None:
             raise ConnectionError("the usage database has not been reached yet")

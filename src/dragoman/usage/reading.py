@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 from dragoman.usage.records import Query, Sums, UsageRecord
-from dragoman.usage.rollups import COUNTED, GRAINS, TTFT_COLUMNS, WIDTHS, Dialect
+from dragoman.usage.rollups import COUNTED, DIMENSIONS, GRAINS, TTFT_COLUMNS, WIDTHS, Dialect
 from dragoman.usage.schema import COLUMNS, SUMMED, sums_sql
 
 Statement = tuple[str, list[object]]
@@ -46,20 +47,22 @@ def pieces(start: float, end: float, widths: tuple[int, ...]) -> list[tuple[int,
     return [*pieces(start, first, finer), (width, first, last), *pieces(last, end, finer)]
 
 
-def plan(query: Query, dialect: Dialect) -> list[Statement]:
-    """The statements whose sums, added up (`combine`), answer `query`."""
+def plan(query: Query, dialect: Dialect, counters: tuple[str, ...] = COUNTED) -> list[Statement]:
+    """The statements whose sums, added up (`combine`, or `combine_rows`), answer `query`:
+    rows of the bucket (if bucketed), the groups, `counters`, then the TTFT histogram if asked."""
     grain = grain_for(query)
     if grain is None:
-        return [sums_sql(query, dialect)]
+        return [sums_sql(query, dialect, counters)]
     widths = tuple(w for w in WIDTHS if not query.width or query.width % w == 0)
     return [
-        sums_sql(dataclasses.replace(query, start=a, end=b), dialect) if width == 0
-        else _rollup_sql(query, grain, width, int(a), int(b), dialect)
+        sums_sql(dataclasses.replace(query, start=a, end=b), dialect, counters) if width == 0
+        else _rollup_sql(query, grain, width, int(a), int(b), dialect, counters)
         for width, a, b in pieces(query.start, query.end, widths)
     ]  # fmt: skip
 
 
-def _rollup_sql(query: Query, grain: str, width: int, start: int, end: int, dialect: Dialect) -> Statement:
+def _rollup_sql(query: Query, grain: str, width: int, start: int, end: int, dialect: Dialect,
+                counters: tuple[str, ...]) -> Statement:  # fmt: skip
     args: list[object] = []
 
     def arg(value: object) -> str:
@@ -78,7 +81,13 @@ def _rollup_sql(query: Query, grain: str, width: int, start: int, end: int, dial
             where.append(f"{column} IN ({', '.join(arg(v) for v in values)})")
     if query.refusals is not None:
         where.append(f"refused = {int(query.refusals)}")
-    sums = ", ".join(f"CAST(sum({c}) AS BIGINT)" for c in (*COUNTED, *(TTFT_COLUMNS if query.ttft else ())))
+    if query.group_by:  # and by the dimensions before them the grain leaves blank (the same groups): in the
+        named = grouped[len(grouped) - len(query.group_by) :]  # key's order, so read without a sort
+        last = max(DIMENSIONS.index(d) for d in named)
+        grouped[len(grouped) - len(named) :] = [
+            d for d in DIMENSIONS[: last + 1] if d in named or d not in GRAINS[grain]
+        ]
+    sums = ", ".join(f"CAST(sum({c}) AS BIGINT)" for c in (*counters, *(TTFT_COLUMNS if query.ttft else ())))
     sql = (f"SELECT {', '.join([*columns, sums])} FROM usage_rollups WHERE {' AND '.join(where)}"
            + (f" GROUP BY {', '.join(grouped)}" if grouped else ""))  # fmt: skip
     return sql, args
@@ -93,6 +102,21 @@ def combine(parts: list[list[Sums]]) -> list[Sums]:
         seen = held.get(key)
         held[key] = sums if seen is None else _add(seen, sums)
     return [held[key] for key in sorted(held, key=lambda k: (k[0], [(g is not None, g or "") for g in k[1]]))]
+
+
+def combine_rows(parts: list[list[tuple[Any, ...]]], keys: int, bucketed: bool) -> list[tuple[Any, ...]]:
+    """`combine` for plain rows (`keys` columns of bucket and groups, then counters, the
+    request count first): rows over no requests left out, none made per row but the added."""
+    held: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for row in (row for part in parts for row in part):
+        if not row[keys]:
+            continue
+        key = row[:keys]
+        seen = held.get(key)
+        held[key] = row if seen is None else (*key, *(a + b for a, b in zip(seen[keys:], row[keys:], strict=True)))
+    if bucketed and keys == 2:  # a bucket and one group: a chart's
+        return sorted(held.values(), key=lambda r: (r[0], r[1] is not None, r[1] or ""))
+    return sorted(held.values(), key=lambda r: [(g is not None, "" if g is None else g) for g in r[:keys]])
 
 
 def _add(a: Sums, b: Sums) -> Sums:

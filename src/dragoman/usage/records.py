@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -111,6 +111,11 @@ class UsageStore(Protocol):
     async def write(self, records: list[UsageRecord]) -> None: ...
 
     async def sums(self, query: Query) -> list[Sums]: ...
+
+    async def rows(self, query: Query, counters: tuple[str, ...]) -> list[tuple[Any, ...]]:
+        """`sums` as plain rows, for charts of thousands of points: the bucket (if bucketed),
+        the groups, then `counters` (of usage.rollups.COUNTED, "requests" first); in `sums`' order."""
+        ...
 
     async def recent(self, limit: int, failures: bool | None = None, key_id: str | None = None) -> list[UsageRecord]:
         """The `limit` latest records, newest first: failed ones only (`failures=True`), the

@@ -132,8 +132,9 @@ def insert_sql(dialect: Dialect) -> str:
     return f"INSERT INTO usage_records ({names}) VALUES ({values}) ON CONFLICT (request_id) DO NOTHING"
 
 
-def sums_sql(query: Query, dialect: Dialect) -> tuple[str, list[object]]:
-    """The aggregate query for `query`, and its arguments."""
+def sums_sql(query: Query, dialect: Dialect, counters: tuple[str, ...] = rollups.COUNTED) -> tuple[str, list[object]]:
+    """The aggregate query for `query`, and its arguments: the groups, then `counters`
+    (of `rollups.COUNTED`, "requests" first), then the TTFT histogram if asked."""
     args: list[object] = []
 
     def arg(value: object) -> str:
@@ -153,10 +154,11 @@ def sums_sql(query: Query, dialect: Dialect) -> tuple[str, list[object]]:
             where.append(f"{column} IN ({', '.join(arg(v) for v in values)})")
     if query.refusals is not None:  # statuses of ours, not the client's text
         where.append(f"status {'IN' if query.refusals else 'NOT IN'} ({', '.join(map(str, REFUSALS))})")
-    sums = ", ".join([*(f"CAST(sum({c}) AS BIGINT)" for c in SUMMED), *(ttft_sums() if query.ttft else ())])
-    errors = "CAST(sum(CASE WHEN error_type IS NULL THEN 0 ELSE 1 END) AS BIGINT)"
+    special = {"requests": "count(*)", "errors": "CAST(sum(CASE WHEN error_type IS NULL THEN 0 ELSE 1 END) AS BIGINT)"}
+    sums = [special.get(c, f"CAST(sum({c}) AS BIGINT)") for c in counters]
+    sums += ttft_sums() if query.ttft else []
     keys = ", ".join(str(i) for i in range(1, len(columns) + 1))  # by position: grouped and ordered alike
-    sql = (f"SELECT {', '.join([*columns, 'count(*)', errors, sums])} FROM usage_records "
+    sql = (f"SELECT {', '.join([*columns, *sums])} FROM usage_records "
            f"WHERE {' AND '.join(where)}" + (f" GROUP BY {keys} ORDER BY {keys}" if columns else ""))  # fmt: skip
     return sql, args
 

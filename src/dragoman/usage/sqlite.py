@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from msgspec.structs import astuple
 
@@ -77,6 +78,15 @@ class SqliteStore:
             db = self._connection()
             parts = [sums_of(db.execute(sql, args).fetchall(), query) for sql, args in reading.plan(query, "sqlite")]
         return reading.combine(parts)
+
+    async def rows(self, query: Query, counters: tuple[str, ...]) -> list[tuple[Any, ...]]:
+        def read() -> list[tuple[Any, ...]]:
+            with self._lock:
+                db = self._connection()
+                parts = [db.execute(sql, args).fetchall() for sql, args in reading.plan(query, "sqlite", counters)]
+            return reading.combine_rows(parts, bool(query.width) + len(query.group_by), bool(query.width))
+
+        return await asyncio.to_thread(read)
 
     async def recent(self, limit: int, failures: bool | None = None, key_id: str | None = None) -> list[UsageRecord]:
         sql, args = reading.recent_sql("sqlite", limit, failures, key_id)

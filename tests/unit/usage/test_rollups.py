@@ -107,6 +107,19 @@ def test_every_query_answers_what_the_records_answer(make: Callable[[], Store]) 
     _run(make, body)
 
 
+def test_plain_rows_are_the_sums_in_their_order(make: Callable[[], Store]) -> None:
+    counters = ("requests", "output_tokens", "errors", "cache_read_tokens")
+
+    async def body(store: Store) -> None:
+        await store.write(_records(1500))
+        for query in QUERIES:
+            expected = [((s.bucket,) if query.width else ()) + s.groups + tuple(getattr(s, c) for c in counters) + s.ttft
+                        for s in await store.sums(query)]  # fmt: skip
+            assert await store.rows(query, counters) == expected, query
+
+    _run(make, body)
+
+
 def test_a_record_written_twice_counts_once(make: Callable[[], Store]) -> None:
     async def body(store: Store) -> None:
         records = _records(400, seed=2)
