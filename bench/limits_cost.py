@@ -98,13 +98,7 @@ async def app_cost(shape: str, limited: bool, requests: int) -> float:
         data["limits"] = LIMITS
     app = create_app(from_dict(data), backends={"default": Instant()})  # type: ignore[dict-item]
     await app.gateway.discover_all(app.gateway.backends)
-    body = shapes.anthropic_body(shape, model="bench-model", max_tokens=100, stream=False)
-    scope = {"type": "http", "method": "POST", "path": "/v1/messages", "query_string": b"", "http_version": "1.1",
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-             "scheme": "http", "server": ("127.0.0.1", 1), "client": ("127.0.0.1", 2), "root_path": "", "extensions": {}}  # fmt: skip
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": body, "more_body": False}
+    scope, receive = asgi_post(shapes.anthropic_body(shape, model="bench-model", max_tokens=100, stream=False))
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start" and message["status"] != 200:
@@ -118,6 +112,18 @@ async def app_cost(shape: str, limited: bool, requests: int) -> float:
         best = min(best, (time.process_time() - started) / requests * 1e6)
     await app.gateway.close()
     return best
+
+
+def asgi_post(body: bytes) -> tuple[dict[str, Any], Any]:
+    """The scope and `receive` of a POST /v1/messages carrying `body`, for calling the app directly."""
+    scope = {"type": "http", "method": "POST", "path": "/v1/messages", "query_string": b"", "http_version": "1.1",
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+             "scheme": "http", "server": ("127.0.0.1", 1), "client": ("127.0.0.1", 2), "root_path": "", "extensions": {}}  # fmt: skip
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return scope, receive
 
 
 def run(main: Any) -> Any:

@@ -55,13 +55,9 @@ async def requests(count: int, usage: bool, home: str) -> list[tuple[float, floa
     app = create_app(from_dict(data), backends={"default": limits_cost.Instant()})  # type: ignore[dict-item]
     await app.gateway.discover_all(app.gateway.backends)
     settle_garbage_collector()
-    body = shapes.anthropic_body("tiny", model="bench-model", max_tokens=100, stream=False)
-    scope = {"type": "http", "method": "POST", "path": "/v1/messages", "query_string": b"", "http_version": "1.1",
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-             "scheme": "http", "server": ("127.0.0.1", 1), "client": ("127.0.0.1", 2), "root_path": "", "extensions": {}}  # fmt: skip
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": body, "more_body": False}
+    scope, receive = limits_cost.asgi_post(
+        shapes.anthropic_body("tiny", model="bench-model", max_tokens=100, stream=False)
+    )
 
     async def send(message: dict[str, Any]) -> None:
         pass
