@@ -21,7 +21,7 @@ from tests.support.postgres import (  # noqa: F401 (fixtures)
     private_postgres,
     schema_url,
 )
-from tests.support.usage import KEYS, team_config, wait_recorded
+from tests.support.usage import KEYS, team_config, wait_recorded, write_records
 from tests.support.waiting import eventually
 
 
@@ -166,15 +166,7 @@ def test_a_record_the_database_refuses_holds_back_no_other(pg_url: str) -> None:
                            cache_read_tokens=0, output_tokens=1, status=200, error_type=None, disconnected=False,
                            duration=0.1, ttft=None)  # fmt: skip
 
-    async def write() -> None:
-        store = PostgresStore(pg_url)
-        await store.open()
-        try:
-            await store.write([record("req_1", "a"), record("req_2", "bad\x00"), record("req_3", "c")])
-        finally:
-            await store.close()
-
-    asyncio.run(write())
+    write_records(PostgresStore(pg_url), [record("req_1", "a"), record("req_2", "bad\x00"), record("req_3", "c")])
     assert count_records(pg_url) == 2
 
 
@@ -193,15 +185,7 @@ def test_the_usage_command_reads_postgresql(pg_url: str, tmp_path: Any) -> None:
                            cache_creation_tokens=5 * i)
                for i in range(4)]  # fmt: skip
 
-    async def write() -> None:
-        store = PostgresStore(pg_url)
-        await store.open()
-        try:
-            await store.write(records)
-        finally:
-            await store.close()
-
-    asyncio.run(write())
+    write_records(PostgresStore(pg_url), records)
     config = tmp_path / "team.toml"
     config.write_text(f'[usage]\ndatabase_url = "{pg_url}"\n')
     result = CliRunner().invoke(main, ["usage", "--config", str(config), "--by", "key,tenant", "--csv"])

@@ -18,7 +18,7 @@ from dragoman.usage.schema import MIGRATIONS
 from dragoman.usage.sqlite import SqliteStore
 from dragoman.usage.writer import UsageWriter
 from tests.support.fakes import FakeUpstream, completion
-from tests.support.usage import KEYS, team_config
+from tests.support.usage import KEYS, team_config, write_records
 from tests.support.usage import usage_record as _record
 
 
@@ -153,16 +153,7 @@ def test_records_past_retain_days_are_deleted_at_start(tmp_path: Path) -> None:
 
 def _write_default_store(records: list[Any]) -> None:
     """Records in the store `dragoman usage` reads without --config (the test's own data home)."""
-
-    async def write() -> None:
-        store = SqliteStore(Path(os.environ["XDG_DATA_HOME"]) / "dragoman" / "usage")
-        await store.open()
-        try:
-            await store.write(records)
-        finally:
-            await store.close()
-
-    asyncio.run(write())
+    write_records(SqliteStore(Path(os.environ["XDG_DATA_HOME"]) / "dragoman" / "usage"), records)
 
 
 def test_usage_counts_key_refusals_apart_and_says_which_store_it_read() -> None:

@@ -1,8 +1,9 @@
 """Usage accounting in the tests: a team's gateway config (two tenants, an admin key), the
-usage report read with the SDK, waiting for records, and a record made by hand."""
+usage report read with the SDK, waiting for records, and records made by hand and written."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from typing import Any
 
@@ -48,3 +49,16 @@ def usage_record(request_id: str, at: float) -> Any:
     return UsageRecord(at=at, request_id=request_id, endpoint="messages", key_id=None, tenant=None, model="m",
                        upstream_model="m", upstream="u", replica="r", input_tokens=1, cache_read_tokens=0,
                        output_tokens=1, status=200, error_type=None, disconnected=False, duration=0.1, ttft=None)  # fmt: skip
+
+
+def write_records(store: Any, records: list[Any]) -> None:
+    """`records` written straight to a usage store (SQLite or PostgreSQL), opened and closed here."""
+
+    async def write() -> None:
+        await store.open()
+        try:
+            await store.write(records)
+        finally:
+            await store.close()
+
+    asyncio.run(write())
