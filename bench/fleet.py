@@ -36,7 +36,9 @@ Reported per cell, over the requests sent after `--warmup` seconds: prompt token
 (evaluated, not served from cache), as a multiple of the floor (the same requests replayed
 with each conversation pinned to one replica: bench/fleet_floor.py) and the cache hit rate, time to first token p50/p90,
 throughput, and load imbalance (the busiest replica's time-averaged requests, running and
-queued, over the mean).
+queued, over the mean). Beside the targets, the p90 time to first token no router could beat
+(`fleet_floor.ttft_bound`) over round robin's. `--explain` says where each run's recomputation
+comes from (bench/fleet_explain.py); `--policies pinned` runs the floor's own pinning live.
 """
 
 from __future__ import annotations
@@ -56,14 +58,17 @@ from itertools import count
 
 import msgspec
 
+import fleet_cost
 import fleet_report
 from dragoman.core.config import CacheRouting
-from dragoman.protocol import anthropic
 from dragoman.upstream.placement import BYTES_PER_TOKEN, Placement, prompt_of
-from fleet_floor import PrefixCache, Sent, floor
+from fleet_explain import Explain
+from fleet_floor import PrefixCache, Sent, Turn, floor, ttft_bound
+from fleet_floor import pins as floor_pins
 from fleet_shapes import BLOCK_TOKENS, MATRIX, SHAPES, Conversation, conversation, message, variants
 
 POLICIES = ("round_robin", "least_loaded", "cache_aware")
+PINNED = "pinned"  # not a gateway's: each conversation where the floor pinned it in cache-aware's run (`run_cell`)
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class Settings:
     load_metrics: float = 0.0  # seconds between each gateway's reads of the replicas' own load; 0: none
     outside: int = 0  # requests kept in flight on each of the first quarter of the replicas by other clients
     shape: str = "steady"
+    explain: bool = False  # tell where the recomputation and the queues come from (bench/fleet_explain.py)
 
 
 def settings_for(shape: str, replicas: int, **given: object) -> Settings:
@@ -105,6 +111,7 @@ class Request:
     cached_tokens: int = 0
     first_token: float = 0.0
     record: Sent | None = None  # what the floor's replay needs of it
+    tag: str = ""  # why it went where it did (--explain)
 
 
 @dataclass
@@ -127,9 +134,10 @@ class Replica:
 
 
 class Fleet:
-    def __init__(self, settings: Settings, policy: str) -> None:
+    def __init__(self, settings: Settings, policy: str, pins: dict[str, int] | None = None) -> None:
         self.s = settings
         self.policy = policy
+        self.pins = pins or {}  # the `pinned` policy's: each session's replica
         self.rng = random.Random(settings.seed)
         roots = [f"http://10.0.{i // 250}.{i % 250 + 1}:8000" for i in range(settings.replicas)]
         self.replicas = {root: Replica(root, PrefixCache(settings.cache_tokens // BLOCK_TOKENS)) for root in roots}
@@ -152,6 +160,7 @@ class Fleet:
         self.decisions = 0
         self.last_done = 0.0  # when the last request ended
         self.moves = self.later_turns = 0  # turns sent to another replica than the turn before
+        self.explain = Explain() if settings.explain else None
 
     def clock(self) -> float:
         return self.now
@@ -174,7 +183,9 @@ class Fleet:
         for root in self.roots[: max(1, s.replicas // 4)] if s.outside else ():
             for _ in range(s.outside):
                 self._outside(0.0, self.replicas[root])
-        if s.load_metrics and self.policy != "round_robin":
+        if self.explain is not None:
+            self.at(0.0, "sample", None)
+        if s.load_metrics and self.policy not in ("round_robin", PINNED):
             for gateway in range(s.gateways):
                 self.at(self.rng.uniform(0, s.load_metrics), "scrape", gateway)
         while self.events:
@@ -204,6 +215,9 @@ class Fleet:
         if self.policy == "round_robin":
             request.root = self.roots[self.turns[gateway] % len(self.roots)]
             self.turns[gateway] += 1
+        elif self.policy == PINNED:  # a session the floor never saw (the runs differ): in turn, then kept
+            pin = self.pins.setdefault(conversation.session, len(self.pins) % len(self.roots))
+            request.root = self.roots[pin]
         else:
             placement = self.gateways[gateway]
             started = time.process_time()
@@ -212,6 +226,9 @@ class Fleet:
             placement.sent(request.root, prompt)
             self.decision_seconds += time.process_time() - started
             self.decisions += 1
+        if self.explain is not None:
+            home = self._home(gateway, conversation.session)
+            request.tag = self.explain.tag(conversation.session, conversation.replica, request.root, gateway, home)
         if now >= self.s.warmup and conversation.replica:
             self.moves += conversation.replica != request.root
             self.later_turns += 1
@@ -253,6 +270,9 @@ class Fleet:
         if record is not None:  # what it finds cached when its prefill starts
             request.cached_tokens = replica.cache.lookup(record.keys, record.prompt_keys) * BLOCK_TOKENS
         uncached = request.prompt_tokens - min(request.cached_tokens, request.prompt_tokens)
+        if self.explain is not None and request.conversation is not None:
+            self.explain.count(request.tag, request.conversation.session, request.prompt_tokens,
+                               request.cached_tokens, request.sent >= self.s.warmup)  # fmt: skip
         self.at(now + 0.02 + uncached / self.s.prefill_rate, "prefilled", replica)
 
     def _prefilled(self, now: float, replica: Replica) -> None:
@@ -273,9 +293,11 @@ class Fleet:
             self._next_waiting(now, replica)
             self._outside(now, replica)  # the other client sends its next
             return
-        if self.policy != "round_robin":
+        if self.policy not in ("round_robin", PINNED):
             self.gateways[request.gateway].ended(request.root)
         conversation.append(message("assistant", rng, request.output_tokens))
+        if self.explain is not None:
+            self.explain.answered(conversation.session, request.prompt_tokens + request.output_tokens)
         record = request.record
         assert record is not None
         record.done, record.done_keys, record.measured = now, len(record.keys), request.sent >= self.s.warmup
@@ -291,6 +313,17 @@ class Fleet:
             conversation.append(message("user", rng, rng.randint(*conversation.user)))
         self.at(now + rng.uniform(*self.shape.think), "send", conversation)
 
+    def _home(self, gateway: int, session: str) -> str | None:
+        if self.policy != "cache_aware":
+            return None
+        return self.gateways[gateway].homes.home_of(session.encode())
+
+    def _sample(self, now: float, _: object) -> None:
+        assert self.explain is not None
+        if now >= self.s.warmup:
+            self.explain.sample(self.replicas)
+        self.at(now + 1.0, "sample", None)
+
     def _next_waiting(self, now: float, replica: Replica) -> None:
         if replica.waiting:
             self._start(now, replica, replica.waiting.popleft())
@@ -305,7 +338,13 @@ class Fleet:
         window = min(s.duration, self.last_done) - s.warmup  # not to the last read of the replicas' load
         warm = tuple(v.text.keys for v in self.variants) if self.shape.warm else ()
         floored = floor(self.trace, s.replicas, s.cache_tokens // BLOCK_TOKENS, BLOCK_TOKENS, warm)
+        bound = sorted(ttft_bound(self._turns(), s.prefill_rate, 0.02, self.shape.warm))
+        explained = {}
+        if self.explain is not None:
+            areas = {root: replica.load_area for root, replica in self.replicas.items()}
+            explained = {"explain": self.explain.lines(floored, prompt - cached, areas)}
         return {
+            **explained,
             "requests": len(measured),
             "recomputed_mtok": (prompt - cached) / 1e6,
             "recomputed_per_request": (prompt - cached) / len(measured) if measured else 0.0,
@@ -314,44 +353,19 @@ class Fleet:
             "hit_rate": cached / prompt if prompt else 0.0,
             "ttft_p50": _quantile(ttfts, 0.5),
             "ttft_p90": _quantile(ttfts, 0.9),
+            "ttft_p90_bound": _quantile(bound, 0.9),
             "throughput_rps": len(measured) / window,
             "moved": self.moves / self.later_turns if self.later_turns else 0.0,
             "imbalance": max(loads) / (sum(loads) / len(loads)) if sum(loads) else 0.0,
             "decision_us": self.decision_seconds / self.decisions * 1e6 if self.decisions else 0.0,
         }
 
-
-def decision_cost(replicas: int, repeat: int = 2000) -> dict[str, float]:
-    """CPU µs of one routing decision for the benchmark's 80 KB claude-code request
-    (bench/shapes.py): reading its prompt, choosing among `replicas` warm ones, noting it sent.
-    A passed-through body's parts come from the `Envelope` the core reads for every such
-    request, routed or not; that read is timed on its own (`envelope`)."""
-    import shapes  # bench/shapes.py, beside this file
-
-    anthropic_body = shapes.anthropic_body("claude-code", model="m", max_tokens=100, stream=True)
-    parts = anthropic.ENVELOPE.decode(anthropic_body)
-    bodies = {"translate": ("chat", shapes.openai_body("claude-code", model="m", max_tokens=100, stream=True)),
-              "passthrough": (parts, anthropic_body)}  # fmt: skip
-    roots = [f"http://10.0.0.{i + 1}:8000" for i in range(replicas)]
-    out = {}
-    for path, (kind, body) in bodies.items():
-        placement = Placement(roots, "cache_aware", CacheRouting())
-        for index, root in enumerate(roots):  # every replica holds the prompt: each match is a full search
-            placement.sent(root, prompt_of(body, kind, None, placement.settings.block_bytes))  # type: ignore[arg-type]
-            placement.report(root, 8 + index % 3, index % 2, 0.85 + index % 3 * 0.05, 1e9)  # and published its load
-        started = time.process_time()
-        for _ in range(repeat):
-            prompt = prompt_of(body, kind, None, placement.settings.block_bytes)  # type: ignore[arg-type]
-            root = placement.choose(roots, prompt).root
-            placement.sent(root, prompt)
-            placement.ended(root)
-        out[path] = (time.process_time() - started) / repeat * 1e6
-        out[path + "_bytes"] = len(body)
-    started = time.process_time()
-    for _ in range(repeat):
-        anthropic.ENVELOPE.decode(anthropic_body)
-    out["envelope"] = (time.process_time() - started) / repeat * 1e6
-    return out
+    def _turns(self) -> list[Turn]:
+        """The answered requests, as `ttft_bound` needs them."""
+        prefixes = {id(v): len(v.text.data) // BYTES_PER_TOKEN for v in self.variants}
+        return [Turn(r.conversation.session, r.sent, r.prompt_tokens, r.output_tokens, id(r.conversation.variant),
+                     prefixes[id(r.conversation.variant)], r.sent >= self.s.warmup)
+                for r in self.done if r.conversation is not None]  # fmt: skip
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -363,7 +377,12 @@ DEFAULT_CELLS = [(8, 128, 1), (8, 128, 3), (8, 64, 1), (32, 512, 1)]  # the stea
 
 def run_cell(job: tuple[Settings, str]) -> dict:
     settings, policy = job
-    result = Fleet(settings, policy).run()
+    pins = None
+    if policy == PINNED:  # the floor's own pins, from a cache-aware run of the same cell, replayed live
+        ran = Fleet(settings, "cache_aware")
+        ran.run()
+        pins = {str(talk): replica for talk, replica in floor_pins(ran.trace, settings.replicas).items()}
+    result = Fleet(settings, policy, pins).run()
     return {"shape": settings.shape, "replicas": settings.replicas, "conversations": settings.conversations,
             "gateways": settings.gateways, "load_metrics": settings.load_metrics, "seed": settings.seed,
             "policy": policy, **result}  # fmt: skip
@@ -386,7 +405,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--replicas", help="comma-separated replica counts (default: the steady matrix, else 8,32)")
     parser.add_argument("--conversations", help="comma-separated numbers of concurrent conversations")
     parser.add_argument("--gateways", help="comma-separated numbers of gateway replicas (default: the shape's)")
-    parser.add_argument("--policies", help="default: all three with the steady shape, else round_robin,cache_aware")
+    parser.add_argument("--policies", help="default: all three with the steady shape, else round_robin,cache_aware; "
+                        f"{PINNED}: the floor's pinning replayed live, for its time to first token")  # fmt: skip
     parser.add_argument("--duration", type=float, help="simulated seconds per cell (default: the shape's)")
     parser.add_argument("--warmup", type=float)
     parser.add_argument("--cache-tokens", type=int)
@@ -403,6 +423,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a cache_routing setting for this run (repeatable), e.g. --set load_tokens=256")  # fmt: skip
     parser.add_argument("--json", help="write the results here too")
+    parser.add_argument("--explain", action="store_true", help="where each run's recomputation and queues come from")
     parser.add_argument("--decision-cost", action="store_true", help="only the CPU of one decision (8 and 32 replicas)")
     return parser
 
@@ -431,7 +452,8 @@ def _jobs(args: argparse.Namespace) -> list[tuple[Settings, str]]:
             settings = settings_for(shape, replicas, conversations=conversations or None, gateways=gateways or None,
                                     duration=args.duration, warmup=args.warmup, cache_tokens=args.cache_tokens,
                                     slots=args.slots, prefill_rate=args.prefill_rate, decode_rate=args.decode_rate,
-                                    seed=seed, routing=routing, load_metrics=metrics, outside=args.outside)  # fmt: skip
+                                    seed=seed, routing=routing, load_metrics=metrics, outside=args.outside,
+                                    explain=args.explain)  # fmt: skip
             jobs.append((settings, policy))
     return jobs
 
@@ -440,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.decision_cost:
         for replicas in (8, 32):
-            cost = decision_cost(replicas)
+            cost = fleet_cost.decision_cost(replicas)
             print(f"{replicas} replicas: {cost['translate']:.0f} µs translated ({cost['translate_bytes']:.0f} B body), "
                   f"{cost['passthrough']:.0f} µs passed through ({cost['passthrough_bytes']:.0f} B; the core's "
                   f"Envelope read of it, which every passed-through request pays: {cost['envelope']:.0f} µs)")  # fmt: skip
@@ -451,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         for result in pool.map(run_cell, _jobs(args)) if pool else map(run_cell, _jobs(args)):
             results.append(result)
             print(fleet_report.row(result), flush=True)
+            print("\n".join(result.get("explain", [])), end="\n" if "explain" in result else "", flush=True)
     print("\n".join(["", "Targets, cache-aware's worst seed:", *fleet_report.targets(results)]))
     if args.json:
         with open(args.json, "w") as file:

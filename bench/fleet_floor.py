@@ -62,7 +62,7 @@ def floor(
 ) -> int:
     """Prompt tokens the pinned replay recomputes over the measured requests (each cache
     holding the `warm` prefixes first, as the policy's did)."""
-    pins = _pins(requests, replicas)
+    pinned = pins(requests, replicas)
     caches = [PrefixCache(capacity) for _ in range(replicas)]
     for cache in caches:
         for keys in warm:
@@ -76,7 +76,7 @@ def floor(
     recomputed = 0
     while events:
         _, kind, _, request = heapq.heappop(events)
-        cache = caches[pins[request.conversation]]
+        cache = caches[pinned[request.conversation]]
         if kind == 0:
             cache.store(request.keys, request.done_keys)  # the reply's tokens were computed there
             continue
@@ -87,7 +87,7 @@ def floor(
     return recomputed
 
 
-def _pins(requests: list[Sent], replicas: int) -> dict[int, int]:
+def pins(requests: list[Sent], replicas: int) -> dict[int, int]:
     """Each conversation's replica: where the active pinned conversations weigh least."""
     first: dict[int, float] = {}
     last: dict[int, float] = {}
@@ -96,15 +96,53 @@ def _pins(requests: list[Sent], replicas: int) -> dict[int, int]:
         first.setdefault(request.conversation, request.sent)
         last[request.conversation] = request.done if request.done is not None else float("inf")
         size[request.conversation] = max(size.get(request.conversation, 0), request.done_keys, request.prompt_keys)
-    pins: dict[int, int] = {}
+    chosen: dict[int, int] = {}
     active: list[tuple[float, int]] = []  # (ends, conversation), soonest first
     weight = [0] * replicas
     for talk in sorted(first, key=first.__getitem__):
         while active and active[0][0] < first[talk]:
             _, ended = heapq.heappop(active)
-            weight[pins[ended]] -= size[ended]
+            weight[chosen[ended]] -= size[ended]
         replica = weight.index(min(weight))
-        pins[talk] = replica
+        chosen[talk] = replica
         weight[replica] += size[talk]
         heapq.heappush(active, (last[talk], talk))
-    return pins
+    return chosen
+
+
+@dataclass
+class Turn:
+    """One answered request, as the bound on its time to first token needs it."""
+
+    conversation: str
+    sent: float
+    prompt_tokens: int
+    output_tokens: int
+    prefix: int  # its shared prefix (system prompt and tools): an id
+    prefix_tokens: int
+    measured: bool
+
+
+def ttft_bound(turns: list[Turn], prefill_rate: float, overhead: float, warm: bool) -> list[float]:
+    """A lower bound on each measured request's time to first token under any router: its
+    own new tokens computed at once on an idle replica; a first turn's shared prefix too,
+    unless (`warm`, or) another request computing it from the earliest moment one could
+    finishes sooner. Nothing queues: a bound, not a prediction."""
+    earliest: dict[int, float] = {}
+    for turn in turns:
+        earliest[turn.prefix] = min(earliest.get(turn.prefix, turn.sent), turn.sent)
+    out, before = [], {}
+    for turn in sorted(turns, key=lambda t: t.sent):
+        previous = before.get(turn.conversation)
+        before[turn.conversation] = turn
+        if previous is not None:  # everything but the turn's new tokens may be cached
+            new = turn.prompt_tokens - previous.prompt_tokens - previous.output_tokens
+            bound = overhead + max(0, new) / prefill_rate
+        else:
+            own = turn.prompt_tokens - turn.prefix_tokens
+            alone = overhead + (0 if warm else turn.prefix_tokens) / prefill_rate
+            shared = earliest[turn.prefix] + overhead + turn.prefix_tokens / prefill_rate - turn.sent
+            bound = min(alone, max(0.0, shared) + overhead) + own / prefill_rate
+        if turn.measured:
+            out.append(bound)
+    return out

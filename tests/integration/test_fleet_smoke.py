@@ -63,13 +63,15 @@ def test_the_decision_cost_cell_runs() -> None:
 def test_in_every_shape_the_floor_is_a_lower_bound_and_cache_aware_beats_round_robin(shape: str) -> None:
     """The floor replays each run's own requests with every conversation pinned to one replica
     (issue 36): no policy recomputes less than it, and cache-aware recomputes less than round
-    robin. Small: 2 replicas, 60 simulated seconds."""
+    robin. No policy's p90 time to first token beats the bound on it, the floor's own pinning
+    replayed live (`pinned`) included. Small: 2 replicas, 60 simulated seconds."""
     settings = fleet.settings_for(shape, 2, duration=60.0, warmup=10.0 if shape != "together" else 0.0)
-    results = {policy: fleet.run_cell((settings, policy)) for policy in fleet.POLICIES}
+    results = {policy: fleet.run_cell((settings, policy)) for policy in (*fleet.POLICIES, fleet.PINNED)}
     for policy, result in results.items():
         assert result["requests"] > 0, policy
         assert result["floor_per_request"] > 0, policy
         assert result["recomputed_per_request"] >= result["floor_per_request"], policy
+        assert 0 < result["ttft_p90_bound"] <= result["ttft_p90"], policy
     assert results["cache_aware"]["recomputed_per_request"] < results["round_robin"]["recomputed_per_request"]
 
 
@@ -83,7 +85,7 @@ def test_the_floor_pins_each_conversation_and_balances_them_by_size() -> None:
         fleet_floor.Sent("a", one, 2.0, 10, 10 * 64, True, 3.0, 10),
         fleet_floor.Sent("b", two, 2.5, 4, 4 * 64, False, 3.5, 4),  # not measured: not counted
     ]
-    assert fleet_floor._pins(requests, 2) == {"a": 0, "b": 1}
+    assert fleet_floor.pins(requests, 2) == {"a": 0, "b": 1}
     assert fleet_floor.floor(requests, 2, 1_000, 64) == (6 + 2 + 2) * 64
     assert fleet_floor.floor(requests, 1, 1_000, 64) == (6 + 2 + 2) * 64  # one replica: no prefixes shared here
     assert fleet_floor.floor(requests, 2, 4, 64) == (6 + 2 + 10) * 64  # 4 blocks cached: a's second turn finds none
