@@ -11,9 +11,13 @@ alone. Conversations not seen for `max_age` seconds are dropped.
 
 Assigned afresh, a home moves whenever the set of conversations or the room changes, and
 each move recomputes the conversation. That is the price of agreeing with other gateways;
-a gateway that is alone need not pay it: it keeps each home while it has room, and counts
-in the room only the conversations seen in the last `IDLE_AFTER` seconds (an idle one keeps
-its home, to which it comes back), so that ended conversations do not fill replicas.
+a gateway that is alone need not pay it. It moves a home where the conversation went (a
+spill's prefix is there now: a home elsewhere would pull it back, to be computed again), keeps
+it while its replica holds less than a little more than the room (`KEEP_SLACK`: the room
+shrinks and grows with the conversations active, and each home it pushed out would be a
+conversation computed again), and counts in the room only the conversations seen in the last
+`IDLE_AFTER` seconds (an idle one keeps its home, to which it comes back), so that ended
+conversations do not fill replicas while the active ones crowd some of them.
 It knows it is alone from the conversations themselves: behind one gateway, it sees each
 conversation first at its first turn; behind several, most first at a later turn, whose
 earlier turns another gateway sent (`alone`, an average over the conversations first seen).
@@ -37,8 +41,9 @@ import xxhash
 
 _hash = xxhash.xxh3_64_intdigest
 GAPS_WEIGHT = 1 / 16  # each conversation first seen moves the average this much
-IDLE_AFTER = 60.0  # alone, a conversation not seen for this long holds no room (it keeps its home)
+IDLE_AFTER = 30.0  # alone, a conversation not seen for this long holds no room (it keeps its home)
 ALONE_BELOW = 0.25  # alone while fewer conversations than this are first seen at a later turn
+KEEP_SLACK = 0.1  # alone, a home is kept until its replica is home to (spread + this) x an even share
 
 
 class Homes:
@@ -103,6 +108,21 @@ class Homes:
         home = self._home[identity]
         return [self.roots[home], *(self.roots[i] for i in order if i != home)]
 
+    def home_of(self, identity: bytes) -> str | None:
+        """The conversation's home as last assigned, if it has one (for the simulated fleet's account)."""
+        home = self._home.get(identity)
+        return None if home is None else self.roots[home]
+
+    def went(self, identity: bytes, root: str) -> None:
+        """A turn of the conversation went to `root`. Alone, that is its home from now on: its
+        prefix is there now, and a home elsewhere would pull it back to recompute it."""
+        if self.alone:
+            home, index = self._home.get(identity), self.roots.index(root)
+            if home is not None and home != index:
+                self._counts[home] -= 1
+                self._home[identity] = index
+                self._counts[index] += 1
+
     def pin(self, identity: bytes, root: str) -> None:
         """The conversation lives on `root` from now on (its home was out)."""
         home, index = self._home.get(identity), self.roots.index(root)
@@ -155,12 +175,13 @@ class Homes:
             active = sorted(self._seen)
             self._active = len(active)
         room = self._room()
+        keep = max(room + 1, math.ceil((self._spread + KEEP_SLACK) * self._active / len(self.roots))) if alone else room
         moved = []
         for identity in active:
             if identity in self._pinned:
                 continue
             kept = before.get(identity)
-            if kept is not None and counts[kept] < room:  # sticky: it stays while there is room
+            if kept is not None and counts[kept] < keep:  # sticky: it stays while its replica is not far over
                 self._home[identity] = kept
                 counts[kept] += 1
             else:

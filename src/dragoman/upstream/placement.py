@@ -300,6 +300,8 @@ class Placement:
         root, matched = eligible[chosen], matches[chosen]
         if ranked[0] not in loads and ranked[0] != avoid:
             self.homes.pin(prompt.identity, root)  # its home is out (passed over): this is its home now
+        elif root != ranked[0]:
+            self.homes.went(prompt.identity, root)  # alone, its home follows it (`Homes.went`)
         if matched and matches.count(matched) == 1 and matched == max(matches):
             reason = "prefix"  # the only replica holding this much of the prompt
         elif root == order[0]:

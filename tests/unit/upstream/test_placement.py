@@ -246,6 +246,46 @@ def test_alone_an_idle_conversation_holds_no_room_and_comes_back_to_its_home() -
     assert homes.order(idle)[0] == home
 
 
+def test_alone_a_home_follows_its_conversation_and_behind_several_it_does_not() -> None:
+    """A conversation that went elsewhere (its home was busy) has its prefix there now: alone,
+    that is its home, rather than one that would pull it back to be computed again. Behind
+    several gateways homes stay the canonical assignment, on which they agree."""
+    clock = Clock()
+    for first_turn, follows in ((True, True), (False, False)):
+        homes = Homes(ROOTS, spread=1.05, max_age=600, clock=clock)
+        talks = [f"c{i}".encode() for i in range(24)]  # alone is learnt over about 20 first sights
+        for identity in talks:
+            homes.order(identity, first_turn=first_turn)
+        assert homes.alone is follows
+        home = homes.order(talks[0])[0]
+        elsewhere = next(root for root in ROOTS if root != home)
+        homes.went(talks[0], elsewhere)
+        for _ in range(2):  # at once, and after the homes are assigned again
+            assert homes.order(talks[0])[0] == (elsewhere if follows else home)
+            clock.now += 2
+
+
+def test_alone_homes_stay_when_the_room_shrinks_a_little() -> None:
+    """Four of 40 conversations go idle, all from one replica: the room falls from 10 to 9, and
+    the replicas still home to 10 keep them (each pushed out would be computed again)."""
+    clock = Clock()
+    homes = Homes(ROOTS, spread=1.05, max_age=600, clock=clock)
+    talks = [f"c{i}".encode() for i in range(40)]
+    for identity in talks:
+        homes.order(identity, first_turn=True)
+    clock.now += 2
+    before = {identity: homes.order(identity)[0] for identity in talks}
+    assert sorted(Counter(before.values()).values()) == [10, 10, 10, 10]
+    idle = [identity for identity in talks if before[identity] == ROOTS[0]][:4]
+    for _ in range(4):  # the others go on; `idle` is not seen for 40 s
+        clock.now += 10
+        for identity in talks:
+            if identity not in idle:
+                homes.order(identity)
+    assert homes._active == 36
+    assert {i: homes.order(i)[0] for i in talks if i not in idle} == {i: before[i] for i in talks if i not in idle}
+
+
 def test_gateways_that_see_conversations_first_at_later_turns_assign_homes_afresh() -> None:
     """Behind several gateways each sees most conversations first at a later turn: they keep
     the canonical assignment, on which gateways that saw the same conversations agree."""
