@@ -23,7 +23,10 @@ is dragoman's own (`dragoman.upstream.placement`: the request body as the gatewa
   one request at a time (what it finds cached is looked up when its prefill starts), and
   decoding output tokens / `--decode-rate`.
 - Gateway replicas (`--gateways 3`): each request goes to one at random; each has its own
-  prefix index and in-flight counts, and they share nothing.
+  prefix index and in-flight counts, and they share nothing. `--echo` (0.9): the share of
+  later turns whose request says where the turn before went, as the tool ids of a translated
+  reply do (translate/tool_ids.py; a conversation that never called a tool, or a passed-through
+  one, says nothing: `--echo 0`).
 - With `--load-metrics SECONDS`, each gateway reads every replica's own figures that often (as
   `dragoman.upstream.gauges` does from /metrics; each gateway at its own phase): requests
   running and waiting, and KV-cache usage, modelled as the running requests' tokens over
@@ -87,6 +90,7 @@ class Settings:
     load_metrics: float = 0.0  # seconds between each gateway's reads of the replicas' own load; 0: none
     outside: int = 0  # requests kept in flight on each of the first quarter of the replicas by other clients
     shape: str = "steady"
+    echo: float = 0.9  # the share of later turns whose request says where the turn before went (its tool ids)
     explain: bool = False  # tell where the recomputation and the queues come from (bench/fleet_explain.py)
 
 
@@ -161,6 +165,7 @@ class Fleet:
         self.last_done = 0.0  # when the last request ended
         self.moves = self.later_turns = 0  # turns sent to another replica than the turn before
         self.explain = Explain() if settings.explain else None
+        self.echoes = random.Random(settings.seed + 2)  # apart: the workload stays the same
 
     def clock(self) -> float:
         return self.now
@@ -221,7 +226,9 @@ class Fleet:
         else:
             placement = self.gateways[gateway]
             started = time.process_time()
-            prompt = prompt_of(body, "chat", conversation.session, placement.settings.block_bytes)
+            told = conversation.replica and self.echoes.random() < self.s.echo  # as its tool ids would say
+            prompt = prompt_of(body, "chat", conversation.session, placement.settings.block_bytes,
+                               conversation.replica if told else None)  # fmt: skip
             request.root = placement.choose(self.roots, prompt).root
             placement.sent(request.root, prompt)
             self.decision_seconds += time.process_time() - started
@@ -423,6 +430,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a cache_routing setting for this run (repeatable), e.g. --set load_tokens=256")  # fmt: skip
     parser.add_argument("--json", help="write the results here too")
+    parser.add_argument("--echo", type=float, default=Settings.echo,
+                        help="the share of later turns whose request says where the turn before went")  # fmt: skip
     parser.add_argument("--explain", action="store_true", help="where each run's recomputation and queues come from")
     parser.add_argument("--decision-cost", action="store_true", help="only the CPU of one decision (8 and 32 replicas)")
     return parser
@@ -453,7 +462,7 @@ def _jobs(args: argparse.Namespace) -> list[tuple[Settings, str]]:
                                     duration=args.duration, warmup=args.warmup, cache_tokens=args.cache_tokens,
                                     slots=args.slots, prefill_rate=args.prefill_rate, decode_rate=args.decode_rate,
                                     seed=seed, routing=routing, load_metrics=metrics, outside=args.outside,
-                                    explain=args.explain)  # fmt: skip
+                                    echo=args.echo, explain=args.explain)  # fmt: skip
             jobs.append((settings, policy))
     return jobs
 

@@ -13,8 +13,10 @@ import anthropic
 import httpx
 import pytest
 
+from dragoman.translate.tool_ids import replica_tag_of
+from dragoman.upstream.placement import replica_tag
 from tests.support.fake_anthropic import FakeAnthropic
-from tests.support.fakes import FakeUpstream
+from tests.support.fakes import FakeUpstream, Reply, completion
 
 SYSTEM = "You are a careful coding agent working in a repository. " * 100  # a few of routing's 4 KiB blocks
 CONVERSATIONS = 6
@@ -134,3 +136,46 @@ def test_a_conversations_replica_that_refuses_is_failed_over_as_before(make_gate
     home.stop()  # it goes away: refused connections
     converse(client, "moving")  # the SDK sees no error: each turn is retried on the other replica
     assert len(other.requests) == TURNS
+
+
+TOOLS = [{"name": "read", "description": "Read a file of the repository. " * 40, "input_schema": {"type": "object"}}]
+
+
+def _tool_calls(fake: FakeUpstream) -> Callable[[dict], Reply]:
+    """Every answer a tool call, its id the replica's own (`call-<n>` counted per replica)."""
+
+    def answer(body: dict) -> Reply:
+        call = {"id": f"call-{len(fake.requests)}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        return Reply(body=completion(None, finish="tool_calls", tool_calls=[call]))
+
+    return answer
+
+
+def test_gateways_that_share_nothing_keep_a_conversation_where_its_tool_ids_say(make_gateway, upstream, second, sdk):
+    """Three gateway processes behind a load balancer that spreads turns over them: each tool
+    call's id names the replica that made it (docs/routing.md), each turn reaches one replica,
+    and the replica gets its own ids back, untagged. (Which replica a gateway picks from the
+    id: tests/unit/upstream/test_placement.py.)"""
+    for fake in (upstream, second):
+        fake.responder = _tool_calls(fake)
+    clients = [sdk(make_gateway(upstream={"replicas": [second.url]}, server={"default_model": "test-model"}).url)
+               for _ in range(3)]  # fmt: skip
+    for index in range(CONVERSATIONS):
+        name = f"conversation-{index}"
+        messages: list[dict] = [{"role": "user", "content": f"{name}: begin " * 300}]
+        for turn in range(TURNS + 2):
+            before = len(upstream.requests)
+            reply = clients[(index + turn) % 3].messages.create(
+                model="test-model", max_tokens=20, system=SYSTEM, tools=TOOLS, messages=messages,
+                extra_headers={"x-claude-code-session-id": name})  # fmt: skip
+            call = reply.content[-1]
+            answered = upstream if len(upstream.requests) > before else second
+            assert call.type == "tool_use" and replica_tag_of(call.id) == replica_tag(answered.url.removesuffix("/v1"))
+            messages += [{"role": "assistant", "content": [call.model_dump(exclude_none=True)]},
+                         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
+                                                       "content": f"{name} output {turn} " * 200}]}]  # fmt: skip
+    spread = [replicas_of(f"conversation-{i}", upstream.requests, second.requests) for i in range(CONVERSATIONS)]
+    assert all(len(served) == 1 for served in spread), spread
+    sent_back = [m["tool_calls"][0]["id"] for body in upstream.requests + second.requests
+                 for m in body["messages"] if m["role"] == "assistant"]  # fmt: skip
+    assert sent_back and all(i.startswith("call-") for i in sent_back)

@@ -33,6 +33,7 @@ class ReplySettings(TypedDict):
     window_bound: bool  # max_tokens was lowered to fit the context window (backends.fitting)
     prefill: str
     upstream: str
+    replica_tag: Callable[[], str]  # the tag of the replica answering, for its tool ids ("": none) (tool_ids.py)
 
 
 def usage_of(usage: openai.Usage | None) -> a.Usage:

@@ -21,7 +21,7 @@ from dragoman.translate.compaction import with_summaries
 from dragoman.translate.thinking import plan, replayed_reasoning
 from dragoman.translate.tool_changes import CHANGES
 from dragoman.translate.tool_defs import offered_tools
-from dragoman.translate.tool_ids import upstream_tool_id
+from dragoman.translate.tool_ids import replica_tag_of, upstream_tool_id
 from dragoman.translate.tool_results import tool_result_messages
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
@@ -51,6 +51,8 @@ class Translated:
     single_tool_call: bool = False
     # the tool_use ids of the conversation: a reply's calls get others (translate/tool_ids.py)
     tool_ids: set[str] = field(default_factory=set)
+    # the tag of the replica the conversation's latest tool call came from, if its id says (routing)
+    previous_replica: str | None = None
 
 
 def _system_text(system: str | list[anthropic.TextBlock] | None, options: Options) -> list[str]:
@@ -212,6 +214,7 @@ def to_chat_request(
         effort=reasoning.effort,
         single_tool_call=bool(request.tool_choice and request.tool_choice.disable_parallel_tool_use),
         tool_ids=_conversation_tool_ids(request),
+        previous_replica=_previous_replica(request),
     )
 
 
@@ -265,6 +268,18 @@ def _conversation_tool_ids(request: anthropic.MessagesRequest) -> set[str]:
         for block in message.content
         if isinstance(block, anthropic.ToolUseBlock)
     }
+
+
+def _previous_replica(request: anthropic.MessagesRequest) -> str | None:
+    """Where the conversation's latest tool call was made, as its id says (tool_ids.py): the
+    replica that holds the conversation's prefix, whichever gateway process sent it there."""
+    for message in reversed(request.messages):
+        if message.role != "assistant" or isinstance(message.content, str):
+            continue
+        for block in reversed(message.content):
+            if isinstance(block, anthropic.ToolUseBlock):
+                return replica_tag_of(block.id)
+    return None
 
 
 def _response_format(request: anthropic.MessagesRequest) -> dict[str, Any] | None:

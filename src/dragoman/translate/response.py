@@ -11,7 +11,7 @@ from dragoman.translate.reply import reasoning_as_answer, stop_reason_of, usage_
 from dragoman.translate.stops import StopMatcher
 from dragoman.translate.thinking import signature_for
 from dragoman.translate.tool_args import parse_arguments
-from dragoman.translate.tool_ids import client_tool_id
+from dragoman.translate.tool_ids import client_tool_id, tagged
 
 
 def to_message(
@@ -29,6 +29,7 @@ def to_message(
     window_bound: bool = False,
     prefill: str = "",
     upstream: str = "upstream",
+    replica_tag: Callable[[], str] = str,
 ) -> a.Message:
     if not completion.choices:
         raise UpstreamError(f"upstream {upstream} returned a completion without choices")
@@ -51,9 +52,8 @@ def to_message(
     if text:
         content.append(a.OutTextBlock(text=text))
     if calls:
-        _add_tool_uses(
-            content, calls, tool_names or {}, set() if taken_tool_ids is None else taken_tool_ids, new_tool_id
-        )
+        taken = set() if taken_tool_ids is None else taken_tool_ids
+        _add_tool_uses(content, calls, tool_names or {}, taken, new_tool_id, replica_tag())
     elif not text:  # no answer yet: the reasoning may be it
         _add_fallback(content, choice, reasoning)
     return a.Message(
@@ -74,6 +74,7 @@ def _add_tool_uses(
     names: dict[str, str],
     taken: set[str],
     new_tool_id: Callable[[], str],
+    tag: str,
 ) -> None:
     """The calls as tool_use blocks: the client's tool names, ids the conversation has not used."""
     for call in calls:
@@ -81,7 +82,7 @@ def _add_tool_uses(
         name = names.get(function.name or "", function.name or "")
         content.append(
             a.OutToolUseBlock(
-                id=client_tool_id(call.id, taken) if call.id else new_tool_id(),
+                id=client_tool_id(call.id, taken, tag) if call.id else tagged(new_tool_id(), tag),
                 name=name,
                 input=parse_arguments(function.arguments, tool=name),
             )  # fmt: skip

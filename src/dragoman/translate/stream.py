@@ -27,7 +27,7 @@ from dragoman.translate.stops import PrefillEcho, StopMatcher
 from dragoman.translate.thinking import signature_for
 from dragoman.translate.tool_args import completion_suffix
 from dragoman.translate.tool_calls import ToolCall, arguments_complete, open_call_for
-from dragoman.translate.tool_ids import client_tool_id
+from dragoman.translate.tool_ids import client_tool_id, tagged
 
 
 class StreamTranslator:
@@ -46,6 +46,7 @@ class StreamTranslator:
         window_bound: bool = False,
         prefill: str = "",
         upstream: str = "upstream",
+        replica_tag: Callable[[], str] = str,
         redactor: Redactor = NO_KEYS,
     ) -> None:
         self._model = model
@@ -53,6 +54,7 @@ class StreamTranslator:
         self._new_tool_id = new_tool_id
         self._tool_names = tool_names or {}
         self._taken_ids = set() if taken_tool_ids is None else taken_tool_ids  # the conversation's, then the reply's
+        self._replica_tag = replica_tag  # read at the first call: by then the replica answering is known
         self._stops = StopMatcher(stop_sequences or [])
         self._matching = bool(self._stops)  # checked per token: a plain flag, not StopMatcher.__bool__
         self._echo = PrefillEcho(prefill)
@@ -393,7 +395,8 @@ class StreamTranslator:
         live.started = True
         self._index += 1
         self._open = "tool"
-        tool_id = client_tool_id(live.id, self._taken_ids) if live.id else self._new_tool_id()
+        tag = self._replica_tag()
+        tool_id = client_tool_id(live.id, self._taken_ids, tag) if live.id else tagged(self._new_tool_id(), tag)
         block = a.OutToolUseBlock(id=tool_id, name=live.name, input={})
         events.append(a.ContentBlockStart(index=self._index, content_block=block))
         if live.args:

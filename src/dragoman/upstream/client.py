@@ -169,6 +169,11 @@ class HttpClient:
             await self.loads.stop()
         await self._pool.close()
 
+    def replica_tag(self, root: str | None) -> str:
+        """The tag for the tool ids the replica `root` makes ("": none), which routing reads back."""
+        placement = self.replicas.placement
+        return "" if placement is None else placement.tag(root)
+
     def url(self, path: str, *, from_root: bool = False, root: str | None = None) -> str:
         return (root or self.roots[0]) + ("" if from_root else self.prefix) + path
 
@@ -184,6 +189,7 @@ class HttpClient:
         stream: bool = False,
         prompt: PromptKind | MessagesParts | None = None,
         conversation: str | None = None,
+        previous: str | None = None,
     ) -> Response:
         """POST and wait for the response head, retrying transient failures.
 
@@ -193,10 +199,10 @@ class HttpClient:
         for its first body bytes (`dragoman.upstream.opening`), and may send it again.
         `prompt` says the body is a model's prompt of that kind (or gives its parts, read
         already), which cache-aware routing matches (with the client's `conversation`, if
-        it named one)."""
+        it named one, and the tag of the replica its turn before went to, `previous`, if it said)."""
         request = Sending(path if from_root else self.prefix + path, self._header_lines(headers), body, outcome, stream,
                           time.monotonic() + self._upstream.retry_budget, kind=prompt,
-                          conversation=conversation)  # fmt: skip
+                          conversation=conversation, previous=previous)  # fmt: skip
         return await self._post(request, raw)
 
     async def _post(self, request: Sending, raw: bool) -> Response:
@@ -215,7 +221,8 @@ class HttpClient:
         if self.loads is not None:
             self.loads.start()  # once: it needs the running loop
         if request.kind is not None and request.prompt is None and placement.wants_prompt():
-            request.prompt = prompt_of(request.body, request.kind, request.conversation, placement.settings.block_bytes)
+            request.prompt = prompt_of(request.body, request.kind, request.conversation, placement.settings.block_bytes,
+                                       placement.root_of(request.previous))  # fmt: skip
         decision = self.replicas.place(avoid=request.root, prompt=request.prompt)
         placement.sent(decision.root, request.prompt)
         request.held = decision.root

@@ -39,6 +39,7 @@ class Sending:
     root: str | None = None  # the instance of the latest attempt
     kind: PromptKind | MessagesParts | None = None  # the body is a prompt of this kind (routing may match it), or none
     conversation: str | None = None  # the client's session, if it named one
+    previous: str | None = None  # the tag of the replica the conversation's turn before went to, if it said
     prompt: Prompt | None = None  # the body as routing sees it, once read
     held: str | None = None  # the instance counting this request in flight (until the reply ends)
     counted: bool = False  # the outcome releases `held` when the reply ends

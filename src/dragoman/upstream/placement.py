@@ -12,6 +12,11 @@ plus a price per step away from the conversation's home (`dragoman.upstream.home
 enough that gateway replicas that know nothing of a conversation still send it where the
 others do. A replica far above the mean load takes nothing while another is below it.
 
+Behind replicas, the tool ids of a translated reply name the replica that made them
+(`replica_tag`, translate/tool_ids.py); the client sends them back with every later turn,
+so a gateway process learns where a conversation's turn before went even when another
+process sent it (`Prompt.previous`): that replica holds the conversation, and comes first.
+
 A replica's load is the requests this gateway has in flight there, or, where the replica
 publishes its own (`dragoman.upstream.gauges` reads them in the background), what it said it
 was running and queueing, every gateway's requests together, corrected by this gateway's own
@@ -51,6 +56,12 @@ class MessagesParts(Protocol):
 _hash = xxhash.xxh3_64_intdigest  # deterministic across processes: gateway replicas agree on it
 
 
+def replica_tag(root: str) -> str:
+    """A replica's tag in the tool ids it makes (translate/tool_ids.py): the same in every
+    gateway process configured with the same URL."""
+    return f"{_hash(root.encode()) & 0xFFFFFF:06x}"
+
+
 @dataclass(frozen=True, slots=True)
 class Prompt:
     """A request's prompt as routing sees it: in prompt order (tools, system, messages)."""
@@ -59,6 +70,7 @@ class Prompt:
     size: int  # bytes
     identity: bytes  # the conversation: its session, else a hash of everything to its first user turn
     first_turn: bool | None = None  # nothing after its first user turn (None: not known)
+    previous: str | None = None  # the replica its turn before went to, where the request says so
 
     @property
     def tokens(self) -> int:
@@ -102,10 +114,14 @@ _SYSTEM_ROLE = re.compile(rb'^\{\s*"role"\s*:\s*"system"')
 
 
 def prompt_of(
-    body: bytes, kind: PromptKind | MessagesParts, conversation: str | None, block_bytes: int
+    body: bytes,
+    kind: PromptKind | MessagesParts,
+    conversation: str | None,
+    block_bytes: int,
+    previous: str | None = None,
 ) -> Prompt | None:
     """The prompt of a request body as sent upstream (or of its parts, read already); None if
-    it is no JSON object."""
+    it is no JSON object. `previous`: the replica its turn before went to, if the request said."""
     if kind == "chat":
         ordered = _chat_order(body)
     elif kind == "messages":
@@ -122,7 +138,7 @@ def prompt_of(
     for start in range(0, len(data), block_bytes):
         chained = _hash(view[start : start + block_bytes], chained)
         blocks.append(chained)
-    return Prompt(blocks, len(data), identity, first_turn)
+    return Prompt(blocks, len(data), identity, first_turn, previous)
 
 
 def _chat_order(body: bytes) -> tuple[bytes, int, bool | None] | None:
@@ -223,6 +239,18 @@ class Placement:
             roots, spread=settings.spread, shared_spread=settings.shared_spread, max_age=settings.max_age, clock=clock
         )
         self._turn = itertools.cycle(range(len(roots)))
+        tags = [replica_tag(root) for root in roots]
+        self._by_tag = {tag: root for tag, root in zip(tags, roots, strict=True) if tags.count(tag) == 1}
+
+    def root_of(self, tag: str | None) -> str | None:
+        """The replica with this tag (`replica_tag`), if it is one of these."""
+        return None if tag is None else self._by_tag.get(tag)
+
+    def tag(self, root: str | None) -> str:
+        """The tag for the tool ids `root` makes, where routing reads them back (cache aware)."""
+        if root is None or self.policy != "cache_aware" or root not in self._by_tag.values():
+            return ""
+        return replica_tag(root)
 
     def wants_prompt(self) -> bool:
         return self.policy == "cache_aware"
@@ -284,12 +312,15 @@ class Placement:
         loads, surcharges = self._loads(candidates, now)
         cap = sum(loads.values()) / len(loads) * settings.balance_rel + settings.balance_abs
         # The conversation's home, then its rendezvous order: what every gateway replica computes.
-        ranked = self.homes.order(prompt.identity, prompt.first_turn)
+        previous = prompt.previous if prompt.previous in self.in_flight else None
+        ranked = self.homes.order(prompt.identity, prompt.first_turn, previous)
         order = [root for root in ranked if root in loads]
         eligible = [root for root in order if loads[root] <= cap] or order
         block_tokens = settings.block_bytes // BYTES_PER_TOKEN
         indexes, tokens = self.indexes, prompt.tokens
         matches = [min(indexes[root].match(prompt.blocks, now) * block_tokens, tokens) for root in eligible]
+        if previous in eligible:  # it holds the turn before, whichever gateway sent it: the most of any
+            matches[eligible.index(previous)] = max(matches)
         rank = {root: position for position, root in enumerate(order)}
         costs = [
             tokens - matched + settings.load_tokens * loads[root] + surcharges.get(root, 0.0)

@@ -13,7 +13,8 @@ import pytest
 
 from dragoman.core.capabilities import ModelCaps
 from dragoman.translate.request import Options
-from tests.support.helpers import assistant, image, text, tool_result, tool_use, user
+from dragoman.translate.tool_ids import tagged
+from tests.support.helpers import assistant, image, text, tool_result, tool_use, translate, user, wire
 from tests.support.translate_request_scaffold import TOOL, body, error, messages
 
 
@@ -126,6 +127,27 @@ def test_tool_use_becomes_tool_calls_with_ids_preserved() -> None:
         {"role": "tool", "tool_call_id": "toolu_01A", "content": "sunny"},
         {"role": "tool", "tool_call_id": "toolu_01B", "content": "rain"},
     ]
+
+
+def test_the_replica_a_conversations_latest_tool_call_came_from_is_read_and_its_ids_go_back_untagged() -> None:
+    """Routing reads where the turn before went from its tool ids (translate/tool_ids.py); the
+    server sees its own ids."""
+    older, latest = tagged("call_1", "aaaaaa"), tagged("call_2", "bbbbbb")
+    turns = [
+        user("Weather in Paris?"),
+        assistant([tool_use(older, input={"city": "Paris"})]),
+        user([tool_result(older, "sunny")]),
+        assistant([text("And Rome."), tool_use(latest, input={"city": "Rome"})]),
+        user([tool_result(latest, "rain")]),
+    ]
+    translated = translate(tools=[TOOL], messages=turns)
+    assert translated.previous_replica == "bbbbbb"
+    sent = wire(translated.chat)["messages"]
+    assert [m["tool_calls"][0]["id"] for m in sent if m["role"] == "assistant"] == ["call_1", "call_2"]
+    assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == ["call_1", "call_2"]
+    assert translate(tools=[TOOL], messages=turns[:1]).previous_replica is None
+    assert translate(tools=[TOOL], messages=[user("hi"), assistant([tool_use("call_9")]),
+                                             user([tool_result("call_9", "x")])]).previous_replica is None  # fmt: skip
 
 
 def test_tools_and_tool_calls_carry_type_function() -> None:

@@ -14,7 +14,7 @@ import pytest
 from dragoman.core.config import CacheRouting
 from dragoman.protocol import anthropic, openai
 from dragoman.upstream.homes import Homes
-from dragoman.upstream.placement import Placement, PrefixIndex, Prompt, prompt_of
+from dragoman.upstream.placement import Placement, PrefixIndex, Prompt, prompt_of, replica_tag
 from dragoman.upstream.replicas import Replicas
 
 ROOTS = [f"http://10.0.0.{i}:8000" for i in range(1, 5)]
@@ -560,3 +560,35 @@ def test_a_cache_routing_setting_out_of_range_is_a_start_up_error_naming_it() ->
     with pytest.raises(ConfigError, match=r"upstreams\.u\.routing"):
         from_dict({"upstreams": {"u": {**upstream, "routing": "random"}}})
     assert from_dict({"upstreams": {"u": upstream}}).upstreams["u"].routing is None  # cache_aware, with replicas
+
+
+def test_a_gateway_sends_a_turn_where_the_request_says_its_turn_before_went() -> None:
+    """Two gateway processes that share nothing: one sent every conversation's first turn, the
+    other gets their second turns. Told where each first turn went (its tool ids say:
+    translate/tool_ids.py), it sends each there; not told, it would send some elsewhere, each
+    to be computed again."""
+    clock = Clock()
+    first, second, blind = (placement(clock=clock) for _ in range(3))
+    talks = [f"session-{i}" for i in range(40)]
+    went = {}
+    for talk in talks:
+        went[talk] = send(first, chat_body(f"{talk} task " * 60), talk, end=False)
+    clock.now += 2
+    told, guessed = {}, {}
+    for talk in talks:
+        body = chat_body(f"{talk} task " * 60, "done " * 20, "result " * 80)
+        told[talk] = second.choose(ROOTS, prompt_of(body, "chat", talk, BLOCK, went[talk])).root  # type: ignore[union-attr]
+        guessed[talk] = blind.choose(ROOTS, prompt(body, conversation=talk)).root
+    assert told == went
+    assert guessed != went
+    assert second.homes.kept and not blind.homes.kept  # most later turns said where they were before
+
+
+def test_replica_tags_name_a_replica_in_every_gateway_process() -> None:
+    one, other = placement(), placement()
+    tags = [replica_tag(root) for root in ROOTS]
+    assert len(set(tags)) == len(ROOTS) and all(len(tag) == 6 for tag in tags)
+    assert [one.root_of(tag) for tag in tags] == [other.root_of(tag) for tag in tags] == ROOTS
+    assert one.root_of("000000") is None and one.root_of(None) is None
+    assert one.tag(ROOTS[1]) == tags[1] and one.tag("http://elsewhere:1") == "" and one.tag(None) == ""
+    assert placement("least_loaded").tag(ROOTS[1]) == ""  # nothing reads them back

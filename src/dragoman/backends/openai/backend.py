@@ -215,7 +215,8 @@ class OpenAIBackend:
             translated.chat, route, request.max_tokens, lambda chat: self._count(chat, route, estimate=0)
         )
         post = self._http.post("/chat/completions", fitted.body, outcome=call.outcome, stream=upstream_stream,
-                               prompt="chat", conversation=call.conversation)  # fmt: skip
+                               prompt="chat", conversation=call.conversation,
+                               previous=translated.previous_replica)  # fmt: skip
         reply = self._reply_settings(call, translated, fitted.window_bound)
 
         async def prompt_tokens() -> int:  # for a reply without the upstream's usage
@@ -267,7 +268,8 @@ class OpenAIBackend:
             translated.chat, route, request.max_tokens, lambda chat: self._count(chat, route, estimate=0)
         )
         response = await self._http.post("/chat/completions", fitted.body, outcome=call.outcome, stream=True,
-                                          prompt="chat", conversation=call.conversation)  # fmt: skip
+                                          prompt="chat", conversation=call.conversation,
+                                          previous=translated.previous_replica)  # fmt: skip
 
         async def prompt_tokens() -> int:
             return (await self._count(translated.chat, route, estimate=count_estimate(translated.chat)))[0]
@@ -296,6 +298,8 @@ class OpenAIBackend:
             # Servers asked to continue explicitly never repeat the prefill; native ones may.
             "prefill": translated.prefill if self.profile.prefill == "native" else "",
             "upstream": self.name,
+            # Tool ids say which replica made them, for routing to read back (docs/routing.md).
+            "replica_tag": lambda: self._http.replica_tag(getattr(call.outcome, "replica", None)),
         }
 
     async def _streamed(self, post: Awaitable[Response], translator: StreamTranslator, call: Call,
