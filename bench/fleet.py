@@ -26,7 +26,7 @@ is dragoman's own (`dragoman.upstream.placement`: the request body as the gatewa
   prefix index and in-flight counts, and they share nothing. `--echo` (0.9): the share of
   later turns whose request says where the turn before went, as the tool ids of a translated
   reply do (translate/tool_ids.py; a conversation that never called a tool, or a passed-through
-  one, says nothing: `--echo 0`).
+  one, says nothing: `--echo 0`). `--affinity`: the load balancer sends each session to one gateway.
 - With `--load-metrics SECONDS`, each gateway reads every replica's own figures that often (as
   `dragoman.upstream.gauges` does from /metrics; each gateway at its own phase): requests
   running and waiting, and KV-cache usage, modelled as the running requests' tokens over
@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from itertools import count
 
 import msgspec
+import xxhash
 
 import fleet_cost
 import fleet_report
@@ -90,6 +91,7 @@ class Settings:
     load_metrics: float = 0.0  # seconds between each gateway's reads of the replicas' own load; 0: none
     outside: int = 0  # requests kept in flight on each of the first quarter of the replicas by other clients
     shape: str = "steady"
+    affinity: bool = False  # the load balancer sends each session to one gateway (hashing its id)
     echo: float = 0.9  # the share of later turns whose request says where the turn before went (its tool ids)
     explain: bool = False  # tell where the recomputation and the queues come from (bench/fleet_explain.py)
 
@@ -211,6 +213,8 @@ class Fleet:
 
     def _send(self, now: float, conversation: Conversation) -> None:
         gateway = self.rng.randrange(self.s.gateways)
+        if self.s.affinity:
+            gateway = xxhash.xxh3_64_intdigest(conversation.session.encode()) % self.s.gateways
         body = conversation.body()
         keys = conversation.text.keys
         tokens = len(conversation.text.data) // BYTES_PER_TOKEN
@@ -430,6 +434,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a cache_routing setting for this run (repeatable), e.g. --set load_tokens=256")  # fmt: skip
     parser.add_argument("--json", help="write the results here too")
+    parser.add_argument("--affinity", action="store_true", help="the load balancer sends each session to one gateway")
     parser.add_argument("--echo", type=float, default=Settings.echo,
                         help="the share of later turns whose request says where the turn before went")  # fmt: skip
     parser.add_argument("--explain", action="store_true", help="where each run's recomputation and queues come from")
@@ -462,7 +467,7 @@ def _jobs(args: argparse.Namespace) -> list[tuple[Settings, str]]:
                                     duration=args.duration, warmup=args.warmup, cache_tokens=args.cache_tokens,
                                     slots=args.slots, prefill_rate=args.prefill_rate, decode_rate=args.decode_rate,
                                     seed=seed, routing=routing, load_metrics=metrics, outside=args.outside,
-                                    echo=args.echo, explain=args.explain)  # fmt: skip
+                                    affinity=args.affinity, echo=args.echo, explain=args.explain)  # fmt: skip
             jobs.append((settings, policy))
     return jobs
 
