@@ -28,7 +28,7 @@ import load  # noqa: E402
 import run  # noqa: E402
 
 STARTERS = {"translating": run.start_translating, "passthrough": run.start_passthrough,
-            run.LIMITS: run.start_limited, run.LIMITS_REDIS: run.start_limited}  # fmt: skip
+            run.LIMITS: run.start_limited, run.LIMITS_REDIS: run.start_limited, run.TEAM: run.start_team}  # fmt: skip
 
 
 def parse_cases(text: str) -> list[run.Case]:
