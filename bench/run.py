@@ -372,9 +372,10 @@ def start_limited(procs: Processes, fake: Server, name: str, env: dict[str, str]
 
 
 def start_team(procs: Processes, fake: Server, name: str = TEAM, env: dict[str, str] | None = None,
-               keys: int = team.KEYS) -> Server:  # fmt: skip
+               keys: int = team.KEYS, command: list[str] | None = None) -> Server:  # fmt: skip
     """`translating` with every team feature on (bench/team.py): `keys` keys in a private
-    PostgreSQL database, dropped with the Redis keys once the gateway stops."""
+    PostgreSQL database, dropped with the Redis keys once the gateway stops. `command`: what
+    runs in place of `python -m dragoman` (bench/tail_hook.py)."""
     try:
         made = team.setup(name, keys, redis_url())
     except team.Unavailable as why:
@@ -385,7 +386,7 @@ def start_team(procs: Processes, fake: Server, name: str = TEAM, env: dict[str, 
     config.write_text(made.config(procs.workdir, fake.url, second.url, (MODEL, PACED_MODEL, SLOW_MODEL)))
 
     def launch(port: int) -> tuple[list[str], str]:
-        argv = [sys.executable, "-m", "dragoman", "serve", "--config", str(config), "--port", str(port)]
+        argv = [*(command or [sys.executable, "-m", "dragoman"]), "serve", "--config", str(config), "--port", str(port)]
         return argv, f"http://127.0.0.1:{port}/v1/messages"
 
     probe = shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False)

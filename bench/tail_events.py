@@ -1,9 +1,10 @@
 """Where the slowest tiny requests' time goes, over real sockets: each request the client timed
 matched with what the gateway process did meanwhile (bench/tail_hook.py records it).
 
-    python bench/tail_events.py [--requests 20000] [--blocks 10] [--base ../main/src]
+    python bench/tail_events.py [--requests 20000] [--blocks 10] [--base ../main/src] [--team] [--nice -10]
 
-A fake upstream and `dragoman serve` (default configuration: usage accounting on, SQLite),
+A fake upstream and `dragoman serve` (default configuration: usage accounting on, SQLite; with
+`--team`, bench/team.py's: keys, limits in Redis, usage in PostgreSQL, two replicas),
 pinned as bench/run.py pins them; one request at a time, tiny and non-streaming, in blocks
 alternating with the same count sent straight to the fake (the baseline). Every time is
 CLOCK_MONOTONIC, shared by the processes. For the requests at or above the gateway's p99 and
@@ -76,17 +77,15 @@ async def load(gateway: run.Server, fake: run.Server, requests: int, blocks: int
     twin = shapes.openai_body("tiny", model=run.MODEL, max_tokens=100, stream=False)
     plain = {"authorization": "Bearer sk-fake-upstream", "content-type": "application/json"}
     connector = aiohttp.TCPConnector(limit=0)
+    ours = {**gateway.headers, "content-type": "application/json"}
+    to_gateway = (gateway.url, body, ours, through)
+    to_fake = (fake.url + "/chat/completions", twin, plain, direct)
     async with aiohttp.ClientSession(connector=connector) as session:
-        await send(session, gateway.url, body, HEADERS, 500, [])
+        await send(session, gateway.url, body, ours, 500, [])
         await send(session, fake.url + "/chat/completions", twin, plain, 500, [])
         for block in range(blocks):
-            each = requests // blocks
-            first, second = (
-                (gateway.url, body, HEADERS, through),
-                (fake.url + "/chat/completions", twin, plain, direct),
-            )
-            for url, data, headers, into in (first, second) if block % 2 == 0 else (second, first):
-                await send(session, url, data, headers, each, into)
+            for url, data, headers, into in (to_gateway, to_fake) if block % 2 == 0 else (to_fake, to_gateway):
+                await send(session, url, data, headers, requests // blocks, into)
     return through, direct
 
 
@@ -134,7 +133,10 @@ def phases(requests: list[tuple[float, float]], ev: dict[str, Any], seen_gc: lis
     return out
 
 
-def report(rows: list[dict[str, Any]], direct: list[tuple[float, float]], ev: dict[str, Any], seconds: float) -> None:
+def report(
+    rows: list[dict[str, Any]], direct: list[tuple[float, float]], ev: dict[str, Any], begin: float, end: float
+) -> None:
+    seconds = end - begin
     totals = sorted(r["total"] for r in rows)
     base = sorted(t1 - t0 for t0, t1 in direct)
 
@@ -156,7 +158,7 @@ def report(rows: list[dict[str, Any]], direct: list[tuple[float, float]], ev: di
     tests = {"a gateway GC, any generation": lambda r: bool(r["gc"]), "a gateway GC of generation 2": lambda r: 2 in r["gc"],
              "a thread-pool job": lambda r: bool(r["jobs"]), "the client's own GC": lambda r: bool(r["client_gc"]),
              f"> {QUEUED_OVER * 1e6:.0f} µs in the run queue": lambda r: r["queued"] > QUEUED_OVER,
-             f"> {BLOCKED_OVER * 1e6:.0f} µs blocked (GIL)": lambda r: r["blocked"] > BLOCKED_OVER,
+             f"> {BLOCKED_OVER * 1e6:.0f} µs blocked (GIL, Redis)": lambda r: r["blocked"] > BLOCKED_OVER,
              "none of these": lambda r: not (r["gc"] or r["jobs"] or r["client_gc"] or r["queued"] > QUEUED_OVER
                                              or r["blocked"] > BLOCKED_OVER)}  # fmt: skip
     for label, test in tests.items():
@@ -187,12 +189,18 @@ def report(rows: list[dict[str, Any]], direct: list[tuple[float, float]], ev: di
             print(f"  GC generation {generation}: {len(these) / seconds:.2f}/s, wall p50 {q(these, 0.5) * 1e3:.0f} µs, "
                   f"max {these[-1] * 1e6:.0f}; CPU p50 {q(cpus, 0.5) * 1e3:.0f} µs, max {cpus[-1] * 1e6:.0f}")  # fmt: skip
     print(f"  threads at exit: {', '.join(ev.get('threads', []))}; switch interval {ev.get('switch_interval')}")
-    for found in ev.get("young", []):
-        print(f"  a young collection found {found[0]} objects: {found[1]}")
+    for generation, at, count, kinds in ev.get("young", []):
+        print(
+            f"  a collection of generation {generation} ({'in' if begin <= at <= end else 'outside'} the window) "
+            f"found {count} objects: {kinds}"
+        )
     print(f"  the old generation at exit: {ev['old'][0]} objects ({ev['old'][2]} frozen): {ev['old'][1]}")
 
 
-def start_hooked(procs: run.Processes, fake: run.Server, out: Path, env: dict[str, str]) -> run.Server:
+def start_hooked(procs: run.Processes, fake: run.Server, out: Path, env: dict[str, str], team: bool) -> run.Server:
+    if team:
+        return run.start_team(procs, fake, env=env, command=[sys.executable, str(HERE / "tail_hook.py"), str(out)])
+
     def launch(port: int) -> tuple[list[str], str]:
         argv = [sys.executable, str(HERE / "tail_hook.py"), str(out), "serve", "--upstream", fake.url, "--port", str(port),
                 "--log-level", "warning"]  # fmt: skip
@@ -207,6 +215,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--blocks", type=int, default=10)
     parser.add_argument("--base", help="a src directory to run instead of this venv's build")
+    parser.add_argument("--team", action="store_true", help="every team feature on (bench/team.py's configuration)")
     parser.add_argument(
         "--nice",
         type=int,
@@ -227,7 +236,7 @@ def main() -> None:
         out = Path(workdir) / "events.json"
         try:
             fake = run.start_fake(procs, slow_delay_ms=5000)
-            gateway = start_hooked(procs, fake, out, {**env, "XDG_DATA_HOME": workdir})
+            gateway = start_hooked(procs, fake, out, {**env, "XDG_DATA_HOME": workdir}, args.team)
             seen_gc = client_gc()
             through, direct = asyncio.run(load(gateway, fake, args.requests, args.blocks))
             os.killpg(gateway.pid, signal.SIGTERM)
@@ -238,7 +247,7 @@ def main() -> None:
     begin, end = min(through[0][0], direct[0][0]), max(through[-1][1], direct[-1][1])
     for name in ("gc", "jobs", "app", "up"):  # what start-up and shutdown did is left out
         ev[name] = [e for e in ev[name] if begin <= e[0] <= end]
-    report(phases(through, ev, sorted(seen_gc)), direct, ev, end - begin)
+    report(phases(through, ev, sorted(seen_gc)), direct, ev, begin, end)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ the same clock in every process of the machine):
   OS running something else) over it;
 - `up`: each upstream request, from sending it to its response's head;
 - `gc`: each garbage collection, with its generation, CPU time, and whether on the main thread;
-  `young`: what the first three young collections once serving found (objects by type);
+  `young`: what the last three collections once serving found (objects by type);
 - `jobs`: each job of a thread pool (`asyncio.to_thread` and the like), named, with its
   thread's CPU time.
 
@@ -57,8 +57,10 @@ def _gc_hook() -> None:
 
     def callback(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            if info["generation"] == 0 and gc.get_threshold()[0] > 1000 and len(events["young"]) < 3:
-                events["young"].append(_kinds(gc.get_objects(0)))  # the serving process's, not the start-up's
+            if gc.get_threshold()[0] > 1000:  # the serving process's, not the start-up's: the last three kept
+                generation = info["generation"]
+                found = [o for g in range(generation + 1) for o in gc.get_objects(g)]
+                events["young"][:] = [*events["young"][-2:], [generation, clock(), *_kinds(found)]]
             began[:] = [clock(), time.thread_time()]
         elif began:
             events["gc"].append((began[0], clock(), info["generation"], time.thread_time() - began[1],
