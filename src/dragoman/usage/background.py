@@ -1,14 +1,14 @@
-"""A thread of its own for the usage writer's periodic work (the journal's steps, SQLite's
-writes), at a lower CPU priority than the event loop's.
+"""A thread of its own for SQLite's writes of usage records, at a lower CPU priority than the
+event loop's.
 
-That work comes in bursts: once a second SQLite stores a second's records (about 8 µs of
-CPU each: 20 ms at 2,500 requests a second), and the journal takes what finished every
-0.2 s. On a gateway given one CPU, a burst on an ordinary thread shares the CPU with the
-requests served meanwhile: the tail of their latency at concurrency 1 was made of them
-(docs/performance.md). At a lower priority the thread runs while the loop waits, and
-gives way as soon as a request needs the CPU; under saturation it still gets about a
-tenth of it, several times what writing costs. On Linux a thread's nice value is its own;
-elsewhere the thread keeps the process's priority."""
+They come in bursts: once a second SQLite stores a second's records, about 8 µs of CPU each
+(20 ms at 2,500 requests a second). On a gateway given one CPU, a burst on an ordinary thread
+shares the CPU with the requests served meanwhile, which waited in the run queue for it
+(docs/performance.md). At a lower priority the thread runs while the loop waits, and gives
+way as soon as a request needs the CPU; under saturation it still gets about a tenth of it,
+twice what writing 6,000 records a second costs. (The journal's steps, a few hundred µs
+each, stay at the loop's priority: a record must reach the journal within 0.2 s.) On Linux a
+thread's nice value is its own; elsewhere the thread keeps the process's priority."""
 
 from __future__ import annotations
 

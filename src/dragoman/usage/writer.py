@@ -17,7 +17,6 @@ import time
 from msgspec.structs import replace
 
 from dragoman.calls.types import Outcome
-from dragoman.usage.background import Background
 from dragoman.usage.journal import CRASHED, Journal
 from dragoman.usage.outage import Outage, ReadGuard
 from dragoman.usage.records import UsageRecord, UsageStore, record_of
@@ -49,7 +48,6 @@ class UsageWriter:
         self._tasks: list[asyncio.Task[None]] = []
         self._flushing = asyncio.Lock()
         self._journaling = asyncio.Lock()  # one journal step at a time, from the flush or the appender
-        self._steps = Background("dragoman-usage-journal")  # below the loop's priority: see usage.background
         self._failing = False  # logged once per outage
         self._journal_failing = False
         self._journaled_at = -math.inf  # monotonic time of the last full journal step
@@ -119,7 +117,7 @@ class UsageWriter:
                 self._journaled_at = time.monotonic()
             pending, self._unjournaled = self._unjournaled, []
             streams = self._in_flight() if full else None
-            step = asyncio.ensure_future(self._steps(self._journal_step, pending, streams, seal))
+            step = asyncio.ensure_future(asyncio.to_thread(self._journal_step, pending, streams, seal))
             try:
                 adopted = await asyncio.shield(step)
             except asyncio.CancelledError:  # the step ends all the same: what it adopted must not be lost
@@ -256,13 +254,12 @@ class UsageWriter:
         if self.journal is not None:
             await self._journal(force=True)  # what the last tick did not journal (a failed journal kept it)
             with contextlib.suppress(OSError):
-                await self._steps(self.journal.close, not self._held)
+                await asyncio.to_thread(self.journal.close, not self._held)
             if self._held:
                 log.warning("%d usage records could not be written before shutdown; they stay in the journal "
                             "in %s, and the next gateway process to start ships them", len(self._held),
                             self.journal.dir)  # fmt: skip
         elif self._held:
             log.error("%d usage records could not be written before shutdown", len(self._held))
-        self._steps.close()
         if self._opened:
             await self.store.close()
