@@ -376,11 +376,13 @@ def start_team(procs: Processes, fake: Server, name: str = TEAM, env: dict[str, 
     """`translating` with every team feature on (bench/team.py): `keys` keys in a private
     PostgreSQL database, dropped with the Redis keys once the gateway stops. `command`: what
     runs in place of `python -m dragoman` (bench/tail_hook.py)."""
+    started = time.monotonic()
     try:
         made = team.setup(name, keys, redis_url())
     except team.Unavailable as why:
         raise Skipped(str(why)) from None
     procs.cleanups.append(made.cleanup)
+    log(f"{name}: {keys:,} keys in {made.database}, seeded in {time.monotonic() - started:.1f} s")
     second = start_fake(procs, slow_delay_ms=5000, name=f"fake-{name}")  # the second replica
     config = procs.workdir / f"{name}.toml"
     config.write_text(made.config(procs.workdir, fake.url, second.url, (MODEL, PACED_MODEL, SLOW_MODEL)))
