@@ -115,7 +115,11 @@ async def profile_case(
 
 async def main_async(args: argparse.Namespace, procs: bench.Processes) -> None:
     fake = bench.start_fake(procs, slow_delay_ms=5000)
-    starters = {"translating": bench.start_translating, "passthrough": bench.start_passthrough, "team": bench.start_team}
+    starters = {
+        "translating": bench.start_translating,
+        "passthrough": bench.start_passthrough,
+        "team": bench.start_team,
+    }
     gateway = starters[args.path](procs, fake)
     for case in args.case:
         shape, _, mode = case.partition(":")
