@@ -3,12 +3,14 @@
 The build under test is the one installed in this venv; the other (`--base`, a `src`
 directory such as a worktree of main) runs the same `python -m dragoman` with that
 directory first on PYTHONPATH. For each case and path the two run alternately, the
-order flipped each round, so a burst of noise from the machine lands on both. Reported
-per build: CPU per request in each round and over all of them, and the p50 latency.
+order flipped each round, so a burst of noise from the machine lands on both; the path's
+baseline (the direct call to the fake) runs in the same rounds. Reported per build: CPU per
+request in each round and over all of them, the p50 latency, and the added p50 and p99.
 
     python bench/ab.py --base /work/main/src --rounds 5 --duration 2
     python bench/ab.py --base ../main/src --cases tiny:stream100:1,claude-code:paced100:1 --paths translating
     python bench/ab.py --base ../main/src --cases tiny:json:1,tiny:json:32 --paths translating,limits-redis
+    python bench/ab.py --base ../main/src --cases tiny:json:1 --paths translating,team --rounds 8 --duration 3
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import load  # noqa: E402
 import run  # noqa: E402
 
 STARTERS = {"translating": run.start_translating, "passthrough": run.start_passthrough,
-            run.LIMITS: run.start_limited, run.LIMITS_REDIS: run.start_limited}  # fmt: skip
+            run.LIMITS: run.start_limited, run.LIMITS_REDIS: run.start_limited, run.TEAM: run.start_team}  # fmt: skip
 
 
 def parse_cases(text: str) -> list[run.Case]:
@@ -56,19 +58,23 @@ async def compare(args: argparse.Namespace, procs: run.Processes) -> int:
     for path in args.paths:
         for case in args.cases:
             cpu: dict[str, list[float]] = {"A": [], "B": []}
-            results: dict[str, list[load.Result]] = {"A": [], "B": []}
+            results: dict[str, list[load.Result]] = {"A": [], "B": [], "direct": []}
             for round_ in range(args.rounds):
-                for build in ("A", "B") if round_ % 2 == 0 else ("B", "A"):
-                    result = await run.measure(path, servers[(path, build)], fake, case, measure_args, rounds=args.rounds,
+                for build in ("A", "B", "direct") if round_ % 2 == 0 else ("direct", "B", "A"):
+                    target, server = (run.BASELINE[path], fake) if build == "direct" else (path, servers[(path, build)])
+                    result = await run.measure(target, server, fake, case, measure_args, rounds=args.rounds,
                                                first=round_ == 0)  # fmt: skip
                     failed = failed or result.errors > 0
                     results[build].append(result)
-                    cpu[build].append(result.cpu_per_request_ms or 0.0)
+                    if build != "direct":
+                        cpu[build].append(result.cpu_per_request_ms or 0.0)
+            base = run.merge(results["direct"])
             for build in ("A", "B"):
                 merged = run.merge(results[build])
                 rounds = " ".join(f"{c:.3f}" for c in cpu[build])
                 print(f"{path:12} {case.label:28} {build}: cpu {merged.cpu_per_request_ms or 0:.3f} ms/req "
-                      f"(median {statistics.median(cpu[build]):.3f}; rounds {rounds}), p50 {merged.ms(50):.2f} ms")  # fmt: skip
+                      f"(median {statistics.median(cpu[build]):.3f}; rounds {rounds}), p50 {merged.ms(50):.2f} ms, "
+                      f"added p50 {merged.ms(50) - base.ms(50):.2f} / p99 {merged.ms(99) - base.ms(99):.2f} ms")  # fmt: skip
     return 1 if failed else 0
 
 

@@ -7,7 +7,7 @@ time (it was on the stack). The raw collapsed stacks are kept for flame graphs
 (e.g. `py-spy`'s own SVG, speedscope, or flamegraph.pl).
 
     pip install py-spy            # into the venv that runs the gateway
-    python bench/profile.py --case tiny:json --case tiny:stream100 [--path passthrough]
+    python bench/profile.py --case tiny:json --case tiny:stream100 [--path passthrough|team]
         [--concurrency 32] [--seconds 10] [--native] [--out /tmp/dragoman-profile]
 """
 
@@ -115,8 +115,12 @@ async def profile_case(
 
 async def main_async(args: argparse.Namespace, procs: bench.Processes) -> None:
     fake = bench.start_fake(procs, slow_delay_ms=5000)
-    start = bench.start_translating if args.path == "translating" else bench.start_passthrough
-    gateway = start(procs, fake)
+    starters = {
+        "translating": bench.start_translating,
+        "passthrough": bench.start_passthrough,
+        "team": bench.start_team,
+    }
+    gateway = starters[args.path](procs, fake)
     for case in args.case:
         shape, _, mode = case.partition(":")
         await profile_case(gateway, fake, shape, mode or "json", args)
@@ -124,7 +128,7 @@ async def main_async(args: argparse.Namespace, procs: bench.Processes) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="py-spy profile of a dragoman path under load")
-    parser.add_argument("--path", choices=("translating", "passthrough"), default="translating")
+    parser.add_argument("--path", choices=("translating", "passthrough", "team"), default="translating")
     parser.add_argument("--case", action="append", help="shape:mode, e.g. tiny:json, tiny:stream100 (repeatable)")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=10)

@@ -84,6 +84,7 @@ sys.path.insert(0, str(HERE))
 import ccr  # noqa: E402
 import load  # noqa: E402
 import shapes  # noqa: E402
+import team  # noqa: E402
 
 LITELLM_VERSION = "1.106.12"  # newest whose [proxy] extra resolves from PyPI here (see docs/performance.md)
 LITELLM_KEY = "sk-bench-master"
@@ -101,13 +102,15 @@ MODES = {
 RELAY = "relay-floor"  # bench/relay.py: the per-chunk CPU floor, not a gateway
 FLOOR = "asgi-floor"  # bench/asgi_floor.py: the floor of dragoman's stack (uvicorn + its upstream pool), not a gateway
 LIMITS, LIMITS_REDIS = "limits-local", "limits-redis"  # `translating` with [limits] on, in-process or in Redis
-TARGETS = ("direct-openai", "direct-anthropic", RELAY, FLOOR, "translating", LIMITS, LIMITS_REDIS, "passthrough", "litellm",
-           "ccr")  # fmt: skip
+TEAM = team.TEAM  # `translating` with every team feature on (bench/team.py)
+TARGETS = ("direct-openai", "direct-anthropic", RELAY, FLOOR, "translating", LIMITS, LIMITS_REDIS, TEAM, "passthrough",
+           "litellm", "ccr")  # fmt: skip
 BASELINE = {"translating": "direct-openai", "litellm": "direct-openai", "passthrough": "direct-anthropic", RELAY: "direct-openai",
-            FLOOR: "direct-anthropic", "ccr": "direct-openai", LIMITS: "direct-openai", LIMITS_REDIS: "direct-openai"}  # fmt: skip
+            FLOOR: "direct-anthropic", "ccr": "direct-openai", LIMITS: "direct-openai", LIMITS_REDIS: "direct-openai",
+            TEAM: "direct-openai"}  # fmt: skip
 PEERS = {"litellm": "LiteLLM", "ccr": "CCR"}  # the other gateways: each gets a throughput and a latency column
 IDLE_TARGETS = ("translating", "passthrough", "ccr")  # hold 1,000 idle streams open (LiteLLM is not measured)
-LIMITS_MODES = ("json", "stream100")  # the cells of the limits' cost per request
+LIMITS_MODES = ("json", "stream100")  # the cells of the limits' cost per request, and of the team target's
 RELAY_MODES = ("json", "paced100")  # the cells of the paced CPU-per-chunk figure
 FLOOR_MODES = ("json", "stream100", "paced100")  # stream500 skipped to save time
 OPENAI_TARGETS = ("direct-openai", RELAY)  # sent the OpenAI twin of the request
@@ -160,6 +163,7 @@ class Processes:
         self.gateway_cpus = gateway_cpus
         self.client_cpus = client_cpus
         self.started: list[Server] = []
+        self.cleanups: list[Callable[[], None]] = []  # run once every server has stopped (a database dropped)
 
     def start(self, name: str, argv: list[str], url: str, *, gateway: bool, env: dict[str, str] | None = None,
               cwd: Path | None = None, headers: dict[str, str] | None = None) -> Server:  # fmt: skip
@@ -194,6 +198,12 @@ class Processes:
                 server.process.wait(5)
         for server in self.started:  # what a server started (CCR's gateway) may outlive it
             _end_group(server.process.pid, deadline)
+        for cleanup in reversed(self.cleanups):
+            try:
+                cleanup()
+            except Exception as error:  # noqa: BLE001 - the others still run
+                log(f"clean-up failed: {type(error).__name__}: {error}")
+        self.cleanups.clear()
 
 
 def _end_group(pgid: int, deadline: float) -> None:
@@ -229,7 +239,7 @@ def wait_ready(server: Server, probe_body: bytes, timeout: float) -> None:
         if server.process.poll() is not None:
             raise RuntimeError(f"{server.name} exited with {server.process.returncode}:\n{server.tail()}")
         try:
-            if server.name == "fake":
+            if server.name.startswith("fake"):
                 status, data = http(server.url + "/models")
             else:
                 status, data = http(server.url, probe_body, server.headers)
@@ -262,13 +272,13 @@ def start_on_a_free_port(procs: Processes, name: str, launch: Callable[[int], tu
     raise AssertionError("unreachable")
 
 
-def start_fake(procs: Processes, slow_delay_ms: float) -> Server:
+def start_fake(procs: Processes, slow_delay_ms: float, name: str = "fake") -> Server:
     def launch(port: int) -> tuple[list[str], str]:
         argv = [sys.executable, str(HERE / "fake_upstream.py"), "--port", str(port), "--tokens", "100000",
                 "--paced-delay-ms", "1", "--slow-delay-ms", str(slow_delay_ms)]  # fmt: skip
         return argv, f"http://127.0.0.1:{port}/v1"
 
-    return start_on_a_free_port(procs, "fake", launch, b"", 15, gateway=False)
+    return start_on_a_free_port(procs, name, launch, b"", 15, gateway=False)
 
 
 def start_relay(procs: Processes, fake: Server) -> Server:
@@ -359,6 +369,30 @@ def start_limited(procs: Processes, fake: Server, name: str, env: dict[str, str]
 
     return start_on_a_free_port(procs, name, launch, shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False), 30,
                                 gateway=True, headers={"x-api-key": "bench", "anthropic-version": "2023-06-01"}, env=env)  # fmt: skip
+
+
+def start_team(procs: Processes, fake: Server, name: str = TEAM, env: dict[str, str] | None = None,
+               keys: int = team.KEYS, command: list[str] | None = None) -> Server:  # fmt: skip
+    """`translating` with every team feature on (bench/team.py): `keys` keys in a private
+    PostgreSQL database, dropped with the Redis keys once the gateway stops. `command`: what
+    runs in place of `python -m dragoman` (bench/tail_hook.py)."""
+    started = time.monotonic()
+    try:
+        made = team.setup(name, keys, redis_url())
+    except team.Unavailable as why:
+        raise Skipped(str(why)) from None
+    procs.cleanups.append(made.cleanup)
+    log(f"{name}: {keys:,} keys in {made.database}, seeded in {time.monotonic() - started:.1f} s")
+    second = start_fake(procs, slow_delay_ms=5000, name=f"fake-{name}")  # the second replica
+    config = procs.workdir / f"{name}.toml"
+    config.write_text(made.config(procs.workdir, fake.url, second.url, (MODEL, PACED_MODEL, SLOW_MODEL)))
+
+    def launch(port: int) -> tuple[list[str], str]:
+        argv = [*(command or [sys.executable, "-m", "dragoman"]), "serve", "--config", str(config), "--port", str(port)]
+        return argv, f"http://127.0.0.1:{port}/v1/messages"
+
+    probe = shapes.anthropic_body("tiny", model=MODEL, max_tokens=5, stream=False)
+    return start_on_a_free_port(procs, name, launch, probe, 90, gateway=True, headers=made.headers, env=env)
 
 
 def start_passthrough(
@@ -738,6 +772,12 @@ def target_checks(results: dict[tuple[Case, str], load.Result], idle: dict[str, 
                 out.append(f"  - reference, not a target: limits in Redis, {shape} {mode} c=1: CPU per request beyond "
                            f"translating {shared_cost:,.1f} µs; p50 beyond translating "
                            f"{(more - base) if more is not None and base is not None else float('nan'):,.3f} ms (one round trip to Redis)")  # fmt: skip
+    # Issue 36: the default configuration's tail, and every team feature at once (bench/team.py).
+    for target, p50, p99 in (("translating", 0.40, 0.90), (TEAM, 0.60, 1.2)):
+        check(f"{target}, tiny, c=1, added p50 (issue 36)", added("tiny", "json", 1, target, 50), p50, "ms")
+        check(f"{target}, tiny, c=1, added p99 (issue 36)", added("tiny", "json", 1, target, 99), p99, "ms")
+    teamed = get("tiny", "json", 1, TEAM)
+    check("team, tiny, c=1, CPU per request (issue 36)", teamed.cpu_per_request_ms if teamed else None, 0.5, "ms")
     for shape, mode in (("tiny", "json"), ("claude-code", "json"), ("tiny", "stream100"), ("claude-code", "stream100")):
         t, p = added(shape, mode, 1, "translating", 50), added(shape, mode, 1, "passthrough", 50)
         share = p / t if t and p is not None and t > 0 else None
@@ -821,6 +861,7 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
     wanted = [t for t in TARGETS if t in args.targets]
     starters = ((RELAY, start_relay), (FLOOR, start_asgi_floor), ("translating", start_translating),
                 (LIMITS, lambda p, f: start_limited(p, f, LIMITS)), (LIMITS_REDIS, lambda p, f: start_limited(p, f, LIMITS_REDIS)),
+                (TEAM, lambda p, f: start_team(p, f, keys=args.team_keys)),
                 ("passthrough", start_passthrough), ("litellm", start_litellm), ("ccr", start_ccr))  # fmt: skip
     for name, starter in starters:
         if name not in wanted or (name == "litellm" and not args.litellm) or (name == "ccr" and not args.ccr):
@@ -858,7 +899,7 @@ async def run(args: argparse.Namespace, procs: Processes) -> int:
     for case in order:
         cell = [t for t in targets
                 if not ((t == RELAY and case.mode not in RELAY_MODES) or (t == FLOOR and case.mode not in FLOOR_MODES)
-                        or (t in (LIMITS, LIMITS_REDIS) and case.mode not in LIMITS_MODES))]  # fmt: skip
+                        or (t in (LIMITS, LIMITS_REDIS, TEAM) and case.mode not in LIMITS_MODES))]  # fmt: skip
         rounds: dict[str, list[load.Result]] = {t: [] for t in cell}
         spent = dict.fromkeys(cell, 0.0)
         for round_ in range(args.rounds):  # A, B, C, ..., then A, B, C, ... again
@@ -984,6 +1025,8 @@ def main(argv: list[str] | None = None) -> int:
         "--idle-streams", type=int, default=None, help="idle streams to hold open (default 1000; smoke 20; 0 skips)"
     )
     parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset of: " + ", ".join(TARGETS))
+    parser.add_argument("--team-keys", type=int, default=None,
+                        help=f"keys in the team target's database (default {team.KEYS:,}; smoke 1,000)")  # fmt: skip
     parser.add_argument("--shapes", default=",".join(shapes.SHAPES))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--wait-quiet", type=float, default=None,
@@ -1009,6 +1052,8 @@ def main(argv: list[str] | None = None) -> int:
         args.idle_streams = 20 if args.smoke else 1000
     if args.rounds is None:
         args.rounds = 1 if args.smoke else 2
+    if args.team_keys is None:
+        args.team_keys = 1000 if args.smoke else team.KEYS
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
 

@@ -73,7 +73,7 @@ def test_a_database_restart_loses_no_record(
 async def _flush_in(server: Any) -> bool:
     """The gateway's own flush, run on its event loop (the server's thread)."""
     gateway = server.app.state.gateway
-    loop = gateway.usage._task.get_loop()
+    loop = gateway.usage._tasks[0].get_loop()
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(gateway.usage.flush(), loop))
 
 

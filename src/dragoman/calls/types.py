@@ -275,7 +275,7 @@ class Finish:
     __slots__ = ("_outcome", "_holds", "record", "ended")
 
     def __init__(self, outcome: Outcome) -> None:
-        self._outcome = outcome
+        self._outcome: Outcome | None = outcome  # None once ended: no cycle left for the collector to find
         self._holds: list[Callable[[], None]] = []
         self.record: Callable[[Outcome], None] | None = None  # set by whoever made the outcome
         self.ended = False
@@ -296,17 +296,26 @@ class Finish:
         holds, self._holds = self._holds, []
         for release in holds:
             _run(release, "releasing what a request held")
+        # The outcome and its finish refer to each other: a cycle that only a garbage collection
+        # would free, with all the request's objects it holds, about 1,400 requests at a time
+        # (a collection of 2 ms). Let go of it here and the request is freed as it ends.
+        outcome, self._outcome = self._outcome, None
+        if outcome is None:
+            return
         if self.record is not None:
-            _run(functools.partial(self.record, self._outcome), "recording a request")
+            _run(functools.partial(self.record, outcome), "recording a request")
+        outcome.progress = outcome.input_so_far = None  # recorded: closures that may hold the outcome go too
 
     def __enter__(self) -> Outcome:
+        if self._outcome is None:
+            raise RuntimeError("this request has ended")
         return self._outcome
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
         """The work's end, even by an exception (which goes on): one not yet on the outcome
         is copied there first."""
         outcome = self._outcome
-        if outcome.error_type is None and not self.ended:
+        if outcome is not None and outcome.error_type is None and not self.ended:
             if isinstance(error, GatewayError):
                 outcome.failed(error)
             elif isinstance(error, Exception):

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import datetime
 import fnmatch
+import functools
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 
 from dragoman.calls.types import Call, Outcome, max_tokens
@@ -97,11 +98,29 @@ def cents(nanodollars: float) -> str:
 
 
 def budget_nanodollars(budget: Budget) -> float:
-    return float(Decimal(budget.amount) * 10_000_000)
+    return _nanodollars(budget.amount)
+
+
+@functools.lru_cache(maxsize=1024)
+def _nanodollars(amount: str) -> float:
+    """(Cached: every request with a budget asks, and keys share a few amounts.)"""
+    return float(Decimal(amount) * 10_000_000)
+
+
+_WINDOWS: dict[str, tuple[str, float, float]] = {}  # the last period found of each kind
 
 
 def window(period: str, now: float) -> tuple[str, float, float]:
-    """The calendar period (UTC) holding `now`: its name, its start and its end."""
+    """The calendar period (UTC) holding `now`: its name, its start and its end (the last
+    one found of its kind, while `now` lies in it: every request with a budget asks)."""
+    held = _WINDOWS.get(period)
+    if held is not None and held[1] <= now < held[2]:
+        return held
+    found = _WINDOWS[period] = _window(period, now)
+    return found
+
+
+def _window(period: str, now: float) -> tuple[str, float, float]:
     day = datetime.datetime.fromtimestamp(now, datetime.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     if period == "day":
         start, end = day, day + datetime.timedelta(days=1)
@@ -114,10 +133,11 @@ def window(period: str, now: float) -> tuple[str, float, float]:
     return start.strftime("%Y-%m-%d"), start.timestamp(), end.timestamp()
 
 
-def bucket(key_id: str, budget: Budget, now: float) -> Want:
-    """The key's money bucket for the period holding `now`, as a settlement asks of it."""
+def bucket(key_id: str, budget: Budget, now: float, cost: float = 0.0, need: float = SPAN) -> Want:
+    """The key's money bucket for the period holding `now`, as a settlement asks of it (or a
+    request: `cost` taken if the bucket holds `need`)."""
     name, _, end = window(budget.period, now)
-    return Want(f"{{k:{key_id}}}:spend:{budget.period}:{name}", SPAN, 0.0, 0.0, SPAN, end - now + 60)
+    return Want(f"{{k:{key_id}}}:spend:{budget.period}:{name}", SPAN, 0.0, cost, need, end - now + 60)
 
 
 def spend(grant: Grant, call: Call, price: Price, now: float) -> Extra:
@@ -127,7 +147,7 @@ def spend(grant: Grant, call: Call, price: Price, now: float) -> Extra:
     _, _, end = window(grant.budget.period, now)
     estimate, most = len(call.body) // 4, max_tokens(call)
     reserved = price.of(estimate, most)
-    want = replace(bucket(grant.id, grant.budget, now), cost=reserved, need=SPAN - budget + 1)
+    want = bucket(grant.id, grant.budget, now, reserved, SPAN - budget + 1)
 
     def refusal() -> LimitReached:
         error = LimitReached(f"budget: key {grant.id} has spent its budget of {grant.budget.amount} cents "  # type: ignore[union-attr]

@@ -130,8 +130,9 @@ class EventStreamResponse(StreamingResponse):
         watch = DisconnectWatch(receive)
         finished = False
         body = scope.get("extensions", {}).get(DIRECT_BODY) if self.direct is not None else None
+        writer = None
         if body is not None:
-            self.direct.writer = _NotingWriter(body, outcome)  # type: ignore[union-attr]
+            self.direct.writer = writer = _NotingWriter(body, outcome)  # type: ignore[union-attr]
         try:
             try:
                 await self._relay(send, outcome)
@@ -157,6 +158,8 @@ class EventStreamResponse(StreamingResponse):
         finally:
             watch.stop()
             metrics.streams.dec()
+            if writer is not None:
+                writer.done()
             outcome.disconnected = not finished
             close = getattr(self.body_iterator, "aclose", None)
             if close is not None:
@@ -247,6 +250,11 @@ class _NotingWriter:
         self._outcome = outcome
         self.ready = body.ready
         self.write = body.write if outcome.first_byte is not None else self._noting
+
+    def done(self) -> None:
+        """The stream has ended: `write` no longer holds this writer's own method (a cycle
+        that would wait for a garbage collection, with the request's outcome)."""
+        self.write = self._body.write
 
     def _noting(self, chunk: bytes) -> None:
         if self._outcome.first_byte is None:  # else noted by `_relay` meanwhile

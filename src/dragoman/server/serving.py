@@ -309,6 +309,15 @@ class DirectBodyProtocol(_Base):
                 scope["extensions"] = {**scope.get("extensions", {}), DIRECT_BODY: DirectBody(cycle)}
             self._answering = [*(c for c in self._answering if not c.response_complete), cycle]
 
+    def on_response_complete(self) -> None:
+        """A response is out: its scope lets go of its DirectBody, which holds its cycle, which
+        holds the scope. Left, that cycle would wait for a garbage collection, with every
+        object the request's scope holds (its state, its outcome), a batch of requests at once."""
+        for cycle in self._answering:
+            if cycle.response_complete:
+                _let_go(cycle)
+        super().on_response_complete()
+
     def connection_lost(self, exc: Exception | None) -> None:
         if self._idle_timer is not None:
             self._idle_timer.cancel()
@@ -321,7 +330,15 @@ class DirectBodyProtocol(_Base):
             if not cycle.response_complete:
                 cycle.disconnected = True
                 cycle.message_event.set()  # wakes a `receive()`: the app hears http.disconnect
+            else:
+                _let_go(cycle)
         self._answering = []
+
+
+def _let_go(cycle: Any) -> None:
+    extensions = cycle.scope.get("extensions")
+    if extensions:
+        extensions.pop(DIRECT_BODY, None)
 
 
 def http_protocol(max_connections: int | None = None) -> Any:

@@ -319,7 +319,7 @@ class Placement:
         block_tokens = settings.block_bytes // BYTES_PER_TOKEN
         indexes, tokens = self.indexes, prompt.tokens
         matches = [min(indexes[root].match(prompt.blocks, now) * block_tokens, tokens) for root in eligible]
-        if previous in eligible:  # it holds the turn before, whichever gateway sent it: the most of any
+        if previous is not None and previous in eligible:  # it holds the turn before, whoever sent it: the most
             matches[eligible.index(previous)] = max(matches)
         rank = {root: position for position, root in enumerate(order)}
         costs = [

@@ -1,7 +1,8 @@
 """The local journal under the usage ledger: every record goes first to an append-only file
-on local disk (written and fsynced together, at most once a tick), is shipped from there to
-the database, and its file is removed once the database has committed it. What a shutdown
-could not ship stays on disk; the next process to look at the directory ships it.
+on local disk, is shipped from there to the database, and its file is removed once the
+database has committed it. What a shutdown could not ship stays on disk; the next process to
+look at the directory ships it. A record written survives the process's crash (the kernel
+holds it); an fsync, batched by the writer, makes it survive the machine's.
 
 Layout of the directory (any number of processes may share it):
 - `<owner>.lock`: held (flock) by the live process `owner` for as long as it runs;
@@ -45,6 +46,8 @@ class Journal:
         self._sealed: list[Path] = []  # segments whose records all wait in the writer's batch
         self._current: Path | None = None
         self._streams_written = False
+        self._dirty = False  # the open segment has writes not yet fsynced
+        self._unsynced: list[int] = []  # sealed segments' fds, written since the last fsync
 
     def open(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -53,7 +56,8 @@ class Journal:
         self._lock_fd = fd
 
     def append(self, records: list[UsageRecord]) -> None:
-        """Write `records` to the open segment and fsync it: once this returns, they survive a crash."""
+        """Write `records` to the open segment: once this returns, they survive the process's
+        crash; once `sync` has run too, the machine's."""
         if not records:
             return
         if self._segment is None:
@@ -61,12 +65,34 @@ class Journal:
             self._current = self.dir / f"{self.owner}-{self._seq}.jsonl"
             self._segment = os.open(self._current, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
         os.write(self._segment, b"".join(_encode(r) + b"\n" for r in records))
-        os.fsync(self._segment)
+        self._dirty = True
+
+    @property
+    def writing(self) -> bool:
+        """A segment is open: there is something to seal."""
+        return self._segment is not None
+
+    def sync(self) -> None:
+        """fsync what was written since the last fsync, sealed segments too (the writer calls
+        it once every JOURNAL_EVERY: the batching)."""
+        if not self._dirty:
+            return
+        for fd in self._unsynced:
+            os.fsync(fd)
+            os.close(fd)
+        self._unsynced.clear()
+        if self._segment is not None:
+            os.fsync(self._segment)
+        self._dirty = False
 
     def seal(self) -> None:
-        """The records appended so far are about to be shipped: later ones go to a new segment."""
+        """The records appended so far are about to be shipped: later ones go to a new segment
+        (this one is fsynced by the next `sync` if it needs one)."""
         if self._segment is not None and self._current is not None:
-            os.close(self._segment)
+            if self._dirty:
+                self._unsynced.append(self._segment)
+            else:
+                os.close(self._segment)
             self._sealed.append(self._current)
             self._segment, self._current = None, None
 
@@ -124,6 +150,7 @@ class Journal:
         with contextlib.suppress(FileNotFoundError, msgspec.DecodeError):
             records += [r for r in _decode_list(streams.read_bytes()) if r.request_id not in seen]
         self.append(records)  # ours now, on disk, before theirs go
+        self.sync()
         for path in (*segments, streams, streams.with_suffix(".tmp"), lock):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
@@ -134,6 +161,7 @@ class Journal:
     def close(self, everything_shipped: bool) -> None:
         """At a clean shutdown: the files go if nothing is left to ship, else they stay for
         the next process; the lock is released either way."""
+        self.sync()
         if self._segment is not None:
             os.close(self._segment)
             self._segment = None

@@ -14,6 +14,7 @@ from typing import Any
 from msgspec.structs import astuple
 
 from dragoman.usage import reading, rollups
+from dragoman.usage.background import Background
 from dragoman.usage.records import Query, Sums, UsageRecord
 from dragoman.usage.schema import CREATE_VERSIONS, LATEST, MIGRATIONS, VERSIONS_TABLE, insert_sql, sums_of
 
@@ -41,6 +42,7 @@ class SqliteStore:
         self.path = directory / FILE
         self._db: sqlite3.Connection | None = None
         self._lock = threading.Lock()  # one connection, used from worker threads one at a time
+        self._writes = Background("dragoman-usage-store")  # below the loop's priority: see usage.background
 
     async def open(self) -> None:
         await asyncio.to_thread(self._open)
@@ -55,7 +57,7 @@ class SqliteStore:
 
     async def write(self, records: list[UsageRecord]) -> None:
         if records:
-            await asyncio.to_thread(self._write, records)
+            await self._writes(self._write, records)
 
     def _write(self, records: list[UsageRecord]) -> None:
         with self._lock:
@@ -98,7 +100,7 @@ class SqliteStore:
         return await asyncio.to_thread(read)
 
     async def prune(self, before: float) -> int:
-        return await asyncio.to_thread(self._prune, before)
+        return await self._writes(self._prune, before)
 
     def _prune(self, before: float) -> int:
         with self._lock:
@@ -111,6 +113,7 @@ class SqliteStore:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+        self._writes.close()
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:

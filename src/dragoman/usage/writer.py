@@ -1,9 +1,10 @@
 """The buffered writer: a finished request's record is appended to a list (no I/O on the
-request path) and, every `interval` seconds, appended to the local journal (fsynced, in a
-thread) and then written to the store; the journal's segment goes once the store committed
-it. A write that fails keeps its records, in memory and on disk: neither an outage nor a
-shutdown during one costs a record, and a crash costs at most the last tick's. Streams in
-flight are journaled each tick as the records they would leave (see `journal`)."""
+request path), written to the local journal within `APPEND_EVERY` (in a thread; fsynced at
+most once every `JOURNAL_EVERY`) and, every `interval` seconds, written to the store; the
+journal's segment goes once the store committed it. A write that fails keeps its records, in
+memory and on disk: neither an outage nor a shutdown during one costs a record; a process's
+crash costs at most the last `APPEND_EVERY`'s, the machine's the last `JOURNAL_EVERY`'s.
+Streams in flight are journaled every `JOURNAL_EVERY` as the records they would leave."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ log = logging.getLogger("dragoman.usage")
 
 MAX_HELD = 1_000_000  # records kept while the store is down (a few hundred MB at most); the oldest go first
 PRUNE_EVERY = 3600.0  # seconds between deletions of records past `retain_days`
-JOURNAL_EVERY = 1.0  # seconds between fsyncs of the journal: a crash loses at most this much
+JOURNAL_EVERY = 1.0  # seconds between fsyncs of the journal and rewrites of its open streams
+APPEND_EVERY = 0.2  # seconds between writes of finished records to the journal (the kernel keeps them)
 CLOSE_TIMEOUT = 3.0  # seconds a shutdown keeps trying to write what is held (then it stays in the journal)
 
 
@@ -43,11 +45,13 @@ class UsageWriter:
         self._retain = None if retain_days is None else retain_days * 86400.0
         self._pruned_at = -math.inf  # monotonic time of the last prune
         self._held: list[UsageRecord] = []
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._flushing = asyncio.Lock()
+        self._journaling = asyncio.Lock()  # one journal step at a time, from the flush or the appender
         self._failing = False  # logged once per outage
         self._journal_failing = False
-        self._journaled_at = -math.inf
+        self._journaled_at = -math.inf  # monotonic time of the last full journal step
+        self._sealed_at = -math.inf
         self._opened = False
         self.dropped = 0
 
@@ -83,38 +87,60 @@ class UsageWriter:
                                    output_tokens=max(record.output_tokens, relayed or 0)))  # fmt: skip
         return records
 
-    def _journal_step(self, pending: list[UsageRecord], streams: list[UsageRecord]) -> list[UsageRecord]:
-        """(In a thread.) The tick's records on disk, the streams' state, dead owners' records
-        adopted; then sealed: what is on disk now is what the coming write ships."""
+    def _journal_step(self, pending: list[UsageRecord], streams: list[UsageRecord] | None,
+                      seal: bool) -> list[UsageRecord]:  # fmt: skip
+        """(In a thread.) The records noted since on disk; with `streams` (a full step) also the
+        streams' state, dead owners' records adopted and an fsync; with `seal`,
+        what is on disk now is what the coming write ships."""
         assert self.journal is not None
         self.journal.append(pending)
-        self.journal.streams(streams)
-        adopted = self.journal.adopt()
-        self.journal.seal()
+        adopted = []
+        if streams is not None:
+            self.journal.streams(streams)
+            adopted = self.journal.adopt()
+            self.journal.sync()
+        if seal:
+            self.journal.seal()  # (nothing if no segment is open)
         return adopted
 
-    async def _journal(self, force: bool = False) -> bool:
-        """The tick's journal step; False (logged once) if the disk refused: records stay in memory."""
-        if self.journal is None or (not force and time.monotonic() - self._journaled_at < JOURNAL_EVERY):
-            return True  # (what the write ships meanwhile leaves `_unjournaled`: see `flush`)
-        self._journaled_at = time.monotonic()
-        pending, self._unjournaled = self._unjournaled, []
-        step = asyncio.ensure_future(asyncio.to_thread(self._journal_step, pending, self._in_flight()))
-        try:
-            adopted = await asyncio.shield(step)
-        except asyncio.CancelledError:  # the step ends all the same: what it adopted must not be lost
-            with contextlib.suppress(OSError):
-                self._held += await step
-            raise
-        except OSError as error:
-            self._unjournaled[:0] = pending
-            if not self._journal_failing:
-                log.error("the usage journal cannot be written (%s); records are held in memory", error)
-            self._journal_failing = True
-            return False
-        self._journal_failing = False
-        self._held += adopted
-        return True
+    async def _journal(self, seal: bool = False, force: bool = False) -> bool:
+        """A journal step; a full one every JOURNAL_EVERY (or `force`). False (logged once) if
+        the disk refused: the records stay in memory."""
+        if self.journal is None:
+            return True
+        async with self._journaling:
+            full = force or time.monotonic() - self._journaled_at >= JOURNAL_EVERY
+            seal = seal and time.monotonic() - self._sealed_at >= JOURNAL_EVERY  # a segment a second at most
+            if not (full or seal or self._unjournaled):
+                return True
+            if full:
+                self._journaled_at = time.monotonic()
+            pending, self._unjournaled = self._unjournaled, []
+            streams = self._in_flight() if full else None
+            step = asyncio.ensure_future(asyncio.to_thread(self._journal_step, pending, streams, seal))
+            try:
+                adopted = await asyncio.shield(step)
+            except asyncio.CancelledError:  # the step ends all the same: what it adopted must not be lost
+                with contextlib.suppress(OSError):
+                    self._held += await step
+                raise
+            except OSError as error:
+                self._unjournaled[:0] = pending
+                if not self._journal_failing:
+                    log.error("the usage journal cannot be written (%s); records are held in memory", error)
+                self._journal_failing = True
+                return False
+            if seal:
+                self._sealed_at = time.monotonic()
+            self._journal_failing = False
+            self._held += adopted
+            return True
+
+    async def _append(self) -> None:
+        """Every APPEND_EVERY, the records noted since go to the journal, whatever the store does."""
+        while True:
+            await asyncio.sleep(APPEND_EVERY)
+            await self._journal()
 
     @property
     def held(self) -> int:
@@ -132,7 +158,10 @@ class UsageWriter:
                 log.error("the usage journal cannot be opened in %s (%s); records are held in memory only",
                           self.journal.dir, error)  # fmt: skip
                 self.journal = None
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="usage writer")
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run(), name="usage writer")]
+        if self.journal is not None:
+            self._tasks.append(loop.create_task(self._append(), name="usage journal"))
 
     async def _open(self) -> bool:
         if not self._opened:
@@ -173,13 +202,14 @@ class UsageWriter:
     async def flush(self) -> bool:
         """Write what is held; False if the store refused (the records stay held)."""
         async with self._flushing:
-            journaled = await self._journal()
+            await self._journal(seal=True)
             if not self._held:
+                if self.journal is not None:
+                    self.journal.shipped()  # what was sealed is all written: adopted records, say
                 return True
             if not await self._open():
                 return False
             batch, self._held = self._held, []
-            covered = len(self._unjournaled)  # noted before the write: in `batch`, no need to journal them
             try:
                 await self.store.write(batch)
             except BaseException as error:  # any driver's failure: kept and tried again
@@ -191,9 +221,11 @@ class UsageWriter:
                                 type(error).__name__, error, len(self._held), self._interval)  # fmt: skip
                 self._failing = True
                 return False
-            del self._unjournaled[:covered]
-            if journaled and self.journal is not None:
-                self.journal.shipped()  # every sealed segment's records were in `batch`
+            if self._unjournaled:  # those noted before the write are committed: no need to journal them
+                written = {id(record) for record in batch}
+                self._unjournaled = [r for r in self._unjournaled if id(r) not in written]
+            if self.journal is not None:
+                self.journal.shipped()  # every sealed segment's records were in `batch`, or written before
             if self._failing:
                 if self.outage.answered("usage"):
                     log.info("usage records are written again (%d written)", len(batch))
@@ -210,11 +242,11 @@ class UsageWriter:
 
     async def close(self) -> None:
         """Stop the background task and write what is held, trying for CLOSE_TIMEOUT."""
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
+        self._tasks = []
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CLOSE_TIMEOUT):
                 while not await self.flush():

@@ -3,6 +3,9 @@ recorded exactly once, however many times and ways its end is reached."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 
 from dragoman.calls.types import Outcome
@@ -24,6 +27,26 @@ def test_ending_twice_releases_and_records_once() -> None:
     outcome.finish.end()
     outcome.finish.end()
     assert log == ["slot", "limits", "record 200"]  # released first, in order, then recorded
+
+
+class _Held:
+    """Something a request's outcome holds (its trace, say)."""
+
+
+def test_an_ended_request_is_freed_as_it_ends_not_by_a_garbage_collection() -> None:
+    """A cycle between an outcome and its finish would wait for a collection, with all it holds."""
+    gc.disable()
+    try:
+        outcome, _ = outcome_with_log()
+        held = _Held()
+        outcome.trace, alive = held, weakref.ref(held)
+        del held
+        with outcome.finish:
+            outcome.status = 200
+        del outcome
+        assert alive() is None
+    finally:
+        gc.enable()
 
 
 def test_a_hold_taken_after_the_end_is_released_at_once() -> None:

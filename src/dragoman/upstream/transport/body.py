@@ -133,32 +133,15 @@ class Body:
         connection) past MAX_BODY bytes, or after `idle_timeout` seconds without one."""
         parts: list[bytes] = []
         size = 0
-        idle = self.idle_timeout
-        timer: asyncio.TimerHandle | None = None
         loop = self._conn.loop
-        last = 0.0
-        if idle is not None:
-            last = loop.time()
-
-            def check() -> None:  # one timer, moved on lazily when it finds bytes came since
-                nonlocal timer, last
-                now = loop.time()
-                if self._chunks or self._pending:  # bytes arrived that the reader has yet to take
-                    last = now
-                if now < last + idle - CLOCK_SLACK:
-                    timer = loop.call_at(last + idle, check)
-                else:
-                    timer = None
-                    self._fail(BodyTimeout(f"the reply stalled: no bytes for {idle:g} s"))
-
-            timer = loop.call_at(last + idle, check)
+        watch = None if self.idle_timeout is None else _Silence(self, self.idle_timeout, loop)
         try:
             while limit is None or size < limit:
                 data = await self.readany()
                 if not data:
                     break
-                if timer is not None:
-                    last = loop.time()
+                if watch is not None:
+                    watch.last = loop.time()
                 parts.append(data)
                 size += len(data)
                 if size > MAX_BODY:
@@ -166,8 +149,8 @@ class Body:
                     self._fail(error)
                     raise error
         finally:
-            if timer is not None:
-                timer.cancel()
+            if watch is not None:
+                watch.cancel()
         body = b"".join(parts)
         return body if limit is None else body[:limit]
 
@@ -271,3 +254,32 @@ class Body:
                 return
         self._complete = True
         self._wake()
+
+
+class _Silence:
+    """Fails a body read whole that is silent for `idle` seconds: one timer, moved on lazily
+    when it finds bytes came since. Cancelled, it lets go of its timer, which holds it: no
+    cycle is left for the garbage collector (one per request, freed in batches otherwise)."""
+
+    __slots__ = ("_body", "_idle", "_loop", "_timer", "last")
+
+    def __init__(self, body: Body, idle: float, loop: asyncio.AbstractEventLoop) -> None:
+        self._body, self._idle, self._loop = body, idle, loop
+        self.last = loop.time()  # when bytes last came
+        self._timer: asyncio.TimerHandle | None = loop.call_at(self.last + idle, self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        body = self._body
+        if body._chunks or body._pending:  # bytes arrived that the reader has yet to take
+            self.last = now
+        if now < self.last + self._idle - CLOCK_SLACK:
+            self._timer = self._loop.call_at(self.last + self._idle, self._check)
+        else:
+            self._timer = None
+            body._fail(BodyTimeout(f"the reply stalled: no bytes for {self._idle:g} s"))
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

@@ -54,7 +54,9 @@ class Response(Body):
         self.status = 0
         self.headers: dict[str, str] = {}
         self._pool = pool
-        self._parser = httptools.HttpResponseParser(self)
+        # It holds this response's methods: let go of once released or closed, or the two
+        # would be a cycle, freed by a garbage collection with everything the response holds.
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._head: asyncio.Future[None] = conn.loop.create_future()
         self._reused = reused
         self._received = False
@@ -100,6 +102,7 @@ class Response(Body):
         if self._done:
             return
         self._done = True
+        self._parser = None  # no more bytes come to it: conn.response is no longer this
         conn = self._conn
         conn.response = None
         if (self._complete and self._keep_alive and not self._chunks and conn.reusable and self._pool is not None
@@ -113,6 +116,7 @@ class Response(Body):
         if self._done:
             return
         self._done = True
+        self._parser = None
         self._conn.response = None
         self._conn.close()
 
@@ -137,6 +141,8 @@ class Response(Body):
         self._parse(data)
 
     def _parse(self, data: bytes) -> None:
+        if self._parser is None:  # released or closed: what still comes is not this response's
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -177,9 +183,10 @@ class Response(Body):
         self._names.append((name, value))
 
     def on_headers_complete(self) -> None:
-        if self._ended or self._error is not None:
+        parser = self._parser
+        if self._ended or self._error is not None or parser is None:
             return
-        status = self._parser.get_status_code()
+        status = parser.get_status_code()
         if 100 <= status < 200:  # an interim answer (100 Continue, 103): the real one follows
             self._names.clear()
             return
@@ -201,11 +208,12 @@ class Response(Body):
             self._head.set_result(None)
 
     def on_message_complete(self) -> None:
-        if self._ended or self._error is not None:
+        parser = self._parser
+        if self._ended or self._error is not None or parser is None:  # (None: released while parsing)
             return
         if self.status == 0:  # the end of an interim response: the parser reads the real one next
             return
-        self._keep_alive = self._parser.should_keep_alive()
+        self._keep_alive = parser.should_keep_alive()
         self._finish()
 
 
