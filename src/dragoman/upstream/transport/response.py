@@ -135,6 +135,8 @@ class Response(Body):
             else:
                 self._head_room = room - len(data)
         self._parse(data)
+        if self._gathered:
+            self.hand_gathered()
 
     def _parse(self, data: bytes) -> None:
         try:
