@@ -10,9 +10,10 @@ chunk with another string in that place decodes to the same chunk with that text
 payload that does not fit is decoded whole, as before.
 
 A read that holds many such events (a burst, or a client slower than the model) is read as
-one run (`TokenTemplate.run`): its strings are checked with one regular expression and
-copied into the client's frames as written, nothing decoded, when the encoder would write
-each one back the same (`_STRINGS`: raw UTF-8, and only the escapes it writes itself).
+one run (`TokenTemplate.run`): its lines are split, the template's bytes cut from each, and
+the run is proved by writing it back from the strings left. A string the encoder would
+write the same (`_copyable`: raw UTF-8, only its own escapes) goes into the client's frame
+as it is; another is decoded and encoded again. Nothing else of the run is decoded.
 """
 
 from __future__ import annotations
