@@ -51,16 +51,27 @@ _DELTA_HEADS: dict[int, bytes] = {}  # a text delta's bytes before its text, by 
 _DELTA_TAIL = b"}}\n\n"
 
 
-def text_delta(index: int, text: str) -> bytes:
-    """`encode(ContentBlockDelta(index=index, delta=TextDelta(text=text)))`, the common event,
-    without making it: its bytes around the text are made once per index."""
+def _delta_head(index: int) -> bytes:
     head = _DELTA_HEADS.get(index)
     if head is None:
         whole = encode(a.ContentBlockDelta(index=index, delta=a.TextDelta(text="")))
         head = whole[: -len(b'""' + _DELTA_TAIL)]
         if len(_DELTA_HEADS) < 256:
             _DELTA_HEADS[index] = head
-    return head + _encoder.encode(text) + _DELTA_TAIL
+    return head
+
+
+def text_delta(index: int, text: str) -> bytes:
+    """`encode(ContentBlockDelta(index=index, delta=TextDelta(text=text)))`, the common event,
+    without making it: its bytes around the text are made once per index."""
+    return (_DELTA_HEADS.get(index) or _delta_head(index)) + _encoder.encode(text) + _DELTA_TAIL
+
+
+def text_deltas(index: int, strings: list[bytes]) -> bytes:
+    """`text_delta` of each text in `strings`, JSON strings as the encoder writes them, copied
+    into their frames as they are."""
+    head = _DELTA_HEADS.get(index) or _delta_head(index)
+    return head + (_DELTA_TAIL + head).join(strings) + _DELTA_TAIL
 
 
 MAX_LINE = 16 * 1024 * 1024  # bytes of one stream line; a server sending more without a newline has failed

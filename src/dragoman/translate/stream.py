@@ -146,6 +146,18 @@ class StreamTranslator:
         self._saw_content = self._answered = True
         return self._index
 
+    def open_text(self) -> int:
+        """`streaming_text`'s test alone, for many tokens: the open text block's index, under
+        which the caller sends text deltas itself (each counted by `streamed`); else -1."""
+        if self._open != "text" or self.done or self._matching or not self._echo.done:
+            return -1
+        return self._index
+
+    def streamed(self, tokens: int) -> None:
+        """`tokens` chunks of non-empty text the caller sent under `open_text`'s block."""
+        self._generated += tokens
+        self._saw_content = self._answered = True
+
     @property
     def finished_upstream(self) -> bool:
         """The upstream said why it stopped (a reply cut short never does)."""

@@ -114,6 +114,37 @@ def test_drain_to_hands_pieces_to_the_sink_until_it_declines_one_then_readany_ha
     run(main)
 
 
+def test_drain_to_hands_the_chunks_of_one_read_as_one_piece() -> None:
+    begin, later = asyncio.Event(), asyncio.Event()
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        await begin.wait()
+        await peer.send(b"3\r\none\r\n3\r\ntwo\r\n5\r\nthree\r\n")  # three chunks, one read
+        await later.wait()
+        await peer.send(b"4\r\nfour\r\n0\r\n\r\n")  # the last, then the body's end
+        await peer.request()
+
+    async def main() -> None:
+        async with scripted_pool(handler) as (server, pool):
+            response = await pool.request(server.root, b"POST", "/stream", b"", b"{}")
+            pieces: list[bytes] = []
+
+            def sink(piece: bytes) -> bool:
+                pieces.append(piece)
+                later.set()
+                return True
+
+            begin.set()
+            await response.drain_to(sink)  # returns at the body's end
+            assert pieces == [b"onetwothree", b"four"]  # one call (one write to the client) per read
+            assert await response.readany() == b""
+            response.release()
+
+    run(main)
+
+
 def test_drain_to_returns_when_the_sink_stops_or_the_body_ends_or_fails() -> None:
     begin = asyncio.Event()
     handed = {piece: asyncio.Event() for piece in (b"first", b"second", b"third")}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TypeVar
@@ -399,5 +398,13 @@ def _headers(translated: Translated, tools_dropped: bool = False) -> dict[str, s
 
 def _estimate(call: Call, chat: openai.ChatRequest) -> Callable[[], int]:
     """The prompt's tokens for the record a crash mid-stream leaves: routing's count if it
-    made one, else the local estimate; worked out once, and only if a stream is journaled."""
-    return functools.cache(lambda: (call.outcome and call.outcome.routed_tokens) or count_estimate(chat))
+    made one, else the local estimate; worked out once, and only if a stream is journaled
+    (a closure, not `functools.cache`: that costs microseconds per request to make)."""
+    known: list[int] = []
+
+    def estimate() -> int:
+        if not known:
+            known.append((call.outcome and call.outcome.routed_tokens) or count_estimate(chat))
+        return known[0]
+
+    return estimate

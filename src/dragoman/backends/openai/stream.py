@@ -16,7 +16,7 @@ from dragoman.core.error_mapping import from_stream_error, upstream_message
 from dragoman.core.errors import GatewayError, UpstreamError
 from dragoman.core.redaction import Redactor
 from dragoman.protocol import anthropic, openai
-from dragoman.protocol.sse import DataDecoder, encode_all, text_delta
+from dragoman.protocol.sse import DataDecoder, encode_all, text_delta, text_deltas
 from dragoman.tokens.estimate import completion_estimate
 from dragoman.translate.stream import StreamTranslator
 from dragoman.upstream.errors import upstream_errors
@@ -27,7 +27,7 @@ from dragoman.upstream.transport.response import Response
 T = TypeVar("T")
 Batch = list[anthropic.StreamEvent]
 PINGS: Batch = [anthropic.Ping()]
-FIRST_PIECE = 2048  # bytes of a stream's first read split into events before its first token goes out
+FIRST_PIECE = 512  # bytes of a stream's first read split into events at a time until its first token is out
 
 
 class ChatStreams:
@@ -121,7 +121,7 @@ class Translation(Generic[T]):
             return self._first(data)
         out: Batch = []
         try:
-            self._feed(self._decoder.feed(data), out)
+            self._translate(data, out)
         except GatewayError as error:
             if not out:
                 raise
@@ -130,15 +130,21 @@ class Translation(Generic[T]):
 
     def _first(self, data: bytes) -> Iterator[T]:
         """A read before the first token: it can hold a whole burst. The first token goes
-        out before the rest is translated, and before most of the read is even split into events."""
+        out before the rest is translated: the read is split into events a piece at a time
+        (`_piece_end`) until it has, the rest at once (`_translate`: a run of text tokens
+        made straight from their bytes)."""
         out: Batch = []
+        at = 0
         try:
-            for piece in (data,) if len(data) <= FIRST_PIECE else (data[:FIRST_PIECE], data[FIRST_PIECE:]):
-                if self.ended:
+            while at < len(data) and not self.ended:
+                if self.started:
+                    self._translate(data[at:] if at else data, out)
                     break
-                payloads = self._decoder.feed(piece)
-                used = self._feed(payloads, out, first_alone=not self.started)
-                if out and not self.started:
+                end = _piece_end(data, at)
+                payloads = self._decoder.feed(data[at:end] if at or end < len(data) else data)
+                at = end
+                used = self._feed(payloads, out, first_alone=True)
+                if out:
                     self.started = True
                     yield self._with_start(out)
                     out = []
@@ -160,10 +166,35 @@ class Translation(Generic[T]):
                     return
         out: Batch = []
         try:
-            self._feed(self._decoder.feed(data), out)
+            self._translate(data, out)
         finally:
             if out:
                 writer.write(encode_all(out))  # what came before a failure still reaches the client
+
+    def _translate(self, data: bytes, out: Batch) -> None:
+        """A read's events into `out`. Text tokens, while the client's text block is open, go
+        as one piece made from their bytes (`TokenTemplate.run`), from its first whole event."""
+        if self._sse and self._tokens.learnt and self.translator.open_text() >= 0:
+            if not (self._decoder.idle and self._tokens.begins(data)):
+                cut = data.find(b"\n\n") + 2  # the end of the event the read begins with (or inside)
+                if not 1 < cut < len(data):
+                    self._feed(self._decoder.feed(data), out)
+                    return
+                self._feed(self._decoder.feed(data[:cut]), out)
+                data = data[cut:]
+                if self.ended:
+                    return
+            index = self.translator.open_text()
+            run = self._tokens.run(data) if index >= 0 and self._decoder.idle else None
+            if run is not None:
+                strings, end = run
+                if strings:  # (empty texts are no tokens)
+                    self.translator.streamed(len(strings))
+                    out.append(text_deltas(index, strings))  # type: ignore[arg-type]  # an SSE batch takes frames made already
+                if end == len(data):
+                    return
+                data = data[end:]
+        self._feed(self._decoder.feed(data), out)
 
     async def finish(self) -> AsyncIterator[T]:
         translator = self.translator
@@ -242,6 +273,15 @@ class Translation(Generic[T]):
             except msgspec.DecodeError:
                 pass
             raise UpstreamError(f"upstream {self.name} sent an unreadable stream chunk: {error}") from None
+
+
+def _piece_end(data: bytes, at: int) -> int:
+    """Where the piece of `data` from `at` split into events before the first token ends:
+    FIRST_PIECE bytes at most, up to the last event that ends in them if one does."""
+    if len(data) - at <= FIRST_PIECE:
+        return len(data)
+    end = data.rfind(b"\n\n", at, at + FIRST_PIECE)
+    return end + 2 if end >= 0 else at + FIRST_PIECE
 
 
 def input_so_far(translator: StreamTranslator, estimate: Callable[[], int] | None) -> int:

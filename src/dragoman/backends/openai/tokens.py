@@ -8,9 +8,18 @@ chunk with another text, and only the string is decoded (most of the CPU of a tr
 token was the chunk's decoding). The template is learnt only if a probe proves it: the
 chunk with another string in that place decodes to the same chunk with that text. A
 payload that does not fit is decoded whole, as before.
+
+A read that holds many such events (a burst, or a client slower than the model) is read as
+one run (`TokenTemplate.run`): its lines are split, the template's bytes cut from each, and
+the run is proved by writing it back from the strings left. A string the encoder would
+write the same (`_copyable`: raw UTF-8, only its own escapes) goes into the client's frame
+as it is; another is decoded and encoded again. Nothing else of the run is decoded.
 """
 
 from __future__ import annotations
+
+import operator
+import re
 
 import msgspec
 
@@ -21,19 +30,34 @@ LEARN_TRIES = 16  # templates a stream may learn in a row that serve no token: a
 _PROBE = "\x00probe"
 _PROBE_JSON = msgspec.json.encode(_PROBE)
 _TEXT = msgspec.json.Decoder(str)
+_ENCODE = msgspec.json.Encoder().encode
+# A non-empty JSON string as msgspec writes it: no control character raw, and only the escapes
+# it writes (`\u` escapes are left out: it writes few, and other writers many it does not).
+_STRING = rb'"(?:[^"\\\x00-\x1f]++|\\["\\btnfr])++"'
+_STRINGS = re.compile(rb"%s(?:\x00%s)*+" % (_STRING, _STRING))  # a run's strings, joined by NULs
+_PLAIN = bytes(b for b in range(256) if b >= 0x20 and b not in b'"\\')  # what a string holds as it is
 
 
 class TokenTemplate:
     """The bytes around a stream's text tokens, once learnt: in a `data:` payload, and in a
     whole read that is one `data: …` event (how tokens arrive one by one)."""
 
-    __slots__ = ("_head", "_tail", "_read_head", "_read_tail", "_least", "_tries", "_served")
+    __slots__ = ("_head", "_tail", "_read_head", "_read_tail", "_least", "_tries", "_served", "_string")
 
     def __init__(self) -> None:
         self._head = self._tail = self._read_head = self._read_tail = b""
         self._least = 0  # shorter payloads cannot fit (head, a string of one character at least, tail)
         self._tries = LEARN_TRIES
         self._served = False  # the template has read a token since it was learnt
+        self._string = operator.itemgetter(slice(0))  # an event's line to its string, once learnt
+
+    @property
+    def learnt(self) -> bool:
+        return self._least > 0
+
+    def begins(self, data: bytes) -> bool:
+        """Whether `data` begins as a token's event does."""
+        return data.startswith(self._read_head)
 
     def text(self, payload: bytes) -> str | None:
         """The payload's text, if it is the template's chunk with another (non-empty) text; else None."""
@@ -46,12 +70,38 @@ class TokenTemplate:
 
     def read(self, data: bytes) -> str | None:
         """`text` of a read that is one whole `data: <payload>\n\n` event, the decoder holding nothing."""
-        if not self._least or len(data) < self._least + 8:
-            return None
+        if not self._least or len(data) < self._least + 8 or data.find(b"\n") != len(data) - 2:
+            return None  # (several events: `run` reads them)
         text = _between(data, self._read_head, self._read_tail)
         if text is not None:
             self._served = True
         return text
+
+    def run(self, data: bytes) -> tuple[list[bytes], int] | None:
+        """A read that begins with whole events of the template's chunk (the decoder holding
+        nothing), up to the last of them in it: their JSON strings as written, and where they
+        end. None when the read does not begin so, something else comes between them, or a
+        string is one the encoder would write otherwise (escaped differently, or not UTF-8)."""
+        head, tail = self._read_head, self._read_tail
+        if not self._least or not data.startswith(head):
+            return None
+        end = data.rfind(tail) + len(tail)
+        if end < self._least + 8:
+            return None
+        run = data if end == len(data) else data[:end]
+        # Each event's line, less the template's bytes around its string: what the events are
+        # if writing them back from those strings gives the same bytes.
+        strings = list(map(self._string, run.split(b"\n")[0:-1:2]))
+        written = (tail + head).join(strings)
+        if len(head) + len(written) + len(tail) != len(run) or not run.startswith(written, len(head)):
+            return None
+        if not _copyable(b"\x00".join(strings), len(strings)):  # (no JSON string holds a NUL raw)
+            rewritten = _rewritten(strings)
+            if rewritten is None:
+                return None
+            strings = rewritten
+        self._served = True
+        return strings, end
 
     def learn(self, payload: bytes, chunk: openai.ChatChunk) -> None:
         """Take `chunk` (decoded from `payload`) as the template if it is a plain text token."""
@@ -76,6 +126,41 @@ class TokenTemplate:
         self._head, self._tail = head, tail
         self._read_head, self._read_tail = b"data: " + head, tail + b"\n\n"  # the payload, stripped, has no newline
         self._least = len(head) + len(tail) + 3
+        self._string = operator.itemgetter(slice(len(self._read_head), -len(tail)))
+
+
+def _copyable(joined: bytes, count: int) -> bool:
+    """Whether `count` JSON strings joined by NULs are each a text, written as the encoder
+    writes it (raw UTF-8, only its own escapes)."""
+    if b"\\" in joined:
+        if _STRINGS.fullmatch(joined) is None:
+            return False
+    elif b'""' in joined or joined.translate(None, _PLAIN) != b'"' + b'"\x00"' * (count - 1) + b'"':
+        return False  # an empty string, or not strings alone (a quote or a control character raw)
+    if not joined.isascii():
+        try:
+            joined.decode()
+        except UnicodeDecodeError:
+            return False
+    return True
+
+
+def _rewritten(strings: list[bytes]) -> list[bytes] | None:
+    """The strings as the encoder writes them, each decoded and encoded again where it is
+    written otherwise (`\\u` escapes), empty texts left out (no token: no delta, no count);
+    None if one is no JSON string."""
+    out = []
+    for string in strings:
+        if _copyable(string, 1):
+            out.append(string)
+            continue
+        try:
+            text = _TEXT.decode(string)
+        except msgspec.DecodeError:
+            return None
+        if text:
+            out.append(_ENCODE(text))
+    return out
 
 
 def _between(data: bytes, head: bytes, tail: bytes) -> str | None:

@@ -1,6 +1,7 @@
 """The body of an upstream's response as it arrives, handed to its reader: `readany()`
-for streams, `read()` for whole bodies, or `drain_to(sink)`, which hands each piece to a
-callback as it is parsed (no task wake-up per token). Reading from the upstream pauses
+for streams, `read()` for whole bodies, or `drain_to(sink)`, which hands each read's body
+bytes to a callback once it is parsed (no task wake-up per token; one write to the client
+per read, however many chunks of the body it held). Reading from the upstream pauses
 while HIGH_WATER bytes wait for the reader; a compressed body is inflated within bounds
 (`backends.inflate`). A `Response` (`backends.response`) is a Body with a head, fed by
 httptools' parser.
@@ -34,6 +35,7 @@ class Body:
         "_conn",
         "_ended",
         "_error",
+        "_gathered",
         "_inflater",
         "_paused",
         "_pending",
@@ -51,6 +53,7 @@ class Body:
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._sink: Callable[[bytes], bool] | None = None
+        self._gathered: list[bytes] = []  # the body pieces of the read being parsed, for the sink
         self._paused = False
         self._inflater: Inflater | None = None  # for a compressed body
         self._ended = False  # the parser saw the body's end (complete once what is pending is inflated)
@@ -108,11 +111,12 @@ class Body:
         return bool(self._chunks or self._pending)
 
     async def drain_to(self, sink: Callable[[bytes], bool]) -> None:
-        """Hand the body to `sink` piece by piece, as the parser yields it, from the
-        connection's callback, until the sink declines a piece (it returns False: the
-        piece waits for `readany`), calls `stop_sink`, or the body ends or fails (which
-        `readany` then reports). Returns at once if data is already waiting. A sink must
-        not raise: it runs inside the protocol's callback."""
+        """Hand the body to `sink` piece by piece from the connection's callback, a piece
+        being what one read from the upstream held (its chunks joined, once it is parsed),
+        until the sink declines a piece (it returns False: the piece waits for `readany`),
+        calls `stop_sink`, or the body ends or fails (which `readany` then reports). Returns
+        at once if data is already waiting. A sink must not raise: it runs inside the
+        protocol's callback."""
         if self._chunks or self._pending or self._error is not None or self._complete:
             return
         self._sink = sink
@@ -165,11 +169,28 @@ class Body:
                 return
             self._inflate(body)
             return
+        if self._sink is not None:
+            self._gathered.append(body)  # handed on at the read's end (`hand_gathered`)
+            return
+        self._buffer(body)
+
+    def hand_gathered(self) -> None:
+        """At the end of a read's parsing: its body pieces to the sink, joined, or to the
+        buffer if the sink has gone or declines them."""
+        gathered = self._gathered
+        if not gathered:
+            return
+        self._gathered = []
+        body = gathered[0] if len(gathered) == 1 else b"".join(gathered)
         sink = self._sink
         if sink is not None:
             if sink(body):
                 return
             self._sink = None
+        self._buffer(body)
+
+    def _buffer(self, body: bytes) -> None:
+        """Body bytes kept for `readany`; reading pauses past HIGH_WATER."""
         self._chunks.append(body)
         self._size += len(body)
         if self._size > HIGH_WATER and not self._paused and self._conn.transport is not None:

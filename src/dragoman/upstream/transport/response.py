@@ -139,6 +139,8 @@ class Response(Body):
             else:
                 self._head_room = room - len(data)
         self._parse(data)
+        if self._gathered:
+            self.hand_gathered()
 
     def _parse(self, data: bytes) -> None:
         if self._parser is None:  # released or closed: what still comes is not this response's
