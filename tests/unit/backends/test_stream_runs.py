@@ -4,19 +4,15 @@ whole gives, however the stream is cut into reads and whatever its strings hold.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 
 from dragoman.backends.openai import tokens
-from dragoman.backends.openai.backend import _sse
-from dragoman.backends.openai.stream import Translation
 from dragoman.backends.openai.tokens import TokenTemplate
-from dragoman.core.errors import GatewayError
 from dragoman.protocol import openai
 from dragoman.protocol.sse import text_delta, text_deltas
-from tests.support.stream_cases import translator
+from tests.support.translated import client_bytes
 from tests.unit.backends.test_stream_tokens import VLLM
 
 # JSON strings as servers write them: the encoder's own escapes (copied as they are) and
@@ -78,32 +74,6 @@ def reads_of(events: list[bytes], framing: str) -> list[bytes]:
     return [b"".join(events[i : i + per]) for i in range(0, len(events), per)]
 
 
-def client_bytes(reads: list[bytes], direct: bool, options: dict[str, Any]) -> bytes:
-    out: list[bytes] = []
-
-    class Writer:
-        def write(self, data: bytes) -> None:
-            out.append(data)
-
-    t = Translation("up", translator(**options), None, _sse, None, sse=True)
-    try:
-        for read in reads:
-            if t.ended:
-                break
-            if direct and t.started:
-                t.feed_to(read, Writer())  # type: ignore[arg-type]
-            else:
-                out.extend(t.feed(read))
-
-        async def finish() -> None:
-            out.extend([piece async for piece in t.finish()])
-
-        asyncio.run(finish())
-    except GatewayError as error:
-        out.append(f"{type(error).__name__}: {error}".encode())
-    return b"".join(out)
-
-
 @pytest.mark.parametrize("framing", ["one read", "2 events", "3 events", "7 events", "every 61", "every 500"])
 @pytest.mark.parametrize("direct", [False, True], ids=["yielded", "direct"])
 @pytest.mark.parametrize("options", [{}, {"stop_sequences": ["zzz"]}], ids=["plain", "stop-sequences"])
@@ -121,9 +91,9 @@ def test_a_stream_read_in_runs_reaches_the_client_as_it_does_decoded_chunk_by_ch
     monkeypatch.setattr(TokenTemplate, "run", counted)
     for name, events in STREAMS.items():
         reads = reads_of(events, framing)
-        with_runs = client_bytes(reads, direct, options)
+        with_runs = client_bytes(reads, options, direct)
         monkeypatch.setattr(tokens, "LEARN_TRIES", 0)
-        without = client_bytes(reads, direct, options)
+        without = client_bytes(reads, options, direct)
         monkeypatch.setattr(tokens, "LEARN_TRIES", 16)
         assert with_runs == without, name
     if options:

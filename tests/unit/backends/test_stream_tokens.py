@@ -3,7 +3,6 @@ client is byte for byte what decoding every chunk whole gives, in every stream c
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -11,15 +10,12 @@ import msgspec
 import pytest
 
 from dragoman.backends.openai import tokens
-from dragoman.backends.openai.backend import _sse
-from dragoman.backends.openai.stream import Translation
 from dragoman.backends.openai.tokens import TokenTemplate
-from dragoman.core.errors import GatewayError
 from dragoman.protocol import anthropic as a
 from dragoman.protocol import openai
 from dragoman.protocol.sse import encode, text_delta
 from tests.support.openai_shapes import chunk, usage_chunk
-from tests.support.stream_cases import translator
+from tests.support.translated import client_bytes
 from tests.unit.translate.test_stream_cases import CASES
 from tests.unit.translate.test_stream_cases_parallel import CASES as PARALLEL
 
@@ -152,33 +148,6 @@ def reads_of(chunks: list[dict[str, Any]], framing: str) -> list[bytes]:
     return frames
 
 
-def client_bytes(chunks: list[dict[str, Any]], options: dict[str, Any], framing: str, direct: bool) -> bytes:
-    """What the client receives: reads through `feed`, or (once started) straight through `feed_to`."""
-    out: list[bytes] = []
-
-    class Writer:
-        def write(self, data: bytes) -> None:
-            out.append(data)
-
-    t = Translation("up", translator(**options), None, _sse, None, sse=True)
-    try:
-        for read in reads_of(chunks, framing):
-            if t.ended:
-                break
-            if direct and t.started:
-                t.feed_to(read, Writer())  # type: ignore[arg-type]
-            else:
-                out.extend(t.feed(read))
-
-        async def finish() -> None:
-            out.extend([piece async for piece in t.finish()])
-
-        asyncio.run(finish())
-    except GatewayError as error:
-        out.append(f"{type(error).__name__}: {error}".encode())
-    return b"".join(out)
-
-
 @pytest.mark.parametrize("framing", ["per-token", "burst", "tight"])
 @pytest.mark.parametrize("direct", [False, True], ids=["yielded", "direct"])
 def test_every_stream_case_reaches_the_client_as_it_did_without_the_template(monkeypatch, framing, direct):
@@ -198,9 +167,9 @@ def test_every_stream_case_reaches_the_client_as_it_did_without_the_template(mon
     monkeypatch.setattr(TokenTemplate, "read", counted(read))
     monkeypatch.setattr(TokenTemplate, "run", counted(run))
     for name, chunks, options in [(c.id, c.chunks, c.options) for c in CASES + PARALLEL] + LONG:
-        with_template = client_bytes(chunks, options, framing, direct)
+        with_template = client_bytes(reads_of(chunks, framing), options, direct)
         monkeypatch.setattr(tokens, "LEARN_TRIES", 0)
-        without = client_bytes(chunks, options, framing, direct)
+        without = client_bytes(reads_of(chunks, framing), options, direct)
         monkeypatch.setattr(tokens, "LEARN_TRIES", 16)
         assert with_template == without, name
     assert fast > 40  # the template was used, not merely learnt (a run counts its tokens)
