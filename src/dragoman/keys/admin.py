@@ -32,7 +32,7 @@ class KeyAdmin:
         self.ring = ring
         self._spent = spent
         # The database down or locked: 503 with retry-after, logged unless the outage is already.
-        self.guard = ReadGuard(None, quiet=lambda: ring.outage.down, store="key")
+        self.guard = ReadGuard(None, outage=lambda: ring.outage, store="key")
         self.started_at = time.time()  # configured keys' created_at: when this process read them
 
     async def _store(self) -> KeyStore:

@@ -24,6 +24,7 @@ class Outage:
 
     def __init__(self) -> None:
         self._parts: set[str] = set()
+        self.told = False  # its start is logged (by a part, or by a reader that met it first)
 
     @property
     def down(self) -> bool:
@@ -31,8 +32,9 @@ class Outage:
 
     def failed(self, part: str) -> bool:
         """`part` cannot reach the database; True if it is the first to say so (it logs)."""
-        first = not self._parts
+        first = not self._parts and not self.told
         self._parts.add(part)
+        self.told = True
         return first
 
     def answered(self, part: str) -> bool:
@@ -40,16 +42,19 @@ class Outage:
         if part not in self._parts:
             return False
         self._parts.discard(part)
-        return not self._parts
+        if self._parts:
+            return False
+        self.told = False
+        return True
 
 
 class ReadGuard:
     """Bounds each read by `timeout` seconds (the database's statement timeout, plus a
     second for its answer to arrive) and turns a store's failure into StoreUnavailable."""
 
-    def __init__(self, timeout: float | None, quiet: Callable[[], bool] = lambda: False, store: str = "usage") -> None:
+    def __init__(self, timeout: float | None, outage: Callable[[], Outage], store: str = "usage") -> None:
         self.timeout = None if timeout is None else timeout + 1.0  # None: no bound (a write cut short is unknown)
-        self._quiet = quiet  # True: the outage is logged already (by the writer)
+        self._outage = outage  # the process's view: whoever meets the outage first logs it
         self._store = store
         self.on_refused: Callable[[], None] = lambda: None  # counts each 503 (dragoman_store_outage_requests)
         self.failing = False  # logged once per outage
@@ -62,15 +67,18 @@ class ReadGuard:
         except GatewayError:
             raise  # the client's mistake (a bad parameter), not the store's
         except Exception as error:  # noqa: BLE001 - any driver's failure, or the timeout
-            if not self.failing and not self._quiet():
+            outage = self._outage()
+            if not self.failing and not outage.told:
                 log.warning("the admin API cannot reach the database (%s: %s); answering 503 until it can",
                             type(error).__name__, error or "timed out")  # fmt: skip
-                self._logged = True
+                self._logged = outage.told = True
             self.failing = True
             raise self.refused() from None
         if self.failing:
-            if self._logged:  # its end is told only where its start was
+            outage = self._outage()
+            if self._logged and outage.told and not outage.down:  # its end, where its start was told, unless told
                 log.info("the admin API reaches the database again")
+                outage.told = False
             self.failing = self._logged = False
         return result
 

@@ -36,7 +36,7 @@ class UsageWriter:
         self.store = store
         self.outage = Outage()  # shared with the keyring when the keys live in the same database
         self.guard = ReadGuard(
-            read_timeout, quiet=lambda: self.outage.down
+            read_timeout, outage=lambda: self.outage
         )  # the report's reads: 503 within the timeout while the store is out
         self.journal = journal
         self._unjournaled: list[UsageRecord] = []  # noted since the last tick
