@@ -105,7 +105,9 @@ def test_per_model_limits(upstream, gateway_from):
 
 
 def test_the_sdk_retries_a_429_by_its_retry_after(upstream, gateway_from):
-    gateway = gateway_from(_config(upstream, {"requests_per_minute": 60}))  # one more each second
+    gateway = gateway_from(
+        _config(upstream, {"requests_per_minute": 12})
+    )  # one more every 5 s: a slow machine still meets the 429
     client = _client(gateway)
     served = 0
     for _ in range(200):  # until the bucket is empty: 60 at once, more if the machine is slow to send them
@@ -120,7 +122,7 @@ def test_the_sdk_retries_a_429_by_its_retry_after(upstream, gateway_from):
                                    http_client=httpx2.Client(event_hooks=hooks))  # fmt: skip
     message = retrying.messages.create(model="test-model", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
     assert message.content[0].text == "Hello!"
-    assert refusals and refusals[0] == "1"  # refused once, retried after the second it named
+    assert refusals and 1 <= int(refusals[0]) <= 5  # refused once, retried after the seconds it named
     assert len(upstream.requests) == served + 1
 
 
