@@ -24,6 +24,7 @@ _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _TYPED = frozenset({"stream", "max_tokens", "thinking", "output_config", "output_format", "metadata"})
 _READ = ("metadata", "thinking", "output_config", "output_format", "tool_choice")  # Shape.field, count_body
 COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")  # what a count takes
+_SPLICED = tuple((name, b',"' + name.encode() + b'":') for name in COUNTED[2:])
 _DEFAULTED = frozenset(f.encode_name for f in msgspec.structs.fields(MessagesRequest)
                        if f.default is not None and f.default is not msgspec.NODEFAULT)  # fmt: skip
 _UNKNOWN: Any = object()  # a path the decoded request cannot answer: read the body itself
@@ -250,13 +251,19 @@ class Shape:
             whole = self.body_at(())
             return msgspec.json.encode({k: v for k, v in whole.items() if k in COUNTED and v is not MISSING})
         envelope: Any = self._envelope
-        parts = [b'"model":' + msgspec.json.encode(envelope.model),
-                 b'"messages":[' + b",".join(bytes(m) for m in envelope.messages) + b"]"]  # fmt: skip
-        for name in COUNTED[2:]:
+        parts: list[Any] = [b'{"model":', msgspec.json.encode(envelope.model), b',"messages":[']
+        for message in envelope.messages:  # Raw views into the body: copied once, by the join
+            parts += (message, b",")
+        if envelope.messages:
+            parts[-1] = b"]"  # in place of the last comma
+        else:
+            parts.append(b"]")
+        for name, key in _SPLICED:
             raw = getattr(envelope, kept[name])
             if raw:
-                parts.append(msgspec.json.encode(name) + b":" + bytes(raw))
-        return b"{" + b",".join(parts) + b"}"
+                parts += (key, raw)
+        parts.append(b"}")
+        return b"".join(parts)
 
     def body_at(self, path: tuple[str | int, ...]) -> Any:
         """The body's value at a dotted path (numbers index lists), or MISSING (a JSON null too)."""
