@@ -61,6 +61,7 @@ class Shape:
         self._parts: dict[Any, Any] = {}
         self.tokens: int | None = None
         self.window: int | None = None
+        self.answer: Any = None  # a `count_tokens` request's upstream answer, when routing asked for it
 
     @property
     def raw(self) -> bytes:

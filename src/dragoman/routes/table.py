@@ -22,7 +22,7 @@ from dragoman.core.capabilities import ModelCaps
 from dragoman.core.config import Config, ConfigError
 from dragoman.core.errors import GatewayError
 from dragoman.protocol.anthropic import Envelope, MessagesRequest
-from dragoman.routes.answer import CountAnswer
+from dragoman.routes.answer import CountAnswer, Counted
 from dragoman.routes.conditions import When, compile_when
 from dragoman.routes.fallbacks import Attempts, Cooldowns
 from dragoman.routes.reading import Reader
@@ -110,7 +110,7 @@ class Routes:
         chosen: Compiled | None = None
         for route in self._routes if endpoint == "messages" else self._counting:
             verdict = None if route.sticky else route.when.holds(shape)  # the common case without awaiting
-            if verdict or (verdict is None and await self._matches(route, shape, held, own, headers)):
+            if verdict or (verdict is None and await self._matches(route, shape, held, own, headers, endpoint)):
                 chosen = route
                 break
         if session is not None:
@@ -118,13 +118,16 @@ class Routes:
         if chosen is not None and chosen.sticky and session is not None:
             self.sessions.took(session, chosen.name, chosen.when.threshold)
         if chosen is None:
-            return self._wrapped(await own(), None, shape, outcome, headers)
+            mine = await own()
+            if endpoint == "count_tokens" and shape.answer is not None:  # counted already: not again
+                mine = dataclasses.replace(mine, backend=Counted(shape.answer, mine.backend))
+            return self._wrapped(mine, None, shape, outcome, headers)
         outcome.route = chosen.name
         if outcome.trace is not None:
             outcome.trace.span.set_attribute("dragoman.route", chosen.name)
         if chosen.model is None:
             if shape.tokens is None:
-                await self._count(shape, own, headers)
+                await self._count(shape, own, headers, endpoint)
             answer = CountAnswer(shape.tokens or 0, chosen.name)
             return Route(answer, "local", model, ModelCaps())
         return self._wrapped(await self._resolve(chosen.model), chosen.name, shape, outcome, headers)
@@ -139,7 +142,7 @@ class Routes:
                 self.sessions.took(session, route.name, when.threshold)
 
     async def _matches(self, route: Compiled, shape: Shape, held: Held | None, own: Callable[[], Awaitable[Route]],
-                       headers: Mapping[str, str]) -> bool:  # fmt: skip
+                       headers: Mapping[str, str], endpoint: str) -> bool:  # fmt: skip
         """Whether `route` takes the request: its session's hold first, then its conditions."""
         threshold = route.when.threshold
         larger = 0  # the session's last reply said its prompt was this large
@@ -152,24 +155,25 @@ class Routes:
         verdict = route.when.holds(shape)
         if verdict is None or (larger and not verdict):
             if shape.tokens is None:
-                await self._count(shape, own, headers)
+                await self._count(shape, own, headers, endpoint)
             counted = shape.tokens
             shape.tokens = max(counted or 0, larger)
             verdict = route.when.holds(shape)
             shape.tokens = counted
         return bool(verdict)
 
-    async def _count(self, shape: Shape, own: Callable[[], Awaitable[Route]], headers: Mapping[str, str]) -> None:
-        """The input count `count_tokens` would answer for the name's own model (and its window, for `fits`)."""
+    async def _count(self, shape: Shape, own: Callable[[], Awaitable[Route]], headers: Mapping[str, str],
+                     endpoint: str) -> None:  # fmt: skip
+        """The input count `count_tokens` would answer for the name's own model (and its window, for `fits`);
+        a `count_tokens` request's is that very answer (`shape.answer`), asked with the request's own body."""
         try:
             base = await own()
         except GatewayError:
             shape.tokens = shape.estimate()
             return
         shape.window = base.context_window
-        body = (
-            shape.count_body() if base.path == "passthrough" else shape.raw
-        )  # the upstream's count takes no max_tokens
+        spliced = base.path == "passthrough" and endpoint != "count_tokens"  # the upstream's count takes no max_tokens
+        body = shape.count_body() if spliced else shape.raw
         call = Call(body=body, model=shape.model, upstream_model=base.upstream_model, headers=headers, request_id="")
         try:
             reply = await base.backend.count_tokens(call, base)
@@ -177,6 +181,8 @@ class Routes:
         except (GatewayError, msgspec.DecodeError, AttributeError):
             counted = None
         shape.tokens = counted if isinstance(counted, int) else shape.estimate()
+        if isinstance(counted, int) and endpoint == "count_tokens" and reply.status == 200:  # type: ignore[union-attr]
+            shape.answer = reply
 
     def _wrapped(self, route: Route, name: str | None, shape: Shape, outcome: Outcome,
                  headers: Mapping[str, str]) -> Route:  # fmt: skip
