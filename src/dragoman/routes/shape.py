@@ -159,6 +159,8 @@ class Shape:
             config = request.output_config
             held = config.format if config is not None and config.format is not None else request.output_format
             return held.type if held is not None else None
+        if self._part("output_config") is None and self._part("output_format") is None:
+            return None  # neither sent (the common case): nothing to decode
         for holder in (self.field("output_config"), {"format": self.field("output_format")}):
             if isinstance(holder, dict) and isinstance(holder.get("format"), dict):
                 kind = holder["format"].get("type")
@@ -169,6 +171,8 @@ class Shape:
     def thinking_on(self) -> bool:
         if self._request is not None:
             return self._request.thinking is not None and self._request.thinking.type in ("enabled", "adaptive")
+        if self._part("thinking") is None:
+            return False
         thinking = self.field("thinking")
         return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
 

@@ -54,6 +54,9 @@ class Routes:
             for i, r in enumerate(config.routes)
         )
         self._counting = tuple(r for r in self._routes if r.model is not None)  # a count answer: Messages only
+        # each route with its test, or None when only `_matches` can tell (a sticky route): looked up once
+        self._tests = {endpoint: tuple((None if r.sticky else r.when.holds, r) for r in routes)
+                       for endpoint, routes in (("messages", self._routes), ("count_tokens", self._counting))}  # fmt: skip
         self._sticky = any(r.sticky for r in self._routes)
         fields = {name for r in self._routes for name in r.when.fields}
         low, medium = [*config.server.effort_budgets, 2048, 8192][:2]
@@ -108,8 +111,8 @@ class Routes:
             return base[0]
 
         chosen: Compiled | None = None
-        for route in self._routes if endpoint == "messages" else self._counting:
-            verdict = None if route.sticky else route.when.holds(shape)  # the common case without awaiting
+        for holds, route in self._tests["messages" if endpoint == "messages" else "count_tokens"]:
+            verdict = None if holds is None else holds(shape)  # the common case without awaiting
             if verdict or (verdict is None and await self._matches(route, shape, held, own, headers, endpoint)):
                 chosen = route
                 break
