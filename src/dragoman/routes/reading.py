@@ -42,6 +42,13 @@ def tool_types(raw: msgspec.Raw) -> tuple[Any, ...]:
         return ()
 
 
+def tool_facts(raw: msgspec.Raw) -> tuple[int, list[str]]:
+    """What conditions ask of the tools array `raw`: how many, and the server tools' types
+    (every typed tool but `custom`). Shared by every request that sends the same bytes: never changed."""
+    types = tool_types(raw)
+    return len(types), [kind for kind in types if isinstance(kind, str) and kind != "custom"]
+
+
 def flagged(text: Any) -> bool:
     """Whether a first system block's text is the billing block with `cc_is_subagent=true`."""
     return isinstance(text, str) and text.startswith(BILLING) and bool(SUBAGENT_FLAG.search(text))
@@ -62,13 +69,13 @@ class Reader:
 
     effort_budgets: tuple[int, int] = (2048, 8192)  # server.effort_budgets
     header_names: Mapping[bytes, str] = field(default_factory=dict)  # from `header_names`
-    tools: Callable[[msgspec.Raw], tuple[Any, ...]] = tool_types  # of a passed-through body
+    tools: Callable[[msgspec.Raw], tuple[int, list[str]]] = tool_facts  # of a passed-through body
     subagent: Callable[[msgspec.Raw], bool] = flagged_system
 
     @classmethod
     def table(cls, effort_budgets: tuple[int, int], headers: Iterable[str]) -> Reader:
         """A table's: its headers, and what it read of the last requests' tools and system prompts."""
-        return cls(effort_budgets, header_names(headers), Memo(tool_types), Memo(flagged_system))
+        return cls(effort_budgets, header_names(headers), Memo(tool_facts), Memo(flagged_system))
 
 
 def header_names(names: Iterable[str]) -> dict[bytes, str]:

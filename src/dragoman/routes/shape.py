@@ -131,25 +131,24 @@ class Shape:
         return value if isinstance(value, int) else 0
 
     @once
-    def tool_types(self) -> tuple[Any, ...]:
-        """Each tool's `type` (None for most client tools), from a read of the tools without their schemas."""
-        if self._request is not None:
-            return tuple(tool.type for tool in self._request.tools or ())
+    def tool_facts(self) -> tuple[int, list[str]]:
+        """How many tools, and the server tools' types, from a passed-through body's tools (read
+        without their schemas, once per distinct bytes: `Reader.tools`)."""
         raw = self._envelope.tools if self._envelope is not None else self._fields.get("tools")
         if not raw:  # an envelope without tools holds an empty Raw
-            return ()
+            return 0, []
         return self._reader.tools(raw)
 
     @once
     def tool_count(self) -> int:
-        return len(self._request.tools or ()) if self._request is not None else len(self.tool_types)
+        return len(self._request.tools or ()) if self._request is not None else self.tool_facts[0]
 
     @once
     def server_tools(self) -> list[str]:
         """The types of the request's server tools (web_search_20250305, ...): every typed tool but `custom`."""
         if self._request is not None:
             return [tool.type for tool in self._request.tools or () if tool.type is not None and tool.type != "custom"]
-        return [kind for kind in self.tool_types if isinstance(kind, str) and kind != "custom"]
+        return self.tool_facts[1]
 
     @once
     def output_format(self) -> str | None:

@@ -34,7 +34,7 @@ def test_a_table_stops_at_its_first_failing_test_whatever_order_it_was_written_i
 def test_an_any_stops_at_its_first_option_that_holds():
     shape = routed(headers={"x-priority": "1"}, tools=[{"name": "t", "input_schema": {}}])
     assert compile_when({"any": [{"tools": {"gt": 0}}, {"header.x-priority": True}]}, "w").holds(shape) is True
-    assert "tool_types" not in vars(shape)  # the header held: the tools were not read
+    assert "tool_facts" not in vars(shape)  # the header held: the tools were not read
 
 
 def test_the_named_headers_are_picked_in_one_pass_as_starlette_would_answer():
