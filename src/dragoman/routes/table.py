@@ -26,6 +26,7 @@ from dragoman.routes.answer import CountAnswer, Counted
 from dragoman.routes.conditions import When, compile_when
 from dragoman.routes.fallbacks import Attempts, Cooldowns
 from dragoman.routes.reading import Reader
+from dragoman.routes.scan import following, scanner
 from dragoman.routes.sessions import Held, Sessions
 from dragoman.routes.settings import check, served_names
 from dragoman.routes.shape import Shape, routed_envelope
@@ -56,6 +57,8 @@ class Routes:
         self._counting = tuple(r for r in self._routes if r.model is not None)  # a count answer: Messages only
         # each route with its test, or None when only `_matches` can tell (a sticky route): looked up once
         self._tests = {endpoint: tuple((None if r.sticky else r.when.holds, r) for r in routes)
+                       for endpoint, routes in (("messages", self._routes), ("count_tokens", self._counting))}  # fmt: skip
+        self._scans = {endpoint: scanner([None if r.sticky else r.when for r in routes])
                        for endpoint, routes in (("messages", self._routes), ("count_tokens", self._counting))}  # fmt: skip
         self._sticky = any(r.sticky for r in self._routes)
         fields = {name for r in self._routes for name in r.when.fields}
@@ -111,11 +114,15 @@ class Routes:
             return base[0]
 
         chosen: Compiled | None = None
-        for holds, route in self._tests["messages" if endpoint == "messages" else "count_tokens"]:
-            verdict = None if holds is None else holds(shape)  # the common case without awaiting
-            if verdict or (verdict is None and await self._matches(route, shape, held, own, headers, endpoint)):
+        kind = "messages" if endpoint == "messages" else "count_tokens"
+        tests = self._tests[kind]
+        at, verdict = self._scans[kind](shape)  # the first route not ruled out, without awaiting
+        while at >= 0:
+            route = tests[at][1]
+            if verdict or await self._matches(route, shape, held, own, headers, endpoint):
                 chosen = route
                 break
+            at, verdict = following(tests, shape, at + 1)
         if session is not None:
             self._note_pending(outcome.request_id, session)  # its reply's usage: the session's size
         if chosen is not None and chosen.sticky and session is not None:
