@@ -22,7 +22,7 @@ SUBAGENT_FLAG = re.compile(r"""cc_is_subagent["']?\s*[=:]\s*["']?true""")
 T = TypeVar("T")
 
 
-class _Tool(msgspec.Struct):
+class _Tool(msgspec.Struct, gc=False):  # untracked by the collector: a string, or JSON (no cycle back)
     type: Any = None
 
 
@@ -34,19 +34,15 @@ _TOOLS = msgspec.json.Decoder(list[_Tool])
 _SYSTEM = msgspec.json.Decoder(list[_System] | str | None)
 
 
-def tool_types(raw: msgspec.Raw) -> tuple[Any, ...]:
-    """Each tool's `type` in the tools array `raw`, its schemas skipped (none when it is not a list of objects)."""
-    try:
-        return tuple(t.type for t in _TOOLS.decode(raw))
-    except msgspec.ValidationError:
-        return ()
-
-
 def tool_facts(raw: msgspec.Raw) -> tuple[int, list[str]]:
-    """What conditions ask of the tools array `raw`: how many, and the server tools' types
-    (every typed tool but `custom`). Shared by every request that sends the same bytes: never changed."""
-    types = tool_types(raw)
-    return len(types), [kind for kind in types if isinstance(kind, str) and kind != "custom"]
+    """What conditions ask of the tools array `raw`, its schemas skipped: how many, and the
+    server tools' types (every typed tool but `custom`); none when it is not a list of objects.
+    Shared by every request that sends the same bytes: never changed."""
+    try:
+        tools = _TOOLS.decode(raw)
+    except msgspec.ValidationError:
+        return 0, []
+    return len(tools), [kind for tool in tools if isinstance(kind := tool.type, str) and kind != "custom"]
 
 
 def flagged(text: Any) -> bool:

@@ -11,7 +11,7 @@ from starlette.datastructures import Headers
 
 from dragoman.routes.conditions import compile_when
 from dragoman.routes.memo import SMALLEST, Memo
-from dragoman.routes.reading import Reader, flagged_system, header_names, picked
+from dragoman.routes.reading import Reader, flagged_system, header_names, picked, tool_facts
 from dragoman.routes.shape import Shape, routed_envelope
 
 ROUTED = msgspec.json.Decoder(routed_envelope(()))
@@ -76,3 +76,10 @@ def test_the_tools_and_the_billing_flag_read_through_a_tables_memo_as_without_on
         assert shape.server_tools == ["web_search_20250305"] and shape.tool_count == 2 and shape.subagent
         assert not routed(reader, tools=tools[:1], system=plain).subagent  # one byte apart: read again
     assert flagged_system(msgspec.Raw(json.dumps(flagged).encode())) and not flagged_system(msgspec.Raw(b'"text"'))
+
+
+def test_the_tool_facts_count_every_object_and_keep_the_server_tools_types():
+    tools = [{"type": 5}, {"type": "custom", "name": "c"}, {"type": "web_search_20250305"}, {}, {"type": None}]
+    assert tool_facts(msgspec.Raw(json.dumps(tools).encode())) == (5, ["web_search_20250305"])
+    for odd in ([1, 2], {"type": "web_search_1"}, "tools", [{"type": "x"}, []]):  # not a list of objects: none
+        assert tool_facts(msgspec.Raw(json.dumps(odd).encode())) == (0, [])
