@@ -73,6 +73,25 @@ def text_delta_written(index: int, string: bytes) -> bytes:
     return (_DELTA_HEADS.get(index) or _delta_head(index)) + string + _DELTA_TAIL
 
 
+_STARTS: dict[str, tuple[bytes, bytes]] = {}  # a message_start's bytes around its id, by model
+_ID_MARK = "\x00id"  # an id no message has, to find where ids go
+
+
+def message_start(start: a.MessageStart) -> bytes:
+    """`encode(start)`, a stream's first event, from bytes made once per model: only the
+    message's id (each stream's own) is encoded. For starts that differ in their id and
+    model alone, as `StreamTranslator.start` makes them (a message before any content)."""
+    message = start.message
+    around = _STARTS.get(message.model)
+    if around is None:
+        blank = encode(a.MessageStart(message=msgspec.structs.replace(message, id=_ID_MARK)))
+        head, mark, tail = blank.partition(_encoder.encode(_ID_MARK))
+        if not mark or len(_STARTS) >= 256:
+            return encode(start)
+        around = _STARTS[message.model] = (head, tail)
+    return around[0] + _encoder.encode(message.id) + around[1]
+
+
 MAX_LINE = 16 * 1024 * 1024  # bytes of one stream line; a server sending more without a newline has failed
 
 

@@ -30,6 +30,19 @@ from dragoman.translate.tool_calls import ToolCall, arguments_complete, open_cal
 from dragoman.translate.tool_ids import client_tool_id, tagged
 
 
+def message_delta(reason: a.StopReason, stop_sequence: str | None, usage: a.Usage) -> a.MessageDelta:
+    """A reply's `message_delta`: why it stopped, and its usage."""
+    return a.MessageDelta(
+        delta=a.MessageDeltaBody(stop_reason=reason, stop_sequence=stop_sequence),
+        usage=a.MessageDeltaUsage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_input_tokens=usage.cache_read_input_tokens,
+            output_tokens_details=usage.output_tokens_details if usage.output_tokens_details is not None else UNSET,
+        ),
+    )
+
+
 class StreamTranslator:
     def __init__(
         self,
@@ -207,25 +220,24 @@ class StreamTranslator:
             elif not (self._surface_thinking and self._hidden_reasoning):
                 self._open_block("text", a.OutTextBlock(text=""), events)
         self._close(events)
-        usage = usage_of(self._usage)
         reason = stop_reason_of(
             self._finish, tool_calls=self._saw_tool, matched=self._stops.matched, window_bound=self._window_bound
         )
-        events.append(
-            a.MessageDelta(
-                delta=a.MessageDeltaBody(stop_reason=reason, stop_sequence=self._stops.matched),
-                usage=a.MessageDeltaUsage(
-                    input_tokens=usage.input_tokens,
-                    output_tokens=usage.output_tokens,
-                    cache_read_input_tokens=usage.cache_read_input_tokens,
-                    output_tokens_details=usage.output_tokens_details
-                    if usage.output_tokens_details is not None
-                    else UNSET,
-                ),
-            )
-        )
+        events.append(message_delta(reason, self._stops.matched, usage_of(self._usage)))
         events.append(a.MessageStop())
         return events
+
+    def text_end(self) -> tuple[int, a.StopReason, a.Usage] | None:
+        """`finish` of a reply whose text block is open, nothing held back (no stop sequence
+        watched, no prefill echo pending, no tool call waiting): the block closed, its index,
+        the stop reason and the usage, from which the caller writes `finish`'s three events
+        (`content_block_stop`, `message_delta` without a stop sequence, `message_stop`)
+        itself. None, nothing done, for any other reply."""
+        if self._open != "text" or self._matching or not self._echo.done or self._live is not None or self._queued:
+            return None
+        self._open = None
+        reason = stop_reason_of(self._finish, tool_calls=self._saw_tool, matched=None, window_bound=self._window_bound)
+        return self._index, reason, usage_of(self._usage)
 
     # -- blocks ------------------------------------------------------------------
 

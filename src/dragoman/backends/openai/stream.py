@@ -9,6 +9,7 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from dragoman.backends.openai.frames import text_end
 from dragoman.backends.openai.tokens import TokenTemplate
 from dragoman.calls.types import ClientWriter, DirectWrites, Outcome
 from dragoman.core.config import OpenAIUpstream
@@ -16,7 +17,7 @@ from dragoman.core.error_mapping import from_stream_error, upstream_message
 from dragoman.core.errors import GatewayError, UpstreamError
 from dragoman.core.redaction import Redactor
 from dragoman.protocol import anthropic, openai
-from dragoman.protocol.sse import DataDecoder, encode_all, text_delta, text_delta_written
+from dragoman.protocol.sse import DataDecoder, encode_all, message_start, text_delta, text_delta_written
 from dragoman.tokens.estimate import completion_estimate
 from dragoman.translate.stream import StreamTranslator
 from dragoman.upstream.errors import upstream_errors
@@ -90,6 +91,8 @@ class Translation(Generic[T]):
         # `message_start` goes out with what comes first (the first token, a ping, the end):
         # one write fewer before the first token, whose time clients see.
         self._opening: Batch = translator.start()
+        if sse and isinstance(self._opening[0], anthropic.MessageStart):  # its bytes, from a template
+            self._opening = [message_start(self._opening[0])]  # type: ignore[list-item]  # an SSE batch takes frames
         if outcome is not None:  # one output token per chunk until the upstream tells its usage
             outcome.progress = lambda: (translator.usage_so_far() or translator.usage).output_tokens
             outcome.input_so_far = lambda: input_so_far(translator, estimate)
@@ -202,6 +205,12 @@ class Translation(Generic[T]):
             raise UpstreamError(f"upstream {self.name} closed the stream before the reply was complete")
         if translator.needs_usage and self._prompt_tokens is not None:
             translator.assume_usage(await self._prompt_tokens())
+        end = translator.text_end() if self._sse else None
+        if end is not None:  # (most replies)
+            index, reason, usage = end
+            note_usage(self._outcome, usage)
+            yield self._with_start([text_end(index, reason, usage)])  # type: ignore[list-item]  # an SSE batch takes frames made already
+            return
         final = translator.finish()
         note_usage(self._outcome, translator.usage)
         yield self._with_start(final)
