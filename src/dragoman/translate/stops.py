@@ -14,8 +14,8 @@ class StopMatcher:
     __slots__ = ("_stops", "_hold", "_pending", "matched")
 
     def __init__(self, stops: list[str]) -> None:
-        self._stops = [s for s in stops if s]
-        self._hold = max((len(s) for s in self._stops), default=1) - 1
+        self._stops = [s for s in stops if s] if stops else stops
+        self._hold = max(map(len, self._stops)) - 1 if self._stops else 0
         self._pending = ""
         self.matched: str | None = None
 

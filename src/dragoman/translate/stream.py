@@ -43,7 +43,45 @@ def message_delta(reason: a.StopReason, stop_sequence: str | None, usage: a.Usag
     )
 
 
+_NO_CALL = ToolCall(key="", index=None, id=None)  # before the first call: read, never changed (calls are begun)
+
+
 class StreamTranslator:
+    __slots__ = (
+        "_answered",
+        "_closed_tools",
+        "_dropped_index",
+        "_dropping",
+        "_echo",
+        "_finish",
+        "_generated",
+        "_hidden_reasoning",
+        "_index",
+        "_live",
+        "_matching",
+        "_message_id",
+        "_model",
+        "_new_tool_id",
+        "_omit_thinking_text",
+        "_open",
+        "_queued",
+        "_replica_tag",
+        "_saw_content",
+        "_saw_tool",
+        "_single_tool_call",
+        "_stops",
+        "_surface_thinking",
+        "_taken_ids",
+        "_tool",
+        "_tool_names",
+        "_upstream",
+        "_usage",
+        "_window_bound",
+        "done",
+        "redactor",
+        "upstream_ended",
+    )
+
     def __init__(
         self,
         *,
@@ -79,7 +117,7 @@ class StreamTranslator:
         self._index = -1
         # The call begun last, open or not: a fragment without index or id continues it, and
         # the next call is told from it. At first none (a key no call has).
-        self._tool = ToolCall(key="", index=None, id=None)
+        self._tool = _NO_CALL
         self._live: ToolCall | None = None  # the call whose block is open, or waits for its name (and id, or arguments)
         self._queued: list[ToolCall] = []  # calls begun while the live one's arguments were incomplete, in order
         self._single_tool_call = single_tool_call
