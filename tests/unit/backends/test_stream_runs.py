@@ -84,9 +84,9 @@ def test_a_stream_read_in_runs_reaches_the_client_as_it_does_decoded_chunk_by_ch
     copied = 0
     run = TokenTemplate.run
 
-    def counted(self: TokenTemplate, data: bytes) -> Any:
+    def counted(self: TokenTemplate, data: bytes, at: int = 0) -> Any:
         nonlocal copied
-        found = run(self, data)
+        found = run(self, data, at)
         copied += 0 if found is None else found[1]
         return found
 

@@ -157,9 +157,9 @@ def test_every_stream_case_reaches_the_client_as_it_did_without_the_template(mon
     text, read, run = TokenTemplate.text, TokenTemplate.read, TokenTemplate.run
 
     def counted(method: Any) -> Any:
-        def call(self: TokenTemplate, data: bytes) -> Any:
+        def call(self: TokenTemplate, data: bytes, *at: int) -> Any:
             nonlocal fast
-            found = method(self, data)
+            found = method(self, data, *at)
             fast += 0 if found is None else found[1] if isinstance(found, tuple) else 1
             return found
 
@@ -181,3 +181,14 @@ def test_every_stream_case_reaches_the_client_as_it_did_without_the_template(mon
         else:
             assert with_template == without, name
     assert fast > 40  # the template was used, not merely learnt (a run counts its tokens)
+
+
+@pytest.mark.parametrize("before", [b"", b"data: [x]\n\n", b": comment\n\n" * 3])
+@pytest.mark.parametrize("after", [b"", b"data: {}\n\n", b"data: {}\n\n" * 1000])
+def test_a_run_read_from_inside_a_read_is_the_run_alone(before: bytes, after: bytes) -> None:
+    events = b"".join(b"data: %b\n\n" % payload(text) for text in ["a", "b\n", "", "é", "\u2028"])
+    alone = learnt().run(events)
+    assert alone is not None
+    string, count, end = alone
+    assert learnt().run(before + events + after, len(before)) == (string, count, len(before) + end)
+    assert learnt().run(before + events[:-1] + after, len(before)) != alone  # the last event cut: not in the run

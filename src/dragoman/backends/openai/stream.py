@@ -141,7 +141,7 @@ class Translation(Generic[T]):
         try:
             while at < len(data) and not self.ended:
                 if self.started:
-                    self._translate(data[at:] if at else data, out)
+                    self._translate(data, out, at)  # (the rest not copied: it may be a whole reply)
                     break
                 end = _piece_end(data, at)
                 payloads = self._decoder.feed(data[at:end] if at or end < len(data) else data)
@@ -174,30 +174,29 @@ class Translation(Generic[T]):
             if out:
                 writer.write(encode_all(out))  # what came before a failure still reaches the client
 
-    def _translate(self, data: bytes, out: Batch) -> None:
-        """A read's events into `out`. Text tokens, while the client's text block is open, go
+    def _translate(self, data: bytes, out: Batch, at: int = 0) -> None:
+        """A read's events from `at` into `out`. Text tokens, while the client's text block is open, go
         as one text delta made from their bytes (`TokenTemplate.run`), from its first whole event."""
         if self._sse and self._tokens.learnt and self.translator.open_text() >= 0:
-            if not (self._decoder.idle and self._tokens.begins(data)):
-                cut = data.find(b"\n\n") + 2  # the end of the event the read begins with (or inside)
-                if not 1 < cut < len(data):
-                    self._feed(self._decoder.feed(data), out)
+            if not (self._decoder.idle and self._tokens.begins(data, at)):
+                cut = data.find(b"\n\n", at) + 2  # the end of the event the read begins with (or inside)
+                if not at + 1 < cut < len(data):
+                    self._feed(self._decoder.feed(data[at:] if at else data), out)
                     return
-                self._feed(self._decoder.feed(data[:cut]), out)
-                data = data[cut:]
+                self._feed(self._decoder.feed(data[at:cut]), out)
+                at = cut
                 if self.ended:
                     return
             index = self.translator.open_text()
-            run = self._tokens.run(data) if index >= 0 and self._decoder.idle else None
+            run = self._tokens.run(data, at) if index >= 0 and self._decoder.idle else None
             if run is not None:
-                string, count, end = run
+                string, count, at = run
                 if count:  # (empty texts are no tokens)
                     self.translator.streamed(count)
                     out.append(text_delta_written(index, string))  # type: ignore[arg-type]  # an SSE batch takes frames made already
-                if end == len(data):
+                if at == len(data):
                     return
-                data = data[end:]
-        self._feed(self._decoder.feed(data), out)
+        self._feed(self._decoder.feed(data[at:] if at else data), out)
 
     async def finish(self) -> AsyncIterator[T]:
         translator = self.translator

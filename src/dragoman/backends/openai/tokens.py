@@ -37,6 +37,7 @@ _ENCODE = msgspec.json.Encoder().encode
 # it writes (`\u` escapes are left out: it writes few, and other writers many it does not).
 _STRING = rb'"(?:[^"\\\x00-\x1f]++|\\["\\btnfr])++"'
 _STRINGS = re.compile(rb"%s(?:\x00%s)*+" % (_STRING, _STRING))  # a run's strings, joined by NULs
+_SPLIT_WHOLE = 4096  # bytes around a run split with it rather than the run copied out (a burst's head and end)
 _PLAIN = bytes(b for b in range(256) if b >= 0x20 and b not in b'"\\')  # what a string holds as it is
 
 
@@ -57,9 +58,9 @@ class TokenTemplate:
     def learnt(self) -> bool:
         return self._least > 0
 
-    def begins(self, data: bytes) -> bool:
-        """Whether `data` begins as a token's event does."""
-        return data.startswith(self._read_head)
+    def begins(self, data: bytes, at: int = 0) -> bool:
+        """Whether `data` from `at` begins as a token's event does."""
+        return data.startswith(self._read_head, at)
 
     def text(self, payload: bytes) -> str | None:
         """The payload's text, if it is the template's chunk with another (non-empty) text; else None."""
@@ -79,25 +80,30 @@ class TokenTemplate:
             self._served = True
         return text
 
-    def run(self, data: bytes) -> tuple[bytes, int, int] | None:
-        """A read that begins with whole events of the template's chunk (the decoder holding
-        nothing), up to the last of them in it: their texts joined, as one JSON string as the
-        encoder writes it; how many tokens (non-empty texts) they are; and where they end.
-        None when the read does not begin so, something else comes between them, or a string
-        is no JSON string."""
+    def run(self, data: bytes, at: int = 0) -> tuple[bytes, int, int] | None:
+        """A read that begins (from `at`) with whole events of the template's chunk (the decoder
+        holding nothing), up to the last of them in it: their texts joined, as one JSON string
+        as the encoder writes it; how many tokens (non-empty texts) they are; and where they
+        end. None when the read does not begin so, something else comes between them, or a
+        string is no JSON string."""
         head, tail = self._read_head, self._read_tail
-        if not self._least or not data.startswith(head):
+        if not self._least or not data.startswith(head, at):
             return None
         end = data.rfind(tail) + len(tail)
-        if end < self._least + 8:
+        if end < at + self._least + 8:
             return None
-        run = data if end == len(data) else data[:end]
         # Each event's line, less the template's bytes around its string: what the events are
         # if writing them back from those strings gives the same bytes. (Splitting at each
         # newline is the cheapest cut: a search for a longer separator costs more than it saves.)
-        strings = list(map(self._string, run.split(b"\n")[0:-1:2]))
+        if at + len(data) - end <= _SPLIT_WHOLE:  # the few lines around the run split too, not copied
+            lines = data.split(b"\n")
+            first = data.count(b"\n", 0, at) if at else 0
+            lines = lines[first : len(lines) - 1 - data.count(b"\n", end) : 2]
+        else:
+            lines = data[at:end].split(b"\n")[0:-1:2]
+        strings = list(map(self._string, lines))
         written = (tail + head).join(strings)
-        if len(head) + len(written) + len(tail) != len(run) or not run.startswith(written, len(head)):
+        if len(head) + len(written) + len(tail) != end - at or not data.startswith(written, at + len(head)):
             return None
         joined = b"\x00".join(strings)  # (no JSON string holds a NUL raw)
         if not _copyable(joined, len(strings)):
