@@ -177,26 +177,28 @@ class Translation(Generic[T]):
     def _translate(self, data: bytes, out: Batch, at: int = 0) -> None:
         """A read's events from `at` into `out`. Text tokens, while the client's text block is open, go
         as one text delta made from their bytes (`TokenTemplate.run`), from its first whole event."""
-        if self._sse and self._tokens.learnt and self.translator.open_text() >= 0:
-            if not (self._decoder.idle and self._tokens.begins(data, at)):
+        translator, tokens, decoder = self.translator, self._tokens, self._decoder
+        index = translator.open_text() if self._sse and tokens.learnt else -1
+        if index >= 0:
+            if not (decoder.idle and tokens.begins(data, at)):
                 cut = data.find(b"\n\n", at) + 2  # the end of the event the read begins with (or inside)
                 if not at + 1 < cut < len(data):
-                    self._feed(self._decoder.feed(data[at:] if at else data), out)
+                    self._feed(decoder.feed(data[at:] if at else data), out)
                     return
-                self._feed(self._decoder.feed(data[at:cut]), out)
+                self._feed(decoder.feed(data[at:cut]), out)
                 at = cut
                 if self.ended:
                     return
-            index = self.translator.open_text()
-            run = self._tokens.run(data, at) if index >= 0 and self._decoder.idle else None
+                index = translator.open_text() if decoder.idle else -1
+            run = tokens.run(data, at) if index >= 0 else None
             if run is not None:
                 string, count, at = run
                 if count:  # (empty texts are no tokens)
-                    self.translator.streamed(count)
+                    translator.streamed(count)
                     out.append(text_delta_written(index, string))  # type: ignore[arg-type]  # an SSE batch takes frames made already
                 if at == len(data):
                     return
-        self._feed(self._decoder.feed(data[at:] if at else data), out)
+        self._feed(decoder.feed(data[at:] if at else data), out)
 
     async def finish(self) -> AsyncIterator[T]:
         translator = self.translator

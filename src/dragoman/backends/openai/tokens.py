@@ -95,10 +95,11 @@ class TokenTemplate:
         # Each event's line, less the template's bytes around its string: what the events are
         # if writing them back from those strings gives the same bytes. (Splitting at each
         # newline is the cheapest cut: a search for a longer separator costs more than it saves.)
-        if at + len(data) - end <= _SPLIT_WHOLE:  # the few lines around the run split too, not copied
+        if at == 0 and end == len(data):  # a read of tokens alone (written straight to the client)
+            lines = data.split(b"\n")[0:-1:2]
+        elif at + len(data) - end <= _SPLIT_WHOLE:  # the few lines around the run split too, not copied
             lines = data.split(b"\n")
-            first = data.count(b"\n", 0, at) if at else 0
-            lines = lines[first : len(lines) - 1 - data.count(b"\n", end) : 2]
+            lines = lines[data.count(b"\n", 0, at) : len(lines) - 1 - data.count(b"\n", end) : 2]
         else:
             lines = data[at:end].split(b"\n")[0:-1:2]
         strings = list(map(self._string, lines))
