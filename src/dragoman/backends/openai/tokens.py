@@ -45,7 +45,18 @@ class TokenTemplate:
     """The bytes around a stream's text tokens, once learnt: in a `data:` payload, and in a
     whole read that is one `data: …` event (how tokens arrive one by one)."""
 
-    __slots__ = ("_head", "_tail", "_read_head", "_read_tail", "_least", "_tries", "_served", "_string")
+    __slots__ = (
+        "_head",
+        "_tail",
+        "_read_head",
+        "_read_tail",
+        "_least",
+        "_tries",
+        "_served",
+        "_string",
+        "_seam",
+        "learnt",
+    )
 
     def __init__(self) -> None:
         self._head = self._tail = self._read_head = self._read_tail = b""
@@ -53,10 +64,8 @@ class TokenTemplate:
         self._tries = LEARN_TRIES
         self._served = False  # the template has read a token since it was learnt
         self._string = operator.itemgetter(slice(0))  # an event's line to its string, once learnt
-
-    @property
-    def learnt(self) -> bool:
-        return self._least > 0
+        self._seam = b""  # the bytes between two events' strings
+        self.learnt = False  # (a plain attribute: read once per read)
 
     def begins(self, data: bytes, at: int = 0) -> bool:
         """Whether `data` from `at` begins as a token's event does."""
@@ -103,7 +112,7 @@ class TokenTemplate:
         else:
             lines = data[at:end].split(b"\n")[0:-1:2]
         strings = list(map(self._string, lines))
-        written = (tail + head).join(strings)
+        written = self._seam.join(strings)
         if len(head) + len(written) + len(tail) != end - at or not data.startswith(written, at + len(head)):
             return None
         joined = b"\x00".join(strings)  # (no JSON string holds a NUL raw)
@@ -140,6 +149,8 @@ class TokenTemplate:
         self._read_head, self._read_tail = b"data: " + head, tail + b"\n\n"  # the payload, stripped, has no newline
         self._least = len(head) + len(tail) + 3
         self._string = operator.itemgetter(slice(len(self._read_head), -len(tail)))
+        self._seam = self._read_tail + self._read_head
+        self.learnt = True
 
 
 def _copyable(joined: bytes, count: int) -> bool:
@@ -148,7 +159,7 @@ def _copyable(joined: bytes, count: int) -> bool:
     if b"\\" in joined:
         if _STRINGS.fullmatch(joined) is None or joined.count(b"\x00") != count - 1:
             return False
-    elif b'""' in joined or joined.translate(None, _PLAIN) != b'"' + b'"\x00"' * (count - 1) + b'"':
+    elif b'""' in joined or joined.translate(None, _PLAIN) != (_QUOTES[count] if count < 64 else _quotes(count)):
         return False  # an empty string, or not strings alone (a quote or a control character raw)
     if not joined.isascii():
         try:
@@ -156,6 +167,14 @@ def _copyable(joined: bytes, count: int) -> bool:
         except UnicodeDecodeError:
             return False
     return True
+
+
+def _quotes(count: int) -> bytes:
+    """What `count` strings joined by NULs hold but their text: their quotes, and the NULs."""
+    return b'"' + b'"\x00"' * (count - 1) + b'"'
+
+
+_QUOTES = [b""] + [_quotes(count) for count in range(1, 64)]
 
 
 def _rewritten(strings: list[bytes]) -> list[bytes] | None:
