@@ -56,6 +56,11 @@ class _System(msgspec.Struct):
 _SYSTEM = msgspec.json.Decoder(_System)
 
 
+def marked(call: Call) -> bool:
+    """Whether `call` may be a classifier request (`is_monitor` reads it only then)."""
+    return _MARK in call.body
+
+
 def is_monitor(call: Call) -> bool:
     """Whether `call` is Claude Code's classifier request: its system prompt is the monitor's."""
     if _MARK not in call.body:

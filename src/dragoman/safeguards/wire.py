@@ -32,6 +32,11 @@ class _Asked(msgspec.Struct):
 _ASKED = msgspec.json.Decoder(_Asked)
 
 
+def marked(call: Call) -> bool:
+    """Whether `call` may ask for verdicts (`asked` reads them only then)."""
+    return _MARK in call.body
+
+
 def asked(call: Call) -> list[Safeguard] | None:
     """The request's `safeguards`, or None without any (the common request costs a byte search)."""
     if _MARK not in call.body:
