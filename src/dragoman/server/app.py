@@ -29,6 +29,7 @@ from dragoman.core.errors import GatewayError, MethodNotAllowed, NotFound, Overl
 from dragoman.server import batch_endpoints, endpoints, file_endpoints, key_endpoints, usage_endpoints
 from dragoman.server.access import AccessLogMiddleware
 from dragoman.server.disconnect import ClientLeft
+from dragoman.server.headers import RequestHeaders
 from dragoman.server.lifecycle import Running
 from dragoman.server.reload import InFlight, Reloader
 
@@ -155,7 +156,9 @@ class App:
                       outcome: Outcome) -> None:  # fmt: skip
         request_id = outcome.request_id
         try:
-            response = await endpoints.serve(gateway, Request(scope, receive), endpoint, outcome)
+            request = Request(scope, receive)
+            request._headers = RequestHeaders(scope)  # read by `request.headers` (Starlette's Request caches it there)
+            response = await endpoints.serve(gateway, request, endpoint, outcome)
         except ClientLeft:  # gone while sending its request: nobody to answer
             outcome.left()
             return
