@@ -10,7 +10,7 @@ lower case). Everything else (`getlist`, `items`, `raw`) is Starlette's own."""
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from typing import Any, overload
+from typing import Any
 
 from starlette.datastructures import Headers
 
@@ -27,13 +27,7 @@ class RequestHeaders(Headers):
         except KeyError:
             raise KeyError(key) from None
 
-    @overload
-    def get(self, key: str) -> str | None: ...
-
-    @overload
-    def get(self, key: str, default: str) -> str: ...
-
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]  # Mapping.get's overloads
         return self._first.get(key.lower(), default)
 
     def __contains__(self, key: Any) -> bool:
