@@ -53,7 +53,8 @@ class Safeguards:
     def concerns(call: Call) -> bool:
         """Whether `send` may do more than call its handler: the request asks for verdicts, or is
         a classifier's (two byte searches; the pipeline calls the handler itself otherwise)."""
-        return monitor.marked(call) or wire.marked(call)
+        body = call.body
+        return monitor.MARK_BYTES in body or wire.MARK_BYTES in body
 
     async def send(self, call: Call, route: Route, handler: Handler) -> Reply:
         """`handler`'s reply to `call`, with `safeguard_results` where the request asked for them."""

@@ -15,7 +15,7 @@ from dragoman.protocol import anthropic
 
 KIND = "dangerous_tool_use"  # the one safeguard Claude Code asks for
 BETA_PREFIX = "dangerous-tool-use-"  # its beta, `dangerous-tool-use-2026-09-03`: sent and stripped with the field
-_MARK = b'"safeguards"'
+MARK_BYTES = _MARK = b'"safeguards"'  # in every body that asks for verdicts (`Safeguards.concerns`)
 
 Verdict = dict[str, Any]  # one tool call's: {"type": "evaluated", "outcome": ...} or {"type": "unavailable", ...}
 
@@ -30,11 +30,6 @@ class _Asked(msgspec.Struct):
 
 
 _ASKED = msgspec.json.Decoder(_Asked)
-
-
-def marked(call: Call) -> bool:
-    """Whether `call` may ask for verdicts (`asked` reads them only then)."""
-    return _MARK in call.body
 
 
 def asked(call: Call) -> list[Safeguard] | None:
