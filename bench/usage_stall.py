@@ -1,6 +1,6 @@
 """How long one flush of usage records to PostgreSQL holds the event loop.
 
-    python bench/usage_stall.py [--url postgresql://postgres@127.0.0.1:5432/test] [--records 2500]
+    python bench/usage_stall.py [--url postgresql://postgres@127.0.0.1:5432/test] [--records 2500] [--keys 50]
 
 A ticker on the loop wakes every 0.1 ms and notes the longest gap between its wakes while
 `PostgresStore.write` stores a batch (the records of a second at 2,500 requests a second):
@@ -23,10 +23,10 @@ from dragoman.usage.postgres import PostgresStore
 from dragoman.usage.records import UsageRecord
 
 
-def batch(count: int) -> list[UsageRecord]:
+def batch(count: int, keys: int = 50) -> list[UsageRecord]:
     now = time.time()
     return [UsageRecord(at=now - i * 0.0004, request_id=f"req_{secrets.token_hex(12)}", endpoint="messages",
-                        key_id=f"key_{i % 50}", tenant=f"team-{i % 5}", model="claude-sonnet-4-5",
+                        key_id=f"key_{i % keys}", tenant=f"team-{i % 5}", model="claude-sonnet-4-5",
                         upstream_model="qwen3-coder", upstream="default", replica="http://10.0.0.1:8000",
                         input_tokens=1200 + i, cache_read_tokens=800, output_tokens=300, status=200,
                         error_type=None, disconnected=False, duration=0.8, ttft=0.12)
@@ -46,7 +46,7 @@ async def longest_gap(work: asyncio.Future[None]) -> tuple[float, float]:
     return longest, longest_cpu
 
 
-async def main(url: str, records: int, rounds: int) -> None:
+async def main(url: str, records: int, rounds: int, keys: int) -> None:
     schema = f"bench_{secrets.token_hex(4)}"
     admin = await asyncpg.connect(url)
     await admin.execute(f"CREATE SCHEMA {schema}")
@@ -58,7 +58,7 @@ async def main(url: str, records: int, rounds: int) -> None:
         await store.write(batch(10))  # warm: statements prepared
         gaps, slices, cpus = [], [], []
         for _ in range(rounds):
-            records_ = batch(records)
+            records_ = batch(records, keys)
             started = time.thread_time()
             task = asyncio.ensure_future(store.write(records_))
             gap, cpu_slice = await longest_gap(task)
@@ -69,7 +69,7 @@ async def main(url: str, records: int, rounds: int) -> None:
         quiet = min(
             [(await longest_gap(idle))[0] for idle in (asyncio.ensure_future(asyncio.sleep(0.05)) for _ in range(3))]
         )
-        print(f"{records} records a flush, best of {rounds}: the loop's longest stretch of CPU {min(slices) * 1e3:.2f} ms "
+        print(f"{records} records of {keys} keys a flush, best of {rounds}: the loop's longest stretch of CPU {min(slices) * 1e3:.2f} ms "
               f"(median {sorted(slices)[rounds // 2] * 1e3:.2f}); longest wall-clock gap {min(gaps) * 1e3:.2f} ms "
               f"(median {sorted(gaps)[rounds // 2] * 1e3:.2f}; {quiet * 1e3:.2f} with no write); the loop thread's CPU "
               f"{min(cpus) * 1e3:.2f} ms ({min(cpus) / records * 1e6:.2f} µs a record)")  # fmt: skip
@@ -84,5 +84,6 @@ if __name__ == "__main__":
     parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--records", type=int, default=2500)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--keys", type=int, default=50, help="keys the records are spread over (rollup rows)")
     args = parser.parse_args()
-    asyncio.run(main(args.url, args.records, args.rounds))
+    asyncio.run(main(args.url, args.records, args.rounds, args.keys))

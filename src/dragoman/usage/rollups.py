@@ -91,22 +91,41 @@ def deltas(records: Iterable[UsageRecord], dialect: Dialect) -> list[tuple[objec
 Sums = dict[tuple[int, tuple[object, ...]], list[int]]
 
 
+Rows = dict[tuple[object, ...], list[int]]  # rollup rows by their PRIMARY key
+
+
 def spread(sums: Sums) -> list[tuple[object, ...]]:
     """`by_minute`'s sums as rollup rows (see `deltas`). Records are summed per minute and
     dimensions first, then each sum spread over the grains and widths: a batch's records
     mostly share their dimensions, so the spreading runs a few times, not per record."""
-    rows: dict[tuple[object, ...], list[int]] = {}
-    kept = [(grain, tuple(d in dims for d in DIMENSIONS)) for grain, dims in GRAINS.items()]
-    empty = tuple(0 if d == "refused" else "" for d in DIMENSIONS)
-    for (minute, values), counts in sums.items():
-        dims = [tuple(v if keep else e for v, keep, e in zip(values, mask, empty, strict=True)) for _, mask in kept]
+    rows: Rows = {}
+    spread_into(rows, sums.items())
+    return [(*key, *rows[key]) for key in ordered(rows)]
+
+
+_KEPT = [(grain, tuple(d in dims for d in DIMENSIONS)) for grain, dims in GRAINS.items()]
+_EMPTY = tuple(0 if d == "refused" else "" for d in DIMENSIONS)
+
+
+def spread_into(rows: Rows, sums: Iterable[tuple[tuple[int, tuple[object, ...]], list[int]]]) -> None:
+    """Some of `by_minute`'s sums (its items) added to `rows` (a large batch spread a part at a time)."""
+    for (minute, values), counts in sums:
+        dims = [tuple(v if keep else e for v, keep, e in zip(values, mask, _EMPTY, strict=True)) for _, mask in _KEPT]
         for width in WIDTHS:
             bucket = minute // width * width  # a minute's start lies in one hour and one day: theirs
-            for (grain, _), dim in zip(kept, dims, strict=True):
+            for (grain, _), dim in zip(_KEPT, dims, strict=True):
                 key = (grain, width, bucket, *dim)
                 held = rows.get(key)
-                rows[key] = list(counts) if held is None else list(map(operator.add, held, counts))
-    return [(*key, *values) for key, values in sorted(rows.items(), key=lambda item: str(item[0]))]
+                # a sum's own list is shared by the rows it starts (never changed: adding makes a new list)
+                rows[key] = counts if held is None else list(map(operator.add, held, counts))
+
+
+def ordered(rows: Rows | list[tuple[str, tuple[object, ...]]]) -> list[tuple[object, ...]]:
+    """The rows' keys in the one order every process takes their locks in (by their text);
+    given as (text, key) pairs, sorted by those."""
+    if isinstance(rows, dict):
+        return [key for _, key in sorted((str(key), key) for key in rows)]
+    return [key for _, key in sorted(rows)]
 
 
 def by_minute(records: Iterable[UsageRecord], dialect: Dialect, sums: Sums | None = None) -> Sums:
