@@ -42,8 +42,9 @@ ENCODED_MAX = 4096  # wants whose encoding is remembered (a request's mostly rep
 
 # ARGV[1]: n, the buckets to take from (the first n KEYS); the other KEYS are settled first.
 # Then 5 ARGV per bucket taken from (capacity, refill per ms, cost, need, ttl ms), then 4 per
-# bucket settled (capacity, refill per ms, ttl ms, delta: the first three as a take's, encoded once). Returns {admitted, level...} with
-# the levels as strings (Lua numbers would come back truncated).
+# bucket settled (capacity, refill per ms, ttl ms, delta: the first three are the same each time,
+# encoded once). Returns {admitted, level...} with the levels as strings (Lua numbers would come
+# back truncated).
 STEP = """
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -196,8 +197,9 @@ class RedisStore:
         if len(self._encoded) >= ENCODED_MAX:
             self._encoded.clear()
         head = (want.capacity, want.per_second / 1000)
-        encoded = self._encoded[want] = (bulk(self.prefix + want.key), b"".join(map(bulk, (*head, want.cost, want.need, _ms(want.ttl)))),
-                                         b"".join(map(bulk, (*head, _ms(want.ttl)))))  # fmt: skip
+        taking = b"".join(map(bulk, (*head, want.cost, want.need, _ms(want.ttl))))
+        settled = b"".join(map(bulk, (*head, _ms(want.ttl))))
+        encoded = self._encoded[want] = (bulk(self.prefix + want.key), taking, settled)
         return encoded
 
     def adjust(self, changes: Sequence[tuple[Want, float]]) -> None:
