@@ -9,7 +9,11 @@ images, server tools, tool counts, thinking effort, output format, max_tokens, s
 paths), read from what the core decoded of the body on each path (whole when every upstream
 translates, its envelope otherwise). `input_tokens` and `fits` need the request's count, which is the cost of a
 `count_tokens` (the upstream's tokenizer), not of evaluation: a second line adds one such
-route, counted by a backend that answers at once. Issue 33 asks at most 20 µs for 20 routes.
+route, counted by a backend that answers at once (passed through, its body spliced from the
+envelope's parts, as a passthrough upstream's count is). Issue 33 asks at most 20 µs for 20 routes.
+
+A passed-through body's tools and system prompt are read once per distinct bytes (`routes.memo`):
+the `unseen` line empties the memos before each request, as for a session's first turn.
 
 Passed through, `images` reads the messages' blocks, which the URL-image check of the
 passthrough backend then reuses (`protocol.blocks`): `net` is the cost less that read, which
@@ -34,6 +38,7 @@ from dragoman.calls.types import Call, Completed, Outcome, Route, UpstreamModel
 from dragoman.core.capabilities import ModelCaps
 from dragoman.core.config_load import from_dict
 from dragoman.protocol.anthropic import MESSAGES_REQUEST
+from dragoman.routes.memo import Memo
 from dragoman.routes.table import Routes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -65,9 +70,13 @@ CHEAP: list[dict[str, Any]] = [
 
 
 class Instant:
-    """A backend that counts at once."""
+    """A backend that counts at once, on the bench's path (passed through: the count's body is
+    spliced from the envelope's parts)."""
 
-    name, path = "bench", "translate"
+    name = "bench"
+
+    def __init__(self, path: str = "translate") -> None:
+        self.path = path
 
     async def count_tokens(self, call: Call, route: Any) -> Completed:
         return Completed(b'{"input_tokens": 1234}')
@@ -82,14 +91,14 @@ class Instant:
         pass
 
 
-def table(count: int, counted: bool) -> Routes:
+def table(count: int, counted: bool, path: str = "translate") -> Routes:
     whens = [CHEAP[i % len(CHEAP)] for i in range(count - counted)]
     if counted:
         whens.append({"input_tokens": {"gt": 500_000}})
     models = [{"name": "bench-model", "upstream": "u", "context_window": 1_000_000, "vision": True}]
     routes = [{"name": f"r{i}", "when": when, "model": "bench-model"} for i, when in enumerate(whens)]
     config = from_dict({"upstreams": {"u": {"url": "http://127.0.0.1:1/v1"}}, "models": models, "routes": routes})
-    route = Route(Instant(), "u", "bench-model", ModelCaps(), 1_000_000)  # type: ignore[arg-type]
+    route = Route(Instant(path), "u", "bench-model", ModelCaps(), 1_000_000)  # type: ignore[arg-type]
 
     async def resolve(name: str) -> Route:
         return route
@@ -97,10 +106,12 @@ def table(count: int, counted: bool) -> Routes:
     return Routes(config, resolve)
 
 
-async def cost(shape: str, count: int, counted: bool, requests: int, path: str) -> float:
+async def cost(shape: str, count: int, counted: bool, requests: int, path: str, unseen: bool = False) -> float:
     """µs of CPU per request to pick its route (best of 3 rounds), given what the core decoded of
-    the body on `path` (translate: the whole request; passthrough: its envelope)."""
-    routes = table(count, counted)
+    the body on `path` (translate: the whole request; passthrough: its envelope). `unseen`: the
+    body's tools and system prompt are new to the table each time (its memos emptied)."""
+    routes = table(count, counted, path)
+    memos = [m for m in (routes._reader.tools, routes._reader.subagent) if isinstance(m, Memo)] if unseen else []
     body = shapes.anthropic_body(shape, model="bench-model", max_tokens=100, stream=True)
     read = (MESSAGES_REQUEST if path == "translate" else routes.envelope).decode(body)  # as the pipeline does
     headers = Headers(raw=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in HEADERS.items()])
@@ -111,6 +122,8 @@ async def cost(shape: str, count: int, counted: bool, requests: int, path: str) 
         started = time.process_time()
         for outcome in outcomes:
             kept.clear()  # each request reads its messages once (for the passthrough backend to reuse)
+            for memo in memos:
+                memo.clear()
             await routes.route(body, headers, read, "messages", outcome)
         best = min(best, time.process_time() - started)
     return best / requests * 1e6
@@ -151,6 +164,12 @@ def main() -> None:
                 paid = shared(shape, args.requests, table(1, False).envelope)
                 line += f"   net of the URL-image check's read ({paid:.1f} µs): {plain - paid:6.1f} µs"
             print(line)
+            if path == "passthrough" and shape != "tiny":  # the first turn: tools and system prompt not yet seen
+                plain = asyncio.run(cost(shape, args.routes, False, args.requests, path, unseen=True))
+                counted = asyncio.run(cost(shape, args.routes, True, args.requests, path, unseen=True))
+                line = f"{path:11} {shape + ' unseen':19} {args.routes} routes: {plain:6.1f} µs   "
+                line += f"with an input_tokens route: {counted:6.1f} µs"
+                print(line + f"   net: {plain - paid:6.1f} µs, {counted - paid:6.1f} µs")
 
 
 if __name__ == "__main__":

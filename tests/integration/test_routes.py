@@ -289,3 +289,23 @@ def test_a_route_to_a_passthrough_model_answers_under_the_name_asked_for(fakes, 
         assert served(fakes[0]) == ["main-a"] and len(native.requests) == 2  # the last one took no route
     finally:
         native.stop()
+
+
+def test_a_passed_through_count_behind_an_input_tokens_route_asks_the_upstream_once(fakes, gateway_from):
+    """The route's count is the count_tokens answer itself: the upstream is asked once for it,
+    by the route (its count for a Messages request, without max_tokens), not again by the endpoint."""
+    native = FakeAnthropic().start()
+    try:
+        route = {"name": "long", "when": {"input_tokens": {"gt": 500_000}}, "model": "long"}
+        client = sdk(gateway_from(fleet_config(*fakes, routes=[route], native=native)))
+        native.replies.append(NativeReply(body={"input_tokens": 42}))
+        assert client.messages.count_tokens(model="native-main", messages=USER).input_tokens == 42
+        assert [path for path, _, _ in native.requests] == ["/v1/messages/count_tokens"]
+        native.replies.append(NativeReply(body={"input_tokens": 43}))
+        assert client.messages.create(model="native-main", max_tokens=20, messages=USER).model == "native-main"
+        paths = [path for path, _, _ in native.requests]
+        assert paths == ["/v1/messages/count_tokens", "/v1/messages/count_tokens", "/v1/messages"]
+        assert "max_tokens" not in native.requests[1][1]  # the route's count of a Messages request
+        assert served(fakes[1]) == []
+    finally:
+        native.stop()

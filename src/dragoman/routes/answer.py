@@ -1,9 +1,11 @@
 """`respond = "count"`: a `max_tokens: 1` count probe (Claude Code's fallback when
-`count_tokens` answers 404) answered here, with the true input count and no upstream call."""
+`count_tokens` answers 404) answered here, with the true input count and no upstream call.
+`Counted`: a `count_tokens` request whose count a route asked for already, answered with it."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import msgspec
 
@@ -61,3 +63,18 @@ async def _events(message: a.Message) -> AsyncIterator[bytes]:
                                  "usage": {"input_tokens": message.usage.input_tokens, "output_tokens": 0}}),
         _event("message_stop", {}),
     ))  # fmt: skip
+
+
+class Counted:
+    """The request's own backend, whose `count_tokens` answer is the one routing asked it for
+    (the same call): a `count_tokens` request behind an `input_tokens` route is counted once."""
+
+    def __init__(self, reply: Completed, backend: Any) -> None:
+        self._reply = reply
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:  # name, path, messages, ...: the backend's own
+        return getattr(self._backend, name)
+
+    async def count_tokens(self, call: Call, route: Route) -> Reply:
+        return self._reply

@@ -133,21 +133,26 @@ def _plain(key: str, value: Any, at: str) -> Test:
     """A test reading one fact of the shape (`shape.once`: read once a request, then an attribute)."""
     if key == "model":
         match = _pattern(value, at)
-        return lambda s: match(s.model) is not None
+        return inline(lambda s: match(s.model) is not None, "{match}(s.model) is not None", match=match)
     if key in ("subagent", "images", "stream"):
         wanted = _bool(value, at)
         if key == "subagent":
-            return lambda s: s.subagent is wanted
-        return (lambda s: s.images is wanted) if key == "images" else (lambda s: s.stream is wanted)
+            return inline(lambda s: s.subagent is wanted, f"s.subagent is {wanted}")
+        if key == "images":
+            return inline(lambda s: s.images is wanted, f"s.images is {wanted}")
+        return inline(lambda s: s.stream is wanted, f"s.stream is {wanted}")
     if key == "server_tool":
         match = _pattern(value, at)
-        return lambda s: any(map(match, s.server_tools))
+        return inline(lambda s: any(map(match, s.server_tools)), "any(map({match}, s.server_tools))", match=match)
     if key in ("tools", "max_tokens"):
         compare = _number(value, at)
-        return (lambda s: compare(s.tool_count)) if key == "tools" else (lambda s: compare(s.max_tokens))
+        if key == "tools":
+            return inline(lambda s: compare(s.tool_count), "{compare}(s.tool_count)", compare=compare)
+        return inline(lambda s: compare(s.max_tokens), "{compare}(s.max_tokens)", compare=compare)
     if key == "output_format":
         match = _pattern(value, at)
-        return lambda s: (found := s.output_format) is not None and match(found) is not None
+        return inline(lambda s: (found := s.output_format) is not None and match(found) is not None,
+                      "(found := s.output_format) is not None and {match}(found) is not None", match=match)  # fmt: skip
     if key == "thinking":
         return _thinking(value, at)
     raise ConditionError(f"{at}: unknown condition (known: model, header.<name>, subagent, input_tokens, fits, images, "
@@ -203,9 +208,11 @@ def _dotted(key: str, value: Any, at: str, fields: set[str], headers: set[str]) 
         headers.add(name)
         if value is True or value is False:
             present = value
-            return [lambda s: (s.header(name) is not None) is present]
+            return [inline(lambda s: (s.header(name) is not None) is present,
+                           "(s.header({name}) is not None) is {present}", name=name, present=present)]  # fmt: skip
         match = _pattern(value, at)
-        return [lambda s: (found := s.header(name)) is not None and match(found) is not None]
+        return [inline(lambda s: (found := s.header(name)) is not None and match(found) is not None,
+                       "(found := s.header({name})) is not None and {match}(found) is not None", name=name, match=match)]  # fmt: skip
     if isinstance(value, dict) and value and not set(value) <= BODY_TESTS:  # a nested path, not a test
         return [
             test
@@ -249,6 +256,13 @@ def _body_check(name: str, wanted: Any, at: str) -> Callable[[Any], bool]:
         return _equal(wanted)
     compare = _number({name: wanted}, at)
     return lambda found: isinstance(found, (int, float)) and not isinstance(found, bool) and compare(found)
+
+
+def inline(test: Test, source: str, **names: Any) -> Test:
+    """`test`, with the expression it evaluates over a shape `s` (`source`, a format string whose
+    fields are `names`), for `scan.scanner` to write into one function with its route's others."""
+    test.inline = (source, names)  # type: ignore[attr-defined]
+    return test
 
 
 def _pattern(value: Any, at: str) -> Callable[[str], re.Match[str] | None]:

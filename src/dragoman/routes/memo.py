@@ -44,3 +44,7 @@ class Memo(Generic[T]):
         if len(self._kept) > self._size:
             self._kept.popitem(last=False)
         return value
+
+    def clear(self) -> None:
+        """Forget every part kept (as if none had been seen)."""
+        self._kept.clear()

@@ -22,7 +22,7 @@ SUBAGENT_FLAG = re.compile(r"""cc_is_subagent["']?\s*[=:]\s*["']?true""")
 T = TypeVar("T")
 
 
-class _Tool(msgspec.Struct):
+class _Tool(msgspec.Struct, gc=False):  # untracked by the collector: a string, or JSON (no cycle back)
     type: Any = None
 
 
@@ -34,12 +34,15 @@ _TOOLS = msgspec.json.Decoder(list[_Tool])
 _SYSTEM = msgspec.json.Decoder(list[_System] | str | None)
 
 
-def tool_types(raw: msgspec.Raw) -> tuple[Any, ...]:
-    """Each tool's `type` in the tools array `raw`, its schemas skipped (none when it is not a list of objects)."""
+def tool_facts(raw: msgspec.Raw) -> tuple[int, list[str]]:
+    """What conditions ask of the tools array `raw`, its schemas skipped: how many, and the
+    server tools' types (every typed tool but `custom`); none when it is not a list of objects.
+    Shared by every request that sends the same bytes: never changed."""
     try:
-        return tuple(t.type for t in _TOOLS.decode(raw))
+        tools = _TOOLS.decode(raw)
     except msgspec.ValidationError:
-        return ()
+        return 0, []
+    return len(tools), [kind for tool in tools if isinstance(kind := tool.type, str) and kind != "custom"]
 
 
 def flagged(text: Any) -> bool:
@@ -62,13 +65,13 @@ class Reader:
 
     effort_budgets: tuple[int, int] = (2048, 8192)  # server.effort_budgets
     header_names: Mapping[bytes, str] = field(default_factory=dict)  # from `header_names`
-    tools: Callable[[msgspec.Raw], tuple[Any, ...]] = tool_types  # of a passed-through body
+    tools: Callable[[msgspec.Raw], tuple[int, list[str]]] = tool_facts  # of a passed-through body
     subagent: Callable[[msgspec.Raw], bool] = flagged_system
 
     @classmethod
     def table(cls, effort_budgets: tuple[int, int], headers: Iterable[str]) -> Reader:
         """A table's: its headers, and what it read of the last requests' tools and system prompts."""
-        return cls(effort_budgets, header_names(headers), Memo(tool_types), Memo(flagged_system))
+        return cls(effort_budgets, header_names(headers), Memo(tool_facts), Memo(flagged_system))
 
 
 def header_names(names: Iterable[str]) -> dict[bytes, str]:

@@ -24,6 +24,7 @@ _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _TYPED = frozenset({"stream", "max_tokens", "thinking", "output_config", "output_format", "metadata"})
 _READ = ("metadata", "thinking", "output_config", "output_format", "tool_choice")  # Shape.field, count_body
 COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")  # what a count takes
+_SPLICED = tuple((name, b',"' + name.encode() + b'":') for name in COUNTED[2:])
 _DEFAULTED = frozenset(f.encode_name for f in msgspec.structs.fields(MessagesRequest)
                        if f.default is not None and f.default is not msgspec.NODEFAULT)  # fmt: skip
 _UNKNOWN: Any = object()  # a path the decoded request cannot answer: read the body itself
@@ -60,6 +61,7 @@ class Shape:
         self._parts: dict[Any, Any] = {}
         self.tokens: int | None = None
         self.window: int | None = None
+        self.answer: Any = None  # a `count_tokens` request's upstream answer, when routing asked for it
 
     @property
     def raw(self) -> bytes:
@@ -129,25 +131,24 @@ class Shape:
         return value if isinstance(value, int) else 0
 
     @once
-    def tool_types(self) -> tuple[Any, ...]:
-        """Each tool's `type` (None for most client tools), from a read of the tools without their schemas."""
-        if self._request is not None:
-            return tuple(tool.type for tool in self._request.tools or ())
+    def tool_facts(self) -> tuple[int, list[str]]:
+        """How many tools, and the server tools' types, from a passed-through body's tools (read
+        without their schemas, once per distinct bytes: `Reader.tools`)."""
         raw = self._envelope.tools if self._envelope is not None else self._fields.get("tools")
         if not raw:  # an envelope without tools holds an empty Raw
-            return ()
+            return 0, []
         return self._reader.tools(raw)
 
     @once
     def tool_count(self) -> int:
-        return len(self._request.tools or ()) if self._request is not None else len(self.tool_types)
+        return len(self._request.tools or ()) if self._request is not None else self.tool_facts[0]
 
     @once
     def server_tools(self) -> list[str]:
         """The types of the request's server tools (web_search_20250305, ...): every typed tool but `custom`."""
         if self._request is not None:
             return [tool.type for tool in self._request.tools or () if tool.type is not None and tool.type != "custom"]
-        return [kind for kind in self.tool_types if isinstance(kind, str) and kind != "custom"]
+        return self.tool_facts[1]
 
     @once
     def output_format(self) -> str | None:
@@ -157,6 +158,8 @@ class Shape:
             config = request.output_config
             held = config.format if config is not None and config.format is not None else request.output_format
             return held.type if held is not None else None
+        if self._part("output_config") is None and self._part("output_format") is None:
+            return None  # neither sent (the common case): nothing to decode
         for holder in (self.field("output_config"), {"format": self.field("output_format")}):
             if isinstance(holder, dict) and isinstance(holder.get("format"), dict):
                 kind = holder["format"].get("type")
@@ -167,6 +170,8 @@ class Shape:
     def thinking_on(self) -> bool:
         if self._request is not None:
             return self._request.thinking is not None and self._request.thinking.type in ("enabled", "adaptive")
+        if self._part("thinking") is None:
+            return False
         thinking = self.field("thinking")
         return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
 
@@ -250,13 +255,19 @@ class Shape:
             whole = self.body_at(())
             return msgspec.json.encode({k: v for k, v in whole.items() if k in COUNTED and v is not MISSING})
         envelope: Any = self._envelope
-        parts = [b'"model":' + msgspec.json.encode(envelope.model),
-                 b'"messages":[' + b",".join(bytes(m) for m in envelope.messages) + b"]"]  # fmt: skip
-        for name in COUNTED[2:]:
+        parts: list[Any] = [b'{"model":', msgspec.json.encode(envelope.model), b',"messages":[']
+        for message in envelope.messages:  # Raw views into the body: copied once, by the join
+            parts += (message, b",")
+        if envelope.messages:
+            parts[-1] = b"]"  # in place of the last comma
+        else:
+            parts.append(b"]")
+        for name, key in _SPLICED:
             raw = getattr(envelope, kept[name])
             if raw:
-                parts.append(msgspec.json.encode(name) + b":" + bytes(raw))
-        return b"{" + b",".join(parts) + b"}"
+                parts += (key, raw)
+        parts.append(b"}")
+        return b"".join(parts)
 
     def body_at(self, path: tuple[str | int, ...]) -> Any:
         """The body's value at a dotted path (numbers index lists), or MISSING (a JSON null too)."""

@@ -22,10 +22,11 @@ from dragoman.core.capabilities import ModelCaps
 from dragoman.core.config import Config, ConfigError
 from dragoman.core.errors import GatewayError
 from dragoman.protocol.anthropic import Envelope, MessagesRequest
-from dragoman.routes.answer import CountAnswer
+from dragoman.routes.answer import CountAnswer, Counted
 from dragoman.routes.conditions import When, compile_when
 from dragoman.routes.fallbacks import Attempts, Cooldowns
 from dragoman.routes.reading import Reader
+from dragoman.routes.scan import following, scanner
 from dragoman.routes.sessions import Held, Sessions
 from dragoman.routes.settings import check, served_names
 from dragoman.routes.shape import Shape, routed_envelope
@@ -54,6 +55,11 @@ class Routes:
             for i, r in enumerate(config.routes)
         )
         self._counting = tuple(r for r in self._routes if r.model is not None)  # a count answer: Messages only
+        # each route with its test, or None when only `_matches` can tell (a sticky route): looked up once
+        self._tests = {endpoint: tuple((None if r.sticky else r.when.holds, r) for r in routes)
+                       for endpoint, routes in (("messages", self._routes), ("count_tokens", self._counting))}  # fmt: skip
+        self._scans = {endpoint: scanner([None if r.sticky else r.when for r in routes])
+                       for endpoint, routes in (("messages", self._routes), ("count_tokens", self._counting))}  # fmt: skip
         self._sticky = any(r.sticky for r in self._routes)
         fields = {name for r in self._routes for name in r.when.fields}
         low, medium = [*config.server.effort_budgets, 2048, 8192][:2]
@@ -108,23 +114,30 @@ class Routes:
             return base[0]
 
         chosen: Compiled | None = None
-        for route in self._routes if endpoint == "messages" else self._counting:
-            verdict = None if route.sticky else route.when.holds(shape)  # the common case without awaiting
-            if verdict or (verdict is None and await self._matches(route, shape, held, own, headers)):
+        kind = "messages" if endpoint == "messages" else "count_tokens"
+        tests = self._tests[kind]
+        at, verdict = self._scans[kind](shape)  # the first route not ruled out, without awaiting
+        while at >= 0:
+            route = tests[at][1]
+            if verdict or await self._matches(route, shape, held, own, headers, endpoint):
                 chosen = route
                 break
+            at, verdict = following(tests, shape, at + 1)
         if session is not None:
             self._note_pending(outcome.request_id, session)  # its reply's usage: the session's size
         if chosen is not None and chosen.sticky and session is not None:
             self.sessions.took(session, chosen.name, chosen.when.threshold)
         if chosen is None:
-            return self._wrapped(await own(), None, shape, outcome, headers)
+            mine = await own()
+            if endpoint == "count_tokens" and shape.answer is not None:  # counted already: not again
+                mine = dataclasses.replace(mine, backend=Counted(shape.answer, mine.backend))
+            return self._wrapped(mine, None, shape, outcome, headers)
         outcome.route = chosen.name
         if outcome.trace is not None:
             outcome.trace.span.set_attribute("dragoman.route", chosen.name)
         if chosen.model is None:
             if shape.tokens is None:
-                await self._count(shape, own, headers)
+                await self._count(shape, own, headers, endpoint)
             answer = CountAnswer(shape.tokens or 0, chosen.name)
             return Route(answer, "local", model, ModelCaps())
         return self._wrapped(await self._resolve(chosen.model), chosen.name, shape, outcome, headers)
@@ -139,7 +152,7 @@ class Routes:
                 self.sessions.took(session, route.name, when.threshold)
 
     async def _matches(self, route: Compiled, shape: Shape, held: Held | None, own: Callable[[], Awaitable[Route]],
-                       headers: Mapping[str, str]) -> bool:  # fmt: skip
+                       headers: Mapping[str, str], endpoint: str) -> bool:  # fmt: skip
         """Whether `route` takes the request: its session's hold first, then its conditions."""
         threshold = route.when.threshold
         larger = 0  # the session's last reply said its prompt was this large
@@ -152,24 +165,25 @@ class Routes:
         verdict = route.when.holds(shape)
         if verdict is None or (larger and not verdict):
             if shape.tokens is None:
-                await self._count(shape, own, headers)
+                await self._count(shape, own, headers, endpoint)
             counted = shape.tokens
             shape.tokens = max(counted or 0, larger)
             verdict = route.when.holds(shape)
             shape.tokens = counted
         return bool(verdict)
 
-    async def _count(self, shape: Shape, own: Callable[[], Awaitable[Route]], headers: Mapping[str, str]) -> None:
-        """The input count `count_tokens` would answer for the name's own model (and its window, for `fits`)."""
+    async def _count(self, shape: Shape, own: Callable[[], Awaitable[Route]], headers: Mapping[str, str],
+                     endpoint: str) -> None:  # fmt: skip
+        """The input count `count_tokens` would answer for the name's own model (and its window, for `fits`);
+        a `count_tokens` request's is that very answer (`shape.answer`), asked with the request's own body."""
         try:
             base = await own()
         except GatewayError:
             shape.tokens = shape.estimate()
             return
         shape.window = base.context_window
-        body = (
-            shape.count_body() if base.path == "passthrough" else shape.raw
-        )  # the upstream's count takes no max_tokens
+        spliced = base.path == "passthrough" and endpoint != "count_tokens"  # the upstream's count takes no max_tokens
+        body = shape.count_body() if spliced else shape.raw
         call = Call(body=body, model=shape.model, upstream_model=base.upstream_model, headers=headers, request_id="")
         try:
             reply = await base.backend.count_tokens(call, base)
@@ -177,6 +191,8 @@ class Routes:
         except (GatewayError, msgspec.DecodeError, AttributeError):
             counted = None
         shape.tokens = counted if isinstance(counted, int) else shape.estimate()
+        if isinstance(counted, int) and endpoint == "count_tokens" and reply.status == 200:  # type: ignore[union-attr]
+            shape.answer = reply
 
     def _wrapped(self, route: Route, name: str | None, shape: Shape, outcome: Outcome,
                  headers: Mapping[str, str]) -> Route:  # fmt: skip

@@ -146,3 +146,10 @@ def test_a_count_body_holds_the_counted_fields_as_sent_and_nothing_else():
     assert counted == {"model": "claude-opus-5-5", "messages": [{"role": "user", "content": "hi"}],
                        "system": [{"type": "text", "text": "s"}], "tools": tools, "tool_choice": {"type": "auto"},
                        "thinking": {"type": "adaptive"}}  # fmt: skip
+
+
+@pytest.mark.parametrize("messages", [[], [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                                          {"role": "user", "content": [{"type": "text", "text": "c"}]}]])  # fmt: skip
+def test_a_count_body_splices_any_number_of_messages(messages: list[dict[str, Any]]) -> None:
+    counted = json.loads(shape(messages=messages, output_config={"effort": "low"}).count_body())
+    assert counted == {"model": "claude-opus-5-5", "messages": messages, "output_config": {"effort": "low"}}

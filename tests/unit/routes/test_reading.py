@@ -11,7 +11,7 @@ from starlette.datastructures import Headers
 
 from dragoman.routes.conditions import compile_when
 from dragoman.routes.memo import SMALLEST, Memo
-from dragoman.routes.reading import Reader, flagged_system, header_names, picked
+from dragoman.routes.reading import Reader, flagged_system, header_names, picked, tool_facts
 from dragoman.routes.shape import Shape, routed_envelope
 
 ROUTED = msgspec.json.Decoder(routed_envelope(()))
@@ -34,7 +34,7 @@ def test_a_table_stops_at_its_first_failing_test_whatever_order_it_was_written_i
 def test_an_any_stops_at_its_first_option_that_holds():
     shape = routed(headers={"x-priority": "1"}, tools=[{"name": "t", "input_schema": {}}])
     assert compile_when({"any": [{"tools": {"gt": 0}}, {"header.x-priority": True}]}, "w").holds(shape) is True
-    assert "tool_types" not in vars(shape)  # the header held: the tools were not read
+    assert "tool_facts" not in vars(shape)  # the header held: the tools were not read
 
 
 def test_the_named_headers_are_picked_in_one_pass_as_starlette_would_answer():
@@ -76,3 +76,10 @@ def test_the_tools_and_the_billing_flag_read_through_a_tables_memo_as_without_on
         assert shape.server_tools == ["web_search_20250305"] and shape.tool_count == 2 and shape.subagent
         assert not routed(reader, tools=tools[:1], system=plain).subagent  # one byte apart: read again
     assert flagged_system(msgspec.Raw(json.dumps(flagged).encode())) and not flagged_system(msgspec.Raw(b'"text"'))
+
+
+def test_the_tool_facts_count_every_object_and_keep_the_server_tools_types():
+    tools = [{"type": 5}, {"type": "custom", "name": "c"}, {"type": "web_search_20250305"}, {}, {"type": None}]
+    assert tool_facts(msgspec.Raw(json.dumps(tools).encode())) == (5, ["web_search_20250305"])
+    for odd in ([1, 2], {"type": "web_search_1"}, "tools", [{"type": "x"}, []]):  # not a list of objects: none
+        assert tool_facts(msgspec.Raw(json.dumps(odd).encode())) == (0, [])
