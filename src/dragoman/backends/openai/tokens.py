@@ -53,7 +53,7 @@ class TokenTemplate:
         "_least",
         "_tries",
         "_served",
-        "_string",
+        "_text",
         "_seam",
         "learnt",
     )
@@ -63,8 +63,8 @@ class TokenTemplate:
         self._least = 0  # shorter payloads cannot fit (head, a string of one character at least, tail)
         self._tries = LEARN_TRIES
         self._served = False  # the template has read a token since it was learnt
-        self._string = operator.itemgetter(slice(0))  # an event's line to its string, once learnt
-        self._seam = b""  # the bytes between two events' strings
+        self._text = operator.itemgetter(slice(0))  # an event's line to its string's text (no quotes), once learnt
+        self._seam = b""  # the bytes between two events' strings' texts (their quotes among them)
         self.learnt = False  # (a plain attribute: read once per read)
 
     def begins(self, data: bytes, at: int = 0) -> bool:
@@ -111,10 +111,22 @@ class TokenTemplate:
             lines = lines[data.count(b"\n", 0, at) : len(lines) - 1 - data.count(b"\n", end) : 2]
         else:
             lines = data[at:end].split(b"\n")[0:-1:2]
-        strings = list(map(self._string, lines))
-        written = self._seam.join(strings)
-        if len(head) + len(written) + len(tail) != end - at or not data.startswith(written, at + len(head)):
+        # The strings' texts, less their quotes: written back between the quotes and the seam.
+        texts = list(map(self._text, lines))
+        written = self._seam.join(texts)
+        start, stop = at + len(head), end - len(tail) - 1  # the first string's quote, the last's
+        if (
+            len(written) != stop - start - 1
+            or data[start] != 34  # '"'
+            or data[stop] != 34
+            or not data.startswith(written, start + 1)
+        ):
             return None
+        joined = b"\x00".join(texts)
+        if all(texts) and _plain(joined, len(texts)):  # (most runs: non-empty texts that need nothing)
+            self._served = True
+            return b'"' + joined.translate(None, b"\x00") + b'"', len(texts), end
+        strings = [b'"%b"' % text for text in texts]
         joined = b"\x00".join(strings)  # (no JSON string holds a NUL raw)
         if not _copyable(joined, len(strings)):
             rewritten = _rewritten(strings)
@@ -148,8 +160,8 @@ class TokenTemplate:
         self._head, self._tail = head, tail
         self._read_head, self._read_tail = b"data: " + head, tail + b"\n\n"  # the payload, stripped, has no newline
         self._least = len(head) + len(tail) + 3
-        self._string = operator.itemgetter(slice(len(self._read_head), -len(tail)))
-        self._seam = self._read_tail + self._read_head
+        self._text = operator.itemgetter(slice(len(self._read_head) + 1, -len(tail) - 1))
+        self._seam = b'"' + self._read_tail + self._read_head + b'"'
         self.learnt = True
 
 
@@ -167,6 +179,22 @@ def _copyable(joined: bytes, count: int) -> bool:
         except UnicodeDecodeError:
             return False
     return True
+
+
+def _plain(joined: bytes, count: int) -> bool:
+    """Whether `count` texts joined by NULs are each raw text that JSON strings hold as it
+    is (no quote, backslash or control character) in UTF-8."""
+    if joined.translate(None, _PLAIN) != (_NULS[count - 1] if count <= len(_NULS) else b"\x00" * (count - 1)):
+        return False
+    if not joined.isascii():
+        try:
+            joined.decode()
+        except UnicodeDecodeError:
+            return False
+    return True
+
+
+_NULS = [b"\x00" * count for count in range(64)]
 
 
 def _quotes(count: int) -> bytes:
