@@ -10,12 +10,12 @@ chunk with another string in that place decodes to the same chunk with that text
 payload that does not fit is decoded whole, as before.
 
 A read that holds many such events (a burst, or a client slower than the model) is read as
-one run (`TokenTemplate.run`): its lines are split, the template's bytes cut from each, and
-the run is proved by writing it back from the strings left. Their texts go to the client
+one run (`TokenTemplate.run`): its lines are split, the template's bytes and the strings'
+quotes cut from each, and the run is proved by writing it back from the texts left. Their texts go to the client
 joined, in one text delta: they arrived together, so nothing waits for it, and any split of
 a block's text into deltas is a valid stream (the SDKs join them). Strings the encoder would
-write the same (`_copyable`: raw UTF-8, only its own escapes) are joined as they are; others
-are decoded and encoded again. Nothing else of the run is decoded.
+write the same (`_plain`, `_copyable`: raw UTF-8, only its own escapes) are joined as they
+are; others are decoded and encoded again. Nothing else of the run is decoded.
 """
 
 from __future__ import annotations
