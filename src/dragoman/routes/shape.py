@@ -95,6 +95,11 @@ class Shape:
         """The client's body, as it came."""
         return self._body
 
+    @property
+    def envelope(self) -> Envelope | None:
+        """What the core read of a passed-through body (None when it decoded it whole)."""
+        return self._envelope
+
     def header(self, name: str) -> str | None:
         seen = self._seen
         if seen is None:

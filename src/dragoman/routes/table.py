@@ -201,9 +201,12 @@ class Routes:
             shape.tokens = shape.estimate()
             return
         shape.window = base.context_window
-        spliced = base.path == "passthrough" and endpoint != "count_tokens"  # the upstream's count takes no max_tokens
+        passed = base.path == "passthrough"
+        spliced = passed and endpoint != "count_tokens"  # the upstream's count takes no max_tokens
         body = shape.count_body() if spliced else shape.raw
-        call = Call(body=body, model=shape.model, upstream_model=base.upstream_model, headers=headers, request_id="")
+        # its messages are the envelope's: the backend's URL-image check reuses their read, not reads the body
+        call = Call(body=body, model=shape.model, upstream_model=base.upstream_model, headers=headers, request_id="",
+                    envelope=shape.envelope if passed else None)  # fmt: skip
         try:
             reply = await base.backend.count_tokens(call, base)
             counted = msgspec.json.decode(reply.body).get("input_tokens") if isinstance(reply, Completed) else None

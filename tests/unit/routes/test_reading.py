@@ -145,3 +145,39 @@ def test_only_a_table_that_asks_the_tools_and_needs_no_bytes_of_them_reads_them_
     assert not facts({"tools": 0, "any": [{"input_tokens": {"gt": 5}}]})  # a count's body splices their bytes
     assert not facts({"tools": 0}, replicas=["http://127.0.0.1:2/v1"])  # cache-aware placement hashes them
     assert facts({"tools": 0}, replicas=["http://127.0.0.1:2/v1"], routing="least_loaded")
+
+
+def test_a_passed_through_count_hands_the_backend_the_envelope_whose_messages_it_holds():
+    import asyncio
+
+    from dragoman.backends.images import may_have_url_images
+    from dragoman.calls.types import Call, Completed, Outcome, Route
+    from dragoman.core.capabilities import ModelCaps
+    from dragoman.core.config_load import from_dict
+    from dragoman.routes.table import Routes
+
+    calls: list[Call] = []
+
+    class Passing:
+        name, path = "p", "passthrough"
+
+        async def count_tokens(self, call: Call, route: Any) -> Completed:
+            calls.append(call)
+            return Completed(b'{"input_tokens": 9}')
+
+    async def resolve(name: str) -> Route:
+        return Route(Passing(), "u", name, ModelCaps(), 100_000)  # type: ignore[arg-type]
+
+    models = [{"name": "m", "upstream": "u"}]
+    config = from_dict({"upstreams": {"u": {"url": "http://127.0.0.1:1/v1"}}, "models": models,
+                        "routes": [{"name": "r", "when": {"input_tokens": {"gt": 5}}, "model": "m"}]})  # fmt: skip
+    routes = Routes(config, resolve)
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    raw = json.dumps({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [image]}]}).encode()
+    for endpoint in ("messages", "count_tokens"):
+        envelope = routes.envelope.decode(raw)
+        asyncio.run(routes.route(raw, {}, envelope, endpoint, Outcome(request_id="r", endpoint=endpoint)))
+        call = calls.pop()
+        assert call.envelope is envelope
+        assert (call.body == raw) is (endpoint == "count_tokens")  # a message's count: spliced without max_tokens
+        assert may_have_url_images(call.body, call.envelope) and may_have_url_images(call.body)
