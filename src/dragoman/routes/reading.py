@@ -54,20 +54,20 @@ def facts_of(tools: Any) -> tuple[int, list[str]]:
     """`tool_facts` of the tools decoded as `ToolsRead` (what `_TOOLS` refuses has none)."""
     if not isinstance(tools, list):
         return 0, []
-    kinds = []
-    for tool in tools:
-        if type(tool) is not _Tool:  # a JSON value but an object
-            return 0, []
-        kind = tool.type
-        if isinstance(kind, str) and kind != "custom":
-            kinds.append(kind)
-    return len(tools), kinds
+    try:  # most tools have no type: the loop keeps the others
+        kinds = [kind for tool in tools if (kind := tool.type) is not None]
+    except AttributeError:  # a JSON value but an object: no `type` attribute
+        return 0, []
+    return len(tools), [kind for kind in kinds if isinstance(kind, str) and kind != "custom"]
 
 
 def flagged_read(system: Any) -> bool:
     """`flagged_system` of the system prompt decoded as `SystemRead`."""
-    if not isinstance(system, list) or not system or any(type(block) is not _System for block in system):
+    if not isinstance(system, list) or not system:
         return False
+    for block in system:
+        if type(block) is not _System:  # a JSON value but an object
+            return False
     return flagged(msgspec.json.decode(system[0].text))
 
 
