@@ -88,14 +88,16 @@ class Instant:
         pass
 
 
-async def app_cost(shape: str, limited: bool, requests: int) -> float:
-    """µs of CPU per POST /v1/messages through the ASGI app (no sockets), best of 3 rounds."""
+async def app_cost(shape: str, limited: bool, requests: int, redis_url: str | None = None) -> float:
+    """µs of CPU per POST /v1/messages through the ASGI app (no sockets but Redis's), best of 3 rounds."""
     from dragoman.server.app import create_app
 
     data: dict[str, Any] = {"upstreams": {"default": {"url": "http://127.0.0.1:1/v1"}},
                             "models": [{"name": "bench-model", "upstream": "default"}]}  # fmt: skip
     if limited:
-        data["limits"] = LIMITS
+        data["limits"] = dict(LIMITS)
+        if redis_url:
+            data["limits"] |= {"redis_url": redis_url, "redis_prefix": f"dragoman-bench:{uuid.uuid4().hex[:8]}:"}
     app = create_app(from_dict(data), backends={"default": Instant()})  # type: ignore[dict-item]
     await app.gateway.discover_all(app.gateway.backends)
     scope, receive = asgi_post(shapes.anthropic_body(shape, model="bench-model", max_tokens=100, stream=False))
@@ -139,13 +141,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--redis", metavar="URL", help="buckets in this Redis (default: in-process)")
-    parser.add_argument("--app", action="store_true", help="the whole ASGI app, limits on against off (in-process)")
+    parser.add_argument(
+        "--app", action="store_true", help="the whole ASGI app, limits on against off (in-process, or --redis)"
+    )
     parser.add_argument("--concurrency", type=int, default=1, help="requests at once (default 1)")
     args = parser.parse_args()
     if args.app:
         for shape in shapes.SHAPES:
-            off, on = (run(app_cost(shape, limited, args.requests // 5)) for limited in (False, True))
-            print(f"{shape:12} app        {off:8.1f} µs without limits, {on:8.1f} with: {on - off:+.1f} µs per request")
+            off, on = (run(app_cost(shape, limited, args.requests // 5, args.redis)) for limited in (False, True))
+            where = "app, redis" if args.redis else "app"
+            print(f"{shape:12} {where:10} {off:8.1f} µs without limits, {on:8.1f} with: {on - off:+.1f} µs per request")
         return
     for shape in shapes.SHAPES:
         count = args.requests if not args.redis else args.requests // 10

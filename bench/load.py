@@ -128,7 +128,7 @@ class Result:
     window: float = 0.0
     latency: list[float] = field(default_factory=list)  # seconds; time to last byte for streams
     ttft: list[float] = field(default_factory=list)
-    deltas: int = 0  # text deltas received in the window (streams)
+    deltas: int = 0  # text chunks in the window (streams): `run_load`'s `chunks` per reply, else the deltas received
     # replies in the window that passed but differ from Anthropic's format, by kind (DIFFERENCES)
     differences: dict[str, int] = field(default_factory=dict)
     cpu: float | None = None  # server CPU seconds in the window
@@ -356,6 +356,7 @@ async def run_load(
     upstream_pid: int | None = None,
     drain_timeout: float = 60.0,
     expect_text: str | None = None,
+    chunks: int | None = None,
 ) -> Result:
     """Runs the load in three phases:
 
@@ -369,6 +370,9 @@ async def run_load(
 
     `expect_text`: the text a non-streamed Anthropic reply should carry (the
     upstream's); one that carries another is counted as a difference (TEXT).
+    `chunks`: the text chunks the upstream streams per reply, counted as the reply's chunks
+    (CPU per chunk) instead of the deltas received: a gateway may join in one delta the
+    text of chunks that reach it together.
     """
     result = Result()
     send_headers = {"content-type": "application/json", **(headers or {})}
@@ -399,7 +403,7 @@ async def run_load(
                 result.latency.append(latency)
                 if ttft is not None:
                     result.ttft.append(ttft)
-                result.deltas += deltas
+                result.deltas += chunks or deltas
                 for kind in differs:
                     result.differences[kind] = result.differences.get(kind, 0) + 1
             finished_one[index] = True

@@ -523,12 +523,13 @@ async def measure(target: str, server: Server, fake: Server, case: Case, args: a
     if args.smoke:
         return await load.run_load(url, body, headers=headers, concurrency=case.concurrency, duration=10, max_requests=args.smoke_requests,
                                    warmup=0, stream=stream, openai=openai, pid=pid, upstream_pid=fake.pid, drain_timeout=30,
-                                   expect_text=expect)  # fmt: skip
+                                   expect_text=expect, chunks=tokens if stream else None)  # fmt: skip
     warmup = args.warmup if first else min(args.warmup, LATER_WARMUP)
     min_requests = -(-max(10, case.concurrency) // rounds)  # the cell's minimum, shared out over the rounds
     return await load.run_load(url, body, headers=headers, concurrency=case.concurrency, duration=args.duration / rounds, warmup=warmup,
                                min_requests=min_requests, max_window=args.max_window / rounds, stream=stream, openai=openai,
-                               pid=pid, upstream_pid=fake.pid, drain_timeout=120, expect_text=expect)  # fmt: skip
+                               pid=pid, upstream_pid=fake.pid, drain_timeout=120, expect_text=expect,
+                               chunks=tokens if stream else None)  # fmt: skip
 
 
 _UPSTREAM_TEXT: dict[bytes, str] = {}

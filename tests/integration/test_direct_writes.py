@@ -321,8 +321,8 @@ def _numbered_tokens(make: Any) -> list[Any]:
 
 
 def _check_every_token(frames: list[tuple[str | None, Any]], texts: list[str], mode: str, writes: Writes) -> None:
-    assert [int(t[:5]) for t in texts] == list(range(COUNT))
-    assert all(t[5:] == TOKEN for t in texts)
+    # (tokens that reached the gateway in one read may come out in one text delta)
+    assert "".join(texts) == "".join(f"{i:05d}{TOKEN}" for i in range(COUNT))
     assert frames[-1][0] == "message_stop"
     _check_mode(mode, writes)
     if mode == "direct":

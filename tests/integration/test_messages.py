@@ -35,7 +35,8 @@ def test_non_streaming_and_streaming_give_the_same_message(client, upstream):
         streamed = stream.get_final_message()
     events = list(client.messages.create(model="test-model", max_tokens=50, messages=USER, stream=True))
 
-    assert pieces == ["Hel", "lo", " world"]
+    # The first token goes alone; tokens that reach the gateway in one read may share a delta.
+    assert pieces[0] == "Hel" and "".join(pieces) == "Hello world"
     assert plain.id.startswith("msg_") and streamed.id.startswith("msg_") and plain.id != streamed.id
     assert plain.type == "message" and plain.role == "assistant"
     assert _comparable(plain) == _comparable(streamed)

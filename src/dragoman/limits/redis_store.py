@@ -31,18 +31,20 @@ from redis.exceptions import RedisError
 
 from dragoman.core.errors import GatewayError
 from dragoman.limits.fallback import Share
-from dragoman.limits.resp import Pipe, supported
+from dragoman.limits.resp import Pipe, bulk, supported
 from dragoman.limits.store import LocalStore, Taken, Want, refused
 
 log = logging.getLogger("dragoman.limits")
 
 RETRY_AFTER = 1.0  # seconds after a failure before Redis is asked again
 FLUSH_AFTER = 0.1  # seconds a settlement waits at most for a request to ride along with
+ENCODED_MAX = 4096  # wants whose encoding is remembered (a request's mostly repeat)
 
 # ARGV[1]: n, the buckets to take from (the first n KEYS); the other KEYS are settled first.
 # Then 5 ARGV per bucket taken from (capacity, refill per ms, cost, need, ttl ms), then 4 per
-# bucket settled (capacity, refill per ms, delta, ttl ms). Returns {admitted, level...} with
-# the levels as strings (Lua numbers would come back truncated).
+# bucket settled (capacity, refill per ms, ttl ms, delta: the first three are the same each time,
+# encoded once). Returns {admitted, level...} with the levels as strings (Lua numbers would come
+# back truncated).
 STEP = """
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -59,7 +61,7 @@ local n = tonumber(ARGV[1])
 local a = 2 + n * 5
 for i = n + 1, #KEYS do
   local cap, rate = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  store(KEYS[i], math.min(cap, level(KEYS[i], cap, rate) + tonumber(ARGV[a + 2])), ARGV[a + 3])
+  store(KEYS[i], math.min(cap, level(KEYS[i], cap, rate) + tonumber(ARGV[a + 3])), ARGV[a + 2])
   a = a + 4
 end
 local levels, admitted = {}, 1
@@ -107,6 +109,16 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
+def _args(wants: Sequence[Want], settling: Sequence[tuple[Want, float]]) -> list[float | int]:
+    """STEP's arguments after the first (n), for redis-py."""
+    args: list[float | int] = []
+    for w in wants:
+        args += (w.capacity, w.per_second / 1000, w.cost, w.need, _ms(w.ttl))
+    for w, delta in settling:
+        args += (w.capacity, w.per_second / 1000, _ms(w.ttl), delta)
+    return args
+
+
 class RedisStore:
     def __init__(self, url: str, *, prefix: str, timeout: float, fail_open: bool,
                  on_error: Callable[[], None] = lambda: None,
@@ -133,6 +145,7 @@ class RedisStore:
         self._queued: list[tuple[Want, float]] = []  # settlements waiting for the next round trip
         self._flush: asyncio.TimerHandle | None = None
         self._pending: set[asyncio.Task[None]] = set()
+        self._encoded: dict[Want, tuple[bytes, bytes, bytes]] = {}  # by want: see `_encode`
 
     def script(self, source: str) -> Callable[..., Awaitable[Any]]:
         """`source` as a callable `(keys=..., args=...)`, over the pipe where there is one."""
@@ -158,16 +171,36 @@ class RedisStore:
         return refused(levels, wants) or Taken(False, levels, 0, 0.001)  # refilled meanwhile: ask again soon
 
     async def _call(self, wants: Sequence[Want], settling: Sequence[tuple[Want, float]]) -> list[bytes]:
-        prefix = self.prefix
-        keys = [prefix + w.key for w in wants] + [prefix + w.key for w, _ in settling]
-        args: list[float | int] = [len(wants)]
-        for w in wants:
-            args += (w.capacity, w.per_second / 1000, w.cost, w.need, _ms(w.ttl))
-        for w, delta in settling:
-            args += (w.capacity, w.per_second / 1000, delta, _ms(w.ttl))
-        reply = await self._step(keys=keys, args=args)
+        if self.pipe is None:
+            reply = await self._step(keys=[self.prefix + w.key for w in (*wants, *(w for w, _ in settling))],
+                                     args=[len(wants), *_args(wants, settling)])  # fmt: skip
+        else:
+            reply = await self._step.run(self._command(wants, settling))  # type: ignore[attr-defined]
         self.back()
         return reply  # type: ignore[no-any-return]
+
+    def _command(self, wants: Sequence[Want], settling: Sequence[tuple[Want, float]]) -> bytes:
+        """STEP's EVALSHA in RESP, from each want's key and arguments encoded once (`_encoded`)."""
+        keys, args = [], [bulk(len(wants))]
+        for want in wants:
+            key, taking, _ = self._encoded.get(want) or self._encode(want)
+            keys.append(key)
+            args.append(taking)
+        for want, delta in settling:
+            key, _, settled = self._encoded.get(want) or self._encode(want)
+            keys.append(key)
+            args += (settled, bulk(delta))
+        return self._step.command(keys, args, 1 + 5 * len(wants) + 4 * len(settling))  # type: ignore[attr-defined]
+
+    def _encode(self, want: Want) -> tuple[bytes, bytes, bytes]:
+        """`want`'s key, its five arguments as taken from, its first three as settled (RESP)."""
+        if len(self._encoded) >= ENCODED_MAX:
+            self._encoded.clear()
+        head = (want.capacity, want.per_second / 1000)
+        taking = b"".join(map(bulk, (*head, want.cost, want.need, _ms(want.ttl))))
+        settled = b"".join(map(bulk, (*head, _ms(want.ttl))))
+        encoded = self._encoded[want] = (bulk(self.prefix + want.key), taking, settled)
+        return encoded
 
     def adjust(self, changes: Sequence[tuple[Want, float]]) -> None:
         """Queued for the next round trip; sent alone if none comes within FLUSH_AFTER (one timer at a

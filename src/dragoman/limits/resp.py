@@ -48,22 +48,23 @@ def _bulk(part: Arg) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(part), part)
 
 
+def bulk(part: Arg) -> bytes:
+    """One argument as a RESP bulk string; numbers as redis-py writes them (`repr`). Each
+    argument's encoding is remembered: formatting a float costs more than looking it up."""
+    memo = _MEMO.get(part.__class__)
+    if memo is None:
+        return _bulk(part)
+    encoded = memo.get(part)
+    if encoded is None:
+        if len(memo) >= MEMO_MAX:
+            memo.clear()
+        encoded = memo[part] = _bulk(part)
+    return encoded
+
+
 def encode(parts: Sequence[Arg]) -> bytes:
-    """One command in RESP; numbers as redis-py writes them (`repr`). Each argument's encoding
-    is remembered: formatting a float costs more than looking it up."""
-    out = [b"*%d\r\n" % len(parts)]
-    for part in parts:
-        memo = _MEMO.get(part.__class__)
-        if memo is None:
-            out.append(_bulk(part))
-            continue
-        bulk = memo.get(part)
-        if bulk is None:
-            if len(memo) >= MEMO_MAX:
-                memo.clear()
-            bulk = memo[part] = _bulk(part)
-        out.append(bulk)
-    return b"".join(out)
+    """One command in RESP."""
+    return b"".join([b"*%d\r\n" % len(parts), *map(bulk, parts)])
 
 
 def parse(buf: bytes, pos: int) -> tuple[Any, int]:
@@ -199,10 +200,14 @@ class Pipe:
 
     async def call(self, *parts: Arg) -> Any:
         """One command's reply; an error reply raised as redis-py would."""
+        return await self.send(encode(parts))
+
+    async def send(self, command: bytes) -> Any:
+        """The reply to `command`, one command already in RESP."""
         link = self._link
         if link is None or link.lost is not None or link.loop is not asyncio.get_running_loop():
             link = await self._open()
-        return await link.send(encode(parts))
+        return await link.send(command)
 
     async def _open(self) -> _Link:
         """A connected link, shared by callers that ask while it opens."""
@@ -278,8 +283,19 @@ class Script:
         self.sha = hashlib.sha1(self.source).hexdigest().encode()  # noqa: S324 - Redis names scripts so
 
     async def __call__(self, keys: Sequence[Arg] = (), args: Sequence[Arg] = ()) -> Any:
+        return await self.run(encode([b"EVALSHA", self.sha, len(keys), *keys, *args]))
+
+    def command(self, keys: Sequence[bytes], args: Sequence[bytes], count: int) -> bytes:
+        """The EVALSHA of this script, its `keys` and `args` encoded already (`bulk`; an item of
+        `args` may hold several), `count` the arguments `args` holds in all."""
+        head = b"*%d\r\n$7\r\nEVALSHA\r\n$%d\r\n%b\r\n%b" % (3 + len(keys) + count, len(self.sha), self.sha,
+                                                                 bulk(len(keys)))  # fmt: skip
+        return b"".join([head, *keys, *args])
+
+    async def run(self, command: bytes) -> Any:
+        """The reply to `command` (an EVALSHA of this script), the script loaded first if Redis lacks it."""
         try:
-            return await self.pipe.call(b"EVALSHA", self.sha, len(keys), *keys, *args)
+            return await self.pipe.send(command)
         except NoScriptError:
             await self.pipe.call(b"SCRIPT", b"LOAD", self.source)
-            return await self.pipe.call(b"EVALSHA", self.sha, len(keys), *keys, *args)
+            return await self.pipe.send(command)

@@ -67,11 +67,10 @@ def text_delta(index: int, text: str) -> bytes:
     return (_DELTA_HEADS.get(index) or _delta_head(index)) + _encoder.encode(text) + _DELTA_TAIL
 
 
-def text_deltas(index: int, strings: list[bytes]) -> bytes:
-    """`text_delta` of each text in `strings`, JSON strings as the encoder writes them, copied
-    into their frames as they are."""
-    head = _DELTA_HEADS.get(index) or _delta_head(index)
-    return head + (_DELTA_TAIL + head).join(strings) + _DELTA_TAIL
+def text_delta_written(index: int, string: bytes) -> bytes:
+    """`text_delta` of the text of `string`, a JSON string as the encoder writes it, copied
+    into the frame as it is."""
+    return (_DELTA_HEADS.get(index) or _delta_head(index)) + string + _DELTA_TAIL
 
 
 MAX_LINE = 16 * 1024 * 1024  # bytes of one stream line; a server sending more without a newline has failed

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 from collections.abc import Iterable
 from typing import Literal
 
@@ -83,29 +84,54 @@ def bucket_of(at: float, width: int, dialect: Dialect) -> int:
 
 def deltas(records: Iterable[UsageRecord], dialect: Dialect) -> list[tuple[object, ...]]:
     """The rollup rows (PRIMARY then VALUES) the records add, one per row touched, sorted
-    (processes updating the same rows take their locks in one order). Records are summed per
-    minute and dimensions first, then each sum spread over the grains and widths: a batch's
-    records mostly share their dimensions, so the spreading runs a few times, not per record."""
-    rows: dict[tuple[object, ...], list[int]] = {}
-    kept = [(grain, tuple(d in dims for d in DIMENSIONS)) for grain, dims in GRAINS.items()]
-    empty = tuple(0 if d == "refused" else "" for d in DIMENSIONS)
-    for (minute, values), counts in _by_minute(records, dialect).items():
-        dims = [tuple(v if keep else e for v, keep, e in zip(values, mask, empty, strict=True)) for _, mask in kept]
+    (processes updating the same rows take their locks in one order)."""
+    return spread(by_minute(records, dialect))
+
+
+Sums = dict[tuple[int, tuple[object, ...]], list[int]]
+
+
+Rows = dict[tuple[object, ...], list[int]]  # rollup rows by their PRIMARY key
+
+
+def spread(sums: Sums) -> list[tuple[object, ...]]:
+    """`by_minute`'s sums as rollup rows (see `deltas`). Records are summed per minute and
+    dimensions first, then each sum spread over the grains and widths: a batch's records
+    mostly share their dimensions, so the spreading runs a few times, not per record."""
+    rows: Rows = {}
+    spread_into(rows, sums.items())
+    return [(*key, *rows[key]) for key in ordered(rows)]
+
+
+_KEPT = [(grain, tuple(d in dims for d in DIMENSIONS)) for grain, dims in GRAINS.items()]
+_EMPTY = tuple(0 if d == "refused" else "" for d in DIMENSIONS)
+
+
+def spread_into(rows: Rows, sums: Iterable[tuple[tuple[int, tuple[object, ...]], list[int]]]) -> None:
+    """Some of `by_minute`'s sums (its items) added to `rows` (a large batch spread a part at a time)."""
+    for (minute, values), counts in sums:
+        dims = [tuple(v if keep else e for v, keep, e in zip(values, mask, _EMPTY, strict=True)) for _, mask in _KEPT]
         for width in WIDTHS:
             bucket = minute // width * width  # a minute's start lies in one hour and one day: theirs
-            for (grain, _), dim in zip(kept, dims, strict=True):
-                held = rows.get((grain, width, bucket, *dim))
-                if held is None:
-                    rows[(grain, width, bucket, *dim)] = list(counts)
-                else:
-                    for i, v in enumerate(counts):
-                        held[i] += v
-    return [(*key, *values) for key, values in sorted(rows.items(), key=lambda item: str(item[0]))]
+            for (grain, _), dim in zip(_KEPT, dims, strict=True):
+                key = (grain, width, bucket, *dim)
+                held = rows.get(key)
+                # a sum's own list is shared by the rows it starts (never changed: adding makes a new list)
+                rows[key] = counts if held is None else list(map(operator.add, held, counts))
 
 
-def _by_minute(records: Iterable[UsageRecord], dialect: Dialect) -> dict[tuple[int, tuple[object, ...]], list[int]]:
-    """The records' counters (VALUES) summed per minute bucket and dimension values."""
-    sums: dict[tuple[int, tuple[object, ...]], list[int]] = {}
+def ordered(rows: Rows | list[tuple[str, tuple[object, ...]]]) -> list[tuple[object, ...]]:
+    """The rows' keys in the one order every process takes their locks in (by their text);
+    given as (text, key) pairs, sorted by those."""
+    if isinstance(rows, dict):
+        return [key for _, key in sorted((str(key), key) for key in rows)]
+    return [key for _, key in sorted(rows)]
+
+
+def by_minute(records: Iterable[UsageRecord], dialect: Dialect, sums: Sums | None = None) -> Sums:
+    """The records' counters (VALUES) summed per minute bucket and dimension values, added
+    to `sums` if given (a large batch summed a part at a time)."""
+    sums = {} if sums is None else sums
     hist = len(COUNTED)
     for r in records:
         values = (r.key_id or "", r.tenant or "", r.model, r.upstream_model, int(r.status in REFUSALS), r.upstream,
@@ -130,7 +156,7 @@ def _by_minute(records: Iterable[UsageRecord], dialect: Dialect) -> dict[tuple[i
 
 def upsert_sql(dialect: Dialect) -> str:
     """Add rows' counts to what is stored (or store them): one row's in SQLite (executemany);
-    in PostgreSQL every row's at once, as one array per column (one statement, one round trip)."""
+    in PostgreSQL every row's at once (one statement, one round trip)."""
     names = ", ".join((*PRIMARY, *VALUES))
     added = ", ".join(f"{v} = usage_rollups.{v} + excluded.{v}" for v in VALUES)
     conflict = f"ON CONFLICT ({', '.join(PRIMARY)}) DO UPDATE SET {added}"
@@ -138,10 +164,13 @@ def upsert_sql(dialect: Dialect) -> str:
         return (
             f"INSERT INTO usage_rollups ({names}) VALUES ({', '.join('?' * (len(PRIMARY) + len(VALUES)))}) {conflict}"
         )
+    # PostgreSQL: the rows as one JSON array of arrays ($1, bytes), taken apart by the server:
+    # asyncpg's encoding of one array per column cost several ms a flush on the event loop.
     types = {"grain": "text", "width": "int4", "bucket": "int8", "refused": "int4"}
-    arrays = ", ".join(f"${i}::{types.get(c, 'text' if c in DIMENSIONS else 'int8')}[]"
-                       for i, c in enumerate((*PRIMARY, *VALUES), 1))  # fmt: skip
-    return f"INSERT INTO usage_rollups ({names}) SELECT * FROM unnest({arrays}) {conflict}"
+    fields = ", ".join(f"(r->>{i})::{types.get(c, 'text' if c in DIMENSIONS else 'int8')}"
+                       for i, c in enumerate((*PRIMARY, *VALUES)))  # fmt: skip
+    rows = "jsonb_array_elements(convert_from($1::bytea, 'UTF8')::jsonb) AS r"
+    return f"INSERT INTO usage_rollups ({names}) SELECT {fields} FROM {rows} {conflict}"
 
 
 def ttft_sums(column: str = "ttft") -> list[str]:

@@ -1,18 +1,20 @@
-"""Runs of text tokens in one read (`TokenTemplate.run`), copied into the client's frames
-as the upstream wrote their strings: what leaves is byte for byte what decoding every chunk
-whole gives, however the stream is cut into reads and whatever its strings hold."""
+"""Runs of text tokens in one read (`TokenTemplate.run`), their strings copied as the upstream
+wrote them into one text delta: what a client reads (the events, a block's text deltas in a row
+joined; the message the SDK folds) is what decoding every chunk whole gives, however the
+stream is cut into reads and whatever its strings hold."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from dragoman.backends.openai import tokens
 from dragoman.backends.openai.tokens import TokenTemplate
 from dragoman.protocol import openai
-from dragoman.protocol.sse import text_delta, text_deltas
-from tests.support.translated import client_bytes
+from dragoman.protocol.sse import text_delta, text_delta_written
+from tests.support.translated import client_bytes, client_events, sdk_message, text_joined
 from tests.unit.backends.test_stream_tokens import VLLM
 
 # JSON strings as servers write them: the encoder's own escapes (copied as they are) and
@@ -85,21 +87,27 @@ def test_a_stream_read_in_runs_reaches_the_client_as_it_does_decoded_chunk_by_ch
     def counted(self: TokenTemplate, data: bytes) -> Any:
         nonlocal copied
         found = run(self, data)
-        copied += 0 if found is None else len(found[0])
+        copied += 0 if found is None else found[1]
         return found
 
     monkeypatch.setattr(TokenTemplate, "run", counted)
+    fewer = 0
     for name, events in STREAMS.items():
         reads = reads_of(events, framing)
-        with_runs = client_bytes(reads, options, direct)
+        with_runs, rest = client_events(client_bytes(reads, options, direct))
         monkeypatch.setattr(tokens, "LEARN_TRIES", 0)
-        without = client_bytes(reads, options, direct)
+        without, rest_without = client_events(client_bytes(reads, options, direct))
         monkeypatch.setattr(tokens, "LEARN_TRIES", 16)
-        assert with_runs == without, name
+        assert (text_joined(with_runs), rest) == (text_joined(without), rest_without), name
+        assert sdk_message(with_runs) == sdk_message(without), name
+        deltas = [e["delta"] for e in with_runs if e["type"] == "content_block_delta"]
+        assert all(d["text"] for d in deltas if d["type"] == "text_delta"), name  # no empty delta
+        fewer += len(without) - len(with_runs)
     if options:
-        assert copied == 0  # a stop sequence is watched over the text: tokens go one by one
+        assert copied == fewer == 0  # a stop sequence is watched over the text: tokens go one by one
     elif framing != "every 61":  # (reads of 61 bytes hold no whole token)
         assert copied > 50
+        assert fewer > 0  # a run's tokens go in one delta
 
 
 def learnt() -> TokenTemplate:
@@ -109,13 +117,17 @@ def learnt() -> TokenTemplate:
     return template
 
 
-def test_a_run_is_the_strings_as_written_up_to_the_last_whole_token():
+def test_a_run_is_its_texts_joined_as_written_up_to_the_last_whole_token():
     copied = [w for w in WRITTEN if b"\\u" not in w and b"\\/" not in w]  # the encoder's own escapes only
+    joined = b'"' + b"".join(w[1:-1] for w in copied) + b'"'
     whole = b"".join(token(w) for w in copied)
-    assert learnt().run(whole + token(b'"cut"')[:-3]) == (copied, len(whole))
-    assert learnt().run(whole + event(FINISH)) == (copied, len(whole))
+    assert learnt().run(whole + token(b'"cut"')[:-3]) == (joined, len(copied), len(whole))
+    assert learnt().run(whole + event(FINISH)) == (joined, len(copied), len(whole))
     rest = token(b'"\\u00e9"') + token(EMPTY)  # written otherwise: decoded and written again; no text: no token
-    assert learnt().run(whole + rest) == ([*copied, '"é"'.encode()], len(whole + rest))
+    assert learnt().run(whole + rest) == (joined[:-1] + 'é"'.encode(), len(copied) + 1, len(whole + rest))
+    text = "".join(openai.CHAT_CHUNK.decode(VLLM % w).choices[0].delta.content or "" for w in WRITTEN)
+    found = learnt().run(b"".join(token(w) for w in WRITTEN))
+    assert found is not None and msgspec.json.decode(found[0]) == text and found[1] == len(WRITTEN)
 
 
 @pytest.mark.parametrize(
@@ -138,7 +150,12 @@ def test_nothing_is_a_run_before_a_template_is_learnt():
     assert TokenTemplate().run(token(b'"a"')) is None
 
 
-def test_frames_made_from_strings_are_the_text_deltas():
-    for index, texts in ((0, ["a"]), (2, ["a", 'b"\n', "é"]), (40, ["x"] * 5)):
-        strings = [openai.ENCODER.encode(t) for t in texts]
-        assert text_deltas(index, strings) == b"".join(text_delta(index, t) for t in texts)
+def test_a_frame_made_from_a_string_is_the_text_delta():
+    for index, text in ((0, "a"), (2, 'ab"\n é'), (40, "x" * 5)):
+        assert text_delta_written(index, openai.ENCODER.encode(text)) == text_delta(index, text)
+
+
+def test_a_raw_nul_between_strings_is_no_run():
+    """NULs join the strings while they are checked: one the upstream wrote is no JSON."""
+    for string in (b'"a"\x00"b"', b'"a\\n"\x00"b"'):
+        assert learnt().run(token(b'"x"') + token(string)) is None

@@ -133,6 +133,22 @@ def test_a_record_written_twice_counts_once(make: Callable[[], Store]) -> None:
     _run(make, body)
 
 
+def test_every_field_reads_back_as_written(make: Callable[[], Store]) -> None:
+    """PostgreSQL takes a batch apart from JSON: quotes, escapes, non-ASCII text, nulls,
+    booleans, floats and large counts come back as they went in."""
+    odd = replace(usage_record("req_\"odd\\", BASE + 0.123456), key_id="key_é✓", tenant=None,
+                  model='m "quoted"\nline', upstream_model="ü" * 300, input_tokens=2**40, status=529,
+                  error_type="overloaded_error", disconnected=True, duration=1 / 3, ttft=1e-05,
+                  cache_creation_tokens=7, cache_creation_1h_tokens=3, web_fetch_requests=2, route="r")  # fmt: skip
+    plain = usage_record("req_plain", BASE + 1.5)
+
+    async def body(store: Store) -> None:
+        await store.write([odd, plain])
+        assert sorted(await store.recent(10), key=lambda r: r.request_id) == [odd, plain]
+
+    _run(make, body)
+
+
 def test_pruning_keeps_the_hour_and_day_rollups(make: Callable[[], Store]) -> None:
     async def body(store: Store) -> None:
         await store.write(_records(300, seed=3))

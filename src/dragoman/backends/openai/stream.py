@@ -16,7 +16,7 @@ from dragoman.core.error_mapping import from_stream_error, upstream_message
 from dragoman.core.errors import GatewayError, UpstreamError
 from dragoman.core.redaction import Redactor
 from dragoman.protocol import anthropic, openai
-from dragoman.protocol.sse import DataDecoder, encode_all, text_delta, text_deltas
+from dragoman.protocol.sse import DataDecoder, encode_all, text_delta, text_delta_written
 from dragoman.tokens.estimate import completion_estimate
 from dragoman.translate.stream import StreamTranslator
 from dragoman.upstream.errors import upstream_errors
@@ -173,7 +173,7 @@ class Translation(Generic[T]):
 
     def _translate(self, data: bytes, out: Batch) -> None:
         """A read's events into `out`. Text tokens, while the client's text block is open, go
-        as one piece made from their bytes (`TokenTemplate.run`), from its first whole event."""
+        as one text delta made from their bytes (`TokenTemplate.run`), from its first whole event."""
         if self._sse and self._tokens.learnt and self.translator.open_text() >= 0:
             if not (self._decoder.idle and self._tokens.begins(data)):
                 cut = data.find(b"\n\n") + 2  # the end of the event the read begins with (or inside)
@@ -187,10 +187,10 @@ class Translation(Generic[T]):
             index = self.translator.open_text()
             run = self._tokens.run(data) if index >= 0 and self._decoder.idle else None
             if run is not None:
-                strings, end = run
-                if strings:  # (empty texts are no tokens)
-                    self.translator.streamed(len(strings))
-                    out.append(text_deltas(index, strings))  # type: ignore[arg-type]  # an SSE batch takes frames made already
+                string, count, end = run
+                if count:  # (empty texts are no tokens)
+                    self.translator.streamed(count)
+                    out.append(text_delta_written(index, string))  # type: ignore[arg-type]  # an SSE batch takes frames made already
                 if end == len(data):
                     return
                 data = data[end:]

@@ -11,9 +11,11 @@ payload that does not fit is decoded whole, as before.
 
 A read that holds many such events (a burst, or a client slower than the model) is read as
 one run (`TokenTemplate.run`): its lines are split, the template's bytes cut from each, and
-the run is proved by writing it back from the strings left. A string the encoder would
-write the same (`_copyable`: raw UTF-8, only its own escapes) goes into the client's frame
-as it is; another is decoded and encoded again. Nothing else of the run is decoded.
+the run is proved by writing it back from the strings left. Their texts go to the client
+joined, in one text delta: they arrived together, so nothing waits for it, and any split of
+a block's text into deltas is a valid stream (the SDKs join them). Strings the encoder would
+write the same (`_copyable`: raw UTF-8, only its own escapes) are joined as they are; others
+are decoded and encoded again. Nothing else of the run is decoded.
 """
 
 from __future__ import annotations
@@ -77,11 +79,12 @@ class TokenTemplate:
             self._served = True
         return text
 
-    def run(self, data: bytes) -> tuple[list[bytes], int] | None:
+    def run(self, data: bytes) -> tuple[bytes, int, int] | None:
         """A read that begins with whole events of the template's chunk (the decoder holding
-        nothing), up to the last of them in it: their JSON strings as written, and where they
-        end. None when the read does not begin so, something else comes between them, or a
-        string is one the encoder would write otherwise (escaped differently, or not UTF-8)."""
+        nothing), up to the last of them in it: their texts joined, as one JSON string as the
+        encoder writes it; how many tokens (non-empty texts) they are; and where they end.
+        None when the read does not begin so, something else comes between them, or a string
+        is no JSON string."""
         head, tail = self._read_head, self._read_tail
         if not self._least or not data.startswith(head):
             return None
@@ -90,18 +93,21 @@ class TokenTemplate:
             return None
         run = data if end == len(data) else data[:end]
         # Each event's line, less the template's bytes around its string: what the events are
-        # if writing them back from those strings gives the same bytes.
+        # if writing them back from those strings gives the same bytes. (Splitting at each
+        # newline is the cheapest cut: a search for a longer separator costs more than it saves.)
         strings = list(map(self._string, run.split(b"\n")[0:-1:2]))
         written = (tail + head).join(strings)
         if len(head) + len(written) + len(tail) != len(run) or not run.startswith(written, len(head)):
             return None
-        if not _copyable(b"\x00".join(strings), len(strings)):  # (no JSON string holds a NUL raw)
+        joined = b"\x00".join(strings)  # (no JSON string holds a NUL raw)
+        if not _copyable(joined, len(strings)):
             rewritten = _rewritten(strings)
             if rewritten is None:
                 return None
+            joined = b"\x00".join(rewritten)
             strings = rewritten
         self._served = True
-        return strings, end
+        return joined.replace(b'"\x00"', b""), len(strings), end
 
     def learn(self, payload: bytes, chunk: openai.ChatChunk) -> None:
         """Take `chunk` (decoded from `payload`) as the template if it is a plain text token."""
@@ -133,7 +139,7 @@ def _copyable(joined: bytes, count: int) -> bool:
     """Whether `count` JSON strings joined by NULs are each a text, written as the encoder
     writes it (raw UTF-8, only its own escapes)."""
     if b"\\" in joined:
-        if _STRINGS.fullmatch(joined) is None:
+        if _STRINGS.fullmatch(joined) is None or joined.count(b"\x00") != count - 1:
             return False
     elif b'""' in joined or joined.translate(None, _PLAIN) != b'"' + b'"\x00"' * (count - 1) + b'"':
         return False  # an empty string, or not strings alone (a quote or a control character raw)
