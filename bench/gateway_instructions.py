@@ -2,6 +2,7 @@
 
     python bench/gateway_instructions.py [--paths translating,passthrough]
         [--cases tiny:stream100,tiny:stream500,claude-code:stream100,claude-code:stream500] [--requests 100]
+        [--base OTHER/src]
 
 The same under any load, unlike CPU time (this machine's other work moves that by 10 % and
 more): each path's `dragoman serve` runs under callgrind in front of the fake upstream; per
@@ -30,8 +31,9 @@ import shapes  # noqa: E402
 HEADERS = {"x-api-key": "bench", "anthropic-version": "2023-06-01"}
 
 
-def start(procs: run.Processes, fake: run.Server, path: str, out: Path) -> run.Server:
-    """One gateway under callgrind, its counts dumped into `out` when asked."""
+def start(procs: run.Processes, fake: run.Server, path: str, out: Path, base: str | None = None) -> run.Server:
+    """One gateway under callgrind, its counts dumped into `out` when asked; `base`, a `src`
+    directory, runs that build instead of the installed one."""
     port = run.free_port()
     if path == "translating":
         argv = ["-m", "dragoman", "serve", "--upstream", fake.url, "--port", str(port), "--log-level", "warning"]
@@ -44,7 +46,7 @@ def start(procs: run.Processes, fake: run.Server, path: str, out: Path) -> run.S
         argv = ["-m", "dragoman", "serve", "--config", str(config), "--port", str(port)]
     valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/{path}.%p"]
     server = procs.start(path, [*valgrind, sys.executable, *argv], f"http://127.0.0.1:{port}/v1/messages",
-                         gateway=True, headers=HEADERS)  # fmt: skip
+                         gateway=True, headers=HEADERS, env={"PYTHONPATH": str(Path(base).resolve())} if base else None)  # fmt: skip
     run.wait_ready(server, shapes.anthropic_body("tiny", model=run.MODEL, max_tokens=5, stream=False), 600)
     return server
 
@@ -74,7 +76,7 @@ async def measure(args: argparse.Namespace, procs: run.Processes, out: Path) -> 
     fake = run.start_fake(procs, slow_delay_ms=5000)
     print(f"{'case':24} {'path':12} {'instructions per request':>26}")
     for path in args.paths:
-        server = start(procs, fake, path, out)
+        server = start(procs, fake, path, out, args.base)
         previous = 0
         for case in args.cases:
             await requests(server, case, 10)
@@ -89,6 +91,7 @@ def main() -> None:
     parser.add_argument("--paths", default="translating,passthrough")
     parser.add_argument("--cases", default="tiny:stream100,tiny:stream500,claude-code:stream100,claude-code:stream500")
     parser.add_argument("--requests", type=int, default=100)
+    parser.add_argument("--base", help="the src directory of another build to count instead (as bench/ab.py's --base)")
     args = parser.parse_args()
     args.paths, args.cases = args.paths.split(","), args.cases.split(",")
     with tempfile.TemporaryDirectory() as work:

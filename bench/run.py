@@ -169,6 +169,9 @@ class Processes:
               cwd: Path | None = None, headers: dict[str, str] | None = None) -> Server:  # fmt: skip
         log_path = self.workdir / f"{name}.log"
         cpus = self.gateway_cpus if gateway else self.client_cpus
+        if gateway:  # its own usage database and files: not the user's, which other runs (an older
+            # build's schema, a second bench) share; an A/B's builds then do the same work
+            env = {"XDG_DATA_HOME": str(self.workdir / f"{name}-data"), **(env or {})}
 
         def pin() -> None:
             if cpus:

@@ -141,7 +141,7 @@ class Pipeline:
                 await limiter.acquire(queue=endpoint != "batch")
                 outcome.finish.hold(limiter.release)  # at the reply's last byte, or its failure
             handler = route.backend.count_tokens if endpoint == "count_tokens" else route.backend.messages
-            if self._safeguards is not None and endpoint != "count_tokens":
+            if self._safeguards is not None and endpoint != "count_tokens" and self._safeguards.concerns(call):
                 reply = await self._safeguards.send(call, route, handler)
             else:
                 reply = await handler(call, route)

@@ -6,7 +6,6 @@ the `Backend` interface, and who sent it (`Caller`). It imports nothing of drago
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -293,17 +292,23 @@ class Finish:
         if self.ended:
             return
         self.ended = True
-        holds, self._holds = self._holds, []
-        for release in holds:
-            _run(release, "releasing what a request held")
+        holds = self._holds
+        if holds:  # (once ended, `hold` runs a release at once: the list is not read again)
+            self._holds = []
+            for release in holds:
+                _run(release, "releasing what a request held")
         # The outcome and its finish refer to each other: a cycle that only a garbage collection
         # would free, with all the request's objects it holds, about 1,400 requests at a time
         # (a collection of 2 ms). Let go of it here and the request is freed as it ends.
         outcome, self._outcome = self._outcome, None
         if outcome is None:
             return
-        if self.record is not None:
-            _run(functools.partial(self.record, outcome), "recording a request")
+        record = self.record
+        if record is not None:
+            try:
+                record(outcome)
+            except Exception:  # as `_run`: logged, and the request's end goes on
+                log.exception("failed recording a request")
         outcome.progress = outcome.input_so_far = None  # recorded: closures that may hold the outcome go too
 
     def __enter__(self) -> Outcome:

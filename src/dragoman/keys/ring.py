@@ -68,7 +68,10 @@ class Keyring:
         return self.has_clients or self.store is not None
 
     def lookup(self, key: str) -> Grant | None:
-        """The key's grant, or None: two digests and two dict lookups, whatever the number of keys."""
+        """The key's grant, or None: two digests and two dict lookups, whatever the number of keys
+        (none when the gateway has no keys at all)."""
+        if not self._configured and not self._api:
+            return None
         grant = self._configured.get(self._local(key))
         if grant is None and self._api:
             grant = self._api.get(digest(self.store.salt, key))  # type: ignore[union-attr]

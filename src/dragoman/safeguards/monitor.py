@@ -25,7 +25,7 @@ from dragoman.safeguards import judge, prompt
 from dragoman.translate.fold import events_of
 
 MARK = "You are a security monitor for autonomous AI coding agents"
-_MARK = MARK.encode()
+MARK_BYTES = _MARK = MARK.encode()  # in every classifier request's body (`Safeguards.concerns`)
 SEVERITY_STOP = "</severity>"
 SEVERITY_ASKED = (
     "<severity>N</severity>"  # the fast stage's closing instruction when it grades (2.1.332: no stop sequence)

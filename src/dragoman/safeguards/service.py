@@ -49,6 +49,13 @@ class Safeguards:
         if config.safeguards.model is None and len(self._forward) < len(config.upstreams):
             log.info("%s", UNSET)  # a warning once a request asks for verdicts: most gateways serve no Claude Code
 
+    @staticmethod
+    def concerns(call: Call) -> bool:
+        """Whether `send` may do more than call its handler: the request asks for verdicts, or is
+        a classifier's (two byte searches; the pipeline calls the handler itself otherwise)."""
+        body = call.body
+        return monitor.MARK_BYTES in body or wire.MARK_BYTES in body
+
     async def send(self, call: Call, route: Route, handler: Handler) -> Reply:
         """`handler`'s reply to `call`, with `safeguard_results` where the request asked for them."""
         forwarded = route.upstream in self._forward and route.path != "translate"

@@ -15,7 +15,7 @@ from dragoman.protocol import anthropic
 
 KIND = "dangerous_tool_use"  # the one safeguard Claude Code asks for
 BETA_PREFIX = "dangerous-tool-use-"  # its beta, `dangerous-tool-use-2026-09-03`: sent and stripped with the field
-_MARK = b'"safeguards"'
+MARK_BYTES = _MARK = b'"safeguards"'  # in every body that asks for verdicts (`Safeguards.concerns`)
 
 Verdict = dict[str, Any]  # one tool call's: {"type": "evaluated", "outcome": ...} or {"type": "unavailable", ...}
 

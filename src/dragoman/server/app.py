@@ -29,6 +29,7 @@ from dragoman.core.errors import GatewayError, MethodNotAllowed, NotFound, Overl
 from dragoman.server import batch_endpoints, endpoints, file_endpoints, key_endpoints, usage_endpoints
 from dragoman.server.access import AccessLogMiddleware
 from dragoman.server.disconnect import ClientLeft
+from dragoman.server.headers import RequestHeaders
 from dragoman.server.lifecycle import Running
 from dragoman.server.reload import InFlight, Reloader
 
@@ -137,27 +138,27 @@ class App:
             return
         gateway = self.gateway  # the request is served by this one whole, whatever a reload swaps in
         scope.setdefault("state", {})["gateway"] = gateway
-        self.in_flight.begin(gateway)
-        try:
-            await self._serve(gateway, scope, receive, send)
-        finally:
-            self.in_flight.end(gateway)
-
-    async def _serve(self, gateway: Gateway, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = HOT_PATHS.get(scope["path"]) if scope["method"] == "POST" else None
-        if endpoint is None:
-            await self.starlette(scope, receive, send)
-            return
-        scope["state"]["request_id"] = request_id = ids.request_id()
-        outcome = gateway.metrics.outcome(request_id, endpoint)
-        with outcome.finish:  # however it ends, what it held is released and it is recorded, once
-            await self._answer(gateway, scope, receive, send, endpoint, outcome)
+        in_flight = self.in_flight
+        in_flight.begin(gateway)
+        try:
+            if endpoint is None:
+                await self.starlette(scope, receive, send)
+                return
+            scope["state"]["request_id"] = request_id = ids.request_id()
+            outcome = gateway.metrics.outcome(request_id, endpoint)
+            with outcome.finish:  # however it ends, what it held is released and it is recorded, once
+                await self._answer(gateway, scope, receive, send, endpoint, outcome)
+        finally:
+            in_flight.end(gateway)
 
     async def _answer(self, gateway: Gateway, scope: Scope, receive: Receive, send: Send, endpoint: Endpoint,
                       outcome: Outcome) -> None:  # fmt: skip
         request_id = outcome.request_id
         try:
-            response = await endpoints.serve(gateway, Request(scope, receive), endpoint, outcome)
+            request = Request(scope, receive)
+            request._headers = RequestHeaders(scope)  # read by `request.headers` (Starlette's Request caches it there)
+            response = await endpoints.serve(gateway, request, endpoint, outcome)
         except ClientLeft:  # gone while sending its request: nobody to answer
             outcome.left()
             return
@@ -180,7 +181,7 @@ class App:
         except Exception as exc:
             log.exception("unhandled error on POST %s", capped(scope["path"]), exc_info=exc)
             response = error_response(scope, gateway, GatewayError("internal error in the gateway"), with_id=True)
-        if "request-id" not in response.headers:
+        if not isinstance(response, endpoints.HOT_RESPONSES) and "request-id" not in response.headers:
             response.headers["request-id"] = request_id
         await response(scope, receive, send)
 

@@ -27,7 +27,8 @@ from dragoman.usage.records import UsageRecord
 
 log = logging.getLogger("dragoman.usage")
 
-_encode = msgspec.json.Encoder().encode
+_encoder = msgspec.json.Encoder()
+_encode, _encode_lines = _encoder.encode, _encoder.encode_lines
 _decode_one = msgspec.json.Decoder(UsageRecord).decode
 _decode_list = msgspec.json.Decoder(list[UsageRecord]).decode
 CRASHED = "gateway_crashed"
@@ -64,7 +65,7 @@ class Journal:
             self._seq += 1
             self._current = self.dir / f"{self.owner}-{self._seq}.jsonl"
             self._segment = os.open(self._current, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
-        os.write(self._segment, b"".join(_encode(r) + b"\n" for r in records))
+        os.write(self._segment, _encode_lines(records))  # each record's JSON and a newline
         self._dirty = True
 
     @property

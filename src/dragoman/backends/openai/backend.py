@@ -163,18 +163,20 @@ class OpenAIBackend:
         return self._translate(request, route, stream, betas)
 
     async def messages(self, call: Call, route: Route) -> Reply:
+        request = call.request or decode_request(call.body, anthropic.MESSAGES_REQUEST)
+        if not self._fetches(call):  # the common request: no budget to hold, one coroutine less
+            return await self._answer(call, route, request)
         # Its URL images and documents, held until the answer (a stream's head).
         with Budget(self._server, self._fetched) as budget:
-            return await self._messages(call, route, budget)
+            await self._fetch_documents(call, request, budget)
+            return await self._answer(call, route, request)
 
-    async def _messages(self, call: Call, route: Route, budget: Budget) -> Reply:
-        request = call.request or decode_request(call.body, anthropic.MESSAGES_REQUEST)
-        await self._fetch_documents(call, request, budget)
+    def _answer(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Awaitable[Reply]:
         if request.max_tokens == 0:
-            return await self._warm_cache(call, route, request)
+            return self._warm_cache(call, route, request)
         if request.compaction is not None:
-            return await self._compact(call, route, request)
-        return await self._respond(call, route, request)
+            return self._compact(call, route, request)
+        return self._respond(call, route, request)
 
     async def _compact(self, call: Call, route: Route, request: anthropic.MessagesRequest) -> Reply:
         """The conversation summarized, as a `compaction` block (see translate.compaction).
@@ -189,6 +191,10 @@ class OpenAIBackend:
         if request.stream:
             return Streaming(_once(encode_all(events_of(message))), headers=reply.headers)
         return Completed(msgspec.json.encode(message), headers=reply.headers)
+
+    def _fetches(self, call: Call) -> bool:
+        """Whether `_fetch_documents` may fetch anything for `call` (byte searches of its body)."""
+        return may_have_url_images(call.body) or (self._server.fetch_documents and has_url_documents(call.body))
 
     async def _fetch_documents(self, call: Call, request: anthropic.MessagesRequest, budget: Budget) -> None:
         """URL documents fetched when the operator allows it; URL images always (backends.images)."""
