@@ -32,6 +32,11 @@ class _System(msgspec.Struct):
 
 _TOOLS = msgspec.json.Decoder(list[_Tool])
 _SYSTEM = msgspec.json.Decoder(list[_System] | str | None)
+# Any JSON at all, as an envelope reading the tools or the system prompt in its own pass decodes it
+# (`shape.routed_envelope`): a malformed part must not fail the read, only have no facts.
+_Scalar = str | int | float | bool | None
+ToolsRead = list[_Tool | _Scalar | list[Any]] | dict[str, Any] | _Scalar
+SystemRead = list[_System | _Scalar | list[Any]] | dict[str, Any] | _Scalar
 
 
 def tool_facts(raw: msgspec.Raw) -> tuple[int, list[str]]:
@@ -43,6 +48,27 @@ def tool_facts(raw: msgspec.Raw) -> tuple[int, list[str]]:
     except msgspec.ValidationError:
         return 0, []
     return len(tools), [kind for tool in tools if isinstance(kind := tool.type, str) and kind != "custom"]
+
+
+def facts_of(tools: Any) -> tuple[int, list[str]]:
+    """`tool_facts` of the tools decoded as `ToolsRead` (what `_TOOLS` refuses has none)."""
+    if not isinstance(tools, list):
+        return 0, []
+    try:  # most tools have no type: the loop keeps the others
+        kinds = [kind for tool in tools if (kind := tool.type) is not None]
+    except AttributeError:  # a JSON value but an object: no `type` attribute
+        return 0, []
+    return len(tools), [kind for kind in kinds if isinstance(kind, str) and kind != "custom"]
+
+
+def flagged_read(system: Any) -> bool:
+    """`flagged_system` of the system prompt decoded as `SystemRead`."""
+    if not isinstance(system, list) or not system:
+        return False
+    for block in system:
+        if type(block) is not _System:  # a JSON value but an object
+            return False
+    return flagged(msgspec.json.decode(system[0].text))
 
 
 def flagged(text: Any) -> bool:

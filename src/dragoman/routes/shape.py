@@ -16,7 +16,18 @@ import msgspec
 
 from dragoman.protocol import blocks
 from dragoman.protocol.anthropic import Envelope, ImageBlock, MessagesRequest, ToolResultBlock
-from dragoman.routes.reading import SESSION_HEADER, SUBAGENT_HEADER, Reader, flagged, once, picked
+from dragoman.routes.reading import (
+    SESSION_HEADER,
+    SUBAGENT_HEADER,
+    Reader,
+    SystemRead,
+    ToolsRead,
+    facts_of,
+    flagged,
+    flagged_read,
+    once,
+    picked,
+)
 
 MISSING: Any = object()  # what `body_at` finds where the path leads nowhere
 READER = Reader()  # a shape's without a table: nothing kept between requests
@@ -30,15 +41,30 @@ _DEFAULTED = frozenset(f.encode_name for f in msgspec.structs.fields(MessagesReq
 _UNKNOWN: Any = object()  # a path the decoded request cannot answer: read the body itself
 
 
-def routed_envelope(names: Iterable[str]) -> type[Envelope]:
+def routed_envelope(names: Iterable[str], facts: bool = False) -> type[Envelope]:
     """An `Envelope` that also keeps, undecoded, the top-level fields routes read (`names`: those
-    of `body.<path>` conditions), so the core's one read of a passed-through body serves them."""
+    of `body.<path>` conditions), so the core's one read of a passed-through body serves them.
+    `facts`: its tools and system prompt are read in that same pass into what conditions ask of
+    them (`reading.ToolsRead`, `SystemRead`), not kept as sent: for a table none of whose routes
+    needs their bytes (a count's body) nor any upstream (cache-aware placement), where reading
+    them apart from the envelope costs a second pass over 15 KB of tools (about 5 µs)."""
     own = {f.encode_name for f in msgspec.structs.fields(Envelope)}
     wanted = sorted({*_READ, *names} - own)
-    fields = [(f"f{i}", msgspec.Raw, msgspec.field(default=msgspec.Raw(b""), name=n)) for i, n in enumerate(wanted)]
-    kept = {n: f"f{i}" for i, n in enumerate(wanted)} | {"tools": "tools", "system": "system"}
+    fields: list[Any] = [(f"f{i}", msgspec.Raw, msgspec.field(default=msgspec.Raw(b""), name=n))
+                         for i, n in enumerate(wanted)]  # fmt: skip
+    kept = {n: f"f{i}" for i, n in enumerate(wanted)}
+    if facts:
+        fields += [("tools", ToolsRead, None), ("system", SystemRead, None)]
+    else:
+        kept |= {"tools": "tools", "system": "system"}
     return msgspec.defstruct(  # type: ignore[return-value]  # a subclass of Envelope
-        "RoutedEnvelope", fields, bases=(Envelope,), kw_only=True, gc=True, dict=True, namespace={"kept": kept}
+        "RoutedEnvelope",
+        fields,
+        bases=(Envelope,),
+        kw_only=True,
+        gc=True,
+        dict=True,
+        namespace={"kept": kept, "facts": facts},
     )  # a __dict__ (so tracked by the collector): room for `protocol.blocks.read`
 
 
@@ -57,6 +83,7 @@ class Shape:
         self._request = read if isinstance(read, MessagesRequest) else None  # the body decoded whole
         self._envelope = read if isinstance(read, Envelope) else None
         self._kept: dict[str, str] | None = getattr(read, "kept", None)  # a routed envelope's fields
+        self._facts: bool = getattr(read, "facts", False)  # its tools and system read for their facts
         self._read: dict[str, msgspec.Raw] | None = None  # the body's top-level fields, once scanned
         self._parts: dict[Any, Any] = {}
         self.tokens: int | None = None
@@ -67,6 +94,11 @@ class Shape:
     def raw(self) -> bytes:
         """The client's body, as it came."""
         return self._body
+
+    @property
+    def envelope(self) -> Envelope | None:
+        """What the core read of a passed-through body (None when it decoded it whole)."""
+        return self._envelope
 
     def header(self, name: str) -> str | None:
         seen = self._seen
@@ -134,6 +166,8 @@ class Shape:
     def tool_facts(self) -> tuple[int, list[str]]:
         """How many tools, and the server tools' types, from a passed-through body's tools (read
         without their schemas, once per distinct bytes: `Reader.tools`)."""
+        if self._facts:
+            return facts_of(self._envelope.tools)  # type: ignore[union-attr]
         raw = self._envelope.tools if self._envelope is not None else self._fields.get("tools")
         if not raw:  # an envelope without tools holds an empty Raw
             return 0, []
@@ -209,6 +243,8 @@ class Shape:
         if self._request is not None:
             system = self._request.system
             return isinstance(system, list) and bool(system) and flagged(system[0].text)
+        if self._facts:
+            return flagged_read(self._envelope.system)  # type: ignore[union-attr]
         raw = self._envelope.system if self._envelope is not None else self._fields.get("system")
         return self._reader.subagent(raw) if raw else False
 
@@ -251,7 +287,7 @@ class Shape:
         """The body of a passed-through count: the counted fields as sent (no max_tokens, which
         Anthropic's count refuses), spliced from the envelope's parts when it kept them."""
         kept = getattr(self._envelope, "kept", None)
-        if kept is None:
+        if kept is None or "tools" not in kept:  # not read, or read for their facts alone
             whole = self.body_at(())
             return msgspec.json.encode({k: v for k, v in whole.items() if k in COUNTED and v is not MISSING})
         envelope: Any = self._envelope

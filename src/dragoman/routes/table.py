@@ -43,6 +43,22 @@ class Compiled:
     sticky: bool
 
 
+def _reads_parts(config: Config) -> bool:
+    """Whether the envelope should read the tools and system prompt for their facts: some route
+    asks them, none counts (a count's body splices their bytes), no upstream places by cache
+    (`upstream.placement` hashes their bytes, routing unset with replicas is cache-aware)."""
+
+    def keys(when: object) -> set[str]:
+        if not isinstance(when, dict):
+            return set()
+        return {*when, *(k for option in when.get("any") or () for k in keys(option))}
+
+    asked = set().union(*(keys(r.when) for r in config.routes))
+    counts = bool(asked & {"input_tokens", "fits"}) or any(r.model is None for r in config.routes)
+    placed = any(u.routing == "cache_aware" or (u.routing is None and u.replicas) for u in config.upstreams.values())
+    return bool(asked & {"tools", "server_tool", "subagent"}) and not counts and not placed
+
+
 class Routes:
     """The route table and what it remembers (sessions, cool-downs) between requests."""
 
@@ -64,7 +80,10 @@ class Routes:
         fields = {name for r in self._routes for name in r.when.fields}
         low, medium = [*config.server.effort_budgets, 2048, 8192][:2]
         self._reader = Reader.table((low, medium), {name for r in self._routes for name in r.when.headers})
-        self.envelope = msgspec.json.Decoder(routed_envelope(fields))  # what the core reads of a passed-through body
+        facts = _reads_parts(config)  # the tools' and system's facts in the envelope's own pass
+        self.envelope = msgspec.json.Decoder(
+            routed_envelope(fields, facts)
+        )  # what the core reads of a passed-through body
         self._names = served_names(config.models)
         self._models = {(m.upstream, m.served_model): m for m in config.models}
         self._checking = frozenset(n for n, m in self._names.items() if m.checks_signatures)
@@ -182,9 +201,12 @@ class Routes:
             shape.tokens = shape.estimate()
             return
         shape.window = base.context_window
-        spliced = base.path == "passthrough" and endpoint != "count_tokens"  # the upstream's count takes no max_tokens
+        passed = base.path == "passthrough"
+        spliced = passed and endpoint != "count_tokens"  # the upstream's count takes no max_tokens
         body = shape.count_body() if spliced else shape.raw
-        call = Call(body=body, model=shape.model, upstream_model=base.upstream_model, headers=headers, request_id="")
+        # its messages are the envelope's: the backend's URL-image check reuses their read, not reads the body
+        call = Call(body=body, model=shape.model, upstream_model=base.upstream_model, headers=headers, request_id="",
+                    envelope=shape.envelope if passed else None)  # fmt: skip
         try:
             reply = await base.backend.count_tokens(call, base)
             counted = msgspec.json.decode(reply.body).get("input_tokens") if isinstance(reply, Completed) else None

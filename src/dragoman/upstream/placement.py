@@ -126,8 +126,10 @@ def prompt_of(
         ordered = _chat_order(body)
     elif kind == "messages":
         ordered = _messages_order(body)
-    else:
+    elif isinstance(kind.tools, msgspec.Raw) and isinstance(kind.system, msgspec.Raw):
         ordered = _parts_order(kind)
+    else:  # an envelope that read them for routes' facts alone (`routes.shape.routed_envelope`)
+        ordered = _messages_order(body)
     if ordered is None:
         return None
     data, opening, first_turn = ordered

@@ -83,3 +83,101 @@ def test_the_tool_facts_count_every_object_and_keep_the_server_tools_types():
     assert tool_facts(msgspec.Raw(json.dumps(tools).encode())) == (5, ["web_search_20250305"])
     for odd in ([1, 2], {"type": "web_search_1"}, "tools", [{"type": "x"}, []]):  # not a list of objects: none
         assert tool_facts(msgspec.Raw(json.dumps(odd).encode())) == (0, [])
+
+
+FACTS = msgspec.json.Decoder(routed_envelope((), facts=True))
+ODD_TOOLS: list[Any] = [
+    [{"type": 5}, {"type": "custom", "name": "c"}, {"type": "web_search_20250305"}, {}, {"type": None}],
+    [{"name": "n", "input_schema": {"type": "object", "properties": {"type": {"type": "web_search_1"}}}}],  # nested
+    [{"name": 'q"uote', "type": 'code_execution_\u00e9"x'}, {"type": {"nested": ["web_search_2"]}}],  # escaped
+    [1, 2],
+    [{"type": "x"}, []],
+    [{"type": "x"}, None],
+    {"type": "web_search_1"},
+    "tools",
+    3,
+    None,
+    True,
+    [],
+]
+ODD_SYSTEMS: list[Any] = [
+    [{"type": "text", "text": BILLING + " cc_is_subagent=true;"}, {"type": "text", "text": "s"}],
+    [{"type": "text", "text": BILLING + ' cc_is_subagent="true"\n\u00e9'}],  # escaped
+    [{"text": BILLING + " cc_is_subagent=true"}, "s"],
+    [{"text": 5}],
+    [{}],
+    [],
+    {"text": BILLING},
+    BILLING,
+    None,
+    7,
+]
+
+
+def test_an_envelope_reading_the_facts_in_its_own_pass_finds_what_the_separate_read_does():
+    for index, tools in enumerate(ODD_TOOLS):
+        system = ODD_SYSTEMS[index % len(ODD_SYSTEMS)]
+        raw = json.dumps({"model": "m", "messages": [], "tools": tools, "system": system}).encode()
+        apart, shared = (Shape("m", {}, raw, decoder.decode(raw)) for decoder in (ROUTED, FACTS))
+        assert shared._facts and not apart._facts  # each read as it was built to
+        for fact in ("tool_count", "server_tools", "subagent"):
+            assert getattr(shared, fact) == getattr(apart, fact), (fact, tools, system)
+        # a count's body, should a route count after all, holds the same parts (read from the body)
+        assert json.loads(shared.count_body()) == json.loads(apart.count_body())
+    absent = b'{"model": "m", "messages": []}'
+    shape = Shape("m", {}, absent, FACTS.decode(absent))
+    assert (shape.tool_count, shape.server_tools, shape.subagent) == (0, [], False)
+
+
+def test_only_a_table_that_asks_the_tools_and_needs_no_bytes_of_them_reads_them_with_its_envelope():
+    from dragoman.core.config_load import from_dict
+    from dragoman.routes.table import Routes
+
+    def facts(when: dict[str, Any], **upstream: Any) -> bool:
+        models = [{"name": "b", "upstream": "u"}]
+        routes = [{"name": "r", "when": when, "model": "b"}]
+        config = from_dict({"upstreams": {"u": {"url": "http://127.0.0.1:1/v1", **upstream}}, "models": models,
+                            "routes": routes})  # fmt: skip
+        return bool(getattr(Routes(config, None).envelope.decode(b'{"model": "m"}'), "facts", False))  # type: ignore[arg-type]
+
+    assert facts({"server_tool": "web_search_*"}) and facts({"any": [{"tools": 0}, {"subagent": True}]})
+    assert not facts({"model": "claude-*"})  # nothing asked of them: kept as sent
+    assert not facts({"tools": 0, "any": [{"input_tokens": {"gt": 5}}]})  # a count's body splices their bytes
+    assert not facts({"tools": 0}, replicas=["http://127.0.0.1:2/v1"])  # cache-aware placement hashes them
+    assert facts({"tools": 0}, replicas=["http://127.0.0.1:2/v1"], routing="least_loaded")
+
+
+def test_a_passed_through_count_hands_the_backend_the_envelope_whose_messages_it_holds():
+    import asyncio
+
+    from dragoman.backends.images import may_have_url_images
+    from dragoman.calls.types import Call, Completed, Outcome, Route
+    from dragoman.core.capabilities import ModelCaps
+    from dragoman.core.config_load import from_dict
+    from dragoman.routes.table import Routes
+
+    calls: list[Call] = []
+
+    class Passing:
+        name, path = "p", "passthrough"
+
+        async def count_tokens(self, call: Call, route: Any) -> Completed:
+            calls.append(call)
+            return Completed(b'{"input_tokens": 9}')
+
+    async def resolve(name: str) -> Route:
+        return Route(Passing(), "u", name, ModelCaps(), 100_000)  # type: ignore[arg-type]
+
+    models = [{"name": "m", "upstream": "u"}]
+    config = from_dict({"upstreams": {"u": {"url": "http://127.0.0.1:1/v1"}}, "models": models,
+                        "routes": [{"name": "r", "when": {"input_tokens": {"gt": 5}}, "model": "m"}]})  # fmt: skip
+    routes = Routes(config, resolve)
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}
+    raw = json.dumps({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [image]}]}).encode()
+    for endpoint in ("messages", "count_tokens"):
+        envelope = routes.envelope.decode(raw)
+        asyncio.run(routes.route(raw, {}, envelope, endpoint, Outcome(request_id="r", endpoint=endpoint)))
+        call = calls.pop()
+        assert call.envelope is envelope
+        assert (call.body == raw) is (endpoint == "count_tokens")  # a message's count: spliced without max_tokens
+        assert may_have_url_images(call.body, call.envelope) and may_have_url_images(call.body)

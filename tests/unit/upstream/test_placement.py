@@ -592,3 +592,12 @@ def test_replica_tags_name_a_replica_in_every_gateway_process() -> None:
     assert one.root_of("000000") is None and one.root_of(None) is None
     assert one.tag(ROOTS[1]) == tags[1] and one.tag("http://elsewhere:1") == "" and one.tag(None) == ""
     assert placement("least_loaded").tag(ROOTS[1]) == ""  # nothing reads them back
+
+
+def test_an_envelope_that_read_the_tools_for_routes_facts_gives_the_prompt_the_body_does():
+    from dragoman.routes.shape import routed_envelope
+
+    body = json.dumps({"model": "m", "tools": [{"name": "t", "input_schema": {}}], "system": "s",
+                       "messages": [{"role": "user", "content": "hi " * 200}]}).encode()  # fmt: skip
+    envelope = msgspec.json.Decoder(routed_envelope((), facts=True)).decode(body)
+    assert prompt_of(body, envelope, None, 64) == prompt_of(body, "messages", None, 64)
