@@ -173,12 +173,7 @@ def _copyable(joined: bytes, count: int) -> bool:
             return False
     elif b'""' in joined or joined.translate(None, _PLAIN) != (_QUOTES[count] if count < 64 else _quotes(count)):
         return False  # an empty string, or not strings alone (a quote or a control character raw)
-    if not joined.isascii():
-        try:
-            joined.decode()
-        except UnicodeDecodeError:
-            return False
-    return True
+    return _utf8(joined)
 
 
 def _plain(joined: bytes, count: int) -> bool:
@@ -186,11 +181,17 @@ def _plain(joined: bytes, count: int) -> bool:
     is (no quote, backslash or control character) in UTF-8."""
     if joined.translate(None, _PLAIN) != (_NULS[count - 1] if count <= len(_NULS) else b"\x00" * (count - 1)):
         return False
-    if not joined.isascii():
-        try:
-            joined.decode()
-        except UnicodeDecodeError:
-            return False
+    return _utf8(joined)
+
+
+def _utf8(joined: bytes) -> bool:
+    """Whether the bytes are UTF-8 (ASCII, the common case, answered without decoding)."""
+    if joined.isascii():
+        return True
+    try:
+        joined.decode()
+    except UnicodeDecodeError:
+        return False
     return True
 
 
