@@ -303,12 +303,8 @@ class Finish:
         outcome, self._outcome = self._outcome, None
         if outcome is None:
             return
-        record = self.record
-        if record is not None:
-            try:
-                record(outcome)
-            except Exception:  # as `_run`: logged, and the request's end goes on
-                log.exception("failed recording a request")
+        if self.record is not None:
+            _run(self.record, "recording a request", outcome)
         outcome.progress = outcome.input_so_far = None  # recorded: closures that may hold the outcome go too
 
     def __enter__(self) -> Outcome:
@@ -328,10 +324,10 @@ class Finish:
         self.end()
 
 
-def _run(step: Callable[[], None], what: str) -> None:
-    """`step`, logged rather than raised: the other steps of a request's end still run."""
+def _run(step: Callable[..., None], what: str, *args: Any) -> None:
+    """`step(*args)`, logged rather than raised: the other steps of a request's end still run."""
     try:
-        step()
+        step(*args)
     except Exception:
         log.exception("failed %s", what)
 

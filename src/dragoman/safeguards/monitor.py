@@ -25,7 +25,7 @@ from dragoman.safeguards import judge, prompt
 from dragoman.translate.fold import events_of
 
 MARK = "You are a security monitor for autonomous AI coding agents"
-MARK_BYTES = _MARK = MARK.encode()  # in every classifier request's body (`Safeguards.concerns`)
+MARK_BYTES = MARK.encode()  # in every classifier request's body (`Safeguards.concerns`)
 SEVERITY_STOP = "</severity>"
 SEVERITY_ASKED = (
     "<severity>N</severity>"  # the fast stage's closing instruction when it grades (2.1.332: no stop sequence)
@@ -58,7 +58,7 @@ _SYSTEM = msgspec.json.Decoder(_System)
 
 def is_monitor(call: Call) -> bool:
     """Whether `call` is Claude Code's classifier request: its system prompt is the monitor's."""
-    if _MARK not in call.body:
+    if MARK_BYTES not in call.body:
         return False
     try:
         system = _SYSTEM.decode(call.body).system

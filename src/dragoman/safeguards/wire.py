@@ -15,7 +15,7 @@ from dragoman.protocol import anthropic
 
 KIND = "dangerous_tool_use"  # the one safeguard Claude Code asks for
 BETA_PREFIX = "dangerous-tool-use-"  # its beta, `dangerous-tool-use-2026-09-03`: sent and stripped with the field
-MARK_BYTES = _MARK = b'"safeguards"'  # in every body that asks for verdicts (`Safeguards.concerns`)
+MARK_BYTES = b'"safeguards"'  # in every body that asks for verdicts (`Safeguards.concerns`)
 
 Verdict = dict[str, Any]  # one tool call's: {"type": "evaluated", "outcome": ...} or {"type": "unavailable", ...}
 
@@ -34,7 +34,7 @@ _ASKED = msgspec.json.Decoder(_Asked)
 
 def asked(call: Call) -> list[Safeguard] | None:
     """The request's `safeguards`, or None without any (the common request costs a byte search)."""
-    if _MARK not in call.body:
+    if MARK_BYTES not in call.body:
         return None
     try:
         return _ASKED.decode(call.body).safeguards
