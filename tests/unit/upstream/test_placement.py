@@ -205,14 +205,20 @@ def test_a_few_conversations_are_shared_evenly(seed: int) -> None:
         clock.now += 2
 
 
+def _started(count: int, first_turn: bool = True, clock: Clock | None = None) -> tuple[Clock, Homes, list[bytes]]:
+    """A gateway's homes that have seen `count` conversations (c0, c1, ...) once each."""
+    clock = clock or Clock()
+    homes = Homes(ROOTS, spread=1.05, max_age=600, clock=clock)
+    talks = [f"c{i}".encode() for i in range(count)]
+    for identity in talks:
+        homes.order(identity, first_turn=first_turn)
+    return clock, homes, talks
+
+
 def test_a_gateway_that_sees_every_conversation_from_its_first_turn_keeps_their_homes() -> None:
     """Alone, a home stays while it has room: assigned afresh, conversations that came since
     (and the room they change) would move some, each move a recomputed conversation."""
-    clock = Clock()
-    homes = Homes(ROOTS, spread=1.05, max_age=600, clock=clock)
-    first = [f"c{i}".encode() for i in range(40)]
-    for identity in first:
-        homes.order(identity, first_turn=True)
+    clock, homes, first = _started(40)
     assert homes.alone
     clock.now += 2
     before = {identity: homes.order(identity)[0] for identity in first}
@@ -228,11 +234,7 @@ def test_a_gateway_that_sees_every_conversation_from_its_first_turn_keeps_their_
 def test_alone_an_idle_conversation_holds_no_room_and_comes_back_to_its_home() -> None:
     """Ended conversations look idle: counted for max_age they would fill replicas that serve
     nothing. One idle for a while still finds its home, and its prefix there."""
-    clock = Clock()
-    homes = Homes(ROOTS, spread=1.05, max_age=600, clock=clock)
-    talks = [f"c{i}".encode() for i in range(24)]
-    for identity in talks:
-        homes.order(identity, first_turn=True)
+    clock, homes, talks = _started(24)
     clock.now += 2
     idle = talks[0]
     home = homes.order(idle)[0]
@@ -252,10 +254,7 @@ def test_alone_a_home_follows_its_conversation_and_behind_several_it_does_not() 
     several gateways homes stay the canonical assignment, on which they agree."""
     clock = Clock()
     for first_turn, follows in ((True, True), (False, False)):
-        homes = Homes(ROOTS, spread=1.05, max_age=600, clock=clock)
-        talks = [f"c{i}".encode() for i in range(24)]  # alone is learnt over about 20 first sights
-        for identity in talks:
-            homes.order(identity, first_turn=first_turn)
+        _, homes, talks = _started(24, first_turn, clock)  # alone is learnt over about 20 first sights
         assert homes.alone is follows
         home = homes.order(talks[0])[0]
         elsewhere = next(root for root in ROOTS if root != home)
@@ -268,11 +267,7 @@ def test_alone_a_home_follows_its_conversation_and_behind_several_it_does_not() 
 def test_alone_homes_stay_when_the_room_shrinks_a_little() -> None:
     """Four of 40 conversations go idle, all from one replica: the room falls from 10 to 9, and
     the replicas still home to 10 keep them (each pushed out would be computed again)."""
-    clock = Clock()
-    homes = Homes(ROOTS, spread=1.05, max_age=600, clock=clock)
-    talks = [f"c{i}".encode() for i in range(40)]
-    for identity in talks:
-        homes.order(identity, first_turn=True)
+    clock, homes, talks = _started(40)
     clock.now += 2
     before = {identity: homes.order(identity)[0] for identity in talks}
     assert sorted(Counter(before.values()).values()) == [10, 10, 10, 10]

@@ -21,12 +21,18 @@ async def _answers() -> int:
     return 1
 
 
-def test_a_reader_that_met_the_outage_first_keeps_the_parts_quiet(caplog: pytest.LogCaptureFixture) -> None:
+def _failed_once(caplog: pytest.LogCaptureFixture) -> tuple[Outage, ReadGuard]:
+    """An outage and an admin read's guard that has met it (its warning logged)."""
     outage = Outage()
     guard = ReadGuard(1.0, outage=lambda: outage)
     caplog.set_level(logging.INFO, logger="dragoman.usage")
     with pytest.raises(StoreUnavailable):
         asyncio.run(guard(_fails()))
+    return outage, guard
+
+
+def test_a_reader_that_met_the_outage_first_keeps_the_parts_quiet(caplog: pytest.LogCaptureFixture) -> None:
+    outage, guard = _failed_once(caplog)
     assert outage.failed("keys") is False and outage.failed("usage") is False  # told already: they log nothing
     assert outage.answered("keys") is False and outage.answered("usage") is True  # the last part tells its end
     assert asyncio.run(guard(_answers())) == 1
@@ -36,11 +42,7 @@ def test_a_reader_that_met_the_outage_first_keeps_the_parts_quiet(caplog: pytest
 
 
 def test_a_blip_only_a_reader_saw_is_told_start_and_end(caplog: pytest.LogCaptureFixture) -> None:
-    outage = Outage()
-    guard = ReadGuard(1.0, outage=lambda: outage)
-    caplog.set_level(logging.INFO, logger="dragoman.usage")
-    with pytest.raises(StoreUnavailable):
-        asyncio.run(guard(_fails()))
+    outage, guard = _failed_once(caplog)
     assert asyncio.run(guard(_answers())) == 1
     assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]
     assert outage.failed("keys") is True  # a later outage is told again
