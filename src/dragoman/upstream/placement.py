@@ -249,10 +249,16 @@ class Placement:
         return None if tag is None else self._by_tag.get(tag)
 
     def tag(self, root: str | None) -> str:
-        """The tag for the tool ids `root` makes, where routing reads them back (cache aware)."""
-        if root is None or self.policy != "cache_aware" or root not in self._by_tag.values():
+        """The tag for the tool ids `root` makes, where routing reads them back (cache aware, with
+        replicas to choose among)."""
+        if root is None or not self.tags or root not in self._by_tag.values():
             return ""
         return replica_tag(root)
+
+    @property
+    def tags(self) -> bool:
+        """Whether the tool ids its replicas make are tagged (`tag`): cache aware, with replicas."""
+        return self.policy == "cache_aware" and len(self.in_flight) > 1
 
     def wants_prompt(self) -> bool:
         return self.policy == "cache_aware"
