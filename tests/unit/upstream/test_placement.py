@@ -587,6 +587,9 @@ def test_replica_tags_name_a_replica_in_every_gateway_process() -> None:
     assert one.root_of("000000") is None and one.root_of(None) is None
     assert one.tag(ROOTS[1]) == tags[1] and one.tag("http://elsewhere:1") == "" and one.tag(None) == ""
     assert placement("least_loaded").tag(ROOTS[1]) == ""  # nothing reads them back
+    assert one.tags and not placement("least_loaded").tags
+    alone = Placement(ROOTS[:1], "cache_aware", CacheRouting(block_bytes=BLOCK))
+    assert not alone.tags and alone.tag(ROOTS[0]) == ""  # no other replica to tell it from
 
 
 def test_an_envelope_that_read_the_tools_for_routes_facts_gives_the_prompt_the_body_does():
