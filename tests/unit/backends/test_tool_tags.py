@@ -73,7 +73,6 @@ def test_a_key_ending_in_id_after_an_escaped_quote_is_left() -> None:
 )
 def test_a_body_without_tagged_ids_comes_back_itself(body: bytes) -> None:
     assert untagged(body) is body
-    assert latest_tag(body) is None
 
 
 def test_the_latest_tool_call_says_where_the_turn_before_went() -> None:

@@ -178,10 +178,11 @@ class AnthropicBackend:
         previous = None
         if path == "/messages":
             prompt = call.envelope or "messages"
-        if self._http.tags:  # tool ids name their replica: the latest says where the turn before went
-            if path == "/messages":
+        if self._http.tags:  # tool ids name their replica (tool_tags.py)
+            sent = untagged(body)  # the server gets its own ids back
+            if sent is not body and path == "/messages":  # the latest says where the turn before went
                 previous = latest_tag(call.body, call.envelope.messages if call.envelope is not None else None)
-            body = untagged(body)  # the server gets its own ids back
+            body = sent
         return await self._http.post(path, body, headers=headers, raw=True, outcome=call.outcome, stream=stream,
                                      prompt=prompt, conversation=call.conversation, previous=previous)  # fmt: skip
 

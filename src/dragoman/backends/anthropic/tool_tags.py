@@ -31,24 +31,24 @@ _KEYS = (b'"id"', b'"tool_use_id"')
 
 def untagged(body: bytes) -> bytes:
     """`body` with every tagged id that is the string value of a key `id` or `tool_use_id` put
-    back to the server's own (tool_ids.upstream_tool_id); `body` itself when there is none."""
-    at = body.find(MARK)
+    back to the server's own (tool_ids.upstream_tool_id); `body` itself when there is none, for
+    the cost of one search (from the end: CPython's forward search of an 8-byte needle through
+    English and JSON takes 2-3 times as long)."""
+    at = body.rfind(MARK)
     if at < 0:
         return body
-    parts: list[bytes] = []
-    done = 0
+    parts: list[bytes] = []  # from the end
+    end = len(body)
     while at >= 0:
         found = _TAGGED_VALUE.match(body, at)
         if found is not None and _is_id_value(body, at):
-            parts += (body[done : at - 1], msgspec.json.encode(upstream_tool_id(found[0].decode())))
-            done = found.end() + 1  # past its closing quote
-            at = body.find(MARK, done)
-        else:
-            at = body.find(MARK, at + 1)
+            parts += (body[found.end() + 1 : end], msgspec.json.encode(upstream_tool_id(found[0].decode())))
+            end = at - 1  # before its opening quote
+        at = body.rfind(MARK, 0, at)
     if not parts:
         return body
-    parts.append(body[done:])
-    return b"".join(parts)
+    parts.append(body[:end])
+    return b"".join(reversed(parts))
 
 
 def _is_id_value(body: bytes, at: int) -> bool:
@@ -152,10 +152,8 @@ _TOOL_USE_TOKEN = re.compile(re.escape(TOOL_USE))  # searched in a Raw message, 
 def latest_tag(body: bytes, messages: Sequence[msgspec.Raw] | None = None) -> str | None:
     """The tag of the replica that made the conversation's latest tool call, if its id says
     (translate/request.py reads the same of a decoded request). `messages`: the body's, as the
-    core read them already (`protocol.anthropic.Envelope`); else read here. A body without
-    `toolu_dr` costs the one search."""
-    if MARK not in body:
-        return None
+    core read them already (`protocol.anthropic.Envelope`); else read here. Asked of a body that
+    has some (`untagged` changed it): it searches nothing first."""
     if messages is None:
         try:
             messages = _MESSAGES.decode(body).messages
