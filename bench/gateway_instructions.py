@@ -85,7 +85,7 @@ async def requests(server: run.Server, case: str, count: int, tagged: bool = Fal
 
 async def measure(args: argparse.Namespace, procs: run.Processes, out: Path) -> None:
     fake = run.start_fake(procs, slow_delay_ms=5000)
-    replica = run.start_fake(procs, slow_delay_ms=5000, name="replica") if args.replicas else None
+    replica = run.start_fake(procs, slow_delay_ms=5000, name="fake-replica") if args.replicas else None
     print(f"{'case':24} {'path':12} {'instructions per request':>26}")
     for path in args.paths:
         server = start(procs, fake, path, out, args.base, replica)
