@@ -1,11 +1,11 @@
 """The passthrough backend: upstreams that speak /v1/messages themselves.
 
-The body goes upstream unchanged but for the model name; the reply comes back as
-the upstream sent it (status, error body, `anthropic-*` and rate-limit headers),
-stream bytes forwarded as they arrive. Only the model name in the reply is put
-back to the client's, within a bounded look-ahead at the start of the stream, a
-stream that starts without `message_start` gets one, and the reply's null fields a
-server left out (`stop_details`...: anthropic_events.MESSAGE_NULLS) are put in.
+The body goes upstream unchanged but for the model name (and tagged tool ids, below);
+the reply comes back as the upstream sent it (status, error body, `anthropic-*` and
+rate-limit headers), stream bytes forwarded as they arrive. Only the model name in the
+reply is put back to the client's, within a bounded look-ahead at the start of the
+stream, a stream that starts without `message_start` gets one, and the reply's null
+fields a server left out (`stop_details`...: anthropic_events.MESSAGE_NULLS) are put in.
 Behind replicas under cache_aware, tool ids say which replica made them (`tool_tags`).
 """
 
