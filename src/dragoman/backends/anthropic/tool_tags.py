@@ -37,17 +37,18 @@ def untagged(body: bytes) -> bytes:
     at = body.rfind(MARK)
     if at < 0:
         return body
-    parts: list[bytes] = []  # from the end
+    view = memoryview(body)  # its pieces joined are copied once
+    parts: list[bytes | memoryview] = []  # from the end
     end = len(body)
     while at >= 0:
         found = _TAGGED_VALUE.match(body, at)
         if found is not None and _is_id_value(body, at):
-            parts += (body[found.end() + 1 : end], msgspec.json.encode(upstream_tool_id(found[0].decode())))
+            parts += (view[found.end() + 1 : end], msgspec.json.encode(upstream_tool_id(found[0].decode())))
             end = at - 1  # before its opening quote
         at = body.rfind(MARK, 0, at)
     if not parts:
         return body
-    parts.append(body[:end])
+    parts.append(view[:end])
     return b"".join(reversed(parts))
 
 
