@@ -87,13 +87,26 @@ def test_the_latest_tool_call_says_where_the_turn_before_went() -> None:
 def test_a_reply_s_tool_use_ids_are_tagged_and_nothing_else() -> None:
     reply = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "stop_reason": "tool_use",
              "content": [{"type": "text", "text": 'say "tool_use"'}, _use("call_1", {"id": "kept"}),
-                         _use("functions.read:0"), _use(tagged("nested", "000001"))]}  # fmt: skip
+                         _use("functions.read:0"), _use(tagged("nested", "000001")), _use("toolu_b64_x")]}  # fmt: skip
     out = json.loads(tagged_message(json.dumps(reply).encode(), TAG))
     ids = [block.get("id") for block in out["content"]]
     assert out["id"] == "msg_1" and out["content"][1]["input"] == {"id": "kept"}
     assert ids[1:] == [tagged("call_1", TAG), client_tool_id("functions.read:0", set(), TAG),
-                       client_tool_id(tagged("nested", "000001"), set(), TAG)]  # fmt: skip
-    assert [upstream_tool_id(i) for i in ids[1:]] == ["call_1", "functions.read:0", tagged("nested", "000001")]
+                       client_tool_id(tagged("nested", "000001"), set(), TAG), client_tool_id("toolu_b64_x", set(), TAG)]  # fmt: skip
+    assert ids[2].startswith(f"toolu_dr{TAG}_toolu_b64_") and ids[4] != tagged(
+        "toolu_b64_x", TAG
+    )  # encoded, as translated
+    assert [upstream_tool_id(i) for i in ids[1:]] == [
+        "call_1",
+        "functions.read:0",
+        tagged("nested", "000001"),
+        "toolu_b64_x",
+    ]
+    sent_back = json.dumps({"messages": [{"role": "assistant", "content": out["content"]}]}).encode()
+    assert [b.get("id") for b in json.loads(untagged(sent_back))["messages"][0]["content"]] == [
+        None,
+        *[b.get("id") for b in reply["content"][1:]],
+    ]
     assert all(replica_tag_of(i) == TAG for i in ids[1:])
     text = json.dumps({"id": "msg_1", "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn"}).encode()
     assert tagged_message(text, TAG) is text
