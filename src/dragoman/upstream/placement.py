@@ -339,7 +339,7 @@ class Placement:
         root, matched = eligible[chosen], matches[chosen]
         if ranked[0] not in loads and ranked[0] != avoid:
             self.homes.pin(prompt.identity, root)  # its home is out (passed over): this is its home now
-        elif root != ranked[0]:
+        elif root != ranked[0] and ranked[0] != avoid:  # a retry leaving home once does not move it
             self.homes.went(prompt.identity, root)  # alone, its home follows it (`Homes.went`)
         if matched and matches.count(matched) == 1 and matched == max(matches):
             reason = "prefix"  # the only replica holding this much of the prompt
