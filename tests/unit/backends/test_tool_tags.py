@@ -17,7 +17,7 @@ from dragoman.core.config_load import from_dict
 from dragoman.translate.tool_ids import client_tool_id, replica_tag_of, tagged, upstream_tool_id
 from dragoman.upstream.placement import replica_tag
 from tests.support.passthrough_stream import BLOCK, DELTA, END, START, STOP, delta
-from tests.support.responses import ScriptedResponse
+from tests.support.responses import ReadyWriter, ScriptedResponse
 
 TAG = "a1b2c3"
 
@@ -136,24 +136,13 @@ def _relay(reads: list[bytes], replicas: list[str], *, direct: bool) -> tuple[li
     outcome = Outcome(request_id="req_1", endpoint="messages")
     outcome.replica = url
     call = Call(b"{}", "served", "served", {}, "req_1", True, outcome)
-    writes = DirectWrites(_Writer()) if direct else None
+    writes = DirectWrites(ReadyWriter()) if direct else None
 
     async def run() -> list[bytes]:
         out = [chunk async for chunk in backend._relay(ScriptedResponse(reads), call, writes)]  # type: ignore[arg-type]
         return out if writes is None else out + writes.writer.written  # type: ignore[union-attr]
 
     return asyncio.run(run()), replica_tag(url)
-
-
-class _Writer:
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-
-    def ready(self) -> bool:
-        return True
-
-    def write(self, chunk: bytes) -> None:
-        self.written.append(chunk)
 
 
 @pytest.mark.parametrize("direct", [False, True], ids=["buffered", "direct"])
