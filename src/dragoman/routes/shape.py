@@ -44,28 +44,29 @@ _DEFAULTED = frozenset(f.encode_name for f in msgspec.structs.fields(MessagesReq
 _UNKNOWN: Any = object()  # a path the decoded request cannot answer: read the body itself
 
 
-def routed_envelope(names: Iterable[str], facts: bool = False, split: Iterable[str] = ()) -> type[Envelope]:
+def routed_envelope(names: Iterable[str], facts: bool = False, split: bool = False) -> type[Envelope]:
     """An `Envelope` that also keeps, undecoded, the top-level fields routes read (`names`: those
     of `body.<path>` conditions), so the core's one read of a passed-through body serves them.
     `facts`: its tools and system prompt are read in that same pass into what conditions ask of
     them (`reading.ToolsRead`, `SystemRead`), not kept as sent: for a table none of whose routes
     needs their bytes (a count's body) nor any upstream (cache-aware placement), where reading
     them apart from the envelope costs a second pass over 15 KB of tools (about 5 µs).
-    `split`: those of them (`tools`, `system`) read in that pass as objects of values as sent
-    (`reading.Split`), for a counting table: their facts and a count's body from one pass."""
+    `split`: its system prompt read in that pass into blocks of values as sent (`reading.Split`),
+    for a counting table: the billing flag and a count's body from one pass."""
     own = {f.encode_name for f in msgspec.structs.fields(Envelope)}
     wanted = sorted({*_READ, *names} - own)
     fields: list[Any] = [(f"f{i}", msgspec.Raw, msgspec.field(default=msgspec.Raw(b""), name=n))
                          for i, n in enumerate(wanted)]  # fmt: skip
     kept = {n: f"f{i}" for i, n in enumerate(wanted)}
-    parts = frozenset(() if facts else split)
-    for name, read in (("tools", ToolsRead), ("system", SystemRead)):
-        if facts:
-            fields.append((name, read, None))
-        elif name in parts:  # absent: UNSET, where a `null` sent is None
-            fields.append((name, Split | msgspec.UnsetType, msgspec.UNSET))
-        else:
-            kept[name] = name
+    split = split and not facts
+    if facts:
+        fields += [("tools", ToolsRead, None), ("system", SystemRead, None)]
+    else:
+        kept["tools"] = "tools"
+    if split:  # absent: UNSET, where a `null` sent is None
+        fields.append(("system", Split | msgspec.UnsetType, msgspec.UNSET))
+    elif not facts:
+        kept["system"] = "system"
     return msgspec.defstruct(  # type: ignore[return-value]  # a subclass of Envelope
         "RoutedEnvelope",
         fields,
@@ -73,7 +74,7 @@ def routed_envelope(names: Iterable[str], facts: bool = False, split: Iterable[s
         kw_only=True,
         gc=True,
         dict=True,
-        namespace={"kept": kept, "facts": facts, "split": parts},
+        namespace={"kept": kept, "facts": facts, "split": split},
     )  # a __dict__ (so tracked by the collector): room for `protocol.blocks.read`
 
 
@@ -93,7 +94,7 @@ class Shape:
         self._envelope = read if isinstance(read, Envelope) else None
         self._kept: dict[str, str] | None = getattr(read, "kept", None)  # a routed envelope's fields
         self._facts: bool = getattr(read, "facts", False)  # its tools and system read for their facts
-        self._split: frozenset[str] = getattr(read, "split", frozenset())  # those read as `reading.Split`
+        self._split: bool = getattr(read, "split", False)  # its system prompt read as `reading.Split`
         self._read: dict[str, msgspec.Raw] | None = None  # the body's top-level fields, once scanned
         self._parts: dict[Any, Any] = {}
         self.tokens: int | None = None
@@ -255,7 +256,7 @@ class Shape:
             return isinstance(system, list) and bool(system) and flagged(system[0].text)
         if self._facts:
             return flagged_read(self._envelope.system)  # type: ignore[union-attr]
-        if "system" in self._split:
+        if self._split:
             return flagged_split(self._envelope.system)  # type: ignore[union-attr]
         raw = self._envelope.system if self._envelope is not None else self._fields.get("system")
         return self._reader.subagent(raw) if raw else False

@@ -43,7 +43,7 @@ class Compiled:
     sticky: bool
 
 
-def _reads_parts(config: Config) -> tuple[bool, frozenset[str]]:
+def _reads_parts(config: Config) -> tuple[bool, bool]:
     """How the envelope reads the tools and system prompt: for their facts (True), when some
     route asks them, none counts (a count's body holds their bytes), no upstream places by cache
     (`upstream.placement` hashes their bytes, routing unset with replicas is cache-aware). When
@@ -60,8 +60,8 @@ def _reads_parts(config: Config) -> tuple[bool, frozenset[str]]:
     counts = bool(asked & {"input_tokens", "fits"}) or any(r.model is None for r in config.routes)
     placed = any(u.routing == "cache_aware" or (u.routing is None and u.replicas) for u in config.upstreams.values())
     if placed or not asked & {"tools", "server_tool", "subagent"}:
-        return False, frozenset()
-    return not counts, frozenset({"system"} if counts and "subagent" in asked else ())
+        return False, False
+    return not counts, counts and "subagent" in asked
 
 
 class Routes:

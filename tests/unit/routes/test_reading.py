@@ -129,7 +129,7 @@ def test_an_envelope_reading_the_facts_in_its_own_pass_finds_what_the_separate_r
     assert (shape.tool_count, shape.server_tools, shape.subagent) == (0, [], False)
 
 
-SPLIT = msgspec.json.Decoder(routed_envelope((), split={"system"}))
+SPLIT = msgspec.json.Decoder(routed_envelope((), split=True))
 
 
 def test_an_envelope_splitting_the_system_prompt_finds_the_flag_and_counts_the_same_json():
@@ -142,7 +142,7 @@ def test_an_envelope_splitting_the_system_prompt_finds_the_flag_and_counts_the_s
         apart, split = (
             Shape("m", {}, raw, decoder.decode(raw), Reader.table((2048, 8192), ())) for decoder in (ROUTED, SPLIT)
         )
-        assert split._split == {"system"} and not apart._split
+        assert split._split and not apart._split
         assert split.subagent == apart.subagent, system
         assert (split.tool_count, split.server_tools) == (apart.tool_count, apart.server_tools)
         counted = json.loads(split.count_body())  # the same JSON, its system re-encoded from the blocks read
@@ -175,9 +175,9 @@ def test_only_a_table_that_asks_the_tools_and_needs_no_bytes_of_them_reads_them_
     assert not facts({"tools": 0}, replicas=["http://127.0.0.1:2/v1"])  # cache-aware placement hashes them
     assert facts({"tools": 0}, replicas=["http://127.0.0.1:2/v1"], routing="least_loaded")
     # a counting table reads a system prompt it asks of in one pass, split; the tools as sent (a memo's)
-    assert read({"subagent": True, "any": [{"input_tokens": {"gt": 5}}]}).split == {"system"}
-    assert read({"tools": 0, "any": [{"fits": True}]}).split == frozenset()
-    assert read({"subagent": True, "any": [{"fits": True}]}, replicas=["http://127.0.0.1:2/v1"]).split == frozenset()
+    assert read({"subagent": True, "any": [{"input_tokens": {"gt": 5}}]}).split is True
+    assert read({"tools": 0, "any": [{"fits": True}]}).split is False
+    assert read({"subagent": True, "any": [{"fits": True}]}, replicas=["http://127.0.0.1:2/v1"]).split is False
 
 
 def test_a_passed_through_count_hands_the_backend_the_envelope_whose_messages_it_holds():
