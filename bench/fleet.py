@@ -24,9 +24,9 @@ is dragoman's own (`dragoman.upstream.placement`: the request body as the gatewa
   decoding output tokens / `--decode-rate`.
 - Gateway replicas (`--gateways 3`): each request goes to one at random; each has its own
   prefix index and in-flight counts, and they share nothing. `--echo` (0.9): the share of
-  later turns whose request says where the turn before went, as the tool ids of a translated
-  reply do (translate/tool_ids.py; a conversation that never called a tool, or a passed-through
-  one, says nothing: `--echo 0`). `--affinity`: the load balancer sends each session to one gateway.
+  later turns whose request says where the turn before went, as the tool ids of a reply do
+  (translate/tool_ids.py, translated or passed through; a conversation that never called a
+  tool says nothing: `--echo 0`). `--affinity`: the load balancer sends each session to one gateway.
 - With `--load-metrics SECONDS`, each gateway reads every replica's own figures that often (as
   `dragoman.upstream.gauges` does from /metrics; each gateway at its own phase): requests
   running and waiting, and KV-cache usage, modelled as the running requests' tokens over

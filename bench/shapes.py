@@ -747,6 +747,17 @@ def anthropic_body(shape: str, *, model: str, max_tokens: int, stream: bool) -> 
     return msgspec.json.encode(anthropic_request(shape, model=model, max_tokens=max_tokens, stream=stream))
 
 
+def with_tagged_ids(request: Any, tag: str = "3fa9c1") -> Any:
+    """`request` with every tool id tagged as replicas behind a cache-aware upstream name theirs
+    (`toolu_dr<tag>_<id>`, translate/tool_ids.py), as a client sends them back."""
+    if isinstance(request, dict):
+        return {k: f"toolu_dr{tag}_{v}" if k in ("id", "tool_use_id") and isinstance(v, str) else with_tagged_ids(v, tag)
+                for k, v in request.items()}  # fmt: skip
+    if isinstance(request, list):
+        return [with_tagged_ids(v, tag) for v in request]
+    return request
+
+
 @cache
 def openai_body(shape: str, *, model: str, max_tokens: int, stream: bool) -> bytes:
     return msgspec.json.encode(openai_request(shape, model=model, max_tokens=max_tokens, stream=stream))

@@ -62,7 +62,7 @@ def test_the_decision_cost_cell_runs() -> None:
 @pytest.mark.parametrize("shape", fleet_shapes.MATRIX)
 def test_in_every_shape_the_floor_is_a_lower_bound_and_cache_aware_beats_round_robin(shape: str) -> None:
     """The floor replays each run's own requests with every conversation pinned to one replica
-    (issue 36): no policy recomputes less than it, and cache-aware recomputes less than round
+    (issue 36): no gateway's policy recomputes less than it, and cache-aware recomputes less than round
     robin. No policy's p90 time to first token beats the bound on it, the floor's own pinning
     replayed live (`pinned`) included. Small: 2 replicas, 60 simulated seconds."""
     settings = fleet.settings_for(shape, 2, duration=60.0, warmup=10.0 if shape != "together" else 0.0)
@@ -70,7 +70,8 @@ def test_in_every_shape_the_floor_is_a_lower_bound_and_cache_aware_beats_round_r
     for policy, result in results.items():
         assert result["requests"] > 0, policy
         assert result["floor_per_request"] > 0, policy
-        assert result["recomputed_per_request"] >= result["floor_per_request"], policy
+        if policy != fleet.PINNED:  # its pins were chosen for cache-aware's run, another pinning than the floor's
+            assert result["recomputed_per_request"] >= result["floor_per_request"], policy
         assert 0 < result["ttft_p90_bound"] <= result["ttft_p90"], policy
     assert results["cache_aware"]["recomputed_per_request"] < results["round_robin"]["recomputed_per_request"]
 
@@ -112,3 +113,14 @@ def test_the_real_replay_shape_warms_every_cache_and_its_floor_too() -> None:
     one = list(range(100, 104))
     requests = [fleet_floor.Sent("a", one, 0.0, 4, 4 * 64, True, 1.0, 4)]
     assert fleet_floor.floor(requests, 1, 1_000, 64, warm=(one[:2],)) == 2 * 64  # the warm blocks are not recomputed
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_a_lone_gateway_keeps_a_small_fleets_conversations_where_they_are(seed: int) -> None:
+    """bench/replicas.py's replay, 4 conversations on 2 replicas: each stays on one replica, so
+    cache-aware recomputes exactly the floor (seeds 2 and 3 put three on one replica, 1.4-1.5x,
+    while the gateway took twenty first sights to find itself alone)."""
+    settings = fleet.settings_for("replicas", 2, slots=2, prefill_rate=100.0, decode_rate=20.0, seed=seed)
+    result = fleet.run_cell((settings, "cache_aware"))
+    assert result["requests"] == 16
+    assert result["recomputed_per_request"] == result["floor_per_request"]

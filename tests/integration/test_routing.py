@@ -13,9 +13,10 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.translate.tool_ids import replica_tag_of
+from dragoman.translate.tool_ids import replica_tag_of, upstream_tool_id
 from dragoman.upstream.placement import replica_tag
-from tests.support.fake_anthropic import FakeAnthropic
+from tests.support import fake_anthropic
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, event, text_events
 from tests.support.fakes import FakeUpstream, Reply, completion
 
 SYSTEM = "You are a careful coding agent working in a repository. " * 100  # a few of routing's 4 KiB blocks
@@ -179,3 +180,75 @@ def test_gateways_that_share_nothing_keep_a_conversation_where_its_tool_ids_say(
     sent_back = [m["tool_calls"][0]["id"] for body in upstream.requests + second.requests
                  for m in body["messages"] if m["role"] == "assistant"]  # fmt: skip
     assert sent_back and all(i.startswith("call-") for i in sent_back)
+
+
+def _native_tool_calls(fakes: list[FakeAnthropic], refused: set[str]) -> None:
+    """Every answer a tool call, its id the replica's own (`call-<replica>-<n>`), streamed or
+    whole as asked; a conversation's first turn is refused (503, retry-after) by the first
+    replica it reaches: the replica that makes its first tool call is not its home."""
+
+    def responder(index: int) -> Callable[[dict], NativeReply]:
+        def answer(body: dict) -> NativeReply:
+            if "max_tokens" not in body:  # a count
+                return NativeReply(body={"input_tokens": 5})
+            name = _first_user_text(body).split(":")[0]
+            if len(body["messages"]) == 1 and name not in refused:
+                refused.add(name)
+                error = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+                return NativeReply(status=503, body=error, headers={"retry-after": "1"})
+            use = {"type": "tool_use", "id": f"call-{index}-{len(fakes[index].requests)}", "name": "read", "input": {}}
+            reply = fake_anthropic.message("") | {"content": [use], "stop_reason": "tool_use"}
+            if not body.get("stream"):
+                return NativeReply(body=reply)
+            start = event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": use})
+            events = text_events(model=reply["model"])
+            return NativeReply(
+                events=[events[0], start, events[3], events[4].replace(b"end_turn", b"tool_use"), events[5]]
+            )
+
+        return answer
+
+    for index, fake in enumerate(fakes):
+        fake.responder = responder(index)
+
+
+def test_passed_through_tool_ids_take_the_next_turn_through_another_gateway_to_their_replica(gateway_from, sdk):
+    """Two gateway processes that share nothing in front of two passthrough replicas: the turn
+    after a tool call, sent through the other gateway, reaches the replica that made the call
+    (its id says which: docs/routing.md), not the conversation's home, where it goes when the
+    id says nothing; the replica gets its own id back, untagged."""
+    fakes = [FakeAnthropic().start(), FakeAnthropic().start()]
+    try:
+        _native_tool_calls(fakes, set())
+        upstream = {"url": fakes[0].url, "replicas": [fakes[1].url], "protocol": "anthropic", "max_retries": 1}
+        one, other, control = (sdk(gateway_from({"server": {"default_model": "native-model"},
+                                                 "upstreams": {"n": upstream}}).url) for _ in range(3))  # fmt: skip
+        tags = [replica_tag(fake.url) for fake in fakes]
+        ask = {"model": "native-model", "max_tokens": 20, "system": SYSTEM, "tools": TOOLS}
+        messages: list[dict] = [{"role": "user", "content": "tagged: begin " * 300}]
+        with one.messages.stream(messages=messages, **ask) as stream:  # type: ignore[arg-type]
+            call = stream.get_final_message().content[-1]
+        assert call.type == "tool_use"
+        maker = tags.index(replica_tag_of(call.id))  # the replica that answered (the other refused)
+        assert fakes[maker].requests and fakes[1 - maker].requests
+        result = [{"type": "tool_result", "tool_use_id": call.id, "content": "output " * 200}]
+        messages += [{"role": "assistant", "content": [call.model_dump(exclude_none=True)]},
+                     {"role": "user", "content": result}]  # fmt: skip
+        before = [len(fake.requests) for fake in fakes]
+        second = other.messages.create(messages=messages, **ask)  # type: ignore[arg-type]
+        assert [len(fake.requests) - n for fake, n in zip(fakes, before, strict=True)] == [maker == 0, maker == 1]
+        assert replica_tag_of(second.content[-1].id) == tags[maker]  # type: ignore[union-attr]
+        sent = fakes[maker].requests[-1][1]["messages"]
+        assert sent[1]["content"][0]["id"] == sent[2]["content"][0]["tool_use_id"] == upstream_tool_id(call.id)
+        assert upstream_tool_id(call.id).startswith(f"call-{maker}-")
+        other.messages.count_tokens(model="native-model", system=SYSTEM, tools=TOOLS, messages=messages)  # type: ignore[arg-type]
+        counted = next(body for fake in fakes for path, body, _ in fake.requests if path.endswith("/count_tokens"))
+        assert counted["messages"][2]["content"][0]["tool_use_id"] == upstream_tool_id(call.id)
+        # Control: the same turn, its ids saying nothing, goes to its home, the replica that refused.
+        plain = json.loads(json.dumps(messages).replace(call.id, upstream_tool_id(call.id)))
+        before = [len(fake.requests) for fake in fakes]
+        control.messages.create(messages=plain, **ask)  # type: ignore[arg-type]
+        assert [len(fake.requests) - n for fake, n in zip(fakes, before, strict=True)] == [maker == 1, maker == 0]
+    finally:
+        for fake in fakes:
+            fake.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +77,7 @@ class FakeAnthropic:
         self.models_down = False  # the model list answers 503 (a server still starting)
         self.no_model_list = False  # the model list answers 404 (a server without one)
         self.model_lists = 0  # model lists asked for
+        self.responder: Callable[[dict], NativeReply] | None = None  # the reply to a body, once `replies` are out
         app = web.Application()
         app.router.add_post("/v1/messages", self._handle)
         app.router.add_post("/v1/messages/count_tokens", self._handle)
@@ -120,7 +122,10 @@ class FakeAnthropic:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests.append((request.path, await request.json(), dict(request.headers)))
-        reply = self.replies.popleft() if self.replies else NativeReply(body=message())
+        if self.replies:
+            reply = self.replies.popleft()
+        else:
+            reply = NativeReply(body=message()) if self.responder is None else self.responder(self.requests[-1][1])
         if reply.hang:
             await self._sleep_watching(request, reply.hang)
         if isinstance(reply.body, bytes):  # a raw body: its content-type in `headers`

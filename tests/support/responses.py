@@ -1,4 +1,5 @@
-"""A scripted upstream response for driving stream code without a socket."""
+"""A scripted upstream response for driving stream code without a socket, and the client's
+side of direct writes."""
 
 from __future__ import annotations
 
@@ -44,3 +45,16 @@ class ScriptedResponse:
 
     def close(self) -> None:
         self.closed = True
+
+
+class ReadyWriter:
+    """The client's side of direct writes: always ready, keeps what it was given."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def ready(self) -> bool:
+        return True
+
+    def write(self, chunk: bytes) -> None:
+        self.written.append(chunk)

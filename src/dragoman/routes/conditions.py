@@ -100,6 +100,9 @@ def _holds(tests: tuple[Test, ...], anys: tuple[tuple[When, ...], ...],
         if len(tests) == 2:
             first, second = tests
             return lambda shape: first(shape) and second(shape)
+    if not tests and not anys and len(counted) == 1:  # `input_tokens` alone: asked before and after the count
+        only = counted[0]
+        return lambda shape: None if shape.tokens is None else only(shape)
 
     def holds(shape: Shape) -> bool | None:
         for test in tests:

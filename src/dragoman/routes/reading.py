@@ -37,6 +37,10 @@ _SYSTEM = msgspec.json.Decoder(list[_System] | str | None)
 _Scalar = str | int | float | bool | None
 ToolsRead = list[_Tool | _Scalar | list[Any]] | dict[str, Any] | _Scalar
 SystemRead = list[_System | _Scalar | list[Any]] | dict[str, Any] | _Scalar
+# A counting table's read of the system prompt in the envelope's pass: each block's keys, their
+# values as sent (`Raw`, no copy). Its flag at a look-up; a count's body holds it re-encoded as
+# the same JSON (`shape.Shape.count_body`), where a read apart from its bytes costs a second pass.
+Split = list[dict[str, msgspec.Raw] | _Scalar | list[Any]] | dict[str, Any] | _Scalar
 
 
 def tool_facts(raw: msgspec.Raw) -> tuple[int, list[str]]:
@@ -47,7 +51,8 @@ def tool_facts(raw: msgspec.Raw) -> tuple[int, list[str]]:
         tools = _TOOLS.decode(raw)
     except msgspec.ValidationError:
         return 0, []
-    return len(tools), [kind for tool in tools if isinstance(kind := tool.type, str) and kind != "custom"]
+    kinds = [kind for tool in tools if (kind := tool.type) is not None]  # most have none: the loop keeps the others
+    return len(tools), [kind for kind in kinds if isinstance(kind, str) and kind != "custom"]
 
 
 def facts_of(tools: Any) -> tuple[int, list[str]]:
@@ -59,6 +64,17 @@ def facts_of(tools: Any) -> tuple[int, list[str]]:
     except AttributeError:  # a JSON value but an object: no `type` attribute
         return 0, []
     return len(tools), [kind for kind in kinds if isinstance(kind, str) and kind != "custom"]
+
+
+def flagged_split(system: Any) -> bool:
+    """`flagged_system` of the system prompt decoded as `Split`."""
+    if not isinstance(system, list) or not system:
+        return False
+    for block in system:
+        if type(block) is not dict:  # a JSON value but an object
+            return False
+    text = system[0].get("text")
+    return text is not None and flagged(msgspec.json.decode(text))
 
 
 def flagged_read(system: Any) -> bool:

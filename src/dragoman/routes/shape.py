@@ -20,11 +20,13 @@ from dragoman.routes.reading import (
     SESSION_HEADER,
     SUBAGENT_HEADER,
     Reader,
+    Split,
     SystemRead,
     ToolsRead,
     facts_of,
     flagged,
     flagged_read,
+    flagged_split,
     once,
     picked,
 )
@@ -32,6 +34,7 @@ from dragoman.routes.reading import (
 MISSING: Any = object()  # what `body_at` finds where the path leads nowhere
 READER = Reader()  # a shape's without a table: nothing kept between requests
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ENCODE = msgspec.json.Encoder().encode
 _TYPED = frozenset({"stream", "max_tokens", "thinking", "output_config", "output_format", "metadata"})
 _READ = ("metadata", "thinking", "output_config", "output_format", "tool_choice")  # Shape.field, count_body
 COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")  # what a count takes
@@ -41,22 +44,29 @@ _DEFAULTED = frozenset(f.encode_name for f in msgspec.structs.fields(MessagesReq
 _UNKNOWN: Any = object()  # a path the decoded request cannot answer: read the body itself
 
 
-def routed_envelope(names: Iterable[str], facts: bool = False) -> type[Envelope]:
+def routed_envelope(names: Iterable[str], facts: bool = False, split: bool = False) -> type[Envelope]:
     """An `Envelope` that also keeps, undecoded, the top-level fields routes read (`names`: those
     of `body.<path>` conditions), so the core's one read of a passed-through body serves them.
     `facts`: its tools and system prompt are read in that same pass into what conditions ask of
     them (`reading.ToolsRead`, `SystemRead`), not kept as sent: for a table none of whose routes
     needs their bytes (a count's body) nor any upstream (cache-aware placement), where reading
-    them apart from the envelope costs a second pass over 15 KB of tools (about 5 µs)."""
+    them apart from the envelope costs a second pass over 15 KB of tools (about 5 µs).
+    `split`: its system prompt read in that pass into blocks of values as sent (`reading.Split`),
+    for a counting table: the billing flag and a count's body from one pass."""
     own = {f.encode_name for f in msgspec.structs.fields(Envelope)}
     wanted = sorted({*_READ, *names} - own)
     fields: list[Any] = [(f"f{i}", msgspec.Raw, msgspec.field(default=msgspec.Raw(b""), name=n))
                          for i, n in enumerate(wanted)]  # fmt: skip
     kept = {n: f"f{i}" for i, n in enumerate(wanted)}
+    split = split and not facts
     if facts:
         fields += [("tools", ToolsRead, None), ("system", SystemRead, None)]
     else:
-        kept |= {"tools": "tools", "system": "system"}
+        kept["tools"] = "tools"
+    if split:  # absent: UNSET, where a `null` sent is None
+        fields.append(("system", Split | msgspec.UnsetType, msgspec.UNSET))
+    elif not facts:
+        kept["system"] = "system"
     return msgspec.defstruct(  # type: ignore[return-value]  # a subclass of Envelope
         "RoutedEnvelope",
         fields,
@@ -64,7 +74,7 @@ def routed_envelope(names: Iterable[str], facts: bool = False) -> type[Envelope]
         kw_only=True,
         gc=True,
         dict=True,
-        namespace={"kept": kept, "facts": facts},
+        namespace={"kept": kept, "facts": facts, "split": split},
     )  # a __dict__ (so tracked by the collector): room for `protocol.blocks.read`
 
 
@@ -84,6 +94,7 @@ class Shape:
         self._envelope = read if isinstance(read, Envelope) else None
         self._kept: dict[str, str] | None = getattr(read, "kept", None)  # a routed envelope's fields
         self._facts: bool = getattr(read, "facts", False)  # its tools and system read for their facts
+        self._split: bool = getattr(read, "split", False)  # its system prompt read as `reading.Split`
         self._read: dict[str, msgspec.Raw] | None = None  # the body's top-level fields, once scanned
         self._parts: dict[Any, Any] = {}
         self.tokens: int | None = None
@@ -245,6 +256,8 @@ class Shape:
             return isinstance(system, list) and bool(system) and flagged(system[0].text)
         if self._facts:
             return flagged_read(self._envelope.system)  # type: ignore[union-attr]
+        if self._split:
+            return flagged_split(self._envelope.system)  # type: ignore[union-attr]
         raw = self._envelope.system if self._envelope is not None else self._fields.get("system")
         return self._reader.subagent(raw) if raw else False
 
@@ -286,8 +299,8 @@ class Shape:
     def count_body(self) -> bytes:
         """The body of a passed-through count: the counted fields as sent (no max_tokens, which
         Anthropic's count refuses), spliced from the envelope's parts when it kept them."""
-        kept = getattr(self._envelope, "kept", None)
-        if kept is None or "tools" not in kept:  # not read, or read for their facts alone
+        kept = self._kept
+        if kept is None or self._facts:  # not read, or read for their facts alone
             whole = self.body_at(())
             return msgspec.json.encode({k: v for k, v in whole.items() if k in COUNTED and v is not MISSING})
         envelope: Any = self._envelope
@@ -299,9 +312,12 @@ class Shape:
         else:
             parts.append(b"]")
         for name, key in _SPLICED:
-            raw = getattr(envelope, kept[name])
-            if raw:
-                parts += (key, raw)
+            if name in kept:
+                raw = getattr(envelope, kept[name])
+                if raw:
+                    parts += (key, raw)
+            elif (value := getattr(envelope, name)) is not msgspec.UNSET:  # read as `Split`: the same JSON
+                parts += (key, _ENCODE(value))
         parts.append(b"}")
         return b"".join(parts)
 

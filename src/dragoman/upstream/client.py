@@ -169,6 +169,12 @@ class HttpClient:
             await self.loads.stop()
         await self._pool.close()
 
+    @property
+    def tags(self) -> bool:
+        """Whether its replicas' tool ids are tagged (`replica_tag`): with replicas, under cache_aware."""
+        placement = self.replicas.placement
+        return placement is not None and placement.tags
+
     def replica_tag(self, root: str | None) -> str:
         """The tag for the tool ids the replica `root` makes ("": none), which routing reads back."""
         placement = self.replicas.placement

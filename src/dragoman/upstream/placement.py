@@ -249,10 +249,16 @@ class Placement:
         return None if tag is None else self._by_tag.get(tag)
 
     def tag(self, root: str | None) -> str:
-        """The tag for the tool ids `root` makes, where routing reads them back (cache aware)."""
-        if root is None or self.policy != "cache_aware" or root not in self._by_tag.values():
+        """The tag for the tool ids `root` makes, where routing reads them back (cache aware, with
+        replicas to choose among)."""
+        if root is None or not self.tags or root not in self._by_tag.values():
             return ""
         return replica_tag(root)
+
+    @property
+    def tags(self) -> bool:
+        """Whether the tool ids its replicas make are tagged (`tag`): cache aware, with replicas."""
+        return self.policy == "cache_aware" and len(self.in_flight) > 1
 
     def wants_prompt(self) -> bool:
         return self.policy == "cache_aware"
@@ -333,7 +339,7 @@ class Placement:
         root, matched = eligible[chosen], matches[chosen]
         if ranked[0] not in loads and ranked[0] != avoid:
             self.homes.pin(prompt.identity, root)  # its home is out (passed over): this is its home now
-        elif root != ranked[0]:
+        elif root != ranked[0] and ranked[0] != avoid:  # a retry leaving home once does not move it
             self.homes.went(prompt.identity, root)  # alone, its home follows it (`Homes.went`)
         if matched and matches.count(matched) == 1 and matched == max(matches):
             reason = "prefix"  # the only replica holding this much of the prompt

@@ -119,6 +119,24 @@ def test_counted_conditions_wait_for_the_count_and_run_last():
     assert holds(any_of, shape()) is None and holds(any_of, shape(stream=True)) is True
 
 
+@pytest.mark.parametrize(("comparison", "below", "at", "above"), [
+    ({"gt": 500}, False, False, True), ({"ge": 500}, False, True, True), ({"lt": 500}, True, False, False),
+    ({"le": 500}, True, True, False), ({"eq": 500}, False, True, False), ({"gt": 499, "lt": 501}, False, True, False)])  # fmt: skip
+def test_a_count_alone_waits_for_it_then_decides_at_its_bound(comparison: dict[str, int], below: bool, at: bool,
+                                                              above: bool) -> None:  # fmt: skip
+    when = compile_when({"input_tokens": comparison}, "when")  # its own short test: asked before and after the count
+    request = shape()
+    assert when.holds(request) is None
+    for tokens, verdict in ((499, below), (500, at), (501, above)):
+        request.tokens = tokens
+        assert when.holds(request) is verdict, (comparison, tokens)
+    fits = compile_when({"fits": True}, "when")
+    request.tokens, request.window = 400, 500  # with max_tokens 100: exactly the window
+    assert fits.holds(shape()) is None and fits.holds(request) is True
+    request.tokens = 401
+    assert fits.holds(request) is False
+
+
 def test_fits_uses_the_window_of_the_name_s_own_model():
     request = shape(max_tokens=900)
     request.tokens, request.window = 100, 1000

@@ -129,22 +129,55 @@ def test_an_envelope_reading_the_facts_in_its_own_pass_finds_what_the_separate_r
     assert (shape.tool_count, shape.server_tools, shape.subagent) == (0, [], False)
 
 
+SPLIT = msgspec.json.Decoder(routed_envelope((), split=True))
+
+
+def test_an_envelope_splitting_the_system_prompt_finds_the_flag_and_counts_the_same_json():
+    flagged = [{"type": "text", "text": BILLING + " cc_is_subagent=true;"}, {"type": "text", "text": "s" * SMALLEST}]
+    for index, system in enumerate([*ODD_SYSTEMS, flagged, "s\u00e9\n" * 900]):
+        tools = ODD_TOOLS[index % len(ODD_TOOLS)]
+        body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}], "tools": tools,
+                "system": system, "metadata": {"user_id": "u"}}  # fmt: skip
+        raw = json.dumps(body, indent=index % 2 or None).encode()  # with spaces, or none
+        apart, split = (
+            Shape("m", {}, raw, decoder.decode(raw), Reader.table((2048, 8192), ())) for decoder in (ROUTED, SPLIT)
+        )
+        assert split._split and not apart._split
+        assert split.subagent == apart.subagent, system
+        assert (split.tool_count, split.server_tools) == (apart.tool_count, apart.server_tools)
+        counted = json.loads(split.count_body())  # the same JSON, its system re-encoded from the blocks read
+        assert counted == json.loads(apart.count_body()) and counted["system"] == system
+        assert split.count_body().count(b'"tools":') == 1 and b'"max_tokens"' not in split.count_body()
+    assert Shape("m", {}, raw, SPLIT.decode(raw)).subagent is False
+    for absent in (b'{"model": "m", "messages": []}', b'{"model": "m", "messages": [], "system": null}'):
+        apart, split = (Shape("m", {}, absent, decoder.decode(absent)) for decoder in (ROUTED, SPLIT))
+        assert split.count_body() == apart.count_body()  # left out when absent, `null` when sent so
+        assert split.subagent is False
+
+
 def test_only_a_table_that_asks_the_tools_and_needs_no_bytes_of_them_reads_them_with_its_envelope():
     from dragoman.core.config_load import from_dict
     from dragoman.routes.table import Routes
 
-    def facts(when: dict[str, Any], **upstream: Any) -> bool:
+    def read(when: dict[str, Any], **upstream: Any) -> Any:
         models = [{"name": "b", "upstream": "u"}]
         routes = [{"name": "r", "when": when, "model": "b"}]
         config = from_dict({"upstreams": {"u": {"url": "http://127.0.0.1:1/v1", **upstream}}, "models": models,
                             "routes": routes})  # fmt: skip
-        return bool(getattr(Routes(config, None).envelope.decode(b'{"model": "m"}'), "facts", False))  # type: ignore[arg-type]
+        return Routes(config, None).envelope.decode(b'{"model": "m"}')  # type: ignore[arg-type]
+
+    def facts(when: dict[str, Any], **upstream: Any) -> bool:
+        return bool(getattr(read(when, **upstream), "facts", False))
 
     assert facts({"server_tool": "web_search_*"}) and facts({"any": [{"tools": 0}, {"subagent": True}]})
     assert not facts({"model": "claude-*"})  # nothing asked of them: kept as sent
     assert not facts({"tools": 0, "any": [{"input_tokens": {"gt": 5}}]})  # a count's body splices their bytes
     assert not facts({"tools": 0}, replicas=["http://127.0.0.1:2/v1"])  # cache-aware placement hashes them
     assert facts({"tools": 0}, replicas=["http://127.0.0.1:2/v1"], routing="least_loaded")
+    # a counting table reads a system prompt it asks of in one pass, split; the tools as sent (a memo's)
+    assert read({"subagent": True, "any": [{"input_tokens": {"gt": 5}}]}).split is True
+    assert read({"tools": 0, "any": [{"fits": True}]}).split is False
+    assert read({"subagent": True, "any": [{"fits": True}]}, replicas=["http://127.0.0.1:2/v1"]).split is False
 
 
 def test_a_passed_through_count_hands_the_backend_the_envelope_whose_messages_it_holds():

@@ -169,10 +169,10 @@ def test_gateways_that_saw_the_same_conversations_in_any_order_agree_on_their_ho
     identities = [f"conversation-{i}".encode() for i in range(40)]
     one = Homes(ROOTS, spread=1.2, max_age=600, clock=clock)
     other = Homes(ROOTS, spread=1.2, max_age=600, clock=clock)
-    for identity in identities:
-        one.order(identity)
+    for identity in identities:  # each sees them first at a later turn: behind several gateways
+        one.order(identity, first_turn=False)
     for identity in reversed(identities):
-        other.order(identity)
+        other.order(identity, first_turn=False)
     clock.now += 2  # both assign afresh, in one canonical order
     assert [one.order(i)[0] for i in identities] == [other.order(i)[0] for i in identities]
 
@@ -229,6 +229,25 @@ def test_a_gateway_that_sees_every_conversation_from_its_first_turn_keeps_their_
         assert {identity: homes.order(identity)[0] for identity in first} == before
     counts = Counter(homes.order(identity)[0] for identity in list(homes._seen))
     assert max(counts.values()) <= math.ceil(1.05 * len(homes._seen) / len(ROOTS))
+
+
+def test_a_gateway_with_few_conversations_is_alone_and_its_homes_follow_them() -> None:
+    """Four conversations on two replicas: a gateway that waited for twenty first sights to
+    find itself alone assigned homes afresh, and an untold turn went to the canonical home,
+    away from its prefix. Seen from their first turns, they are kept where they went."""
+    clock, homes, talks = _started(4)
+    assert homes.alone
+    home = homes.order(talks[0])[0]
+    elsewhere = next(root for root in ROOTS if root != home)
+    homes.went(talks[0], elsewhere)
+    for _ in range(3):
+        clock.now += 2
+        assert homes.order(talks[0])[0] == elsewhere
+
+
+def test_a_few_conversations_first_seen_at_later_turns_end_being_alone() -> None:
+    _, homes, _ = _started(6, first_turn=False)
+    assert not homes.alone
 
 
 def test_alone_an_idle_conversation_holds_no_room_and_comes_back_to_its_home() -> None:
@@ -587,6 +606,9 @@ def test_replica_tags_name_a_replica_in_every_gateway_process() -> None:
     assert one.root_of("000000") is None and one.root_of(None) is None
     assert one.tag(ROOTS[1]) == tags[1] and one.tag("http://elsewhere:1") == "" and one.tag(None) == ""
     assert placement("least_loaded").tag(ROOTS[1]) == ""  # nothing reads them back
+    assert one.tags and not placement("least_loaded").tags
+    alone = Placement(ROOTS[:1], "cache_aware", CacheRouting(block_bytes=BLOCK))
+    assert not alone.tags and alone.tag(ROOTS[0]) == ""  # no other replica to tell it from
 
 
 def test_an_envelope_that_read_the_tools_for_routes_facts_gives_the_prompt_the_body_does():

@@ -13,6 +13,7 @@ from dragoman.core.config_load import from_dict
 from dragoman.core.errors import GatewayError, UpstreamError
 from dragoman.upstream.keepalive import BodyEnds
 from dragoman.upstream.pump import Pump
+from tests.support.responses import ReadyWriter as Writer
 from tests.support.responses import ScriptedResponse
 
 
@@ -59,19 +60,6 @@ class Upper:
 def pump(keepalive: float = 15) -> Pump:
     config = from_dict({"upstreams": {"up": {"url": "http://127.0.0.1:9/v1"}}})
     return Pump("up", config.upstreams["up"], keepalive=keepalive, ends=BodyEnds())
-
-
-class Writer:
-    """The client's side of direct writes: always ready, keeps what it was given."""
-
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-
-    def ready(self) -> bool:
-        return True
-
-    def write(self, chunk: bytes) -> None:
-        self.written.append(chunk)
 
 
 async def run(reads: list[bytes]) -> tuple[list[bytes], ScriptedResponse, BaseException | None]:

@@ -1,11 +1,12 @@
 """The passthrough backend: upstreams that speak /v1/messages themselves.
 
-The body goes upstream unchanged but for the model name; the reply comes back as
-the upstream sent it (status, error body, `anthropic-*` and rate-limit headers),
-stream bytes forwarded as they arrive. Only the model name in the reply is put
-back to the client's, within a bounded look-ahead at the start of the stream, a
-stream that starts without `message_start` gets one, and the reply's null fields a
-server left out (`stop_details`...: anthropic_events.MESSAGE_NULLS) are put in.
+The body goes upstream unchanged but for the model name (and tagged tool ids, below);
+the reply comes back as the upstream sent it (status, error body, `anthropic-*` and
+rate-limit headers), stream bytes forwarded as they arrive. Only the model name in the
+reply is put back to the client's, within a bounded look-ahead at the start of the
+stream, a stream that starts without `message_start` gets one, and the reply's null
+fields a server left out (`stop_details`...: anthropic_events.MESSAGE_NULLS) are put in.
+Behind replicas under cache_aware, tool ids say which replica made them (`tool_tags`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import msgspec
 
 from dragoman.backends.anthropic.events import completed_message, note_usage
 from dragoman.backends.anthropic.relay import Relay, renamed
+from dragoman.backends.anthropic.tool_tags import latest_tag, tagged_message, untagged
 from dragoman.backends.documents import documents_as_text
 from dragoman.backends.fetch_budget import Budget
 from dragoman.backends.images import inline_url_images, may_have_url_images
@@ -173,10 +175,16 @@ class AnthropicBackend:
         # A count runs no prompt: nothing cached. Routing reads the parts the core read already,
         # the client's (a renamed model or inlined images change no conversation's blocks).
         prompt: PromptKind | MessagesParts | None = None
+        previous = None
         if path == "/messages":
             prompt = call.envelope or "messages"
+        if self._http.tags:  # tool ids name their replica (tool_tags.py)
+            sent = untagged(body)  # the server gets its own ids back
+            if sent is not body and path == "/messages":  # the latest says where the turn before went
+                previous = latest_tag(call.body, call.envelope.messages if call.envelope is not None else None)
+            body = sent
         return await self._http.post(path, body, headers=headers, raw=True, outcome=call.outcome, stream=stream,
-                                     prompt=prompt, conversation=call.conversation)  # fmt: skip
+                                     prompt=prompt, conversation=call.conversation, previous=previous)  # fmt: skip
 
     async def messages(self, call: Call, route: Route) -> Reply:
         # Its URL images and documents, held until the answer (a stream's head).
@@ -243,6 +251,8 @@ class AnthropicBackend:
                     f"upstream {self.name} answered 200 with {response.content_type or 'no content type'}, not a message"
                 )
             body = completed_message(renamed(body, call))
+            if self._http.tags:
+                body = tagged_message(body, self._replica_tag(call))
             note_usage(call, body)
             return Completed(body, status=200, headers=headers)
         if response.status in (401, 403) or anthropic_envelope(body) is None:
@@ -259,5 +269,11 @@ class AnthropicBackend:
         """Forward stream events as they arrive, whole (`relay.Relay`, read by the one pump).
         Once `message_start` has gone out, reads go straight to `direct`'s writer when there
         is one, from the connection's callback."""
-        relay = Relay(self.name, call, headers, _reply_headers, committed=committed, redactor=self._http.redactor)
+        tag = (lambda: self._replica_tag(call)) if self._http.tags else None  # asked at the first tool call
+        relay = Relay(self.name, call, headers, _reply_headers, committed=committed, redactor=self._http.redactor,
+                      tag=tag)  # fmt: skip
         return self._pump.run(response, relay, direct)
+
+    def _replica_tag(self, call: Call) -> str:
+        """The tag for the tool ids of the replica that answered `call` (the last attempt's)."""
+        return self._http.replica_tag(getattr(call.outcome, "replica", None))

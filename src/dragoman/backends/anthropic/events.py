@@ -5,11 +5,12 @@ null fields a server left out of `message_start` and `message_delta` put in."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import msgspec
 
 from dragoman.backends.anthropic.output import RelayedOutput
+from dragoman.backends.anthropic.tool_tags import TOOL_USE, tagged_events
 from dragoman.calls.types import Call, max_tokens
 from dragoman.core.error_mapping import anthropic_envelope, from_error_event
 from dragoman.core.ids import message_id
@@ -230,15 +231,17 @@ class Events:
     an `error` event, named or unnamed); nothing after that end is relayed. An `error` event not
     in Anthropic's envelope (llama-server's bare `{"code", "message", "type"}`, OpenAI's
     `{"error": {...}}`) is put in it. `finish`, at the stream's end, takes an error event the
-    server closed on without its blank line."""
+    server closed on without its blank line. With `tag` (the tag of the replica answering, asked
+    once a read says `"tool_use"`), a `tool_use` block's id is tagged (tool_tags.py)."""
 
     __slots__ = ("_call", "_upstream", "redactor", "_held", "ended", "_cut_sent", "_counted", "_relayed", "_measure_past",
-                 "_output")  # fmt: skip
+                 "_output", "_tag")  # fmt: skip
 
-    def __init__(self, call: Call, upstream: str, redactor: Redactor) -> None:
+    def __init__(self, call: Call, upstream: str, redactor: Redactor, tag: Callable[[], str] | None = None) -> None:
         self._call = call
         self._upstream = upstream  # the server's name, for the messages of the errors it sends
         self.redactor = redactor  # the gateway's keys, kept out of the error events relayed
+        self._tag = tag
         self._held = b""
         # `message_stop` or an `error` event went past: nothing after it is relayed. An
         # attribute, not a property: read once per read.
@@ -279,6 +282,8 @@ class Events:
             except UnicodeDecodeError:  # bytes that are no UTF-8 would fail the SDKs' decoding of the whole stream
                 chunk = chunk.decode("utf-8", "replace").encode()
         if chunk:
+            if self._tag is not None and TOOL_USE in chunk:
+                chunk = tagged_events(chunk, self._tag())
             at = chunk.rfind(b"message_delta")
             if at >= 0:  # the counts follow the event's name; not the whole burst is searched
                 if note_usage(self._call, chunk[at:]):

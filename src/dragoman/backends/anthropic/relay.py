@@ -44,19 +44,20 @@ class Relay:
     client's 200 went out with a comment line), raises it as the HTTP error the server would
     have answered (error_mapping.from_error_event): the SDKs retry that, and not an error event.
     `headers`, the reply's (not sent before the first chunk), become those of the instance
-    the stream came from in the end (`reply_headers` picks them)."""
+    the stream came from in the end (`reply_headers` picks them). `tag`: the tag of the replica
+    answering, for its tool ids (None: they are not tagged; `events.Events`)."""
 
     __slots__ = ("_call", "_committed", "_events", "_head", "_headers", "_reply_headers", "ended", "name", "started")
 
     def __init__(self, name: str, call: Call, headers: dict[str, str] | None,
                  reply_headers: Callable[[Mapping[str, str]], dict[str, str]], *, committed: bool,
-                 redactor: Redactor) -> None:  # fmt: skip
+                 redactor: Redactor, tag: Callable[[], str] | None = None) -> None:  # fmt: skip
         self.name = name
         self._call = call
         self._headers = headers
         self._reply_headers = reply_headers
         self._committed = committed
-        self._events = Events(call, name, redactor)
+        self._events = Events(call, name, redactor, tag)
         self._head: bytes | None = b""  # None once the head has gone out
         # Plain attributes, not properties: the pump reads them once per read.
         self.started = False  # the head has gone out
