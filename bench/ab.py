@@ -73,7 +73,8 @@ async def compare(args: argparse.Namespace, procs: run.Processes) -> int:
                 merged = run.merge(results[build])
                 rounds = " ".join(f"{c:.3f}" for c in cpu[build])
                 print(f"{path:12} {case.label:28} {build}: cpu {merged.cpu_per_request_ms or 0:.3f} ms/req "
-                      f"(median {statistics.median(cpu[build]):.3f}; rounds {rounds}), p50 {merged.ms(50):.2f} ms, "
+                      f"(median {statistics.median(cpu[build]):.3f}; rounds {rounds}), sleeps/req "
+                      f"{merged.sleeps_per_request or 0:.2f}, p50 {merged.ms(50):.2f} ms, "
                       f"added p50 {merged.ms(50) - base.ms(50):.2f} / p99 {merged.ms(99) - base.ms(99):.2f} ms")  # fmt: skip
     return 1 if failed else 0
 

@@ -89,6 +89,23 @@ def _run_time(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14 and 15)
 
 
+def sleeps(pid: int) -> int:
+    """Times the process and its live children gave up the CPU to wait (voluntary context
+    switches of every thread): how often the event loop found nothing ready and slept."""
+    total = 0
+    for p in process_tree(pid):
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/status") as file:
+                    for line in file:
+                        if line.startswith("voluntary_ctxt_switches:"):
+                            total += int(line.split()[1])
+                            break
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 def rss_bytes(pid: int) -> int:
     """VmRSS of the process and its live children."""
     total = 0
@@ -132,6 +149,7 @@ class Result:
     # replies in the window that passed but differ from Anthropic's format, by kind (DIFFERENCES)
     differences: dict[str, int] = field(default_factory=dict)
     cpu: float | None = None  # server CPU seconds in the window
+    sleeps: int | None = None  # the server's waits in the window (`sleeps`)
     rss_before: int | None = None
     rss_after: int | None = None
     upstream_cpu: float | None = None
@@ -143,6 +161,10 @@ class Result:
 
     def ms(self, p: float, ttft: bool = False) -> float:
         return percentile(self.ttft if ttft else self.latency, p) * 1000
+
+    @property
+    def sleeps_per_request(self) -> float | None:
+        return self.sleeps / self.requests if self.sleeps is not None and self.requests else None
 
     @property
     def cpu_per_request_ms(self) -> float | None:
@@ -414,6 +436,7 @@ async def run_load(
         snapshot[prefix + "self"] = self_cpu()
         if pid:
             snapshot[prefix + "cpu"] = cpu_seconds(pid)
+            snapshot[prefix + "sleeps"] = sleeps(pid)
             snapshot[prefix + "rss"] = rss_bytes(pid)
         if upstream_pid:
             snapshot[prefix + "up"] = cpu_seconds(upstream_pid)
@@ -458,6 +481,7 @@ async def run_load(
     result.client_cpu = float(snapshot["bself"]) - float(snapshot["aself"])
     if pid:
         result.cpu = float(snapshot["bcpu"]) - float(snapshot["acpu"])
+        result.sleeps = int(snapshot["bsleeps"]) - int(snapshot["asleeps"])
         result.rss_before, result.rss_after = int(snapshot["arss"]), int(snapshot["brss"])
     if upstream_pid:
         result.upstream_cpu = float(snapshot["bup"]) - float(snapshot["aup"])

@@ -569,6 +569,8 @@ def merge(rounds: list[load.Result]) -> load.Result:
         merged.client_cpu += r.client_cpu
     cpus = [r.cpu for r in rounds]
     merged.cpu = None if None in cpus else sum(c for c in cpus if c is not None)
+    waits = [r.sleeps for r in rounds]
+    merged.sleeps = None if None in waits else sum(w for w in waits if w is not None)
     upstream = [r.upstream_cpu for r in rounds]
     merged.upstream_cpu = None if None in upstream else sum(u for u in upstream if u is not None)
     merged.rss_before, merged.rss_after = rounds[0].rss_before, rounds[-1].rss_after
