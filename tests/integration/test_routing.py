@@ -13,9 +13,10 @@ import anthropic
 import httpx
 import pytest
 
-from dragoman.translate.tool_ids import replica_tag_of, upstream_tool_id
+from dragoman.translate.tool_ids import replica_tag_of, tagged, upstream_tool_id
 from dragoman.upstream.placement import replica_tag
 from tests.support import fake_anthropic
+from tests.support.batches import results_of, wait_ended
 from tests.support.fake_anthropic import FakeAnthropic, NativeReply, event, text_events
 from tests.support.fakes import FakeUpstream, Reply, completion
 
@@ -249,6 +250,36 @@ def test_passed_through_tool_ids_take_the_next_turn_through_another_gateway_to_t
         before = [len(fake.requests) for fake in fakes]
         control.messages.create(messages=plain, **ask)  # type: ignore[arg-type]
         assert [len(fake.requests) - n for fake, n in zip(fakes, before, strict=True)] == [maker == 1, maker == 0]
+    finally:
+        for fake in fakes:
+            fake.stop()
+
+
+def test_a_batch_passed_through_sends_the_server_its_own_ids_and_tags_the_reply_s(gateway_from, sdk):
+    """A batch's requests take the passthrough path's tags as interactive ones do: the turn
+    after a tool call reaches the replica its id names, untagged, and the call in its result
+    names the replica that made it."""
+    fakes = [FakeAnthropic().start(), FakeAnthropic().start()]
+    try:
+        _native_tool_calls(fakes, {"batch"})  # none refused
+        upstream = {"url": fakes[0].url, "replicas": [fakes[1].url], "protocol": "anthropic", "max_retries": 1}
+        client = sdk(gateway_from({"server": {"default_model": "native-model"}, "upstreams": {"n": upstream}}).url)
+        tags = [replica_tag(fake.url) for fake in fakes]
+        for maker in (0, 1):
+            own = f"call-{maker}-0"
+            call = {"type": "tool_use", "id": tagged(own, tags[maker]), "name": "read", "input": {}}
+            messages = [{"role": "user", "content": "batch: begin " * 300}, {"role": "assistant", "content": [call]},
+                        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": "x"}]}]  # fmt: skip
+            params = {"model": "native-model", "max_tokens": 20, "system": SYSTEM, "tools": TOOLS, "messages": messages}
+            before = [len(fake.requests) for fake in fakes]
+            batch = client.messages.batches.create(requests=[{"custom_id": "one", "params": params}])  # type: ignore[list-item]
+            wait_ended(client, batch.id)
+            assert [len(fake.requests) - n for fake, n in zip(fakes, before, strict=True)] == [maker == 0, maker == 1]
+            sent = fakes[maker].requests[-1][1]["messages"]
+            assert sent[1]["content"][0]["id"] == sent[2]["content"][0]["tool_use_id"] == own
+            result = results_of(client, batch.id)["one"]
+            assert result.type == "succeeded"
+            assert replica_tag_of(result.message.content[-1].id) == tags[maker]
     finally:
         for fake in fakes:
             fake.stop()
