@@ -68,23 +68,25 @@ def facts_of(tools: Any) -> tuple[int, list[str]]:
 
 def flagged_split(system: Any) -> bool:
     """`flagged_system` of the system prompt decoded as `Split`."""
-    if not isinstance(system, list) or not system:
-        return False
-    for block in system:
-        if type(block) is not dict:  # a JSON value but an object
-            return False
-    text = system[0].get("text")
+    first = _first_block(system, dict)
+    text = None if first is None else first.get("text")
     return text is not None and flagged(msgspec.json.decode(text))
 
 
 def flagged_read(system: Any) -> bool:
     """`flagged_system` of the system prompt decoded as `SystemRead`."""
+    first = _first_block(system, _System)
+    return first is not None and flagged(msgspec.json.decode(first.text))
+
+
+def _first_block(system: Any, kind: type) -> Any:
+    """The first block of a system prompt read as a list of `kind`; None when it is not one."""
     if not isinstance(system, list) or not system:
-        return False
+        return None
     for block in system:
-        if type(block) is not _System:  # a JSON value but an object
-            return False
-    return flagged(msgspec.json.decode(system[0].text))
+        if type(block) is not kind:  # a JSON value but an object
+            return None
+    return system[0]
 
 
 def flagged(text: Any) -> bool:
