@@ -14,6 +14,7 @@ import anthropic
 import pytest
 
 from dragoman.core.config_load import from_dict
+from dragoman.limits.credit import CREDIT_TTL
 from tests.support.fakes import FakeUpstream
 from tests.support.redis_server import RedisProcess
 from tests.support.servers import GatewayServer
@@ -87,6 +88,7 @@ def test_a_frozen_redis_holds_no_request(upstream: FakeUpstream) -> None:
     clients = [anthropic.Anthropic(base_url=g.url, api_key="sk-shared", max_retries=0, timeout=10) for g in gateways]
     try:
         assert [_status(c) for c in clients] == [200, 200]
+        time.sleep(CREDIT_TTL + 0.3)  # their credit (limits/credit.py) ended and went back: each asks Redis
         assert own.process is not None
         own.process.send_signal(signal.SIGSTOP)
         try:

@@ -30,6 +30,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from dragoman.core.errors import GatewayError
+from dragoman.limits.credit import CREDIT, CREDIT_TTL, Credit, granted
 from dragoman.limits.fallback import Share
 from dragoman.limits.resp import Pipe, bulk, supported
 from dragoman.limits.store import LocalStore, Taken, Want, refused
@@ -41,10 +42,11 @@ FLUSH_AFTER = 0.1  # seconds a settlement waits at most for a request to ride al
 ENCODED_MAX = 4096  # wants whose encoding is remembered (a request's mostly repeat)
 
 # ARGV[1]: n, the buckets to take from (the first n KEYS); the other KEYS are settled first.
-# Then 5 ARGV per bucket taken from (capacity, refill per ms, cost, need, ttl ms), then 4 per
-# bucket settled (capacity, refill per ms, ttl ms, delta: the first three are the same each time,
-# encoded once). Returns {admitted, level...} with the levels as strings (Lua numbers would come
-# back truncated).
+# ARGV[2]: at most this many more of each cost taken, where every bucket keeps more than half its
+# capacity after (credit.py). Then 5 ARGV per bucket taken from (capacity, refill per ms, cost,
+# need, ttl ms), then 4 per bucket settled (capacity, refill per ms, ttl ms, delta: the first
+# three are the same each time, encoded once). Returns {admitted, level..., extra} with the
+# levels as strings (Lua numbers would come back truncated).
 STEP = """
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -57,8 +59,8 @@ local function store(key, tokens, ttl)
   redis.call('HSET', key, 't', tostring(tokens), 'at', now)
   redis.call('PEXPIRE', key, ttl)
 end
-local n = tonumber(ARGV[1])
-local a = 2 + n * 5
+local n, extra = tonumber(ARGV[1]), tonumber(ARGV[2])
+local a = 3 + n * 5
 for i = n + 1, #KEYS do
   local cap, rate = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   store(KEYS[i], math.min(cap, level(KEYS[i], cap, rate) + tonumber(ARGV[a + 3])), ARGV[a + 2])
@@ -66,19 +68,24 @@ for i = n + 1, #KEYS do
 end
 local levels, admitted = {}, 1
 for i = 1, n do
-  local b = 2 + (i - 1) * 5
-  levels[i] = level(KEYS[i], tonumber(ARGV[b]), tonumber(ARGV[b + 1]))
+  local b = 3 + (i - 1) * 5
+  local cap, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 2])
+  levels[i] = level(KEYS[i], cap, tonumber(ARGV[b + 1]))
   if levels[i] < tonumber(ARGV[b + 3]) then admitted = 0 end
+  local room = levels[i] - cost - cap * 0.5
+  if room < 0 then extra = 0 elseif cost > 0 then extra = math.min(extra, math.floor(room / cost)) end
 end
+if admitted == 0 then extra = 0 end
 local reply = {admitted}
 for i = 1, n do
-  local b = 2 + (i - 1) * 5
+  local b = 3 + (i - 1) * 5
   if admitted == 1 then
-    levels[i] = levels[i] - tonumber(ARGV[b + 2])
+    levels[i] = levels[i] - tonumber(ARGV[b + 2]) * (1 + extra)
     store(KEYS[i], levels[i], ARGV[b + 4])
   end
   reply[i + 1] = tostring(levels[i])
 end
+reply[n + 2] = extra
 return reply
 """
 
@@ -123,7 +130,7 @@ class RedisStore:
     def __init__(self, url: str, *, prefix: str, timeout: float, fail_open: bool,
                  on_error: Callable[[], None] = lambda: None,
                  on_outage: Callable[[str], None] = lambda decision: None,
-                 retry_after: float = RETRY_AFTER) -> None:  # fmt: skip
+                 retry_after: float = RETRY_AFTER, credit: int = CREDIT) -> None:  # fmt: skip
         # No retries of its own, whatever redis-py's default (it has changed between versions): a
         # failure is answered at once under on_redis_error, not after seconds of backoff.
         self.client = redis.asyncio.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
@@ -146,6 +153,11 @@ class RedisStore:
         self._flush: asyncio.TimerHandle | None = None
         self._pending: set[asyncio.Task[None]] = set()
         self._encoded: dict[Want, tuple[bytes, bytes, bytes]] = {}  # by want: see `_encode`
+        self._credit = credit  # requests admitted ahead per round trip, at most (credit.py)
+        self._extra = bulk(credit)
+        self._credits: dict[tuple[Want, ...], Credit] = {}
+        self._credited: dict[str, set[tuple[Want, ...]]] = {}  # by bucket: the credits that count it
+        self._asking: set[tuple[Want, ...]] = set()  # wants whose request in flight asks credit
 
     def script(self, source: str) -> Callable[..., Awaitable[Any]]:
         """`source` as a callable `(keys=..., args=...)`, over the pipe where there is one."""
@@ -156,32 +168,81 @@ class RedisStore:
 
     async def take(self, wants: Sequence[Want]) -> Taken:
         self.share.start()
+        key = tuple(wants)
+        credit = self._credits.get(key)
+        if credit is not None:
+            if credit.left and time.monotonic() < credit.until:
+                return credit.use()
+            self._give_back(key)
         if self.down():
             return self._fallback(wants)
         settling = self._take_queued()
+        asking = self._credit if key not in self._asking else 0  # one request at a time asks credit
+        if asking:
+            self._asking.add(key)
         try:
-            reply = await self._call(wants, settling)
+            reply = await self._call(wants, settling, asking)
         except (RedisError, OSError, TimeoutError) as error:
             self.failed(error, settling)
             return self._fallback(wants)
-        levels = [float(level) for level in reply[1:]]
+        finally:
+            if asking:
+                self._asking.discard(key)
+        n = len(wants)
+        levels = [float(level) for level in reply[1 : n + 1]]
         self.share.reported(wants, levels)
         if reply[0] == 1:
-            return Taken(True, levels)
+            return self._granted(key, levels, int(reply[n + 1]) if len(reply) > n + 1 else 0)
+        credit = self._credits.get(key)  # given to a request beside this one meanwhile
+        if credit is not None and credit.left and time.monotonic() < credit.until:
+            return credit.use()
         return refused(levels, wants) or Taken(False, levels, 0, 0.001)  # refilled meanwhile: ask again soon
 
-    async def _call(self, wants: Sequence[Want], settling: Sequence[tuple[Want, float]]) -> list[bytes]:
+    def _granted(self, key: tuple[Want, ...], levels: list[float], extra: int) -> Taken:
+        taken, credit = granted(key, levels, extra, time.monotonic() + CREDIT_TTL)
+        if credit is not None:
+            self._give_back(key)  # one credit per wants: an earlier one's rest goes back
+            self._credits[key] = credit
+            for want in key:
+                self._credited.setdefault(want.key, set()).add(key)
+            asyncio.get_running_loop().call_later(CREDIT_TTL, self._give_back, key, credit)
+        return taken
+
+    def _give_back(self, key: tuple[Want, ...], credit: Credit | None = None) -> None:
+        """The credit for `key` ended (that one, when given): what it did not admit goes back."""
+        held = self._credits.get(key)
+        if held is None or (credit is not None and held is not credit):
+            return
+        del self._credits[key]
+        for want in key:
+            keys = self._credited.get(want.key)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._credited[want.key]
+        self.adjust(held.unused())
+
+    def _charged(self, changes: Sequence[tuple[Want, float]]) -> None:
+        """A settlement here lowers the levels the credits hold; one whose bucket charged only at
+        the end (cost 0: input tokens, a budget) falls under half full gives the rest back."""
+        for want, delta in changes:
+            for key in list(self._credited.get(want.key, ())) if delta < 0 else ():
+                credit = self._credits.get(key)
+                if credit is not None and not credit.charged(want, delta):
+                    self._give_back(key)
+
+    async def _call(self, wants: Sequence[Want], settling: Sequence[tuple[Want, float]], extra: int = 0) -> list[bytes]:
         if self.pipe is None:
             reply = await self._step(keys=[self.prefix + w.key for w in (*wants, *(w for w, _ in settling))],
-                                     args=[len(wants), *_args(wants, settling)])  # fmt: skip
+                                     args=[len(wants), extra, *_args(wants, settling)])  # fmt: skip
         else:
-            reply = await self._step.run(self._command(wants, settling))  # type: ignore[attr-defined]
+            reply = await self._step.run(self._command(wants, settling, extra))  # type: ignore[attr-defined]
         self.back()
         return reply  # type: ignore[no-any-return]
 
-    def _command(self, wants: Sequence[Want], settling: Sequence[tuple[Want, float]]) -> bytes:
+    def _command(self, wants: Sequence[Want], settling: Sequence[tuple[Want, float]], extra: int) -> bytes:
         """STEP's EVALSHA in RESP, from each want's key and arguments encoded once (`_encoded`)."""
-        keys, args = [], [bulk(len(wants))]
+        keys, args = [], [bulk(len(wants)), self._extra if extra == self._credit else bulk(extra)]
         for want in wants:
             key, taking, _ = self._encoded.get(want) or self._encode(want)
             keys.append(key)
@@ -190,7 +251,7 @@ class RedisStore:
             key, _, settled = self._encoded.get(want) or self._encode(want)
             keys.append(key)
             args += (settled, bulk(delta))
-        return self._step.command(keys, args, 1 + 5 * len(wants) + 4 * len(settling))  # type: ignore[attr-defined]
+        return self._step.command(keys, args, 2 + 5 * len(wants) + 4 * len(settling))  # type: ignore[attr-defined]
 
     def _encode(self, want: Want) -> tuple[bytes, bytes, bytes]:
         """`want`'s key, its five arguments as taken from, its first three as settled (RESP)."""
@@ -207,6 +268,8 @@ class RedisStore:
         time, not one per request: a settlement may go alone a little sooner)."""
         if not changes:
             return
+        if self._credited:
+            self._charged(changes)
         if self.down():
             if self.fail_open:
                 self._local.adjust(changes)
@@ -272,6 +335,8 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.share.close()
+        for key in list(self._credits):
+            self._give_back(key)
         self._flush_now()
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)

@@ -99,8 +99,9 @@ def test_in_an_outage_a_budget_shares_what_is_left_of_it():
     assert share.take(local, [replace(fresh, cost=50.0)]).admitted and not share.take(local, [fresh]).admitted
 
 
-def shared(redis_url: str, prefix: str) -> RedisStore:
-    return RedisStore(redis_url, prefix=prefix, timeout=1.0, fail_open=True)
+def shared(redis_url: str, prefix: str, credit: int = 0) -> RedisStore:
+    """A Redis store; without credit (limits/credit.py) unless asked: every take a round trip."""
+    return RedisStore(redis_url, prefix=prefix, timeout=1.0, fail_open=True, credit=credit)
 
 
 def test_redis_takes_atomically(redis_url, redis_prefix):
@@ -191,7 +192,7 @@ def test_redis_takes_one_round_trip_per_request_with_its_settlement(monkeypatch)
     own = RedisProcess().start()  # of its own: its command counts are this test's alone
 
     async def run() -> None:
-        store = RedisStore(own.url, prefix="t:", timeout=1.0, fail_open=True)
+        store = RedisStore(own.url, prefix="t:", timeout=1.0, fail_open=True, credit=0)
         try:
             for _ in range(20):
                 taken = await store.take([rpm("k", 1000), rpm("out", 1000, cost=100)])
@@ -322,3 +323,90 @@ def test_shared_slots_fall_back_to_the_process_while_redis_is_away():
         asyncio.run(run())
     finally:
         own.stop()
+
+
+def hourly(key: str, limit: int, cost: float = 1.0) -> Want:
+    """A bucket that barely refills while a test runs."""
+    return Want(key, limit, limit / 3600, cost, cost, 3600)
+
+
+def test_credit_admits_without_a_round_trip_and_gives_back_what_it_did_not_use(monkeypatch):
+    """Where the buckets are far from empty, one round trip takes several requests' costs
+    (limits/credit.py): fewer scripts run, and at the end Redis holds what was used, no less."""
+    monkeypatch.setattr(fallback.Share, "start", lambda self: None)
+    own = RedisProcess().start()
+
+    async def run() -> None:
+        store = RedisStore(own.url, prefix="t:", timeout=1.0, fail_open=True)
+        try:
+            for n in range(1, 21):
+                taken = await store.take([hourly("k", 1000), hourly("out", 1000, cost=10)])
+                assert taken.admitted and taken.levels == [
+                    pytest.approx(1000 - n, abs=1),
+                    pytest.approx(1000 - 10 * n, abs=1),
+                ]
+        finally:
+            await store.close()  # the credit's rest goes back
+
+    try:
+        asyncio.run(run())
+        client = redis.Redis.from_url(own.url)
+        stats = client.info("commandstats")
+        assert stats["cmdstat_evalsha"]["calls"] <= 20 // 8 + 3, stats  # 20 requests
+        assert float(client.hget("t:k", "t")) == pytest.approx(980, abs=1)
+        assert float(client.hget("t:out", "t")) == pytest.approx(800, abs=1)
+    finally:
+        own.stop()
+
+
+def test_two_stores_with_credit_never_admit_more_than_a_bucket_holds(redis_url, redis_prefix):
+    """Concurrent requests through two processes: credit is taken from the bucket, none below
+    half of it, and a request Redis refuses uses a credit given meanwhile: exactly the capacity."""
+
+    async def run() -> None:
+        stores = [shared(redis_url, redis_prefix, credit=7) for _ in range(2)]
+        try:
+            results = await asyncio.gather(*(stores[i % 2].take([hourly("burst", 40)]) for i in range(100)))
+            assert sum(r.admitted for r in results) == 40
+            later = await asyncio.gather(*(store.take([hourly("burst", 40)]) for store in stores))
+            assert not any(r.admitted for r in later)
+        finally:
+            for store in stores:
+                await store.close()
+
+    asyncio.run(run())
+
+
+def test_a_budget_spent_here_ends_its_credit(redis_url, redis_prefix):
+    """A budget is charged only at the request's end: credit given while it was full does not
+    admit once this process has spent it, and Redis refuses."""
+
+    async def run() -> None:
+        store = shared(redis_url, redis_prefix, credit=7)
+        budget = Want("day:2026-12-07", 100, 0.0, 0.0, 1.0, 3600)
+        try:
+            assert (await store.take([budget])).admitted
+            store.adjust([(budget, -100.0)])
+            refused = await store.take([budget])
+            assert not refused.admitted and math.isinf(refused.wait)
+        finally:
+            await store.close()
+
+    asyncio.run(run())
+
+
+def test_credit_leaves_a_bucket_at_least_half_full(redis_url, redis_prefix):
+    """Near the edge every request is decided in Redis: a bucket of 4 gives one process one
+    credit (leaving it at half), then none; the other process sees what the credit holds."""
+
+    async def run() -> None:
+        one, other = shared(redis_url, redis_prefix, credit=7), shared(redis_url, redis_prefix, credit=7)
+        try:
+            assert (await one.take([hourly("small", 4)])).levels == [pytest.approx(3, abs=0.1)]
+            assert (await other.take([hourly("small", 4)])).levels == [pytest.approx(1, abs=0.1)]
+            assert [(await one.take([hourly("small", 4)])).admitted for _ in range(3)] == [True, True, False]
+        finally:
+            await one.close()
+            await other.close()
+
+    asyncio.run(run())
