@@ -43,6 +43,7 @@ class LimitsConfig(TenantLimits, frozen=True):
     redis_prefix: str = "dragoman:limits:"
     redis_timeout: float = 0.5  # seconds; a slower Redis counts as unreachable
     on_redis_error: Literal["fail_open", "fail_closed"] = "fail_open"
+    redis_credit: int = 7  # requests a process may admit ahead per Redis round trip (limits/credit.py); 0: none
 
     @property
     def enabled(self) -> bool:
@@ -73,6 +74,8 @@ def check(limits: LimitsConfig, tenants: Iterable[str]) -> str | None:
                 return f"{where}.{key}: must be 1 or more (leave it out for no limit), got {value}"
     if limits.queue_timeout < 0 or limits.redis_timeout <= 0:
         return "limits.queue_timeout / limits.redis_timeout: must be 0 or more / positive seconds"
+    if not 0 <= limits.redis_credit <= 100:
+        return f"limits.redis_credit: must be 0 (every request asks Redis) to 100, got {limits.redis_credit}"
     if limits.redis_url is not None and not limits.redis_url.startswith(("redis://", "rediss://", "unix://")):
         return "limits.redis_url: must start with redis://, rediss:// or unix://"
     return None

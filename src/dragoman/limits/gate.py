@@ -365,6 +365,7 @@ def build(
                            fail_open=config.on_redis_error == "fail_open",
                            on_error=errors.inc if errors is not None else lambda: None,
                            on_outage=outage_counter(registry, config.on_redis_error),
-                           retry_after=RETRY_AFTER if redis_retry_after is None else redis_retry_after)  # fmt: skip
+                           retry_after=RETRY_AFTER if redis_retry_after is None else redis_retry_after,
+                           credit=config.redis_credit)  # fmt: skip
         return cls(config, store, registry, concurrency=SharedConcurrency(store))
     return cls(config, LocalStore(), registry)

@@ -36,6 +36,8 @@ def test_a_tenant_or_model_table_alone_turns_limits_on() -> None:
         ),
         ({"redis_url": "http://127.0.0.1:6379"}, "limits.redis_url: must start with redis://"),
         ({"on_redis_error": "ignore"}, "limits.on_redis_error"),
+        ({"redis_credit": -1}, "limits.redis_credit: must be 0"),
+        ({"redis_credit": "many"}, "limits.redis_credit"),
         ({"requests_per_hour": 5}, "limits.requests_per_hour: unknown key"),
     ],
 )

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 import redis
 
-from dragoman.limits import fallback, redis_slots
+from dragoman.core.config_load import from_dict
+from dragoman.limits import fallback, gate, redis_slots
 from dragoman.limits.redis_store import LimitsUnavailable, RedisStore
 from dragoman.limits.store import LocalStore, Want
 from tests.support.redis_server import RedisProcess
@@ -410,3 +411,27 @@ def test_credit_leaves_a_bucket_at_least_half_full(redis_url, redis_prefix):
             await other.close()
 
     asyncio.run(run())
+
+
+def test_credit_0_asks_redis_for_every_request(monkeypatch):
+    """`limits.redis_credit = 0` reaches the store: one script run per request, as before credit."""
+    monkeypatch.setattr(fallback.Share, "start", lambda self: None)
+    own = RedisProcess().start()
+
+    async def run() -> None:
+        limits = gate.build(from_dict({"limits": {"redis_url": own.url, "redis_credit": 0,
+                                                  "requests_per_minute": 1000}}).limits)  # fmt: skip
+        assert limits is not None
+        try:
+            for _ in range(10):
+                assert (await limits.store.take([hourly("k", 1000)])).admitted
+        finally:
+            await limits.close()
+
+    try:
+        asyncio.run(run())
+        assert (
+            redis.Redis.from_url(own.url).info("commandstats")["cmdstat_evalsha"]["calls"] == 10 + 1
+        )  # + the first, unloaded
+    finally:
+        own.stop()
