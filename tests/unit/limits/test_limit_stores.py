@@ -216,9 +216,13 @@ def test_redis_takes_one_round_trip_per_request_with_its_settlement(monkeypatch)
         own.stop()
 
 
-def test_redis_budget_does_not_refill(redis_url, redis_prefix):
+@pytest.mark.parametrize("credit", [0, 7])
+def test_redis_budget_does_not_refill(redis_url, redis_prefix, credit):
+    """Nor does credit given while it was full admit once this process has spent it: a budget
+    is charged only at the request's end, and its credit ends with the charge."""
+
     async def run() -> None:
-        store = shared(redis_url, redis_prefix)
+        store = shared(redis_url, redis_prefix, credit)
         budget = Want("day:2026-12-05", 100, 0.0, 0.0, 1.0, 3600)
         try:
             assert (await store.take([budget])).admitted
@@ -374,24 +378,6 @@ def test_two_stores_with_credit_never_admit_more_than_a_bucket_holds(redis_url, 
         finally:
             for store in stores:
                 await store.close()
-
-    asyncio.run(run())
-
-
-def test_a_budget_spent_here_ends_its_credit(redis_url, redis_prefix):
-    """A budget is charged only at the request's end: credit given while it was full does not
-    admit once this process has spent it, and Redis refuses."""
-
-    async def run() -> None:
-        store = shared(redis_url, redis_prefix, credit=7)
-        budget = Want("day:2026-12-07", 100, 0.0, 0.0, 1.0, 3600)
-        try:
-            assert (await store.take([budget])).admitted
-            store.adjust([(budget, -100.0)])
-            refused = await store.take([budget])
-            assert not refused.admitted and math.isinf(refused.wait)
-        finally:
-            await store.close()
 
     asyncio.run(run())
 
