@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from dragoman.limits.store import Taken, Want
 
-CREDIT = 7  # requests admitted ahead per round trip, at most (`limits.redis_credit`)
+CREDIT = 31  # requests admitted ahead per round trip, at most (`limits.redis_credit`)
 CREDIT_TTL = 1.0  # seconds a credit lasts
 HALF = 0.5  # the share of its capacity a bucket must keep for a credit (also in STEP)
 
