@@ -155,9 +155,10 @@ class RedisStore:
         self._encoded: dict[Want, tuple[bytes, bytes, bytes]] = {}  # by want: see `_encode`
         self._credit = credit  # requests admitted ahead per round trip, at most (credit.py)
         self._extra = bulk(credit)
-        self._credits: dict[tuple[Want, ...], Credit] = {}
-        self._credited: dict[str, set[tuple[Want, ...]]] = {}  # by bucket: the credits that count it
-        self._asking: set[tuple[Want, ...]] = set()  # wants whose request in flight asks credit
+        self._credits: dict[tuple[object, ...], Credit] = {}
+        self._credited: dict[str, set[tuple[object, ...]]] = {}  # by bucket: the credits that count it
+        self._asking: set[tuple[object, ...]] = set()  # wants whose request in flight asks credit
+        self._recent: dict[tuple[object, ...], float] = {}  # wants -> when last taken (`_again`)
 
     def script(self, source: str) -> Callable[..., Awaitable[Any]]:
         """`source` as a callable `(keys=..., args=...)`, over the pipe where there is one."""
@@ -168,7 +169,7 @@ class RedisStore:
 
     async def take(self, wants: Sequence[Want]) -> Taken:
         self.share.start()
-        key = tuple(wants)
+        key = tuple([(w.key, w.capacity, w.per_second, w.cost, w.need) for w in wants])  # not the ttl
         credit = self._credits.get(key)
         if credit is not None:
             if credit.left and time.monotonic() < credit.until:
@@ -177,8 +178,8 @@ class RedisStore:
         if self.down():
             return self._fallback(wants)
         settling = self._take_queued()
-        asking = self._credit if key not in self._asking else 0  # one request at a time asks credit
-        if asking:
+        asking = self._credit if key not in self._asking and self._again(key) else 0
+        if asking:  # one request at a time asks credit, for wants taken before
             self._asking.add(key)
         try:
             reply = await self._call(wants, settling, asking)
@@ -192,29 +193,39 @@ class RedisStore:
         levels = [float(level) for level in reply[1 : n + 1]]
         self.share.reported(wants, levels)
         if reply[0] == 1:
-            return self._granted(key, levels, int(reply[n + 1]) if len(reply) > n + 1 else 0)
+            return self._granted(key, wants, levels, int(reply[n + 1]) if len(reply) > n + 1 else 0)
         credit = self._credits.get(key)  # given to a request beside this one meanwhile
         if credit is not None and credit.left and time.monotonic() < credit.until:
             return credit.use()
         return refused(levels, wants) or Taken(False, levels, 0, 0.001)  # refilled meanwhile: ask again soon
 
-    def _granted(self, key: tuple[Want, ...], levels: list[float], extra: int) -> Taken:
-        taken, credit = granted(key, levels, extra, time.monotonic() + CREDIT_TTL)
+    def _again(self, key: tuple[object, ...]) -> bool:
+        """Whether these wants were taken in the last CREDIT_TTL: credit is asked only for those
+        (a key seen once, or wants that change with each request, would take it for nothing)."""
+        now = time.monotonic()
+        last = self._recent.get(key)
+        if len(self._recent) >= ENCODED_MAX:
+            self._recent.clear()
+        self._recent[key] = now
+        return last is not None and now - last < CREDIT_TTL
+
+    def _granted(self, key: tuple[object, ...], wants: Sequence[Want], levels: list[float], extra: int) -> Taken:
+        taken, credit = granted(wants, levels, extra, time.monotonic() + CREDIT_TTL)
         if credit is not None:
             self._give_back(key)  # one credit per wants: an earlier one's rest goes back
             self._credits[key] = credit
-            for want in key:
+            for want in wants:
                 self._credited.setdefault(want.key, set()).add(key)
             asyncio.get_running_loop().call_later(CREDIT_TTL, self._give_back, key, credit)
         return taken
 
-    def _give_back(self, key: tuple[Want, ...], credit: Credit | None = None) -> None:
+    def _give_back(self, key: tuple[object, ...], credit: Credit | None = None) -> None:
         """The credit for `key` ended (that one, when given): what it did not admit goes back."""
         held = self._credits.get(key)
         if held is None or (credit is not None and held is not credit):
             return
         del self._credits[key]
-        for want in key:
+        for want in held.wants:
             keys = self._credited.get(want.key)
             if keys is not None:
                 keys.discard(key)

@@ -219,13 +219,16 @@ def test_redis_takes_one_round_trip_per_request_with_its_settlement(monkeypatch)
 @pytest.mark.parametrize("credit", [0, 7])
 def test_redis_budget_does_not_refill(redis_url, redis_prefix, credit):
     """Nor does credit given while it was full admit once this process has spent it: a budget
-    is charged only at the request's end, and its credit ends with the charge."""
+    is charged only at the request's end, and its credit ends with the charge. (Its ttl, the
+    time to its period's end, changes with every request; the credit is the same bucket's.)"""
 
     async def run() -> None:
         store = shared(redis_url, redis_prefix, credit)
         budget = Want("day:2026-12-05", 100, 0.0, 0.0, 1.0, 3600)
         try:
-            assert (await store.take([budget])).admitted
+            assert (await store.take([replace(budget, ttl=3601)])).admitted
+            assert (await store.take([budget])).admitted  # taken before: credit asked, and given
+            assert len(store._credits) == (1 if credit else 0)
             store.adjust([(budget, -100.0)])
             refused = await store.take([budget])
             assert not refused.admitted and math.isinf(refused.wait)
@@ -383,15 +386,17 @@ def test_two_stores_with_credit_never_admit_more_than_a_bucket_holds(redis_url, 
 
 
 def test_credit_leaves_a_bucket_at_least_half_full(redis_url, redis_prefix):
-    """Near the edge every request is decided in Redis: a bucket of 4 gives one process one
-    credit (leaving it at half), then none; the other process sees what the credit holds."""
+    """Credit is asked for wants taken before, and leaves the bucket at least half full: a
+    bucket of 10 gives one process three on its second take, then none; the other process
+    sees what the credit holds, and the ten are admitted exactly."""
 
     async def run() -> None:
         one, other = shared(redis_url, redis_prefix, credit=7), shared(redis_url, redis_prefix, credit=7)
         try:
-            assert (await one.take([hourly("small", 4)])).levels == [pytest.approx(3, abs=0.1)]
-            assert (await other.take([hourly("small", 4)])).levels == [pytest.approx(1, abs=0.1)]
-            assert [(await one.take([hourly("small", 4)])).admitted for _ in range(3)] == [True, True, False]
+            assert (await one.take([hourly("ten", 10)])).levels == [pytest.approx(9, abs=0.1)]  # first seen: no credit
+            assert (await one.take([hourly("ten", 10)])).levels == [pytest.approx(8, abs=0.1)]  # 3 more held
+            assert (await other.take([hourly("ten", 10)])).levels == [pytest.approx(4, abs=0.1)]
+            assert [(await one.take([hourly("ten", 10)])).admitted for _ in range(9)] == [True] * 7 + [False] * 2
         finally:
             await one.close()
             await other.close()
