@@ -25,7 +25,8 @@ BODY = b'{"model": "m", "max_tokens": 100, "messages": [{"role": "user", "conten
 
 
 def _keyed(url: str) -> KeyedLimits:
-    keyed = gate.build(from_dict({"limits": {"redis_url": url, "redis_prefix": "t:"}}).limits, cls=KeyedLimits)
+    limits = {"redis_url": url, "redis_prefix": "t:", "redis_credit": 0}  # every request a round trip
+    keyed = gate.build(from_dict({"limits": limits}).limits, cls=KeyedLimits)
     assert isinstance(keyed, KeyedLimits)
     keyed.ring = Keyring()
     keyed.ring.apply([KeyRow(id="key_a", digest="d", hint="h", name="a", version=1, budget=Budget(amount="100"),
