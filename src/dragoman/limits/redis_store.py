@@ -30,7 +30,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from dragoman.core.errors import GatewayError
-from dragoman.limits.credit import CREDIT, CREDIT_TTL, Credit, granted
+from dragoman.limits.credit import CREDIT_TTL, Credit, granted
 from dragoman.limits.fallback import Share
 from dragoman.limits.resp import Pipe, bulk, supported
 from dragoman.limits.store import LocalStore, Taken, Want, refused
@@ -130,7 +130,7 @@ class RedisStore:
     def __init__(self, url: str, *, prefix: str, timeout: float, fail_open: bool,
                  on_error: Callable[[], None] = lambda: None,
                  on_outage: Callable[[str], None] = lambda decision: None,
-                 retry_after: float = RETRY_AFTER, credit: int = CREDIT) -> None:  # fmt: skip
+                 retry_after: float = RETRY_AFTER, credit: int = 0) -> None:  # fmt: skip
         # No retries of its own, whatever redis-py's default (it has changed between versions): a
         # failure is answered at once under on_redis_error, not after seconds of backoff.
         self.client = redis.asyncio.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,

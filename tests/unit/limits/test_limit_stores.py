@@ -345,7 +345,7 @@ def test_credit_admits_without_a_round_trip_and_gives_back_what_it_did_not_use(m
     own = RedisProcess().start()
 
     async def run() -> None:
-        store = RedisStore(own.url, prefix="t:", timeout=1.0, fail_open=True)
+        store = RedisStore(own.url, prefix="t:", timeout=1.0, fail_open=True, credit=31)
         try:
             for n in range(1, 21):
                 taken = await store.take([hourly("k", 1000), hourly("out", 1000, cost=10)])
