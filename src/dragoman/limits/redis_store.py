@@ -169,18 +169,19 @@ class RedisStore:
 
     async def take(self, wants: Sequence[Want]) -> Taken:
         self.share.start()
-        key = tuple([(w.key, w.capacity, w.per_second, w.cost, w.need) for w in wants])  # not the ttl
-        credit = self._credits.get(key)
-        if credit is not None:
-            if credit.left and time.monotonic() < credit.until:
-                return credit.use()
-            self._give_back(key)
+        key = None  # with credit: the wants' buckets and costs, not the ttl (a budget's changes)
+        if self._credit:
+            key = tuple([(w.key, w.capacity, w.per_second, w.cost, w.need) for w in wants])
+            taken = self._from_credit(key)
+            if taken is not None:
+                return taken
+            self._give_back(key)  # used up or past: its rest goes back
         if self.down():
             return self._fallback(wants)
         settling = self._take_queued()
-        asking = self._credit if key not in self._asking and self._again(key) else 0
+        asking = self._credit if key is not None and key not in self._asking and self._again(key) else 0
         if asking:  # one request at a time asks credit, for wants taken before
-            self._asking.add(key)
+            self._asking.add(key)  # type: ignore[arg-type]
         try:
             reply = await self._call(wants, settling, asking)
         except (RedisError, OSError, TimeoutError) as error:
@@ -188,16 +189,22 @@ class RedisStore:
             return self._fallback(wants)
         finally:
             if asking:
-                self._asking.discard(key)
+                self._asking.discard(key)  # type: ignore[arg-type]
         n = len(wants)
         levels = [float(level) for level in reply[1 : n + 1]]
         self.share.reported(wants, levels)
         if reply[0] == 1:
-            return self._granted(key, wants, levels, int(reply[n + 1]) if len(reply) > n + 1 else 0)
-        credit = self._credits.get(key)  # given to a request beside this one meanwhile
+            extra = int(reply[n + 1]) if asking and len(reply) > n + 1 else 0
+            return self._granted(key, wants, levels, extra) if extra else Taken(True, levels)  # type: ignore[arg-type]
+        taken = self._from_credit(key) if key is not None else None  # given beside this one meanwhile
+        return taken or refused(levels, wants) or Taken(False, levels, 0, 0.001)  # refilled meanwhile: ask again soon
+
+    def _from_credit(self, key: tuple[object, ...]) -> Taken | None:
+        """A request admitted from the credit these wants hold, if any is left and in time."""
+        credit = self._credits.get(key)
         if credit is not None and credit.left and time.monotonic() < credit.until:
             return credit.use()
-        return refused(levels, wants) or Taken(False, levels, 0, 0.001)  # refilled meanwhile: ask again soon
+        return None
 
     def _again(self, key: tuple[object, ...]) -> bool:
         """Whether these wants were taken in the last CREDIT_TTL: credit is asked only for those
