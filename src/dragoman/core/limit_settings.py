@@ -43,7 +43,7 @@ class LimitsConfig(TenantLimits, frozen=True):
     redis_prefix: str = "dragoman:limits:"
     redis_timeout: float = 0.5  # seconds; a slower Redis counts as unreachable
     on_redis_error: Literal["fail_open", "fail_closed"] = "fail_open"
-    redis_credit: int = 0  # requests a process may admit ahead per Redis round trip (limits/credit.py); 0: none
+    redis_credit: int = 31  # requests a process may admit ahead per Redis round trip (limits/credit.py); 0: none
 
     @property
     def enabled(self) -> bool:

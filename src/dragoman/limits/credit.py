@@ -3,8 +3,8 @@
 Each round trip to Redis costs the gateway a wait on another process: at concurrency 1, a
 sleep and a wake-up, most of the 60-90 µs of CPU that limits in Redis cost per request on a
 2-core VM (docs/performance.md). So where every bucket a request takes from holds more than
-half its capacity after taking, `STEP` takes the cost of up to `limits.redis_credit` more requests just
-like it, and this process admits those from its credit for `CREDIT_TTL` seconds.
+half its capacity after taking, `STEP` takes the cost of up to `limits.redis_credit` more
+requests just like it, and this process admits those from its credit for `CREDIT_TTL` seconds.
 
 What a credit took, Redis took: no process admits more than a bucket holds, and a bucket
 under half full gives none, so near the edge every request is decided in Redis as before.
@@ -12,9 +12,10 @@ A bucket taken from only when the request ends (input tokens, a budget) is check
 its level when the credit was given, at most `CREDIT_TTL` before, and only while that level
 was above half. A credit not used in time is given back. A pure module: no I/O.
 
-Off by default (`redis_credit = 0`): a credit held by one process is refused to the others
-until it is used or given back, so a burst that empties a small bucket within the second
-admits fewer than the bucket held (tests/integration/test_limits_shared.py, 15 of 20).
+A credit held by one process is refused to the others until it is used or given back, so one
+holds at most `HOLD` of any bucket: a bucket under 64 requests gives none (every request
+decided in Redis, exact), and a burst through several processes is refused early by at most
+that share per process, for at most `CREDIT_TTL`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from dataclasses import dataclass
 from dragoman.limits.store import Taken, Want
 
 CREDIT_TTL = 1.0  # seconds a credit lasts
-HALF = 0.5  # the share of its capacity a bucket must keep for a credit (also in STEP)
+HALF = 0.5  # the share of its capacity a bucket must keep for a credit (in STEP too)
+HOLD = 1 / 64  # the share of a bucket one credit may hold, at most (in STEP)
 
 
 @dataclass(slots=True)

@@ -30,7 +30,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from dragoman.core.errors import GatewayError
-from dragoman.limits.credit import CREDIT_TTL, Credit, granted
+from dragoman.limits.credit import CREDIT_TTL, HALF, HOLD, Credit, granted
 from dragoman.limits.fallback import Share
 from dragoman.limits.resp import Pipe, bulk, supported
 from dragoman.limits.store import LocalStore, Taken, Want, refused
@@ -42,11 +42,11 @@ FLUSH_AFTER = 0.1  # seconds a settlement waits at most for a request to ride al
 ENCODED_MAX = 4096  # wants whose encoding is remembered (a request's mostly repeat)
 
 # ARGV[1]: n, the buckets to take from (the first n KEYS); the other KEYS are settled first.
-# ARGV[2]: at most this many more of each cost taken, where every bucket keeps more than half its
-# capacity after (credit.py). Then 5 ARGV per bucket taken from (capacity, refill per ms, cost,
-# need, ttl ms), then 4 per bucket settled (capacity, refill per ms, ttl ms, delta: the first
-# three are the same each time, encoded once). Returns {admitted, level..., extra} with the
-# levels as strings (Lua numbers would come back truncated).
+# ARGV[2]: at most this many more of each cost taken, where every bucket keeps more than HALF its
+# capacity after and the more taken is at most HOLD of it (credit.py). Then 5 ARGV per bucket
+# taken from (capacity, refill per ms, cost, need, ttl ms), then 4 per bucket settled (capacity,
+# refill per ms, ttl ms, delta: the first three are the same each time, encoded once). Returns
+# {admitted, level..., extra} with the levels as strings (Lua numbers would come back truncated).
 STEP = """
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -72,7 +72,7 @@ for i = 1, n do
   local cap, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 2])
   levels[i] = level(KEYS[i], cap, tonumber(ARGV[b + 1]))
   if levels[i] < tonumber(ARGV[b + 3]) then admitted = 0 end
-  local room = levels[i] - cost - cap * 0.5
+  local room = math.min(levels[i] - cost - cap * HALF, cap * HOLD)
   if room < 0 then extra = 0 elseif cost > 0 then extra = math.min(extra, math.floor(room / cost)) end
 end
 if admitted == 0 then extra = 0 end
@@ -87,7 +87,7 @@ for i = 1, n do
 end
 reply[n + 2] = extra
 return reply
-"""
+""".replace("HALF", repr(HALF)).replace("HOLD", repr(HOLD))
 
 
 # KEYS: buckets to start where Redis holds nothing for them; 3 ARGV each (capacity, delta, ttl ms).

@@ -348,10 +348,10 @@ def test_credit_admits_without_a_round_trip_and_gives_back_what_it_did_not_use(m
         store = RedisStore(own.url, prefix="t:", timeout=1.0, fail_open=True, credit=31)
         try:
             for n in range(1, 21):
-                taken = await store.take([hourly("k", 1000), hourly("out", 1000, cost=10)])
+                taken = await store.take([hourly("k", 10_000), hourly("out", 100_000, cost=10)])
                 assert taken.admitted and taken.levels == [
-                    pytest.approx(1000 - n, abs=1),
-                    pytest.approx(1000 - 10 * n, abs=1),
+                    pytest.approx(10_000 - n, abs=1),
+                    pytest.approx(100_000 - 10 * n, abs=1),
                 ]
         finally:
             await store.close()  # the credit's rest goes back
@@ -361,47 +361,85 @@ def test_credit_admits_without_a_round_trip_and_gives_back_what_it_did_not_use(m
         client = redis.Redis.from_url(own.url)
         stats = client.info("commandstats")
         assert stats["cmdstat_evalsha"]["calls"] <= 20 // 8 + 3, stats  # 20 requests
-        assert float(client.hget("t:k", "t")) == pytest.approx(980, abs=1)
-        assert float(client.hget("t:out", "t")) == pytest.approx(800, abs=1)
+        assert float(client.hget("t:k", "t")) == pytest.approx(9_980, abs=1)
+        assert float(client.hget("t:out", "t")) == pytest.approx(99_800, abs=1)
     finally:
         own.stop()
 
 
-def test_two_stores_with_credit_never_admit_more_than_a_bucket_holds(redis_url, redis_prefix):
+@pytest.mark.parametrize("capacity", [40, 640])
+def test_two_stores_with_credit_never_admit_more_than_a_bucket_holds(redis_url, redis_prefix, capacity):
     """Concurrent requests through two processes: credit is taken from the bucket, none below
-    half of it, and a request Redis refuses uses a credit given meanwhile: exactly the capacity."""
+    half of it, and a request Redis refuses uses a credit given meanwhile. A bucket of 40 gives
+    no credit (1/64 of it is less than a request): exactly the capacity. Of 640, a process may
+    hold up to 10 it no longer needs while the other is refused; they go back when it ends."""
 
-    async def run() -> None:
+    async def run() -> int:
         stores = [shared(redis_url, redis_prefix, credit=7) for _ in range(2)]
+        burst = [hourly("burst", capacity)]
         try:
-            results = await asyncio.gather(*(stores[i % 2].take([hourly("burst", 40)]) for i in range(100)))
-            assert sum(r.admitted for r in results) == 40
-            later = await asyncio.gather(*(store.take([hourly("burst", 40)]) for store in stores))
-            assert not any(r.admitted for r in later)
+            results = await asyncio.gather(*(stores[i % 2].take(burst) for i in range(capacity + 60)))
+            admitted = sum(r.admitted for r in results)
+            assert capacity - (0 if capacity < 64 else capacity // 64) <= admitted <= capacity
+            later = await asyncio.gather(*(store.take(burst) for store in stores))
+            admitted += sum(r.admitted for r in later)
+            assert admitted <= capacity
         finally:
             for store in stores:
                 await store.close()
+        return admitted
 
-    asyncio.run(run())
+    admitted = asyncio.run(run())
+    level = float(redis.Redis.from_url(redis_url).hget(redis_prefix + "burst", "t"))
+    assert level == pytest.approx(capacity - admitted, abs=0.2)  # what no one used went back
 
 
-def test_credit_leaves_a_bucket_at_least_half_full(redis_url, redis_prefix):
-    """Credit is asked for wants taken before, and leaves the bucket at least half full: a
-    bucket of 10 gives one process three on its second take, then none; the other process
-    sees what the credit holds, and the ten are admitted exactly."""
+def test_credit_holds_at_most_a_64th_and_leaves_a_bucket_half_full(redis_url, redis_prefix):
+    """Credit is asked for wants taken before, holds at most 1/64 of a bucket, and leaves the
+    bucket at least half full: of 128, drained to 68 by another process, one process is given
+    two on its second take, then none; the other sees what the credit holds, and the 128 are
+    admitted exactly."""
+    bucket = [hourly("half", 128)]
 
     async def run() -> None:
-        one, other = shared(redis_url, redis_prefix, credit=7), shared(redis_url, redis_prefix, credit=7)
+        one, other = shared(redis_url, redis_prefix, credit=31), shared(redis_url, redis_prefix)
         try:
-            assert (await one.take([hourly("ten", 10)])).levels == [pytest.approx(9, abs=0.1)]  # first seen: no credit
-            assert (await one.take([hourly("ten", 10)])).levels == [pytest.approx(8, abs=0.1)]  # 3 more held
-            assert (await other.take([hourly("ten", 10)])).levels == [pytest.approx(4, abs=0.1)]
-            assert [(await one.take([hourly("ten", 10)])).admitted for _ in range(9)] == [True] * 7 + [False] * 2
+            assert all([(await other.take(bucket)).admitted for _ in range(60)])
+            assert (await one.take(bucket)).levels == [pytest.approx(67, abs=0.1)]  # first seen: no credit
+            assert (await one.take(bucket)).levels == [pytest.approx(66, abs=0.1)]  # 2 more held (128 / 64)
+            assert (await other.take(bucket)).levels == [pytest.approx(63, abs=0.1)]
+            assert (await one.take(bucket)).levels == [pytest.approx(65, abs=0.1)]  # from the credit
+            assert (await one.take(bucket)).levels == [pytest.approx(64, abs=0.1)]
+            assert (await one.take(bucket)).levels == [pytest.approx(62, abs=0.1)]  # half full: Redis decides
+            rest = [(await (one if i % 2 else other).take(bucket)).admitted for i in range(70)]
+            assert rest == [True] * 62 + [False] * 8
         finally:
             await one.close()
             await other.close()
 
     asyncio.run(run())
+
+
+def test_a_small_bucket_gives_no_credit(monkeypatch):
+    """A bucket of fewer than 64 requests is decided in Redis request by request, credit or not."""
+    monkeypatch.setattr(fallback.Share, "start", lambda self: None)
+    own = RedisProcess().start()
+
+    async def run() -> None:
+        store = RedisStore(own.url, prefix="t:", timeout=1.0, fail_open=True, credit=31)
+        try:
+            for n in range(1, 11):
+                assert (await store.take([hourly("small", 63)])).levels == [pytest.approx(63 - n, abs=0.1)]
+            assert not store._credits
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(run())
+        calls = redis.Redis.from_url(own.url).info("commandstats")["cmdstat_evalsha"]["calls"]
+        assert calls == 10 + 1  # + the first, unloaded
+    finally:
+        own.stop()
 
 
 def test_credit_0_asks_redis_for_every_request(monkeypatch):
