@@ -23,7 +23,7 @@ from dragoman.calls.types import Call, Outcome, max_tokens
 from dragoman.core.config import ModelConfig
 from dragoman.keys.records import Budget, Grant
 from dragoman.limits.gate import Extra, LimitReached, rfc3339
-from dragoman.limits.store import Want
+from dragoman.limits.store import Want, kept_until
 
 NANO = 1_000  # nano-dollars per token for a price of 1 USD per million tokens
 SPAN = 4e15  # a budget bucket's capacity in nano-dollars ($4M): exact in a double, more than any budget
@@ -137,7 +137,7 @@ def bucket(key_id: str, budget: Budget, now: float, cost: float = 0.0, need: flo
     """The key's money bucket for the period holding `now`, as a settlement asks of it (or a
     request: `cost` taken if the bucket holds `need`)."""
     name, _, end = window(budget.period, now)
-    return Want(f"{{k:{key_id}}}:spend:{budget.period}:{name}", SPAN, 0.0, cost, need, end - now + 60)
+    return Want(f"{{k:{key_id}}}:spend:{budget.period}:{name}", SPAN, 0.0, cost, need, kept_until(end, now))
 
 
 def spend(grant: Grant, call: Call, price: Price, now: float) -> Extra:

@@ -26,7 +26,7 @@ from dragoman.calls.types import Call, Outcome, max_tokens
 from dragoman.core.errors import RateLimited
 from dragoman.core.limit_settings import BUDGETS, RATES, LimitsConfig, LimitSet
 from dragoman.limits.slots import Concurrency, Slots
-from dragoman.limits.store import LocalStore, Store, Taken, Want
+from dragoman.limits.store import LocalStore, Store, Taken, Want, kept_until
 
 MINUTE = 60.0
 _INPUT, _OUTPUT, _TOKENS = (f"anthropic-ratelimit-{kind}" for kind in ("input-tokens", "output-tokens", "tokens"))
@@ -225,7 +225,7 @@ class Limits:
             elif rule.kind == "budget":
                 assert rule.window is not None
                 name, end = window_end(rule.window, now)
-                wants.append(Want(f"{rule.key}:{name}", rule.capacity, 0.0, 0.0, 1.0, end - now + MINUTE))
+                wants.append(Want(f"{rule.key}:{name}", rule.capacity, 0.0, 0.0, 1.0, kept_until(end, now)))
             else:
                 cost = 1.0 if rule.kind == "request" else float(reserved) if rule.kind == "output" else 0.0
                 need = min(cost, rule.capacity) if rule.kind != "input" else 1.0
@@ -254,7 +254,7 @@ class Limits:
         against, as their requests' settlements did: at start, from the usage ledger."""
         now = self._clock()
         name, end = window_end(window, now)
-        changes = [(Want(f"{rule.key}:{name}", rule.capacity, 0.0, 0.0, 1.0, end - now + MINUTE), -float(tokens))
+        changes = [(Want(f"{rule.key}:{name}", rule.capacity, 0.0, 0.0, 1.0, kept_until(end, now)), -float(tokens))
                    for rule in self._plan(key_id, tenant, model, upstream_model).rules
                    if rule.kind == "budget" and rule.window == window]  # fmt: skip
         if changes:

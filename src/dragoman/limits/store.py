@@ -30,6 +30,13 @@ class Want:
     ttl: float  # seconds an untouched bucket is kept (it is full again by then)
 
 
+def kept_until(end: float, now: float) -> float:
+    """The ttl of a bucket whose period ends at `end`: a minute past it, counted from the start
+    of `now`'s minute, so a request's `Want` equals the one before it for a minute (and a store
+    reuses its encoding, `redis_store._encode`, instead of keeping one per request)."""
+    return end - now // 60 * 60 + 60
+
+
 @dataclass(slots=True)
 class Taken:
     admitted: bool

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 
 from dragoman.core.config import Price as PriceConfig
-from dragoman.keys.money import Prices, budget_nanodollars, cents, window
+from dragoman.keys.money import Prices, bucket, budget_nanodollars, cents, window
 from dragoman.keys.records import Budget
 
 
@@ -27,6 +27,20 @@ def test_periods_are_calendar_periods_in_utc() -> None:
         _at("2027-01-01T00:00:00+00:00"),
     )
     assert window("day", _at("2026-12-06T12:00:00-05:00"))[0] == "2026-12-06"  # 17:00 UTC
+
+
+def test_a_keys_money_bucket_is_one_want_for_a_minute_and_outlives_its_period() -> None:
+    """Requests within a minute ask the same `Want` (a Redis store encodes it once, not once per
+    request), and its ttl always reaches a minute past the period's end."""
+    budget = Budget(amount="100", period="day")
+    first, later = (
+        bucket("key_1", budget, _at(t)) for t in ("2026-12-06T10:00:00+00:00", "2026-12-06T10:00:59.9+00:00")
+    )
+    assert first == later and hash(first) == hash(later)
+    assert bucket("key_1", budget, _at("2026-12-06T10:01:00+00:00")) != first
+    for moment in ("2026-12-06T10:00:30+00:00", "2026-12-06T23:59:59.5+00:00"):
+        now = _at(moment)
+        assert now + bucket("key_1", budget, now).ttl >= _at("2026-12-07T00:01:00+00:00")
 
 
 def test_amounts_are_cents_as_decimal_strings() -> None:
