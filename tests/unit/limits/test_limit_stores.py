@@ -394,6 +394,30 @@ def test_two_stores_with_credit_never_admit_more_than_a_bucket_holds(redis_url, 
     assert level == pytest.approx(capacity - admitted, abs=0.2)  # what no one used went back
 
 
+def test_credit_never_takes_a_budget_past_its_edge(redis_url, redis_prefix):
+    """A money budget is a bucket that admits while it holds `need` (keys/money.py: a span far
+    larger than the budget): credit keeps half of what is left above `need`, not of the span,
+    so two processes admit at most the budget, and what they held goes back."""
+    budget = [Want("spend", 10_000, 0.0, 1.0, 10_000 - 1_000 + 1, 3600)]  # 1,000 to spend, 1 a request
+
+    async def run() -> int:
+        stores = [shared(redis_url, redis_prefix, credit=31) for _ in range(2)]
+        try:
+            admitted = 0
+            for _ in range(12):  # in waves, so later takes are asked with credit
+                results = await asyncio.gather(*(stores[i % 2].take(budget) for i in range(100)))
+                admitted += sum(r.admitted for r in results)
+            assert 1_000 - 2 * 31 <= admitted <= 1_000
+        finally:
+            for store in stores:
+                await store.close()
+        return admitted
+
+    admitted = asyncio.run(run())
+    level = float(redis.Redis.from_url(redis_url).hget(redis_prefix + "spend", "t"))
+    assert level == pytest.approx(10_000 - admitted, abs=0.1)
+
+
 def test_credit_holds_at_most_a_64th_and_leaves_a_bucket_half_full(redis_url, redis_prefix):
     """Credit is asked for wants taken before, holds at most 1/64 of a bucket, and leaves the
     bucket at least half full: of 128, drained to 68 by another process, one process is given
