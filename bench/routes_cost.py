@@ -13,7 +13,9 @@ route, counted by a backend that answers at once (passed through, its body splic
 envelope's parts, as a passthrough upstream's count is). Issue 33 asks at most 20 µs for 20 routes.
 
 A passed-through body's tools and system prompt are read once per distinct bytes (`routes.memo`):
-the `unseen` line empties the memos before each request, as for a session's first turn. A table
+the `unseen` line empties the memos before each request. Claude Code's tools hold nothing of
+its session (the working directory and date are in the system prompt), so a process sees new
+tools once per Claude Code version and set of MCP servers, not once per session. A table
 that asks their facts and needs none of their bytes has its envelope read them in its own pass
 (`routes.shape.routed_envelope`): what the table's envelope costs more than the plain one a
 gateway without routes reads is counted in, on every passed-through line.
@@ -22,6 +24,10 @@ Passed through, `images` reads the messages' blocks, which the URL-image check o
 passthrough backend then reuses (`protocol.blocks`): `net` is the cost less that read, which
 every passed-through request pays, routed or not. The endpoint's `Outcome` is made untimed, and
 the headers are Starlette's, as the endpoint hands them on.
+
+With a count, `call` is the count's own call, timed alone: its body spliced, the `Call` made,
+the backend called and its answer read. A real upstream's count is a round trip over HTTP on
+top; `evaluation` is the line less that call: what evaluating the routes costs.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from dragoman.core.capabilities import ModelCaps
 from dragoman.core.config_load import from_dict
 from dragoman.protocol.anthropic import ENVELOPE, MESSAGES_REQUEST
 from dragoman.routes.memo import Memo
+from dragoman.routes.shape import Shape
 from dragoman.routes.table import Routes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -132,6 +139,27 @@ async def cost(shape: str, count: int, counted: bool, requests: int, path: str, 
     return best / requests * 1e6 + (0.0 if path == "translate" else extra_read(routes, body, requests))
 
 
+async def count_call(shape_name: str, path: str, requests: int) -> float:
+    """µs of CPU per request of the count's own call (`Routes._count`), the shape it reads made untimed."""
+    routes = table(20, True, path)
+    body = shapes.anthropic_body(shape_name, model="bench-model", max_tokens=100, stream=True)
+    read = (MESSAGES_REQUEST if path == "translate" else routes.envelope).decode(body)
+    headers = Headers(raw=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in HEADERS.items()])
+    route = await routes._resolve("bench-model")
+
+    async def own() -> Route:
+        return route
+
+    best = float("inf")
+    for _round in range(3):
+        made = [Shape("bench-model", headers, body, read, routes._reader) for _ in range(requests)]
+        started = time.process_time()
+        for shape in made:
+            await routes._count(shape, own, headers, "messages")
+        best = min(best, time.process_time() - started)
+    return best / requests * 1e6
+
+
 def extra_read(routes: Routes, body: bytes, requests: int) -> float:
     """µs of CPU the table's envelope costs more than the plain one (best of 5 interleaved rounds each)."""
     best = {decoder: float("inf") for decoder in (routes.envelope, ENVELOPE)}
@@ -173,18 +201,21 @@ def main() -> None:
             size = len(shapes.anthropic_body(shape, model="bench-model", max_tokens=100, stream=True))
             plain = asyncio.run(cost(shape, args.routes, False, args.requests, path))
             counted = asyncio.run(cost(shape, args.routes, True, args.requests, path))
+            call = asyncio.run(count_call(shape, path, args.requests))
             line = f"{path:11} {shape:12} {size:>6} B  {args.routes} routes: {plain:6.1f} µs   "
-            line += f"with an input_tokens route: {counted:6.1f} µs"
+            line += f"with an input_tokens route: {counted:6.1f} µs (call {call:.1f})"
             if path == "passthrough":
                 paid = shared(shape, args.requests, table(1, False).envelope)
                 line += f"   net of the URL-image check's read ({paid:.1f} µs): {plain - paid:6.1f} µs"
+                line += f", with the count {counted - paid:6.1f}, evaluation {counted - paid - call:6.1f} µs"
             print(line)
-            if path == "passthrough" and shape != "tiny":  # the first turn: tools and system prompt not yet seen
+            if path == "passthrough" and shape != "tiny":  # tools and system prompt not yet seen (memos emptied)
                 plain = asyncio.run(cost(shape, args.routes, False, args.requests, path, unseen=True))
                 counted = asyncio.run(cost(shape, args.routes, True, args.requests, path, unseen=True))
                 line = f"{path:11} {shape + ' unseen':19} {args.routes} routes: {plain:6.1f} µs   "
                 line += f"with an input_tokens route: {counted:6.1f} µs"
-                print(line + f"   net: {plain - paid:6.1f} µs, {counted - paid:6.1f} µs")
+                line += f"   net: {plain - paid:6.1f} µs, {counted - paid:6.1f} µs"
+                print(line + f", evaluation {counted - paid - call:6.1f} µs")
 
 
 if __name__ == "__main__":

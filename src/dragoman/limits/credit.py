@@ -2,9 +2,11 @@
 
 Each round trip to Redis costs the gateway a wait on another process: at concurrency 1, a
 sleep and a wake-up, most of the 60-90 µs of CPU that limits in Redis cost per request on a
-2-core VM (docs/performance.md). So where every bucket a request takes from holds more than
-half its capacity after taking, `STEP` takes the cost of up to `limits.redis_credit` more
-requests just like it, and this process admits those from its credit for `CREDIT_TTL` seconds.
+2-core VM (docs/performance.md). So where every bucket a request takes from keeps more than
+half of what it can give after taking (its level above `need - cost`, the lowest a take may
+leave: 0 for a rate, the budget's edge for a key's money), `STEP` takes the cost of up to
+`limits.redis_credit` more requests just like it, and this process admits those from its
+credit for `CREDIT_TTL` seconds.
 
 What a credit took, Redis took: no process admits more than a bucket holds, and a bucket
 under half full gives none, so near the edge every request is decided in Redis as before.

@@ -42,13 +42,14 @@ FLUSH_AFTER = 0.1  # seconds a settlement waits at most for a request to ride al
 ENCODED_MAX = 4096  # wants whose encoding is remembered (a request's mostly repeat)
 
 # ARGV[1]: n, the buckets to take from (the first n KEYS); the other KEYS are settled first.
-# ARGV[2]: at most this many more of each cost taken, where every bucket keeps more than HALF its
-# capacity after and the more taken is at most HOLD of it (credit.py); negative, a take ahead
-# (`_ask_ahead`): for no request, its own share is credit too, so that counts in HOLD, and where
-# there is no room for it nothing is taken. Then 5 ARGV per bucket
-# taken from (capacity, refill per ms, cost, need, ttl ms), then 4 per bucket settled (capacity,
-# refill per ms, ttl ms, delta: the first three are the same each time, encoded once). Returns
-# {admitted, level..., extra} with the levels as strings (Lua numbers would come back truncated).
+# ARGV[2]: at most this many more of each cost taken, where every bucket keeps more than HALF of
+# what it can give (above need - cost, the lowest level a take may leave) after, and the more
+# taken is at most HOLD of that (credit.py); negative, a take ahead (`_ask_ahead`): for no
+# request, its own share is credit too, so that counts in HOLD, and where there is no room for
+# it nothing is taken. Then 5 ARGV per bucket taken from (capacity, refill per ms, cost, need,
+# ttl ms), then 4 per bucket settled (capacity, refill per ms, ttl ms, delta: the first three are
+# the same each time, encoded once). Returns {admitted, level..., extra} with the levels as
+# strings (Lua numbers would come back truncated).
 STEP = """
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -73,10 +74,11 @@ end
 local levels, admitted = {}, 1
 for i = 1, n do
   local b = 3 + (i - 1) * 5
-  local cap, cost = tonumber(ARGV[b]), tonumber(ARGV[b + 2])
+  local cap, cost, need = tonumber(ARGV[b]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   levels[i] = level(KEYS[i], cap, tonumber(ARGV[b + 1]))
-  if levels[i] < tonumber(ARGV[b + 3]) then admitted = 0 end
-  local room = math.min(levels[i] - cost - cap * HALF, cap * HOLD - (ahead and cost or 0))
+  if levels[i] < need then admitted = 0 end
+  local floor = need - cost  -- the lowest level a take may leave; a budget's is far above 0
+  local room = math.min(levels[i] - cost - floor - (cap - floor) * HALF, (cap - floor) * HOLD - (ahead and cost or 0))
   if room < 0 then
     extra = 0
     if ahead then admitted = 0 end

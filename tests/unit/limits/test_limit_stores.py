@@ -367,31 +367,47 @@ def test_credit_admits_without_a_round_trip_and_gives_back_what_it_did_not_use(m
         own.stop()
 
 
+def through_two_stores(
+    redis_url: str, redis_prefix: str, wants: list[Want], credit: int, waves: list[int]
+) -> list[int]:
+    """Bursts of concurrent takes of `wants` (`waves`: each one's size) through two stores in
+    turn, then both closed (what their credits still hold goes back): each wave's admitted."""
+
+    async def run() -> list[int]:
+        stores = [shared(redis_url, redis_prefix, credit=credit) for _ in range(2)]
+        try:
+            return [sum(r.admitted for r in await asyncio.gather(*(stores[i % 2].take(wants) for i in range(size))))
+                    for size in waves]  # fmt: skip
+        finally:
+            for store in stores:
+                await store.close()
+
+    return asyncio.run(run())
+
+
+def level_of(redis_url: str, key: str) -> float:
+    return float(redis.Redis.from_url(redis_url).hget(key, "t"))
+
+
 @pytest.mark.parametrize("capacity", [40, 640])
 def test_two_stores_with_credit_never_admit_more_than_a_bucket_holds(redis_url, redis_prefix, capacity):
     """Concurrent requests through two processes: credit is taken from the bucket, none below
     half of it, and a request Redis refuses uses a credit given meanwhile. A bucket of 40 gives
     no credit (1/64 of it is less than a request): exactly the capacity. Of 640, a process may
     hold up to 10 it no longer needs while the other is refused; they go back when it ends."""
+    burst, later = through_two_stores(redis_url, redis_prefix, [hourly("burst", capacity)], 7, [capacity + 60, 2])
+    assert capacity - (0 if capacity < 64 else capacity // 64) <= burst <= burst + later <= capacity
+    assert level_of(redis_url, redis_prefix + "burst") == pytest.approx(capacity - burst - later, abs=0.2)
 
-    async def run() -> int:
-        stores = [shared(redis_url, redis_prefix, credit=7) for _ in range(2)]
-        burst = [hourly("burst", capacity)]
-        try:
-            results = await asyncio.gather(*(stores[i % 2].take(burst) for i in range(capacity + 60)))
-            admitted = sum(r.admitted for r in results)
-            assert capacity - (0 if capacity < 64 else capacity // 64) <= admitted <= capacity
-            later = await asyncio.gather(*(store.take(burst) for store in stores))
-            admitted += sum(r.admitted for r in later)
-            assert admitted <= capacity
-        finally:
-            for store in stores:
-                await store.close()
-        return admitted
 
-    admitted = asyncio.run(run())
-    level = float(redis.Redis.from_url(redis_url).hget(redis_prefix + "burst", "t"))
-    assert level == pytest.approx(capacity - admitted, abs=0.2)  # what no one used went back
+def test_credit_never_takes_a_budget_past_its_edge(redis_url, redis_prefix):
+    """A money budget is a bucket that admits while it holds `need` (keys/money.py: a span far
+    larger than the budget): credit keeps half of what is left above `need`, not of the span,
+    so two processes admit at most the budget, and what they held goes back."""
+    budget = [Want("spend", 10_000, 0.0, 1.0, 10_000 - 1_000 + 1, 3600)]  # 1,000 to spend, 1 a request
+    admitted = sum(through_two_stores(redis_url, redis_prefix, budget, 31, [100] * 12))  # later waves with credit
+    assert 1_000 - 2 * 31 <= admitted <= 1_000
+    assert level_of(redis_url, redis_prefix + "spend") == pytest.approx(10_000 - admitted, abs=0.1)
 
 
 def test_credit_holds_at_most_a_64th_and_leaves_a_bucket_half_full(redis_url, redis_prefix):
