@@ -44,10 +44,12 @@ ENCODED_MAX = 4096  # wants whose encoding is remembered (a request's mostly rep
 # ARGV[1]: n, the buckets to take from (the first n KEYS); the other KEYS are settled first.
 # ARGV[2]: at most this many more of each cost taken, where every bucket keeps more than HALF of
 # what it can give (above need - cost, the lowest level a take may leave) after, and the more
-# taken is at most HOLD of that (credit.py). Then 5 ARGV per bucket taken from (capacity, refill
-# per ms, cost, need, ttl ms), then 4 per bucket settled (capacity, refill per ms, ttl ms, delta:
-# the first three are the same each time, encoded once). Returns {admitted, level..., extra}
-# with the levels as strings (Lua numbers would come back truncated).
+# taken is at most HOLD of that (credit.py); negative, a take ahead (`_ask_ahead`): for no
+# request, its own share is credit too, so that counts in HOLD, and where there is no room for
+# it nothing is taken. Then 5 ARGV per bucket taken from (capacity, refill per ms, cost, need,
+# ttl ms), then 4 per bucket settled (capacity, refill per ms, ttl ms, delta: the first three are
+# the same each time, encoded once). Returns {admitted, level..., extra} with the levels as
+# strings (Lua numbers would come back truncated).
 STEP = """
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -61,6 +63,8 @@ local function store(key, tokens, ttl)
   redis.call('PEXPIRE', key, ttl)
 end
 local n, extra = tonumber(ARGV[1]), tonumber(ARGV[2])
+local ahead = extra < 0
+if ahead then extra = -extra end
 local a = 3 + n * 5
 for i = n + 1, #KEYS do
   local cap, rate = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
@@ -74,8 +78,11 @@ for i = 1, n do
   levels[i] = level(KEYS[i], cap, tonumber(ARGV[b + 1]))
   if levels[i] < need then admitted = 0 end
   local floor = need - cost  -- the lowest level a take may leave; a budget's is far above 0
-  local room = math.min(levels[i] - cost - floor - (cap - floor) * HALF, (cap - floor) * HOLD)
-  if room < 0 then extra = 0 elseif cost > 0 then extra = math.min(extra, math.floor(room / cost)) end
+  local room = math.min(levels[i] - cost - floor - (cap - floor) * HALF, (cap - floor) * HOLD - (ahead and cost or 0))
+  if room < 0 then
+    extra = 0
+    if ahead then admitted = 0 end
+  elseif cost > 0 then extra = math.min(extra, math.floor(room / cost)) end
 end
 if admitted == 0 then extra = 0 end
 local reply = {admitted}
@@ -154,6 +161,7 @@ class RedisStore:
         self._queued: list[tuple[Want, float]] = []  # settlements waiting for the next round trip
         self._flush: asyncio.TimerHandle | None = None
         self._pending: set[asyncio.Task[None]] = set()
+        self._asks: dict[tuple[object, ...], asyncio.Task[None]] = {}  # credit asked ahead (`_ahead`)
         self._encoded: dict[Want, tuple[bytes, bytes, bytes]] = {}  # by want: see `_encode`
         self._credit = credit  # requests admitted ahead per round trip, at most (credit.py)
         self._extra = bulk(credit)
@@ -175,7 +183,12 @@ class RedisStore:
         if self._credit:
             key = tuple([(w.key, w.capacity, w.per_second, w.cost, w.need) for w in wants])
             taken = self._from_credit(key)
+            if taken is None and key in self._asks:  # the next credit is on its way: sooner than asking
+                await asyncio.shield(self._asks[key])
+                taken = self._from_credit(key)
             if taken is not None:
+                if not self._credits[key].left:
+                    self._ahead(key, wants)
                 return taken
             self._give_back(key)  # used up or past: its rest goes back
         if self.down():
@@ -200,6 +213,33 @@ class RedisStore:
             return self._granted(key, wants, levels, extra) if extra else Taken(True, levels)  # type: ignore[arg-type]
         taken = self._from_credit(key) if key is not None else None  # given beside this one meanwhile
         return taken or refused(levels, wants) or Taken(False, levels, 0, 0.001)  # refilled meanwhile: ask again soon
+
+    def _ahead(self, key: tuple[object, ...], wants: Sequence[Want]) -> None:
+        """The credit for `key` just spent: the next is asked now, in a task of its own, so that
+        the request that would have asked it finds it (at concurrency 1 the round trip was 0.4 ms
+        and 0.17 ms of CPU on the path of every 32nd request: a sixth of the slowest 1 %)."""
+        if key in self._asking or self.down():
+            return
+        self._asking.add(key)
+        task = self._asks[key] = asyncio.get_running_loop().create_task(self._ask_ahead(key, wants))
+        task.add_done_callback(lambda done: self._asks.pop(key) if self._asks.get(key) is done else None)
+
+    async def _ask_ahead(self, key: tuple[object, ...], wants: Sequence[Want]) -> None:
+        """STEP for no request (a negative extra): what it takes, its own share included, is
+        the new credit; near the edge it takes nothing and the next request asks Redis itself."""
+        settling = self._take_queued()
+        try:
+            reply = await self._call(wants, settling, -self._credit)
+        except (RedisError, OSError, TimeoutError) as error:
+            self.failed(error, settling)
+            return
+        finally:
+            self._asking.discard(key)
+        n = len(wants)
+        levels = [float(level) for level in reply[1 : n + 1]]
+        self.share.reported(wants, levels)
+        if reply[0] == 1:
+            self._granted(key, wants, levels, int(reply[n + 1]) + 1)
 
     def _from_credit(self, key: tuple[object, ...]) -> Taken | None:
         """A request admitted from the credit these wants hold, if any is left and in time."""
@@ -355,6 +395,8 @@ class RedisStore:
 
     async def close(self) -> None:
         await self.share.close()
+        if self._asks:  # a credit they bring goes back below with the others
+            await asyncio.gather(*self._asks.values(), return_exceptions=True)
         for key in list(self._credits):
             self._give_back(key)
         self._flush_now()
