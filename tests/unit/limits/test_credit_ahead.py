@@ -11,13 +11,8 @@ import redis
 
 from dragoman.limits import fallback
 from dragoman.limits.redis_store import RedisStore
-from dragoman.limits.store import Want
+from tests.support.limits import hourly
 from tests.support.redis_server import RedisProcess
-
-
-def hourly(key: str, limit: int, cost: float = 1.0) -> Want:
-    """A bucket that barely refills while a test runs."""
-    return Want(key, limit, limit / 3600, cost, cost, 3600)
 
 
 def counted(store: RedisStore) -> list[int]:

@@ -17,6 +17,7 @@ from dragoman.core.config_load import from_dict
 from dragoman.limits import fallback, gate, redis_slots
 from dragoman.limits.redis_store import LimitsUnavailable, RedisStore
 from dragoman.limits.store import LocalStore, Want
+from tests.support.limits import hourly
 from tests.support.redis_server import RedisProcess
 from tests.support.waiting import eventually_async
 
@@ -331,11 +332,6 @@ def test_shared_slots_fall_back_to_the_process_while_redis_is_away():
         asyncio.run(run())
     finally:
         own.stop()
-
-
-def hourly(key: str, limit: int, cost: float = 1.0) -> Want:
-    """A bucket that barely refills while a test runs."""
-    return Want(key, limit, limit / 3600, cost, cost, 3600)
 
 
 def test_credit_admits_without_a_round_trip_and_gives_back_what_it_did_not_use(monkeypatch):
