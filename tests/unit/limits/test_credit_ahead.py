@@ -9,10 +9,8 @@ from typing import Any
 import pytest
 import redis
 
-from dragoman.limits import fallback
 from dragoman.limits.redis_store import RedisStore
 from tests.support.limits import hourly
-from tests.support.redis_server import RedisProcess
 
 
 def counted(store: RedisStore) -> list[int]:
@@ -27,14 +25,6 @@ def counted(store: RedisStore) -> list[int]:
 
     store._call = counting  # type: ignore[method-assign]
     return asked
-
-
-@pytest.fixture
-def own_redis(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setattr(fallback.Share, "start", lambda self: None)  # the heartbeat's round trips are its own
-    own = RedisProcess().start()
-    yield own
-    own.stop()
 
 
 def test_a_spent_credit_is_followed_by_the_next_without_a_request_waiting(own_redis):

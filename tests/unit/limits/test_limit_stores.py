@@ -17,7 +17,7 @@ from dragoman.core.config_load import from_dict
 from dragoman.limits import fallback, gate, redis_slots
 from dragoman.limits.redis_store import LimitsUnavailable, RedisStore
 from dragoman.limits.store import LocalStore, Want
-from tests.support.limits import hourly
+from tests.support.limits import evalsha_calls, hourly
 from tests.support.redis_server import RedisProcess
 from tests.support.waiting import eventually_async
 
@@ -189,12 +189,9 @@ def test_redis_unreachable_fails_closed():
         own.stop()
 
 
-def test_redis_takes_one_round_trip_per_request_with_its_settlement(monkeypatch):
-    monkeypatch.setattr(fallback.Share, "start", lambda self: None)  # the heartbeat's round trips are its own
-    own = RedisProcess().start()  # of its own: its command counts are this test's alone
-
+def test_redis_takes_one_round_trip_per_request_with_its_settlement(own_redis):
     async def run() -> None:
-        store = RedisStore(own.url, prefix="t:", timeout=1.0, fail_open=True, credit=0)
+        store = RedisStore(own_redis.url, prefix="t:", timeout=1.0, fail_open=True, credit=0)
         try:
             for _ in range(20):
                 taken = await store.take([rpm("k", 1000), rpm("out", 1000, cost=100)])
@@ -203,18 +200,15 @@ def test_redis_takes_one_round_trip_per_request_with_its_settlement(monkeypatch)
         finally:
             await store.close()  # the last settlement goes alone
 
-    try:
-        asyncio.run(run())
-        stats = redis.Redis.from_url(own.url).info("commandstats")
-        calls = {name.removeprefix("cmdstat_"): figures["calls"] for name, figures in stats.items()}
-        # 20 takes, then the last settlement alone: 21 script runs (each reads Redis's TIME once);
-        # the first EVALSHA found no script, which was loaded once and run again
-        assert calls["time"] == 21, calls
-        assert calls["evalsha"] == 22 and calls.get("script|load", calls.get("script")) == 1, calls
-        sent = set(calls) - {"time", "hmget", "hset", "pexpire"}  # those ran inside the script
-        assert sent <= {"evalsha", "script|load", "script", "info", "ping", "hello", "client|setinfo", "client"}, calls
-    finally:
-        own.stop()
+    asyncio.run(run())
+    stats = redis.Redis.from_url(own_redis.url).info("commandstats")
+    calls = {name.removeprefix("cmdstat_"): figures["calls"] for name, figures in stats.items()}
+    # 20 takes, then the last settlement alone: 21 script runs (each reads Redis's TIME once);
+    # the first EVALSHA found no script, which was loaded once and run again
+    assert calls["time"] == 21, calls
+    assert calls["evalsha"] == 22 and calls.get("script|load", calls.get("script")) == 1, calls
+    sent = set(calls) - {"time", "hmget", "hset", "pexpire"}  # those ran inside the script
+    assert sent <= {"evalsha", "script|load", "script", "info", "ping", "hello", "client|setinfo", "client"}, calls
 
 
 @pytest.mark.parametrize("credit", [0, 7])
@@ -334,14 +328,12 @@ def test_shared_slots_fall_back_to_the_process_while_redis_is_away():
         own.stop()
 
 
-def test_credit_admits_without_a_round_trip_and_gives_back_what_it_did_not_use(monkeypatch):
+def test_credit_admits_without_a_round_trip_and_gives_back_what_it_did_not_use(own_redis):
     """Where the buckets are far from empty, one round trip takes several requests' costs
     (limits/credit.py): fewer scripts run, and at the end Redis holds what was used, no less."""
-    monkeypatch.setattr(fallback.Share, "start", lambda self: None)
-    own = RedisProcess().start()
 
     async def run() -> None:
-        store = RedisStore(own.url, prefix="t:", timeout=1.0, fail_open=True, credit=31)
+        store = RedisStore(own_redis.url, prefix="t:", timeout=1.0, fail_open=True, credit=31)
         try:
             for n in range(1, 21):
                 taken = await store.take([hourly("k", 10_000), hourly("out", 100_000, cost=10)])
@@ -352,15 +344,10 @@ def test_credit_admits_without_a_round_trip_and_gives_back_what_it_did_not_use(m
         finally:
             await store.close()  # the credit's rest goes back
 
-    try:
-        asyncio.run(run())
-        client = redis.Redis.from_url(own.url)
-        stats = client.info("commandstats")
-        assert stats["cmdstat_evalsha"]["calls"] <= 20 // 8 + 3, stats  # 20 requests
-        assert float(client.hget("t:k", "t")) == pytest.approx(9_980, abs=1)
-        assert float(client.hget("t:out", "t")) == pytest.approx(99_800, abs=1)
-    finally:
-        own.stop()
+    asyncio.run(run())
+    assert evalsha_calls(own_redis.url) <= 20 // 8 + 3  # 20 requests
+    assert level_of(own_redis.url, "t:k") == pytest.approx(9_980, abs=1)
+    assert level_of(own_redis.url, "t:out") == pytest.approx(99_800, abs=1)
 
 
 def through_two_stores(
@@ -432,13 +419,11 @@ def test_credit_holds_at_most_a_64th_and_leaves_a_bucket_half_full(redis_url, re
     asyncio.run(run())
 
 
-def test_a_small_bucket_gives_no_credit(monkeypatch):
+def test_a_small_bucket_gives_no_credit(own_redis):
     """A bucket of fewer than 64 requests is decided in Redis request by request, credit or not."""
-    monkeypatch.setattr(fallback.Share, "start", lambda self: None)
-    own = RedisProcess().start()
 
     async def run() -> None:
-        store = RedisStore(own.url, prefix="t:", timeout=1.0, fail_open=True, credit=31)
+        store = RedisStore(own_redis.url, prefix="t:", timeout=1.0, fail_open=True, credit=31)
         try:
             for n in range(1, 11):
                 assert (await store.take([hourly("small", 63)])).levels == [pytest.approx(63 - n, abs=0.1)]
@@ -446,21 +431,15 @@ def test_a_small_bucket_gives_no_credit(monkeypatch):
         finally:
             await store.close()
 
-    try:
-        asyncio.run(run())
-        calls = redis.Redis.from_url(own.url).info("commandstats")["cmdstat_evalsha"]["calls"]
-        assert calls == 10 + 1  # + the first, unloaded
-    finally:
-        own.stop()
+    asyncio.run(run())
+    assert evalsha_calls(own_redis.url) == 10 + 1  # + the first, unloaded
 
 
-def test_credit_0_asks_redis_for_every_request(monkeypatch):
+def test_credit_0_asks_redis_for_every_request(own_redis):
     """`limits.redis_credit = 0` reaches the store: one script run per request, as before credit."""
-    monkeypatch.setattr(fallback.Share, "start", lambda self: None)
-    own = RedisProcess().start()
 
     async def run() -> None:
-        limits = gate.build(from_dict({"limits": {"redis_url": own.url, "redis_credit": 0,
+        limits = gate.build(from_dict({"limits": {"redis_url": own_redis.url, "redis_credit": 0,
                                                   "requests_per_minute": 1000}}).limits)  # fmt: skip
         assert limits is not None
         try:
@@ -469,10 +448,5 @@ def test_credit_0_asks_redis_for_every_request(monkeypatch):
         finally:
             await limits.close()
 
-    try:
-        asyncio.run(run())
-        assert (
-            redis.Redis.from_url(own.url).info("commandstats")["cmdstat_evalsha"]["calls"] == 10 + 1
-        )  # + the first, unloaded
-    finally:
-        own.stop()
+    asyncio.run(run())
+    assert evalsha_calls(own_redis.url) == 10 + 1  # + the first, unloaded
