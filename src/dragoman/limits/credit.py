@@ -28,8 +28,15 @@ from dataclasses import dataclass
 from dragoman.limits.store import Taken, Want
 
 CREDIT_TTL = 1.0  # seconds a credit lasts
-HALF = 0.5  # the share of its capacity a bucket must keep for a credit (in STEP too)
-HOLD = 1 / 64  # the share of a bucket one credit may hold, at most (in STEP)
+HALF = 0.5  # the share of what a bucket can give that it must keep for a credit (in STEP too)
+HOLD = 1 / 64  # the share of what a bucket can give that one credit may hold, at most (in STEP)
+
+
+def kept(want: Want) -> float:
+    """The level a credit must leave `want`'s bucket above: HALF of what it can give over
+    `need - cost`, the lowest level a take may leave (STEP computes the same in Lua)."""
+    floor = want.need - want.cost
+    return floor + (want.capacity - floor) * HALF
 
 
 @dataclass(slots=True)
@@ -54,7 +61,7 @@ class Credit:
         for index, mine in enumerate(self.wants):
             if mine.key == want.key:
                 self.levels[index] += delta
-                if not mine.cost and self.levels[index] < max(mine.need, mine.capacity * HALF):
+                if not mine.cost and self.levels[index] < kept(mine):
                     return False
         return True
 

@@ -30,9 +30,10 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from dragoman.core.errors import GatewayError
-from dragoman.limits.credit import CREDIT_TTL, HALF, HOLD, Credit, granted
+from dragoman.limits.credit import CREDIT_TTL, Credit, granted
 from dragoman.limits.fallback import Share
 from dragoman.limits.resp import Pipe, bulk, supported
+from dragoman.limits.scripts import SEED, STEP
 from dragoman.limits.store import LocalStore, Taken, Want, refused
 
 log = logging.getLogger("dragoman.limits")
@@ -40,78 +41,6 @@ log = logging.getLogger("dragoman.limits")
 RETRY_AFTER = 1.0  # seconds after a failure before Redis is asked again
 FLUSH_AFTER = 0.1  # seconds a settlement waits at most for a request to ride along with
 ENCODED_MAX = 4096  # wants whose encoding is remembered (a request's mostly repeat)
-
-# ARGV[1]: n, the buckets to take from (the first n KEYS); the other KEYS are settled first.
-# ARGV[2]: at most this many more of each cost taken, where every bucket keeps more than HALF of
-# what it can give (above need - cost, the lowest level a take may leave) after, and the more
-# taken is at most HOLD of that (credit.py); negative, a take ahead (`_ask_ahead`): for no
-# request, its own share is credit too, so that counts in HOLD, and where there is no room for
-# it nothing is taken. Then 5 ARGV per bucket taken from (capacity, refill per ms, cost, need,
-# ttl ms), then 4 per bucket settled (capacity, refill per ms, ttl ms, delta: the first three are
-# the same each time, encoded once). Returns {admitted, level..., extra} with the levels as
-# strings (Lua numbers would come back truncated).
-STEP = """
-local now = redis.call('TIME')
-now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local function level(key, cap, rate)
-  local state = redis.call('HMGET', key, 't', 'at')
-  if not state[1] then return cap end
-  return math.min(cap, tonumber(state[1]) + (now - tonumber(state[2])) * rate)
-end
-local function store(key, tokens, ttl)
-  redis.call('HSET', key, 't', tostring(tokens), 'at', now)
-  redis.call('PEXPIRE', key, ttl)
-end
-local n, extra = tonumber(ARGV[1]), tonumber(ARGV[2])
-local ahead = extra < 0
-if ahead then extra = -extra end
-local a = 3 + n * 5
-for i = n + 1, #KEYS do
-  local cap, rate = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  store(KEYS[i], math.min(cap, level(KEYS[i], cap, rate) + tonumber(ARGV[a + 3])), ARGV[a + 2])
-  a = a + 4
-end
-local levels, admitted = {}, 1
-for i = 1, n do
-  local b = 3 + (i - 1) * 5
-  local cap, cost, need = tonumber(ARGV[b]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-  levels[i] = level(KEYS[i], cap, tonumber(ARGV[b + 1]))
-  if levels[i] < need then admitted = 0 end
-  local floor = need - cost  -- the lowest level a take may leave; a budget's is far above 0
-  local room = math.min(levels[i] - cost - floor - (cap - floor) * HALF, (cap - floor) * HOLD - (ahead and cost or 0))
-  if room < 0 then
-    extra = 0
-    if ahead then admitted = 0 end
-  elseif cost > 0 then extra = math.min(extra, math.floor(room / cost)) end
-end
-if admitted == 0 then extra = 0 end
-local reply = {admitted}
-for i = 1, n do
-  local b = 3 + (i - 1) * 5
-  if admitted == 1 then
-    levels[i] = levels[i] - tonumber(ARGV[b + 2]) * (1 + extra)
-    store(KEYS[i], levels[i], ARGV[b + 4])
-  end
-  reply[i + 1] = tostring(levels[i])
-end
-reply[n + 2] = extra
-return reply
-""".replace("HALF", repr(HALF)).replace("HOLD", repr(HOLD))
-
-
-# KEYS: buckets to start where Redis holds nothing for them; 3 ARGV each (capacity, delta, ttl ms).
-SEED = """
-local now = redis.call('TIME')
-now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-for i = 1, #KEYS do
-  local a = (i - 1) * 3 + 1
-  if redis.call('EXISTS', KEYS[i]) == 0 then
-    redis.call('HSET', KEYS[i], 't', tostring(math.min(tonumber(ARGV[a]), tonumber(ARGV[a]) + tonumber(ARGV[a + 1]))), 'at', now)
-    redis.call('PEXPIRE', KEYS[i], ARGV[a + 2])
-  end
-end
-return #KEYS
-"""
 
 
 class LimitsUnavailable(GatewayError):
@@ -198,16 +127,14 @@ class RedisStore:
         if asking:  # one request at a time asks credit, for wants taken before
             self._asking.add(key)  # type: ignore[arg-type]
         try:
-            reply = await self._call(wants, settling, asking)
-        except (RedisError, OSError, TimeoutError) as error:
-            self.failed(error, settling)
-            return self._fallback(wants)
+            stepped = await self._run(wants, settling, asking)
         finally:
             if asking:
                 self._asking.discard(key)  # type: ignore[arg-type]
+        if stepped is None:
+            return self._fallback(wants)
+        reply, levels = stepped
         n = len(wants)
-        levels = [float(level) for level in reply[1 : n + 1]]
-        self.share.reported(wants, levels)
         if reply[0] == 1:
             extra = int(reply[n + 1]) if asking and len(reply) > n + 1 else 0
             return self._granted(key, wants, levels, extra) if extra else Taken(True, levels)  # type: ignore[arg-type]
@@ -227,19 +154,26 @@ class RedisStore:
     async def _ask_ahead(self, key: tuple[object, ...], wants: Sequence[Want]) -> None:
         """STEP for no request (a negative extra): what it takes, its own share included, is
         the new credit; near the edge it takes nothing and the next request asks Redis itself."""
-        settling = self._take_queued()
         try:
-            reply = await self._call(wants, settling, -self._credit)
-        except (RedisError, OSError, TimeoutError) as error:
-            self.failed(error, settling)
-            return
+            stepped = await self._run(wants, self._take_queued(), -self._credit)
         finally:
             self._asking.discard(key)
-        n = len(wants)
-        levels = [float(level) for level in reply[1 : n + 1]]
+        if stepped is not None and stepped[0][0] == 1:
+            reply, levels = stepped
+            self._granted(key, wants, levels, int(reply[len(wants) + 1]) + 1)
+
+    async def _run(self, wants: Sequence[Want], settling: list[tuple[Want, float]],
+                   extra: int) -> tuple[list[Any], list[float]] | None:  # fmt: skip
+        """STEP's reply and the buckets' levels (reported to the outage share), or None when
+        Redis failed (counted; the settlements kept for later)."""
+        try:
+            reply = await self._call(wants, settling, extra)
+        except (RedisError, OSError, TimeoutError) as error:
+            self.failed(error, settling)
+            return None
+        levels = [float(level) for level in reply[1 : len(wants) + 1]]
         self.share.reported(wants, levels)
-        if reply[0] == 1:
-            self._granted(key, wants, levels, int(reply[n + 1]) + 1)
+        return reply, levels
 
     def _from_credit(self, key: tuple[object, ...]) -> Taken | None:
         """A request admitted from the credit these wants hold, if any is left and in time."""
