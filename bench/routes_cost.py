@@ -116,15 +116,21 @@ def table(count: int, counted: bool, path: str = "translate") -> Routes:
     return Routes(config, resolve)
 
 
+def request(routes: Routes, shape: str, path: str) -> tuple[bytes, Any, Headers]:
+    """A request of `shape`: its body, what the core decodes of it on `path` (the whole request, or
+    the table's envelope), and its headers as the endpoint hands them on."""
+    body = shapes.anthropic_body(shape, model="bench-model", max_tokens=100, stream=True)
+    read = (MESSAGES_REQUEST if path == "translate" else routes.envelope).decode(body)  # as the pipeline does
+    return body, read, Headers(raw=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in HEADERS.items()])
+
+
 async def cost(shape: str, count: int, counted: bool, requests: int, path: str, unseen: bool = False) -> float:
     """µs of CPU per request to pick its route (best of 3 rounds), given what the core decoded of
     the body on `path` (translate: the whole request; passthrough: its envelope). `unseen`: the
     body's tools and system prompt are new to the table each time (its memos emptied)."""
     routes = table(count, counted, path)
     memos = [m for m in (routes._reader.tools, routes._reader.subagent) if isinstance(m, Memo)] if unseen else []
-    body = shapes.anthropic_body(shape, model="bench-model", max_tokens=100, stream=True)
-    read = (MESSAGES_REQUEST if path == "translate" else routes.envelope).decode(body)  # as the pipeline does
-    headers = Headers(raw=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in HEADERS.items()])
+    body, read, headers = request(routes, shape, path)
     kept = getattr(read, "__dict__", {})
     best = float("inf")
     for _round in range(3):
@@ -142,9 +148,7 @@ async def cost(shape: str, count: int, counted: bool, requests: int, path: str, 
 async def count_call(shape_name: str, path: str, requests: int) -> float:
     """µs of CPU per request of the count's own call (`Routes._count`), the shape it reads made untimed."""
     routes = table(20, True, path)
-    body = shapes.anthropic_body(shape_name, model="bench-model", max_tokens=100, stream=True)
-    read = (MESSAGES_REQUEST if path == "translate" else routes.envelope).decode(body)
-    headers = Headers(raw=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in HEADERS.items()])
+    body, read, headers = request(routes, shape_name, path)
     route = await routes._resolve("bench-model")
 
     async def own() -> Route:

@@ -153,8 +153,9 @@ AT_ONCE = 1000  # rollup rows named or encoded between two turns of the event lo
 
 async def _roll_up(connection: Any, records: list[UsageRecord]) -> None:
     """(In the transaction that stored them.) The records added to their rollups. A batch of many
-    keys makes many rows (2,500 records of as many keys: 15,000, 100 ms of work), so each step
-    goes `AT_ONCE` items at a time with a turn of the event loop between."""
+    keys makes many rows (2,500 records of as many keys: 15,000, 100 ms of work), so the sums go
+    `SUM_AT_ONCE` records at a time with a pause between, the other steps `AT_ONCE` items at a
+    time with a turn of the event loop between."""
     sums: rollups.Sums = {}
     pause = min(SUM_PAUSE, SUM_PAUSES * SUM_AT_ONCE / max(len(records), 1))
     async for part in _parts(records, SUM_AT_ONCE, pause):
