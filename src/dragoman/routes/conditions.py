@@ -146,11 +146,11 @@ def _plain(key: str, value: Any, at: str) -> Test:
         return inline(lambda s: s.stream is wanted, f"s.stream is {wanted}")
     if key == "server_tool":
         match = _pattern(value, at)
-        return inline(lambda s: any(map(match, s.server_tools)), "any(map({match}, s.server_tools))", match=match)
+        return inline(lambda s: any(map(match, s.tool_facts[1])), "any(map({match}, s.tool_facts[1]))", match=match)
     if key in ("tools", "max_tokens"):
         compare = _number(value, at)
         if key == "tools":
-            return inline(lambda s: compare(s.tool_count), "{compare}(s.tool_count)", compare=compare)
+            return inline(lambda s: compare(s.tool_facts[0]), "{compare}(s.tool_facts[0])", compare=compare)
         return inline(lambda s: compare(s.max_tokens), "{compare}(s.max_tokens)", compare=compare)
     if key == "output_format":
         match = _pattern(value, at)

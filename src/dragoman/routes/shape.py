@@ -100,6 +100,9 @@ class Shape:
         self.tokens: int | None = None
         self.window: int | None = None
         self.answer: Any = None  # a `count_tokens` request's upstream answer, when routing asked for it
+        if read is not None:  # both reads hold these (`stream`, `max_tokens` below read the body)
+            self.stream = read.stream is True
+            self.max_tokens = read.max_tokens if isinstance(read.max_tokens, int) else 0
 
     @property
     def raw(self) -> bytes:
@@ -163,20 +166,23 @@ class Shape:
         return found
 
     @once
-    def stream(self) -> bool:
-        core = self._request or self._envelope  # both read `stream` and `max_tokens`
-        return (core.stream if core is not None else self.field("stream")) is True
+    def stream(self) -> bool:  # read from the body: the core read none of it
+        return self.field("stream") is True
 
     @once
     def max_tokens(self) -> int:
-        core = self._request or self._envelope
-        value = core.max_tokens if core is not None else self.field("max_tokens")
+        value = self.field("max_tokens")
         return value if isinstance(value, int) else 0
 
     @once
     def tool_facts(self) -> tuple[int, list[str]]:
-        """How many tools, and the server tools' types, from a passed-through body's tools (read
-        without their schemas, once per distinct bytes: `Reader.tools`)."""
+        """How many tools, and the server tools' types (web_search_20250305, ...: every typed tool
+        but `custom`); from a passed-through body's tools, read without their schemas, once per
+        distinct bytes (`Reader.tools`). Conditions read both from this one fact."""
+        request = self._request
+        if request is not None:
+            tools = request.tools or ()
+            return len(tools), [tool.type for tool in tools if tool.type is not None and tool.type != "custom"]
         if self._facts:
             return facts_of(self._envelope.tools)  # type: ignore[union-attr]
         raw = self._envelope.tools if self._envelope is not None else self._fields.get("tools")
@@ -184,15 +190,12 @@ class Shape:
             return 0, []
         return self._reader.tools(raw)
 
-    @once
+    @property
     def tool_count(self) -> int:
-        return len(self._request.tools or ()) if self._request is not None else self.tool_facts[0]
+        return self.tool_facts[0]
 
-    @once
+    @property
     def server_tools(self) -> list[str]:
-        """The types of the request's server tools (web_search_20250305, ...): every typed tool but `custom`."""
-        if self._request is not None:
-            return [tool.type for tool in self._request.tools or () if tool.type is not None and tool.type != "custom"]
         return self.tool_facts[1]
 
     @once

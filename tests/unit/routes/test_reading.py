@@ -26,7 +26,7 @@ def routed(reader: Reader | None = None, headers: Any = None, **body: Any) -> Sh
 def test_a_table_stops_at_its_first_failing_test_whatever_order_it_was_written_in():
     shape = routed()
     assert compile_when({"images": True, "tools": 0, "model": "claude-*"}, "w").holds(shape) is False
-    assert "images" not in vars(shape) and "tool_count" not in vars(shape)  # the model decided: nothing read
+    assert "images" not in vars(shape) and "tool_facts" not in vars(shape)  # the model decided: nothing read
     assert compile_when({"images": False, "model": "m"}, "w").holds(shape) is True
     assert vars(shape)["images"] is False  # read once, then an attribute
 
