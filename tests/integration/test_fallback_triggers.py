@@ -11,7 +11,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.support.fake_anthropic import FakeAnthropic, NativeReply, message, text_events
+from tests.support.fake_anthropic import NativeReply, message, text_events
 from tests.support.fakes import FakeUpstream, Reply, completion, text_stream
 from tests.support.model_fleet import USER, fleet_config, model_in, sdk, served, upstream_error
 from tests.support.servers import GatewayServer
@@ -57,13 +57,15 @@ def test_a_target_refused_by_its_upstream_is_passed_over_as_a_fallback(fakes, ga
 
 
 def test_a_target_failing_n_times_is_passed_over_as_a_fallback(fakes, gateway_from):
+    """`main` and `backup` both fail twice (cooldown_failures = 2): the third request skips both for `long`."""
     a, b = fakes
-    a.queue(*[upstream_error(503)] * 3)
+    a.queue(upstream_error(503), upstream_error(503))
     b.queue(upstream_error(500), Reply(body=completion("long")), upstream_error(500))  # backup fails twice
     config = fleet_config(a, b, main=MAIN, fallbacks={"cooldown_failures": 2, "cooldown_window": 600, "cooldown": 600})
     client = sdk(gateway_from(config))
     assert [ask(client, "main")[0] for _ in range(3)] == ["long", "Hello!", "Hello!"]
-    assert served(b) == ["backup-b", "long-b", "backup-b", "long-b", "long-b"]  # the third skipped `backup`
+    assert served(a) == ["main-a", "main-a"]
+    assert served(b) == ["backup-b", "long-b", "backup-b", "long-b", "long-b"]  # the third never asked `backup`
 
 
 # -- this model's retries and replicas first ----------------------------------------------
