@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.fake_anthropic import FakeAnthropic, NativeReply, event, text_events
 from tests.support.fakes import Reply, chunk, completion, text_stream
-from tests.support.model_fleet import USER, fleet_config, sdk, served
+from tests.support.model_fleet import USER, fleet_config, sdk, served, upstream_error
 from tests.support.servers import GatewayServer
 from tests.support.waiting import eventually
 
@@ -35,14 +35,10 @@ def start(fakes, gateway_from) -> Callable[..., GatewayServer]:
     return started
 
 
-def error(status: int, message: str = "boom") -> Reply:
-    return Reply(status=status, body={"error": {"message": message, "type": "server_error", "code": status}})
-
-
 @pytest.mark.parametrize("status", [500, 502, 503, 529, 429])
 def test_a_failing_status_moves_the_request_to_the_next_model(start, fakes, status, caplog):
     a, b = fakes
-    a.queue(error(status))
+    a.queue(upstream_error(status))
     with caplog.at_level(logging.INFO, logger="dragoman.access"):
         message = sdk(start()).messages.create(model="main", max_tokens=20, messages=USER)
     assert served(a) == ["main-a"] and served(b) == ["backup-b"]
@@ -62,7 +58,7 @@ def test_a_refused_connection_moves_the_request_on(fakes, gateway_from, dead_por
 def test_a_first_byte_timeout_moves_the_request_on(fakes, gateway_from):
     a, b = fakes
     config = fleet_config(a, b, main=MAIN)
-    config["upstreams"]["a"]["first_byte_timeout"] = 0.2
+    config["upstreams"]["a"].update(first_byte_timeout=0.2, retry_budget=0.1)  # a fallback waits for no budget
     held = Reply(body=completion("late"), hold=threading.Event())
     a.queue(held)
     try:
@@ -75,7 +71,7 @@ def test_a_first_byte_timeout_moves_the_request_on(fakes, gateway_from):
 @pytest.mark.parametrize("status", [400, 422])
 def test_the_requests_own_fault_is_not_sent_elsewhere(start, fakes, status):
     a, b = fakes
-    a.queue(error(status, "bad field"))
+    a.queue(upstream_error(status, "bad field"))
     with pytest.raises(anthropic.BadRequestError):
         sdk(start()).messages.create(model="main", max_tokens=20, messages=USER)
     assert served(b) == []
@@ -112,7 +108,7 @@ def test_an_upstream_refusing_the_key_moves_on_and_cools_the_model_down(start, f
 
 def test_a_model_failing_n_times_in_the_window_is_passed_over(start, fakes):
     a, b = fakes
-    a.queue(error(500), error(500))
+    a.queue(upstream_error(500), upstream_error(500))
     client = sdk(start(fallbacks={"cooldown_failures": 2, "cooldown_window": 600, "cooldown": 600}))
     for _ in range(3):
         assert client.messages.create(model="main", max_tokens=20, messages=USER).content[0].text == "Hello!"
@@ -121,7 +117,7 @@ def test_a_model_failing_n_times_in_the_window_is_passed_over(start, fakes):
 
 def test_attempts_are_capped(start, fakes):
     a, b = fakes
-    a.queue(error(500))
+    a.queue(upstream_error(500))
     with pytest.raises(anthropic.InternalServerError):
         sdk(start(fallbacks={"max_attempts": 1})).messages.create(model="main", max_tokens=20, messages=USER)
     assert served(b) == []
@@ -133,8 +129,8 @@ def test_a_fallbacks_retries_wait_only_within_the_requests_one_budget(fakes, gat
     config = fleet_config(a, b, main=MAIN)
     config["upstreams"]["a"]["retry_budget"] = budget  # the request's, from its first model's upstream
     config["upstreams"]["b"].update(max_retries=2, retry_budget=60)  # its own would wait
-    a.queue(error(503))
-    b.queue(Reply(status=503, body=error(503).body, headers={"retry-after": "1"}))
+    a.queue(upstream_error(503))
+    b.queue(upstream_error(503, retry_after="1"))
     client = sdk(gateway_from(config))
     if answered:
         assert client.messages.create(model="main", max_tokens=20, messages=USER).content[0].text == "Hello!"
@@ -152,7 +148,7 @@ def test_a_passed_through_fallbacks_retries_share_that_budget_too(fakes, gateway
         config = fleet_config(a, b, native=native, main={"fallbacks": ["native-main"]})
         config["upstreams"]["a"]["retry_budget"] = budget
         config["upstreams"]["native"].update(max_retries=2, retry_budget=60)
-        a.queue(error(503))
+        a.queue(upstream_error(503))
         native.replies.append(NativeReply(status=503, body=overloaded().body, headers={"retry-after": "1"}))
         client = sdk(gateway_from(config))
         if answered:
@@ -165,26 +161,13 @@ def test_a_passed_through_fallbacks_retries_share_that_budget_too(fakes, gateway
         native.stop()
 
 
-def test_a_fallback_is_sent_at_once_however_long_the_first_model_took(fakes, gateway_from):
-    a, b = fakes
-    config = fleet_config(a, b, main=MAIN)
-    config["upstreams"]["a"].update(first_byte_timeout=0.5, retry_budget=0.1)  # spent before the timeout
-    held = Reply(body=completion("late"), hold=threading.Event())
-    a.queue(held)
-    try:
-        message = sdk(gateway_from(config)).messages.create(model="main", max_tokens=20, messages=USER)
-    finally:
-        held.hold.set()  # type: ignore[union-attr]
-    assert message.content[0].text == "Hello!" and served(b) == ["backup-b"]
-
-
 def test_a_target_lacking_vision_is_skipped(fakes, gateway_from):
     a, b = fakes
     config = fleet_config(a, b, main={"fallbacks": ["backup", "vl"], "vision": True})
     next(m for m in config["models"] if m["name"] == "backup")["vision"] = False
     png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
-    a.queue(error(500))
+    a.queue(upstream_error(500))
     messages = [{"role": "user", "content": [image, {"type": "text", "text": "what"}]}]
     sdk(gateway_from(config)).messages.create(model="main", max_tokens=20, messages=messages)
     assert served(b) == ["vl-b"]
@@ -195,7 +178,7 @@ def test_a_target_lacking_vision_is_skipped(fakes, gateway_from):
 
 def test_a_stream_refused_before_it_began_comes_from_the_next_model(start, fakes):
     a, b = fakes
-    a.queue(error(503))
+    a.queue(upstream_error(503))
     b.stream_reply(text_stream("from", " backup"))
     with sdk(start()).messages.stream(model="main", max_tokens=20, messages=USER) as stream:
         text = "".join(stream.text_stream)
@@ -308,7 +291,7 @@ def test_thinking_signed_elsewhere_is_taken_out_before_an_upstream_that_checks_s
     try:
         config = fleet_config(a, b, native=native, main={"fallbacks": ["native-main"]})
         next(m for m in config["models"] if m["name"] == "native-main")["checks_signatures"] = True
-        a.queue(error(500))
+        a.queue(upstream_error(500))
         history = [
             {"role": "user", "content": "Hello"},
             {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm", "signature": "from-a"},
@@ -329,7 +312,7 @@ def test_an_upstream_that_does_not_check_signatures_keeps_the_thinking(fakes, ga
     native = FakeAnthropic().start()
     try:
         config = fleet_config(a, b, native=native, main={"fallbacks": ["native-main"]})
-        a.queue(error(500))
+        a.queue(upstream_error(500))
         thinking = {"type": "thinking", "thinking": "hmm", "signature": "from-a"}
         history = [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": [thinking]},
                    {"role": "user", "content": "Again"}]  # fmt: skip
@@ -345,7 +328,7 @@ def test_an_upstream_that_does_not_check_signatures_keeps_the_thinking(fakes, ga
 def test_a_long_stream_behind_the_gate_reaches_the_client_whole(start, fakes):
     a, b = fakes
     pieces = [f"w{i} " for i in range(400)]
-    a.queue(error(500))
+    a.queue(upstream_error(500))
     b.stream_reply(text_stream(*pieces))
     with sdk(start()).messages.stream(model="main", max_tokens=2000, messages=USER) as stream:
         assert "".join(stream.text_stream) == "".join(pieces)
@@ -366,14 +349,14 @@ def test_a_fallback_to_another_upstream_takes_one_of_its_slots(fakes, gateway_fr
     busy.start()
     try:
         eventually(lambda: b.requests, "the only slot of b is taken")
-        a.queue(error(503))
+        a.queue(upstream_error(503))
         with pytest.raises(anthropic.APIStatusError) as caught:
             client.messages.create(model="main", max_tokens=20, messages=USER)
         assert caught.value.status_code in (503, 529) and served(b) == ["small-b"]  # the fallback never reached b
     finally:
         release.set()
         busy.join(10)
-    a.queue(error(503))
+    a.queue(upstream_error(503))
     assert client.messages.create(model="main", max_tokens=20, messages=USER).content[0].text == "Hello!"
     assert served(b) == ["small-b", "backup-b"]
     # The slot came back when that request ended: a request of b's own is served.
