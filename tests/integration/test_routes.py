@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, message, text_events
 from tests.support.fakes import completion, text_stream
 from tests.support.model_fleet import USER, fleet_config, sdk, served
 from tests.support.servers import GatewayServer
@@ -227,6 +227,26 @@ def test_the_session_s_last_reply_counts_cache_reads_for_the_threshold(routed, f
     a.json_reply(completion("ok", prompt=12_000, cached=11_000))  # 1,000 uncached + 11,000 read from the cache
     assert "x-dragoman-route" not in ask(server, one).headers
     assert ask(server, one).headers["x-dragoman-route"] == "long"
+
+
+@pytest.mark.parametrize("cache", ["cache_read_input_tokens", "cache_creation_input_tokens"])
+def test_a_passed_through_reply_s_cache_reads_and_writes_count_for_the_session_s_threshold(cache, fakes, gateway_from):
+    """Anthropic's input_tokens leaves out what was read from or written to the prompt cache:
+    only with them does the session's last prompt (500 + 10,000) pass the 10,000 threshold."""
+    native = FakeAnthropic().start()
+    try:
+        route = {"name": "long", "when": {"input_tokens": {"gt": 10_000}}, "model": "long", "sticky": "session"}
+        server = gateway_from(fleet_config(*fakes, routes=[route], native=native))
+        # The route's count of the first request (small), then its reply's usage (large with the cache).
+        native.replies.append(NativeReply(body={"input_tokens": 9}))
+        native.replies.append(NativeReply(body=message(input_tokens=500, **{cache: 10_000})))
+        native.responder = lambda body: NativeReply(body={"input_tokens": 9})  # any later count: small
+        one = {"x-claude-code-session-id": f"native-{cache}"}
+        assert "x-dragoman-route" not in ask(server, one, model="native-main").headers
+        assert ask(server, one, model="native-main").headers["x-dragoman-route"] == "long"
+        assert served(fakes[1]) == ["long-b"] and len(native.requests) == 2
+    finally:
+        native.stop()
 
 
 def test_a_count_probe_is_answered_here_with_the_true_count_and_no_upstream_call(routed, fakes):
