@@ -251,7 +251,8 @@ def test_a_passed_through_reply_s_cache_reads_and_writes_count_for_the_session_s
 
 def test_a_count_probe_is_answered_here_with_the_true_count_and_no_upstream_call(routed, fakes):
     a, b = fakes
-    server = routed({"name": "probe", "when": {"max_tokens": 1, "stream": False}, "respond": "count"})
+    # `le 1`: a count_tokens request (no max_tokens, read as 0) meets it too, and must still not take it.
+    server = routed({"name": "probe", "when": {"max_tokens": {"le": 1}, "stream": False}, "respond": "count"})
     client = sdk(server)
     counted = client.messages.count_tokens(model="claude-haiku-4-5", messages=USER).input_tokens
     raw = client.messages.with_raw_response.create(model="claude-haiku-4-5", max_tokens=1, messages=USER)
@@ -260,8 +261,12 @@ def test_a_count_probe_is_answered_here_with_the_true_count_and_no_upstream_call
     assert probe.model == "claude-haiku-4-5" and probe.stop_reason == "max_tokens"
     assert raw.headers["x-dragoman-route"] == "probe"
     assert a.requests == [] and b.requests == []  # counted by /tokenize, never asked to generate
-    # The count_tokens endpoint itself is not answered by the route.
-    assert client.messages.count_tokens(model="main", messages=USER).input_tokens == counted
+    # The count_tokens endpoint itself is not answered by the route: the model's backend answers,
+    # and says how it counted (the route's answer would carry the same number, but no method).
+    own = client.messages.with_raw_response.count_tokens(model="claude-haiku-4-5", messages=USER)
+    assert own.parse().input_tokens == counted and own.headers["x-token-count-method"] == "upstream"
+    metrics = httpx.get(server.url + "/metrics").text
+    assert 'dragoman_route_requests_total{model="claude-haiku-4-5",route="probe"} 1.0' in metrics
 
 
 def test_claude_codes_main_loop_does_not_take_an_effort_keyed_thinking_route(routed, fakes):
