@@ -95,6 +95,41 @@ def test_input_tokens_use_the_count_that_count_tokens_gives(routed, fakes):
     assert served(b) == ["long-b"] and served(a) == ["main-a"]
 
 
+THOUGHT = {"type": "thinking", "thinking": "They greet me twice: greet them back, warmly", "signature": "sig"}
+COUNTED_PARTS = {  # a conversation with the part, the same without it, the model's settings, the request's options
+    "image": (
+        [{"role": "user", "content": [IMAGE, {"type": "text", "text": "Hello there"}]}],
+        [{"role": "user", "content": [{"type": "text", "text": "Hello there"}]}],
+        {},
+        {},
+    ),
+    "thinking": (
+        [*USER, {"role": "assistant", "content": [THOUGHT, {"type": "text", "text": "Hi"}]}, *USER],
+        [*USER, {"role": "assistant", "content": [{"type": "text", "text": "Hi"}]}, *USER],
+        {"reasoning": True, "reasoning_replay": True},  # the thinking goes back to the model, and is counted
+        {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+    ),
+}
+
+
+@pytest.mark.parametrize("part", COUNTED_PARTS)
+def test_input_tokens_count_images_and_thinking_as_count_tokens_does(part, routed, fakes):
+    """The threshold lies between the prompt's count without the part and with it: the route's
+    count is the one count_tokens gives for the same body, the image (the replayed thinking) in it."""
+    a, b = fakes
+    messages, without, model, options = COUNTED_PARTS[part]
+    client = sdk(routed(main=model))
+    counted = client.messages.count_tokens(model="main", messages=messages, **options).input_tokens
+    bare = client.messages.count_tokens(model="main", messages=without, **options).input_tokens
+    assert counted > bare
+    server = routed({"name": "long", "when": {"input_tokens": {"gt": counted - 1}}, "model": "long"}, main=model)
+    assert ask(server, messages=messages, max_tokens=2048, **options).headers["x-dragoman-route"] == "long"
+    assert "x-dragoman-route" not in ask(server, messages=without, max_tokens=2048, **options).headers
+    exact = routed({"name": "long", "when": {"input_tokens": {"gt": counted}}, "model": "long"}, main=model)
+    assert "x-dragoman-route" not in ask(exact, messages=messages, max_tokens=2048, **options).headers
+    assert served(b) == ["long-b"] and served(a) == ["main-a", "main-a"]
+
+
 def test_fits_compares_input_and_max_tokens_with_the_window_it_would_otherwise_get(routed, fakes):
     a, b = fakes
     server = routed({"name": "roomy", "when": {"fits": False}, "model": "long"})
