@@ -85,7 +85,20 @@ def test_prompt_too_long_goes_to_a_context_fallback_only(start, fakes):
     a, b = fakes
     a.queue(Reply(status=400, body=VLLM_TOO_LONG))
     message = sdk(start()).messages.create(model="main", max_tokens=20, messages=USER)
-    assert served(b) == ["long-b"] and message.model == "main"  # not `backup`: its window is no larger
+    assert served(b) == ["long-b"] and message.model == "main"  # not `backup`, a fallback for other failures
+
+
+@pytest.mark.parametrize(("context", "served_by"), [(["small", "vl", "long"], ["long-b"]), (["small", "vl"], [])])
+def test_a_context_fallback_must_have_a_larger_window(start, fakes, context, served_by):
+    a, b = fakes
+    a.queue(Reply(status=400, body=VLLM_TOO_LONG))
+    client = sdk(start(main={"context_fallbacks": context}))
+    if served_by:
+        client.messages.create(model="main", max_tokens=20, messages=USER)
+    else:
+        with pytest.raises(anthropic.BadRequestError, match="prompt is too long"):
+            client.messages.create(model="main", max_tokens=20, messages=USER)
+    assert served(b) == served_by  # `small` (8,000) and `vl` (100,000, as `main`) hold no more than `main`
 
 
 def test_an_upstream_refusing_the_key_moves_on_and_cools_the_model_down(start, fakes):
@@ -112,6 +125,57 @@ def test_attempts_are_capped(start, fakes):
     with pytest.raises(anthropic.InternalServerError):
         sdk(start(fallbacks={"max_attempts": 1})).messages.create(model="main", max_tokens=20, messages=USER)
     assert served(b) == []
+
+
+@pytest.mark.parametrize(("budget", "answered"), [(0.3, False), (5.0, True)])
+def test_a_fallbacks_retries_wait_only_within_the_requests_one_budget(fakes, gateway_from, budget, answered):
+    a, b = fakes
+    config = fleet_config(a, b, main=MAIN)
+    config["upstreams"]["a"]["retry_budget"] = budget  # the request's, from its first model's upstream
+    config["upstreams"]["b"].update(max_retries=2, retry_budget=60)  # its own would wait
+    a.queue(error(503))
+    b.queue(Reply(status=503, body=error(503).body, headers={"retry-after": "1"}))
+    client = sdk(gateway_from(config))
+    if answered:
+        assert client.messages.create(model="main", max_tokens=20, messages=USER).content[0].text == "Hello!"
+    else:
+        with pytest.raises(anthropic.InternalServerError):
+            client.messages.create(model="main", max_tokens=20, messages=USER)
+    assert served(b) == ["backup-b"] * (2 if answered else 1)  # waited a second only when the budget had one
+
+
+@pytest.mark.parametrize(("budget", "answered"), [(0.3, False), (5.0, True)])
+def test_a_passed_through_fallbacks_retries_share_that_budget_too(fakes, gateway_from, budget, answered):
+    a, b = fakes
+    native = FakeAnthropic().start()
+    try:
+        config = fleet_config(a, b, native=native, main={"fallbacks": ["native-main"]})
+        config["upstreams"]["a"]["retry_budget"] = budget
+        config["upstreams"]["native"].update(max_retries=2, retry_budget=60)
+        a.queue(error(503))
+        native.replies.append(NativeReply(status=503, body=overloaded().body, headers={"retry-after": "1"}))
+        client = sdk(gateway_from(config))
+        if answered:
+            assert client.messages.create(model="main", max_tokens=20, messages=USER).model == "main"
+        else:
+            with pytest.raises(anthropic.APIStatusError):
+                client.messages.create(model="main", max_tokens=20, messages=USER)
+        assert len([r for r in native.requests if r[0] == "/v1/messages"]) == (2 if answered else 1)
+    finally:
+        native.stop()
+
+
+def test_a_fallback_is_sent_at_once_however_long_the_first_model_took(fakes, gateway_from):
+    a, b = fakes
+    config = fleet_config(a, b, main=MAIN)
+    config["upstreams"]["a"].update(first_byte_timeout=0.5, retry_budget=0.1)  # spent before the timeout
+    held = Reply(body=completion("late"), hold=threading.Event())
+    a.queue(held)
+    try:
+        message = sdk(gateway_from(config)).messages.create(model="main", max_tokens=20, messages=USER)
+    finally:
+        held.hold.set()  # type: ignore[union-attr]
+    assert message.content[0].text == "Hello!" and served(b) == ["backup-b"]
 
 
 def test_a_target_lacking_vision_is_skipped(fakes, gateway_from):

@@ -9,7 +9,7 @@ from typing import Any
 import anthropic
 
 from tests.support.fake_anthropic import FakeAnthropic
-from tests.support.fakes import FakeUpstream
+from tests.support.fakes import FakeUpstream, Reply
 from tests.support.servers import GatewayServer
 
 USER = [{"role": "user", "content": "Hello there"}]
@@ -49,3 +49,15 @@ def served(fake: FakeUpstream) -> list[str]:
 
 def sdk(server: GatewayServer) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=server.url, api_key="test-key", max_retries=0)
+
+
+def model_in(config: dict[str, Any], name: str) -> dict[str, Any]:
+    """The `[[models]]` entry `name` of a fleet config, to change one setting of it."""
+    return next(m for m in config["models"] if m["name"] == name)
+
+
+def upstream_error(status: int, message: str = "boom", **headers: str) -> Reply:
+    """An OpenAI-style error answer; `retry_after="0"` lets a retrying upstream try again at once."""
+    sent = {name.replace("_", "-"): value for name, value in headers.items()}
+    return Reply(status=status, body={"error": {"message": message, "type": "server_error", "code": status}},
+                 headers=sent)  # fmt: skip

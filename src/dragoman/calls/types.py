@@ -37,6 +37,7 @@ class Call:
     request: MessagesRequest | None = None  # the body decoded whole, when the core already did
     conversation: str | None = None  # the client's session (Claude Code's), for routing to its replica
     envelope: Envelope | None = None  # else its top fields and prompt parts, when `body` is what was read
+    retry_deadline: float | None = None  # a fallback's: no retry waits past it (the request's one budget)
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,6 +122,7 @@ class Attempts:
         return (self.serving or self.primary).backend.path
 
     async def messages(self, call: Call, route: Route) -> Reply:
+        self.deadline = time.monotonic() + self.retry_budget  # the request's one budget, from its first send
         name, target = self.primary_name, self.primary
         if self.cooldowns.cooled(name) and (self.fallbacks or self.context_fallbacks):
             following = await self._next_target(name, "fallback", failed=False)  # cooled: straight to the next
@@ -185,8 +186,11 @@ class Attempts:
             held()
 
     def _call_for(self, call: Call, name: str, target: Route) -> Call:
-        """`call` as `target` gets it: its model's name, and no thinking signed elsewhere when it checks."""
-        call = dataclasses.replace(call, upstream_model=target.upstream_model)
+        """`call` as `target` gets it: its model's name, no thinking signed elsewhere when it checks, and
+        for a fallback the request's retry budget (what the models before it waited is spent)."""
+        fallback = len(self.tried) > 1
+        call = dataclasses.replace(call, upstream_model=target.upstream_model,
+                                   retry_deadline=self.deadline if fallback else call.retry_deadline)  # fmt: skip
         foreign = self.header is not None or name != self.primary_name  # a route or a fallback chose it
         if foreign and name in self.checking and target.path == "passthrough":
             body = without_thinking(call.body)
@@ -200,11 +204,8 @@ class Attempts:
         if kind is None:
             return None
         self.cooldowns.failed(self.current, at_once=kind == "misconfigured")
-        now = time.monotonic()
-        if self.deadline is None:
-            self.deadline = now + self.retry_budget
-        if len(self.tried) >= self.settings.max_attempts or now > self.deadline:
-            return None
+        if len(self.tried) >= self.settings.max_attempts:
+            return None  # sent at once, as a retry to another replica: capped in number, not in time
         return await self._next_target(self.current, kind)
 
     async def _next_target(self, current: str, kind: Kind, *, failed: bool = True) -> tuple[str, Route] | None:

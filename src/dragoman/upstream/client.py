@@ -196,6 +196,7 @@ class HttpClient:
         prompt: PromptKind | MessagesParts | None = None,
         conversation: str | None = None,
         previous: str | None = None,
+        deadline: float | None = None,
     ) -> Response:
         """POST and wait for the response head, retrying transient failures.
 
@@ -205,9 +206,13 @@ class HttpClient:
         for its first body bytes (`dragoman.upstream.opening`), and may send it again.
         `prompt` says the body is a model's prompt of that kind (or gives its parts, read
         already), which cache-aware routing matches (with the client's `conversation`, if
-        it named one, and the tag of the replica its turn before went to, `previous`, if it said)."""
+        it named one, and the tag of the replica its turn before went to, `previous`, if it said).
+        No retry waits past `deadline` either, when given (a fallback's: the request's budget)."""
+        budget_end = time.monotonic() + self._upstream.retry_budget
+        if deadline is not None:
+            budget_end = min(budget_end, deadline)
         request = Sending(path if from_root else self.prefix + path, self._header_lines(headers), body, outcome, stream,
-                          time.monotonic() + self._upstream.retry_budget, kind=prompt,
+                          budget_end, kind=prompt,
                           conversation=conversation, previous=previous)  # fmt: skip
         return await self._post(request, raw)
 

@@ -184,7 +184,8 @@ class AnthropicBackend:
                 previous = latest_tag(call.body, call.envelope.messages if call.envelope is not None else None)
             body = sent
         return await self._http.post(path, body, headers=headers, raw=True, outcome=call.outcome, stream=stream,
-                                     prompt=prompt, conversation=call.conversation, previous=previous)  # fmt: skip
+                                     prompt=prompt, conversation=call.conversation, previous=previous,
+                                     deadline=call.retry_deadline)  # fmt: skip
 
     async def messages(self, call: Call, route: Route) -> Reply:
         # Its URL images and documents, held until the answer (a stream's head).

@@ -221,7 +221,7 @@ class OpenAIBackend:
         )
         post = self._http.post("/chat/completions", fitted.body, outcome=call.outcome, stream=upstream_stream,
                                prompt="chat", conversation=call.conversation,
-                               previous=translated.previous_replica)  # fmt: skip
+                               previous=translated.previous_replica, deadline=call.retry_deadline)  # fmt: skip
         reply = self._reply_settings(call, translated, fitted.window_bound)
 
         async def prompt_tokens() -> int:  # for a reply without the upstream's usage
@@ -274,7 +274,7 @@ class OpenAIBackend:
         )
         response = await self._http.post("/chat/completions", fitted.body, outcome=call.outcome, stream=True,
                                           prompt="chat", conversation=call.conversation,
-                                          previous=translated.previous_replica)  # fmt: skip
+                                          previous=translated.previous_replica, deadline=call.retry_deadline)  # fmt: skip
 
         async def prompt_tokens() -> int:
             return (await self._count(translated.chat, route, estimate=count_estimate(translated.chat)))[0]
