@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.fake_anthropic import FakeAnthropic, NativeReply, text_events
+from tests.support.fake_anthropic import FakeAnthropic, NativeReply, message, text_events
 from tests.support.fakes import completion, text_stream
 from tests.support.model_fleet import USER, fleet_config, sdk, served
 from tests.support.servers import GatewayServer
@@ -93,6 +93,41 @@ def test_input_tokens_use_the_count_that_count_tokens_gives(routed, fakes):
     exact = routed({"name": "long", "when": {"input_tokens": {"gt": counted}}, "model": "long"})
     assert "x-dragoman-route" not in ask(exact).headers
     assert served(b) == ["long-b"] and served(a) == ["main-a"]
+
+
+THOUGHT = {"type": "thinking", "thinking": "They greet me twice: greet them back, warmly", "signature": "sig"}
+COUNTED_PARTS = {  # a conversation with the part, the same without it, the model's settings, the request's options
+    "image": (
+        [{"role": "user", "content": [IMAGE, {"type": "text", "text": "Hello there"}]}],
+        [{"role": "user", "content": [{"type": "text", "text": "Hello there"}]}],
+        {},
+        {},
+    ),
+    "thinking": (
+        [*USER, {"role": "assistant", "content": [THOUGHT, {"type": "text", "text": "Hi"}]}, *USER],
+        [*USER, {"role": "assistant", "content": [{"type": "text", "text": "Hi"}]}, *USER],
+        {"reasoning": True, "reasoning_replay": True},  # the thinking goes back to the model, and is counted
+        {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+    ),
+}
+
+
+@pytest.mark.parametrize("part", COUNTED_PARTS)
+def test_input_tokens_count_images_and_thinking_as_count_tokens_does(part, routed, fakes):
+    """The threshold lies between the prompt's count without the part and with it: the route's
+    count is the one count_tokens gives for the same body, the image (the replayed thinking) in it."""
+    a, b = fakes
+    messages, without, model, options = COUNTED_PARTS[part]
+    client = sdk(routed(main=model))
+    counted = client.messages.count_tokens(model="main", messages=messages, **options).input_tokens
+    bare = client.messages.count_tokens(model="main", messages=without, **options).input_tokens
+    assert counted > bare
+    server = routed({"name": "long", "when": {"input_tokens": {"gt": counted - 1}}, "model": "long"}, main=model)
+    assert ask(server, messages=messages, max_tokens=2048, **options).headers["x-dragoman-route"] == "long"
+    assert "x-dragoman-route" not in ask(server, messages=without, max_tokens=2048, **options).headers
+    exact = routed({"name": "long", "when": {"input_tokens": {"gt": counted}}, "model": "long"}, main=model)
+    assert "x-dragoman-route" not in ask(exact, messages=messages, max_tokens=2048, **options).headers
+    assert served(b) == ["long-b"] and served(a) == ["main-a", "main-a"]
 
 
 def test_fits_compares_input_and_max_tokens_with_the_window_it_would_otherwise_get(routed, fakes):
@@ -229,9 +264,30 @@ def test_the_session_s_last_reply_counts_cache_reads_for_the_threshold(routed, f
     assert ask(server, one).headers["x-dragoman-route"] == "long"
 
 
+@pytest.mark.parametrize("cache", ["cache_read_input_tokens", "cache_creation_input_tokens"])
+def test_a_passed_through_reply_s_cache_reads_and_writes_count_for_the_session_s_threshold(cache, fakes, gateway_from):
+    """Anthropic's input_tokens leaves out what was read from or written to the prompt cache:
+    only with them does the session's last prompt (500 + 10,000) pass the 10,000 threshold."""
+    native = FakeAnthropic().start()
+    try:
+        route = {"name": "long", "when": {"input_tokens": {"gt": 10_000}}, "model": "long", "sticky": "session"}
+        server = gateway_from(fleet_config(*fakes, routes=[route], native=native))
+        # The route's count of the first request (small), then its reply's usage (large with the cache).
+        native.replies.append(NativeReply(body={"input_tokens": 9}))
+        native.replies.append(NativeReply(body=message(input_tokens=500, **{cache: 10_000})))
+        native.responder = lambda body: NativeReply(body={"input_tokens": 9})  # any later count: small
+        one = {"x-claude-code-session-id": f"native-{cache}"}
+        assert "x-dragoman-route" not in ask(server, one, model="native-main").headers
+        assert ask(server, one, model="native-main").headers["x-dragoman-route"] == "long"
+        assert served(fakes[1]) == ["long-b"] and len(native.requests) == 2
+    finally:
+        native.stop()
+
+
 def test_a_count_probe_is_answered_here_with_the_true_count_and_no_upstream_call(routed, fakes):
     a, b = fakes
-    server = routed({"name": "probe", "when": {"max_tokens": 1, "stream": False}, "respond": "count"})
+    # `le 1`: a count_tokens request (no max_tokens, read as 0) meets it too, and must still not take it.
+    server = routed({"name": "probe", "when": {"max_tokens": {"le": 1}, "stream": False}, "respond": "count"})
     client = sdk(server)
     counted = client.messages.count_tokens(model="claude-haiku-4-5", messages=USER).input_tokens
     raw = client.messages.with_raw_response.create(model="claude-haiku-4-5", max_tokens=1, messages=USER)
@@ -240,8 +296,12 @@ def test_a_count_probe_is_answered_here_with_the_true_count_and_no_upstream_call
     assert probe.model == "claude-haiku-4-5" and probe.stop_reason == "max_tokens"
     assert raw.headers["x-dragoman-route"] == "probe"
     assert a.requests == [] and b.requests == []  # counted by /tokenize, never asked to generate
-    # The count_tokens endpoint itself is not answered by the route.
-    assert client.messages.count_tokens(model="main", messages=USER).input_tokens == counted
+    # The count_tokens endpoint itself is not answered by the route: the model's backend answers,
+    # and says how it counted (the route's answer would carry the same number, but no method).
+    own = client.messages.with_raw_response.count_tokens(model="claude-haiku-4-5", messages=USER)
+    assert own.parse().input_tokens == counted and own.headers["x-token-count-method"] == "upstream"
+    metrics = httpx.get(server.url + "/metrics").text
+    assert 'dragoman_route_requests_total{model="claude-haiku-4-5",route="probe"} 1.0' in metrics
 
 
 def test_claude_codes_main_loop_does_not_take_an_effort_keyed_thinking_route(routed, fakes):

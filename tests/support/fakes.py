@@ -104,10 +104,12 @@ class FakeUpstream:
         return web.Response(text=self.metrics, content_type="text/plain", charset="utf-8")
 
     async def _tokenize(self, request: web.Request) -> web.Response:
-        """vLLM's chat-form /tokenize: one token per whitespace-separated word here."""
+        """vLLM's chat-form /tokenize: one token per whitespace-separated word here, of the
+        content and of the replayed reasoning (which a reasoning model's template renders)."""
         body = await request.json()
         self.tokenize_requests.append(body)
-        words = sum(len(str(m.get("content") or "").split()) for m in body.get("messages", []))
+        words = sum(len(str(m.get(key) or "").split()) for m in body.get("messages", [])
+                    for key in ("content", "reasoning", "reasoning_content"))  # fmt: skip
         words += len(json.dumps(body["tools"]).split()) if body.get("tools") and not self.template_drops_tools else 0
         return web.json_response({"count": words + 5, "max_model_len": 8192, "tokens": []})
 
