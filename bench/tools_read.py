@@ -40,11 +40,6 @@ import shapes  # noqa: E402
 Split = list[dict[str, msgspec.Raw]]
 
 
-def _best(call: Any, repeat: int, number: int) -> float:
-    """µs per call, best of `repeat`."""
-    return min(timeit.repeat(call, repeat=repeat, number=number)) / number * 1e6
-
-
 def split_facts(tools: Split) -> tuple[int, list[str]]:
     """`reading.tool_facts`, from tools split into keys (each `type` decoded alone)."""
     kinds = [msgspec.json.decode(raw) for tool in tools if (raw := tool.get("type")) is not None]
@@ -69,7 +64,8 @@ def main() -> None:
     assert encode(parts) == bytes(tools)  # the same bytes (Claude Code sends them compact)
 
     def best(call: Any) -> float:
-        return _best(call, args.repeat, args.number)
+        """µs per call, best of `--repeat`."""
+        return min(timeit.repeat(call, repeat=args.repeat, number=args.number)) / args.number * 1e6
 
     def first_sight() -> None:
         memo.clear()

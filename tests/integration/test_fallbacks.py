@@ -141,24 +141,20 @@ def test_a_fallbacks_retries_wait_only_within_the_requests_one_budget(fakes, gat
 
 
 @pytest.mark.parametrize(("budget", "answered"), [(0.3, False), (5.0, True)])
-def test_a_passed_through_fallbacks_retries_share_that_budget_too(fakes, gateway_from, budget, answered):
+def test_a_passed_through_fallbacks_retries_share_that_budget_too(fakes, gateway_from, native, budget, answered):
     a, b = fakes
-    native = FakeAnthropic().start()
-    try:
-        config = fleet_config(a, b, native=native, main={"fallbacks": ["native-main"]})
-        config["upstreams"]["a"]["retry_budget"] = budget
-        config["upstreams"]["native"].update(max_retries=2, retry_budget=60)
-        a.queue(upstream_error(503))
-        native.replies.append(NativeReply(status=503, body=overloaded().body, headers={"retry-after": "1"}))
-        client = sdk(gateway_from(config))
-        if answered:
-            assert client.messages.create(model="main", max_tokens=20, messages=USER).model == "main"
-        else:
-            with pytest.raises(anthropic.APIStatusError):
-                client.messages.create(model="main", max_tokens=20, messages=USER)
-        assert len([r for r in native.requests if r[0] == "/v1/messages"]) == (2 if answered else 1)
-    finally:
-        native.stop()
+    config = fleet_config(a, b, native=native, main={"fallbacks": ["native-main"]})
+    config["upstreams"]["a"]["retry_budget"] = budget
+    config["upstreams"]["native"].update(max_retries=2, retry_budget=60)
+    a.queue(upstream_error(503))
+    native.replies.append(NativeReply(status=503, body=overloaded().body, headers={"retry-after": "1"}))
+    client = sdk(gateway_from(config))
+    if answered:
+        assert client.messages.create(model="main", max_tokens=20, messages=USER).model == "main"
+    else:
+        with pytest.raises(anthropic.APIStatusError):
+            client.messages.create(model="main", max_tokens=20, messages=USER)
+    assert len([r for r in native.requests if r[0] == "/v1/messages"]) == (2 if answered else 1)
 
 
 def test_a_target_lacking_vision_is_skipped(fakes, gateway_from):

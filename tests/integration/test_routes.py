@@ -265,23 +265,21 @@ def test_the_session_s_last_reply_counts_cache_reads_for_the_threshold(routed, f
 
 
 @pytest.mark.parametrize("cache", ["cache_read_input_tokens", "cache_creation_input_tokens"])
-def test_a_passed_through_reply_s_cache_reads_and_writes_count_for_the_session_s_threshold(cache, fakes, gateway_from):
+def test_a_passed_through_reply_s_cache_reads_and_writes_count_for_the_session_s_threshold(
+    cache, fakes, gateway_from, native
+):
     """Anthropic's input_tokens leaves out what was read from or written to the prompt cache:
     only with them does the session's last prompt (500 + 10,000) pass the 10,000 threshold."""
-    native = FakeAnthropic().start()
-    try:
-        route = {"name": "long", "when": {"input_tokens": {"gt": 10_000}}, "model": "long", "sticky": "session"}
-        server = gateway_from(fleet_config(*fakes, routes=[route], native=native))
-        # The route's count of the first request (small), then its reply's usage (large with the cache).
-        native.replies.append(NativeReply(body={"input_tokens": 9}))
-        native.replies.append(NativeReply(body=message(input_tokens=500, **{cache: 10_000})))
-        native.responder = lambda body: NativeReply(body={"input_tokens": 9})  # any later count: small
-        one = {"x-claude-code-session-id": f"native-{cache}"}
-        assert "x-dragoman-route" not in ask(server, one, model="native-main").headers
-        assert ask(server, one, model="native-main").headers["x-dragoman-route"] == "long"
-        assert served(fakes[1]) == ["long-b"] and len(native.requests) == 2
-    finally:
-        native.stop()
+    route = {"name": "long", "when": {"input_tokens": {"gt": 10_000}}, "model": "long", "sticky": "session"}
+    server = gateway_from(fleet_config(*fakes, routes=[route], native=native))
+    # The route's count of the first request (small), then its reply's usage (large with the cache).
+    native.replies.append(NativeReply(body={"input_tokens": 9}))
+    native.replies.append(NativeReply(body=message(input_tokens=500, **{cache: 10_000})))
+    native.responder = lambda body: NativeReply(body={"input_tokens": 9})  # any later count: small
+    one = {"x-claude-code-session-id": f"native-{cache}"}
+    assert "x-dragoman-route" not in ask(server, one, model="native-main").headers
+    assert ask(server, one, model="native-main").headers["x-dragoman-route"] == "long"
+    assert served(fakes[1]) == ["long-b"] and len(native.requests) == 2
 
 
 def test_a_count_probe_is_answered_here_with_the_true_count_and_no_upstream_call(routed, fakes):

@@ -35,7 +35,7 @@ MISSING: Any = object()  # what `body_at` finds where the path leads nowhere
 READER = Reader()  # a shape's without a table: nothing kept between requests
 _FIELDS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ENCODE = msgspec.json.Encoder().encode
-_TYPED = frozenset({"stream", "max_tokens", "thinking", "output_config", "output_format", "metadata"})
+_TYPED = frozenset({"thinking", "output_config", "output_format", "metadata"})
 _READ = ("metadata", "thinking", "output_config", "output_format", "tool_choice")  # Shape.field, count_body
 COUNTED = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config")  # what a count takes
 _SPLICED = tuple((name, b',"' + name.encode() + b'":') for name in COUNTED[2:])
@@ -158,8 +158,6 @@ class Shape:
         if self._request is not None and name in _TYPED:
             found = getattr(self._request, name)
             found = MISSING if found is None else msgspec.to_builtins(found)
-        elif self._envelope is not None and name in ("stream", "max_tokens"):
-            found = getattr(self._envelope, name)
         else:
             found = self._raw_field(name)
         parts[name] = found
